@@ -1,0 +1,297 @@
+package comm
+
+import (
+	"fmt"
+	"hash/fnv"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Settings is everything Init needs to join a job. ResolveSettings fills it
+// from options and the environment; programs rarely build one by hand.
+type Settings struct {
+	Rank, Size           int
+	LocalRank, LocalSize int
+	// MasterAddr and MasterPort locate rank 0's rendezvous store.
+	MasterAddr string
+	MasterPort int
+	// Source names where rank and size came from: "options", "gorun/torchrun", "slurm", "openmpi" or "single".
+	Source string
+	// Token authenticates connections (GORUN_TOKEN; gorun sets a fresh one per job).
+	Token []byte
+	// JoinTimeout bounds the rendezvous: every rank must arrive within it.
+	JoinTimeout time.Duration
+	// Timeout bounds each collective and point-to-point call whose context has no deadline.
+	Timeout time.Duration
+	// SmallBytes is the all-reduce/broadcast size up to which latency-optimal algorithms run.
+	SmallBytes int
+	// ChunkBytes is the ring algorithms' pipelining chunk.
+	ChunkBytes int
+	// Compress sends large payloads compressed with S2.
+	Compress bool
+	// Addr is the address peers reach this rank's data port by; empty: the
+	// address of the interface that reaches the master.
+	Addr string
+	// StoreFD, when positive, is an inherited listening socket rank 0 serves the store on (set by gorun).
+	StoreFD int
+}
+
+// Defaults for Settings.
+const (
+	DefaultMasterPort  = 29500
+	DefaultJoinTimeout = 60 * time.Second
+	DefaultTimeout     = 5 * time.Minute
+)
+
+// Option overrides one setting; options win over the environment.
+type Option func(*Settings)
+
+// WithRank sets this process's rank and the world size.
+func WithRank(rank, size int) Option {
+	return func(s *Settings) { s.Rank, s.Size, s.Source = rank, size, "options" }
+}
+
+// WithLocalRank sets the rank and process count on this node.
+func WithLocalRank(localRank, localSize int) Option {
+	return func(s *Settings) { s.LocalRank, s.LocalSize = localRank, localSize }
+}
+
+// WithMaster sets the rendezvous address.
+func WithMaster(addr string, port int) Option {
+	return func(s *Settings) { s.MasterAddr, s.MasterPort = addr, port }
+}
+
+// WithToken sets the job token.
+func WithToken(token string) Option { return func(s *Settings) { s.Token = []byte(token) } }
+
+// WithJoinTimeout bounds the rendezvous.
+func WithJoinTimeout(d time.Duration) Option { return func(s *Settings) { s.JoinTimeout = d } }
+
+// WithTimeout bounds every call whose context has no deadline.
+func WithTimeout(d time.Duration) Option { return func(s *Settings) { s.Timeout = d } }
+
+// WithSmallBytes sets the crossover to the latency-optimal algorithms; -1 disables them.
+func WithSmallBytes(n int) Option { return func(s *Settings) { s.SmallBytes = n } }
+
+// WithChunkBytes sets the pipelining chunk of the ring algorithms.
+func WithChunkBytes(n int) Option { return func(s *Settings) { s.ChunkBytes = n } }
+
+// WithCompression turns S2 payload compression on or off.
+func WithCompression(on bool) Option { return func(s *Settings) { s.Compress = on } }
+
+// WithAddr sets the address this rank advertises for its data connections.
+func WithAddr(addr string) Option { return func(s *Settings) { s.Addr = addr } }
+
+// ResolveSettings reads the environment through getenv (os.Getenv when nil)
+// and then applies opts. Rank and size come from the first of these sources
+// that is present, whole: options; gorun/torchrun (RANK, WORLD_SIZE,
+// LOCAL_RANK, LOCAL_WORLD_SIZE); Slurm (SLURM_PROCID, SLURM_NTASKS,
+// SLURM_LOCALID, SLURM_NODEID, SLURM_TASKS_PER_NODE); Open MPI
+// (OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE); else a single
+// process. MASTER_ADDR and MASTER_PORT apply to every source; under Slurm
+// they default to the first host of SLURM_JOB_NODELIST and a port derived
+// from SLURM_JOB_ID, under Open MPI on one node to 127.0.0.1 and a port
+// derived from the job id.
+func ResolveSettings(getenv func(string) string, opts ...Option) (Settings, error) {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	s := Settings{Rank: 0, Size: 1, LocalRank: 0, LocalSize: 1, Source: "single",
+		JoinTimeout: DefaultJoinTimeout, Timeout: DefaultTimeout}
+	e := envReader{getenv: getenv}
+	var defaultMaster func() (string, int, error)
+
+	switch {
+	case getenv("RANK") != "" || getenv("WORLD_SIZE") != "":
+		s.Source = "gorun/torchrun"
+		s.Rank = e.int("RANK", -1)
+		s.Size = e.int("WORLD_SIZE", -1)
+		if s.Rank < 0 && e.err == nil {
+			e.err = fmt.Errorf("WORLD_SIZE is set but RANK is not")
+		}
+		if s.Size < 0 && e.err == nil {
+			e.err = fmt.Errorf("RANK is set but WORLD_SIZE is not")
+		}
+		s.LocalRank = e.int("LOCAL_RANK", 0)
+		s.LocalSize = e.int("LOCAL_WORLD_SIZE", max(s.LocalRank+1, 1))
+	case getenv("SLURM_PROCID") != "":
+		s.Source = "slurm"
+		s.Rank = e.int("SLURM_PROCID", 0)
+		s.Size = e.int("SLURM_NTASKS", -1)
+		if s.Size < 0 && e.err == nil {
+			e.err = fmt.Errorf("SLURM_PROCID is set but SLURM_NTASKS is not (run the program with srun inside an allocation)")
+		}
+		s.LocalRank = e.int("SLURM_LOCALID", 0)
+		s.LocalSize = max(s.LocalRank+1, 1)
+		if tpn := getenv("SLURM_TASKS_PER_NODE"); tpn != "" && e.err == nil {
+			counts, err := expandTasksPerNode(tpn)
+			node := e.int("SLURM_NODEID", 0)
+			switch {
+			case err != nil:
+				e.err = fmt.Errorf("SLURM_TASKS_PER_NODE=%q: %w", tpn, err)
+			case node >= len(counts):
+				e.err = fmt.Errorf("SLURM_NODEID=%d but SLURM_TASKS_PER_NODE=%q lists %d nodes", node, tpn, len(counts))
+			default:
+				s.LocalSize = counts[node]
+			}
+		}
+		defaultMaster = func() (string, int, error) {
+			list := getenv("SLURM_JOB_NODELIST")
+			if list == "" {
+				list = getenv("SLURM_NODELIST")
+			}
+			hosts, err := ExpandHostlist(list)
+			if err != nil {
+				return "", 0, fmt.Errorf("SLURM_JOB_NODELIST: %w", err)
+			}
+			if len(hosts) == 0 {
+				return "", 0, fmt.Errorf("MASTER_ADDR is not set and SLURM_JOB_NODELIST is empty")
+			}
+			return hosts[0], derivePort(getenv("SLURM_JOB_ID") + "." + getenv("SLURM_STEP_ID")), nil
+		}
+	case getenv("OMPI_COMM_WORLD_RANK") != "":
+		s.Source = "openmpi"
+		s.Rank = e.int("OMPI_COMM_WORLD_RANK", 0)
+		s.Size = e.int("OMPI_COMM_WORLD_SIZE", -1)
+		if s.Size < 0 && e.err == nil {
+			e.err = fmt.Errorf("OMPI_COMM_WORLD_RANK is set but OMPI_COMM_WORLD_SIZE is not")
+		}
+		s.LocalRank = e.int("OMPI_COMM_WORLD_LOCAL_RANK", 0)
+		s.LocalSize = e.int("OMPI_COMM_WORLD_LOCAL_SIZE", max(s.LocalRank+1, 1))
+		defaultMaster = func() (string, int, error) {
+			if s.LocalSize != s.Size {
+				return "", 0, fmt.Errorf("MASTER_ADDR is not set: Open MPI spans several nodes, so set MASTER_ADDR (and MASTER_PORT) to rank 0's host")
+			}
+			id := getenv("OMPI_MCA_ess_base_jobid") + getenv("PMIX_NAMESPACE") + getenv("OMPI_MCA_orte_ess_jobid")
+			return "127.0.0.1", derivePort(id), nil
+		}
+	}
+
+	s.Token = []byte(getenv("GORUN_TOKEN"))
+	s.JoinTimeout = e.duration("GORUN_JOIN_TIMEOUT", s.JoinTimeout)
+	s.Timeout = e.duration("GORUN_TIMEOUT", s.Timeout)
+	s.SmallBytes = e.int("GORUN_SMALL_BYTES", 0)
+	s.ChunkBytes = e.int("GORUN_CHUNK_BYTES", 0)
+	switch c := getenv("GORUN_COMPRESS"); c {
+	case "", "0", "none", "off":
+	case "1", "s2", "on":
+		s.Compress = true
+	default:
+		if e.err == nil {
+			e.err = fmt.Errorf("GORUN_COMPRESS=%q: want s2 or none", c)
+		}
+	}
+	s.Addr = getenv("GORUN_ADDR")
+	s.StoreFD = e.int("GORUN_STORE_FD", 0)
+	s.MasterAddr = getenv("MASTER_ADDR")
+	s.MasterPort = e.int("MASTER_PORT", 0)
+	if e.err != nil {
+		return s, e.err
+	}
+	for _, o := range opts {
+		o(&s)
+	}
+	if s.Size > 1 && (s.MasterAddr == "" || s.MasterPort == 0) && defaultMaster != nil && s.Source != "options" {
+		addr, port, err := defaultMaster()
+		if err != nil {
+			return s, err
+		}
+		if s.MasterAddr == "" {
+			s.MasterAddr = addr
+		}
+		if s.MasterPort == 0 {
+			s.MasterPort = port
+		}
+	}
+	if s.MasterPort == 0 {
+		s.MasterPort = DefaultMasterPort
+	}
+	return s, s.validate()
+}
+
+func (s *Settings) validate() error {
+	src := s.Source
+	switch {
+	case s.Size < 1:
+		return fmt.Errorf("world size %d from %s: must be at least 1", s.Size, src)
+	case s.Rank < 0 || s.Rank >= s.Size:
+		return fmt.Errorf("rank %d from %s is outside the world of size %d", s.Rank, src, s.Size)
+	case s.LocalSize < 1 || s.LocalRank < 0 || s.LocalRank >= s.LocalSize:
+		return fmt.Errorf("local rank %d from %s is outside the local size %d", s.LocalRank, src, s.LocalSize)
+	case s.LocalSize > s.Size:
+		return fmt.Errorf("local size %d from %s exceeds the world size %d", s.LocalSize, src, s.Size)
+	case s.Size > 1 && s.MasterAddr == "":
+		return fmt.Errorf("MASTER_ADDR is not set (world size %d from %s): set it to rank 0's host, or start the job with gorun", s.Size, src)
+	case s.MasterPort < 1 || s.MasterPort > 65535:
+		return fmt.Errorf("MASTER_PORT=%d is not a TCP port", s.MasterPort)
+	case s.JoinTimeout <= 0 || s.Timeout <= 0:
+		return fmt.Errorf("timeouts must be positive (join %v, call %v)", s.JoinTimeout, s.Timeout)
+	case s.Size > 1<<20:
+		return fmt.Errorf("world size %d is too large", s.Size)
+	}
+	return nil
+}
+
+// derivePort maps a job identity to a port in [20000, 60000), so two jobs on
+// one node rarely pick the same one; MASTER_PORT overrides it.
+func derivePort(id string) int {
+	h := fnv.New32a()
+	h.Write([]byte(id))
+	return 20000 + int(h.Sum32()%40000)
+}
+
+// expandTasksPerNode expands Slurm's "2(x3),1" into [2 2 2 1].
+func expandTasksPerNode(v string) ([]int, error) {
+	var out []int
+	for _, part := range strings.Split(v, ",") {
+		n, rep := part, "1"
+		if i := strings.Index(part, "(x"); i >= 0 && strings.HasSuffix(part, ")") {
+			n, rep = part[:i], part[i+2:len(part)-1]
+		}
+		a, err1 := strconv.Atoi(n)
+		r, err2 := strconv.Atoi(rep)
+		if err1 != nil || err2 != nil || a < 0 || r < 1 || r > maxHosts || len(out)+r > maxHosts {
+			return nil, fmt.Errorf("bad entry %q", part)
+		}
+		for range r {
+			out = append(out, a)
+		}
+	}
+	return out, nil
+}
+
+type envReader struct {
+	getenv func(string) string
+	err    error
+}
+
+func (e *envReader) int(name string, def int) int {
+	v := e.getenv(name)
+	if v == "" || e.err != nil {
+		return def
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil {
+		e.err = fmt.Errorf("%s=%q is not an integer", name, v)
+		return def
+	}
+	return n
+}
+
+func (e *envReader) duration(name string, def time.Duration) time.Duration {
+	v := e.getenv(name)
+	if v == "" || e.err != nil {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		if secs, err2 := strconv.ParseFloat(v, 64); err2 == nil {
+			return time.Duration(secs * float64(time.Second))
+		}
+		e.err = fmt.Errorf("%s=%q is not a duration (like 30s or 5m)", name, v)
+		return def
+	}
+	return d
+}

@@ -1,0 +1,488 @@
+// Package comm is what gorun programs use to talk to each other: a Group of
+// ranks with collectives (AllReduce, Broadcast, AllGather, ReduceScatter,
+// Barrier), point-to-point Send and Recv, asynchronous forms, and Split into
+// sub-groups.
+//
+// Init joins the job described by the environment (gorun, torchrun, Slurm
+// or Open MPI variables; see ResolveSettings): rank 0 serves a rendezvous
+// store at MASTER_ADDR:MASTER_PORT, every rank publishes its data address
+// there, and the ranks connect to each other over TCP, authenticated with
+// the job token.
+//
+// Failures are loud and fast. Every call has a deadline. A rank that dies is
+// noticed by every other rank at once and named in their errors. Ranks that
+// make different calls get an error naming both calls. After any error the
+// group is broken (like an aborted NCCL communicator): every later call
+// returns the first error, and the other ranks are told so they stop too.
+package comm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorun/gorun/comm/rendezvous"
+	"github.com/gorun/gorun/ring"
+	"github.com/gorun/gorun/tcp"
+)
+
+// Op is a reduction: Sum, Avg, Max, Min or Prod.
+type Op = ring.Op
+
+// Reductions.
+const (
+	Sum  = ring.Sum
+	Avg  = ring.Avg
+	Max  = ring.Max
+	Min  = ring.Min
+	Prod = ring.Prod
+)
+
+// Elem is an element type the collectives accept.
+type Elem = ring.Elem
+
+// MismatchError reports that ranks made different calls.
+type MismatchError = ring.MismatchError
+
+// PeerError names the rank an error concerns (a dead peer, a broken connection).
+type PeerError = tcp.PeerError
+
+// AbortError carries the error another rank aborted the job with.
+type AbortError = tcp.AbortError
+
+// MaxTag bounds point-to-point tags: 0 <= tag <= MaxTag.
+const MaxTag = 1<<16 - 2
+
+// world is what all groups of one process share: the transport and the
+// counter that keeps communicator ids unique.
+type world struct {
+	t        *tcp.Transport
+	settings Settings
+	mu       sync.Mutex
+	nextID   uint32 // lowest communicator id this rank has not used
+}
+
+// Group is a set of ranks that run collectives together. The world group
+// comes from Init; Split makes sub-groups sharing its connections. A Group's
+// methods may be called from several goroutines; collectives run one at a
+// time in the order they are issued.
+type Group struct {
+	w    *world
+	id   uint32
+	ring ring.Comm
+
+	mu      sync.Mutex   // held while a collective runs
+	qmu     sync.RWMutex // guards sending on queue against Close
+	pending atomic.Int64
+	queue   chan queued
+	startQ  sync.Once
+	closed  atomic.Bool
+
+	failMu sync.Mutex
+	err    error // the first error: the group is broken after it
+
+	p2pMu   sync.Mutex
+	sendSeq map[[2]int]uint64 // (peer, tag) → next sequence number
+	recvSeq map[[2]int]uint64
+	senders map[int]chan queued // per-peer ordered async sends
+}
+
+type queued struct {
+	ctx  context.Context
+	what func() string
+	run func(context.Context) error
+	w   *Work
+}
+
+// Work is the handle of an asynchronous call.
+type Work struct {
+	done chan struct{}
+	err  error
+	once sync.Once
+	lazy func() error
+}
+
+// Wait blocks until the call has finished and returns its error.
+func (w *Work) Wait() error {
+	if w.lazy != nil {
+		w.once.Do(func() { w.err = w.lazy(); close(w.done) })
+	}
+	<-w.done
+	return w.err
+}
+
+// Done is closed when the call has finished (for a receive, once Wait has run).
+func (w *Work) Done() <-chan struct{} { return w.done }
+
+func finished(err error) *Work {
+	w := &Work{done: make(chan struct{}), err: err}
+	close(w.done)
+	return w
+}
+
+// Init joins the job the environment and opts describe and returns the
+// world group. It returns when every rank has joined and every connection is
+// up, or with an error naming the ranks that did not arrive within the join
+// timeout.
+func Init(ctx context.Context, opts ...Option) (*Group, error) {
+	s, err := ResolveSettings(nil, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("comm: %w", err)
+	}
+	return Join(ctx, s)
+}
+
+// Join is Init with settings resolved by the caller.
+func Join(ctx context.Context, s Settings) (*Group, error) {
+	if err := s.validate(); err != nil {
+		return nil, fmt.Errorf("comm: %w", err)
+	}
+	jctx, cancel := context.WithTimeout(ctx, s.JoinTimeout)
+	defer cancel()
+	t, err := connect(jctx, &s)
+	if err != nil {
+		return nil, fmt.Errorf("comm: rank %d of %d: %w", s.Rank, s.Size, err)
+	}
+	w := &world{t: t, settings: s, nextID: 1}
+	peers := make([]int, s.Size)
+	for i := range peers {
+		peers[i] = i
+	}
+	g := newGroup(w, 0, peers, s.Rank)
+	// Everyone is connected once everyone passes this barrier.
+	if err := g.Barrier(jctx); err != nil {
+		g.Close()
+		return nil, err
+	}
+	return g, nil
+}
+
+func newGroup(w *world, id uint32, peers []int, rank int) *Group {
+	s := &w.settings
+	return &Group{
+		w:  w,
+		id: id,
+		ring: ring.Comm{T: w.t, Peers: peers, Rank: rank, Stream: id << 16,
+			SmallBytes: s.SmallBytes, ChunkBytes: s.ChunkBytes},
+		sendSeq: map[[2]int]uint64{},
+		recvSeq: map[[2]int]uint64{},
+		senders: map[int]chan queued{},
+	}
+}
+
+// connect runs the rendezvous and builds the mesh of data connections.
+func connect(ctx context.Context, s *Settings) (*tcp.Transport, error) {
+	cfg := tcp.Config{Rank: s.Rank, Size: s.Size, Token: s.Token, Timeout: s.Timeout, Compress: s.Compress}
+	if s.Size == 1 {
+		return tcp.Connect(ctx, cfg, nil, []string{""})
+	}
+	master := net.JoinHostPort(s.MasterAddr, strconv.Itoa(s.MasterPort))
+	if s.Rank == 0 {
+		ln, err := storeListener(s)
+		if err != nil {
+			return nil, err
+		}
+		srv := rendezvous.Serve(ln, s.Token, s.Size)
+		defer srv.Close() // the store is needed only until everyone is connected
+	}
+	store, err := rendezvous.Dial(ctx, master, s.Token, s.Rank, s.Size)
+	if err != nil {
+		return nil, err
+	}
+	defer store.Close()
+
+	host := s.Addr
+	if host == "" {
+		host = store.LocalAddr().(*net.TCPAddr).IP.String()
+	}
+	ln, err := tcp.Listen(host)
+	if err != nil {
+		return nil, err
+	}
+	if err := store.Set(ctx, addrKey(s.Rank), []byte(ln.Addr().String())); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	addrs := make([]string, s.Size)
+	for r := range addrs {
+		v, err := store.Get(ctx, addrKey(r))
+		if err != nil {
+			ln.Close()
+			if errors.Is(err, rendezvous.ErrMissing) {
+				return nil, missingRanks(store, s, master)
+			}
+			return nil, fmt.Errorf("rendezvous: %w", err)
+		}
+		addrs[r] = string(v)
+	}
+	// The data connections, then one last store round so that rank 0 keeps
+	// the store up until every rank is past the rendezvous.
+	t, err := tcp.Connect(ctx, cfg, ln, addrs)
+	if err != nil {
+		return nil, err
+	}
+	if err := store.Set(ctx, doneKey(s.Rank), nil); err != nil {
+		return nil, err
+	}
+	if s.Rank == 0 {
+		for r := 1; r < s.Size; r++ {
+			if _, err := store.Get(ctx, doneKey(r)); err != nil {
+				// Not fatal: the mesh is up; the barrier in Join decides.
+				break
+			}
+		}
+	}
+	return t, nil
+}
+
+func addrKey(r int) string { return "addr/" + strconv.Itoa(r) }
+func doneKey(r int) string { return "done/" + strconv.Itoa(r) }
+
+func missingRanks(store *rendezvous.Client, s *Settings, master string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var missing []string
+	for r := range s.Size {
+		if ok, err := store.Has(ctx, addrKey(r)); err == nil && !ok {
+			missing = append(missing, strconv.Itoa(r))
+		}
+	}
+	return fmt.Errorf("rendezvous at %s: ranks [%s] did not join within %v (GORUN_JOIN_TIMEOUT)",
+		master, strings.Join(missing, " "), s.JoinTimeout)
+}
+
+func storeListener(s *Settings) (net.Listener, error) {
+	if s.StoreFD > 0 {
+		f := os.NewFile(uintptr(s.StoreFD), "gorun-store")
+		ln, err := net.FileListener(f)
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("GORUN_STORE_FD=%d: %w", s.StoreFD, err)
+		}
+		return ln, nil
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(s.MasterPort)))
+	if err != nil {
+		return nil, fmt.Errorf("rank 0 cannot serve the rendezvous store on port %d (MASTER_PORT; another job on this host?): %w", s.MasterPort, err)
+	}
+	return ln, nil
+}
+
+// Rank returns this process's rank in the group.
+func (g *Group) Rank() int { return g.ring.Rank }
+
+// Size returns the number of ranks in the group.
+func (g *Group) Size() int { return g.ring.Size() }
+
+// LocalRank returns this process's rank among the job's processes on its node.
+func (g *Group) LocalRank() int { return g.w.settings.LocalRank }
+
+// LocalSize returns the number of the job's processes on this node.
+func (g *Group) LocalSize() int { return g.w.settings.LocalSize }
+
+// WorldRank returns the world rank of the group's rank r.
+func (g *Group) WorldRank(r int) int { return g.ring.Peers[r] }
+
+// Settings returns the settings the job was joined with.
+func (g *Group) Settings() Settings { return g.w.settings }
+
+// Err returns the error that broke the group, or nil.
+func (g *Group) Err() error {
+	g.failMu.Lock()
+	defer g.failMu.Unlock()
+	if g.err != nil {
+		return g.err
+	}
+	if err := g.w.t.Err(); err != nil {
+		return g.wrap("", err)
+	}
+	return nil
+}
+
+func (g *Group) wrap(what string, err error) error {
+	if what == "" {
+		return fmt.Errorf("comm: rank %d: %w", g.w.settings.Rank, err)
+	}
+	return fmt.Errorf("comm: rank %d: %s: %w", g.w.settings.Rank, what, err)
+}
+
+// fail records err as the group's error and tells every other rank.
+func (g *Group) fail(what string, err error) error {
+	g.failMu.Lock()
+	if g.err == nil {
+		g.err = g.wrap(what, err)
+	}
+	err = g.err
+	g.failMu.Unlock()
+	g.w.t.Abort(err)
+	return err
+}
+
+func (g *Group) withDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, g.w.settings.Timeout)
+}
+
+// collective runs one collective: inline when nothing is queued ahead of
+// it, else behind the queued asynchronous calls.
+func (g *Group) collective(ctx context.Context, what func() string, run func(context.Context) error) error {
+	if g.pending.Load() > 0 {
+		return g.enqueue(ctx, what, run).Wait()
+	}
+	return g.exec(ctx, what, run)
+}
+
+func (g *Group) exec(ctx context.Context, what func() string, run func(context.Context) error) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed.Load() {
+		return g.wrap(what(), errClosed)
+	}
+	if err := g.Err(); err != nil {
+		return err
+	}
+	ctx, cancel := g.withDeadline(ctx)
+	defer cancel()
+	if err := run(ctx); err != nil {
+		return g.fail(what(), err)
+	}
+	return nil
+}
+
+var errClosed = errors.New("group closed")
+
+func (g *Group) enqueue(ctx context.Context, what func() string, run func(context.Context) error) *Work {
+	g.startQ.Do(func() {
+		g.queue = make(chan queued, 1024)
+		go func() {
+			for q := range g.queue {
+				q.w.err = g.exec(q.ctx, q.what, q.run)
+				g.pending.Add(-1)
+				close(q.w.done)
+			}
+		}()
+	})
+	g.qmu.RLock()
+	defer g.qmu.RUnlock()
+	if g.closed.Load() {
+		return finished(g.wrap(what(), errClosed))
+	}
+	w := &Work{done: make(chan struct{})}
+	g.pending.Add(1)
+	g.queue <- queued{ctx: ctx, what: what, run: run, w: w}
+	return w
+}
+
+// AllReduce reduces buf across the group in place; every rank ends with the same result.
+func AllReduce[T Elem](ctx context.Context, g *Group, buf []T, op Op) error {
+	return g.collective(ctx, describe("AllReduce", len(buf)), func(ctx context.Context) error {
+		return ring.AllReduce(ctx, &g.ring, buf, op)
+	})
+}
+
+// AllReduceAsync starts AllReduce and returns at once; buf must not be
+// touched until the Work's Wait returns.
+func AllReduceAsync[T Elem](ctx context.Context, g *Group, buf []T, op Op) *Work {
+	return g.enqueue(ctx, describe("AllReduce", len(buf)), func(ctx context.Context) error {
+		return ring.AllReduce(ctx, &g.ring, buf, op)
+	})
+}
+
+// Broadcast copies root's buf into every rank's buf.
+func Broadcast[T Elem](ctx context.Context, g *Group, buf []T, root int) error {
+	if root < 0 || root >= g.Size() {
+		return g.wrap("Broadcast", fmt.Errorf("root %d outside the group of %d", root, g.Size()))
+	}
+	return g.collective(ctx, describe("Broadcast", len(buf)), func(ctx context.Context) error {
+		return ring.Broadcast(ctx, &g.ring, buf, root)
+	})
+}
+
+// AllGather gathers every rank's send, in rank order, into recv (Size()·len(send) elements).
+func AllGather[T Elem](ctx context.Context, g *Group, send, recv []T) error {
+	return g.collective(ctx, describe("AllGather", len(send)), func(ctx context.Context) error {
+		return ring.AllGather(ctx, &g.ring, send, recv)
+	})
+}
+
+// ReduceScatter reduces send (Size()·len(recv) elements) and leaves this rank's block in recv.
+func ReduceScatter[T Elem](ctx context.Context, g *Group, send, recv []T, op Op) error {
+	return g.collective(ctx, describe("ReduceScatter", len(recv)), func(ctx context.Context) error {
+		return ring.ReduceScatter(ctx, &g.ring, send, recv, op)
+	})
+}
+
+func describe(kind string, n int) func() string {
+	return func() string { return fmt.Sprintf("%s of %d elements", kind, n) }
+}
+
+// AllReduce is AllReduce on float32.
+func (g *Group) AllReduce(ctx context.Context, buf []float32, op Op) error {
+	return AllReduce(ctx, g, buf, op)
+}
+
+// AllReduceAsync is AllReduceAsync on float32.
+func (g *Group) AllReduceAsync(ctx context.Context, buf []float32, op Op) *Work {
+	return AllReduceAsync(ctx, g, buf, op)
+}
+
+// Broadcast is Broadcast on float32.
+func (g *Group) Broadcast(ctx context.Context, buf []float32, root int) error {
+	return Broadcast(ctx, g, buf, root)
+}
+
+// AllGather is AllGather on float32.
+func (g *Group) AllGather(ctx context.Context, send, recv []float32) error {
+	return AllGather(ctx, g, send, recv)
+}
+
+// ReduceScatter is ReduceScatter on float32.
+func (g *Group) ReduceScatter(ctx context.Context, send, recv []float32, op Op) error {
+	return ReduceScatter(ctx, g, send, recv, op)
+}
+
+// Barrier returns once every rank of the group has called it.
+func (g *Group) Barrier(ctx context.Context) error {
+	return g.collective(ctx, func() string { return "Barrier" }, func(ctx context.Context) error {
+		return ring.Barrier(ctx, &g.ring)
+	})
+}
+
+// Close leaves the job. Closing the world group says goodbye to every peer
+// and waits (up to 10 s) for their goodbyes; closing a sub-group only stops
+// its use. Calls after Close fail.
+func (g *Group) Close() error {
+	g.qmu.Lock()
+	if g.closed.Swap(true) {
+		g.qmu.Unlock()
+		return nil
+	}
+	if g.queue != nil {
+		close(g.queue)
+	}
+	g.qmu.Unlock()
+	g.p2pMu.Lock()
+	for _, ch := range g.senders {
+		close(ch)
+	}
+	g.senders = nil
+	g.p2pMu.Unlock()
+	if g.id != 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := g.w.t.Close(ctx); err != nil {
+		return g.wrap("Close", err)
+	}
+	return nil
+}

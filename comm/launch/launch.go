@@ -1,0 +1,392 @@
+// Package launch starts the ranks of a job on this machine, the way mpirun
+// and torchrun do: it sets the variables comm.Init reads, labels every
+// output line with its rank, forwards signals, and stops the whole job —
+// naming the rank that failed first — as soon as one rank fails.
+package launch
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-multierror"
+)
+
+// Config describes a local job.
+type Config struct {
+	// NP is the number of ranks.
+	NP int
+	// Program and Args are what every rank runs.
+	Program string
+	Args    []string
+	// Env is added to every rank's environment (after the launcher's variables, so it can override them).
+	Env []string
+	// Stdout and Stderr receive the ranks' output (default os.Stdout, os.Stderr).
+	Stdout, Stderr io.Writer
+	// Stdin goes to rank 0 only, like mpirun.
+	Stdin io.Reader
+	// NoPrefix turns off the "[rank] " label on every line.
+	NoPrefix bool
+	// Timeout, when positive, bounds the whole job.
+	Timeout time.Duration
+	// Grace is how long the other ranks get to exit on their own after one
+	// fails before they are sent SIGTERM, and again before SIGKILL (default 3 s).
+	Grace time.Duration
+	// ForwardSignals relays SIGINT and SIGTERM received by this process to the ranks.
+	ForwardSignals bool
+}
+
+// RankError describes how a rank ended badly.
+type RankError struct {
+	Rank int
+	Pid  int
+	// ExitCode is the exit status, or -1 when killed by a signal.
+	ExitCode int
+	Signal   syscall.Signal
+	Err      error // a start failure
+}
+
+func (e *RankError) Error() string {
+	switch {
+	case e.Err != nil:
+		return fmt.Sprintf("rank %d failed to start: %v", e.Rank, e.Err)
+	case e.ExitCode < 0:
+		return fmt.Sprintf("rank %d (pid %d) was killed by signal %d (%v)", e.Rank, e.Pid, int(e.Signal), e.Signal)
+	default:
+		return fmt.Sprintf("rank %d (pid %d) exited with status %d", e.Rank, e.Pid, e.ExitCode)
+	}
+}
+
+// Status is the exit code a launcher should end with for this failure.
+func (e *RankError) Status() int {
+	if e.ExitCode > 0 {
+		return e.ExitCode
+	}
+	if e.ExitCode < 0 {
+		return 128 + int(e.Signal)
+	}
+	return 1
+}
+
+// ErrTimeout is returned (wrapped) when the job outlives Config.Timeout.
+var ErrTimeout = errors.New("job timed out")
+
+// Result tells how a job ended.
+type Result struct {
+	// First is the first rank to fail (nil when all succeeded).
+	First *RankError
+	// Failures lists every rank that failed on its own, before being stopped.
+	Failures []*RankError
+	// Err is ErrTimeout or a context error when the job was stopped from outside.
+	Err error
+}
+
+// Error summarises the result; nil when every rank exited 0.
+func (r *Result) Error() error {
+	if r.First == nil && r.Err == nil {
+		return nil
+	}
+	var errs *multierror.Error
+	if r.Err != nil {
+		errs = multierror.Append(errs, r.Err)
+	}
+	if r.First != nil {
+		errs = multierror.Append(errs, fmt.Errorf("first failure: %w", r.First))
+	}
+	return errs.ErrorOrNil()
+}
+
+// Run starts the job and waits for it to end.
+func Run(ctx context.Context, cfg Config) (*Result, error) {
+	if cfg.NP < 1 {
+		return nil, fmt.Errorf("launch: -np %d: need at least one rank", cfg.NP)
+	}
+	if cfg.Stdout == nil {
+		cfg.Stdout = os.Stdout
+	}
+	if cfg.Stderr == nil {
+		cfg.Stderr = os.Stderr
+	}
+	if cfg.Grace <= 0 {
+		cfg.Grace = 3 * time.Second
+	}
+	prog, err := exec.LookPath(cfg.Program)
+	if err != nil {
+		return nil, fmt.Errorf("launch: %w", err)
+	}
+	// The store's port is bound here and handed to rank 0 as an open socket:
+	// no window in which another process could take it.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("launch: reserve the rendezvous port: %w", err)
+	}
+	lnFile, err := ln.(*net.TCPListener).File()
+	ln.Close()
+	if err != nil {
+		return nil, fmt.Errorf("launch: %w", err)
+	}
+	defer lnFile.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	token := make([]byte, 16)
+	if _, err := rand.Read(token); err != nil {
+		return nil, err
+	}
+
+	out := &lineWriter{w: cfg.Stdout}
+	errOut := &lineWriter{w: cfg.Stderr}
+	if cfg.Stdout == cfg.Stderr {
+		errOut = out
+	}
+	j := &job{cfg: cfg, ranks: make([]*rank, cfg.NP), exited: make(chan int, cfg.NP)}
+	for r := range cfg.NP {
+		cmd := exec.Command(prog, cfg.Args...)
+		cmd.Env = append(os.Environ(),
+			"RANK="+strconv.Itoa(r),
+			"WORLD_SIZE="+strconv.Itoa(cfg.NP),
+			"LOCAL_RANK="+strconv.Itoa(r),
+			"LOCAL_WORLD_SIZE="+strconv.Itoa(cfg.NP),
+			"GROUP_RANK=0",
+			"MASTER_ADDR=127.0.0.1",
+			"MASTER_PORT="+strconv.Itoa(port),
+			"GORUN_TOKEN="+hex.EncodeToString(token),
+		)
+		if r == 0 {
+			cmd.ExtraFiles = []*os.File{lnFile}
+			cmd.Env = append(cmd.Env, "GORUN_STORE_FD=3")
+			cmd.Stdin = cfg.Stdin
+		}
+		cmd.Env = append(cmd.Env, cfg.Env...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		prefix := ""
+		if !cfg.NoPrefix {
+			prefix = "[" + strconv.Itoa(r) + "] "
+		}
+		rk := &rank{id: r, cmd: cmd}
+		var pipes []io.Reader
+		for _, dst := range []*lineWriter{out, errOut} {
+			pr, pw, err := os.Pipe()
+			if err != nil {
+				j.killAll(syscall.SIGKILL)
+				return nil, err
+			}
+			if dst == out {
+				cmd.Stdout = pw
+			} else {
+				cmd.Stderr = pw
+			}
+			rk.closeAfterStart = append(rk.closeAfterStart, pw)
+			pipes = append(pipes, pr)
+			rk.copiers.Add(1)
+			go func(pr *os.File, dst *lineWriter) {
+				defer rk.copiers.Done()
+				defer pr.Close()
+				dst.copyLines(pr, prefix)
+			}(pr, dst)
+		}
+		j.ranks[r] = rk
+	}
+	return j.run(ctx)
+}
+
+type rank struct {
+	id              int
+	cmd             *exec.Cmd
+	closeAfterStart []*os.File
+	copiers         sync.WaitGroup
+	err             *RankError // how it ended, nil for success
+	stopped         bool       // we stopped it
+	done            bool       // it has exited
+}
+
+type job struct {
+	cfg    Config
+	ranks  []*rank
+	exited chan int
+	mu     sync.Mutex
+}
+
+func (j *job) killAll(sig syscall.Signal) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for _, rk := range j.ranks {
+		if rk != nil && rk.cmd.Process != nil && !rk.done {
+			syscall.Kill(-rk.cmd.Process.Pid, sig) // the whole process group: `go run` children too
+		}
+	}
+}
+
+func (j *job) run(ctx context.Context) (*Result, error) {
+	res := &Result{}
+	running := 0
+	for _, rk := range j.ranks {
+		err := rk.cmd.Start()
+		for _, f := range rk.closeAfterStart {
+			f.Close()
+		}
+		if err != nil {
+			rk.err = &RankError{Rank: rk.id, Err: err}
+			res.First = rk.err
+			res.Failures = append(res.Failures, rk.err)
+			rk.copiers.Wait()
+			break
+		}
+		running++
+		go func(rk *rank) {
+			err := rk.cmd.Wait()
+			rk.copiers.Wait()
+			j.mu.Lock()
+			rk.err = exitError(rk, err)
+			rk.done = true
+			j.mu.Unlock()
+			j.exited <- rk.id
+		}(rk)
+	}
+
+	var sigs chan os.Signal
+	if j.cfg.ForwardSignals {
+		sigs = make(chan os.Signal, 4)
+		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+		defer signal.Stop(sigs)
+	}
+	var timeout <-chan time.Time
+	if j.cfg.Timeout > 0 {
+		t := time.NewTimer(j.cfg.Timeout)
+		defer t.Stop()
+		timeout = t.C
+	}
+	var stopping bool
+	var escalate <-chan time.Time
+	var stage int
+	stop := func() {
+		if !stopping {
+			stopping = true
+			escalate = time.After(j.cfg.Grace)
+		}
+	}
+	if res.First != nil {
+		stop()
+	}
+	interrupts := 0
+	for running > 0 {
+		select {
+		case id := <-j.exited:
+			running--
+			j.mu.Lock()
+			rk := j.ranks[id]
+			if rk.err != nil && !rk.stopped {
+				res.Failures = append(res.Failures, rk.err)
+				if res.First == nil {
+					res.First = rk.err
+					fmt.Fprintf(j.cfg.Stderr, "gorun: %v; stopping the other ranks\n", rk.err)
+				}
+			}
+			j.mu.Unlock()
+			if rk.err != nil {
+				stop()
+			}
+		case <-timeout:
+			res.Err = fmt.Errorf("%w after %v", ErrTimeout, j.cfg.Timeout)
+			fmt.Fprintf(j.cfg.Stderr, "gorun: job timed out after %v; stopping all ranks\n", j.cfg.Timeout)
+			j.markStopped()
+			j.killAll(syscall.SIGTERM)
+			stopping, stage, escalate = true, 1, time.After(j.cfg.Grace)
+		case <-ctx.Done():
+			res.Err = ctx.Err()
+			j.markStopped()
+			j.killAll(syscall.SIGKILL)
+		case s := <-sigs:
+			interrupts++
+			if res.Err == nil {
+				res.Err = fmt.Errorf("interrupted by %v", s)
+			}
+			j.markStopped()
+			if interrupts > 1 {
+				j.killAll(syscall.SIGKILL)
+			} else {
+				j.killAll(s.(syscall.Signal))
+				stopping, stage, escalate = true, 1, time.After(j.cfg.Grace)
+			}
+		case <-escalate:
+			j.markStopped()
+			if stage == 0 {
+				j.killAll(syscall.SIGTERM)
+				stage, escalate = 1, time.After(j.cfg.Grace)
+			} else {
+				j.killAll(syscall.SIGKILL)
+				escalate = nil
+			}
+		}
+	}
+	return res, nil
+}
+
+// markStopped records that ranks still running from now on were stopped by
+// us, so their exit is not counted as a failure of their own.
+func (j *job) markStopped() {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for _, rk := range j.ranks {
+		if !rk.done {
+			rk.stopped = true
+		}
+	}
+}
+
+func exitError(rk *rank, err error) *RankError {
+	if err == nil {
+		return nil
+	}
+	e := &RankError{Rank: rk.id, Pid: rk.cmd.Process.Pid}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			e.ExitCode, e.Signal = -1, ws.Signal()
+			return e
+		}
+		e.ExitCode = ee.ExitCode()
+		return e
+	}
+	e.Err = err
+	return e
+}
+
+// lineWriter writes whole lines from many ranks without interleaving them.
+type lineWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+// copyLines copies r to the writer line by line, each prefixed. A line
+// longer than the buffer is written in pieces, each on its own line.
+func (lw *lineWriter) copyLines(r io.Reader, prefix string) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	line := make([]byte, 0, 64<<10+len(prefix)+1)
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if len(chunk) > 0 {
+			line = append(line[:0], prefix...)
+			line = append(line, chunk...)
+			if line[len(line)-1] != '\n' {
+				line = append(line, '\n')
+			}
+			lw.mu.Lock()
+			lw.w.Write(line)
+			lw.mu.Unlock()
+		}
+		if err != nil && err != bufio.ErrBufferFull {
+			return
+		}
+	}
+}

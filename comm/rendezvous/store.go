@@ -1,0 +1,291 @@
+// Package rendezvous is the small key-value store rank 0 serves while a job
+// starts (like torch's TCPStore): ranks publish the addresses of their data
+// ports and wait for each other's. Every connection is authenticated with
+// the job token, like the data connections.
+package rendezvous
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/gorun/gorun/tcp"
+)
+
+const (
+	opSet   = 1
+	opGet   = 2 // waits until the key exists or the request's timeout passes
+	opCheck = 3 // answers at once whether the key exists
+
+	statusOK      = 0
+	statusMissing = 1
+
+	maxKey   = 1 << 10
+	maxValue = 1 << 20
+)
+
+// ErrMissing is returned by Get when the key did not appear in time.
+var ErrMissing = errors.New("key not set")
+
+// Server serves the store on a listener until Close.
+type Server struct {
+	ln    net.Listener
+	token []byte
+	size  int
+
+	mu      sync.Mutex
+	data    map[string][]byte
+	changed chan struct{} // closed and replaced on every set
+
+	wg    sync.WaitGroup
+	conns map[net.Conn]struct{}
+}
+
+// Serve starts serving on ln for a job of size ranks.
+func Serve(ln net.Listener, token []byte, size int) *Server {
+	s := &Server{ln: ln, token: token, size: size, data: map[string][]byte{},
+		changed: make(chan struct{}), conns: map[net.Conn]struct{}{}}
+	s.wg.Add(1)
+	go s.accept()
+	return s
+}
+
+// Addr returns the address the store listens on.
+func (s *Server) Addr() net.Addr { return s.ln.Addr() }
+
+// Close stops the server and drops every connection.
+func (s *Server) Close() error {
+	err := s.ln.Close()
+	s.mu.Lock()
+	for c := range s.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	return err
+}
+
+func (s *Server) accept() {
+	defer s.wg.Done()
+	for {
+		c, err := s.ln.Accept()
+		if err != nil {
+			return
+		}
+		s.mu.Lock()
+		s.conns[c] = struct{}{}
+		s.mu.Unlock()
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			defer func() {
+				s.mu.Lock()
+				delete(s.conns, c)
+				s.mu.Unlock()
+				c.Close()
+			}()
+			check := func(id tcp.Identity) error {
+				if id.Purpose != tcp.PurposeStore || int(id.Size) != s.size || id.From < 0 || int(id.From) >= s.size {
+					return fmt.Errorf("unexpected identity %+v", id)
+				}
+				return nil
+			}
+			if _, err := tcp.AcceptHandshake(c, s.token, check, 10*time.Second); err != nil {
+				return // a stranger: dropped
+			}
+			s.serve(c)
+		}()
+	}
+}
+
+func (s *Server) serve(c net.Conn) {
+	r := bufio.NewReader(c)
+	for {
+		op, key, val, timeout, err := readRequest(r)
+		if err != nil {
+			return
+		}
+		var status byte = statusOK
+		var out []byte
+		switch op {
+		case opSet:
+			s.mu.Lock()
+			s.data[key] = val
+			close(s.changed)
+			s.changed = make(chan struct{})
+			s.mu.Unlock()
+		case opCheck:
+			s.mu.Lock()
+			if _, ok := s.data[key]; !ok {
+				status = statusMissing
+			}
+			s.mu.Unlock()
+		case opGet:
+			out, status = s.waitFor(key, timeout)
+		default:
+			return
+		}
+		if err := writeResponse(c, status, out); err != nil {
+			return
+		}
+	}
+}
+
+// waitFor returns key's value once it is set, or statusMissing after timeout.
+func (s *Server) waitFor(key string, timeout time.Duration) ([]byte, byte) {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		s.mu.Lock()
+		v, ok := s.data[key]
+		ch := s.changed
+		s.mu.Unlock()
+		if ok {
+			return v, statusOK
+		}
+		select {
+		case <-ch:
+		case <-deadline.C:
+			return nil, statusMissing
+		}
+	}
+}
+
+func readRequest(r io.Reader) (op byte, key string, val []byte, timeout time.Duration, err error) {
+	var hdr [1 + 2 + 4 + 4]byte
+	if _, err = io.ReadFull(r, hdr[:]); err != nil {
+		return
+	}
+	op = hdr[0]
+	kl := binary.LittleEndian.Uint16(hdr[1:])
+	vl := binary.LittleEndian.Uint32(hdr[3:])
+	timeout = time.Duration(binary.LittleEndian.Uint32(hdr[7:])) * time.Millisecond
+	if kl > maxKey || vl > maxValue {
+		return 0, "", nil, 0, fmt.Errorf("store request too large (key %d, value %d bytes)", kl, vl)
+	}
+	buf := make([]byte, int(kl)+int(vl))
+	if _, err = io.ReadFull(r, buf); err != nil {
+		return
+	}
+	return op, string(buf[:kl]), buf[kl:], timeout, nil
+}
+
+func writeResponse(w io.Writer, status byte, val []byte) error {
+	b := make([]byte, 5+len(val))
+	b[0] = status
+	binary.LittleEndian.PutUint32(b[1:], uint32(len(val)))
+	copy(b[5:], val)
+	_, err := w.Write(b)
+	return err
+}
+
+// Client talks to the store. Its methods may be called from one goroutine at a time.
+type Client struct {
+	conn net.Conn
+	r    *bufio.Reader
+	addr string
+}
+
+// Dial connects to the store at addr, retrying until ctx ends (rank 0 may
+// start later than the others).
+func Dial(ctx context.Context, addr string, token []byte, rank, size int) (*Client, error) {
+	var d net.Dialer
+	backoff := 20 * time.Millisecond
+	var last error
+	for {
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err == nil {
+			id := tcp.Identity{Purpose: tcp.PurposeStore, From: int32(rank), To: -1, Size: int32(size)}
+			if err = tcp.DialHandshake(c, token, id, 10*time.Second); err == nil {
+				return &Client{conn: c, r: bufio.NewReader(c), addr: addr}, nil
+			}
+			c.Close()
+			if errors.Is(err, tcp.ErrAuth) {
+				return nil, fmt.Errorf("rendezvous store at %s: %w", addr, err)
+			}
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("rendezvous store at %s (MASTER_ADDR:MASTER_PORT) not reachable: %w (last error: %v)", addr, ctx.Err(), last)
+		case <-time.After(backoff):
+		}
+		if backoff < 500*time.Millisecond {
+			backoff *= 2
+		}
+	}
+}
+
+// LocalAddr returns this end's address: the interface that reaches the store.
+func (c *Client) LocalAddr() net.Addr { return c.conn.LocalAddr() }
+
+// Close closes the connection.
+func (c *Client) Close() error { return c.conn.Close() }
+
+func (c *Client) do(ctx context.Context, op byte, key string, val []byte, wait time.Duration) (byte, []byte, error) {
+	if len(key) > maxKey || len(val) > maxValue {
+		return 0, nil, fmt.Errorf("store: key or value too large")
+	}
+	if d, ok := ctx.Deadline(); ok {
+		c.conn.SetDeadline(d.Add(time.Second))
+	} else {
+		c.conn.SetDeadline(time.Time{})
+	}
+	req := make([]byte, 11+len(key)+len(val))
+	req[0] = op
+	binary.LittleEndian.PutUint16(req[1:], uint16(len(key)))
+	binary.LittleEndian.PutUint32(req[3:], uint32(len(val)))
+	binary.LittleEndian.PutUint32(req[7:], uint32(wait/time.Millisecond))
+	copy(req[11:], key)
+	copy(req[11+len(key):], val)
+	if _, err := c.conn.Write(req); err != nil {
+		return 0, nil, fmt.Errorf("store at %s: %w", c.addr, err)
+	}
+	var hdr [5]byte
+	if _, err := io.ReadFull(c.r, hdr[:]); err != nil {
+		return 0, nil, fmt.Errorf("store at %s: %w", c.addr, err)
+	}
+	n := binary.LittleEndian.Uint32(hdr[1:])
+	if n > maxValue {
+		return 0, nil, fmt.Errorf("store at %s: response of %d bytes", c.addr, n)
+	}
+	out := make([]byte, n)
+	if _, err := io.ReadFull(c.r, out); err != nil {
+		return 0, nil, fmt.Errorf("store at %s: %w", c.addr, err)
+	}
+	return hdr[0], out, nil
+}
+
+// Set stores val under key.
+func (c *Client) Set(ctx context.Context, key string, val []byte) error {
+	_, _, err := c.do(ctx, opSet, key, val, 0)
+	return err
+}
+
+// Get waits until key is set, then returns its value; ErrMissing when ctx's deadline passes first.
+func (c *Client) Get(ctx context.Context, key string) ([]byte, error) {
+	wait := time.Hour
+	if d, ok := ctx.Deadline(); ok {
+		wait = max(time.Until(d), 0)
+	}
+	st, v, err := c.do(ctx, opGet, key, nil, wait)
+	if err != nil {
+		return nil, err
+	}
+	if st != statusOK {
+		return nil, fmt.Errorf("%q: %w", key, ErrMissing)
+	}
+	return v, nil
+}
+
+// Has reports at once whether key is set.
+func (c *Client) Has(ctx context.Context, key string) (bool, error) {
+	st, _, err := c.do(ctx, opCheck, key, nil, 0)
+	return st == statusOK, err
+}

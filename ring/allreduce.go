@@ -1,0 +1,178 @@
+package ring
+
+import (
+	"context"
+	"math/bits"
+)
+
+// AllReduce reduces buf element-wise across the group, in place: afterwards
+// every rank holds the same bits. Messages of at most SmallBytes use
+// recursive doubling; larger ones the pipelined ring.
+func AllReduce[T Elem](ctx context.Context, c *Comm, buf []T, op Op) error {
+	if err := ValidOp[T](op); err != nil {
+		return err
+	}
+	algo := AlgoRing
+	if len(AsBytes(buf)) <= c.smallBytes() {
+		algo = AlgoDoubling
+	}
+	call := c.begin(KindAllReduce, DTypeOf[T](), op, algo, 0, len(buf))
+	c.tickets = c.tickets[:0]
+	switch {
+	case c.Size() == 1:
+		return nil
+	case algo == AlgoDoubling:
+		return doublingAllReduce(ctx, c, call, buf, op)
+	default:
+		return ringAllReduce(ctx, c, call, buf, op)
+	}
+}
+
+// segment returns the bounds of segment k when count elements are split
+// into n nearly equal parts.
+func segment(k, n, count int) (int, int) {
+	return k * count / n, (k + 1) * count / n
+}
+
+// ringAllReduce is reduce-scatter then all-gather around the ring. Each
+// segment is cut into chunks: as soon as a chunk arrives it is reduced and
+// forwarded, so receiving, reducing and sending overlap. All receives are
+// posted up front, so the peer's reader writes data straight into place
+// (the all-gather phase lands directly in buf).
+func ringAllReduce[T Elem](ctx context.Context, c *Comm, call Call, buf []T, op Op) error {
+	n, r := c.Size(), c.Rank
+	left, right := mod(r-1, n), mod(r+1, n)
+	count := len(buf)
+	ce := c.chunkElems(elemSize[T]())
+	tmp := scratchOf[T](c, count)
+
+	for t := 0; t < n-1; t++ { // reduce-scatter receives land in tmp
+		lo, hi := segment(mod(r-t-2, n), n, count)
+		for j := range subchunks(lo, hi, ce) {
+			a, b := sub(lo, hi, ce, j)
+			if err := c.post(left, AsBytes(tmp[a:b])); err != nil {
+				return err
+			}
+		}
+	}
+	for t := 0; t < n-1; t++ { // all-gather receives land in buf
+		lo, hi := segment(mod(r-t-1, n), n, count)
+		for j := range subchunks(lo, hi, ce) {
+			a, b := sub(lo, hi, ce, j)
+			if err := c.post(left, AsBytes(buf[a:b])); err != nil {
+				return err
+			}
+		}
+	}
+
+	lo, hi := segment(mod(r-1, n), n, count)
+	for j := range subchunks(lo, hi, ce) {
+		a, b := sub(lo, hi, ce, j)
+		if err := c.send(ctx, right, call, 0, j, AsBytes(buf[a:b])); err != nil {
+			return err
+		}
+	}
+	k := 0
+	for t := 0; t < n-1; t++ {
+		lo, hi := segment(mod(r-t-2, n), n, count)
+		for j := range subchunks(lo, hi, ce) {
+			a, b := sub(lo, hi, ce, j)
+			if err := c.wait(ctx, left, k, call, t, j, len(AsBytes(tmp[a:b]))); err != nil {
+				return err
+			}
+			k++
+			Reduce(op, buf[a:b], buf[a:b], tmp[a:b])
+			if t == n-2 && op == Avg { // this rank's segment is complete
+				Divide(buf[a:b], n)
+			}
+			if err := c.send(ctx, right, call, t+1, j, AsBytes(buf[a:b])); err != nil {
+				return err
+			}
+		}
+	}
+	for t := 0; t < n-1; t++ {
+		step := n - 1 + t
+		lo, hi := segment(mod(r-t-1, n), n, count)
+		for j := range subchunks(lo, hi, ce) {
+			a, b := sub(lo, hi, ce, j)
+			if err := c.wait(ctx, left, k, call, step, j, len(AsBytes(buf[a:b]))); err != nil {
+				return err
+			}
+			k++
+			if t < n-2 {
+				if err := c.send(ctx, right, call, step+1, j, AsBytes(buf[a:b])); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// doublingAllReduce exchanges the whole buffer with partners at distance
+// 1, 2, 4, ...: log2(n) latency-bound steps. For n not a power of two the
+// first 2·rem ranks pair up and the even one of each pair sits the doubling
+// out, receiving the result at the end (as MPICH does). Each pairwise
+// combination is commutative, so all ranks end with identical bits.
+func doublingAllReduce[T Elem](ctx context.Context, c *Comm, call Call, buf []T, op Op) error {
+	n, r := c.Size(), c.Rank
+	p2 := 1 << (bits.Len(uint(n)) - 1)
+	rem := n - p2
+	levels := bits.Len(uint(p2)) - 1
+	final := levels + 1
+	tmp := scratchOf[T](c, len(buf))
+	bytes := len(AsBytes(buf))
+
+	var vr int
+	switch {
+	case r < 2*rem && r%2 == 0:
+		// Hand our data to r+1 and wait for the result.
+		if err := c.post(r+1, AsBytes(buf)); err != nil {
+			return err
+		}
+		if err := c.send(ctx, r+1, call, 0, 0, AsBytes(buf)); err != nil {
+			return err
+		}
+		return c.wait(ctx, r+1, 0, call, final, 0, bytes)
+	case r < 2*rem:
+		if err := c.post(r-1, AsBytes(tmp)); err != nil {
+			return err
+		}
+		if err := c.wait(ctx, r-1, 0, call, 0, 0, bytes); err != nil {
+			return err
+		}
+		Reduce(op, buf, buf, tmp)
+		vr = r / 2
+	default:
+		vr = r - rem
+	}
+	for lvl, mask := 1, 1; mask < p2; lvl, mask = lvl+1, mask<<1 {
+		pv := vr ^ mask
+		partner := pv + rem
+		if pv < rem {
+			partner = 2*pv + 1
+		}
+		k := len(c.tickets)
+		if err := c.post(partner, AsBytes(tmp)); err != nil {
+			return err
+		}
+		if err := c.send(ctx, partner, call, lvl, 0, AsBytes(buf)); err != nil {
+			return err
+		}
+		if err := c.wait(ctx, partner, k, call, lvl, 0, bytes); err != nil {
+			return err
+		}
+		Reduce(op, buf, buf, tmp)
+	}
+	if op == Avg {
+		Divide(buf, n)
+	}
+	if r < 2*rem {
+		return c.send(ctx, r-1, call, final, 0, AsBytes(buf))
+	}
+	return nil
+}
+
+func elemSize[T Elem]() uintptr {
+	return uintptr(DTypeOf[T]().Size())
+}

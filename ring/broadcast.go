@@ -1,0 +1,94 @@
+package ring
+
+import "context"
+
+// Broadcast copies root's buf to every rank's buf. Small messages follow a
+// binomial tree (log2(n) steps); large ones a pipelined chain from the root,
+// chunk after chunk, so every link is busy at once.
+func Broadcast[T Elem](ctx context.Context, c *Comm, buf []T, root int) error {
+	algo := AlgoChain
+	if len(AsBytes(buf)) <= c.smallBytes() {
+		algo = AlgoTree
+	}
+	call := c.begin(KindBroadcast, DTypeOf[T](), 0, algo, root, len(buf))
+	c.tickets = c.tickets[:0]
+	n := c.Size()
+	if n == 1 {
+		return nil
+	}
+	vr := mod(c.Rank-root, n)
+	real := func(v int) int { return mod(v+root, n) }
+	data := AsBytes(buf)
+
+	if algo == AlgoTree {
+		mask := 1
+		for mask < n {
+			if vr&mask != 0 {
+				parent := real(vr - mask)
+				if err := c.post(parent, data); err != nil {
+					return err
+				}
+				if err := c.wait(ctx, parent, 0, call, 0, 0, len(data)); err != nil {
+					return err
+				}
+				break
+			}
+			mask <<= 1
+		}
+		for mask >>= 1; mask > 0; mask >>= 1 {
+			if vr+mask < n {
+				if err := c.send(ctx, real(vr+mask), call, 0, 0, data); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+
+	ce := c.chunkElems(elemSize[T]())
+	chunks := subchunks(0, len(buf), ce)
+	prev, next := real(vr-1), real(vr+1)
+	if vr > 0 {
+		for j := range chunks {
+			a, b := sub(0, len(buf), ce, j)
+			if err := c.post(prev, AsBytes(buf[a:b])); err != nil {
+				return err
+			}
+		}
+	}
+	for j := range chunks {
+		a, b := sub(0, len(buf), ce, j)
+		if vr > 0 {
+			if err := c.wait(ctx, prev, j, call, 0, j, len(AsBytes(buf[a:b]))); err != nil {
+				return err
+			}
+		}
+		if vr < n-1 {
+			if err := c.send(ctx, next, call, 0, j, AsBytes(buf[a:b])); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Barrier returns once every rank of the group has entered it: the
+// dissemination algorithm, ceil(log2(n)) rounds of empty messages.
+func Barrier(ctx context.Context, c *Comm) error {
+	call := c.begin(KindBarrier, Uint8, 0, AlgoDissemination, 0, 0)
+	c.tickets = c.tickets[:0]
+	n, r := c.Size(), c.Rank
+	for round, dist := 0, 1; dist < n; round, dist = round+1, dist*2 {
+		from, to := mod(r-dist, n), mod(r+dist, n)
+		if err := c.post(from, nil); err != nil {
+			return err
+		}
+		if err := c.send(ctx, to, call, round, 0, nil); err != nil {
+			return err
+		}
+		if err := c.wait(ctx, from, round, call, round, 0, 0); err != nil {
+			return err
+		}
+	}
+	return nil
+}

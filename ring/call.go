@@ -1,0 +1,149 @@
+package ring
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Kind names a collective.
+type Kind uint8
+
+// Collective kinds.
+const (
+	KindAllReduce Kind = iota + 1
+	KindBroadcast
+	KindAllGather
+	KindReduceScatter
+	KindBarrier
+	KindSend
+)
+
+var kindNames = [...]string{"", "AllReduce", "Broadcast", "AllGather", "ReduceScatter", "Barrier", "Send"}
+
+func (k Kind) String() string {
+	if int(k) < len(kindNames) && k != 0 {
+		return kindNames[k]
+	}
+	return fmt.Sprintf("Kind(%d)", uint8(k))
+}
+
+// DType names an element type.
+type DType uint8
+
+// Element types.
+const (
+	Float32 DType = iota + 1
+	Float64
+	Int32
+	Int64
+	Uint8
+)
+
+var dtypeNames = [...]string{"", "float32", "float64", "int32", "int64", "uint8"}
+
+func (d DType) String() string {
+	if int(d) < len(dtypeNames) && d != 0 {
+		return dtypeNames[d]
+	}
+	return fmt.Sprintf("DType(%d)", uint8(d))
+}
+
+// Size returns the element size in bytes.
+func (d DType) Size() int {
+	switch d {
+	case Float64, Int64:
+		return 8
+	case Float32, Int32:
+		return 4
+	case Uint8:
+		return 1
+	}
+	return 0
+}
+
+// Algo names the algorithm a call runs; all ranks must pick the same.
+type Algo uint8
+
+// Algorithms.
+const (
+	AlgoNone Algo = iota
+	AlgoRing
+	AlgoDoubling
+	AlgoTree
+	AlgoChain
+	AlgoDissemination
+)
+
+var algoNames = [...]string{"-", "ring", "recursive-doubling", "binomial-tree", "chain", "dissemination"}
+
+func (a Algo) String() string {
+	if int(a) < len(algoNames) {
+		return algoNames[a]
+	}
+	return fmt.Sprintf("Algo(%d)", uint8(a))
+}
+
+// Call identifies one collective call. Every frame of the call carries it.
+type Call struct {
+	Seq   uint64
+	Kind  Kind
+	DType DType
+	Op    Op
+	Algo  Algo
+	Root  int
+	Count int
+}
+
+func (c Call) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%v #%d (%d × %v", c.Kind, c.Seq, c.Count, c.DType)
+	switch c.Kind {
+	case KindAllReduce, KindReduceScatter:
+		fmt.Fprintf(&b, ", op %v", c.Op)
+	case KindBroadcast:
+		fmt.Fprintf(&b, ", root %d", c.Root)
+	case KindSend:
+		fmt.Fprintf(&b, ", tag %d", c.Root)
+	}
+	if c.Algo != AlgoNone {
+		fmt.Fprintf(&b, ", %v", c.Algo)
+	}
+	b.WriteString(")")
+	return b.String()
+}
+
+func (c Call) meta(step, chunk int) [4]uint64 {
+	return [4]uint64{
+		c.Seq,
+		uint64(c.Kind) | uint64(c.DType)<<8 | uint64(c.Op)<<16 | uint64(c.Algo)<<24 | uint64(uint32(int32(c.Root)))<<32,
+		uint64(c.Count),
+		uint64(uint32(step))<<32 | uint64(uint32(chunk)),
+	}
+}
+
+// Meta returns the frame metadata for step and chunk of c.
+func (c Call) Meta(step, chunk int) [4]uint64 { return c.meta(step, chunk) }
+
+func decodeCall(m [4]uint64) Call {
+	return Call{
+		Seq:   m[0],
+		Kind:  Kind(m[1]),
+		DType: DType(m[1] >> 8),
+		Op:    Op(m[1] >> 16),
+		Algo:  Algo(m[1] >> 24),
+		Root:  int(int32(uint32(m[1] >> 32))),
+		Count: int(m[2]),
+	}
+}
+
+// MismatchError reports that this rank and a peer are in different calls.
+type MismatchError struct {
+	// Peer is the peer's rank in the group.
+	Peer   int
+	Local  Call
+	Remote Call
+}
+
+func (e *MismatchError) Error() string {
+	return fmt.Sprintf("collective mismatch: this rank called %v but group rank %d called %v", e.Local, e.Peer, e.Remote)
+}

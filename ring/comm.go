@@ -1,0 +1,184 @@
+// Package ring holds gorun's collective algorithms: ring reduce-scatter and
+// all-gather with pipelined chunks for large messages, recursive doubling
+// (with a fold for non-powers of two) and binomial trees for small ones,
+// and a dissemination barrier.
+//
+// The algorithms run over the small Transport interface declared here; the
+// transports (tcp, later shm and rdma) satisfy it without importing this
+// package. Every frame carries the identity of the call it belongs to
+// (sequence number, kind, element type, count, reduction, root, algorithm)
+// and the step within it, and every arrival is checked against what this
+// rank expects: ranks that make different calls get an error naming both.
+package ring
+
+import (
+	"context"
+	"fmt"
+	"unsafe"
+)
+
+// Transport moves frames between ranks. Post registers a buffer for the next
+// frame from peer on stream and returns a ticket; Wait blocks until that
+// frame has arrived and returns its metadata and length. Send hands a frame
+// to peer. Meta is opaque to the transport.
+type Transport interface {
+	Send(ctx context.Context, peer int, stream uint32, meta [4]uint64, payload []byte) error
+	Post(peer int, stream uint32, buf []byte) (ticket uint64, err error)
+	Wait(ctx context.Context, peer int, stream uint32, ticket uint64) (meta [4]uint64, n int, err error)
+}
+
+// Defaults for Comm's tuning knobs. DefaultSmallBytes was measured on a
+// 2-core machine over loopback TCP (see BENCHMARKS.md): below it recursive
+// doubling's log2(n) exchanges of the whole buffer beat the ring's 2(n−1)
+// exchanges of a 1/n share.
+const (
+	DefaultSmallBytes = 64 << 10
+	DefaultChunkBytes = 256 << 10
+)
+
+// Comm is one communicator's view of the transport: its members, this
+// rank's place among them, its stream, and the state the algorithms reuse
+// from call to call. A Comm runs one collective at a time.
+type Comm struct {
+	T Transport
+	// Peers maps group ranks to transport ranks.
+	Peers []int
+	// Rank is this rank's index in Peers.
+	Rank int
+	// Stream is the transport stream the collectives of this group use.
+	Stream uint32
+	// SmallBytes: all-reduce and broadcast of at most this many bytes use the
+	// latency-optimal algorithms. All ranks must use the same value (a
+	// difference is detected as a mismatch).
+	SmallBytes int
+	// ChunkBytes is the pipelining granularity of the ring algorithms.
+	ChunkBytes int
+
+	seq     uint64
+	scratch []byte
+	tickets []uint64
+}
+
+// Size returns the number of members.
+func (c *Comm) Size() int { return len(c.Peers) }
+
+// Seq returns the sequence number the next collective will carry.
+func (c *Comm) Seq() uint64 { return c.seq }
+
+func (c *Comm) begin(kind Kind, dt DType, op Op, algo Algo, root, count int) Call {
+	call := Call{Seq: c.seq, Kind: kind, DType: dt, Op: op, Algo: algo, Root: root, Count: count}
+	c.seq++
+	return call
+}
+
+func (c *Comm) peer(groupRank int) int { return c.Peers[groupRank] }
+
+func (c *Comm) post(from int, b []byte) error {
+	t, err := c.T.Post(c.peer(from), c.Stream, b)
+	if err != nil {
+		return err
+	}
+	c.tickets = append(c.tickets, t)
+	return nil
+}
+
+func (c *Comm) send(ctx context.Context, to int, call Call, step, chunk int, b []byte) error {
+	return c.T.Send(ctx, c.peer(to), c.Stream, call.meta(step, chunk), b)
+}
+
+// wait completes the k-th posted receive and checks that it belongs to the
+// same call, step and chunk, with the expected number of bytes.
+func (c *Comm) wait(ctx context.Context, from int, k int, call Call, step, chunk, bytes int) error {
+	meta, n, err := c.T.Wait(ctx, c.peer(from), c.Stream, c.tickets[k])
+	return Check(from, call, step, chunk, bytes, meta, n, err)
+}
+
+// Check validates an arrived frame against the call this rank is in. A frame
+// from another call gives a *MismatchError naming both calls, even when the
+// transport also reported a size error.
+func Check(from int, call Call, step, chunk, bytes int, meta [4]uint64, n int, err error) error {
+	if meta != ([4]uint64{}) || err == nil {
+		want := call.meta(step, chunk)
+		if meta[0] != want[0] || meta[1] != want[1] || meta[2] != want[2] {
+			return &MismatchError{Peer: from, Local: call, Remote: decodeCall(meta)}
+		}
+		if err == nil && meta[3] != want[3] {
+			return fmt.Errorf("ring: protocol error in %v with group rank %d: got step/chunk %#x, want %#x", call, from, meta[3], want[3])
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if n != bytes {
+		return fmt.Errorf("ring: %v: group rank %d sent %d bytes, want %d", call, from, n, bytes)
+	}
+	return nil
+}
+
+// scratchOf returns a scratch slice of n elements, reused across calls.
+func scratchOf[T Elem](c *Comm, n int) []T {
+	var zero T
+	need := n * int(unsafe.Sizeof(zero))
+	if cap(c.scratch) < need {
+		c.scratch = make([]byte, need)
+	}
+	if n == 0 {
+		return nil
+	}
+	return unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(c.scratch))), n)
+}
+
+// AsBytes views a slice of elements as its bytes, without copying.
+func AsBytes[T Elem](s []T) []byte {
+	if len(s) == 0 {
+		return nil
+	}
+	var zero T
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), len(s)*int(unsafe.Sizeof(zero)))
+}
+
+func (c *Comm) chunkElems(size uintptr) int {
+	cb := c.ChunkBytes
+	if cb <= 0 {
+		cb = DefaultChunkBytes
+	}
+	if e := cb / int(size); e > 0 {
+		return e
+	}
+	return 1
+}
+
+func (c *Comm) smallBytes() int {
+	if c.SmallBytes < 0 {
+		return 0
+	}
+	if c.SmallBytes == 0 {
+		return DefaultSmallBytes
+	}
+	return c.SmallBytes
+}
+
+// subchunks returns how many frames carry the range [lo, hi) in chunks of
+// ce elements: at least one, so every step exchanges a frame even when the
+// range is empty and a mismatch is always seen.
+func subchunks(lo, hi, ce int) int {
+	if hi <= lo {
+		return 1
+	}
+	return (hi - lo + ce - 1) / ce
+}
+
+// sub returns chunk j of [lo, hi).
+func sub(lo, hi, ce, j int) (int, int) {
+	a := lo + j*ce
+	b := a + ce
+	if b > hi {
+		b = hi
+	}
+	if a > hi {
+		a = hi
+	}
+	return a, b
+}
+
+func mod(a, n int) int { return ((a % n) + n) % n }

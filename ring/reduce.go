@@ -1,0 +1,114 @@
+package ring
+
+import "fmt"
+
+// Elem is an element type the collectives move and reduce.
+type Elem interface {
+	float32 | float64 | int32 | int64 | uint8
+}
+
+// Op is a reduction.
+type Op uint8
+
+// Reductions. Avg is Sum divided by the group size, for floating-point types.
+const (
+	Sum Op = iota + 1
+	Avg
+	Max
+	Min
+	Prod
+)
+
+var opNames = [...]string{"", "sum", "avg", "max", "min", "prod"}
+
+func (o Op) String() string {
+	if int(o) < len(opNames) && o != 0 {
+		return opNames[o]
+	}
+	return fmt.Sprintf("Op(%d)", uint8(o))
+}
+
+// DTypeOf returns the DType of T.
+func DTypeOf[T Elem]() DType {
+	var z T
+	switch any(z).(type) {
+	case float32:
+		return Float32
+	case float64:
+		return Float64
+	case int32:
+		return Int32
+	case int64:
+		return Int64
+	default:
+		return Uint8
+	}
+}
+
+// ValidOp reports whether op applies to T.
+func ValidOp[T Elem](op Op) error {
+	switch op {
+	case Sum, Max, Min, Prod:
+		return nil
+	case Avg:
+		if d := DTypeOf[T](); d == Float32 || d == Float64 {
+			return nil
+		}
+		return fmt.Errorf("ring: op avg needs a floating-point type, not %v", DTypeOf[T]())
+	}
+	return fmt.Errorf("ring: unknown reduction %v", op)
+}
+
+// Reduce sets dst[i] = a[i] op b[i]. Avg reduces like Sum (the division by
+// the group size happens once, at the end). dst may alias a or b. It is the
+// hot loop of the reductions: unrolled by eight, bounds checks hoisted.
+func Reduce[T Elem](op Op, dst, a, b []T) {
+	n := len(dst)
+	a, b = a[:n], b[:n]
+	switch op {
+	case Sum, Avg:
+		i := 0
+		for ; i+8 <= n; i += 8 {
+			d, x, y := dst[i:i+8:i+8], a[i:i+8:i+8], b[i:i+8:i+8]
+			d[0] = x[0] + y[0]
+			d[1] = x[1] + y[1]
+			d[2] = x[2] + y[2]
+			d[3] = x[3] + y[3]
+			d[4] = x[4] + y[4]
+			d[5] = x[5] + y[5]
+			d[6] = x[6] + y[6]
+			d[7] = x[7] + y[7]
+		}
+		for ; i < n; i++ {
+			dst[i] = a[i] + b[i]
+		}
+	case Prod:
+		for i := range dst {
+			dst[i] = a[i] * b[i]
+		}
+	case Max:
+		for i := range dst {
+			dst[i] = max(a[i], b[i])
+		}
+	case Min:
+		for i := range dst {
+			dst[i] = min(a[i], b[i])
+		}
+	}
+}
+
+// Divide divides every floating-point element by n (used to finish Avg).
+func Divide[T Elem](s []T, n int) {
+	switch v := any(s).(type) {
+	case []float32:
+		g := float32(n)
+		for i := range v {
+			v[i] /= g
+		}
+	case []float64:
+		g := float64(n)
+		for i := range v {
+			v[i] /= g
+		}
+	}
+}

@@ -1,0 +1,194 @@
+package tcp
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sort"
+	"time"
+
+	"github.com/hashicorp/go-multierror"
+)
+
+// Listen opens the data listener a rank advertises to its peers, on host
+// (an address of the interface peers reach this rank by) and a free port.
+func Listen(host string) (*net.TCPListener, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return nil, fmt.Errorf("tcp: listen on %s: %w", host, err)
+	}
+	return ln.(*net.TCPListener), nil
+}
+
+// keepAlive detects a peer whose host vanished (no FIN, no RST) within
+// about 11 seconds even while the connection is idle.
+var keepAlive = net.KeepAliveConfig{Enable: true, Idle: 5 * time.Second, Interval: 2 * time.Second, Count: 3}
+
+func tune(c *net.TCPConn, cfg *Config) error {
+	if err := c.SetNoDelay(true); err != nil {
+		return err
+	}
+	if err := c.SetKeepAliveConfig(keepAlive); err != nil {
+		return err
+	}
+	if cfg.SocketBuffer > 0 {
+		if err := c.SetReadBuffer(cfg.SocketBuffer); err != nil {
+			return err
+		}
+		if err := c.SetWriteBuffer(cfg.SocketBuffer); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Connect builds the full mesh: rank r dials every lower rank at addrs[j] and
+// accepts every higher rank on ln. Connections that fail the handshake
+// (strangers, wrong token, wrong job) are dropped without stalling the others.
+// It returns when all Size−1 peers are connected, or with an error naming the
+// ranks still missing when ctx ends. ln is closed on return.
+func Connect(ctx context.Context, cfg Config, ln *net.TCPListener, addrs []string) (*Transport, error) {
+	cfg.defaults()
+	defer ln.Close()
+	if len(addrs) != cfg.Size {
+		return nil, fmt.Errorf("tcp: %d addresses for %d ranks", len(addrs), cfg.Size)
+	}
+	t := &Transport{cfg: cfg, peers: make([]*peer, cfg.Size), failed: make(chan struct{})}
+	if cfg.Size == 1 {
+		return t, nil
+	}
+
+	type result struct {
+		rank int
+		conn *net.TCPConn
+		err  error
+	}
+	results := make(chan result, cfg.Size)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	// Accept the higher ranks.
+	want := cfg.Size - 1 - cfg.Rank
+	acceptDone := make(chan struct{})
+	go func() {
+		defer close(acceptDone)
+		stop := context.AfterFunc(ctx, func() { ln.SetDeadline(time.Unix(1, 0)) })
+		defer stop()
+		for {
+			c, err := ln.AcceptTCP()
+			if err != nil {
+				return
+			}
+			go func() {
+				check := func(id Identity) error {
+					if id.Purpose != PurposeData || int(id.To) != cfg.Rank || int(id.Size) != cfg.Size ||
+						int(id.From) <= cfg.Rank || int(id.From) >= cfg.Size {
+						return fmt.Errorf("unexpected identity %+v", id)
+					}
+					return nil
+				}
+				id, err := AcceptHandshake(c, cfg.Token, check, cfg.HandshakeTimeout)
+				if err != nil {
+					// A stranger or a confused peer: drop it, keep waiting for the real ones.
+					c.Close()
+					return
+				}
+				if err := tune(c, &cfg); err != nil {
+					c.Close()
+					results <- result{rank: int(id.From), err: err}
+					return
+				}
+				results <- result{rank: int(id.From), conn: c}
+			}()
+		}
+	}()
+
+	// Dial the lower ranks, retrying refused connections until ctx ends.
+	for j := 0; j < cfg.Rank; j++ {
+		go func(j int) {
+			c, err := dial(ctx, &cfg, j, addrs[j])
+			results <- result{rank: j, conn: c, err: err}
+		}(j)
+	}
+
+	var errs *multierror.Error
+	pending := cfg.Rank + want
+	for pending > 0 {
+		select {
+		case r := <-results:
+			switch {
+			case r.err != nil:
+				errs = multierror.Append(errs, &PeerError{Rank: r.rank, Addr: addrs[r.rank], Err: r.err})
+				pending--
+			case t.peers[r.rank] != nil:
+				r.conn.Close() // a duplicate: keep the first
+			default:
+				t.peers[r.rank] = &peer{rank: r.rank, addr: addrs[r.rank], conn: r.conn,
+					br: bufio.NewReaderSize(r.conn, 64<<10), boxes: make(map[uint32]*mailbox)}
+				pending--
+			}
+		case <-ctx.Done():
+			pending = 0
+		}
+	}
+	ctxErr := ctx.Err()
+	cancel()
+	<-acceptDone
+	var missing []int
+	for j, p := range t.peers {
+		if p == nil && j != cfg.Rank {
+			missing = append(missing, j)
+		}
+	}
+	if len(missing) > 0 {
+		for _, p := range t.peers {
+			if p != nil {
+				p.conn.Close()
+			}
+		}
+		sort.Ints(missing)
+		cause := errs.ErrorOrNil()
+		if cause == nil {
+			cause = ctxErr
+		}
+		return nil, fmt.Errorf("tcp: rank %d could not connect to ranks %v: %w", cfg.Rank, missing, cause)
+	}
+	for _, p := range t.peers {
+		if p != nil {
+			t.readers.Add(1)
+			go t.read(p)
+		}
+	}
+	return t, nil
+}
+
+func dial(ctx context.Context, cfg *Config, rank int, addr string) (*net.TCPConn, error) {
+	d := net.Dialer{KeepAliveConfig: keepAlive}
+	backoff := 10 * time.Millisecond
+	for {
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err == nil {
+			tc := c.(*net.TCPConn)
+			id := Identity{Purpose: PurposeData, From: int32(cfg.Rank), To: int32(rank), Size: int32(cfg.Size)}
+			if err = DialHandshake(tc, cfg.Token, id, cfg.HandshakeTimeout); err == nil {
+				if err = tune(tc, cfg); err == nil {
+					return tc, nil
+				}
+			}
+			tc.Close()
+			if errors.Is(err, ErrAuth) {
+				return nil, err
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("dial %s: %w (last error: %v)", addr, ctx.Err(), err)
+		case <-time.After(backoff):
+		}
+		if backoff < time.Second {
+			backoff *= 2
+		}
+	}
+}

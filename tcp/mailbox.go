@@ -1,0 +1,147 @@
+package tcp
+
+import (
+	"fmt"
+	"sync"
+)
+
+// A mailbox holds, for one peer and one stream, the receives posted by the
+// algorithms and the frames that arrived before their receive was posted.
+// Frames fill posted receives strictly in order, as TCP delivers them.
+type mailbox struct {
+	mu         sync.Mutex
+	nextTicket uint64           // ticket for the next Post
+	fillTicket uint64           // ticket the next arriving frame fills
+	slots      map[uint64]*slot // posted and not yet waited for
+	free       []*slot          // recycled slots: steady state allocates nothing
+	early      []earlyFrame     // arrived before their receive was posted, in order
+	closed     error            // set once the peer said goodbye: nothing more will come
+}
+
+// slot is one posted receive.
+type slot struct {
+	buf   []byte
+	meta  [4]uint64
+	n     int
+	err   error
+	done  bool
+	ready chan struct{} // capacity 1: signalled once when done
+}
+
+type earlyFrame struct {
+	meta [4]uint64
+	data []byte
+}
+
+func newMailbox() *mailbox {
+	return &mailbox{slots: make(map[uint64]*slot)}
+}
+
+func (m *mailbox) getSlot() *slot {
+	if n := len(m.free); n > 0 {
+		s := m.free[n-1]
+		m.free = m.free[:n-1]
+		return s
+	}
+	return &slot{ready: make(chan struct{}, 1)}
+}
+
+// post registers buf for the next frame not yet claimed. A frame that already
+// arrived is copied in at once.
+func (m *mailbox) post(buf []byte) uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.getSlot()
+	s.buf, s.n, s.err, s.done = buf, 0, nil, false
+	t := m.nextTicket
+	m.nextTicket++
+	m.slots[t] = s
+	switch {
+	case len(m.early) > 0:
+		f := m.early[0]
+		m.early[0] = earlyFrame{}
+		m.early = m.early[1:]
+		m.fillTicket++
+		s.meta = f.meta
+		if len(f.data) > len(buf) {
+			s.err = fmt.Errorf("%w: %d bytes arrived for a %d-byte receive", ErrFrameTooLarge, len(f.data), len(buf))
+		} else {
+			s.n = copy(buf, f.data)
+		}
+		s.finish()
+	case m.closed != nil:
+		m.fillTicket++
+		s.err = m.closed
+		s.finish()
+	}
+	return t
+}
+
+func (s *slot) finish() {
+	s.done = true
+	select {
+	case s.ready <- struct{}{}:
+	default:
+	}
+}
+
+// claim returns the posted slot the next frame fills, or nil when none is posted.
+func (m *mailbox) claim() *slot {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.fillTicket == m.nextTicket {
+		return nil
+	}
+	s := m.slots[m.fillTicket]
+	m.fillTicket++
+	return s
+}
+
+func (m *mailbox) complete(s *slot, meta [4]uint64, n int, err error) {
+	m.mu.Lock()
+	s.meta, s.n, s.err = meta, n, err
+	s.finish()
+	m.mu.Unlock()
+}
+
+func (m *mailbox) stash(meta [4]uint64, data []byte) {
+	m.mu.Lock()
+	m.early = append(m.early, earlyFrame{meta: meta, data: data})
+	m.mu.Unlock()
+}
+
+// close fails every posted receive still open and all later ones with err.
+func (m *mailbox) close(err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.closed = err
+	for m.fillTicket < m.nextTicket {
+		s := m.slots[m.fillTicket]
+		m.fillTicket++
+		s.err = err
+		s.finish()
+	}
+}
+
+// result returns a finished slot's outcome and recycles it; ok is false while
+// the frame has not arrived.
+func (m *mailbox) result(t uint64) (s *slot, meta [4]uint64, n int, err error, ok bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s = m.slots[t]
+	if s == nil {
+		return nil, meta, 0, fmt.Errorf("tcp: wait on unknown ticket %d", t), true
+	}
+	if !s.done {
+		return s, meta, 0, nil, false
+	}
+	meta, n, err = s.meta, s.n, s.err
+	delete(m.slots, t)
+	s.buf = nil
+	select { // drain a signal nobody consumed
+	case <-s.ready:
+	default:
+	}
+	m.free = append(m.free, s)
+	return nil, meta, n, err, true
+}

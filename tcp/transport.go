@@ -1,0 +1,485 @@
+// Package tcp is gorun's TCP transport: one persistent, authenticated,
+// full-duplex connection to every other rank, length-checked framing, and
+// posted receives that the peer's data is read into directly.
+//
+// The transport moves bytes and knows no collective algorithm. Every frame
+// carries an opaque stream number (which communicator and which kind of
+// traffic) and four opaque words of metadata that the algorithms use to check
+// that both sides are in the same call. A goroutine per peer reads frames as
+// they come, so a peer that dies is noticed at once, whatever this rank is
+// doing, and reported by rank.
+package tcp
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-multierror"
+	"github.com/klauspost/compress/s2"
+)
+
+// ErrFrameTooLarge is returned by Wait when a frame is larger than the buffer
+// posted for it: the two sides disagree about the operation.
+var ErrFrameTooLarge = errors.New("frame larger than the posted receive")
+
+// ErrClosed is returned by operations on a transport after Close.
+var ErrClosed = errors.New("transport closed")
+
+// PeerError says which rank an error concerns.
+type PeerError struct {
+	Rank int
+	Addr string
+	Err  error
+}
+
+func (e *PeerError) Error() string {
+	return fmt.Sprintf("rank %d (%s): %v", e.Rank, e.Addr, e.Err)
+}
+
+func (e *PeerError) Unwrap() error { return e.Err }
+
+// ErrPeerDied is wrapped by the error a rank reports when a peer's connection
+// ends without the goodbye a clean Close sends.
+var ErrPeerDied = errors.New("connection lost without goodbye: the process died, was killed, or its host is unreachable")
+
+// AbortError carries the error a peer aborted the job with.
+type AbortError struct {
+	Rank int
+	Msg  string
+}
+
+func (e *AbortError) Error() string {
+	return fmt.Sprintf("rank %d aborted the job: %s", e.Rank, e.Msg)
+}
+
+// Config tunes a transport.
+type Config struct {
+	Rank, Size int
+	// Token authenticates every connection (see DialHandshake). Empty: no authentication.
+	Token []byte
+	// Timeout bounds each send and each wait whose context has no deadline. Default 5 minutes.
+	Timeout time.Duration
+	// HandshakeTimeout bounds one connection's handshake. Default 10 seconds.
+	HandshakeTimeout time.Duration
+	// Compress sends payloads of at least CompressMin bytes compressed with S2
+	// when that makes them smaller.
+	Compress bool
+	// SocketBuffer, when positive, sets SO_SNDBUF and SO_RCVBUF (bytes); zero
+	// leaves the kernel's auto-tuning on, which is best on most systems.
+	SocketBuffer int
+}
+
+// CompressMin is the smallest payload considered for compression.
+const CompressMin = 4096
+
+// smallFrame: payloads up to this size are copied behind the header and sent
+// with one write; larger ones go out with writev.
+const smallFrame = 32 << 10
+
+func (c *Config) defaults() {
+	if c.Timeout <= 0 {
+		c.Timeout = 5 * time.Minute
+	}
+	if c.HandshakeTimeout <= 0 {
+		c.HandshakeTimeout = 10 * time.Second
+	}
+}
+
+// Transport is a full mesh of connections among Size ranks.
+type Transport struct {
+	cfg   Config
+	peers []*peer // indexed by rank; nil at our own rank
+
+	failOnce sync.Once
+	failed   chan struct{} // closed when the transport failed
+	failErr  error
+	closing  atomic.Bool
+	readers  sync.WaitGroup
+}
+
+type peer struct {
+	rank int
+	addr string
+	conn *net.TCPConn
+	br   *bufio.Reader
+
+	boxMu sync.Mutex
+	boxes map[uint32]*mailbox
+
+	wmu  sync.Mutex // one frame at a time on the wire
+	whdr [HeaderSize]byte
+	wbuf []byte        // header plus small payload
+	iov  [2][]byte     // writev vectors
+	bufs net.Buffers   // view of iov handed to WriteTo
+	zbuf []byte        // compressed payload being sent
+
+	rhdr [HeaderSize]byte
+	rz   []byte // compressed payload being received
+	bye  atomic.Bool
+}
+
+func (p *peer) box(stream uint32) *mailbox {
+	p.boxMu.Lock()
+	defer p.boxMu.Unlock()
+	m := p.boxes[stream]
+	if m == nil {
+		m = newMailbox()
+		p.boxes[stream] = m
+	}
+	return m
+}
+
+// Rank returns this transport's rank.
+func (t *Transport) Rank() int { return t.cfg.Rank }
+
+// Size returns the number of ranks.
+func (t *Transport) Size() int { return t.cfg.Size }
+
+// PeerAddr returns the address a peer's connection goes to (empty for our own rank).
+func (t *Transport) PeerAddr(rank int) string {
+	if p := t.peers[rank]; p != nil {
+		return p.addr
+	}
+	return ""
+}
+
+// Err returns the error the transport failed with, or nil.
+func (t *Transport) Err() error {
+	select {
+	case <-t.failed:
+		return t.failErr
+	default:
+		return nil
+	}
+}
+
+// Failed is closed once the transport has failed.
+func (t *Transport) Failed() <-chan struct{} { return t.failed }
+
+func (t *Transport) fail(err error) {
+	t.failOnce.Do(func() {
+		t.failErr = err
+		close(t.failed)
+	})
+}
+
+func (t *Transport) peer(rank int) (*peer, error) {
+	if rank < 0 || rank >= len(t.peers) || t.peers[rank] == nil {
+		return nil, fmt.Errorf("tcp: no peer rank %d (size %d, self %d)", rank, t.cfg.Size, t.cfg.Rank)
+	}
+	return t.peers[rank], nil
+}
+
+func (t *Transport) deadline(ctx context.Context) time.Time {
+	if d, ok := ctx.Deadline(); ok {
+		return d
+	}
+	return time.Now().Add(t.cfg.Timeout)
+}
+
+// Send writes one data frame to peer. It returns once the frame is handed to
+// the kernel; the peer's reader takes it from there.
+func (t *Transport) Send(ctx context.Context, rank int, stream uint32, meta [4]uint64, payload []byte) error {
+	if err := t.Err(); err != nil {
+		return err
+	}
+	if t.closing.Load() {
+		return ErrClosed
+	}
+	if len(payload) > MaxFrame {
+		return fmt.Errorf("tcp: payload of %d bytes exceeds the %d-byte frame limit", len(payload), MaxFrame)
+	}
+	p, err := t.peer(rank)
+	if err != nil {
+		return err
+	}
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	h := Header{Kind: KindData, Stream: stream, Meta: meta, Len: uint64(len(payload)), RawLen: uint64(len(payload))}
+	if t.cfg.Compress && len(payload) >= CompressMin {
+		if need := s2.MaxEncodedLen(len(payload)); cap(p.zbuf) < need {
+			p.zbuf = make([]byte, need)
+		}
+		if z := s2.Encode(p.zbuf[:cap(p.zbuf)], payload); len(z) < len(payload) {
+			payload = z
+			h.Flags = flagS2
+			h.Len = uint64(len(z))
+		}
+	}
+	if err := p.conn.SetWriteDeadline(t.deadline(ctx)); err != nil {
+		return t.peerFailure(p, "send", err)
+	}
+	if err := p.write(&h, payload); err != nil {
+		return t.peerFailure(p, "send", err)
+	}
+	return nil
+}
+
+// write sends one frame; the caller holds p.wmu.
+func (p *peer) write(h *Header, payload []byte) error {
+	if len(payload) <= smallFrame {
+		need := HeaderSize + len(payload)
+		if cap(p.wbuf) < need {
+			p.wbuf = make([]byte, HeaderSize+smallFrame)
+		}
+		b := p.wbuf[:need]
+		h.Encode(b)
+		copy(b[HeaderSize:], payload)
+		_, err := p.conn.Write(b)
+		return err
+	}
+	h.Encode(p.whdr[:])
+	p.iov[0], p.iov[1] = p.whdr[:], payload
+	p.bufs = p.iov[:]
+	_, err := p.bufs.WriteTo(p.conn)
+	p.iov[1] = nil
+	return err
+}
+
+func (t *Transport) peerFailure(p *peer, op string, err error) error {
+	var nerr net.Error
+	if errors.As(err, &nerr) && nerr.Timeout() {
+		err = fmt.Errorf("%s timed out: the peer is not reading (stuck, deadlocked, or in another call): %w", op, err)
+	} else if op == "send" && !errors.Is(err, ErrPeerDied) {
+		err = fmt.Errorf("%s failed (%w): %w", op, ErrPeerDied, err)
+	}
+	perr := &PeerError{Rank: p.rank, Addr: p.addr, Err: err}
+	t.fail(perr)
+	return t.failErr
+}
+
+// Post registers buf to receive the next frame from rank on stream and
+// returns a ticket for Wait. Posting before the peer sends lets the reader
+// place the data directly in buf; a frame that came first is copied in.
+func (t *Transport) Post(rank int, stream uint32, buf []byte) (uint64, error) {
+	p, err := t.peer(rank)
+	if err != nil {
+		return 0, err
+	}
+	return p.box(stream).post(buf), nil
+}
+
+// Wait blocks until the frame for ticket has arrived and returns its
+// metadata and length. It returns early when ctx ends or the transport fails.
+// For a frame larger than the posted buffer it returns the frame's metadata
+// with an error wrapping ErrFrameTooLarge.
+func (t *Transport) Wait(ctx context.Context, rank int, stream uint32, ticket uint64) ([4]uint64, int, error) {
+	p, err := t.peer(rank)
+	if err != nil {
+		return [4]uint64{}, 0, err
+	}
+	m := p.box(stream)
+	for {
+		s, meta, n, err, ok := m.result(ticket)
+		if ok {
+			if err != nil {
+				err = &PeerError{Rank: p.rank, Addr: p.addr, Err: err}
+			}
+			return meta, n, err
+		}
+		select {
+		case <-s.ready:
+		case <-t.failed:
+			// Data that arrived before the failure is still good.
+			if _, meta, n, err, ok := m.result(ticket); ok && err == nil {
+				return meta, n, nil
+			}
+			return [4]uint64{}, 0, t.failErr
+		case <-ctx.Done():
+			return [4]uint64{}, 0, &PeerError{Rank: p.rank, Addr: p.addr,
+				Err: fmt.Errorf("waiting for data from this rank: %w", ctx.Err())}
+		}
+	}
+}
+
+// Abort tells every peer that this rank gives up with err, so their pending
+// calls fail at once with err's text instead of waiting for a deadline, and
+// fails this transport. It never blocks for long.
+func (t *Transport) Abort(err error) {
+	t.fail(err)
+	if t.closing.Load() {
+		return
+	}
+	msg := []byte(err.Error())
+	if len(msg) > maxAbortText {
+		msg = msg[:maxAbortText]
+	}
+	var wg sync.WaitGroup
+	for _, p := range t.peers {
+		if p == nil || p.bye.Load() {
+			continue
+		}
+		wg.Add(1)
+		go func(p *peer) {
+			defer wg.Done()
+			if !tryLock(&p.wmu, 500*time.Millisecond) {
+				// A send is stuck mid-frame: cut the connection instead.
+				p.conn.Close()
+				return
+			}
+			defer p.wmu.Unlock()
+			p.conn.SetWriteDeadline(time.Now().Add(time.Second))
+			h := Header{Kind: KindAbort, Len: uint64(len(msg)), RawLen: uint64(len(msg))}
+			p.write(&h, msg)
+		}(p)
+	}
+	wg.Wait()
+}
+
+func tryLock(mu *sync.Mutex, within time.Duration) bool {
+	deadline := time.Now().Add(within)
+	for !mu.TryLock() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return true
+}
+
+// Close says goodbye to every peer, waits (bounded by ctx) until each has
+// said goodbye too, and closes the connections. Errors from several peers are
+// gathered into one.
+func (t *Transport) Close(ctx context.Context) error {
+	if t.closing.Swap(true) {
+		return nil
+	}
+	var errs *multierror.Error
+	healthy := t.Err() == nil
+	for _, p := range t.peers {
+		if p == nil {
+			continue
+		}
+		if healthy && tryLock(&p.wmu, time.Second) {
+			p.conn.SetWriteDeadline(t.deadline(ctx))
+			h := Header{Kind: KindBye}
+			if err := p.write(&h, nil); err != nil {
+				errs = multierror.Append(errs, &PeerError{Rank: p.rank, Addr: p.addr, Err: fmt.Errorf("goodbye: %w", err)})
+			}
+			p.conn.CloseWrite()
+			p.wmu.Unlock()
+		}
+	}
+	done := make(chan struct{})
+	go func() { t.readers.Wait(); close(done) }()
+	if healthy {
+		select {
+		case <-done:
+		case <-ctx.Done():
+		}
+	}
+	for _, p := range t.peers {
+		if p != nil {
+			p.conn.Close()
+		}
+	}
+	<-done
+	t.fail(ErrClosed)
+	return errs.ErrorOrNil()
+}
+
+// read runs for each peer: it reads frames for as long as the connection
+// lives and delivers them to the mailboxes.
+func (t *Transport) read(p *peer) {
+	defer t.readers.Done()
+	for {
+		if _, err := io.ReadFull(p.br, p.rhdr[:]); err != nil {
+			t.readFailed(p, err)
+			return
+		}
+		h, err := DecodeHeader(p.rhdr[:])
+		if err != nil {
+			t.fail(&PeerError{Rank: p.rank, Addr: p.addr, Err: fmt.Errorf("corrupt frame: %w", err)})
+			p.conn.Close()
+			return
+		}
+		switch h.Kind {
+		case KindBye:
+			p.bye.Store(true)
+			err := &PeerError{Rank: p.rank, Addr: p.addr, Err: errors.New("the peer closed its group (called Close) while this rank still expects data from it")}
+			p.boxMu.Lock()
+			for _, m := range p.boxes {
+				m.close(err)
+			}
+			p.boxMu.Unlock()
+			return
+		case KindAbort:
+			msg := make([]byte, h.Len)
+			if _, err := io.ReadFull(p.br, msg); err != nil {
+				t.readFailed(p, err)
+				return
+			}
+			t.fail(&AbortError{Rank: p.rank, Msg: string(msg)})
+		case KindData:
+			if err := t.deliver(p, &h); err != nil {
+				t.readFailed(p, err)
+				return
+			}
+		}
+	}
+}
+
+func (t *Transport) readFailed(p *peer, err error) {
+	if t.closing.Load() {
+		return
+	}
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		err = ErrPeerDied
+	} else {
+		err = fmt.Errorf("%w: %w", ErrPeerDied, err)
+	}
+	t.fail(&PeerError{Rank: p.rank, Addr: p.addr, Err: err})
+}
+
+// deliver reads one data frame's payload into its posted receive, or keeps it
+// until the receive is posted. Only an I/O error is returned; a size
+// mismatch is reported to the waiter.
+func (t *Transport) deliver(p *peer, h *Header) error {
+	m := p.box(h.Stream)
+	s := m.claim()
+	var dst []byte
+	if s == nil {
+		dst = make([]byte, h.RawLen)
+	} else if h.RawLen > uint64(len(s.buf)) {
+		if _, err := io.CopyN(io.Discard, p.br, int64(h.Len)); err != nil {
+			return err
+		}
+		m.complete(s, h.Meta, 0, fmt.Errorf("%w: %d bytes arrived for a %d-byte receive", ErrFrameTooLarge, h.RawLen, len(s.buf)))
+		return nil
+	} else {
+		dst = s.buf[:h.RawLen]
+	}
+	var derr error
+	if h.Flags&flagS2 != 0 {
+		if cap(p.rz) < int(h.Len) {
+			p.rz = make([]byte, h.Len)
+		}
+		z := p.rz[:h.Len]
+		if _, err := io.ReadFull(p.br, z); err != nil {
+			return err
+		}
+		if n, err := s2.DecodedLen(z); err != nil || n != len(dst) {
+			derr = fmt.Errorf("compressed frame decodes to %d bytes, header says %d: %v", n, len(dst), err)
+		} else if _, err := s2.Decode(dst, z); err != nil {
+			derr = fmt.Errorf("decompress frame: %w", err)
+		}
+	} else if _, err := io.ReadFull(p.br, dst); err != nil {
+		return err
+	}
+	if s == nil {
+		if derr != nil {
+			return derr
+		}
+		m.stash(h.Meta, dst)
+		return nil
+	}
+	m.complete(s, h.Meta, len(dst), derr)
+	return nil
+}
