@@ -97,8 +97,8 @@ type Group struct {
 type queued struct {
 	ctx  context.Context
 	what func() string
-	run func(context.Context) error
-	w   *Work
+	run  func(context.Context) error
+	w    *Work
 }
 
 // Work is the handle of an asynchronous call.
@@ -210,17 +210,15 @@ func connect(ctx context.Context, s *Settings) (*tcp.Transport, error) {
 		ln.Close()
 		return nil, err
 	}
-	addrs := make([]string, s.Size)
-	for r := range addrs {
-		v, err := store.Get(ctx, addrKey(r))
-		if err != nil {
-			ln.Close()
-			if errors.Is(err, rendezvous.ErrMissing) {
-				return nil, missingRanks(store, s, master)
-			}
-			return nil, fmt.Errorf("rendezvous: %w", err)
+	addrs, err := gatherAddrs(ctx, store, s, master)
+	if err != nil {
+		ln.Close()
+		if s.Rank == 0 {
+			// Keep the store up a little longer so that the other ranks can
+			// still ask it which ranks are missing.
+			time.Sleep(2 * time.Second)
 		}
-		addrs[r] = string(v)
+		return nil, err
 	}
 	// The data connections, then one last store round so that rank 0 keeps
 	// the store up until every rank is past the rendezvous.
@@ -245,17 +243,38 @@ func connect(ctx context.Context, s *Settings) (*tcp.Transport, error) {
 func addrKey(r int) string { return "addr/" + strconv.Itoa(r) }
 func doneKey(r int) string { return "done/" + strconv.Itoa(r) }
 
-func missingRanks(store *rendezvous.Client, s *Settings, master string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	var missing []string
-	for r := range s.Size {
-		if ok, err := store.Has(ctx, addrKey(r)); err == nil && !ok {
-			missing = append(missing, strconv.Itoa(r))
-		}
+// gatherAddrs waits for every rank's data address. When the join deadline
+// passes it names the ranks that never published one.
+func gatherAddrs(ctx context.Context, store *rendezvous.Client, s *Settings, master string) ([]string, error) {
+	// Keep a second of the join time to find out who is missing.
+	wctx := ctx
+	if d, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithDeadline(ctx, d.Add(-time.Second))
+		defer cancel()
 	}
-	return fmt.Errorf("rendezvous at %s: ranks [%s] did not join within %v (GORUN_JOIN_TIMEOUT)",
-		master, strings.Join(missing, " "), s.JoinTimeout)
+	addrs := make([]string, s.Size)
+	for r := range addrs {
+		v, err := store.Get(wctx, addrKey(r))
+		if err == nil {
+			addrs[r] = string(v)
+			continue
+		}
+		if !errors.Is(err, rendezvous.ErrMissing) {
+			return nil, fmt.Errorf("rendezvous at %s: %w", master, err)
+		}
+		missing := []string{strconv.Itoa(r)}
+		qctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		for q := r + 1; q < s.Size; q++ {
+			if ok, err := store.Has(qctx, addrKey(q)); err == nil && !ok {
+				missing = append(missing, strconv.Itoa(q))
+			}
+		}
+		cancel()
+		return nil, fmt.Errorf("rendezvous at %s: ranks [%s] did not join within %v (GORUN_JOIN_TIMEOUT)",
+			master, strings.Join(missing, " "), s.JoinTimeout)
+	}
+	return addrs, nil
 }
 
 func storeListener(s *Settings) (net.Listener, error) {
@@ -476,13 +495,14 @@ func (g *Group) Close() error {
 	}
 	g.senders = nil
 	g.p2pMu.Unlock()
+	failure := g.Err()
 	if g.id != 0 {
-		return nil
+		return failure
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := g.w.t.Close(ctx); err != nil {
+	if err := g.w.t.Close(ctx); err != nil && failure == nil {
 		return g.wrap("Close", err)
 	}
-	return nil
+	return failure
 }

@@ -14,7 +14,7 @@ type mailbox struct {
 	fillTicket uint64           // ticket the next arriving frame fills
 	slots      map[uint64]*slot // posted and not yet waited for
 	free       []*slot          // recycled slots: steady state allocates nothing
-	early      []earlyFrame     // arrived before their receive was posted, in order
+	early      []*earlyFrame    // arriving or arrived before their receive was posted, in order
 	closed     error            // set once the peer said goodbye: nothing more will come
 }
 
@@ -28,9 +28,14 @@ type slot struct {
 	ready chan struct{} // capacity 1: signalled once when done
 }
 
+// earlyFrame is a frame that came before its receive was posted. Its place
+// in the order is taken when its header is read, before its payload is, so
+// a later frame can never overtake it.
 type earlyFrame struct {
-	meta [4]uint64
-	data []byte
+	meta    [4]uint64
+	data    []byte
+	arrived bool
+	slot    *slot // posted while the payload was still being read
 }
 
 func newMailbox() *mailbox {
@@ -59,22 +64,30 @@ func (m *mailbox) post(buf []byte) uint64 {
 	switch {
 	case len(m.early) > 0:
 		f := m.early[0]
-		m.early[0] = earlyFrame{}
+		m.early[0] = nil
 		m.early = m.early[1:]
 		m.fillTicket++
-		s.meta = f.meta
-		if len(f.data) > len(buf) {
-			s.err = fmt.Errorf("%w: %d bytes arrived for a %d-byte receive", ErrFrameTooLarge, len(f.data), len(buf))
+		if f.arrived {
+			s.fillFrom(f)
 		} else {
-			s.n = copy(buf, f.data)
+			f.slot = s // stash completes it
 		}
-		s.finish()
 	case m.closed != nil:
 		m.fillTicket++
 		s.err = m.closed
 		s.finish()
 	}
 	return t
+}
+
+func (s *slot) fillFrom(f *earlyFrame) {
+	s.meta = f.meta
+	if len(f.data) > len(s.buf) {
+		s.err = fmt.Errorf("%w: %d bytes arrived for a %d-byte receive", ErrFrameTooLarge, len(f.data), len(s.buf))
+	} else {
+		s.n = copy(s.buf, f.data)
+	}
+	s.finish()
 }
 
 func (s *slot) finish() {
@@ -85,16 +98,19 @@ func (s *slot) finish() {
 	}
 }
 
-// claim returns the posted slot the next frame fills, or nil when none is posted.
-func (m *mailbox) claim() *slot {
+// claim returns the posted slot the next frame fills or, when none is
+// posted, the place it takes among the early frames.
+func (m *mailbox) claim() (*slot, *earlyFrame) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.fillTicket == m.nextTicket {
-		return nil
+		f := &earlyFrame{}
+		m.early = append(m.early, f)
+		return nil, f
 	}
 	s := m.slots[m.fillTicket]
 	m.fillTicket++
-	return s
+	return s, nil
 }
 
 func (m *mailbox) complete(s *slot, meta [4]uint64, n int, err error) {
@@ -104,10 +120,14 @@ func (m *mailbox) complete(s *slot, meta [4]uint64, n int, err error) {
 	m.mu.Unlock()
 }
 
-func (m *mailbox) stash(meta [4]uint64, data []byte) {
+func (m *mailbox) stash(f *earlyFrame, meta [4]uint64, data []byte) {
 	m.mu.Lock()
-	m.early = append(m.early, earlyFrame{meta: meta, data: data})
-	m.mu.Unlock()
+	defer m.mu.Unlock()
+	f.meta, f.data, f.arrived = meta, data, true
+	if f.slot != nil {
+		f.slot.fillFrom(f)
+		f.data = nil
+	}
 }
 
 // close fails every posted receive still open and all later ones with err.

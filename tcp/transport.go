@@ -115,10 +115,10 @@ type peer struct {
 
 	wmu  sync.Mutex // one frame at a time on the wire
 	whdr [HeaderSize]byte
-	wbuf []byte        // header plus small payload
-	iov  [2][]byte     // writev vectors
-	bufs net.Buffers   // view of iov handed to WriteTo
-	zbuf []byte        // compressed payload being sent
+	wbuf []byte      // header plus small payload
+	iov  [2][]byte   // writev vectors
+	bufs net.Buffers // view of iov handed to WriteTo
+	zbuf []byte      // compressed payload being sent
 
 	rhdr [HeaderSize]byte
 	rz   []byte // compressed payload being received
@@ -443,7 +443,7 @@ func (t *Transport) readFailed(p *peer, err error) {
 // mismatch is reported to the waiter.
 func (t *Transport) deliver(p *peer, h *Header) error {
 	m := p.box(h.Stream)
-	s := m.claim()
+	s, early := m.claim()
 	var dst []byte
 	if s == nil {
 		dst = make([]byte, h.RawLen)
@@ -477,7 +477,7 @@ func (t *Transport) deliver(p *peer, h *Header) error {
 		if derr != nil {
 			return derr
 		}
-		m.stash(h.Meta, dst)
+		m.stash(early, h.Meta, dst)
 		return nil
 	}
 	m.complete(s, h.Meta, len(dst), derr)

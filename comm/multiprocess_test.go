@@ -1,0 +1,202 @@
+package comm_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gorun/gorun/comm/launch"
+)
+
+// syncBuffer collects the job's output.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// runJob runs np copies of this test binary as the ranks of a job.
+func runJob(t *testing.T, np int, scenario string, env ...string) (*launch.Result, string) {
+	t.Helper()
+	var out syncBuffer
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	res, err := launch.Run(ctx, launch.Config{
+		NP:      np,
+		Program: os.Args[0],
+		Args:    []string{"-test.run=^$"},
+		Env:     append([]string{workerEnv + "=" + scenario, "GORUN_JOIN_TIMEOUT=30s", "GORUN_TIMEOUT=60s"}, env...),
+		Stdout:  &out,
+		Stderr:  &out,
+		Grace:   2 * time.Second,
+	})
+	if err != nil {
+		t.Fatalf("launch: %v", err)
+	}
+	return res, out.String()
+}
+
+// rankLines returns what each rank printed, by rank.
+func rankLines(out string) map[int][]string {
+	lines := map[int][]string{}
+	re := regexp.MustCompile(`^\[(\d+)\] (.*)$`)
+	for _, l := range strings.Split(out, "\n") {
+		if m := re.FindStringSubmatch(l); m != nil {
+			r, _ := strconv.Atoi(m[1])
+			lines[r] = append(lines[r], m[2])
+		}
+	}
+	return lines
+}
+
+// TestCollectivesMultiProcess runs every collective, op and element type at
+// the counts the issue names, in real processes over loopback, for each
+// world size and each algorithm choice, and checks every result against a
+// sequential reference.
+func TestCollectivesMultiProcess(t *testing.T) {
+	variants := []struct {
+		name string
+		env  []string
+	}{
+		{"default", nil},
+		{"ring-only-small-chunks", []string{"GORUN_SMALL_BYTES=-1", "GORUN_CHUNK_BYTES=4096"}},
+		{"latency-algorithms-only", []string{"GORUN_SMALL_BYTES=1073741824"}},
+		{"compressed", []string{"GORUN_COMPRESS=s2"}},
+	}
+	for _, np := range []int{1, 2, 3, 4, 5, 8} {
+		for _, v := range variants {
+			if testing.Short() && v.name != "default" {
+				continue
+			}
+			if np == 8 && v.name == "compressed" {
+				continue // covered at np 2..5; keeps CI within budget on 2 cores
+			}
+			t.Run(fmt.Sprintf("np=%d/%s", np, v.name), func(t *testing.T) {
+				res, out := runJob(t, np, "matrix", v.env...)
+				if err := res.Error(); err != nil {
+					t.Fatalf("job failed: %v\n%s", err, out)
+				}
+				lines := rankLines(out)
+				for r := range np {
+					if len(lines[r]) == 0 || lines[r][len(lines[r])-1] != "OK" {
+						t.Errorf("rank %d did not report OK:\n%s", r, out)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestRankKilledMidAllReduce kills one rank with SIGKILL in the middle of a
+// stream of 16 MiB all-reduces: every survivor must fail within 10 s with an
+// error naming it, and the launcher must name it as the first failure.
+func TestRankKilledMidAllReduce(t *testing.T) {
+	const np, victim = 4, 2
+	res, out := runJob(t, np, "kill", "VICTIM="+strconv.Itoa(victim))
+	if res.First == nil || res.First.Rank != victim || res.First.Signal != syscall.SIGKILL {
+		t.Fatalf("launcher's first failure = %v, want rank %d killed by SIGKILL\n%s", res.First, victim, out)
+	}
+	lines := rankLines(out)
+	re := regexp.MustCompile(`^FAILED-AFTER ([0-9.]+) (.*)$`)
+	for r := range np {
+		if r == victim {
+			continue
+		}
+		var found bool
+		for _, l := range lines[r] {
+			m := re.FindStringSubmatch(l)
+			if m == nil {
+				continue
+			}
+			found = true
+			secs, _ := strconv.ParseFloat(m[1], 64)
+			if secs > 10 {
+				t.Errorf("rank %d noticed the death after %.1f s, want under 10 s", r, secs)
+			}
+			if !strings.Contains(m[2], fmt.Sprintf("rank %d", victim)) {
+				t.Errorf("rank %d's error does not name rank %d: %s", r, victim, m[2])
+			}
+		}
+		if !found {
+			t.Errorf("rank %d reported no failure:\n%s", r, out)
+		}
+	}
+}
+
+// TestMismatchedCalls: rank 1 all-reduces 1000 floats while the others
+// broadcast 2000. Every rank must fail with an error naming both calls.
+func TestMismatchedCalls(t *testing.T) {
+	const np = 3
+	start := time.Now()
+	_, out := runJob(t, np, "mismatch")
+	if d := time.Since(start); d > 30*time.Second {
+		t.Errorf("mismatch took %v to surface", d)
+	}
+	lines := rankLines(out)
+	for r := range np {
+		text := strings.Join(lines[r], "\n")
+		if !containsAll(text, "ERROR", "AllReduce", "1000 × float32", "Broadcast", "2000 × float32") {
+			t.Errorf("rank %d's error does not name both calls:\n%s", r, text)
+		}
+	}
+}
+
+// TestStrangerCannotJoin: connections without the job token, garbage and
+// idle connections to the rendezvous port are dropped; the job still
+// finishes correctly.
+func TestStrangerCannotJoin(t *testing.T) {
+	res, out := runJob(t, 3, "stranger")
+	if err := res.Error(); err != nil {
+		t.Fatalf("job failed: %v\n%s", err, out)
+	}
+	if strings.Contains(out, "STRANGER-ACCEPTED") {
+		t.Fatalf("a connection with the wrong token was accepted:\n%s", out)
+	}
+	lines := rankLines(out)
+	for r := range 3 {
+		if !slicesContains(lines[r], "OK") {
+			t.Errorf("rank %d did not finish:\n%s", r, out)
+		}
+	}
+}
+
+// TestAbsentRankNamed: rank 2 never calls Init; the others must fail at the
+// join deadline with an error naming rank 2.
+func TestAbsentRankNamed(t *testing.T) {
+	_, out := runJob(t, 3, "absent", "GORUN_JOIN_TIMEOUT=2s")
+	lines := rankLines(out)
+	for r := range 2 {
+		text := strings.Join(lines[r], "\n")
+		if !containsAll(text, "INIT-ERROR", "ranks [2] did not join") {
+			t.Errorf("rank %d's error does not name the absent rank:\n%s", r, text)
+		}
+	}
+}
+
+func slicesContains(s []string, x string) bool {
+	for _, v := range s {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,375 @@
+package comm_test
+
+// The multi-process tests run this test binary as the ranks of a real job
+// (started by comm/launch, as gorun does). A rank finds its scenario in
+// COMM_TEST_WORKER, checks every result against a reference it computes
+// itself, and reports through its output and exit status.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"net"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gorun/gorun/comm"
+	"github.com/gorun/gorun/ring"
+	"github.com/gorun/gorun/tcp"
+)
+
+const workerEnv = "COMM_TEST_WORKER"
+
+func TestMain(m *testing.M) {
+	if scenario := os.Getenv(workerEnv); scenario != "" {
+		os.Exit(runWorker(scenario))
+	}
+	os.Exit(m.Run())
+}
+
+func runWorker(scenario string) int {
+	ctx := context.Background()
+	if scenario == "stranger" && os.Getenv("RANK") == "1" {
+		go stranger(os.Getenv("MASTER_ADDR") + ":" + os.Getenv("MASTER_PORT"))
+	}
+	if scenario == "absent" && os.Getenv("RANK") == "2" {
+		return 0 // never joins
+	}
+	g, err := comm.Init(ctx)
+	if err != nil {
+		fmt.Printf("INIT-ERROR %v\n", err)
+		return 3
+	}
+	defer g.Close()
+	switch scenario {
+	case "matrix":
+		err = matrix(ctx, g)
+	case "stranger":
+		buf := []float32{float32(g.Rank() + 1)}
+		if err = g.AllReduce(ctx, buf, comm.Sum); err == nil && buf[0] != float32(g.Size()*(g.Size()+1)/2) {
+			err = fmt.Errorf("sum %v", buf[0])
+		}
+	case "kill":
+		err = killScenario(ctx, g)
+	case "mismatch":
+		if g.Rank() == 1 {
+			err = g.AllReduce(ctx, make([]float32, 1000), comm.Sum)
+		} else {
+			err = g.Broadcast(ctx, make([]float32, 2000), 0)
+		}
+		if err == nil {
+			// A broadcast root needs nothing from the others, so it can only
+			// learn of the mismatch at its next call.
+			err = g.Barrier(ctx)
+		}
+		if err == nil {
+			err = errors.New("mismatched calls succeeded")
+		}
+		fmt.Printf("ERROR %v\n", err)
+		return 3
+	default:
+		err = fmt.Errorf("unknown scenario %q", scenario)
+	}
+	if err != nil {
+		fmt.Printf("ERROR %v\n", err)
+		return 3
+	}
+	fmt.Println("OK")
+	return 0
+}
+
+// stranger pokes the rendezvous store without the token: with a wrong one,
+// with garbage, and by connecting and saying nothing.
+func stranger(addr string) {
+	for range 5 {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			err := tcp.DialHandshake(c, []byte("wrong token"), tcp.Identity{Purpose: tcp.PurposeStore, From: 0, To: -1, Size: 3}, 2*time.Second)
+			if err == nil {
+				fmt.Println("STRANGER-ACCEPTED")
+			}
+			c.Close()
+		}
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Write([]byte("GET / HTTP/1.0\r\n\r\n"))
+			defer c.Close()
+		}
+		if c, err := net.Dial("tcp", addr); err == nil {
+			defer c.Close() // idle: must not stall the job
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(3 * time.Second)
+}
+
+func killScenario(ctx context.Context, g *comm.Group) error {
+	victim, _ := strconv.Atoi(os.Getenv("VICTIM"))
+	buf := make([]float32, 4<<20)
+	start := time.Now()
+	for i := 0; ; i++ {
+		if g.Rank() == victim && i == 3 {
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		}
+		t0 := time.Now()
+		if err := g.AllReduce(ctx, buf, comm.Sum); err != nil {
+			fmt.Printf("FAILED-AFTER %.3f %v\n", time.Since(t0).Seconds(), err)
+			return err
+		}
+		if time.Since(start) > time.Minute {
+			return errors.New("victim never died")
+		}
+	}
+}
+
+// value is rank r's element i: small multiples of 1/4, so sums, averages
+// and products of up to 8 ranks are exact in every type and any order.
+func value[T comm.Elem](r, i int, op comm.Op) T {
+	if op == comm.Prod {
+		return T([]int{1, 2, 1, 3}[(i+r)%4])
+	}
+	v := (i*7+r*13)%17 - 8
+	var z T
+	switch any(z).(type) {
+	case float32, float64:
+		return T(float64(v) / 4)
+	case uint8:
+		return T(uint8(v + 8))
+	default:
+		return T(v)
+	}
+}
+
+func reference[T comm.Elem](n, i int, op comm.Op) T {
+	acc := value[T](0, i, op)
+	for r := 1; r < n; r++ {
+		x := value[T](r, i, op)
+		switch op {
+		case comm.Sum, comm.Avg:
+			acc += x
+		case comm.Prod:
+			acc *= x
+		case comm.Max:
+			acc = max(acc, x)
+		case comm.Min:
+			acc = min(acc, x)
+		}
+	}
+	if op == comm.Avg {
+		acc /= T(n)
+	}
+	return acc
+}
+
+func counts(n int) []int {
+	c := []int{0, 1, n - 1, n + 1, 4097, 1<<20 + 3}
+	slices.Sort(c)
+	return slices.Compact(c)
+}
+
+func matrix(ctx context.Context, g *comm.Group) error {
+	for _, count := range counts(g.Size()) {
+		if err := checkType[float32](ctx, g, count); err != nil {
+			return err
+		}
+		if count <= 4097 {
+			for _, check := range []func(context.Context, *comm.Group, int) error{
+				checkType[float64], checkType[int32], checkType[int64], checkType[uint8]} {
+				if err := check(ctx, g, count); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	if err := identicalBits(ctx, g); err != nil {
+		return err
+	}
+	if err := pointToPoint(ctx, g); err != nil {
+		return err
+	}
+	if err := split(ctx, g); err != nil {
+		return err
+	}
+	return g.Barrier(ctx)
+}
+
+func ops[T comm.Elem]() []comm.Op {
+	if ring.ValidOp[T](comm.Avg) == nil {
+		return []comm.Op{comm.Sum, comm.Avg, comm.Max, comm.Min, comm.Prod}
+	}
+	return []comm.Op{comm.Sum, comm.Max, comm.Min, comm.Prod}
+}
+
+func checkType[T comm.Elem](ctx context.Context, g *comm.Group, count int) error {
+	n, r := g.Size(), g.Rank()
+	where := func(what string, i int, got, want T) error {
+		return fmt.Errorf("%s of %d × %v: element %d is %v, want %v", what, count, ring.DTypeOf[T](), i, got, want)
+	}
+	for _, op := range ops[T]() {
+		buf := make([]T, count)
+		for i := range buf {
+			buf[i] = value[T](r, i, op)
+		}
+		if err := comm.AllReduce(ctx, g, buf, op); err != nil {
+			return err
+		}
+		for i, v := range buf {
+			if want := reference[T](n, i, op); v != want {
+				return where("AllReduce "+op.String(), i, v, want)
+			}
+		}
+		send := make([]T, n*count)
+		for i := range send {
+			send[i] = value[T](r, i, op)
+		}
+		recv := make([]T, count)
+		if err := comm.ReduceScatter(ctx, g, send, recv, op); err != nil {
+			return err
+		}
+		for i, v := range recv {
+			if want := reference[T](n, r*count+i, op); v != want {
+				return where("ReduceScatter "+op.String(), i, v, want)
+			}
+		}
+	}
+	for _, root := range []int{0, n - 1} {
+		buf := make([]T, count)
+		for i := range buf {
+			buf[i] = value[T](r, i, comm.Sum)
+		}
+		if err := comm.Broadcast(ctx, g, buf, root); err != nil {
+			return err
+		}
+		for i, v := range buf {
+			if want := value[T](root, i, comm.Sum); v != want {
+				return where(fmt.Sprintf("Broadcast from %d", root), i, v, want)
+			}
+		}
+	}
+	send := make([]T, count)
+	for i := range send {
+		send[i] = value[T](r, i, comm.Sum)
+	}
+	recv := make([]T, n*count)
+	if err := comm.AllGather(ctx, g, send, recv); err != nil {
+		return err
+	}
+	for i, v := range recv {
+		if want := value[T](i/max(count, 1), i%max(count, 1), comm.Sum); v != want {
+			return where("AllGather", i, v, want)
+		}
+	}
+	return nil
+}
+
+// identicalBits all-reduces random floats (where rounding depends on the
+// order of the additions) and checks that every rank got the same bits.
+func identicalBits(ctx context.Context, g *comm.Group) error {
+	for _, count := range []int{1000, 300000} {
+		rng := rand.New(rand.NewPCG(uint64(g.Rank()), 7))
+		buf := make([]float32, count)
+		for i := range buf {
+			buf[i] = rng.Float32()*2 - 1
+		}
+		if err := g.AllReduce(ctx, buf, comm.Sum); err != nil {
+			return err
+		}
+		h := fnv.New64a()
+		h.Write(ring.AsBytes(buf))
+		mine := []int64{int64(h.Sum64())}
+		all := make([]int64, g.Size())
+		if err := comm.AllGather(ctx, g, mine, all); err != nil {
+			return err
+		}
+		for r, v := range all {
+			if v != all[0] {
+				return fmt.Errorf("AllReduce of %d random floats: rank %d's result differs from rank 0's", count, r)
+			}
+		}
+	}
+	return nil
+}
+
+// pointToPoint passes messages around the ring with tags, asynchronously,
+// several in flight.
+func pointToPoint(ctx context.Context, g *comm.Group) error {
+	n, r := g.Size(), g.Rank()
+	if n == 1 {
+		return nil
+	}
+	right, left := (r+1)%n, (r-1+n)%n
+	for _, count := range []int{0, 5, 1<<20 + 3} {
+		var works []*comm.Work
+		recvs := make([][]float32, 3)
+		for tag := range 3 {
+			recvs[tag] = make([]float32, count)
+			works = append(works, g.RecvAsync(ctx, recvs[tag], left, tag))
+		}
+		for tag := 2; tag >= 0; tag-- {
+			send := make([]float32, count)
+			for i := range send {
+				send[i] = float32(r*1000 + tag*10 + i%7)
+			}
+			works = append(works, g.SendAsync(ctx, send, right, tag))
+		}
+		for _, w := range works {
+			if err := w.Wait(); err != nil {
+				return err
+			}
+		}
+		for tag, buf := range recvs {
+			for i, v := range buf {
+				if want := float32(left*1000 + tag*10 + i%7); v != want {
+					return fmt.Errorf("Recv tag %d of %d floats from %d: element %d is %v, want %v", tag, count, left, i, v, want)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// split makes even and odd sub-groups, ordered by descending rank, and
+// all-reduces in each, concurrently with nothing else.
+func split(ctx context.Context, g *comm.Group) error {
+	sub, err := g.Split(ctx, g.Rank()%2, -g.Rank())
+	if err != nil {
+		return err
+	}
+	defer sub.Close()
+	var members []int
+	for r := g.Size() - 1; r >= 0; r-- {
+		if r%2 == g.Rank()%2 {
+			members = append(members, r)
+		}
+	}
+	if sub.Size() != len(members) || members[sub.Rank()] != g.Rank() {
+		return fmt.Errorf("Split: rank %d of %d in the sub-group, want rank %d of %d", sub.Rank(), sub.Size(), slices.Index(members, g.Rank()), len(members))
+	}
+	buf := []int64{int64(g.Rank()), 1}
+	if err := comm.AllReduce(ctx, sub, buf, comm.Sum); err != nil {
+		return err
+	}
+	var want int64
+	for _, m := range members {
+		want += int64(m)
+	}
+	if buf[0] != want || buf[1] != int64(len(members)) {
+		return fmt.Errorf("AllReduce in the sub-group gave %v, want [%d %d]", buf, want, len(members))
+	}
+	// The world group still works after the split.
+	return g.Barrier(ctx)
+}
+
+func containsAll(s string, subs ...string) bool {
+	for _, x := range subs {
+		if !strings.Contains(s, x) {
+			return false
+		}
+	}
+	return true
+}
