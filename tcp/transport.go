@@ -344,7 +344,10 @@ func tryLock(mu *sync.Mutex, within time.Duration) bool {
 	return true
 }
 
-// Close says goodbye to every peer, waits (bounded by ctx) until each has
+// closeWait bounds how long Close waits for the peers' goodbyes.
+const closeWait = 10 * time.Second
+
+// Close says goodbye to every peer, waits (bounded by ctx and closeWait) until each has
 // said goodbye too, and closes the connections. Errors from several peers are
 // gathered into one.
 func (t *Transport) Close(ctx context.Context) error {
@@ -370,10 +373,13 @@ func (t *Transport) Close(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() { t.readers.Wait(); close(done) }()
 	if healthy {
+		bound := time.NewTimer(closeWait)
 		select {
 		case <-done:
 		case <-ctx.Done():
+		case <-bound.C:
 		}
+		bound.Stop()
 	}
 	for _, p := range t.peers {
 		if p != nil {

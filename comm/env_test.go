@@ -1,0 +1,74 @@
+package comm
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestResolveSettings(t *testing.T) {
+	tests := []struct {
+		name    string
+		env     map[string]string
+		opts    []Option
+		want    Settings // only the fields checked below
+		wantErr string
+	}{
+		{name: "no launcher: one process", env: nil,
+			want: Settings{Rank: 0, Size: 1, LocalRank: 0, LocalSize: 1, MasterPort: DefaultMasterPort, Source: "single"}},
+		{name: "gorun/torchrun", env: map[string]string{"RANK": "2", "WORLD_SIZE": "4", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "node1", "MASTER_PORT": "1234"},
+			want: Settings{Rank: 2, Size: 4, LocalRank: 0, LocalSize: 2, MasterAddr: "node1", MasterPort: 1234, Source: "gorun/torchrun"}},
+		{name: "torchrun wins over slurm", env: map[string]string{"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "a", "SLURM_PROCID": "0", "SLURM_NTASKS": "8"},
+			want: Settings{Rank: 1, Size: 2, LocalRank: 0, LocalSize: 1, MasterAddr: "a", MasterPort: DefaultMasterPort, Source: "gorun/torchrun"}},
+		{name: "slurm with compressed nodelist", env: map[string]string{"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1", "SLURM_NODEID": "2",
+			"SLURM_TASKS_PER_NODE": "2(x4)", "SLURM_JOB_NODELIST": "gpu[01-04,07],login2", "SLURM_JOB_ID": "77", "SLURM_STEP_ID": "0"},
+			want: Settings{Rank: 5, Size: 8, LocalRank: 1, LocalSize: 2, MasterAddr: "gpu01", MasterPort: derivePort("77.0"), Source: "slurm"}},
+		{name: "slurm: MASTER_ADDR overrides the nodelist", env: map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": "n[1-2]", "MASTER_ADDR": "10.0.0.9", "MASTER_PORT": "4000"},
+			want: Settings{Rank: 0, Size: 2, LocalRank: 0, LocalSize: 1, MasterAddr: "10.0.0.9", MasterPort: 4000, Source: "slurm"}},
+		{name: "open mpi on one node", env: map[string]string{"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "PMIX_NAMESPACE": "prterun-x-1@1"},
+			want: Settings{Rank: 1, Size: 2, LocalRank: 1, LocalSize: 2, MasterAddr: "127.0.0.1", MasterPort: derivePort("prterun-x-1@1"), Source: "openmpi"}},
+		{name: "options override the environment", env: map[string]string{"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "a"},
+			opts: []Option{WithRank(0, 3), WithMaster("b", 99)},
+			want: Settings{Rank: 0, Size: 3, LocalRank: 0, LocalSize: 1, MasterAddr: "b", MasterPort: 99, Source: "options"}},
+		{name: "RANK without WORLD_SIZE", env: map[string]string{"RANK": "1"}, wantErr: "RANK is set but WORLD_SIZE is not"},
+		{name: "rank outside the world", env: map[string]string{"RANK": "4", "WORLD_SIZE": "4", "MASTER_ADDR": "a"}, wantErr: "rank 4 from gorun/torchrun is outside the world of size 4"},
+		{name: "not a number", env: map[string]string{"RANK": "one", "WORLD_SIZE": "4"}, wantErr: `RANK="one" is not an integer`},
+		{name: "no master", env: map[string]string{"RANK": "0", "WORLD_SIZE": "2"}, wantErr: "MASTER_ADDR is not set"},
+		{name: "bad port", env: map[string]string{"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "a", "MASTER_PORT": "70000"}, wantErr: "MASTER_PORT=70000"},
+		{name: "slurm without ntasks", env: map[string]string{"SLURM_PROCID": "0"}, wantErr: "SLURM_NTASKS is not"},
+		{name: "slurm bad nodelist", env: map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": "n[1-"}, wantErr: "SLURM_JOB_NODELIST"},
+		{name: "open mpi across nodes needs MASTER_ADDR", env: map[string]string{"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}, wantErr: "Open MPI spans several nodes"},
+		{name: "bad timeout", env: map[string]string{"GORUN_TIMEOUT": "soon"}, wantErr: `GORUN_TIMEOUT="soon"`},
+		{name: "bad compression", env: map[string]string{"GORUN_COMPRESS": "zip"}, wantErr: `GORUN_COMPRESS="zip"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ResolveSettings(func(k string) string { return tc.env[k] }, tc.opts...)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := tc.want
+			if got.Rank != w.Rank || got.Size != w.Size || got.LocalRank != w.LocalRank || got.LocalSize != w.LocalSize ||
+				got.MasterAddr != w.MasterAddr || got.MasterPort != w.MasterPort || got.Source != w.Source {
+				t.Errorf("got %+v\nwant %+v", got, w)
+			}
+		})
+	}
+}
+
+func TestResolveSettingsTuning(t *testing.T) {
+	env := map[string]string{"GORUN_TIMEOUT": "90", "GORUN_JOIN_TIMEOUT": "2m", "GORUN_SMALL_BYTES": "-1", "GORUN_CHUNK_BYTES": "8192", "GORUN_COMPRESS": "s2", "GORUN_TOKEN": "abc"}
+	s, err := ResolveSettings(func(k string) string { return env[k] }, WithChunkBytes(4096))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Timeout != 90*time.Second || s.JoinTimeout != 2*time.Minute || s.SmallBytes != -1 || s.ChunkBytes != 4096 || !s.Compress || string(s.Token) != "abc" {
+		t.Errorf("got %+v", s)
+	}
+}

@@ -1,0 +1,255 @@
+package tcp
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// mesh connects n transports in this process over loopback.
+func mesh(t testing.TB, n int, cfg Config, beforeConnect func(addrs []string)) []*Transport {
+	t.Helper()
+	lns := make([]*net.TCPListener, n)
+	addrs := make([]string, n)
+	for i := range n {
+		ln, err := Listen("127.0.0.1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns[i], addrs[i] = ln, ln.Addr().String()
+	}
+	if beforeConnect != nil {
+		beforeConnect(addrs)
+	}
+	ts := make([]*Transport, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := cfg
+			c.Rank, c.Size = i, n
+			ts[i], errs[i] = Connect(ctx, c, lns[i], addrs)
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", i, err)
+		}
+	}
+	t.Cleanup(func() {
+		var wg sync.WaitGroup
+		for _, tr := range ts {
+			wg.Add(1)
+			go func() { defer wg.Done(); tr.Close(context.Background()) }()
+		}
+		wg.Wait()
+	})
+	return ts
+}
+
+func TestSendPostWait(t *testing.T) {
+	for _, compress := range []bool{false, true} {
+		t.Run(fmt.Sprintf("compress=%v", compress), func(t *testing.T) {
+			ts := mesh(t, 2, Config{Token: []byte("secret"), Compress: compress}, nil)
+			ctx := context.Background()
+			sizes := []int{0, 1, 100, smallFrame, smallFrame + 1, 1 << 20}
+			// Half the receives are posted before the data arrives, half after.
+			for i, n := range sizes {
+				payload := bytes.Repeat([]byte{byte(i + 1), 0, 0, 7}, n/4+1)[:n]
+				buf := make([]byte, n)
+				var ticket uint64
+				if i%2 == 0 {
+					ticket, _ = ts[1].Post(0, 5, buf)
+				}
+				meta := [4]uint64{uint64(i), 2, 3, 4}
+				if err := ts[0].Send(ctx, 1, 5, meta, payload); err != nil {
+					t.Fatal(err)
+				}
+				if i%2 == 1 {
+					time.Sleep(5 * time.Millisecond)
+					ticket, _ = ts[1].Post(0, 5, buf)
+				}
+				gotMeta, got, err := ts[1].Wait(ctx, 0, 5, ticket)
+				if err != nil || got != n || gotMeta != meta || !bytes.Equal(buf, payload) {
+					t.Fatalf("size %d: got %d bytes, meta %v, err %v", n, got, gotMeta, err)
+				}
+			}
+		})
+	}
+}
+
+func TestFrameLargerThanPostedReceive(t *testing.T) {
+	ts := mesh(t, 2, Config{}, nil)
+	ctx := context.Background()
+	ticket, _ := ts[1].Post(0, 1, make([]byte, 10))
+	if err := ts[0].Send(ctx, 1, 1, [4]uint64{9}, make([]byte, 11)); err != nil {
+		t.Fatal(err)
+	}
+	meta, _, err := ts[1].Wait(ctx, 0, 1, ticket)
+	if !errors.Is(err, ErrFrameTooLarge) || meta[0] != 9 {
+		t.Fatalf("got meta %v, err %v; want ErrFrameTooLarge with the frame's meta", meta, err)
+	}
+	// The connection stays in sync: the next frame arrives intact.
+	buf := make([]byte, 3)
+	ticket, _ = ts[1].Post(0, 1, buf)
+	ts[0].Send(ctx, 1, 1, [4]uint64{10}, []byte("abc"))
+	if _, n, err := ts[1].Wait(ctx, 0, 1, ticket); err != nil || n != 3 || string(buf) != "abc" {
+		t.Fatalf("next frame: n=%d err=%v buf=%q", n, err, buf)
+	}
+}
+
+// TestStrangersAreDropped: while the real ranks connect, strangers connect
+// to every data listener with a wrong token, with garbage, and idle. The
+// mesh still forms, and data flows.
+func TestStrangersAreDropped(t *testing.T) {
+	var refused sync.WaitGroup
+	var accepted bool
+	ts := mesh(t, 3, Config{Token: []byte("job-token"), HandshakeTimeout: 2 * time.Second}, func(addrs []string) {
+		for _, a := range addrs {
+			refused.Add(1)
+			go func() {
+				defer refused.Done()
+				c, err := net.Dial("tcp", a)
+				if err != nil {
+					return
+				}
+				defer c.Close()
+				err = DialHandshake(c, []byte("guess"), Identity{Purpose: PurposeData, From: 2, To: 0, Size: 3}, 2*time.Second)
+				if err == nil {
+					accepted = true
+				}
+			}()
+			go func() {
+				if c, err := net.Dial("tcp", a); err == nil {
+					c.Write([]byte(strings.Repeat("x", 100)))
+					time.Sleep(time.Second)
+					c.Close()
+				}
+			}()
+			go func() {
+				if c, err := net.Dial("tcp", a); err == nil {
+					time.Sleep(3 * time.Second) // idle, never speaks
+					c.Close()
+				}
+			}()
+		}
+	})
+	refused.Wait()
+	if accepted {
+		t.Fatal("a stranger with the wrong token passed the handshake")
+	}
+	buf := make([]byte, 4)
+	ticket, _ := ts[2].Post(0, 0, buf)
+	if err := ts[0].Send(context.Background(), 2, 0, [4]uint64{}, []byte("ping")); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := ts[2].Wait(context.Background(), 0, 0, ticket); err != nil || string(buf) != "ping" {
+		t.Fatalf("err %v, buf %q", err, buf)
+	}
+}
+
+func TestHandshakeWrongTokenBothWays(t *testing.T) {
+	a, b := net.Pipe()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := AcceptHandshake(b, []byte("right"), func(Identity) error { return nil }, time.Second)
+		errc <- err
+	}()
+	if err := DialHandshake(a, []byte("wrong"), Identity{Purpose: PurposeData}, time.Second); !errors.Is(err, ErrAuth) {
+		t.Errorf("dialer with the wrong token: %v, want ErrAuth", err)
+	}
+	if err := <-errc; err == nil {
+		t.Error("listener accepted a dialer with the wrong token")
+	}
+}
+
+// TestPeerDeathNamed: a peer whose connections drop without goodbye fails
+// every pending wait on every other rank, naming it — also on ranks that
+// were waiting for someone else.
+func TestPeerDeathNamed(t *testing.T) {
+	ts := mesh(t, 3, Config{}, nil)
+	ticket, _ := ts[0].Post(1, 0, make([]byte, 8)) // rank 0 waits on rank 1
+	for _, p := range ts[2].peers {
+		if p != nil {
+			p.conn.Close() // rank 2 "dies"
+		}
+	}
+	start := time.Now()
+	_, _, err := ts[0].Wait(context.Background(), 1, 0, ticket)
+	var pe *PeerError
+	if !errors.As(err, &pe) || pe.Rank != 2 || !errors.Is(err, ErrPeerDied) {
+		t.Fatalf("got %v, want a PeerError for rank 2 wrapping ErrPeerDied", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("took %v", d)
+	}
+}
+
+func TestAbortReachesPeers(t *testing.T) {
+	ts := mesh(t, 3, Config{}, nil)
+	ticket, _ := ts[2].Post(0, 0, make([]byte, 8))
+	ts[1].Abort(errors.New("out of memory"))
+	_, _, err := ts[2].Wait(context.Background(), 0, 0, ticket)
+	var ae *AbortError
+	if !errors.As(err, &ae) || ae.Rank != 1 || ae.Msg != "out of memory" {
+		t.Fatalf("got %v, want rank 1's abort", err)
+	}
+}
+
+func TestCleanCloseIsNotDeath(t *testing.T) {
+	ts := mesh(t, 2, Config{}, nil)
+	done := make(chan error, 2)
+	for _, tr := range ts {
+		go func() { done <- tr.Close(context.Background()) }()
+	}
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Errorf("close: %v", err)
+		}
+	}
+}
+
+func TestWaitHonoursContext(t *testing.T) {
+	ts := mesh(t, 2, Config{}, nil)
+	ticket, _ := ts[0].Post(1, 0, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, _, err := ts[0].Wait(ctx, 1, 0, ticket)
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "rank 1") {
+		t.Fatalf("got %v, want a deadline error naming rank 1", err)
+	}
+}
+
+// BenchmarkSendRecv measures one frame's round trip between two ranks in
+// this process, and checks that steady state allocates nothing.
+func BenchmarkSendRecv(b *testing.B) {
+	for _, size := range []int{8, 64 << 10, 1 << 20} {
+		b.Run(fmt.Sprint(size), func(b *testing.B) {
+			ts := mesh(b, 2, Config{}, nil)
+			ctx := context.Background()
+			payload, buf := make([]byte, size), make([]byte, size)
+			b.SetBytes(int64(size))
+			b.ReportAllocs()
+			for b.Loop() {
+				ticket, _ := ts[1].Post(0, 0, buf)
+				if err := ts[0].Send(ctx, 1, 0, [4]uint64{}, payload); err != nil {
+					b.Fatal(err)
+				}
+				if _, _, err := ts[1].Wait(ctx, 0, 0, ticket); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
