@@ -3,8 +3,8 @@ module github.com/gorun/gorun
 go 1.26.8
 
 require (
-	github.com/hashicorp/errwrap v1.0.0 // indirect
-	github.com/hashicorp/go-multierror v1.1.1 // indirect
-	github.com/klauspost/compress v1.20.3 // indirect
-	golang.org/x/sys v0.49.0 // indirect
+	github.com/hashicorp/go-multierror v1.1.1
+	github.com/klauspost/compress v1.20.3
 )
+
+require github.com/hashicorp/errwrap v1.0.0 // indirect

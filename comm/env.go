@@ -34,6 +34,8 @@ type Settings struct {
 	// Addr is the address peers reach this rank's data port by; empty: the
 	// address of the interface that reaches the master.
 	Addr string
+	// SocketBuffer, when positive, sets the data sockets' kernel buffers (bytes).
+	SocketBuffer int
 	// StoreFD, when positive, is an inherited listening socket rank 0 serves the store on (set by gorun).
 	StoreFD int
 }
@@ -184,6 +186,7 @@ func ResolveSettings(getenv func(string) string, opts ...Option) (Settings, erro
 		}
 	}
 	s.Addr = getenv("GORUN_ADDR")
+	s.SocketBuffer = e.int("GORUN_SOCKET_BUFFER", 0)
 	s.StoreFD = e.int("GORUN_STORE_FD", 0)
 	s.MasterAddr = getenv("MASTER_ADDR")
 	s.MasterPort = e.int("MASTER_PORT", 0)

@@ -35,7 +35,7 @@ func (s *syncBuffer) String() string {
 }
 
 // runJob runs np copies of this test binary as the ranks of a job.
-func runJob(t *testing.T, np int, scenario string, env ...string) (*launch.Result, string) {
+func runJob(t testing.TB, np int, scenario string, env ...string) (*launch.Result, string) {
 	t.Helper()
 	var out syncBuffer
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

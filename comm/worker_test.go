@@ -13,6 +13,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -58,6 +59,8 @@ func runWorker(scenario string) int {
 		}
 	case "kill":
 		err = killScenario(ctx, g)
+	case "bench":
+		err = benchScenario(ctx, g)
 	case "mismatch":
 		if g.Rank() == 1 {
 			err = g.AllReduce(ctx, make([]float32, 1000), comm.Sum)
@@ -125,6 +128,47 @@ func killScenario(ctx context.Context, g *comm.Group) error {
 			return errors.New("victim never died")
 		}
 	}
+}
+
+// benchScenario times BENCH_ITERS all-reduces of BENCH_BYTES after a
+// warm-up; rank 0 prints the slowest rank's time per call.
+func benchScenario(ctx context.Context, g *comm.Group) error {
+	size, _ := strconv.Atoi(os.Getenv("BENCH_BYTES"))
+	iters, _ := strconv.Atoi(os.Getenv("BENCH_ITERS"))
+	buf := make([]float32, max(size/4, 2))
+	for i := range buf {
+		buf[i] = 1
+	}
+	for range 5 {
+		if err := g.AllReduce(ctx, buf, comm.Sum); err != nil {
+			return err
+		}
+	}
+	if err := g.Barrier(ctx); err != nil {
+		return err
+	}
+	if dir := os.Getenv("BENCH_PROFILE_DIR"); dir != "" {
+		f, err := os.Create(fmt.Sprintf("%s/rank%d.prof", dir, g.Rank()))
+		if err != nil {
+			return err
+		}
+		pprof.StartCPUProfile(f)
+		defer pprof.StopCPUProfile()
+	}
+	start := time.Now()
+	for range iters {
+		if err := g.AllReduce(ctx, buf, comm.Sum); err != nil {
+			return err
+		}
+	}
+	elapsed := []float64{float64(time.Since(start).Nanoseconds()) / float64(iters)}
+	if err := comm.AllReduce(ctx, g, elapsed, comm.Max); err != nil {
+		return err
+	}
+	if g.Rank() == 0 {
+		fmt.Printf("NS-PER-OP %.0f\n", elapsed[0])
+	}
+	return nil
 }
 
 // value is rank r's element i: small multiples of 1/4, so sums, averages

@@ -98,17 +98,42 @@ func Reduce[T Elem](op Op, dst, a, b []T) {
 }
 
 // Divide divides every floating-point element by n (used to finish Avg).
+// For a power of two it multiplies by the reciprocal, which gives the same
+// bits several times faster; otherwise it divides, as PyTorch does.
 func Divide[T Elem](s []T, n int) {
+	pow2 := n&(n-1) == 0
 	switch v := any(s).(type) {
 	case []float32:
+		if pow2 {
+			scale(v, 1/float32(n))
+			return
+		}
 		g := float32(n)
 		for i := range v {
 			v[i] /= g
 		}
 	case []float64:
+		if pow2 {
+			scale(v, 1/float64(n))
+			return
+		}
 		g := float64(n)
 		for i := range v {
 			v[i] /= g
 		}
+	}
+}
+
+func scale[F float32 | float64](v []F, f F) {
+	i := 0
+	for ; i+4 <= len(v); i += 4 {
+		w := v[i : i+4 : i+4]
+		w[0] *= f
+		w[1] *= f
+		w[2] *= f
+		w[3] *= f
+	}
+	for ; i < len(v); i++ {
+		v[i] *= f
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"sync"
 	"syscall"
@@ -162,6 +163,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			"MASTER_PORT="+strconv.Itoa(port),
 			"GORUN_TOKEN="+hex.EncodeToString(token),
 		)
+		if os.Getenv("GOMAXPROCS") == "" {
+			// Like torchrun's OMP_NUM_THREADS: ranks that each assume the
+			// whole machine oversubscribe it and wake each other up slowly.
+			cmd.Env = append(cmd.Env, "GOMAXPROCS="+strconv.Itoa(max(1, runtime.NumCPU()/cfg.NP)))
+		}
 		if r == 0 {
 			cmd.ExtraFiles = []*os.File{lnFile}
 			cmd.Env = append(cmd.Env, "GORUN_STORE_FD=3")

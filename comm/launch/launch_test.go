@@ -1,0 +1,135 @@
+package launch
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+func sh(t *testing.T, script string, cfg Config) (*Result, string) {
+	t.Helper()
+	if _, err := exec.LookPath("sh"); err != nil {
+		t.Skip("no sh")
+	}
+	var out syncBuf
+	cfg.Program, cfg.Args = "sh", []string{"-c", script}
+	cfg.Stdout, cfg.Stderr = &out, &out
+	if cfg.Grace == 0 {
+		cfg.Grace = 500 * time.Millisecond
+	}
+	res, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res, out.String()
+}
+
+func TestEnvironmentAndPrefixes(t *testing.T) {
+	res, out := sh(t, `echo "rank=$RANK size=$WORLD_SIZE local=$LOCAL_RANK/$LOCAL_WORLD_SIZE master=$MASTER_ADDR:$MASTER_PORT token=${#GORUN_TOKEN} fd=${GORUN_STORE_FD:-none}"`, Config{NP: 3})
+	if err := res.Error(); err != nil {
+		t.Fatal(err, out)
+	}
+	for _, want := range []string{"[0] rank=0 size=3 local=0/3 master=127.0.0.1:", "token=32 fd=3", "[1] rank=1 size=3 local=1/3", "fd=none", "[2] rank=2"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestWholeLines: ranks writing long lines in many small pieces at once
+// never interleave within a line.
+func TestWholeLines(t *testing.T) {
+	script := `i=0; while [ $i -lt 200 ]; do printf 'aaaa'; printf 'bbbb'; printf 'cccc\n'; i=$((i+1)); done`
+	res, out := sh(t, script, Config{NP: 4})
+	if err := res.Error(); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 800 {
+		t.Fatalf("%d lines, want 800", len(lines))
+	}
+	for _, l := range lines {
+		if len(l) != len("[0] aaaabbbbcccc") || !strings.HasSuffix(l, "] aaaabbbbcccc") {
+			t.Fatalf("torn line %q", l)
+		}
+	}
+}
+
+func TestNoPrefix(t *testing.T) {
+	_, out := sh(t, `echo hi`, Config{NP: 2, NoPrefix: true})
+	if out != "hi\nhi\n" {
+		t.Fatalf("got %q", out)
+	}
+}
+
+// TestFirstFailureStopsTheRest: rank 1 exits 7 while the others would run
+// for a minute; they are stopped, rank 1 is named, status 7.
+func TestFirstFailureStopsTheRest(t *testing.T) {
+	start := time.Now()
+	res, out := sh(t, `if [ "$RANK" = 1 ]; then sleep 0.2; exit 7; fi; exec sleep 60`, Config{NP: 3})
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("took %v", d)
+	}
+	if res.First == nil || res.First.Rank != 1 || res.First.Status() != 7 {
+		t.Fatalf("first failure %v, want rank 1 with status 7\n%s", res.First, out)
+	}
+	if len(res.Failures) != 1 {
+		t.Errorf("ranks we stopped were counted as failures: %v", res.Failures)
+	}
+	if !strings.Contains(out, "rank 1 (pid") || !strings.Contains(out, "exited with status 7") {
+		t.Errorf("no message naming rank 1:\n%s", out)
+	}
+}
+
+func TestKilledRankNamed(t *testing.T) {
+	res, _ := sh(t, `if [ "$RANK" = 2 ]; then kill -9 $$; fi; exec sleep 60`, Config{NP: 3})
+	if res.First == nil || res.First.Rank != 2 || res.First.Signal != syscall.SIGKILL || res.First.Status() != 137 {
+		t.Fatalf("first failure %v, want rank 2 killed by SIGKILL", res.First)
+	}
+}
+
+func TestTimeout(t *testing.T) {
+	res, _ := sh(t, `exec sleep 60`, Config{NP: 2, Timeout: 300 * time.Millisecond})
+	if !errors.Is(res.Err, ErrTimeout) || res.First != nil {
+		t.Fatalf("got %+v, want a timeout and no rank blamed", res)
+	}
+}
+
+func TestStdinGoesToRankZero(t *testing.T) {
+	res, out := sh(t, `read line || line=none; echo "got $line"`, Config{NP: 2, Stdin: strings.NewReader("hello\n")})
+	if err := res.Error(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "[0] got hello") || !strings.Contains(out, "[1] got none") {
+		t.Fatalf("got %q", out)
+	}
+}
+
+func TestMissingProgram(t *testing.T) {
+	_, err := Run(context.Background(), Config{NP: 2, Program: "/no/such/program"})
+	if err == nil || !strings.Contains(err.Error(), "/no/such/program") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestMain(m *testing.M) { os.Exit(m.Run()) }
