@@ -7,4 +7,7 @@ require (
 	github.com/klauspost/compress v1.20.3
 )
 
-require github.com/hashicorp/errwrap v1.0.0 // indirect
+require (
+	github.com/hashicorp/errwrap v1.0.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -34,6 +35,10 @@ type Settings struct {
 	// Addr is the address peers reach this rank's data port by; empty: the
 	// address of the interface that reaches the master.
 	Addr string
+	// Spin is how long a waiting call busy-polls its socket before sleeping
+	// (GORUN_SPIN). Default: DefaultSpin when this host runs no more ranks
+	// than it has cores, else 0 (spinning would steal the other ranks' cores).
+	Spin time.Duration
 	// SocketBuffer, when positive, sets the data sockets' kernel buffers (bytes).
 	SocketBuffer int
 	// StoreFD, when positive, is an inherited listening socket rank 0 serves the store on (set by gorun).
@@ -45,6 +50,7 @@ const (
 	DefaultMasterPort  = 29500
 	DefaultJoinTimeout = 60 * time.Second
 	DefaultTimeout     = 5 * time.Minute
+	DefaultSpin        = 50 * time.Microsecond
 )
 
 // Option overrides one setting; options win over the environment.
@@ -82,6 +88,9 @@ func WithChunkBytes(n int) Option { return func(s *Settings) { s.ChunkBytes = n 
 
 // WithCompression turns S2 payload compression on or off.
 func WithCompression(on bool) Option { return func(s *Settings) { s.Compress = on } }
+
+// WithSpin sets how long a waiting call busy-polls before sleeping (0: never).
+func WithSpin(d time.Duration) Option { return func(s *Settings) { s.Spin = d } }
 
 // WithAddr sets the address this rank advertises for its data connections.
 func WithAddr(addr string) Option { return func(s *Settings) { s.Addr = addr } }
@@ -187,6 +196,7 @@ func ResolveSettings(getenv func(string) string, opts ...Option) (Settings, erro
 	}
 	s.Addr = getenv("GORUN_ADDR")
 	s.SocketBuffer = e.int("GORUN_SOCKET_BUFFER", 0)
+	s.Spin = e.duration("GORUN_SPIN", -1)
 	s.StoreFD = e.int("GORUN_STORE_FD", 0)
 	s.MasterAddr = getenv("MASTER_ADDR")
 	s.MasterPort = e.int("MASTER_PORT", 0)
@@ -210,6 +220,12 @@ func ResolveSettings(getenv func(string) string, opts ...Option) (Settings, erro
 	}
 	if s.MasterPort == 0 {
 		s.MasterPort = DefaultMasterPort
+	}
+	if s.Spin < 0 {
+		s.Spin = 0
+		if s.LocalSize <= runtime.NumCPU() {
+			s.Spin = DefaultSpin
+		}
 	}
 	return s, s.validate()
 }

@@ -179,7 +179,7 @@ func newGroup(w *world, id uint32, peers []int, rank int) *Group {
 
 // connect runs the rendezvous and builds the mesh of data connections.
 func connect(ctx context.Context, s *Settings) (*tcp.Transport, error) {
-	cfg := tcp.Config{Rank: s.Rank, Size: s.Size, Token: s.Token, Timeout: s.Timeout, Compress: s.Compress, SocketBuffer: s.SocketBuffer}
+	cfg := tcp.Config{Rank: s.Rank, Size: s.Size, Token: s.Token, Timeout: s.Timeout, Compress: s.Compress, SocketBuffer: s.SocketBuffer, Spin: s.Spin}
 	if s.Size == 1 {
 		return tcp.Connect(ctx, cfg, nil, []string{""})
 	}

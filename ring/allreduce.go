@@ -126,14 +126,19 @@ func doublingAllReduce[T Elem](ctx context.Context, c *Comm, call Call, buf []T,
 	var vr int
 	switch {
 	case r < 2*rem && r%2 == 0:
-		// Hand our data to r+1 and wait for the result.
-		if err := c.post(r+1, AsBytes(buf)); err != nil {
+		// Hand our data to r+1 and wait for the result (into tmp: buf is
+		// still being sent when the receive is posted).
+		if err := c.post(r+1, AsBytes(tmp)); err != nil {
 			return err
 		}
 		if err := c.send(ctx, r+1, call, 0, 0, AsBytes(buf)); err != nil {
 			return err
 		}
-		return c.wait(ctx, r+1, 0, call, final, 0, bytes)
+		if err := c.wait(ctx, r+1, 0, call, final, 0, bytes); err != nil {
+			return err
+		}
+		copy(buf, tmp)
+		return nil
 	case r < 2*rem:
 		if err := c.post(r-1, AsBytes(tmp)); err != nil {
 			return err

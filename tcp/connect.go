@@ -1,7 +1,6 @@
 package tcp
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -125,8 +124,15 @@ func Connect(ctx context.Context, cfg Config, ln *net.TCPListener, addrs []strin
 			case t.peers[r.rank] != nil:
 				r.conn.Close() // a duplicate: keep the first
 			default:
-				t.peers[r.rank] = &peer{rank: r.rank, addr: addrs[r.rank], conn: r.conn,
-					br: bufio.NewReaderSize(r.conn, 64<<10), boxes: make(map[uint32]*mailbox)}
+				rc, err := r.conn.SyscallConn()
+				if err != nil {
+					errs = multierror.Append(errs, &PeerError{Rank: r.rank, Addr: addrs[r.rank], Err: err})
+					r.conn.Close()
+					pending--
+					continue
+				}
+				t.peers[r.rank] = &peer{rank: r.rank, addr: addrs[r.rank], conn: r.conn, rc: rc,
+					rs: recvState{stage: make([]byte, stageSize)}, boxes: make(map[uint32]*mailbox)}
 				pending--
 			}
 		case <-ctx.Done():
