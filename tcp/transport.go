@@ -437,4 +437,3 @@ func (t *Transport) readFailed(p *peer, err error) {
 	}
 	t.fail(&PeerError{Rank: p.rank, Addr: p.addr, Err: err})
 }
-
