@@ -136,8 +136,12 @@ func benchScenario(ctx context.Context, g *comm.Group) error {
 	size, _ := strconv.Atoi(os.Getenv("BENCH_BYTES"))
 	iters, _ := strconv.Atoi(os.Getenv("BENCH_ITERS"))
 	buf := make([]float32, max(size/4, 2))
+	rng := rand.New(rand.NewPCG(uint64(g.Rank()), 9))
 	for i := range buf {
 		buf[i] = 1
+		if os.Getenv("BENCH_DATA") == "random" {
+			buf[i] = rng.Float32()
+		}
 	}
 	for range 5 {
 		if err := g.AllReduce(ctx, buf, comm.Sum); err != nil {

@@ -14,6 +14,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"time"
 
@@ -21,11 +22,12 @@ import (
 )
 
 func main() {
-	os.Exit(run())
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 
-func run() int {
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("gorun", flag.ContinueOnError)
+	fs.SetOutput(stderr)
 	np := fs.Int("np", 1, "number of ranks to start")
 	noPrefix := fs.Bool("no-prefix", false, "do not label output lines with \"[rank] \"")
 	timeout := fs.Duration("timeout", 0, "stop the whole job after this long (0: no limit)")
@@ -34,7 +36,7 @@ func run() int {
 		fmt.Fprintf(fs.Output(), "usage: gorun [flags] PROGRAM [ARGS...]\n\nStarts PROGRAM as -np ranks on this machine.\n\nflags:\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(os.Args[1:]); err != nil {
+	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if fs.NArg() == 0 {
@@ -45,22 +47,24 @@ func run() int {
 		NP:             *np,
 		Program:        fs.Arg(0),
 		Args:           fs.Args()[1:],
-		Stdin:          os.Stdin,
+		Stdin:          stdin,
+		Stdout:         stdout,
+		Stderr:         stderr,
 		NoPrefix:       *noPrefix,
 		Timeout:        *timeout,
 		Grace:          *grace,
 		ForwardSignals: true,
 	})
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "gorun: %v\n", err)
+		fmt.Fprintf(stderr, "gorun: %v\n", err)
 		return 2
 	}
 	switch {
 	case res.First != nil:
-		fmt.Fprintf(os.Stderr, "gorun: job failed: %v\n", res.First)
+		fmt.Fprintf(stderr, "gorun: job failed: %v\n", res.First)
 		return res.First.Status()
 	case res.Err != nil:
-		fmt.Fprintf(os.Stderr, "gorun: %v\n", res.Err)
+		fmt.Fprintf(stderr, "gorun: %v\n", res.Err)
 		return 124
 	}
 	return 0

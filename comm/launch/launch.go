@@ -150,7 +150,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if cfg.Stdout == cfg.Stderr {
 		errOut = out
 	}
-	j := &job{cfg: cfg, ranks: make([]*rank, cfg.NP), exited: make(chan int, cfg.NP)}
+	j := &job{cfg: cfg, ranks: make([]*rank, cfg.NP), exited: make(chan int, cfg.NP), errOut: errOut}
 	for r := range cfg.NP {
 		cmd := exec.Command(prog, cfg.Args...)
 		cmd.Env = append(os.Environ(),
@@ -218,6 +218,7 @@ type rank struct {
 
 type job struct {
 	cfg    Config
+	errOut *lineWriter // the launcher's own messages, whole lines like the ranks'
 	ranks  []*rank
 	exited chan int
 	mu     sync.Mutex
@@ -295,7 +296,7 @@ func (j *job) run(ctx context.Context) (*Result, error) {
 				res.Failures = append(res.Failures, rk.err)
 				if res.First == nil {
 					res.First = rk.err
-					fmt.Fprintf(j.cfg.Stderr, "gorun: %v; stopping the other ranks\n", rk.err)
+					j.errOut.printf("gorun: %v; stopping the other ranks\n", rk.err)
 				}
 			}
 			j.mu.Unlock()
@@ -304,7 +305,7 @@ func (j *job) run(ctx context.Context) (*Result, error) {
 			}
 		case <-timeout:
 			res.Err = fmt.Errorf("%w after %v", ErrTimeout, j.cfg.Timeout)
-			fmt.Fprintf(j.cfg.Stderr, "gorun: job timed out after %v; stopping all ranks\n", j.cfg.Timeout)
+			j.errOut.printf("gorun: job timed out after %v; stopping all ranks\n", j.cfg.Timeout)
 			j.markStopped()
 			j.killAll(syscall.SIGTERM)
 			stopping, stage, escalate = true, 1, time.After(j.cfg.Grace)
@@ -372,6 +373,12 @@ func exitError(rk *rank, err error) *RankError {
 type lineWriter struct {
 	mu sync.Mutex
 	w  io.Writer
+}
+
+func (lw *lineWriter) printf(format string, args ...any) {
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	fmt.Fprintf(lw.w, format, args...)
 }
 
 // copyLines copies r to the writer line by line, each prefixed. A line

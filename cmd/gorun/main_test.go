@@ -1,0 +1,37 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+func TestExitStatusAndMessage(t *testing.T) {
+	tests := []struct {
+		name   string
+		args   []string
+		status int
+		output []string
+	}{
+		{"success", []string{"-np", "2", "sh", "-c", "echo hi $RANK"}, 0, []string{"[0] hi 0", "[1] hi 1"}},
+		{"a rank fails", []string{"-np", "3", "-grace", "200ms", "sh", "-c", `[ "$RANK" = 2 ] && exit 5; exec sleep 30`}, 5, []string{"rank 2 (pid", "exited with status 5", "job failed"}},
+		{"a rank is killed", []string{"-np", "2", "-grace", "200ms", "sh", "-c", `[ "$RANK" = 1 ] && kill -9 $$; exec sleep 30`}, 137, []string{"rank 1 (pid", "killed by signal 9"}},
+		{"timeout", []string{"-np", "2", "-timeout", "200ms", "-grace", "200ms", "sleep", "30"}, 124, []string{"timed out after 200ms"}},
+		{"no program", []string{"-np", "2"}, 2, []string{"usage: gorun"}},
+		{"bad np", []string{"-np", "0", "true"}, 2, []string{"need at least one rank"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var out bytes.Buffer
+			status := run(tc.args, nil, &out, &out)
+			if status != tc.status {
+				t.Errorf("status %d, want %d\n%s", status, tc.status, out.String())
+			}
+			for _, want := range tc.output {
+				if !strings.Contains(out.String(), want) {
+					t.Errorf("output lacks %q:\n%s", want, out.String())
+				}
+			}
+		})
+	}
+}
