@@ -178,19 +178,27 @@ func newGroup(w *world, id uint32, peers []int, rank int) *Group {
 }
 
 // connect runs the rendezvous and builds the mesh of data connections.
-func connect(ctx context.Context, s *Settings) (*tcp.Transport, error) {
+func connect(ctx context.Context, s *Settings) (t *tcp.Transport, err error) {
 	cfg := tcp.Config{Rank: s.Rank, Size: s.Size, Token: s.Token, Timeout: s.Timeout, Compress: s.Compress, SocketBuffer: s.SocketBuffer, Spin: s.Spin}
 	if s.Size == 1 {
 		return tcp.Connect(ctx, cfg, nil, []string{""})
 	}
 	master := net.JoinHostPort(s.MasterAddr, strconv.Itoa(s.MasterPort))
 	if s.Rank == 0 {
-		ln, err := storeListener(s)
-		if err != nil {
-			return nil, err
+		storeLn, lerr := storeListener(s)
+		if lerr != nil {
+			return nil, lerr
 		}
-		srv := rendezvous.Serve(ln, s.Token, s.Size)
-		defer srv.Close() // the store is needed only until everyone is connected
+		srv := rendezvous.Serve(storeLn, s.Token, s.Size)
+		// The store is needed only until everyone is connected. After a
+		// failed rendezvous it stays up a little longer, so that the other
+		// ranks can still ask it which ranks are missing.
+		defer func() {
+			if err != nil {
+				srv.WaitIdle(1500 * time.Millisecond)
+			}
+			srv.Close()
+		}()
 	}
 	store, err := rendezvous.Dial(ctx, master, s.Token, s.Rank, s.Size)
 	if err != nil {
@@ -213,16 +221,11 @@ func connect(ctx context.Context, s *Settings) (*tcp.Transport, error) {
 	addrs, err := gatherAddrs(ctx, store, s, master)
 	if err != nil {
 		ln.Close()
-		if s.Rank == 0 {
-			// Keep the store up a little longer so that the other ranks can
-			// still ask it which ranks are missing.
-			time.Sleep(2 * time.Second)
-		}
 		return nil, err
 	}
 	// The data connections, then one last store round so that rank 0 keeps
 	// the store up until every rank is past the rendezvous.
-	t, err := tcp.Connect(ctx, cfg, ln, addrs)
+	t, err = tcp.Connect(ctx, cfg, ln, addrs)
 	if err != nil {
 		return nil, err
 	}

@@ -71,6 +71,20 @@ func (s *Server) Close() error {
 	return err
 }
 
+// WaitIdle waits until no client is connected, or timeout passes.
+func (s *Server) WaitIdle(timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		s.mu.Lock()
+		n := len(s.conns)
+		s.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 func (s *Server) accept() {
 	defer s.wg.Done()
 	for {
