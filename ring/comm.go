@@ -32,8 +32,8 @@ type Transport interface {
 // doubling's log2(n) exchanges of the whole buffer beat the ring's 2(n−1)
 // exchanges of a 1/n share.
 const (
-	DefaultSmallBytes = 64 << 10
-	DefaultChunkBytes = 256 << 10
+	DefaultSmallBytes = 256 << 10
+	DefaultChunkBytes = 1 << 20
 )
 
 // Comm is one communicator's view of the transport: its members, this
