@@ -163,6 +163,7 @@ func Connect(ctx context.Context, cfg Config, ln *net.TCPListener, addrs []strin
 	}
 	for _, p := range t.peers {
 		if p != nil {
+			t.bindReader(p)
 			t.readers.Add(1)
 			go t.read(p)
 		}

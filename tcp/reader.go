@@ -54,7 +54,7 @@ func (t *Transport) progress(p *peer) {
 		}
 		p.missed.Store(false)
 		if !p.rs.done {
-			p.rc.Control(func(fd uintptr) { t.pump(p, int(fd)) })
+			p.rc.Control(p.pumpFn)
 		}
 		p.rmu.Unlock()
 		if !p.missed.Load() {
@@ -230,31 +230,37 @@ func (t *Transport) endFrame(p *peer) error {
 func (t *Transport) read(p *peer) {
 	defer t.readers.Done()
 	for {
-		var ended bool
-		err := p.rc.Read(func(fd uintptr) bool {
-			if !p.rmu.TryLock() {
-				p.missed.Store(true)
-				if !p.rmu.TryLock() {
-					return false // the holder pumps again; wait for the next arrival
-				}
-			}
-			p.missed.Store(false)
-			t.pump(p, int(fd))
-			ended = p.rs.done
-			p.rmu.Unlock()
-			if p.missed.Load() {
-				t.progress(p)
-				ended = ended || p.peekDone()
-			}
-			return ended
-		})
-		if ended || p.peekDone() {
+		err := p.rc.Read(p.readFn)
+		if p.ended || p.peekDone() {
 			return
 		}
 		if err != nil {
 			t.readFailed(p, err)
 			return
 		}
+	}
+}
+
+// bindReader makes the callbacks the receive side hands to the runtime, once
+// per connection, so that pumping allocates nothing.
+func (t *Transport) bindReader(p *peer) {
+	p.pumpFn = func(fd uintptr) { t.pump(p, int(fd)) }
+	p.readFn = func(fd uintptr) bool {
+		if !p.rmu.TryLock() {
+			p.missed.Store(true)
+			if !p.rmu.TryLock() {
+				return false // the holder pumps again; wait for the next arrival
+			}
+		}
+		p.missed.Store(false)
+		t.pump(p, int(fd))
+		p.ended = p.rs.done
+		p.rmu.Unlock()
+		if p.missed.Load() {
+			t.progress(p)
+			p.ended = p.ended || p.peekDone()
+		}
+		return p.ended
 	}
 }
 

@@ -117,7 +117,10 @@ type peer struct {
 
 	rmu    sync.Mutex // held while pumping the receive side
 	rs     recvState
-	missed atomic.Bool // someone found rmu taken: the holder pumps again
+	missed atomic.Bool           // someone found rmu taken: the holder pumps again
+	pumpFn func(fd uintptr)      // t.pump(p, fd), for RawConn.Control
+	readFn func(fd uintptr) bool // the reader goroutine's RawConn.Read callback
+	ended  bool                  // set by readFn (reader goroutine only): the connection ended
 
 	boxMu sync.Mutex
 	boxes map[uint32]*mailbox
