@@ -34,73 +34,94 @@ func segment(k, n, count int) (int, int) {
 	return k * count / n, (k + 1) * count / n
 }
 
-// ringAllReduce is reduce-scatter then all-gather around the ring. Each
-// segment is cut into chunks: as soon as a chunk arrives it is reduced and
-// forwarded, so receiving, reducing and sending overlap. All receives are
-// posted up front, so the peer's reader writes data straight into place
-// (the all-gather phase lands directly in buf).
+// ringAllReduce is reduce-scatter then all-gather around the ring: 2(n−1)
+// steps; at step t a rank sends one segment to its right neighbour and
+// receives one from its left (reduce-scatter steps add it in, all-gather
+// steps store it). Segments are cut into chunks, and the work is done in a
+// software-pipelined order: on "diagonal" d a rank handles chunk d−t of
+// every step t, so sending chunk j+1, reducing chunk j and gathering chunk
+// j−1 all overlap. A wait on diagonal d needs only what the left neighbour
+// sent on diagonal d−1, so the schedule cannot deadlock. All receives are
+// posted up front, in the order the left neighbour sends, so its data lands
+// in place (the all-gather phase directly in buf).
 func ringAllReduce[T Elem](ctx context.Context, c *Comm, call Call, buf []T, op Op) error {
 	n, r := c.Size(), c.Rank
 	left, right := mod(r-1, n), mod(r+1, n)
 	count := len(buf)
 	ce := c.chunkElems(elemSize[T]())
 	tmp := scratchOf[T](c, count)
+	steps := 2 * (n - 1)
+	// recvSeg is the segment received at step t; the one sent at step t+1
+	// is the same, so chunk counts always agree between neighbours.
+	recvSeg := func(t int) int {
+		if t < n-1 {
+			return mod(r-t-2, n)
+		}
+		return mod(r-(t-(n-1))-1, n)
+	}
+	chunksOf := func(seg int) int {
+		lo, hi := segment(seg, n, count)
+		return subchunks(lo, hi, ce)
+	}
+	maxChunks := 0
+	for k := range n {
+		maxChunks = max(maxChunks, chunksOf(k))
+	}
+	diagonals := maxChunks + steps
 
-	for t := 0; t < n-1; t++ { // reduce-scatter receives land in tmp
-		lo, hi := segment(mod(r-t-2, n), n, count)
-		for j := range subchunks(lo, hi, ce) {
+	// Post in the left neighbour's send order: diagonal by diagonal, step by step.
+	for d := range diagonals {
+		for t := 0; t < steps; t++ {
+			j := d - t
+			seg := recvSeg(t)
+			if j < 0 || j >= chunksOf(seg) {
+				continue
+			}
+			lo, hi := segment(seg, n, count)
 			a, b := sub(lo, hi, ce, j)
-			if err := c.post(left, AsBytes(tmp[a:b])); err != nil {
+			dst := buf[a:b]
+			if t < n-1 {
+				dst = tmp[a:b]
+			}
+			if err := c.post(left, AsBytes(dst)); err != nil {
 				return err
 			}
 		}
 	}
-	for t := 0; t < n-1; t++ { // all-gather receives land in buf
-		lo, hi := segment(mod(r-t-1, n), n, count)
-		for j := range subchunks(lo, hi, ce) {
-			a, b := sub(lo, hi, ce, j)
-			if err := c.post(left, AsBytes(buf[a:b])); err != nil {
-				return err
-			}
-		}
-	}
 
-	lo, hi := segment(mod(r-1, n), n, count)
-	for j := range subchunks(lo, hi, ce) {
-		a, b := sub(lo, hi, ce, j)
-		if err := c.send(ctx, right, call, 0, j, AsBytes(buf[a:b])); err != nil {
-			return err
-		}
-	}
 	k := 0
-	for t := 0; t < n-1; t++ {
-		lo, hi := segment(mod(r-t-2, n), n, count)
-		for j := range subchunks(lo, hi, ce) {
-			a, b := sub(lo, hi, ce, j)
-			if err := c.wait(ctx, left, k, call, t, j, len(AsBytes(tmp[a:b]))); err != nil {
-				return err
-			}
-			k++
-			Reduce(op, buf[a:b], buf[a:b], tmp[a:b])
-			if t == n-2 && op == Avg { // this rank's segment is complete
-				Divide(buf[a:b], n)
-			}
-			if err := c.send(ctx, right, call, t+1, j, AsBytes(buf[a:b])); err != nil {
+	first := mod(r-1, n) // the segment sent at step 0: our own data
+	for d := range diagonals {
+		if d < chunksOf(first) {
+			lo, hi := segment(first, n, count)
+			a, b := sub(lo, hi, ce, d)
+			if err := c.send(ctx, right, call, 0, d, AsBytes(buf[a:b])); err != nil {
 				return err
 			}
 		}
-	}
-	for t := 0; t < n-1; t++ {
-		step := n - 1 + t
-		lo, hi := segment(mod(r-t-1, n), n, count)
-		for j := range subchunks(lo, hi, ce) {
+		// Receive step t−1's chunk, reduce or store it, forward it as step t.
+		for t := 1; t <= steps; t++ {
+			j := d - t
+			seg := recvSeg(t - 1)
+			if j < 0 || j >= chunksOf(seg) {
+				continue
+			}
+			lo, hi := segment(seg, n, count)
 			a, b := sub(lo, hi, ce, j)
-			if err := c.wait(ctx, left, k, call, step, j, len(AsBytes(buf[a:b]))); err != nil {
+			if t-1 < n-1 {
+				if err := c.wait(ctx, left, k, call, t-1, j, len(AsBytes(tmp[a:b]))); err != nil {
+					return err
+				}
+				Reduce(op, buf[a:b], buf[a:b], tmp[a:b])
+				if t-1 == n-2 && op == Avg { // this rank's segment is complete
+					Divide(buf[a:b], n)
+				}
+			} else if err := c.wait(ctx, left, k, call, t-1, j, len(AsBytes(buf[a:b]))); err != nil {
 				return err
 			}
 			k++
-			if t < n-2 {
-				if err := c.send(ctx, right, call, step+1, j, AsBytes(buf[a:b])); err != nil {
+			if t < steps {
+				if err := c.send(ctx, right, call, t, j, AsBytes(buf[a:b])); err != nil {
 					return err
 				}
 			}
