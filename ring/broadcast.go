@@ -17,14 +17,14 @@ func Broadcast[T Elem](ctx context.Context, c *Comm, buf []T, root int) error {
 		return nil
 	}
 	vr := mod(c.Rank-root, n)
-	real := func(v int) int { return mod(v+root, n) }
+	rankOf := func(v int) int { return mod(v+root, n) }
 	data := AsBytes(buf)
 
 	if algo == AlgoTree {
 		mask := 1
 		for mask < n {
 			if vr&mask != 0 {
-				parent := real(vr - mask)
+				parent := rankOf(vr - mask)
 				if err := c.post(parent, data); err != nil {
 					return err
 				}
@@ -37,7 +37,7 @@ func Broadcast[T Elem](ctx context.Context, c *Comm, buf []T, root int) error {
 		}
 		for mask >>= 1; mask > 0; mask >>= 1 {
 			if vr+mask < n {
-				if err := c.send(ctx, real(vr+mask), call, 0, 0, data); err != nil {
+				if err := c.send(ctx, rankOf(vr+mask), call, 0, 0, data); err != nil {
 					return err
 				}
 			}
@@ -47,7 +47,7 @@ func Broadcast[T Elem](ctx context.Context, c *Comm, buf []T, root int) error {
 
 	ce := c.chunkElems(elemSize[T]())
 	chunks := subchunks(0, len(buf), ce)
-	prev, next := real(vr-1), real(vr+1)
+	prev, next := rankOf(vr-1), rankOf(vr+1)
 	if vr > 0 {
 		for j := range chunks {
 			a, b := sub(0, len(buf), ce, j)

@@ -102,6 +102,8 @@ type Transport struct {
 	cfg   Config
 	peers []*peer // indexed by rank; nil at our own rank
 
+	timers sync.Pool // *time.Timer bounding waits whose context has no deadline
+
 	failOnce sync.Once
 	failed   chan struct{} // closed when the transport failed
 	failErr  error
@@ -294,6 +296,14 @@ func (t *Transport) Wait(ctx context.Context, rank int, stream uint32, ticket ui
 	}
 	m := p.box(stream)
 	var spinUntil time.Time
+	var timer *time.Timer // bounds the wait when ctx has no deadline
+	var timeout <-chan time.Time
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+			t.timers.Put(timer)
+		}
+	}()
 	for spinning := true; ; {
 		if spinning {
 			t.progress(p)
@@ -322,7 +332,14 @@ func (t *Transport) Wait(ctx context.Context, rank int, stream uint32, ticket ui
 				spinning = false
 			}
 		}
+		if _, ok := ctx.Deadline(); !ok && timer == nil {
+			timer = t.getTimer()
+			timeout = timer.C
+		}
 		select {
+		case <-timeout:
+			return [4]uint64{}, 0, &PeerError{Rank: p.rank, Addr: p.addr,
+				Err: fmt.Errorf("no data from this rank within %v (the transport's timeout)", t.cfg.Timeout)}
 		case <-s.ready:
 		case <-t.failed:
 			// Data that arrived before the failure is still good.
@@ -335,6 +352,16 @@ func (t *Transport) Wait(ctx context.Context, rank int, stream uint32, ticket ui
 				Err: fmt.Errorf("waiting for data from this rank: %w", ctx.Err())}
 		}
 	}
+}
+
+// getTimer returns a pooled timer running for cfg.Timeout.
+func (t *Transport) getTimer() *time.Timer {
+	tm, _ := t.timers.Get().(*time.Timer)
+	if tm == nil {
+		return time.NewTimer(t.cfg.Timeout)
+	}
+	tm.Reset(t.cfg.Timeout)
+	return tm
 }
 
 // Abort tells every peer that this rank gives up with err, so their pending

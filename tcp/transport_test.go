@@ -279,3 +279,18 @@ func TestSteadyStateAllocatesNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestWaitWithoutDeadlineTimesOut: a context without a deadline is bounded
+// by Config.Timeout, and the error names the silent rank.
+func TestWaitWithoutDeadlineTimesOut(t *testing.T) {
+	ts := mesh(t, 2, Config{Timeout: 100 * time.Millisecond}, nil)
+	ticket, _ := ts[0].Post(1, 0, nil)
+	start := time.Now()
+	_, _, err := ts[0].Wait(context.Background(), 1, 0, ticket)
+	if err == nil || !strings.Contains(err.Error(), "rank 1") || !strings.Contains(err.Error(), "within 100ms") {
+		t.Fatalf("got %v, want a timeout naming rank 1", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("took %v", d)
+	}
+}
