@@ -24,7 +24,8 @@ type Settings struct {
 	Token []byte
 	// JoinTimeout bounds the rendezvous: every rank must arrive within it.
 	JoinTimeout time.Duration
-	// Timeout bounds each collective and point-to-point call whose context has no deadline.
+	// Timeout bounds each wait for a peer's data and each send, when the
+	// call's context has no deadline.
 	Timeout time.Duration
 	// SmallBytes is the all-reduce/broadcast size up to which latency-optimal algorithms run.
 	SmallBytes int
@@ -77,7 +78,7 @@ func WithToken(token string) Option { return func(s *Settings) { s.Token = []byt
 // WithJoinTimeout bounds the rendezvous.
 func WithJoinTimeout(d time.Duration) Option { return func(s *Settings) { s.JoinTimeout = d } }
 
-// WithTimeout bounds every call whose context has no deadline.
+// WithTimeout bounds every wait and send whose context has no deadline.
 func WithTimeout(d time.Duration) Option { return func(s *Settings) { s.Timeout = d } }
 
 // WithSmallBytes sets the crossover to the latency-optimal algorithms; -1 disables them.

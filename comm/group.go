@@ -9,7 +9,7 @@
 // there, and the ranks connect to each other over TCP, authenticated with
 // the job token.
 //
-// Failures are loud and fast. Every call has a deadline. A rank that dies is
+// Failures are loud and fast. Every wait for a peer has a deadline. A rank that dies is
 // noticed by every other rank at once and named in their errors. Ranks that
 // make different calls get an error naming both calls. After any error the
 // group is broken (like an aborted NCCL communicator): every later call
@@ -96,7 +96,7 @@ type Group struct {
 
 type queued struct {
 	ctx  context.Context
-	what func() string
+	call call
 	run  func(context.Context) error
 	w    *Work
 }
@@ -347,47 +347,50 @@ func (g *Group) fail(what string, err error) error {
 	return err
 }
 
-func (g *Group) withDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
-	if _, ok := ctx.Deadline(); ok {
-		return ctx, func() {}
-	}
-	return context.WithTimeout(ctx, g.w.settings.Timeout)
+// call names a collective call in errors.
+type call struct {
+	kind  string
+	count int
 }
 
-// collective runs one collective: inline when nothing is queued ahead of
-// it, else behind the queued asynchronous calls.
-func (g *Group) collective(ctx context.Context, what func() string, run func(context.Context) error) error {
-	if g.pending.Load() > 0 {
-		return g.enqueue(ctx, what, run).Wait()
+func (c call) String() string {
+	if c.count < 0 {
+		return c.kind
 	}
-	return g.exec(ctx, what, run)
+	return fmt.Sprintf("%s of %d elements", c.kind, c.count)
 }
 
-func (g *Group) exec(ctx context.Context, what func() string, run func(context.Context) error) error {
+// exec runs one collective now, on this goroutine, holding the group. The
+// transport bounds every wait and send by the context's deadline or by
+// GORUN_TIMEOUT, so no per-call context is needed. run does not escape, so
+// a synchronous call allocates nothing.
+func (g *Group) exec(ctx context.Context, c call, run func(context.Context) error) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.closed.Load() {
-		return g.wrap(what(), errClosed)
+		return g.wrap(c.String(), errClosed)
 	}
 	if err := g.Err(); err != nil {
 		return err
 	}
-	ctx, cancel := g.withDeadline(ctx)
-	defer cancel()
 	if err := run(ctx); err != nil {
-		return g.fail(what(), err)
+		return g.fail(c.String(), err)
 	}
 	return nil
 }
 
+// queued reports whether asynchronous calls are pending; a synchronous call
+// must then queue behind them to keep the order all ranks agreed on.
+func (g *Group) queued() bool { return g.pending.Load() > 0 }
+
 var errClosed = errors.New("group closed")
 
-func (g *Group) enqueue(ctx context.Context, what func() string, run func(context.Context) error) *Work {
+func (g *Group) enqueue(ctx context.Context, c call, run func(context.Context) error) *Work {
 	g.startQ.Do(func() {
 		g.queue = make(chan queued, 1024)
 		go func() {
 			for q := range g.queue {
-				q.w.err = g.exec(q.ctx, q.what, q.run)
+				q.w.err = g.exec(q.ctx, q.call, q.run)
 				g.pending.Add(-1)
 				close(q.w.done)
 			}
@@ -396,17 +399,20 @@ func (g *Group) enqueue(ctx context.Context, what func() string, run func(contex
 	g.qmu.RLock()
 	defer g.qmu.RUnlock()
 	if g.closed.Load() {
-		return finished(g.wrap(what(), errClosed))
+		return finished(g.wrap(c.String(), errClosed))
 	}
 	w := &Work{done: make(chan struct{})}
 	g.pending.Add(1)
-	g.queue <- queued{ctx: ctx, what: what, run: run, w: w}
+	g.queue <- queued{ctx: ctx, call: c, run: run, w: w}
 	return w
 }
 
 // AllReduce reduces buf across the group in place; every rank ends with the same result.
 func AllReduce[T Elem](ctx context.Context, g *Group, buf []T, op Op) error {
-	return g.collective(ctx, describe("AllReduce", len(buf)), func(ctx context.Context) error {
+	if g.queued() {
+		return AllReduceAsync(ctx, g, buf, op).Wait()
+	}
+	return g.exec(ctx, call{"AllReduce", len(buf)}, func(ctx context.Context) error {
 		return ring.AllReduce(ctx, &g.ring, buf, op)
 	})
 }
@@ -414,37 +420,39 @@ func AllReduce[T Elem](ctx context.Context, g *Group, buf []T, op Op) error {
 // AllReduceAsync starts AllReduce and returns at once; buf must not be
 // touched until the Work's Wait returns.
 func AllReduceAsync[T Elem](ctx context.Context, g *Group, buf []T, op Op) *Work {
-	return g.enqueue(ctx, describe("AllReduce", len(buf)), func(ctx context.Context) error {
+	return g.enqueue(ctx, call{"AllReduce", len(buf)}, func(ctx context.Context) error {
 		return ring.AllReduce(ctx, &g.ring, buf, op)
 	})
 }
 
 // Broadcast copies root's buf into every rank's buf.
 func Broadcast[T Elem](ctx context.Context, g *Group, buf []T, root int) error {
+	c := call{"Broadcast", len(buf)}
 	if root < 0 || root >= g.Size() {
-		return g.wrap("Broadcast", fmt.Errorf("root %d outside the group of %d", root, g.Size()))
+		return g.wrap(c.String(), fmt.Errorf("root %d outside the group of %d", root, g.Size()))
 	}
-	return g.collective(ctx, describe("Broadcast", len(buf)), func(ctx context.Context) error {
-		return ring.Broadcast(ctx, &g.ring, buf, root)
-	})
+	if g.queued() {
+		return g.enqueue(ctx, c, func(ctx context.Context) error { return ring.Broadcast(ctx, &g.ring, buf, root) }).Wait()
+	}
+	return g.exec(ctx, c, func(ctx context.Context) error { return ring.Broadcast(ctx, &g.ring, buf, root) })
 }
 
 // AllGather gathers every rank's send, in rank order, into recv (Size()·len(send) elements).
 func AllGather[T Elem](ctx context.Context, g *Group, send, recv []T) error {
-	return g.collective(ctx, describe("AllGather", len(send)), func(ctx context.Context) error {
-		return ring.AllGather(ctx, &g.ring, send, recv)
-	})
+	c := call{"AllGather", len(send)}
+	if g.queued() {
+		return g.enqueue(ctx, c, func(ctx context.Context) error { return ring.AllGather(ctx, &g.ring, send, recv) }).Wait()
+	}
+	return g.exec(ctx, c, func(ctx context.Context) error { return ring.AllGather(ctx, &g.ring, send, recv) })
 }
 
 // ReduceScatter reduces send (Size()·len(recv) elements) and leaves this rank's block in recv.
 func ReduceScatter[T Elem](ctx context.Context, g *Group, send, recv []T, op Op) error {
-	return g.collective(ctx, describe("ReduceScatter", len(recv)), func(ctx context.Context) error {
-		return ring.ReduceScatter(ctx, &g.ring, send, recv, op)
-	})
-}
-
-func describe(kind string, n int) func() string {
-	return func() string { return fmt.Sprintf("%s of %d elements", kind, n) }
+	c := call{"ReduceScatter", len(recv)}
+	if g.queued() {
+		return g.enqueue(ctx, c, func(ctx context.Context) error { return ring.ReduceScatter(ctx, &g.ring, send, recv, op) }).Wait()
+	}
+	return g.exec(ctx, c, func(ctx context.Context) error { return ring.ReduceScatter(ctx, &g.ring, send, recv, op) })
 }
 
 // AllReduce is AllReduce on float32.
@@ -474,9 +482,11 @@ func (g *Group) ReduceScatter(ctx context.Context, send, recv []float32, op Op) 
 
 // Barrier returns once every rank of the group has called it.
 func (g *Group) Barrier(ctx context.Context) error {
-	return g.collective(ctx, func() string { return "Barrier" }, func(ctx context.Context) error {
-		return ring.Barrier(ctx, &g.ring)
-	})
+	c := call{"Barrier", -1}
+	if g.queued() {
+		return g.enqueue(ctx, c, func(ctx context.Context) error { return ring.Barrier(ctx, &g.ring) }).Wait()
+	}
+	return g.exec(ctx, c, func(ctx context.Context) error { return ring.Barrier(ctx, &g.ring) })
 }
 
 // Close leaves the job. Closing the world group says goodbye to every peer

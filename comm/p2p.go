@@ -65,8 +65,6 @@ func SendAsync[T Elem](ctx context.Context, g *Group, buf []T, dst, tag int) *Wo
 	}
 	w := &Work{done: make(chan struct{})}
 	ch <- queued{ctx: ctx, w: w, run: func(ctx context.Context) error {
-		ctx, cancel := g.withDeadline(ctx)
-		defer cancel()
 		per, chunks := p2pChunks[T](len(buf))
 		stream := g.p2pStream(tag)
 		for j := range chunks {
@@ -111,8 +109,6 @@ func RecvAsync[T Elem](ctx context.Context, g *Group, buf []T, src, tag int) *Wo
 		tickets[j] = t
 	}
 	return &Work{done: make(chan struct{}), lazy: func() error {
-		ctx, cancel := g.withDeadline(ctx)
-		defer cancel()
 		for j, t := range tickets {
 			a, b := min(j*per, len(buf)), min((j+1)*per, len(buf))
 			meta, n, err := g.w.t.Wait(ctx, peer, stream, t)
