@@ -381,7 +381,7 @@ func (g *Group) exec(ctx context.Context, c call, run func(context.Context) erro
 
 // queued reports whether asynchronous calls are pending; a synchronous call
 // must then queue behind them to keep the order all ranks agreed on.
-func (g *Group) queued() bool { return g.pending.Load() > 0 }
+func (g *Group) hasQueued() bool { return g.pending.Load() > 0 }
 
 var errClosed = errors.New("group closed")
 
@@ -409,7 +409,7 @@ func (g *Group) enqueue(ctx context.Context, c call, run func(context.Context) e
 
 // AllReduce reduces buf across the group in place; every rank ends with the same result.
 func AllReduce[T Elem](ctx context.Context, g *Group, buf []T, op Op) error {
-	if g.queued() {
+	if g.hasQueued() {
 		return AllReduceAsync(ctx, g, buf, op).Wait()
 	}
 	return g.exec(ctx, call{"AllReduce", len(buf)}, func(ctx context.Context) error {
@@ -431,7 +431,7 @@ func Broadcast[T Elem](ctx context.Context, g *Group, buf []T, root int) error {
 	if root < 0 || root >= g.Size() {
 		return g.wrap(c.String(), fmt.Errorf("root %d outside the group of %d", root, g.Size()))
 	}
-	if g.queued() {
+	if g.hasQueued() {
 		return g.enqueue(ctx, c, func(ctx context.Context) error { return ring.Broadcast(ctx, &g.ring, buf, root) }).Wait()
 	}
 	return g.exec(ctx, c, func(ctx context.Context) error { return ring.Broadcast(ctx, &g.ring, buf, root) })
@@ -440,7 +440,7 @@ func Broadcast[T Elem](ctx context.Context, g *Group, buf []T, root int) error {
 // AllGather gathers every rank's send, in rank order, into recv (Size()·len(send) elements).
 func AllGather[T Elem](ctx context.Context, g *Group, send, recv []T) error {
 	c := call{"AllGather", len(send)}
-	if g.queued() {
+	if g.hasQueued() {
 		return g.enqueue(ctx, c, func(ctx context.Context) error { return ring.AllGather(ctx, &g.ring, send, recv) }).Wait()
 	}
 	return g.exec(ctx, c, func(ctx context.Context) error { return ring.AllGather(ctx, &g.ring, send, recv) })
@@ -449,7 +449,7 @@ func AllGather[T Elem](ctx context.Context, g *Group, send, recv []T) error {
 // ReduceScatter reduces send (Size()·len(recv) elements) and leaves this rank's block in recv.
 func ReduceScatter[T Elem](ctx context.Context, g *Group, send, recv []T, op Op) error {
 	c := call{"ReduceScatter", len(recv)}
-	if g.queued() {
+	if g.hasQueued() {
 		return g.enqueue(ctx, c, func(ctx context.Context) error { return ring.ReduceScatter(ctx, &g.ring, send, recv, op) }).Wait()
 	}
 	return g.exec(ctx, c, func(ctx context.Context) error { return ring.ReduceScatter(ctx, &g.ring, send, recv, op) })
@@ -483,7 +483,7 @@ func (g *Group) ReduceScatter(ctx context.Context, send, recv []float32, op Op) 
 // Barrier returns once every rank of the group has called it.
 func (g *Group) Barrier(ctx context.Context) error {
 	c := call{"Barrier", -1}
-	if g.queued() {
+	if g.hasQueued() {
 		return g.enqueue(ctx, c, func(ctx context.Context) error { return ring.Barrier(ctx, &g.ring) }).Wait()
 	}
 	return g.exec(ctx, c, func(ctx context.Context) error { return ring.Barrier(ctx, &g.ring) })

@@ -23,13 +23,15 @@ func Listen(host string) (*net.TCPListener, error) {
 
 // keepAlive detects a peer whose host vanished (no FIN, no RST) within
 // about 11 seconds even while the connection is idle.
-var keepAlive = net.KeepAliveConfig{Enable: true, Idle: 5 * time.Second, Interval: 2 * time.Second, Count: 3}
+func keepAlive() net.KeepAliveConfig {
+	return net.KeepAliveConfig{Enable: true, Idle: 5 * time.Second, Interval: 2 * time.Second, Count: 3}
+}
 
 func tune(c *net.TCPConn, cfg *Config) error {
 	if err := c.SetNoDelay(true); err != nil {
 		return err
 	}
-	if err := c.SetKeepAliveConfig(keepAlive); err != nil {
+	if err := c.SetKeepAliveConfig(keepAlive()); err != nil {
 		return err
 	}
 	if cfg.SocketBuffer > 0 {
@@ -172,7 +174,7 @@ func Connect(ctx context.Context, cfg Config, ln *net.TCPListener, addrs []strin
 }
 
 func dial(ctx context.Context, cfg *Config, rank int, addr string) (*net.TCPConn, error) {
-	d := net.Dialer{KeepAliveConfig: keepAlive}
+	d := net.Dialer{KeepAliveConfig: keepAlive()}
 	backoff := 10 * time.Millisecond
 	for {
 		c, err := d.DialContext(ctx, "tcp", addr)

@@ -36,8 +36,7 @@ type recvState struct {
 	box        *mailbox
 	slot       *slot
 	early      *earlyFrame
-	done       bool  // the connection ended (bye, error)
-	err        error // why, when not a clean bye
+	done       bool // the connection ended (bye, error)
 }
 
 // errAgain means the socket has no more data for now.
@@ -74,7 +73,6 @@ func (t *Transport) pump(p *peer, fd int) {
 		}
 		if err != nil {
 			rs.done = true
-			rs.err = err
 			if !errors.Is(err, errBye) {
 				t.readFailed(p, err)
 			}
