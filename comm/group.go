@@ -379,8 +379,12 @@ func (g *Group) exec(ctx context.Context, c call, run func(context.Context) erro
 	return nil
 }
 
-// queued reports whether asynchronous calls are pending; a synchronous call
-// must then queue behind them to keep the order all ranks agreed on.
+// hasQueued reports whether asynchronous calls are pending; a synchronous
+// call must then queue behind them to keep the order all ranks agreed on.
+//
+// Each collective below writes its closure twice, once for exec and once
+// for enqueue: a closure that may reach the queue escapes to the heap, so
+// sharing one would make every synchronous call allocate.
 func (g *Group) hasQueued() bool { return g.pending.Load() > 0 }
 
 var errClosed = errors.New("group closed")

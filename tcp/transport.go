@@ -227,10 +227,10 @@ func (t *Transport) Send(ctx context.Context, rank int, stream uint32, meta [4]u
 		}
 	}
 	if err := p.conn.SetWriteDeadline(t.deadline(ctx)); err != nil {
-		return t.peerFailure(p, "send", err)
+		return t.sendFailure(p, err)
 	}
 	if err := p.write(&h, payload); err != nil {
-		return t.peerFailure(p, "send", err)
+		return t.sendFailure(p, err)
 	}
 	return nil
 }
@@ -256,7 +256,8 @@ func (p *peer) write(h *Header, payload []byte) error {
 	return err
 }
 
-func (t *Transport) peerFailure(p *peer, op string, err error) error {
+// sendFailure fails the transport for a send to p that failed with err.
+func (t *Transport) sendFailure(p *peer, err error) error {
 	// A peer that hangs up usually said why first (an abort naming the rank
 	// that really failed): read what it sent before blaming it.
 	t.progress(p)
@@ -265,12 +266,11 @@ func (t *Transport) peerFailure(p *peer, op string, err error) error {
 	}
 	var nerr net.Error
 	if errors.As(err, &nerr) && nerr.Timeout() {
-		err = fmt.Errorf("%s timed out: the peer is not reading (stuck, deadlocked, or in another call): %w", op, err)
-	} else if op == "send" && !errors.Is(err, ErrPeerDied) {
-		err = fmt.Errorf("%s failed (%w): %w", op, ErrPeerDied, err)
+		err = fmt.Errorf("send timed out: the peer is not reading (stuck, deadlocked, or in another call): %w", err)
+	} else {
+		err = fmt.Errorf("send failed (%w): %w", ErrPeerDied, err)
 	}
-	perr := &PeerError{Rank: p.rank, Addr: p.addr, Err: err}
-	t.fail(perr)
+	t.fail(&PeerError{Rank: p.rank, Addr: p.addr, Err: err})
 	return t.failErr
 }
 
