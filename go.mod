@@ -5,9 +5,7 @@ go 1.26.8
 require (
 	github.com/hashicorp/go-multierror v1.1.1
 	github.com/klauspost/compress v1.20.3
+	golang.org/x/sys v0.49.0
 )
 
-require (
-	github.com/hashicorp/errwrap v1.0.0 // indirect
-	golang.org/x/sys v0.49.0 // indirect
-)
+require github.com/hashicorp/errwrap v1.0.0 // indirect

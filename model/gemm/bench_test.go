@@ -1,0 +1,50 @@
+package gemm
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+)
+
+// BenchmarkSgemm reports GFLOP/s for square products and for the shapes the
+// convolutions of CIFARNet produce per image (M = output channels,
+// N = output pixels, K = input channels × 9), single- and two-threaded.
+//
+//	go test ./model/gemm -run '^$' -bench Sgemm -count 5
+func BenchmarkSgemm(b *testing.B) {
+	type shape struct {
+		name    string
+		m, n, k int
+	}
+	shapes := []shape{
+		{"square128", 128, 128, 128}, {"square256", 256, 256, 256}, {"square512", 512, 512, 512}, {"square1024", 1024, 1024, 1024},
+		{"cifar_conv1", 64, 1024, 27}, {"cifar_conv2", 128, 256, 576}, {"cifar_conv3", 256, 64, 1152}, {"cifar_conv4", 512, 64, 2304},
+	}
+	for _, kind := range []string{"best", "purego"} {
+		for _, threads := range []int{1, 2} {
+			var e *Engine
+			if kind == "best" {
+				e = New(threads)
+			} else {
+				e = NewPureGo(threads)
+			}
+			for _, s := range shapes {
+				if kind == "purego" && s.m*s.n*s.k > 1<<27 {
+					continue
+				}
+				b.Run(fmt.Sprintf("%s/threads=%d/%s", kind, threads, s.name), func(b *testing.B) {
+					r := rand.New(rand.NewPCG(1, 1))
+					x, y, z := randomMatrix(r, s.m, s.k, 0, false), randomMatrix(r, s.k, s.n, 0, false), randomMatrix(r, s.m, s.n, 0, false)
+					b.ResetTimer()
+					for i := 0; i < b.N; i++ {
+						if err := e.Sgemm(s.m, s.n, s.k, 1, x, y, 0, z); err != nil {
+							b.Fatal(err)
+						}
+					}
+					b.ReportMetric(2*float64(s.m)*float64(s.n)*float64(s.k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+				})
+			}
+			e.Close()
+		}
+	}
+}

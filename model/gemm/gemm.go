@@ -1,0 +1,363 @@
+// Package gemm multiplies float32 matrices: C = alpha·op(A)·op(B) + beta·C,
+// row-major, the hot path of linear and convolution layers.
+//
+// The algorithm is the one BLIS and OpenBLAS use: op(B) is packed into
+// panels NR columns wide and op(A) into panels MR rows high, blocked so that
+// a panel of B stays in L1, a block of A in L2 and a block of B in L3, and a
+// small register-blocked micro-kernel multiplies one MR×NR tile of C at a
+// time. On amd64 with AVX2 and FMA (detected at run time) the micro-kernel is
+// written in assembly; everywhere else a pure-Go kernel with the same
+// contract runs, and NewPureGo forces it for comparison.
+package gemm
+
+import (
+	"fmt"
+
+	"github.com/gorun/gorun/model/parallel"
+)
+
+// kernel describes one micro-kernel and the blocking that suits it.
+type kernel struct {
+	name string
+	mr   int // rows of C per tile
+	nr   int // columns of C per tile
+	mc   int // rows of A per block (multiple of mr)
+	kc   int // depth per block
+	nc   int // columns of B per block (multiple of nr)
+	// tile adds the product of an mr×kc packed panel of A and a kc×nr packed
+	// panel of B into the mr×nr tile of c at stride ldc.
+	tile func(kc int, a, b, c []float32, ldc int)
+}
+
+// Engine multiplies matrices with a fixed number of threads, reusing its
+// packing buffers, so that steady-state calls allocate nothing.
+type Engine struct {
+	k    kernel
+	pool *parallel.Pool
+	own  bool // pool created by New and closed by Close
+	ws   []workspace
+	task gemmTask
+}
+
+// workspace is one thread's packing buffers.
+type workspace struct {
+	a, b []float32
+	edge []float32 // an mr×nr tile for the ragged edges of C
+}
+
+// New returns an engine using threads threads (< 1 means 1) and the fastest
+// micro-kernel this CPU supports.
+func New(threads int) *Engine {
+	return newEngine(parallel.New(threads), true, bestKernel())
+}
+
+// NewWithPool returns an engine that runs on an existing pool, so a compute
+// backend can share one set of threads between GEMM and its other loops.
+// Close does not close the pool.
+func NewWithPool(p *parallel.Pool) *Engine {
+	return newEngine(p, false, bestKernel())
+}
+
+// NewPureGo returns an engine using the portable Go micro-kernel, whatever the
+// CPU supports. Tests compare it with the assembly one.
+func NewPureGo(threads int) *Engine {
+	return newEngine(parallel.New(threads), true, goKernel)
+}
+
+func newEngine(p *parallel.Pool, own bool, k kernel) *Engine {
+	e := &Engine{k: k, pool: p, own: own, ws: make([]workspace, p.Threads())}
+	for i := range e.ws {
+		e.ws[i] = workspace{
+			a:    make([]float32, k.mc*k.kc),
+			b:    make([]float32, k.kc*k.nc),
+			edge: make([]float32, k.mr*k.nr),
+		}
+	}
+	e.task.e = e
+	return e
+}
+
+// Kernel names the micro-kernel in use ("avx2-fma 6x16", "go 4x8", ...).
+func (e *Engine) Kernel() string { return e.k.name }
+
+// Threads returns the number of threads the engine uses.
+func (e *Engine) Threads() int { return e.pool.Threads() }
+
+// Close stops the engine's threads if it owns them.
+func (e *Engine) Close() {
+	if e.own {
+		e.pool.Close()
+	}
+}
+
+// Matrix is a row-major matrix view: element (i, j) is Data[i*Stride+j], or
+// of the transpose when Trans is set (so op(M)(i, j) = Data[j*Stride+i]).
+type Matrix struct {
+	Data   []float32
+	Stride int
+	Trans  bool
+}
+
+// check reports whether a view holds an r×c op-matrix.
+func (m Matrix) check(name string, r, c int) error {
+	rows, cols := r, c
+	if m.Trans {
+		rows, cols = c, r
+	}
+	if rows == 0 || cols == 0 {
+		return nil
+	}
+	if m.Stride < cols {
+		return fmt.Errorf("gemm: %s stride %d < %d columns", name, m.Stride, cols)
+	}
+	if need := (rows-1)*m.Stride + cols; len(m.Data) < need {
+		return fmt.Errorf("gemm: %s holds %d elements, needs %d for %d×%d at stride %d", name, len(m.Data), need, rows, cols, m.Stride)
+	}
+	return nil
+}
+
+// Sgemm computes C = alpha·op(A)·op(B) + beta·C where op(A) is m×k, op(B) is
+// k×n and C is m×n (C.Trans must be false). With beta = 0, C is overwritten
+// and its old contents (NaNs included) are ignored, as in BLAS. The work is
+// spread over the engine's threads.
+func (e *Engine) Sgemm(m, n, k int, alpha float32, a, b Matrix, beta float32, c Matrix) error {
+	if err := e.validate(m, n, k, a, b, c); err != nil {
+		return err
+	}
+	e.run(m, n, k, alpha, a, b, beta, c, e.pool.Threads())
+	return nil
+}
+
+// SgemmSerial is Sgemm on the calling goroutine only, using worker's
+// buffers; callers that already run one GEMM per worker (a convolution over
+// the images of a batch) use it from inside their own parallel loop.
+func (e *Engine) SgemmSerial(worker, m, n, k int, alpha float32, a, b Matrix, beta float32, c Matrix) error {
+	if err := e.validate(m, n, k, a, b, c); err != nil {
+		return err
+	}
+	if worker < 0 || worker >= len(e.ws) {
+		return fmt.Errorf("gemm: worker %d out of range [0, %d)", worker, len(e.ws))
+	}
+	e.serial(&e.ws[worker], m, n, k, alpha, a, b, beta, c)
+	return nil
+}
+
+func (e *Engine) validate(m, n, k int, a, b, c Matrix) error {
+	if m < 0 || n < 0 || k < 0 {
+		return fmt.Errorf("gemm: negative size m=%d n=%d k=%d", m, n, k)
+	}
+	if c.Trans {
+		return fmt.Errorf("gemm: C cannot be transposed")
+	}
+	if err := a.check("A", m, k); err != nil {
+		return err
+	}
+	if err := b.check("B", k, n); err != nil {
+		return err
+	}
+	return c.check("C", m, n)
+}
+
+// minParallelFlops is the work below which splitting a product over threads
+// costs more in hand-off than it saves.
+const minParallelFlops = 1 << 25
+
+// run splits C into one strip per thread along its longer side; each thread
+// packs its own operands and runs the serial algorithm on its strip.
+func (e *Engine) run(m, n, k int, alpha float32, a, b Matrix, beta float32, c Matrix, threads int) {
+	if threads <= 1 || 2*m*n*k < minParallelFlops {
+		e.serial(&e.ws[0], m, n, k, alpha, a, b, beta, c)
+		return
+	}
+	t := &e.task
+	*t = gemmTask{e: e, m: m, n: n, k: k, alpha: alpha, a: a, b: b, beta: beta, c: c}
+	if m >= n {
+		t.byRows = true
+		t.step = roundUp(ceilDiv(m, threads), e.k.mr)
+		t.parts = ceilDiv(m, t.step)
+	} else {
+		t.step = roundUp(ceilDiv(n, threads), e.k.nr)
+		t.parts = ceilDiv(n, t.step)
+	}
+	e.pool.Run(t.parts, t)
+}
+
+// gemmTask is one multi-threaded product, kept in the engine so that handing
+// it to the pool allocates nothing.
+type gemmTask struct {
+	e           *Engine
+	m, n, k     int
+	alpha, beta float32
+	a, b, c     Matrix
+	byRows      bool
+	step, parts int
+}
+
+func (t *gemmTask) Do(worker, i int) {
+	lo := i * t.step
+	if t.byRows {
+		rows := min(t.step, t.m-lo)
+		t.e.serial(&t.e.ws[worker], rows, t.n, t.k, t.alpha, t.a.rowsFrom(lo), t.b, t.beta, t.c.rowsFrom(lo))
+		return
+	}
+	cols := min(t.step, t.n-lo)
+	t.e.serial(&t.e.ws[worker], t.m, cols, t.k, t.alpha, t.a, t.b.colsFrom(lo), t.beta, t.c.colsFrom(lo))
+}
+
+// rowsFrom returns the view of op(M) starting at row r.
+func (m Matrix) rowsFrom(r int) Matrix {
+	if m.Trans {
+		m.Data = m.Data[r:]
+	} else {
+		m.Data = m.Data[r*m.Stride:]
+	}
+	return m
+}
+
+// colsFrom returns the view of op(M) starting at column c.
+func (m Matrix) colsFrom(c int) Matrix {
+	if m.Trans {
+		m.Data = m.Data[c*m.Stride:]
+	} else {
+		m.Data = m.Data[c:]
+	}
+	return m
+}
+
+// scale multiplies the m×n matrix C by beta (beta = 0 clears it).
+func scale(m, n int, beta float32, c Matrix) {
+	for i := 0; i < m; i++ {
+		row := c.Data[i*c.Stride : i*c.Stride+n]
+		if beta == 0 {
+			clear(row)
+			continue
+		}
+		for j := range row {
+			row[j] *= beta
+		}
+	}
+}
+
+// serial is the blocked algorithm on one thread.
+func (e *Engine) serial(ws *workspace, m, n, k int, alpha float32, a, b Matrix, beta float32, c Matrix) {
+	if m == 0 || n == 0 {
+		return
+	}
+	if beta != 1 {
+		scale(m, n, beta, c)
+	}
+	if k == 0 || alpha == 0 {
+		return
+	}
+	kr := e.k
+	for jc := 0; jc < n; jc += kr.nc {
+		nc := min(kr.nc, n-jc)
+		for pc := 0; pc < k; pc += kr.kc {
+			kc := min(kr.kc, k-pc)
+			packB(ws.b, b, pc, jc, kc, nc, kr.nr)
+			for ic := 0; ic < m; ic += kr.mc {
+				mc := min(kr.mc, m-ic)
+				packA(ws.a, a, ic, pc, mc, kc, kr.mr, alpha)
+				e.macro(ws, mc, nc, kc, c.Data[ic*c.Stride+jc:], c.Stride)
+			}
+		}
+	}
+}
+
+// macro multiplies a packed mc×kc block of A by a packed kc×nc block of B
+// into C, one mr×nr tile at a time.
+func (e *Engine) macro(ws *workspace, mc, nc, kc int, c []float32, ldc int) {
+	kr := e.k
+	for jr := 0; jr < nc; jr += kr.nr {
+		nr := min(kr.nr, nc-jr)
+		bp := ws.b[jr*kc : jr*kc+kc*kr.nr]
+		for ir := 0; ir < mc; ir += kr.mr {
+			mr := min(kr.mr, mc-ir)
+			ap := ws.a[ir*kc : ir*kc+kc*kr.mr]
+			off := ir*ldc + jr
+			if mr == kr.mr && nr == kr.nr {
+				kr.tile(kc, ap, bp, c[off:], ldc)
+				continue
+			}
+			edge := ws.edge
+			clear(edge)
+			kr.tile(kc, ap, bp, edge, kr.nr)
+			for i := 0; i < mr; i++ {
+				row := c[off+i*ldc : off+i*ldc+nr]
+				src := edge[i*kr.nr : i*kr.nr+nr]
+				for j := range row {
+					row[j] += src[j]
+				}
+			}
+		}
+	}
+}
+
+// packA copies the mc×kc block of alpha·op(A) at (ic, pc) into panels of mr
+// rows: panel p holds, for each l in [0, kc), the mr values of column l.
+// Rows past the edge are zero.
+func packA(dst []float32, a Matrix, ic, pc, mc, kc, mr int, alpha float32) {
+	for ir := 0; ir < mc; ir += mr {
+		rows := min(mr, mc-ir)
+		panel := dst[ir*kc : ir*kc+kc*mr]
+		if a.Trans {
+			// op(A)(i, l) = Data[(pc+l)*Stride + ic+ir+i]: rows are contiguous.
+			for l := 0; l < kc; l++ {
+				src := a.Data[(pc+l)*a.Stride+ic+ir:]
+				out := panel[l*mr : l*mr+mr]
+				for i := 0; i < rows; i++ {
+					out[i] = alpha * src[i]
+				}
+				clear(out[rows:])
+			}
+			continue
+		}
+		for i := 0; i < rows; i++ {
+			src := a.Data[(ic+ir+i)*a.Stride+pc:]
+			src = src[:kc]
+			for l, v := range src {
+				panel[l*mr+i] = alpha * v
+			}
+		}
+		for i := rows; i < mr; i++ {
+			for l := 0; l < kc; l++ {
+				panel[l*mr+i] = 0
+			}
+		}
+	}
+}
+
+// packB copies the kc×nc block of op(B) at (pc, jc) into panels of nr
+// columns: panel p holds, for each l in [0, kc), the nr values of row l.
+// Columns past the edge are zero.
+func packB(dst []float32, b Matrix, pc, jc, kc, nc, nr int) {
+	for jr := 0; jr < nc; jr += nr {
+		cols := min(nr, nc-jr)
+		panel := dst[jr*kc : jr*kc+kc*nr]
+		if !b.Trans {
+			for l := 0; l < kc; l++ {
+				src := b.Data[(pc+l)*b.Stride+jc+jr:]
+				out := panel[l*nr : l*nr+nr]
+				copy(out[:cols], src[:cols])
+				clear(out[cols:])
+			}
+			continue
+		}
+		// op(B)(l, j) = Data[(jc+jr+j)*Stride + pc+l]: columns are contiguous.
+		for j := 0; j < cols; j++ {
+			src := b.Data[(jc+jr+j)*b.Stride+pc:]
+			src = src[:kc]
+			for l, v := range src {
+				panel[l*nr+j] = v
+			}
+		}
+		for j := cols; j < nr; j++ {
+			for l := 0; l < kc; l++ {
+				panel[l*nr+j] = 0
+			}
+		}
+	}
+}
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }
+func roundUp(a, b int) int { return ceilDiv(a, b) * b }

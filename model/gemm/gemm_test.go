@@ -1,0 +1,137 @@
+package gemm
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// reference computes alpha·op(A)·op(B) + beta·C in float64, one dot product
+// per element.
+func reference(m, n, k int, alpha float32, a, b Matrix, beta float32, c []float32, ldc int) []float64 {
+	out := make([]float64, m*n)
+	for i := 0; i < m; i++ {
+		for j := 0; j < n; j++ {
+			var s float64
+			for l := 0; l < k; l++ {
+				s += float64(at(a, i, l)) * float64(at(b, l, j))
+			}
+			v := float64(alpha) * s
+			if beta != 0 {
+				v += float64(beta) * float64(c[i*ldc+j])
+			}
+			out[i*n+j] = v
+		}
+	}
+	return out
+}
+
+func at(m Matrix, i, j int) float32 {
+	if m.Trans {
+		return m.Data[j*m.Stride+i]
+	}
+	return m.Data[i*m.Stride+j]
+}
+
+func randomMatrix(r *rand.Rand, rows, cols, pad int, trans bool) Matrix {
+	if trans {
+		rows, cols = cols, rows
+	}
+	stride := cols + pad
+	d := make([]float32, rows*stride)
+	for i := range d {
+		d[i] = r.Float32()*2 - 1
+	}
+	return Matrix{Data: d, Stride: stride, Trans: trans}
+}
+
+// TestSgemmMatchesReference runs every engine (the assembly kernel where the
+// CPU has it, and the pure-Go one) on random shapes, odd ones included, every
+// transpose combination, padded strides and several alpha/beta pairs, and
+// compares each with a float64 reference and with each other.
+func TestSgemmMatchesReference(t *testing.T) {
+	engines := []*Engine{New(1), New(2), NewPureGo(1), NewPureGo(3)}
+	for _, e := range engines {
+		defer e.Close()
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	shapes := [][3]int{{1, 1, 1}, {6, 16, 1}, {7, 17, 3}, {5, 3, 300}, {97, 33, 257}, {128, 128, 128}, {13, 200, 9}, {250, 7, 520}, {1, 513, 64}, {193, 1, 31}, {0, 5, 5}, {4, 0, 5}, {3, 4, 0}}
+	for i := 0; i < 12; i++ {
+		shapes = append(shapes, [3]int{1 + r.IntN(150), 1 + r.IntN(150), 1 + r.IntN(300)})
+	}
+	scalars := [][2]float32{{1, 0}, {1, 1}, {-0.5, 2}, {2, -1}}
+	for _, s := range shapes {
+		m, n, k := s[0], s[1], s[2]
+		for tr := 0; tr < 4; tr++ {
+			ta, tb := tr&1 == 1, tr&2 == 2
+			ab := scalars[(m+n+k+tr)%len(scalars)]
+			name := fmt.Sprintf("m%d_n%d_k%d_ta%v_tb%v_a%v_b%v", m, n, k, ta, tb, ab[0], ab[1])
+			t.Run(name, func(t *testing.T) {
+				a := randomMatrix(r, m, k, r.IntN(3), ta)
+				b := randomMatrix(r, k, n, r.IntN(3), tb)
+				c0 := randomMatrix(r, m, n, r.IntN(3), false)
+				if ab[1] == 0 && len(c0.Data) > 0 {
+					c0.Data[0] = float32(math.NaN()) // beta = 0 must ignore old C
+				}
+				want := reference(m, n, k, ab[0], a, b, ab[1], c0.Data, c0.Stride)
+				for _, e := range engines {
+					c := Matrix{Data: append([]float32(nil), c0.Data...), Stride: c0.Stride}
+					if err := e.Sgemm(m, n, k, ab[0], a, b, ab[1], c); err != nil {
+						t.Fatal(err)
+					}
+					tol := 1e-5 * float64(k+1)
+					for i := 0; i < m; i++ {
+						for j := 0; j < n; j++ {
+							got := float64(c.Data[i*c.Stride+j])
+							if d := math.Abs(got - want[i*n+j]); d > tol*(1+math.Abs(want[i*n+j])) || math.IsNaN(got) {
+								t.Fatalf("%s (%d threads): C[%d,%d] = %v, want %v", e.Kernel(), e.Threads(), i, j, got, want[i*n+j])
+							}
+						}
+						// Padding between rows must be untouched.
+						for j := n; j < c.Stride && i < m-1; j++ {
+							if math.Float32bits(c.Data[i*c.Stride+j]) != math.Float32bits(c0.Data[i*c.Stride+j]) {
+								t.Fatalf("%s wrote padding C[%d,%d]", e.Kernel(), i, j)
+							}
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
+func TestSgemmRejectsBadViews(t *testing.T) {
+	e := New(1)
+	defer e.Close()
+	ok := func(r, c int) Matrix { return Matrix{Data: make([]float32, r*c), Stride: c} }
+	tests := []struct {
+		name    string
+		a, b, c Matrix
+	}{
+		{"short A", Matrix{Data: make([]float32, 5), Stride: 3}, ok(3, 4), ok(2, 4)},
+		{"stride below columns", Matrix{Data: make([]float32, 6), Stride: 2}, ok(3, 4), ok(2, 4)},
+		{"short C", ok(2, 3), ok(3, 4), Matrix{Data: make([]float32, 7), Stride: 4}},
+		{"transposed C", ok(2, 3), ok(3, 4), Matrix{Data: make([]float32, 8), Stride: 2, Trans: true}},
+	}
+	for _, tt := range tests {
+		if err := e.Sgemm(2, 4, 3, 1, tt.a, tt.b, 0, tt.c); err == nil {
+			t.Errorf("%s: no error", tt.name)
+		}
+	}
+}
+
+func TestSgemmAllocatesNothing(t *testing.T) {
+	e := New(2)
+	defer e.Close()
+	r := rand.New(rand.NewPCG(3, 4))
+	a, b, c := randomMatrix(r, 200, 300, 0, false), randomMatrix(r, 300, 150, 0, true), randomMatrix(r, 200, 150, 0, false)
+	allocs := testing.AllocsPerRun(20, func() {
+		if err := e.Sgemm(200, 150, 300, 1, a, b, 0, c); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("Sgemm allocates %v times per call", allocs)
+	}
+}

@@ -1,0 +1,5 @@
+//go:build !amd64
+
+package gemm
+
+func bestKernel() kernel { return goKernel }
