@@ -64,6 +64,11 @@ func NewPureGo(threads int) *Engine {
 	return newEngine(parallel.New(threads), true, goKernel)
 }
 
+// NewPureGoWithPool is NewPureGo on an existing pool.
+func NewPureGoWithPool(p *parallel.Pool) *Engine {
+	return newEngine(p, false, goKernel)
+}
+
 func newEngine(p *parallel.Pool, own bool, k kernel) *Engine {
 	e := &Engine{k: k, pool: p, own: own, ws: make([]workspace, p.Threads())}
 	for i := range e.ws {

@@ -1,0 +1,204 @@
+// Package cpu is the default compute backend: every tensor.Backend operation
+// in Go on the host, GEMM through model/gemm's assembly micro-kernel, and
+// convolutions spread over a fixed number of threads.
+package cpu
+
+import (
+	"fmt"
+
+	"github.com/gorun/gorun/model/gemm"
+	"github.com/gorun/gorun/model/parallel"
+	"github.com/gorun/gorun/model/tensor"
+)
+
+// Backend implements tensor.Backend on the CPU. It is not safe for
+// concurrent use: one backend serves one model's forward and backward passes.
+type Backend struct {
+	pool   *parallel.Pool
+	gemm   *gemm.Engine
+	chunks []scratch // per-chunk buffers of the parallel convolution loops
+	conv   convTask
+}
+
+// scratch is one chunk's working memory, grown on demand and then reused.
+type scratch struct {
+	col, dcol []float32
+	dw, db    []float32
+}
+
+var _ tensor.Backend = (*Backend)(nil)
+
+// New returns a CPU backend using threads threads (< 1 means 1). Several
+// ranks sharing a machine should divide its cores between them.
+func New(threads int) *Backend {
+	p := parallel.New(threads)
+	b := &Backend{pool: p, gemm: gemm.NewWithPool(p), chunks: make([]scratch, p.Threads())}
+	b.conv.b = b
+	return b
+}
+
+// NewPureGo is New with the portable GEMM micro-kernel, for comparisons.
+func NewPureGo(threads int) *Backend {
+	b := New(threads)
+	b.gemm = gemm.NewPureGoWithPool(b.pool)
+	return b
+}
+
+// Close stops the backend's threads.
+func (b *Backend) Close() { b.pool.Close() }
+
+// Threads returns the number of threads.
+func (b *Backend) Threads() int { return b.pool.Threads() }
+
+// Name describes the backend.
+func (b *Backend) Name() string {
+	return fmt.Sprintf("cpu %s, %d threads", b.gemm.Kernel(), b.pool.Threads())
+}
+
+func must(err error) {
+	if err != nil {
+		// The layers check shapes before calling the backend; a failure
+		// here is a bug in gorun, not bad input.
+		panic(fmt.Sprintf("cpu backend: %v", err))
+	}
+}
+
+func grow(buf *[]float32, n int) []float32 {
+	if cap(*buf) < n {
+		*buf = make([]float32, n)
+	}
+	*buf = (*buf)[:n]
+	return *buf
+}
+
+// MatMul implements tensor.Backend.
+func (b *Backend) MatMul(a *tensor.Tensor, transA bool, bm *tensor.Tensor, transB bool, c *tensor.Tensor, alpha, beta float32) {
+	m, k := a.Shape[0], a.Shape[1]
+	if transA {
+		m, k = k, m
+	}
+	n := bm.Shape[1]
+	if transB {
+		n = bm.Shape[0]
+	}
+	must(b.gemm.Sgemm(m, n, k, alpha,
+		gemm.Matrix{Data: a.Data, Stride: a.Shape[1], Trans: transA},
+		gemm.Matrix{Data: bm.Data, Stride: bm.Shape[1], Trans: transB},
+		beta, gemm.Matrix{Data: c.Data, Stride: c.Shape[1]}))
+}
+
+// planes returns N, C and the number of positions per (n, c) of an
+// [N, C, ...] tensor.
+func planes(t *tensor.Tensor) (n, c, hw int) {
+	n, c = t.Shape[0], t.Shape[1]
+	hw = 1
+	for _, d := range t.Shape[2:] {
+		hw *= d
+	}
+	return n, c, hw
+}
+
+// AddBias implements tensor.Backend.
+func (b *Backend) AddBias(x, bias *tensor.Tensor) {
+	n, c, hw := planes(x)
+	for i := 0; i < n; i++ {
+		for j := 0; j < c; j++ {
+			v := bias.Data[j]
+			row := x.Data[(i*c+j)*hw : (i*c+j+1)*hw]
+			for s := range row {
+				row[s] += v
+			}
+		}
+	}
+}
+
+// BiasGrad implements tensor.Backend.
+func (b *Backend) BiasGrad(dy, db *tensor.Tensor) {
+	n, c, hw := planes(dy)
+	for j := 0; j < c; j++ {
+		var s float32
+		for i := 0; i < n; i++ {
+			for _, v := range dy.Data[(i*c+j)*hw : (i*c+j+1)*hw] {
+				s += v
+			}
+		}
+		db.Data[j] += s
+	}
+}
+
+// ReLU implements tensor.Backend.
+func (b *Backend) ReLU(x, y *tensor.Tensor) {
+	yd := y.Data[:len(x.Data)]
+	for i, v := range x.Data {
+		yd[i] = max(v, 0)
+	}
+}
+
+// ReLUBackward implements tensor.Backend.
+func (b *Backend) ReLUBackward(y, dy, dx *tensor.Tensor) {
+	dyd, dxd := dy.Data[:len(y.Data)], dx.Data[:len(y.Data)]
+	for i, v := range y.Data {
+		if v > 0 {
+			dxd[i] = dyd[i]
+		} else {
+			dxd[i] = 0
+		}
+	}
+}
+
+// Dropout implements tensor.Backend.
+func (b *Backend) Dropout(x, y, mask *tensor.Tensor, p float32, seed uint64) {
+	keep := float32(0)
+	if p < 1 {
+		keep = 1 / (1 - p)
+	}
+	md, yd := mask.Data[:len(x.Data)], y.Data[:len(x.Data)]
+	for i, v := range x.Data {
+		f := keep
+		if uniform(seed, uint64(i)) < p {
+			f = 0
+		}
+		md[i] = f
+		yd[i] = v * f
+	}
+}
+
+// uniform is a counter-based generator: a splitmix64 hash of (seed, i)
+// mapped to [0, 1) with 24 bits, the same whatever order elements are drawn.
+func uniform(seed, i uint64) float32 {
+	z := seed + (i+1)*0x9e3779b97f4a7c15
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	z ^= z >> 31
+	return float32(z>>40) * (1.0 / (1 << 24))
+}
+
+// Mul implements tensor.Backend.
+func (b *Backend) Mul(x, y, z *tensor.Tensor) {
+	yd, zd := y.Data[:len(x.Data)], z.Data[:len(x.Data)]
+	for i, v := range x.Data {
+		zd[i] = v * yd[i]
+	}
+}
+
+// Add implements tensor.Backend.
+func (b *Backend) Add(x, y, z *tensor.Tensor) {
+	yd, zd := y.Data[:len(x.Data)], z.Data[:len(x.Data)]
+	for i, v := range x.Data {
+		zd[i] = v + yd[i]
+	}
+}
+
+// Copy implements tensor.Backend.
+func (b *Backend) Copy(src, dst *tensor.Tensor) { copy(dst.Data, src.Data) }
+
+// Fill implements tensor.Backend.
+func (b *Backend) Fill(t *tensor.Tensor, v float32) {
+	if v == 0 {
+		clear(t.Data)
+		return
+	}
+	for i := range t.Data {
+		t.Data[i] = v
+	}
+}

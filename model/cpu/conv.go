@@ -1,0 +1,234 @@
+package cpu
+
+import (
+	"github.com/gorun/gorun/model/gemm"
+	"github.com/gorun/gorun/model/tensor"
+)
+
+// Convolution is im2col + GEMM per image. The images of a batch are split
+// into one contiguous chunk per thread; each chunk has its own column buffer
+// and its own weight-gradient partial sums, which are added in chunk order
+// afterwards, so results do not depend on thread scheduling.
+
+type convTask struct {
+	b          *Backend
+	backward   bool
+	x, w, bias *tensor.Tensor
+	y          *tensor.Tensor
+	dy, dx     *tensor.Tensor
+	p          tensor.ConvParams
+	n, per     int // images, images per chunk
+	serialGEMM bool
+}
+
+// geometry of one convolution.
+type geometry struct {
+	c, h, wd, f, oh, ow, ckk, ohw int
+}
+
+func geom(x, w *tensor.Tensor, p tensor.ConvParams) geometry {
+	g := geometry{c: x.Shape[1], h: x.Shape[2], wd: x.Shape[3], f: w.Shape[0]}
+	g.oh, g.ow = p.OutSize(g.h, g.wd)
+	g.ckk = g.c * p.KernelH * p.KernelW
+	g.ohw = g.oh * g.ow
+	return g
+}
+
+// pointwise reports a 1×1, stride-1, unpadded convolution, whose column
+// matrix is the image itself.
+func pointwise(p tensor.ConvParams) bool {
+	return p.KernelH == 1 && p.KernelW == 1 && p.StrideH == 1 && p.StrideW == 1 && p.PadH == 0 && p.PadW == 0
+}
+
+// Conv2d implements tensor.Backend.
+func (b *Backend) Conv2d(x, w, bias, y *tensor.Tensor, p tensor.ConvParams) {
+	b.runConv(false, x, w, bias, y, nil, nil, p)
+}
+
+// Conv2dBackward implements tensor.Backend.
+func (b *Backend) Conv2dBackward(x, w, dy, dx, dw, db *tensor.Tensor, p tensor.ConvParams) {
+	g := geom(x, w, p)
+	chunks := b.runConv(true, x, w, nil, nil, dy, dx, p)
+	for i := 0; i < chunks; i++ {
+		s := &b.chunks[i]
+		for j, v := range s.dw[:g.f*g.ckk] {
+			dw.Data[j] += v
+		}
+		if db != nil {
+			for j, v := range s.db[:g.f] {
+				db.Data[j] += v
+			}
+		}
+	}
+}
+
+func (b *Backend) runConv(backward bool, x, w, bias, y, dy, dx *tensor.Tensor, p tensor.ConvParams) int {
+	n := x.Shape[0]
+	threads := b.pool.Threads()
+	t := &b.conv
+	*t = convTask{b: b, backward: backward, x: x, w: w, bias: bias, y: y, dy: dy, dx: dx, p: p, n: n}
+	if n < threads {
+		// Too few images to go round: one chunk, multi-threaded GEMMs.
+		t.per = n
+		t.Do(0, 0)
+		return 1
+	}
+	t.serialGEMM = true
+	t.per = ceilDiv(n, threads)
+	chunks := ceilDiv(n, t.per)
+	b.pool.Run(chunks, t)
+	return chunks
+}
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }
+
+func (t *convTask) gemm(worker, m, n, k int, a, bm gemm.Matrix, beta float32, c gemm.Matrix) {
+	if t.serialGEMM {
+		must(t.b.gemm.SgemmSerial(worker, m, n, k, 1, a, bm, beta, c))
+		return
+	}
+	must(t.b.gemm.Sgemm(m, n, k, 1, a, bm, beta, c))
+}
+
+// Do runs chunk i of the batch on worker.
+func (t *convTask) Do(worker, i int) {
+	g := geom(t.x, t.w, t.p)
+	s := &t.b.chunks[i]
+	lo, hi := i*t.per, min((i+1)*t.per, t.n)
+	direct := pointwise(t.p)
+	var col, dcol []float32
+	if !direct {
+		col = grow(&s.col, g.ckk*g.ohw)
+	}
+	wm := gemm.Matrix{Data: t.w.Data, Stride: g.ckk}
+	if t.backward {
+		clear(grow(&s.dw, g.f*g.ckk))
+		clear(grow(&s.db, g.f))
+		if !direct && t.dx != nil {
+			dcol = grow(&s.dcol, g.ckk*g.ohw)
+		}
+	}
+	inLen, outLen := g.c*g.h*g.wd, g.f*g.ohw
+	for img := lo; img < hi; img++ {
+		xn := t.x.Data[img*inLen : (img+1)*inLen]
+		if direct {
+			col = xn
+		} else {
+			im2col(xn, col, g, t.p)
+		}
+		colM := gemm.Matrix{Data: col, Stride: g.ohw}
+		if !t.backward {
+			yn := t.y.Data[img*outLen : (img+1)*outLen]
+			t.gemm(worker, g.f, g.ohw, g.ckk, wm, colM, 0, gemm.Matrix{Data: yn, Stride: g.ohw})
+			if t.bias != nil {
+				for f := 0; f < g.f; f++ {
+					v := t.bias.Data[f]
+					row := yn[f*g.ohw : (f+1)*g.ohw]
+					for j := range row {
+						row[j] += v
+					}
+				}
+			}
+			continue
+		}
+		dyn := t.dy.Data[img*outLen : (img+1)*outLen]
+		dyM := gemm.Matrix{Data: dyn, Stride: g.ohw}
+		// dW += dy · colᵀ
+		t.gemm(worker, g.f, g.ckk, g.ohw, dyM, gemm.Matrix{Data: col, Stride: g.ohw, Trans: true}, 1, gemm.Matrix{Data: s.dw, Stride: g.ckk})
+		for f := 0; f < g.f; f++ {
+			var sum float32
+			for _, v := range dyn[f*g.ohw : (f+1)*g.ohw] {
+				sum += v
+			}
+			s.db[f] += sum
+		}
+		if t.dx == nil {
+			continue
+		}
+		dxn := t.dx.Data[img*inLen : (img+1)*inLen]
+		wT := gemm.Matrix{Data: t.w.Data, Stride: g.ckk, Trans: true}
+		if direct {
+			t.gemm(worker, g.ckk, g.ohw, g.f, wT, dyM, 0, gemm.Matrix{Data: dxn, Stride: g.ohw})
+			continue
+		}
+		// dcol = Wᵀ · dy, folded back into the image.
+		t.gemm(worker, g.ckk, g.ohw, g.f, wT, dyM, 0, gemm.Matrix{Data: dcol, Stride: g.ohw})
+		col2im(dcol, dxn, g, t.p)
+	}
+}
+
+// im2col lays out the receptive fields of one image [C, H, W] as the
+// columns of col [C·KH·KW, OH·OW], zero where they overhang the padding.
+func im2col(x, col []float32, g geometry, p tensor.ConvParams) {
+	r := 0
+	for c := 0; c < g.c; c++ {
+		plane := x[c*g.h*g.wd : (c+1)*g.h*g.wd]
+		for kh := 0; kh < p.KernelH; kh++ {
+			for kw := 0; kw < p.KernelW; kw++ {
+				out := col[r*g.ohw : (r+1)*g.ohw]
+				r++
+				for oh := 0; oh < g.oh; oh++ {
+					dst := out[oh*g.ow : (oh+1)*g.ow]
+					ih := oh*p.StrideH - p.PadH + kh
+					if ih < 0 || ih >= g.h {
+						clear(dst)
+						continue
+					}
+					src := plane[ih*g.wd : (ih+1)*g.wd]
+					if p.StrideW == 1 {
+						// iw = ow - PadW + kw: a shifted copy with zero ends.
+						shift := kw - p.PadW
+						lo := max(0, -shift)
+						hi := min(g.ow, g.wd-shift)
+						if hi <= lo {
+							clear(dst)
+							continue
+						}
+						clear(dst[:lo])
+						copy(dst[lo:hi], src[lo+shift:hi+shift])
+						clear(dst[hi:])
+						continue
+					}
+					for ow := range dst {
+						iw := ow*p.StrideW - p.PadW + kw
+						if iw < 0 || iw >= g.wd {
+							dst[ow] = 0
+						} else {
+							dst[ow] = src[iw]
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// col2im sets dx [C, H, W] to the sum of the column gradients over every
+// receptive field each pixel belongs to.
+func col2im(col, dx []float32, g geometry, p tensor.ConvParams) {
+	clear(dx)
+	r := 0
+	for c := 0; c < g.c; c++ {
+		plane := dx[c*g.h*g.wd : (c+1)*g.h*g.wd]
+		for kh := 0; kh < p.KernelH; kh++ {
+			for kw := 0; kw < p.KernelW; kw++ {
+				in := col[r*g.ohw : (r+1)*g.ohw]
+				r++
+				for oh := 0; oh < g.oh; oh++ {
+					ih := oh*p.StrideH - p.PadH + kh
+					if ih < 0 || ih >= g.h {
+						continue
+					}
+					src := in[oh*g.ow : (oh+1)*g.ow]
+					dst := plane[ih*g.wd : (ih+1)*g.wd]
+					for ow, v := range src {
+						iw := ow*p.StrideW - p.PadW + kw
+						if iw >= 0 && iw < g.wd {
+							dst[iw] += v
+						}
+					}
+				}
+			}
+		}
+	}
+}

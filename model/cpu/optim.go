@@ -1,0 +1,72 @@
+package cpu
+
+import (
+	"math"
+
+	"github.com/gorun/gorun/model/tensor"
+)
+
+// SGDStep implements tensor.Backend with torch.optim.SGD's arithmetic.
+func (b *Backend) SGDStep(p, g, buf *tensor.Tensor, o tensor.SGDOptions, first bool) {
+	pd, gd := p.Data, g.Data[:len(p.Data)]
+	var bd []float32
+	if o.Momentum != 0 {
+		bd = buf.Data[:len(pd)]
+	}
+	for i, w := range pd {
+		d := gd[i]
+		if o.WeightDecay != 0 {
+			d += o.WeightDecay * w
+		}
+		if o.Momentum != 0 {
+			if first {
+				bd[i] = d
+			} else {
+				bd[i] = o.Momentum*bd[i] + (1-o.Dampening)*d
+			}
+			if o.Nesterov {
+				d += o.Momentum * bd[i]
+			} else {
+				d = bd[i]
+			}
+		}
+		pd[i] = w - o.LR*d
+	}
+}
+
+// AdamStep implements tensor.Backend with torch.optim.Adam's arithmetic
+// (amsgrad off).
+func (b *Backend) AdamStep(p, g, m, v *tensor.Tensor, o tensor.AdamOptions, step int) {
+	bc1 := 1 - math.Pow(float64(o.Beta1), float64(step))
+	bc2 := 1 - math.Pow(float64(o.Beta2), float64(step))
+	stepSize := float32(float64(o.LR) / bc1)
+	bc2Sqrt := float32(math.Sqrt(bc2))
+	pd, gd, md, vd := p.Data, g.Data[:len(p.Data)], m.Data[:len(p.Data)], v.Data[:len(p.Data)]
+	for i, w := range pd {
+		d := gd[i]
+		if o.WeightDecay != 0 {
+			d += o.WeightDecay * w
+		}
+		md[i] += (d - md[i]) * (1 - o.Beta1)
+		vd[i] = o.Beta2*vd[i] + (1-o.Beta2)*d*d
+		denom := float32(math.Sqrt(float64(vd[i])))/bc2Sqrt + o.Eps
+		pd[i] = w - stepSize*md[i]/denom
+	}
+}
+
+// AdadeltaStep implements tensor.Backend with torch.optim.Adadelta's
+// arithmetic.
+func (b *Backend) AdadeltaStep(p, g, sqAvg, accDelta *tensor.Tensor, o tensor.AdadeltaOptions) {
+	pd, gd, sd, ad := p.Data, g.Data[:len(p.Data)], sqAvg.Data[:len(p.Data)], accDelta.Data[:len(p.Data)]
+	for i, w := range pd {
+		d := gd[i]
+		if o.WeightDecay != 0 {
+			d += o.WeightDecay * w
+		}
+		sd[i] = o.Rho*sd[i] + (1-o.Rho)*d*d
+		std := float32(math.Sqrt(float64(sd[i] + o.Eps)))
+		delta := float32(math.Sqrt(float64(ad[i]+o.Eps))) / std * d
+		ad[i] = o.Rho*ad[i] + (1-o.Rho)*delta*delta
+		pd[i] = w - o.LR*delta
+	}
+}

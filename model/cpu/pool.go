@@ -1,0 +1,172 @@
+package cpu
+
+import (
+	"math"
+
+	"github.com/gorun/gorun/model/tensor"
+)
+
+// window returns the clipped input range of output index o and, for
+// average pooling with count_include_pad, the unclipped window size.
+func window(o, stride, pad, k, size int) (lo, hi, span int) {
+	lo = o*stride - pad
+	hi = min(lo+k, size+pad)
+	span = hi - lo
+	return max(lo, 0), min(hi, size), span
+}
+
+// MaxPool2d implements tensor.Backend.
+func (b *Backend) MaxPool2d(x, y *tensor.Tensor, p tensor.PoolParams) {
+	n, c, h, w := x.Shape[0], x.Shape[1], x.Shape[2], x.Shape[3]
+	oh, ow := y.Shape[2], y.Shape[3]
+	for pl := 0; pl < n*c; pl++ {
+		in := x.Data[pl*h*w : (pl+1)*h*w]
+		out := y.Data[pl*oh*ow : (pl+1)*oh*ow]
+		for i := 0; i < oh; i++ {
+			h0, h1, _ := window(i, p.StrideH, p.PadH, p.KernelH, h)
+			for j := 0; j < ow; j++ {
+				w0, w1, _ := window(j, p.StrideW, p.PadW, p.KernelW, w)
+				best := float32(math.Inf(-1))
+				for r := h0; r < h1; r++ {
+					for _, v := range in[r*w+w0 : r*w+w1] {
+						if v > best || v != v {
+							best = v
+						}
+					}
+				}
+				out[i*ow+j] = best
+			}
+		}
+	}
+}
+
+// MaxPool2dBackward implements tensor.Backend.
+func (b *Backend) MaxPool2dBackward(x, dy, dx *tensor.Tensor, p tensor.PoolParams) {
+	n, c, h, w := x.Shape[0], x.Shape[1], x.Shape[2], x.Shape[3]
+	oh, ow := dy.Shape[2], dy.Shape[3]
+	clear(dx.Data)
+	for pl := 0; pl < n*c; pl++ {
+		in := x.Data[pl*h*w : (pl+1)*h*w]
+		g := dy.Data[pl*oh*ow : (pl+1)*oh*ow]
+		out := dx.Data[pl*h*w : (pl+1)*h*w]
+		for i := 0; i < oh; i++ {
+			h0, h1, _ := window(i, p.StrideH, p.PadH, p.KernelH, h)
+			for j := 0; j < ow; j++ {
+				w0, w1, _ := window(j, p.StrideW, p.PadW, p.KernelW, w)
+				// As PyTorch: start at the window's first position, move on a
+				// strictly greater value or a NaN.
+				best, at := float32(math.Inf(-1)), h0*w+w0
+				for r := h0; r < h1; r++ {
+					for s := w0; s < w1; s++ {
+						if v := in[r*w+s]; v > best || v != v {
+							best, at = v, r*w+s
+						}
+					}
+				}
+				if h1 > h0 && w1 > w0 {
+					out[at] += g[i*ow+j]
+				}
+			}
+		}
+	}
+}
+
+// AvgPool2d implements tensor.Backend.
+func (b *Backend) AvgPool2d(x, y *tensor.Tensor, p tensor.PoolParams) {
+	n, c, h, w := x.Shape[0], x.Shape[1], x.Shape[2], x.Shape[3]
+	oh, ow := y.Shape[2], y.Shape[3]
+	for pl := 0; pl < n*c; pl++ {
+		in := x.Data[pl*h*w : (pl+1)*h*w]
+		out := y.Data[pl*oh*ow : (pl+1)*oh*ow]
+		for i := 0; i < oh; i++ {
+			h0, h1, hs := window(i, p.StrideH, p.PadH, p.KernelH, h)
+			for j := 0; j < ow; j++ {
+				w0, w1, ws := window(j, p.StrideW, p.PadW, p.KernelW, w)
+				var s float32
+				for r := h0; r < h1; r++ {
+					for _, v := range in[r*w+w0 : r*w+w1] {
+						s += v
+					}
+				}
+				out[i*ow+j] = s / float32(hs*ws)
+			}
+		}
+	}
+}
+
+// AvgPool2dBackward implements tensor.Backend.
+func (b *Backend) AvgPool2dBackward(dy, dx *tensor.Tensor, p tensor.PoolParams) {
+	n, c, h, w := dx.Shape[0], dx.Shape[1], dx.Shape[2], dx.Shape[3]
+	oh, ow := dy.Shape[2], dy.Shape[3]
+	clear(dx.Data)
+	for pl := 0; pl < n*c; pl++ {
+		g := dy.Data[pl*oh*ow : (pl+1)*oh*ow]
+		out := dx.Data[pl*h*w : (pl+1)*h*w]
+		for i := 0; i < oh; i++ {
+			h0, h1, hs := window(i, p.StrideH, p.PadH, p.KernelH, h)
+			for j := 0; j < ow; j++ {
+				w0, w1, ws := window(j, p.StrideW, p.PadW, p.KernelW, w)
+				v := g[i*ow+j] / float32(hs*ws)
+				for r := h0; r < h1; r++ {
+					row := out[r*w+w0 : r*w+w1]
+					for s := range row {
+						row[s] += v
+					}
+				}
+			}
+		}
+	}
+}
+
+// adaptive returns PyTorch's adaptive pooling window [floor(i·in/out),
+// ceil((i+1)·in/out)).
+func adaptive(i, in, out int) (int, int) {
+	return i * in / out, ((i+1)*in + out - 1) / out
+}
+
+// AdaptiveAvgPool2d implements tensor.Backend.
+func (b *Backend) AdaptiveAvgPool2d(x, y *tensor.Tensor) {
+	n, c, h, w := x.Shape[0], x.Shape[1], x.Shape[2], x.Shape[3]
+	oh, ow := y.Shape[2], y.Shape[3]
+	for pl := 0; pl < n*c; pl++ {
+		in := x.Data[pl*h*w : (pl+1)*h*w]
+		out := y.Data[pl*oh*ow : (pl+1)*oh*ow]
+		for i := 0; i < oh; i++ {
+			h0, h1 := adaptive(i, h, oh)
+			for j := 0; j < ow; j++ {
+				w0, w1 := adaptive(j, w, ow)
+				var s float32
+				for r := h0; r < h1; r++ {
+					for _, v := range in[r*w+w0 : r*w+w1] {
+						s += v
+					}
+				}
+				out[i*ow+j] = s / float32((h1-h0)*(w1-w0))
+			}
+		}
+	}
+}
+
+// AdaptiveAvgPool2dBackward implements tensor.Backend.
+func (b *Backend) AdaptiveAvgPool2dBackward(dy, dx *tensor.Tensor) {
+	n, c, h, w := dx.Shape[0], dx.Shape[1], dx.Shape[2], dx.Shape[3]
+	oh, ow := dy.Shape[2], dy.Shape[3]
+	clear(dx.Data)
+	for pl := 0; pl < n*c; pl++ {
+		g := dy.Data[pl*oh*ow : (pl+1)*oh*ow]
+		out := dx.Data[pl*h*w : (pl+1)*h*w]
+		for i := 0; i < oh; i++ {
+			h0, h1 := adaptive(i, h, oh)
+			for j := 0; j < ow; j++ {
+				w0, w1 := adaptive(j, w, ow)
+				v := g[i*ow+j] / float32((h1-h0)*(w1-w0))
+				for r := h0; r < h1; r++ {
+					row := out[r*w+w0 : r*w+w1]
+					for s := range row {
+						row[s] += v
+					}
+				}
+			}
+		}
+	}
+}

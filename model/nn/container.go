@@ -1,0 +1,95 @@
+package nn
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/gorun/gorun/model/tensor"
+)
+
+// Chain runs named layers in order, like a PyTorch module whose forward
+// calls its children one after another. Children named "" are stateless
+// functional steps (F.relu, F.max_pool2d) that do not appear in the state.
+type Chain struct {
+	Names  []string
+	Layers []Layer
+}
+
+// Child is one entry of a Chain.
+type Child struct {
+	Name  string
+	Layer Layer
+}
+
+// NewChain returns a chain of the given children.
+func NewChain(children ...Child) *Chain {
+	c := &Chain{}
+	for _, ch := range children {
+		c.Names = append(c.Names, ch.Name)
+		c.Layers = append(c.Layers, ch.Layer)
+	}
+	return c
+}
+
+// NewSequential is torch.nn.Sequential: children are named by their index,
+// stateless ones included, as PyTorch numbers them.
+func NewSequential(layers ...Layer) *Chain {
+	c := &Chain{}
+	for i, l := range layers {
+		c.Names = append(c.Names, strconv.Itoa(i))
+		c.Layers = append(c.Layers, l)
+	}
+	return c
+}
+
+func (c *Chain) label(i int) string {
+	if c.Names[i] != "" {
+		return c.Names[i]
+	}
+	return fmt.Sprintf("step %d (%T)", i, c.Layers[i])
+}
+
+// Forward implements Layer.
+func (c *Chain) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
+	var err error
+	for i, l := range c.Layers {
+		if x, err = l.Forward(x); err != nil {
+			return nil, fmt.Errorf("%s: %w", c.label(i), err)
+		}
+	}
+	return x, nil
+}
+
+// Backward implements Layer.
+func (c *Chain) Backward(dy *tensor.Tensor) (*tensor.Tensor, error) {
+	var err error
+	for i := len(c.Layers) - 1; i >= 0; i-- {
+		if dy, err = c.Layers[i].Backward(dy); err != nil {
+			return nil, fmt.Errorf("%s backward: %w", c.label(i), err)
+		}
+	}
+	return dy, nil
+}
+
+// State implements Layer.
+func (c *Chain) State() []Var {
+	var s []Var
+	for i, l := range c.Layers {
+		st := l.State()
+		if len(st) == 0 {
+			continue
+		}
+		if c.Names[i] == "" {
+			panic(fmt.Sprintf("nn: unnamed chain step %d (%T) has state", i, l))
+		}
+		s = append(s, prefixed(c.Names[i], st)...)
+	}
+	return s
+}
+
+// SetTraining implements Layer.
+func (c *Chain) SetTraining(training bool) {
+	for _, l := range c.Layers {
+		l.SetTraining(training)
+	}
+}

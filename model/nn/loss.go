@@ -1,0 +1,67 @@
+package nn
+
+import (
+	"fmt"
+
+	"github.com/gorun/gorun/model/tensor"
+)
+
+// Loss is a criterion over a batch of class scores: torch.nn.NLLLoss on
+// log-probabilities, or torch.nn.CrossEntropyLoss (log-softmax then NLL) on
+// raw scores, both with mean reduction.
+type Loss struct {
+	be          tensor.Backend
+	logSoftmax  *LogSoftmax // nil for NLL
+	target      []int32
+	logp, dlogp *tensor.Tensor
+}
+
+// NewNLLLoss returns torch.nn.NLLLoss().
+func NewNLLLoss(be tensor.Backend) *Loss { return &Loss{be: be} }
+
+// NewCrossEntropyLoss returns torch.nn.CrossEntropyLoss().
+func NewCrossEntropyLoss(be tensor.Backend) *Loss {
+	return &Loss{be: be, logSoftmax: NewLogSoftmax(be)}
+}
+
+// Forward returns the mean loss of scores [N, C] against class indices.
+func (l *Loss) Forward(scores *tensor.Tensor, target []int32) (float32, error) {
+	if scores.Dims() != 2 {
+		return 0, fmt.Errorf("loss: scores %s, want [N C]", scores)
+	}
+	n, c := scores.Shape[0], scores.Shape[1]
+	if len(target) != n {
+		return 0, fmt.Errorf("loss: %d targets for a batch of %d", len(target), n)
+	}
+	if n == 0 {
+		return 0, fmt.Errorf("loss: empty batch")
+	}
+	for i, t := range target {
+		if t < 0 || int(t) >= c {
+			return 0, fmt.Errorf("loss: target %d of sample %d outside [0, %d)", t, i, c)
+		}
+	}
+	logp := scores
+	if l.logSoftmax != nil {
+		var err error
+		if logp, err = l.logSoftmax.Forward(scores); err != nil {
+			return 0, fmt.Errorf("loss: %w", err)
+		}
+	}
+	l.target, l.logp = target, logp
+	return l.be.NLLLoss(logp, target), nil
+}
+
+// Backward returns the gradient of the last Forward's loss with respect to
+// its scores.
+func (l *Loss) Backward() (*tensor.Tensor, error) {
+	if l.logp == nil {
+		return nil, fmt.Errorf("loss: backward before forward")
+	}
+	d := tensor.Reuse(&l.dlogp, l.logp.Shape...)
+	l.be.NLLLossBackward(l.target, d, 1)
+	if l.logSoftmax != nil {
+		return l.logSoftmax.Backward(d)
+	}
+	return d, nil
+}

@@ -1,0 +1,137 @@
+package tensor
+
+// ConvParams describes a 2-D convolution: square or rectangular kernels,
+// stride and zero padding per dimension, as in torch.nn.Conv2d (dilation 1,
+// groups 1).
+type ConvParams struct {
+	KernelH, KernelW int
+	StrideH, StrideW int
+	PadH, PadW       int
+}
+
+// OutSize returns the output height and width for an h×w input; zero when
+// the window does not fit.
+func (p ConvParams) OutSize(h, w int) (int, int) {
+	return outLen(h, p.KernelH, p.StrideH, p.PadH), outLen(w, p.KernelW, p.StrideW, p.PadW)
+}
+
+func outLen(in, k, stride, pad int) int {
+	if in+2*pad < k || stride <= 0 {
+		return 0
+	}
+	return (in+2*pad-k)/stride + 1
+}
+
+// PoolParams describes max or average pooling windows, as in
+// torch.nn.MaxPool2d / AvgPool2d (ceil_mode false; average pooling counts
+// padding, count_include_pad true).
+type PoolParams = ConvParams
+
+// BatchNormParams configures batch normalisation: torch.nn.BatchNorm2d with
+// momentum 0.1 and eps 1e-5 by default.
+type BatchNormParams struct {
+	Training bool
+	Momentum float32
+	Eps      float32
+}
+
+// Backend is the compute seam: every numeric operation a layer or optimizer
+// performs. Shapes are checked by the callers (the layers), so
+// implementations may assume consistent arguments. Gradients of parameters
+// accumulate (+=) as in PyTorch; gradients of activations overwrite.
+//
+// The CPU backend (package model/cpu) implements it in Go; a GPU backend
+// implements the same methods on device memory.
+type Backend interface {
+	// Name identifies the backend and its kernel ("cpu avx2-fma 6x16, 2 threads").
+	Name() string
+
+	// MatMul sets c = alpha·op(a)·op(b) + beta·c for 2-D tensors, op being
+	// the transpose when the flag is set.
+	MatMul(a *Tensor, transA bool, b *Tensor, transB bool, c *Tensor, alpha, beta float32)
+	// AddBias adds bias[j] to x[i, j, ...] for every i and trailing position:
+	// a [N, C] or [N, C, H, W] tensor and a [C] bias.
+	AddBias(x, bias *Tensor)
+	// BiasGrad accumulates into db[j] the sum of dy[i, j, ...].
+	BiasGrad(dy, db *Tensor)
+
+	// Conv2d computes y = conv(x, w) + b for x [N, C, H, W], w [F, C, KH, KW],
+	// b [F] or nil, y [N, F, OH, OW].
+	Conv2d(x, w, b, y *Tensor, p ConvParams)
+	// Conv2dBackward accumulates dw (and db unless nil) and, unless dx is
+	// nil, sets dx, from dy.
+	Conv2dBackward(x, w, dy, dx, dw, db *Tensor, p ConvParams)
+
+	// MaxPool2d sets y to the window maxima of x.
+	MaxPool2d(x, y *Tensor, p PoolParams)
+	// MaxPool2dBackward sets dx: each window's dy goes to the first position
+	// holding its maximum (as PyTorch's CPU kernel chooses).
+	MaxPool2dBackward(x, dy, dx *Tensor, p PoolParams)
+	// AvgPool2d sets y to the window means of x.
+	AvgPool2d(x, y *Tensor, p PoolParams)
+	// AvgPool2dBackward sets dx.
+	AvgPool2dBackward(dy, dx *Tensor, p PoolParams)
+	// AdaptiveAvgPool2d averages x [N, C, H, W] into y [N, C, OH, OW] with
+	// PyTorch's window bounds.
+	AdaptiveAvgPool2d(x, y *Tensor)
+	// AdaptiveAvgPool2dBackward sets dx.
+	AdaptiveAvgPool2dBackward(dy, dx *Tensor)
+
+	// BatchNorm normalises x [N, C, H, W] (or [N, C]) per channel. In
+	// training it uses the batch statistics, saves mean and 1/std in
+	// saveMean and saveInvStd, and updates runMean and runVar (unbiased
+	// variance); in evaluation it uses runMean and runVar.
+	BatchNorm(x, y, gamma, beta, runMean, runVar, saveMean, saveInvStd *Tensor, p BatchNormParams)
+	// BatchNormBackward sets dx and accumulates dgamma and dbeta.
+	BatchNormBackward(x, dy, dx, gamma, dgamma, dbeta, saveMean, saveInvStd *Tensor, p BatchNormParams)
+
+	// ReLU sets y = max(x, 0) (y may be x).
+	ReLU(x, y *Tensor)
+	// ReLUBackward sets dx = dy where y > 0, else 0 (dx may be dy).
+	ReLUBackward(y, dy, dx *Tensor)
+	// Dropout zeroes each element of x with probability p and scales the
+	// rest by 1/(1-p), recording the factor per element in mask. The pattern
+	// is a function of seed only.
+	Dropout(x, y, mask *Tensor, p float32, seed uint64)
+	// Mul sets z = x ⊙ y elementwise (z may alias either).
+	Mul(x, y, z *Tensor)
+	// Add sets z = x + y elementwise (z may alias either).
+	Add(x, y, z *Tensor)
+	// Copy sets dst = src.
+	Copy(src, dst *Tensor)
+	// Fill sets every element of t to v.
+	Fill(t *Tensor, v float32)
+
+	// LogSoftmax sets y[i, :] = log softmax of x[i, :] for x [N, C].
+	LogSoftmax(x, y *Tensor)
+	// LogSoftmaxBackward sets dx from y (the LogSoftmax output) and dy.
+	LogSoftmaxBackward(y, dy, dx *Tensor)
+	// NLLLoss returns the mean over rows of -logp[i, target[i]].
+	NLLLoss(logp *Tensor, target []int32) float32
+	// NLLLossBackward sets dlogp for the mean NLL loss scaled by scale.
+	NLLLossBackward(target []int32, dlogp *Tensor, scale float32)
+
+	// SGDStep is one torch.optim.SGD update of p from g with momentum buffer
+	// buf (unused when momentum is 0). first marks the buffer's first use.
+	SGDStep(p, g, buf *Tensor, o SGDOptions, first bool)
+	// AdamStep is one torch.optim.Adam update; step counts from 1.
+	AdamStep(p, g, m, v *Tensor, o AdamOptions, step int)
+	// AdadeltaStep is one torch.optim.Adadelta update.
+	AdadeltaStep(p, g, sqAvg, accDelta *Tensor, o AdadeltaOptions)
+}
+
+// SGDOptions are torch.optim.SGD's hyper-parameters.
+type SGDOptions struct {
+	LR, Momentum, Dampening, WeightDecay float32
+	Nesterov                             bool
+}
+
+// AdamOptions are torch.optim.Adam's hyper-parameters.
+type AdamOptions struct {
+	LR, Beta1, Beta2, Eps, WeightDecay float32
+}
+
+// AdadeltaOptions are torch.optim.Adadelta's hyper-parameters.
+type AdadeltaOptions struct {
+	LR, Rho, Eps, WeightDecay float32
+}

@@ -1,0 +1,126 @@
+// Package tensor defines the float32 tensor the layers compute on and the
+// Backend interface the computation runs behind.
+//
+// A Tensor is a shape and a row-major (NCHW for images) float32 buffer.
+// Layers never loop over tensor data themselves: every computation is a
+// Backend call, so a GPU backend can replace the CPU one without touching a
+// layer. Layers keep their outputs between steps and resize them with
+// Reuse, so a training step in steady state allocates nothing.
+package tensor
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Tensor is a dense float32 tensor. Data holds exactly Len() elements in
+// row-major order.
+type Tensor struct {
+	Shape []int
+	Data  []float32
+}
+
+// New returns a zero tensor of the given shape.
+func New(shape ...int) *Tensor {
+	return &Tensor{Shape: append([]int(nil), shape...), Data: make([]float32, Volume(shape))}
+}
+
+// FromData wraps data in a tensor of the given shape. It fails when the
+// lengths disagree.
+func FromData(data []float32, shape ...int) (*Tensor, error) {
+	if n := Volume(shape); n != len(data) {
+		return nil, fmt.Errorf("tensor: %d values do not fill shape %s (%d)", len(data), FormatShape(shape), n)
+	}
+	return &Tensor{Shape: append([]int(nil), shape...), Data: data}, nil
+}
+
+// Volume is the number of elements of a shape.
+func Volume(shape []int) int {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	return n
+}
+
+// Len is the number of elements.
+func (t *Tensor) Len() int { return len(t.Data) }
+
+// Dims is the number of dimensions.
+func (t *Tensor) Dims() int { return len(t.Shape) }
+
+// Dim returns the size of dimension i.
+func (t *Tensor) Dim(i int) int { return t.Shape[i] }
+
+// SameShape reports whether t has exactly the given shape.
+func (t *Tensor) SameShape(shape ...int) bool {
+	if len(t.Shape) != len(shape) {
+		return false
+	}
+	for i, d := range shape {
+		if t.Shape[i] != d {
+			return false
+		}
+	}
+	return true
+}
+
+// String formats the shape, e.g. "[64 3 32 32]".
+func (t *Tensor) String() string { return FormatShape(t.Shape) }
+
+// FormatShape formats a shape as "[a b c]".
+func FormatShape(shape []int) string {
+	var b strings.Builder
+	b.WriteByte('[')
+	for i, d := range shape {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprint(&b, d)
+	}
+	b.WriteByte(']')
+	return b.String()
+}
+
+// Reuse returns a tensor of the given shape, recycling *t's storage when it
+// is large enough (its contents are then unspecified) and allocating
+// otherwise. Layers call it on their output and gradient tensors every step.
+func Reuse(t **Tensor, shape ...int) *Tensor {
+	n := Volume(shape)
+	cur := *t
+	if cur == nil {
+		cur = &Tensor{}
+		*t = cur
+	}
+	if cap(cur.Data) < n {
+		cur.Data = make([]float32, n)
+	}
+	cur.Data = cur.Data[:n]
+	if !cur.SameShape(shape...) {
+		cur.Shape = append(cur.Shape[:0], shape...)
+	}
+	return cur
+}
+
+// View returns a tensor sharing t's data with another shape of the same
+// volume, reusing *v's header.
+func View(v **Tensor, t *Tensor, shape ...int) (*Tensor, error) {
+	if Volume(shape) != t.Len() {
+		return nil, fmt.Errorf("tensor: cannot view %s (%d elements) as %s", t, t.Len(), FormatShape(shape))
+	}
+	cur := *v
+	if cur == nil {
+		cur = &Tensor{}
+		*v = cur
+	}
+	cur.Data = t.Data
+	if !cur.SameShape(shape...) {
+		cur.Shape = append(cur.Shape[:0], shape...)
+	}
+	return cur, nil
+}
+
+// Clone returns a deep copy.
+func (t *Tensor) Clone() *Tensor {
+	return &Tensor{Shape: append([]int(nil), t.Shape...), Data: append([]float32(nil), t.Data...)}
+}
