@@ -1,0 +1,112 @@
+package nn
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/gorun/gorun/model/safetensors"
+)
+
+// StateTensors returns l's parameters and buffers as safetensors entries
+// under PyTorch's state_dict names (sharing l's memory).
+func StateTensors(l Layer) []safetensors.Tensor {
+	var out []safetensors.Tensor
+	for _, v := range l.State() {
+		if v.Count != nil {
+			out = append(out, safetensors.Tensor{Name: v.Name, DType: safetensors.I64, Shape: []int{}, I64: []int64{*v.Count}})
+			continue
+		}
+		out = append(out, safetensors.Tensor{Name: v.Name, DType: safetensors.F32, Shape: v.Value.Shape, F32: v.Value.Data})
+	}
+	return out
+}
+
+// SaveFile writes l's state to path as safetensors, atomically.
+func SaveFile(path string, l Layer, metadata map[string]string) error {
+	return safetensors.WriteFile(path, StateTensors(l), metadata)
+}
+
+// LoadFile reads a safetensors file into l's state, as PyTorch's
+// load_state_dict(strict=True) does.
+func LoadFile(path string, l Layer) error {
+	f, err := safetensors.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if err := LoadState(f, l); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
+}
+
+// LoadState copies tensors into l's state. Every state entry must be
+// present with the same shape and no extra tensors may be left over; the
+// error names each missing, unexpected or mismatched tensor. Nothing is
+// changed unless everything matches.
+func LoadState(f *safetensors.File, l Layer) error {
+	state := l.State()
+	var problems []string
+	want := map[string]bool{}
+	for _, v := range state {
+		want[v.Name] = true
+		t, ok := f.Get(v.Name)
+		switch {
+		case !ok:
+			problems = append(problems, fmt.Sprintf("missing tensor %q", v.Name))
+		case v.Count != nil:
+			if t.I64 == nil || len(t.I64) != 1 {
+				problems = append(problems, fmt.Sprintf("tensor %q: want one integer, have %s %v", v.Name, t.DType, t.Shape))
+			}
+		case t.F32 == nil:
+			problems = append(problems, fmt.Sprintf("tensor %q: want floating point, have %s", v.Name, t.DType))
+		case !v.Value.SameShape(t.Shape...):
+			problems = append(problems, fmt.Sprintf("tensor %q: shape %v in file, model has %s", v.Name, t.Shape, v.Value))
+		}
+	}
+	var extra []string
+	for _, t := range f.Tensors {
+		if !want[t.Name] {
+			extra = append(extra, fmt.Sprintf("%q", t.Name))
+		}
+	}
+	if len(extra) > 0 {
+		sort.Strings(extra)
+		problems = append(problems, "unexpected tensors "+strings.Join(extra, ", "))
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("state does not match the model: %s", strings.Join(problems, "; "))
+	}
+	for _, v := range state {
+		t, _ := f.Get(v.Name)
+		if v.Count != nil {
+			*v.Count = t.I64[0]
+			continue
+		}
+		copy(v.Value.Data, t.F32)
+	}
+	return nil
+}
+
+// CopyState copies every state entry of src into dst, which must have the
+// same structure.
+func CopyState(dst, src Layer) error {
+	ds, ss := dst.State(), src.State()
+	if len(ds) != len(ss) {
+		return fmt.Errorf("state sizes differ: %d and %d entries", len(ds), len(ss))
+	}
+	for i := range ds {
+		if ds[i].Name != ss[i].Name {
+			return fmt.Errorf("entry %d: %q and %q", i, ds[i].Name, ss[i].Name)
+		}
+		if ds[i].Count != nil {
+			*ds[i].Count = *ss[i].Count
+			continue
+		}
+		if !ds[i].Value.SameShape(ss[i].Value.Shape...) {
+			return fmt.Errorf("%s: shapes %s and %s", ds[i].Name, ds[i].Value, ss[i].Value)
+		}
+		copy(ds[i].Value.Data, ss[i].Value.Data)
+	}
+	return nil
+}
