@@ -1,0 +1,104 @@
+package optim
+
+import (
+	"math"
+	"testing"
+
+	"github.com/gorun/gorun/model/cpu"
+	"github.com/gorun/gorun/model/nn"
+	"github.com/gorun/gorun/model/safetensors"
+	"github.com/gorun/gorun/model/tensor"
+)
+
+// TestOptimizersMatchPyTorch replays three gradient steps through every
+// optimizer configuration of model/testdata/gen_fixtures.py and compares the
+// parameters after each step with PyTorch's.
+func TestOptimizersMatchPyTorch(t *testing.T) {
+	f, err := safetensors.ReadFile("../testdata/optim.safetensors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func(name string) []float32 {
+		e, ok := f.Get(name)
+		if !ok {
+			t.Fatalf("fixture has no %q", name)
+		}
+		return e.F32
+	}
+	be := cpu.New(1)
+	defer be.Close()
+	cases := map[string]func([]nn.Var) Optimizer{
+		"sgd":          func(p []nn.Var) Optimizer { return mustSGD(t, be, p, tensor.SGDOptions{LR: 0.1}) },
+		"sgd_momentum": func(p []nn.Var) Optimizer { return mustSGD(t, be, p, tensor.SGDOptions{LR: 0.1, Momentum: 0.9}) },
+		"sgd_dampening_wd": func(p []nn.Var) Optimizer {
+			return mustSGD(t, be, p, tensor.SGDOptions{LR: 0.1, Momentum: 0.9, Dampening: 0.3, WeightDecay: 0.01})
+		},
+		"sgd_nesterov": func(p []nn.Var) Optimizer {
+			return mustSGD(t, be, p, tensor.SGDOptions{LR: 0.1, Momentum: 0.9, Nesterov: true, WeightDecay: 0.01})
+		},
+		"adam": func(p []nn.Var) Optimizer { return NewAdam(be, p, tensor.AdamOptions{LR: 0.01}) },
+		"adam_wd": func(p []nn.Var) Optimizer {
+			return NewAdam(be, p, tensor.AdamOptions{LR: 0.01, Beta1: 0.8, Beta2: 0.99, WeightDecay: 0.1})
+		},
+		"adadelta": func(p []nn.Var) Optimizer { return NewAdadelta(be, p, tensor.AdadeltaOptions{LR: 1}) },
+		"adadelta_wd": func(p []nn.Var) Optimizer {
+			return NewAdadelta(be, p, tensor.AdadeltaOptions{LR: 0.5, Rho: 0.8, WeightDecay: 0.1})
+		},
+	}
+	for name, mk := range cases {
+		t.Run(name, func(t *testing.T) {
+			p, _ := tensor.FromData(append([]float32(nil), get("p0")...), 10)
+			g := tensor.New(10)
+			opt := mk([]nn.Var{{Name: "p", Value: p, Grad: g}})
+			for step := 1; step <= 3; step++ {
+				copy(g.Data, get("g"+string(rune('0'+step))))
+				opt.Step()
+				want := get(name + "/p" + string(rune('0'+step)))
+				for i := range want {
+					if d := math.Abs(float64(p.Data[i] - want[i])); d > 1e-6*(1+math.Abs(float64(want[i]))) {
+						t.Fatalf("step %d: p[%d] = %v, PyTorch %v", step, i, p.Data[i], want[i])
+					}
+				}
+			}
+		})
+	}
+}
+
+func mustSGD(t *testing.T, be tensor.Backend, p []nn.Var, o tensor.SGDOptions) Optimizer {
+	s, err := NewSGD(be, p, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestSchedulesMatchPyTorch(t *testing.T) {
+	f, err := safetensors.ReadFile("../testdata/optim.safetensors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	be := cpu.New(1)
+	defer be.Close()
+	for _, name := range []string{"steplr", "cosine"} {
+		opt := mustSGD(t, be, nil, tensor.SGDOptions{LR: 1})
+		var s Schedule = NewStepLR(opt, 2, 0.5)
+		if name == "cosine" {
+			s = NewCosineAnnealingLR(opt, 5, 0.01)
+		}
+		want, _ := f.Get(name + "/lr")
+		for epoch, lr := range want.F32 {
+			if math.Abs(float64(opt.LR()-lr)) > 1e-6 {
+				t.Errorf("%s epoch %d: lr %v, PyTorch %v", name, epoch, opt.LR(), lr)
+			}
+			s.Step()
+		}
+	}
+}
+
+func TestNesterovNeedsMomentum(t *testing.T) {
+	be := cpu.New(1)
+	defer be.Close()
+	if _, err := NewSGD(be, nil, tensor.SGDOptions{LR: 0.1, Nesterov: true}); err == nil {
+		t.Fatal("Nesterov without momentum accepted")
+	}
+}
