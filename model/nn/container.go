@@ -93,3 +93,21 @@ func (c *Chain) SetTraining(training bool) {
 		l.SetTraining(training)
 	}
 }
+
+// Walk calls fn for l and, depth first, every layer inside it.
+func Walk(l Layer, fn func(Layer)) {
+	fn(l)
+	switch c := l.(type) {
+	case *Chain:
+		for _, ch := range c.Layers {
+			Walk(ch, fn)
+		}
+	case *BasicBlock:
+		for _, ch := range c.main() {
+			Walk(ch, fn)
+		}
+		if c.Downsample != nil {
+			Walk(c.Downsample, fn)
+		}
+	}
+}

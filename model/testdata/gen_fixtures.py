@@ -185,7 +185,9 @@ if __name__ == "__main__":
     optimizers()
     model_case("mnist", 8, (1, 28, 28), lambda p: torch.optim.Adadelta(p, lr=1.0))
     model_case("cifarnet", 4, (3, 32, 32), lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9))
-    model_case("resnet18", 2, (3, 32, 32), None, steps=0)
+    # 64×64 inputs keep 2×2 maps in layer4: batch norm over a 1×1 map of a
+    # tiny batch is too ill-conditioned to compare in float32.
+    model_case("resnet18", 4, (3, 64, 64), None, steps=0)
     for f in sorted(os.listdir(OUT)):
         if f.endswith(".safetensors"):
             print(f, os.path.getsize(os.path.join(OUT, f)))

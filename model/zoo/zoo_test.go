@@ -1,0 +1,380 @@
+package zoo
+
+import (
+	"math"
+	"math/rand/v2"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/gorun/gorun/model/cpu"
+	"github.com/gorun/gorun/model/nn"
+	"github.com/gorun/gorun/model/optim"
+	"github.com/gorun/gorun/model/safetensors"
+	"github.com/gorun/gorun/model/tensor"
+)
+
+// formulaWeights sets every parameter as torchref.formula_weights does in
+// model/testdata: an integer formula both sides evaluate exactly.
+func formulaWeights(l nn.Layer) {
+	for _, v := range nn.Params(l) {
+		off := 0
+		for _, b := range []byte(v.Name) {
+			off += int(b)
+		}
+		off %= 97
+		n := v.Value.Len()
+		for i := 0; i < n; i++ {
+			u := float64((int64(i)*7919+int64(off)*131)%2003)/2003 - 0.5
+			var w float64
+			switch {
+			case v.Value.Dims() >= 2:
+				w = 2 * u / math.Sqrt(float64(n/v.Value.Shape[0]))
+			case strings.HasSuffix(v.Name, "weight"):
+				w = 1 + 0.2*u
+			default:
+				w = 0.2 * u
+			}
+			v.Value.Data[i] = float32(w)
+		}
+	}
+}
+
+func noDropout(l nn.Layer) {
+	nn.Walk(l, func(l nn.Layer) {
+		if d, ok := l.(*nn.Dropout); ok {
+			d.P = 0
+		}
+	})
+}
+
+type fixture struct {
+	t *testing.T
+	f *safetensors.File
+}
+
+func (fx fixture) get(name string) *safetensors.Tensor {
+	fx.t.Helper()
+	e, ok := fx.f.Get(name)
+	if !ok {
+		fx.t.Fatalf("fixture has no %q", name)
+	}
+	return e
+}
+
+func (fx fixture) tensor(name string) *tensor.Tensor {
+	e := fx.get(name)
+	t, err := tensor.FromData(append([]float32(nil), e.F32...), e.Shape...)
+	if err != nil {
+		fx.t.Fatal(err)
+	}
+	return t
+}
+
+// relErr is ‖got − want‖ / ‖want‖, with norms below 1e-4 counted as 1e-4:
+// gradients that are zero in exact arithmetic (a convolution bias followed
+// by batch norm) are rounding noise on both sides.
+func relErr(got, want []float32) float64 {
+	var d, n float64
+	for i := range want {
+		e := float64(got[i]) - float64(want[i])
+		d += e * e
+		n += float64(want[i]) * float64(want[i])
+	}
+	return math.Sqrt(d) / math.Max(math.Sqrt(n), 1e-4)
+}
+
+func norm(v []float32) float64 {
+	var s float64
+	for _, x := range v {
+		s += float64(x) * float64(x)
+	}
+	return math.Sqrt(s)
+}
+
+// compareVars checks each parameter's gradient (prefix "grad") or value
+// (prefix "p1", "p2") with the fixture: in full for small tensors, at the
+// sampled indices plus the norm for big ones.
+func compareVars(t *testing.T, fx fixture, prefix string, vars []nn.Var, tol float64) {
+	t.Helper()
+	for _, v := range vars {
+		data := v.Value.Data
+		if prefix == "grad" {
+			data = v.Grad.Data
+		}
+		want := fx.get(prefix + "/" + v.Name).F32
+		got := data
+		if idx, ok := fx.f.Get(prefix + "idx/" + v.Name); ok {
+			got = make([]float32, len(idx.I64))
+			for i, j := range idx.I64 {
+				got[i] = data[j]
+			}
+		}
+		if e := relErr(got, want); e > tol || math.IsNaN(e) {
+			t.Errorf("%s %s: relative error %.3g against PyTorch", prefix, v.Name, e)
+		}
+		wantNorm := float64(fx.get(prefix + "norm/" + v.Name).F32[0])
+		if d := math.Abs(norm(data) - wantNorm); d > tol*math.Max(wantNorm, 1e-4) {
+			t.Errorf("%s %s: norm %.6g, PyTorch %.6g", prefix, v.Name, norm(data), wantNorm)
+		}
+	}
+}
+
+// TestModelsMatchPyTorch builds each model with the formula weights, trains
+// on PyTorch's batch (training mode, dropout off) and compares outputs,
+// losses, every gradient, batch-norm buffers and the weights after one and
+// two optimizer steps with PyTorch 1.13's.
+func TestModelsMatchPyTorch(t *testing.T) {
+	// Outputs, losses, buffers and stepped weights agree within 1e-4;
+	// gradients, summed over many more terms in a different order, within
+	// 1e-3, and 3e-3 through ResNet-18's twenty batch norms.
+	cases := []struct {
+		name    string
+		gradTol float64
+		opt     func(tensor.Backend, []nn.Var) optim.Optimizer
+	}{
+		{"mnist", 1e-3, func(be tensor.Backend, p []nn.Var) optim.Optimizer {
+			return optim.NewAdadelta(be, p, tensor.AdadeltaOptions{LR: 1})
+		}},
+		{"cifarnet", 1e-3, func(be tensor.Backend, p []nn.Var) optim.Optimizer {
+			o, _ := optim.NewSGD(be, p, tensor.SGDOptions{LR: 0.01, Momentum: 0.9})
+			return o
+		}},
+		{"resnet18", 3e-3, nil},
+	}
+	be := cpu.New(2)
+	defer be.Close()
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if testing.Short() && c.name != "mnist" {
+				t.Skip("-short: the big models' parity runs in the full test pass")
+			}
+			f, err := safetensors.ReadFile("../testdata/" + c.name + ".safetensors")
+			if err != nil {
+				t.Fatal(err)
+			}
+			fx := fixture{t, f}
+			m, err := New(c.name, be, rand.New(rand.NewPCG(1, 1)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			noDropout(m.Net)
+			formulaWeights(m.Net)
+			params := nn.Params(m.Net)
+			var opt optim.Optimizer
+			if c.opt != nil {
+				opt = c.opt(be, params)
+			}
+			loss := m.NewLoss(be)
+			x := fx.tensor("x")
+			var target []int32
+			for _, v := range fx.get("target").I64 {
+				target = append(target, int32(v))
+			}
+			for step := 0; ; step++ {
+				nn.ZeroGrad(be, m.Net)
+				y, err := m.Net.Forward(x)
+				if err != nil {
+					t.Fatal(err)
+				}
+				l, err := loss.Forward(y, target)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := fx.get("loss" + string(rune('0'+step))).F32[0]
+				if math.Abs(float64(l-want)) > 1e-4*math.Abs(float64(want)) {
+					t.Errorf("step %d: loss %v, PyTorch %v", step, l, want)
+				}
+				if step == 0 {
+					if e := relErr(y.Data, fx.get("y0").F32); e > 1e-4 {
+						t.Errorf("output: relative error %.3g against PyTorch", e)
+					}
+					for _, v := range m.Net.State() {
+						if v.Value != nil && !v.IsParam() {
+							if e := relErr(v.Value.Data, fx.get("buf/"+v.Name).F32); e > 1e-4 {
+								t.Errorf("buffer %s: relative error %.3g", v.Name, e)
+							}
+						}
+					}
+				}
+				if opt == nil || !fx.has("loss"+string(rune('0'+step+1))) {
+					if step == 0 {
+						dy, err := loss.Backward()
+						if err != nil {
+							t.Fatal(err)
+						}
+						if _, err := m.Net.Backward(dy); err != nil {
+							t.Fatal(err)
+						}
+						compareVars(t, fx, "grad", params, c.gradTol)
+					}
+					break
+				}
+				dy, err := loss.Backward()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := m.Net.Backward(dy); err != nil {
+					t.Fatal(err)
+				}
+				if step == 0 {
+					compareVars(t, fx, "grad", params, c.gradTol)
+				}
+				opt.Step()
+				compareVars(t, fx, "p"+string(rune('0'+step+1)), params, 1e-4)
+			}
+		})
+	}
+}
+
+func (fx fixture) has(name string) bool { _, ok := fx.f.Get(name); return ok }
+
+// TestStateNamesMatchPyTorch checks that each model's state has exactly the
+// keys of the PyTorch model's state_dict, as recorded in the fixtures
+// (parameters by their gradients, float buffers by their values).
+func TestStateNamesMatchPyTorch(t *testing.T) {
+	be := cpu.New(1)
+	defer be.Close()
+	for _, name := range []string{"mnist", "cifarnet", "resnet18"} {
+		f, err := safetensors.ReadFile("../testdata/" + name + ".safetensors")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want []string
+		for _, e := range f.Tensors {
+			for _, p := range []string{"gradnorm/", "buf/"} {
+				if k, ok := strings.CutPrefix(e.Name, p); ok {
+					want = append(want, k)
+				}
+			}
+		}
+		m, _ := New(name, be, rand.New(rand.NewPCG(1, 1)))
+		var got []string
+		for _, v := range m.Net.State() {
+			if v.Count == nil {
+				got = append(got, v.Name)
+			}
+		}
+		sort.Strings(want)
+		sort.Strings(got)
+		if strings.Join(got, " ") != strings.Join(want, " ") {
+			t.Errorf("%s: state keys\n%v\nPyTorch\n%v", name, got, want)
+		}
+	}
+}
+
+// torchPython returns Debian's Python when it can import torch.
+func torchPython(t *testing.T) string {
+	const py = "/usr/bin/python3"
+	if err := exec.Command(py, "-c", "import torch").Run(); err != nil {
+		t.Skipf("PyTorch not available (%s -c 'import torch': %v); install python3-torch to run this round trip", py, err)
+	}
+	return py
+}
+
+// TestRoundTripThroughPyTorch saves each model's weights (after a training
+// step, so running statistics are not the defaults) as safetensors, loads
+// them into the PyTorch definition with load_state_dict(strict=True), and
+// compares PyTorch's evaluation-mode logits with ours.
+func TestRoundTripThroughPyTorch(t *testing.T) {
+	py := torchPython(t)
+	be := cpu.New(2)
+	defer be.Close()
+	for _, name := range []string{"mnist", "cifarnet", "cifarnet-staged", "resnet18"} {
+		t.Run(name, func(t *testing.T) {
+			if testing.Short() && name != "mnist" {
+				t.Skip("-short")
+			}
+			rng := rand.New(rand.NewPCG(5, 5))
+			m, err := New(name, be, rng)
+			if err != nil {
+				t.Fatal(err)
+			}
+			x := tensor.New(append([]int{3}, m.Input...)...)
+			for i := range x.Data {
+				x.Data[i] = float32(rng.NormFloat64())
+			}
+			if _, err := m.Net.Forward(x); err != nil { // updates the running statistics
+				t.Fatal(err)
+			}
+			m.Net.SetTraining(false)
+			y, err := m.Net.Forward(x)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dir := t.TempDir()
+			weights := filepath.Join(dir, "w.safetensors")
+			if err := nn.SaveFile(weights, m.Net, map[string]string{"model": name}); err != nil {
+				t.Fatal(err)
+			}
+			in := filepath.Join(dir, "x.safetensors")
+			if err := safetensors.WriteFile(in, []safetensors.Tensor{{Name: "x", Shape: x.Shape, F32: x.Data}}, nil); err != nil {
+				t.Fatal(err)
+			}
+			out := filepath.Join(dir, "y.safetensors")
+			cmd := exec.Command(py, "../testdata/roundtrip.py", name, weights, in, out)
+			if b, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("roundtrip.py: %v\n%s", err, b)
+			}
+			f, err := safetensors.ReadFile(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, _ := f.Get("y")
+			if e := relErr(y.Data, want.F32); e > 1e-4 {
+				t.Errorf("PyTorch logits differ: relative error %.3g", e)
+			}
+		})
+	}
+}
+
+// TestOverfitsOneBatch trains the MNIST net on one fixed batch of 16 random
+// images and drives the loss near zero.
+func TestOverfitsOneBatch(t *testing.T) {
+	be := cpu.New(2)
+	defer be.Close()
+	rng := rand.New(rand.NewPCG(9, 9))
+	m := MNISTNet(be, rng)
+	x := tensor.New(16, 1, 28, 28)
+	for i := range x.Data {
+		x.Data[i] = rng.Float32()
+	}
+	target := make([]int32, 16)
+	for i := range target {
+		target[i] = int32(i % 10)
+	}
+	opt := optim.NewAdam(be, nn.Params(m.Net), tensor.AdamOptions{LR: 1e-3})
+	loss := m.NewLoss(be)
+	var first, last float32
+	for step := 0; step < 60; step++ {
+		nn.ZeroGrad(be, m.Net)
+		y, err := m.Net.Forward(x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if last, err = loss.Forward(y, target); err != nil {
+			t.Fatal(err)
+		}
+		if step == 0 {
+			first = last
+		}
+		dy, _ := loss.Backward()
+		if _, err := m.Net.Backward(dy); err != nil {
+			t.Fatal(err)
+		}
+		opt.Step()
+	}
+	if last > 0.05 {
+		t.Fatalf("loss %v after 60 steps (from %v); want < 0.05", last, first)
+	}
+}
+
+func TestUnknownModel(t *testing.T) {
+	be := cpu.New(1)
+	defer be.Close()
+	if _, err := New("vgg", be, rand.New(rand.NewPCG(1, 1))); err == nil || !strings.Contains(err.Error(), "resnet18") {
+		t.Fatalf("error %v should list the known models", err)
+	}
+}
