@@ -55,13 +55,23 @@ func Params(l Layer) []Var {
 	return ps
 }
 
-// ZeroGrad clears the gradients of l's parameters.
+// ZeroGrad clears the gradients of l's parameters. It allocates nothing.
 func ZeroGrad(be tensor.Backend, l Layer) {
-	for _, v := range l.State() {
-		if v.Grad != nil {
-			be.Fill(v.Grad, 0)
+	Walk(l, func(l Layer) {
+		switch l := l.(type) {
+		case *Conv2d:
+			be.Fill(l.WeightGrad, 0)
+			if l.BGrad != nil {
+				be.Fill(l.BGrad, 0)
+			}
+		case *Linear:
+			be.Fill(l.WeightGrad, 0)
+			be.Fill(l.BGrad, 0)
+		case *BatchNorm2d:
+			be.Fill(l.WeightGrad, 0)
+			be.Fill(l.BGrad, 0)
 		}
-	}
+	})
 }
 
 // param allocates a parameter and its gradient.

@@ -19,6 +19,7 @@ type BasicBlock struct {
 	Conv2        *Conv2d
 	BN2          *BatchNorm2d
 	Downsample   *Chain // nil when the shortcut is the identity
+	mainPath     [5]Layer
 	sum, y, dsum *tensor.Tensor
 	dx           *tensor.Tensor
 }
@@ -34,13 +35,14 @@ func NewBasicBlock(be tensor.Backend, in, out, stride int, rng *rand.Rand) *Basi
 		Conv2: NewConv2d(be, out, out, 3, Conv2dOptions{Padding: 1, NoBias: true}, rng),
 		BN2:   NewBatchNorm2d(be, out),
 	}
+	b.mainPath = [5]Layer{b.Conv1, b.BN1, b.Relu1, b.Conv2, b.BN2}
 	if stride != 1 || in != out {
 		b.Downsample = NewSequential(NewConv2d(be, in, out, 1, Conv2dOptions{Stride: stride, NoBias: true}, rng), NewBatchNorm2d(be, out))
 	}
 	return b
 }
 
-func (b *BasicBlock) main() []Layer { return []Layer{b.Conv1, b.BN1, b.Relu1, b.Conv2, b.BN2} }
+func (b *BasicBlock) main() []Layer { return b.mainPath[:] }
 
 // Forward implements Layer.
 func (b *BasicBlock) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {

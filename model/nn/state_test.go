@@ -1,0 +1,85 @@
+package nn
+
+import (
+	"math/rand/v2"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gorun/gorun/model/cpu"
+	"github.com/gorun/gorun/model/safetensors"
+)
+
+func smallNet(seed uint64) *Chain {
+	be := cpu.New(1)
+	rng := rand.New(rand.NewPCG(seed, seed))
+	return NewChain(
+		Child{"conv", NewConv2d(be, 1, 2, 3, Conv2dOptions{}, rng)},
+		Child{"bn", NewBatchNorm2d(be, 2)},
+		Child{"", NewFlatten()},
+		Child{"fc", NewLinear(be, 8, 3, rng)},
+	)
+}
+
+func TestSaveLoadRoundTrip(t *testing.T) {
+	a, b := smallNet(1), smallNet(2)
+	a.Layers[1].(*BatchNorm2d).BatchesTracked = 7
+	path := filepath.Join(t.TempDir(), "w.safetensors")
+	if err := SaveFile(path, a, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := LoadFile(path, b); err != nil {
+		t.Fatal(err)
+	}
+	as, bs := a.State(), b.State()
+	for i := range as {
+		if as[i].Count != nil {
+			if *as[i].Count != *bs[i].Count {
+				t.Errorf("%s: %d, want %d", as[i].Name, *bs[i].Count, *as[i].Count)
+			}
+			continue
+		}
+		if relErr(bs[i].Value.Data, as[i].Value.Data) != 0 {
+			t.Errorf("%s differs after the round trip", as[i].Name)
+		}
+	}
+}
+
+func TestLoadRejectsMismatchedState(t *testing.T) {
+	net := smallNet(1)
+	good := StateTensors(net)
+	tests := []struct {
+		name, want string
+		edit       func([]safetensors.Tensor) []safetensors.Tensor
+	}{
+		{"missing", `missing tensor "fc.bias"`, func(ts []safetensors.Tensor) []safetensors.Tensor { return ts[:len(ts)-1] }},
+		{"extra", `unexpected tensors "head.weight"`, func(ts []safetensors.Tensor) []safetensors.Tensor {
+			return append(ts, safetensors.Tensor{Name: "head.weight", Shape: []int{1}, F32: []float32{1}})
+		}},
+		{"shape", `tensor "fc.weight": shape [8 3] in file, model has [3 8]`, func(ts []safetensors.Tensor) []safetensors.Tensor {
+			for i := range ts {
+				if ts[i].Name == "fc.weight" {
+					ts[i].Shape = []int{8, 3}
+				}
+			}
+			return ts
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ts := tt.edit(append([]safetensors.Tensor(nil), good...))
+			path := filepath.Join(t.TempDir(), "w.safetensors")
+			if err := safetensors.WriteFile(path, ts, nil); err != nil {
+				t.Fatal(err)
+			}
+			before := net.State()[0].Value.Clone()
+			err := LoadFile(path, net)
+			if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), path) {
+				t.Fatalf("error %v, want one naming %s and %q", err, path, tt.want)
+			}
+			if relErr(net.State()[0].Value.Data, before.Data) != 0 {
+				t.Error("a failed load changed the model")
+			}
+		})
+	}
+}
