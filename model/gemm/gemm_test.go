@@ -5,6 +5,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/gorun/gorun/model/parallel"
 )
 
 // reference computes alpha·op(A)·op(B) + beta·C in float64, one dot product
@@ -46,15 +48,20 @@ func randomMatrix(r *rand.Rand, rows, cols, pad int, trans bool) Matrix {
 	return Matrix{Data: d, Stride: stride, Trans: trans}
 }
 
-// TestSgemmMatchesReference runs every engine (the assembly kernel where the
-// CPU has it, and the pure-Go one) on random shapes, odd ones included, every
+// TestSgemmMatchesReference runs every micro-kernel the CPU supports (AVX-512,
+// AVX2/FMA, pure Go) on one and three threads on random shapes, odd ones included, every
 // transpose combination, padded strides and several alpha/beta pairs, and
 // compares each with a float64 reference and with each other.
 func TestSgemmMatchesReference(t *testing.T) {
-	engines := []*Engine{New(1), New(2), NewPureGo(1), NewPureGo(3)}
-	for _, e := range engines {
-		defer e.Close()
+	var engines []*Engine
+	for _, k := range availableKernels() {
+		for _, threads := range []int{1, 3} {
+			e := newEngine(parallel.New(threads), true, k)
+			defer e.Close()
+			engines = append(engines, e)
+		}
 	}
+	t.Logf("kernels: %d engines over %d micro-kernels", len(engines), len(availableKernels()))
 	r := rand.New(rand.NewPCG(1, 2))
 	shapes := [][3]int{{1, 1, 1}, {6, 16, 1}, {7, 17, 3}, {5, 3, 300}, {97, 33, 257}, {128, 128, 128}, {13, 200, 9}, {250, 7, 520}, {1, 513, 64}, {193, 1, 31}, {0, 5, 5}, {4, 0, 5}, {3, 4, 0}}
 	for i := 0; i < 12; i++ {

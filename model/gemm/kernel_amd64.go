@@ -6,7 +6,14 @@ import "golang.org/x/sys/cpu"
 // accumulators, fed by two vectors of B and one broadcast of A per step.
 var avx2Kernel = kernel{name: "avx2-fma 6x16", mr: 6, nr: 16, mc: 96, kc: 256, nc: 3072, tile: tileAVX2}
 
+// avx512Kernel is the AVX-512 micro-kernel: a 12×32 tile of C in 24 ZMM
+// accumulators.
+var avx512Kernel = kernel{name: "avx512 12x32", mr: 12, nr: 32, mc: 96, kc: 256, nc: 3072, tile: tileAVX512}
+
 func bestKernel() kernel {
+	if cpu.X86.HasAVX512F {
+		return avx512Kernel
+	}
 	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
 		return avx2Kernel
 	}
@@ -26,3 +33,27 @@ func tileAVX2(kc int, a, b, c []float32, ldc int) {
 //
 //go:noescape
 func kernel6x16(kc int, a, b, c *float32, ldc int)
+
+// availableKernels lists every micro-kernel this CPU can run, best first.
+func availableKernels() []kernel {
+	var ks []kernel
+	if cpu.X86.HasAVX512F {
+		ks = append(ks, avx512Kernel)
+	}
+	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
+		ks = append(ks, avx2Kernel)
+	}
+	return append(ks, goKernel)
+}
+
+func tileAVX512(kc int, a, b, c []float32, ldc int) {
+	_ = a[12*kc-1]
+	_ = b[32*kc-1]
+	_ = c[11*ldc+31]
+	kernel12x32(kc, &a[0], &b[0], &c[0], ldc)
+}
+
+// kernel12x32 is kernel6x16's AVX-512 counterpart for a 12×32 tile.
+//
+//go:noescape
+func kernel12x32(kc int, a, b, c *float32, ldc int)
