@@ -73,7 +73,7 @@ func (fx fixture) tensor(name string) *tensor.Tensor {
 	return t
 }
 
-// relErr is ‖got − want‖ / ‖want‖, with norms below 1e-4 counted as 1e-4:
+// relErr is ‖got − want‖ / ‖want‖, with norms below 1e-3 counted as 1e-3:
 // gradients that are zero in exact arithmetic (a convolution bias followed
 // by batch norm) are rounding noise on both sides.
 func relErr(got, want []float32) float64 {
@@ -83,7 +83,7 @@ func relErr(got, want []float32) float64 {
 		d += e * e
 		n += float64(want[i]) * float64(want[i])
 	}
-	return math.Sqrt(d) / math.Max(math.Sqrt(n), 1e-4)
+	return math.Sqrt(d) / math.Max(math.Sqrt(n), 1e-3)
 }
 
 func norm(v []float32) float64 {
@@ -116,7 +116,7 @@ func compareVars(t *testing.T, fx fixture, prefix string, vars []nn.Var, tol flo
 			t.Errorf("%s %s: relative error %.3g against PyTorch", prefix, v.Name, e)
 		}
 		wantNorm := float64(fx.get(prefix + "norm/" + v.Name).F32[0])
-		if d := math.Abs(norm(data) - wantNorm); d > tol*math.Max(wantNorm, 1e-4) {
+		if d := math.Abs(norm(data) - wantNorm); d > tol*math.Max(wantNorm, 1e-3) {
 			t.Errorf("%s %s: norm %.6g, PyTorch %.6g", prefix, v.Name, norm(data), wantNorm)
 		}
 	}
@@ -127,18 +127,18 @@ func compareVars(t *testing.T, fx fixture, prefix string, vars []nn.Var, tol flo
 // losses, every gradient, batch-norm buffers and the weights after one and
 // two optimizer steps with PyTorch 1.13's.
 func TestModelsMatchPyTorch(t *testing.T) {
-	// Outputs, losses, buffers and stepped weights agree within 1e-4;
-	// gradients, summed over many more terms in a different order, within
-	// 1e-3, and 3e-3 through ResNet-18's twenty batch norms.
+	// Everything agrees within 1e-4 relative, except ResNet-18's gradients:
+	// through its twenty training-mode batch norms float32 rounding grows to
+	// about 2e-3 (its output and loss still agree within 1e-4).
 	cases := []struct {
 		name    string
 		gradTol float64
 		opt     func(tensor.Backend, []nn.Var) optim.Optimizer
 	}{
-		{"mnist", 1e-3, func(be tensor.Backend, p []nn.Var) optim.Optimizer {
+		{"mnist", 1e-4, func(be tensor.Backend, p []nn.Var) optim.Optimizer {
 			return optim.NewAdadelta(be, p, tensor.AdadeltaOptions{LR: 1})
 		}},
-		{"cifarnet", 1e-3, func(be tensor.Backend, p []nn.Var) optim.Optimizer {
+		{"cifarnet", 1e-4, func(be tensor.Backend, p []nn.Var) optim.Optimizer {
 			o, _ := optim.NewSGD(be, p, tensor.SGDOptions{LR: 0.01, Momentum: 0.9})
 			return o
 		}},
