@@ -17,6 +17,7 @@ type convTask struct {
 	y          *tensor.Tensor
 	dy, dx     *tensor.Tensor
 	p          tensor.ConvParams
+	g          geometry
 	n, per     int // images, images per chunk
 	serialGEMM bool
 }
@@ -47,8 +48,8 @@ func (b *Backend) Conv2d(x, w, bias, y *tensor.Tensor, p tensor.ConvParams) {
 
 // Conv2dBackward implements tensor.Backend.
 func (b *Backend) Conv2dBackward(x, w, dy, dx, dw, db *tensor.Tensor, p tensor.ConvParams) {
-	g := geom(x, w, p)
 	chunks := b.runConv(true, x, w, nil, nil, dy, dx, p)
+	g := b.conv.g
 	for i := 0; i < chunks; i++ {
 		s := &b.chunks[i]
 		for j, v := range s.dw[:g.f*g.ckk] {
@@ -66,7 +67,7 @@ func (b *Backend) runConv(backward bool, x, w, bias, y, dy, dx *tensor.Tensor, p
 	n := x.Shape[0]
 	threads := b.pool.Threads()
 	t := &b.conv
-	*t = convTask{b: b, backward: backward, x: x, w: w, bias: bias, y: y, dy: dy, dx: dx, p: p, n: n}
+	*t = convTask{b: b, backward: backward, x: x, w: w, bias: bias, y: y, dy: dy, dx: dx, p: p, g: geom(x, w, p), n: n}
 	if n < threads {
 		// Too few images to go round: one chunk, multi-threaded GEMMs.
 		t.per = n
@@ -92,7 +93,7 @@ func (t *convTask) gemm(worker, m, n, k int, a, bm gemm.Matrix, beta float32, c 
 
 // Do runs chunk i of the batch on worker.
 func (t *convTask) Do(worker, i int) {
-	g := geom(t.x, t.w, t.p)
+	g := t.g
 	s := &t.b.chunks[i]
 	lo, hi := i*t.per, min((i+1)*t.per, t.n)
 	direct := pointwise(t.p)
