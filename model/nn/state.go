@@ -10,14 +10,18 @@ import (
 
 // StateTensors returns l's parameters and buffers as safetensors entries
 // under PyTorch's state_dict names (sharing l's memory).
-func StateTensors(l Layer) []safetensors.Tensor {
+func StateTensors(l Layer) []safetensors.Tensor { return VarTensors("", l.State()) }
+
+// VarTensors returns vars as safetensors entries named prefix+Name
+// (sharing their memory).
+func VarTensors(prefix string, vars []Var) []safetensors.Tensor {
 	var out []safetensors.Tensor
-	for _, v := range l.State() {
+	for _, v := range vars {
 		if v.Count != nil {
-			out = append(out, safetensors.Tensor{Name: v.Name, DType: safetensors.I64, Shape: []int{}, I64: []int64{*v.Count}})
+			out = append(out, safetensors.Tensor{Name: prefix + v.Name, DType: safetensors.I64, Shape: []int{}, I64: []int64{*v.Count}})
 			continue
 		}
-		out = append(out, safetensors.Tensor{Name: v.Name, DType: safetensors.F32, Shape: v.Value.Shape, F32: v.Value.Data})
+		out = append(out, safetensors.Tensor{Name: prefix + v.Name, DType: safetensors.F32, Shape: v.Value.Shape, F32: v.Value.Data})
 	}
 	return out
 }
@@ -44,29 +48,32 @@ func LoadFile(path string, l Layer) error {
 // present with the same shape and no extra tensors may be left over; the
 // error names each missing, unexpected or mismatched tensor. Nothing is
 // changed unless everything matches.
-func LoadState(f *safetensors.File, l Layer) error {
-	state := l.State()
+func LoadState(f *safetensors.File, l Layer) error { return LoadVars(f, "", l.State()) }
+
+// LoadVars copies the tensors named prefix+Name into vars, with
+// LoadState's checks; tensors whose names lack the prefix are ignored.
+func LoadVars(f *safetensors.File, prefix string, state []Var) error {
 	var problems []string
 	want := map[string]bool{}
 	for _, v := range state {
-		want[v.Name] = true
-		t, ok := f.Get(v.Name)
+		want[prefix+v.Name] = true
+		t, ok := f.Get(prefix + v.Name)
 		switch {
 		case !ok:
-			problems = append(problems, fmt.Sprintf("missing tensor %q", v.Name))
+			problems = append(problems, fmt.Sprintf("missing tensor %q", prefix+v.Name))
 		case v.Count != nil:
 			if t.I64 == nil || len(t.I64) != 1 {
-				problems = append(problems, fmt.Sprintf("tensor %q: want one integer, have %s %v", v.Name, t.DType, t.Shape))
+				problems = append(problems, fmt.Sprintf("tensor %q: want one integer, have %s %v", prefix+v.Name, t.DType, t.Shape))
 			}
 		case t.F32 == nil:
-			problems = append(problems, fmt.Sprintf("tensor %q: want floating point, have %s", v.Name, t.DType))
+			problems = append(problems, fmt.Sprintf("tensor %q: want floating point, have %s", prefix+v.Name, t.DType))
 		case !v.Value.SameShape(t.Shape...):
-			problems = append(problems, fmt.Sprintf("tensor %q: shape %v in file, model has %s", v.Name, t.Shape, v.Value))
+			problems = append(problems, fmt.Sprintf("tensor %q: shape %v in file, model has %s", prefix+v.Name, t.Shape, v.Value))
 		}
 	}
 	var extra []string
 	for _, t := range f.Tensors {
-		if !want[t.Name] {
+		if strings.HasPrefix(t.Name, prefix) && !want[t.Name] {
 			extra = append(extra, fmt.Sprintf("%q", t.Name))
 		}
 	}
@@ -78,7 +85,7 @@ func LoadState(f *safetensors.File, l Layer) error {
 		return fmt.Errorf("state does not match the model: %s", strings.Join(problems, "; "))
 	}
 	for _, v := range state {
-		t, _ := f.Get(v.Name)
+		t, _ := f.Get(prefix + v.Name)
 		if v.Count != nil {
 			*v.Count = t.I64[0]
 			continue

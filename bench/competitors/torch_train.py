@@ -1,0 +1,115 @@
+"""The PyTorch side of gorun's trainer benchmarks, run in the same session.
+
+Throughput: training steps (forward, loss, backward, optimizer) of the MNIST
+net at batch 64 and CIFARNet at batch 128, and CIFARNet inference at batch
+128, on random data, at the thread count given (compare with
+`go test ./model/zoo -run '^$' -bench 'TrainStep|Inference'`):
+
+    OPENBLAS_NUM_THREADS=1 /usr/bin/python3 bench/competitors/torch_train.py speed 1
+
+Accuracy and memory: PyTorch's MNIST example (seed 004: Adadelta lr 1.0,
+StepLR gamma 0.7, batch 64, test batch 1000) on Fashion-MNIST for 3
+epochs, printing test accuracy per epoch, the time and peak RSS (compare
+with `train --threads N`):
+
+    OPENBLAS_NUM_THREADS=2 /usr/bin/python3 bench/competitors/torch_train.py fashion 2
+"""
+import gzip
+import os
+import resource
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "model", "testdata"))
+from torchref import CIFARNet, MNISTNet  # noqa: E402
+
+mode = sys.argv[1] if len(sys.argv) > 1 else "speed"
+threads = int(sys.argv[2]) if len(sys.argv) > 2 else 1
+torch.set_num_threads(threads)
+torch.manual_seed(1)
+blas = "OpenBLAS" if "OpenBLAS" in torch.__config__.show() or "openblas" in torch.__config__.show() else "?"
+print("torch", torch.__version__, "threads", threads, "blas", blas)
+
+
+def timeit(fn, min_time=3.0):
+    fn()
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < min_time:
+        fn()
+        n += 1
+    return (time.perf_counter() - t0) / n
+
+
+def speed():
+    for name, net, batch, shape, opt in [
+        ("mnist", MNISTNet(), 64, (1, 28, 28), "adadelta"),
+        ("cifarnet", CIFARNet(), 128, (3, 32, 32), "sgd"),
+    ]:
+        x = torch.randn(batch, *shape)
+        y = torch.randint(0, 10, (batch,))
+        o = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+        net.train()
+
+        def step():
+            o.zero_grad()
+            out = net(x)
+            loss = F.nll_loss(out, y) if name == "mnist" else F.cross_entropy(out, y)
+            loss.backward()
+            o.step()
+
+        dt = timeit(step)
+        print("train %-9s batch %3d: %7.1f img/s" % (name, batch, batch / dt))
+        if name == "cifarnet":
+            net.eval()
+            with torch.no_grad():
+                dt = timeit(lambda: net(x))
+            print("infer %-9s batch %3d: %7.1f img/s" % (name, batch, batch / dt))
+
+
+def idx(path):
+    with gzip.open(path) as f:
+        b = f.read()
+    ndim = b[3]
+    dims = [int.from_bytes(b[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
+    return np.frombuffer(b, np.uint8, offset=4 + 4 * ndim).reshape(dims)
+
+
+def fashion(epochs=3):
+    d = "/usr/share/datasets/fashion-mnist"
+    norm = lambda a: (torch.from_numpy(a.astype(np.float32) / 255)[:, None] - 0.1307) / 0.3081
+    xtr, ytr = norm(idx(d + "/train-images-idx3-ubyte.gz")), torch.from_numpy(idx(d + "/train-labels-idx1-ubyte.gz").astype(np.int64))
+    xte, yte = norm(idx(d + "/t10k-images-idx3-ubyte.gz")), torch.from_numpy(idx(d + "/t10k-labels-idx1-ubyte.gz").astype(np.int64))
+    model = MNISTNet()
+    opt = torch.optim.Adadelta(model.parameters(), lr=1.0)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.7)
+    t0 = time.perf_counter()
+    for epoch in range(1, epochs + 1):
+        model.train()
+        perm = torch.randperm(len(ytr))
+        te = time.perf_counter()
+        for i in range(0, len(ytr), 64):
+            idxs = perm[i:i + 64]
+            opt.zero_grad()
+            loss = F.nll_loss(model(xtr[idxs]), ytr[idxs])
+            loss.backward()
+            opt.step()
+        secs = time.perf_counter() - te
+        model.eval()
+        correct, total_loss = 0, 0.0
+        with torch.no_grad():
+            for i in range(0, len(yte), 1000):
+                out = model(xte[i:i + 1000])
+                total_loss += F.nll_loss(out, yte[i:i + 1000], reduction="sum").item()
+                correct += (out.argmax(1) == yte[i:i + 1000]).sum().item()
+        sched.step()
+        print("epoch %d: %.1f s (%.0f img/s), test loss %.4f, accuracy %d/%d (%.2f%%)" % (
+            epoch, secs, len(ytr) / secs, total_loss / len(yte), correct, len(yte), 100 * correct / len(yte)))
+    print("Training time = %.2f s" % (time.perf_counter() - t0))
+    print("Peak memory (RSS) = %.0f MiB" % (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))
+
+
+speed() if mode == "speed" else fashion()

@@ -1,0 +1,118 @@
+// Command infer classifies images with a trained checkpoint, or evaluates
+// it on a dataset's test split:
+//
+//	infer --weights net.safetensors shoe.png bag.jpg
+//	infer --weights net.safetensors --data /usr/share/datasets/fashion-mnist
+//
+// The model, class names and input normalisation are read from the
+// checkpoint; plain weights (e.g. exported from PyTorch) need --model and
+// optionally --labels.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strings"
+
+	"github.com/gorun/gorun/model/cpu"
+	"github.com/gorun/gorun/train"
+	"github.com/gorun/gorun/train/data"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "infer:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("infer", flag.ContinueOnError)
+	weights := fs.String("weights", "", "checkpoint (safetensors weights) to load")
+	model := fs.String("model", "", "model name (default: from the checkpoint)")
+	labels := fs.String("labels", "", "class names: fashion-mnist, mnist or cifar10 (default: from the checkpoint)")
+	dataDir := fs.String("data", "", "evaluate on this dataset's test split instead of classifying images")
+	top := fs.Int("top", 3, "classes to print per image")
+	threads := fs.Int("threads", runtime.NumCPU(), "compute threads")
+	batch := fs.Int("batch-size", 128, "evaluation batch size")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *weights == "" {
+		return fmt.Errorf("--weights is required")
+	}
+	if *dataDir == "" && fs.NArg() == 0 {
+		return fmt.Errorf("give image files to classify, or --data DIR to evaluate")
+	}
+	be := cpu.New(*threads)
+	defer be.Close()
+	c, err := train.LoadClassifier(*weights, *model, *labels, be)
+	if err != nil {
+		return err
+	}
+	if *dataDir != "" {
+		return evaluate(c, *dataDir, *batch, stdout)
+	}
+	var images [][]byte
+	for _, p := range fs.Args() {
+		img, err := data.DecodeImageFile(p)
+		if err != nil {
+			return err
+		}
+		b, err := data.ImageBytes(img, [3]int(c.Model.Input))
+		if err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
+		images = append(images, b)
+	}
+	preds, err := c.Classify(images, *top)
+	if err != nil {
+		return err
+	}
+	for i, ps := range preds {
+		var parts []string
+		for _, p := range ps {
+			parts = append(parts, fmt.Sprintf("%s %.2f%%", p.Name, 100*p.Probability))
+		}
+		fmt.Fprintf(stdout, "%s: %s\n", fs.Arg(i), strings.Join(parts, ", "))
+	}
+	return nil
+}
+
+func evaluate(c *train.Classifier, dir string, batch int, w io.Writer) error {
+	_, test, err := data.Load(dir)
+	if err != nil {
+		return err
+	}
+	ev, err := c.Evaluate(context.Background(), test, batch)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "Test set (%s): Average loss: %.4f, Accuracy: %d/%d (%.2f%%)\n\n", test.Name, ev.Loss, ev.Correct, ev.Total, 100*ev.Accuracy())
+	fmt.Fprintln(w, "Confusion matrix (rows: true class, columns: predicted):")
+	width := 6
+	for _, name := range c.Classes {
+		width = max(width, len(name))
+	}
+	fmt.Fprintf(w, "%*s", width+2, "")
+	for j := range c.Classes {
+		fmt.Fprintf(w, " %5d", j)
+	}
+	fmt.Fprintf(w, "  %s\n", "recall")
+	for i, row := range ev.Confusion {
+		total := 0
+		for _, n := range row {
+			total += n
+		}
+		fmt.Fprintf(w, "%-*s %d", width, c.Classes[i], i)
+		for _, n := range row {
+			fmt.Fprintf(w, " %5d", n)
+		}
+		fmt.Fprintf(w, "  %5.1f%%\n", 100*float64(row[i])/float64(max(total, 1)))
+	}
+	return nil
+}

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"image"
+	"image/color"
+	"image/jpeg"
+	"image/png"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gorun/gorun/model/cpu"
+	"github.com/gorun/gorun/train"
+	"github.com/gorun/gorun/train/data"
+)
+
+// TestInfer trains a small model on generated MNIST-shaped data, saves it,
+// writes test images as PNG (and one as JPEG, one enlarged to 56×56 RGB),
+// and checks infer's top class for each against the classifier's.
+func TestInfer(t *testing.T) {
+	trainSet, _ := data.Synthetic(data.FormatMNIST, 640, 1)
+	testSet, _ := data.Synthetic(data.FormatMNIST, 64, 2)
+	dir := t.TempDir()
+	if err := data.WriteMNIST(filepath.Join(dir, "digits"), trainSet, testSet); err != nil {
+		t.Fatal(err)
+	}
+	cfg, _ := train.Defaults("mnist")
+	cfg.Epochs, cfg.Threads = 1, 1
+	be := cpu.New(1)
+	defer be.Close()
+	tr, err := train.New(cfg, be, trainSet, testSet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	if err := tr.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ckpt := filepath.Join(dir, "net.safetensors")
+	if err := tr.Save(ckpt); err != nil {
+		t.Fatal(err)
+	}
+
+	var files []string
+	for i := range 4 {
+		img := image.NewGray(image.Rect(0, 0, 28, 28))
+		copy(img.Pix, testSet.Image(i))
+		files = append(files, writeImage(t, dir, i, img, i == 3))
+	}
+	// An RGB image twice the size: resized and converted to gray.
+	big := image.NewRGBA(image.Rect(0, 0, 56, 56))
+	for y := range 56 {
+		for x := range 56 {
+			v := testSet.Image(0)[(y/2)*28+x/2]
+			big.Set(x, y, color.RGBA{v, v, v, 255})
+		}
+	}
+	files = append(files, writeImage(t, dir, 9, big, false))
+
+	var out bytes.Buffer
+	if err := run(append([]string{"--weights", ckpt, "--threads", "1"}, files...), &out); err != nil {
+		t.Fatal(err)
+	}
+	c, err := train.LoadClassifier(ckpt, "", "", be)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var imgs [][]byte
+	for i := range 4 {
+		imgs = append(imgs, testSet.Image(i))
+	}
+	imgs = append(imgs, testSet.Image(0))
+	preds, _ := c.Classify(imgs, 1)
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != len(files) {
+		t.Fatalf("output:\n%s", out.String())
+	}
+	for i, line := range lines {
+		want := files[i] + ": " + preds[i][0].Name + " "
+		if !strings.HasPrefix(line, want) || strings.Count(line, "%") != 3 {
+			t.Fatalf("line %q, want it to start %q with 3 classes", line, want)
+		}
+	}
+
+	out.Reset()
+	if err := run([]string{"--weights", ckpt, "--data", filepath.Join(dir, "digits")}, &out); err != nil {
+		t.Fatal(err)
+	}
+	ev, _ := c.Evaluate(context.Background(), testSet, 64)
+	if want := fmt.Sprintf("Accuracy: %d/%d", ev.Correct, ev.Total); !strings.Contains(out.String(), want) || !strings.Contains(out.String(), "Confusion matrix") {
+		t.Fatalf("evaluation output:\n%s", out.String())
+	}
+
+	for _, bad := range [][]string{{"--weights", filepath.Join(dir, "missing")}, {"--weights", ckpt}, {"--weights", ckpt, filepath.Join(dir, "net.safetensors")}} {
+		if err := run(bad, &out); err == nil {
+			t.Errorf("infer %v succeeded", bad)
+		}
+	}
+}
+
+func writeImage(t *testing.T, dir string, i int, img image.Image, asJPEG bool) string {
+	t.Helper()
+	name := filepath.Join(dir, fmt.Sprintf("img%d.png", i))
+	var buf bytes.Buffer
+	var err error
+	if asJPEG {
+		name = strings.TrimSuffix(name, ".png") + ".jpg"
+		err = jpeg.Encode(&buf, img, &jpeg.Options{Quality: 100})
+	} else {
+		err = png.Encode(&buf, img)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(name, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return name
+}

@@ -1,0 +1,284 @@
+// Command train trains one of the workshop CNNs: with no flags, the MNIST
+// net on Fashion-MNIST (installed by apt-get install dataset-fashion-mnist)
+// for 3 epochs, as PyTorch's MNIST example does, printing progress, test
+// accuracy after each epoch and where the time went.
+//
+//	train                                   # MNIST net, Fashion-MNIST
+//	train --model cifarnet --data DIR       # CIFAR-10 binary batches
+//	train --model cifarnet --synthetic      # generated CIFAR-shaped data
+//	train --save net.safetensors            # checkpoint after every epoch
+//	train --resume net.safetensors --epochs 5
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"runtime/pprof"
+	"syscall"
+
+	"github.com/gorun/gorun/model/cpu"
+	"github.com/gorun/gorun/model/zoo"
+	"github.com/gorun/gorun/train"
+	"github.com/gorun/gorun/train/checkpoint"
+	"github.com/gorun/gorun/train/data"
+	"github.com/gorun/gorun/train/report"
+)
+
+const fashionMNIST = "/usr/share/datasets/fashion-mnist"
+
+// options are the flags that are not part of train.Config.
+type options struct {
+	dataDir, save, resume, metrics, tensorboard, cpuprofile, progress string
+	synthetic                                                          bool
+	trainSamples, testSamples                                          int
+}
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "train:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("train", flag.ContinueOnError)
+	var o options
+	var cfg train.Config
+	fs.StringVar(&cfg.Model, "model", "mnist", "model: mnist, cifarnet, resnet18")
+	fs.StringVar(&o.dataDir, "data", "", "dataset directory, MNIST-format or CIFAR-10 binary (default "+fashionMNIST+" when installed)")
+	fs.BoolVar(&o.synthetic, "synthetic", false, "train on generated data shaped for the model instead of --data")
+	fs.IntVar(&cfg.Epochs, "epochs", 0, "epochs to train (default per model: mnist 3, cifarnet 10, resnet18 2)")
+	fs.IntVar(&cfg.BatchSize, "batch-size", 0, "training batch size (default per model: mnist 64, cifarnet 128, resnet18 32)")
+	fs.IntVar(&cfg.TestBatchSize, "test-batch-size", 0, "evaluation batch size (default: the training batch size)")
+	fs.Float64Var(&cfg.LR, "lr", 0, "learning rate (default per model: mnist 1.0, cifarnet 0.01, resnet18 0.001)")
+	fs.StringVar(&cfg.Optimizer, "optimizer", "", "sgd, adam or adadelta (default per model: mnist adadelta, others sgd)")
+	fs.Float64Var(&cfg.Momentum, "momentum", 0, "SGD momentum (default per model: cifarnet 0.9)")
+	fs.Float64Var(&cfg.WeightDecay, "weight-decay", 0, "weight decay")
+	fs.StringVar(&cfg.Scheduler, "scheduler", "", "learning-rate schedule: none, step or cosine (default per model: mnist step)")
+	fs.IntVar(&cfg.StepSize, "step-size", 0, "StepLR period in epochs (default 1)")
+	fs.Float64Var(&cfg.Gamma, "gamma", 0, "StepLR factor (default 0.7)")
+	fs.Uint64Var(&cfg.Seed, "seed", 0, "random seed: weights, shuffling, augmentation, dropout (default 1)")
+	fs.BoolVar(&cfg.Augment, "augment", false, "random crop and flip for CIFAR data (default per model: on for cifarnet and resnet18)")
+	fs.IntVar(&cfg.Threads, "threads", 0, "compute threads (default: the CPUs available)")
+	fs.IntVar(&cfg.LogInterval, "log-interval", 0, "batches between progress lines (default 10)")
+	fs.IntVar(&o.trainSamples, "train-samples", 0, "use only the first N training images (0: all)")
+	fs.IntVar(&o.testSamples, "test-samples", 0, "use only the first N test images (0: all)")
+	fs.StringVar(&o.save, "save", "", "write a checkpoint here after every epoch (weights as safetensors, training state in PATH.train)")
+	fs.StringVar(&o.resume, "resume", "", "continue the run saved in this checkpoint")
+	fs.StringVar(&o.metrics, "metrics", "", "write JSON lines of step and epoch metrics to this file")
+	fs.StringVar(&o.tensorboard, "tensorboard", "", "write TensorBoard event files into this directory")
+	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a pprof CPU profile to this file")
+	fs.StringVar(&o.progress, "progress", "auto", "bar, lines or auto (a bar on a terminal, lines otherwise)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q (flags start with --)", fs.Args())
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	cfg, err := resolveConfig(cfg, set, o.resume)
+	if err != nil {
+		return err
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	if o.cpuprofile != "" {
+		f, err := os.Create(o.cpuprofile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+
+	trainSet, testSet, err := loadData(cfg.Model, o)
+	if err != nil {
+		return err
+	}
+	be := cpu.New(cfg.Threads)
+	defer be.Close()
+	t, err := train.New(cfg, be, trainSet, testSet)
+	if err != nil {
+		return err
+	}
+	defer t.Close()
+	if o.resume != "" {
+		if err := t.Resume(o.resume); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "Resumed from %s after epoch %d\n", o.resume, t.Epoch())
+	}
+	t.SavePath = o.save
+	t.Report, err = reporters(o, cfg, stdout)
+	if err != nil {
+		return err
+	}
+	t.Describe(stdout, be.Name())
+	runErr := t.Run(ctx)
+	t.Times().Print(stdout)
+	if rss := train.PeakRSS(); rss > 0 {
+		fmt.Fprintf(stdout, "Peak memory (RSS) = %.0f MiB\n", float64(rss)/(1<<20))
+	}
+	if runErr != nil {
+		if errors.Is(runErr, context.Canceled) {
+			runErr = fmt.Errorf("interrupted during epoch %d (the last checkpoint, if any, is intact)", t.Epoch()+1)
+		}
+		return runErr
+	}
+	if o.save != "" {
+		fmt.Fprintf(stdout, "Saved weights to %s (training state in %s)\n", o.save, checkpoint.TrainPath(o.save))
+	}
+	return nil
+}
+
+// resolveConfig fills in the flags not given: from the checkpoint being
+// resumed, else from the model's defaults.
+func resolveConfig(flags train.Config, set map[string]bool, resume string) (train.Config, error) {
+	var base train.Config
+	if resume != "" {
+		m, err := checkpoint.ReadTrainMeta(resume)
+		if err != nil {
+			return base, err
+		}
+		if err := jsonUnmarshal(m.Config, &base); err != nil {
+			return base, fmt.Errorf("%s: configuration: %w", resume, err)
+		}
+		if set["model"] && flags.Model != base.Model {
+			return base, fmt.Errorf("--model %s, but %s was trained as %s", flags.Model, resume, base.Model)
+		}
+	} else {
+		var err error
+		if base, err = train.Defaults(flags.Model); err != nil {
+			return base, fmt.Errorf("--model %q: want one of %v", flags.Model, zoo.Names())
+		}
+	}
+	override := map[string]func(){
+		"epochs": func() { base.Epochs = flags.Epochs }, "batch-size": func() { base.BatchSize = flags.BatchSize },
+		"test-batch-size": func() { base.TestBatchSize = flags.TestBatchSize }, "lr": func() { base.LR = flags.LR },
+		"optimizer": func() { base.Optimizer = flags.Optimizer }, "momentum": func() { base.Momentum = flags.Momentum },
+		"weight-decay": func() { base.WeightDecay = flags.WeightDecay }, "scheduler": func() { base.Scheduler = flags.Scheduler },
+		"step-size": func() { base.StepSize = flags.StepSize }, "gamma": func() { base.Gamma = flags.Gamma },
+		"seed": func() { base.Seed = flags.Seed }, "augment": func() { base.Augment = flags.Augment },
+		"threads": func() { base.Threads = flags.Threads }, "log-interval": func() { base.LogInterval = flags.LogInterval },
+	}
+	for name, apply := range override {
+		if set[name] {
+			apply()
+		}
+	}
+	if base.Threads <= 0 {
+		base.Threads = runtime.NumCPU()
+	}
+	if err := base.Validate(); err != nil {
+		return base, fmt.Errorf("invalid settings: %w", err)
+	}
+	return base, nil
+}
+
+// loadData returns the training and test sets the options ask for.
+func loadData(model string, o options) (*data.Dataset, *data.Dataset, error) {
+	format := data.FormatCIFAR10
+	if model == "mnist" {
+		format = data.FormatMNIST
+	}
+	var trainSet, testSet *data.Dataset
+	var err error
+	if o.synthetic {
+		if o.dataDir != "" {
+			return nil, nil, fmt.Errorf("--synthetic and --data %s: choose one", o.dataDir)
+		}
+		nTrain, nTest := 10000, 2000
+		if o.trainSamples > 0 {
+			nTrain = o.trainSamples
+		}
+		if o.testSamples > 0 {
+			nTest = o.testSamples
+		}
+		if trainSet, err = data.Synthetic(format, nTrain, 1); err != nil {
+			return nil, nil, err
+		}
+		if testSet, err = data.Synthetic(format, nTest, 2); err != nil {
+			return nil, nil, err
+		}
+		return trainSet, testSet, nil
+	}
+	dir := o.dataDir
+	if dir == "" {
+		dir = defaultDataDir(format)
+		if dir == "" {
+			return nil, nil, noDataError(model, format)
+		}
+	}
+	if trainSet, testSet, err = data.Load(dir); err != nil {
+		return nil, nil, err
+	}
+	return trainSet.Head(o.trainSamples), testSet.Head(o.testSamples), nil
+}
+
+func defaultDataDir(format data.Format) string {
+	candidates := []string{fashionMNIST}
+	if format == data.FormatCIFAR10 {
+		candidates = []string{"data/cifar-10-batches-bin", "data/cifar-10-binary.tar.gz", "cifar-10-batches-bin", "cifar-10-binary.tar.gz"}
+	}
+	for _, c := range candidates {
+		if _, err := os.Stat(c); err == nil {
+			return c
+		}
+	}
+	return ""
+}
+
+func noDataError(model string, format data.Format) error {
+	if format == data.FormatMNIST {
+		return fmt.Errorf("no data: %s is not installed. Install Fashion-MNIST (apt-get install dataset-fashion-mnist), pass --data DIR with MNIST-format files, or train on generated data with --synthetic", fashionMNIST)
+	}
+	return fmt.Errorf("no data for --model %s: pass --data with CIFAR-10's binary version (a directory of data_batch_*.bin and test_batch.bin, or cifar-10-binary.tar.gz from https://www.cs.toronto.edu/~kriz/cifar.html), or train on generated data with --synthetic", model)
+}
+
+// reporters sets up progress output and the metrics writers.
+func reporters(o options, cfg train.Config, stdout io.Writer) (report.Reporter, error) {
+	var out report.Reporter
+	bar := o.progress == "bar"
+	if o.progress == "auto" {
+		f, ok := stdout.(*os.File)
+		bar = ok && report.IsTerminal(f)
+	} else if o.progress != "bar" && o.progress != "lines" {
+		return nil, fmt.Errorf("--progress %q: want bar, lines or auto", o.progress)
+	}
+	if bar {
+		out = &report.Progress{W: stdout, Epochs: cfg.Epochs}
+	} else {
+		out = &report.LogLines{W: stdout, Interval: cfg.LogInterval}
+	}
+	rs := report.Multi{out}
+	if o.metrics != "" {
+		j, err := report.NewJSONL(o.metrics, cfg.LogInterval)
+		if err != nil {
+			return nil, err
+		}
+		rs = append(rs, j)
+	}
+	if o.tensorboard != "" {
+		tb, err := report.NewTensorBoard(o.tensorboard, cfg.LogInterval)
+		if err != nil {
+			return nil, err
+		}
+		rs = append(rs, tb)
+	}
+	return rs, nil
+}
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }

@@ -1,0 +1,79 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gorun/gorun/train/checkpoint"
+)
+
+// TestTrainCommand runs the command on generated data with every output
+// switched on, then resumes it for one more epoch.
+func TestTrainCommand(t *testing.T) {
+	dir := t.TempDir()
+	ckpt := filepath.Join(dir, "net.safetensors")
+	metrics := filepath.Join(dir, "m.jsonl")
+	tb := filepath.Join(dir, "tb")
+	prof := filepath.Join(dir, "cpu.pprof")
+	var out bytes.Buffer
+	err := run([]string{"--synthetic", "--train-samples", "640", "--test-samples", "128", "--epochs", "1", "--threads", "2",
+		"--save", ckpt, "--metrics", metrics, "--tensorboard", tb, "--cpuprofile", prof}, &out)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	for _, want := range []string{"Train Epoch: 1 [0/640 (0%)]\tLoss: ", "Test set: Average loss: ", "Training time = ", "  forward ", "  backward ", "Saved weights to " + ckpt} {
+		if !strings.Contains(out.String(), want) {
+			t.Fatalf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	for _, p := range []string{ckpt, checkpoint.TrainPath(ckpt), metrics, prof} {
+		if st, err := os.Stat(p); err != nil || st.Size() == 0 {
+			t.Fatalf("%s: %v", p, err)
+		}
+	}
+	if ev, _ := filepath.Glob(filepath.Join(tb, "events.out.tfevents.*")); len(ev) != 1 {
+		t.Fatalf("event files %v", ev)
+	}
+	m, err := os.ReadFile(metrics)
+	if err != nil || !strings.Contains(string(m), `"kind":"epoch"`) {
+		t.Fatalf("metrics %s: %v", m, err)
+	}
+
+	out.Reset()
+	if err := run([]string{"--synthetic", "--train-samples", "640", "--test-samples", "128", "--resume", ckpt, "--epochs", "2", "--save", ckpt}, &out); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "Resumed from "+ckpt+" after epoch 1") || !strings.Contains(out.String(), "Train Epoch: 2 ") || strings.Contains(out.String(), "Train Epoch: 1 ") {
+		t.Fatalf("resumed run:\n%s", out.String())
+	}
+	if meta, err := checkpoint.ReadTrainMeta(ckpt); err != nil || meta.Epoch != 2 {
+		t.Fatalf("after resuming: %+v %v", meta, err)
+	}
+}
+
+func TestTrainCommandErrors(t *testing.T) {
+	empty := t.TempDir()
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--model", "vgg"}, `--model "vgg": want one of`},
+		{[]string{"--data", empty}, "neither MNIST-format"},
+		{[]string{"--model", "cifarnet", "--data", "/nonexistent"}, "/nonexistent"},
+		{[]string{"--synthetic", "--batch-size", "0"}, "batch size 0"},
+		{[]string{"--synthetic", "--optimizer", "lbfgs", "--train-samples", "10"}, `optimizer "lbfgs"`},
+		{[]string{"--synthetic", "--data", empty}, "choose one"},
+		{[]string{"--resume", filepath.Join(empty, "none.safetensors")}, "cannot resume"},
+		{[]string{"extra"}, "unexpected arguments"},
+	}
+	for _, c := range cases {
+		var out bytes.Buffer
+		err := run(c.args, &out)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("train %v: error %v, want %q", c.args, err, c.want)
+		}
+	}
+}

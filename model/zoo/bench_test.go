@@ -1,0 +1,93 @@
+package zoo
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/gorun/gorun/model/cpu"
+	"github.com/gorun/gorun/model/nn"
+	"github.com/gorun/gorun/model/optim"
+	"github.com/gorun/gorun/model/tensor"
+)
+
+// BenchmarkTrainStep times one training step (zero grad, forward, loss,
+// backward, optimizer) of the workshop models at their seeds' batch sizes,
+// on one and two threads, and reports images per second.
+// bench/competitors/torch_train.py measures PyTorch on the same steps.
+//
+//	go test ./model/zoo -run '^$' -bench 'TrainStep|Inference' -count 3
+func BenchmarkTrainStep(b *testing.B) {
+	for _, c := range []struct {
+		model string
+		batch int
+	}{{"mnist", 64}, {"cifarnet", 128}} {
+		for _, threads := range []int{1, 2} {
+			b.Run(fmt.Sprintf("%s/batch=%d/threads=%d", c.model, c.batch, threads), func(b *testing.B) {
+				be := cpu.New(threads)
+				defer be.Close()
+				rng := rand.New(rand.NewPCG(1, 2))
+				m, _ := New(c.model, be, rng)
+				x := tensor.New(append([]int{c.batch}, m.Input...)...)
+				for i := range x.Data {
+					x.Data[i] = rng.Float32()
+				}
+				target := make([]int32, c.batch)
+				for i := range target {
+					target[i] = int32(i % m.Classes)
+				}
+				opt, _ := optim.NewSGD(be, nn.Params(m.Net), tensor.SGDOptions{LR: 0.01, Momentum: 0.9})
+				loss := m.NewLoss(be)
+				step := func() {
+					nn.ZeroGrad(be, m.Net)
+					y, err := m.Net.Forward(x)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if _, err := loss.Forward(y, target); err != nil {
+						b.Fatal(err)
+					}
+					dy, _ := loss.Backward()
+					if _, err := m.Net.Backward(dy); err != nil {
+						b.Fatal(err)
+					}
+					opt.Step()
+				}
+				step()
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					step()
+				}
+				b.ReportMetric(float64(c.batch*b.N)/b.Elapsed().Seconds(), "img/s")
+			})
+		}
+	}
+}
+
+// BenchmarkInference times evaluation-mode forward passes of CIFARNet at
+// batch 128 and reports images per second.
+func BenchmarkInference(b *testing.B) {
+	for _, threads := range []int{1, 2} {
+		b.Run(fmt.Sprintf("cifarnet/batch=128/threads=%d", threads), func(b *testing.B) {
+			be := cpu.New(threads)
+			defer be.Close()
+			rng := rand.New(rand.NewPCG(1, 2))
+			m, _ := New("cifarnet", be, rng)
+			m.Net.SetTraining(false)
+			x := tensor.New(append([]int{128}, m.Input...)...)
+			for i := range x.Data {
+				x.Data[i] = rng.Float32()
+			}
+			if _, err := m.Net.Forward(x); err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := m.Net.Forward(x); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(128*b.N)/b.Elapsed().Seconds(), "img/s")
+		})
+	}
+}

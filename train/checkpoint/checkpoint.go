@@ -1,0 +1,178 @@
+// Package checkpoint saves and restores training runs.
+//
+// A checkpoint at PATH is two files, each written atomically (temporary
+// file, fsync, rename) and each complete on its own:
+//
+//   - PATH: the model's weights as safetensors under PyTorch's state_dict
+//     names, so torch's load_state_dict(safetensors.torch.load_file(PATH))
+//     accepts it, with the run's Meta in its metadata (what inference needs:
+//     the model, the classes, the normalisation);
+//   - PATH.train: everything --resume needs: the weights again (under
+//     "model."), the optimizer's buffers (under "optimizer."), and Meta with
+//     the epoch, step, schedule, dropout counters and configuration.
+//
+// Because the training state carries its own copy of the weights, an
+// interrupted save can never pair new optimizer state with old weights.
+package checkpoint
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/gorun/gorun/model/nn"
+	"github.com/gorun/gorun/model/optim"
+	"github.com/gorun/gorun/model/safetensors"
+)
+
+// FormatVersion identifies the metadata layout.
+const FormatVersion = "gorun-checkpoint/1"
+
+// metaKey is the safetensors metadata key holding Meta as JSON.
+const metaKey = "gorun"
+
+// Meta describes a checkpoint.
+type Meta struct {
+	Format string `json:"format"`
+	// Model is the zoo name of the network.
+	Model string `json:"model"`
+	// Input is the per-sample [C, H, W].
+	Input []int `json:"input"`
+	// Dataset names the training data; Classes its label names.
+	Dataset string   `json:"dataset"`
+	Classes []string `json:"classes"`
+	// Mean and Std are the input normalisation per channel.
+	Mean []float32 `json:"mean"`
+	Std  []float32 `json:"std"`
+	// Epoch is the number of completed epochs; Step the optimizer steps.
+	Epoch int   `json:"epoch"`
+	Step  int64 `json:"step"`
+	// ScheduleEpoch is the learning-rate schedule's position; LR the rate
+	// in effect.
+	ScheduleEpoch int     `json:"schedule_epoch"`
+	LR            float32 `json:"lr"`
+	// DropoutCalls are the dropout layers' counters (their RNG state), in
+	// layer order.
+	DropoutCalls []uint64 `json:"dropout_calls,omitempty"`
+	// Config is the trainer's configuration.
+	Config json.RawMessage `json:"config,omitempty"`
+	// TestAccuracy is the last evaluation's accuracy (0–1), if any.
+	TestAccuracy float64 `json:"test_accuracy,omitempty"`
+}
+
+// TrainPath is where the training state of the checkpoint at path lives.
+func TrainPath(path string) string { return path + ".train" }
+
+// Save writes net's weights to path and the resumable training state
+// (weights, opt's state, meta) to TrainPath(path). opt may be nil to save
+// weights and metadata only.
+func Save(path string, net nn.Layer, opt optim.Optimizer, meta Meta) error {
+	meta.Format = FormatVersion
+	mj, err := json.Marshal(meta)
+	if err != nil {
+		return err
+	}
+	md := map[string]string{metaKey: string(mj), "format": "pt"}
+	if opt != nil {
+		tensors := append(nn.VarTensors("model.", net.State()), nn.VarTensors("optimizer.", opt.State())...)
+		if err := safetensors.WriteFile(TrainPath(path), tensors, md); err != nil {
+			return fmt.Errorf("checkpoint: %w", err)
+		}
+	}
+	if err := safetensors.WriteFile(path, nn.StateTensors(net), md); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	return nil
+}
+
+// ReadMeta returns the metadata of the weights file at path.
+func ReadMeta(path string) (*Meta, *safetensors.File, error) {
+	f, err := safetensors.ReadFile(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	m, err := parseMeta(f)
+	return m, f, err
+}
+
+func parseMeta(f *safetensors.File) (*Meta, error) {
+	s, ok := f.Metadata[metaKey]
+	if !ok {
+		return nil, fmt.Errorf("checkpoint: %s has no gorun metadata (plain weights: pass the model with --model)", f.Path)
+	}
+	var m Meta
+	if err := json.Unmarshal([]byte(s), &m); err != nil {
+		return nil, fmt.Errorf("checkpoint: %s: metadata: %w", f.Path, err)
+	}
+	if m.Format != FormatVersion {
+		return nil, fmt.Errorf("checkpoint: %s: format %q, this build reads %q", f.Path, m.Format, FormatVersion)
+	}
+	return &m, nil
+}
+
+// LoadWeights reads the weights at path into net (strictly, as
+// nn.LoadState) and returns the metadata when there is some (nil for
+// plain weights, e.g. exported from PyTorch).
+func LoadWeights(path string, net nn.Layer) (*Meta, error) {
+	f, err := safetensors.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := nn.LoadState(f, net); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if _, ok := f.Metadata[metaKey]; !ok {
+		return nil, nil
+	}
+	return parseMeta(f)
+}
+
+// ReadTrainMeta returns the metadata of the training state saved with the
+// checkpoint at path, without loading it into a model.
+func ReadTrainMeta(path string) (*Meta, error) {
+	f, err := safetensors.ReadFile(TrainPath(path))
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: cannot resume from %s: %w", path, err)
+	}
+	return parseMeta(f)
+}
+
+// Resume restores net and opt from the training state saved with the
+// checkpoint at path and returns its metadata. Nothing is changed unless
+// everything matches.
+func Resume(path string, net nn.Layer, opt optim.Optimizer) (*Meta, error) {
+	tp := TrainPath(path)
+	f, err := safetensors.ReadFile(tp)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: cannot resume from %s: %w", path, err)
+	}
+	m, err := parseMeta(f)
+	if err != nil {
+		return nil, err
+	}
+	// Each LoadVars changes nothing unless all of it matches; a trial load
+	// of the optimizer state first makes the pair all or nothing.
+	if err := nn.LoadVars(f, "optimizer.", cloneVars(opt.State())); err != nil {
+		return nil, fmt.Errorf("%s: optimizer (was it saved with another optimizer?): %w", tp, err)
+	}
+	if err := nn.LoadVars(f, "model.", net.State()); err != nil {
+		return nil, fmt.Errorf("%s: model: %w", tp, err)
+	}
+	if err := nn.LoadVars(f, "optimizer.", opt.State()); err != nil {
+		return nil, fmt.Errorf("%s: optimizer: %w", tp, err)
+	}
+	return m, nil
+}
+
+// cloneVars returns vars with their own storage, for trial loads.
+func cloneVars(vars []nn.Var) []nn.Var {
+	out := make([]nn.Var, len(vars))
+	for i, v := range vars {
+		out[i] = nn.Var{Name: v.Name}
+		if v.Count != nil {
+			out[i].Count = new(int64)
+		} else {
+			out[i].Value = v.Value.Clone()
+		}
+	}
+	return out
+}

@@ -1,0 +1,121 @@
+// Package train is the trainer: it runs epochs of a zoo model over a
+// dataset (train/data), evaluates, reports progress (train/report), keeps
+// a breakdown of where the time goes, and saves and resumes checkpoints
+// (train/checkpoint).
+package train
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/gorun/gorun/model/nn"
+	"github.com/gorun/gorun/model/optim"
+	"github.com/gorun/gorun/model/tensor"
+)
+
+// Config is a training run's configuration; it is saved with checkpoints.
+type Config struct {
+	Model         string  `json:"model"`
+	Epochs        int     `json:"epochs"`
+	BatchSize     int     `json:"batch_size"`
+	TestBatchSize int     `json:"test_batch_size"`
+	Optimizer     string  `json:"optimizer"` // sgd, adam, adadelta
+	LR            float64 `json:"lr"`
+	Momentum      float64 `json:"momentum"` // SGD only
+	WeightDecay   float64 `json:"weight_decay"`
+	Scheduler     string  `json:"scheduler"` // none, step, cosine
+	StepSize      int     `json:"step_size"` // StepLR's period in epochs
+	Gamma         float64 `json:"gamma"`     // StepLR's factor
+	Seed          uint64  `json:"seed"`
+	// Augment applies random crop and flip to 3-channel (CIFAR) data.
+	Augment bool `json:"augment"`
+	// Threads is the compute backend's thread count (recorded: results are
+	// bit-reproducible for a given count).
+	Threads int `json:"threads"`
+	// LogInterval is how many batches apart progress lines are written.
+	LogInterval int `json:"log_interval"`
+}
+
+// Defaults returns the workshops' settings for a model: the MNIST net
+// as PyTorch's MNIST example (seed 004: Adadelta, lr 1.0, StepLR γ 0.7,
+// batch 64), CIFARNet as seed 000 (SGD with momentum 0.9, batch 128,
+// augmentation), ResNet-18 as seed 002 (SGD lr 1e-3, batch 32).
+func Defaults(model string) (Config, error) {
+	c := Config{Model: model, Epochs: 3, Scheduler: "none", StepSize: 1, Gamma: 0.7, Seed: 1, LogInterval: 10}
+	switch model {
+	case "mnist":
+		c.BatchSize, c.Optimizer, c.LR, c.Scheduler = 64, "adadelta", 1.0, "step"
+	case "cifarnet", "cifarnet-staged":
+		c.BatchSize, c.Optimizer, c.LR, c.Momentum, c.Augment, c.Epochs = 128, "sgd", 0.01, 0.9, true, 10
+	case "resnet18":
+		c.BatchSize, c.Optimizer, c.LR, c.Augment, c.Epochs = 32, "sgd", 1e-3, true, 2
+	default:
+		return c, fmt.Errorf("train: no defaults for model %q", model)
+	}
+	// Evaluation batches as large as training ones keep the layers'
+	// buffers (and the peak memory) at the training size.
+	c.TestBatchSize = c.BatchSize
+	return c, nil
+}
+
+// Validate reports settings that cannot work, naming the setting.
+func (c Config) Validate() error {
+	switch {
+	case c.Epochs < 1:
+		return fmt.Errorf("epochs %d: want at least 1", c.Epochs)
+	case c.BatchSize < 1:
+		return fmt.Errorf("batch size %d: want at least 1", c.BatchSize)
+	case c.TestBatchSize < 1:
+		return fmt.Errorf("test batch size %d: want at least 1", c.TestBatchSize)
+	case !(c.LR > 0):
+		return fmt.Errorf("learning rate %v: want a positive number", c.LR)
+	case c.StepSize < 1 && c.Scheduler == "step":
+		return fmt.Errorf("step size %d: want at least 1", c.StepSize)
+	}
+	return nil
+}
+
+// newOptimizer builds the configured optimizer over params.
+func newOptimizer(c Config, be tensor.Backend, params []nn.Var) (optim.Optimizer, error) {
+	lr, wd := float32(c.LR), float32(c.WeightDecay)
+	switch strings.ToLower(c.Optimizer) {
+	case "sgd":
+		return optim.NewSGD(be, params, tensor.SGDOptions{LR: lr, Momentum: float32(c.Momentum), WeightDecay: wd})
+	case "adam":
+		return optim.NewAdam(be, params, tensor.AdamOptions{LR: lr, WeightDecay: wd}), nil
+	case "adadelta":
+		return optim.NewAdadelta(be, params, tensor.AdadeltaOptions{LR: lr, WeightDecay: wd}), nil
+	}
+	return nil, fmt.Errorf("optimizer %q: want sgd, adam or adadelta", c.Optimizer)
+}
+
+// newSchedule builds the configured learning-rate schedule (nil for none).
+func newSchedule(c Config, opt optim.Optimizer) (optim.Schedule, error) {
+	switch strings.ToLower(c.Scheduler) {
+	case "", "none":
+		return nil, nil
+	case "step":
+		return optim.NewStepLR(opt, c.StepSize, c.Gamma), nil
+	case "cosine":
+		return optim.NewCosineAnnealingLR(opt, c.Epochs, 0), nil
+	}
+	return nil, fmt.Errorf("scheduler %q: want none, step or cosine", c.Scheduler)
+}
+
+// describe summarises the optimisation settings in one phrase.
+func (c Config) describe() string {
+	s := fmt.Sprintf("%s lr %g", c.Optimizer, c.LR)
+	if c.Momentum != 0 {
+		s += fmt.Sprintf(" momentum %g", c.Momentum)
+	}
+	if c.WeightDecay != 0 {
+		s += fmt.Sprintf(" weight decay %g", c.WeightDecay)
+	}
+	switch c.Scheduler {
+	case "step":
+		s += fmt.Sprintf(", StepLR(step %d, gamma %g)", c.StepSize, c.Gamma)
+	case "cosine":
+		s += fmt.Sprintf(", cosine annealing over %d epochs", c.Epochs)
+	}
+	return s
+}

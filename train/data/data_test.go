@@ -1,0 +1,237 @@
+package data
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/klauspost/compress/gzip"
+)
+
+func gz(t *testing.T, b []byte) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	zw.Write(b)
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func writeFile(t *testing.T, dir, name string, b []byte) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestReadIDX(t *testing.T) {
+	data := []byte{1, 2, 3, 4, 5, 6}
+	good := idxBytes([]int{2, 3}, data)
+	gzGood := gz(t, good)
+	badCRC := slices.Clone(gzGood)
+	badCRC[len(badCRC)-6] ^= 0xff // inside the CRC32 trailer
+	cases := []struct {
+		name    string
+		file    []byte
+		wantErr string // "" for success
+	}{
+		{"plain", good, ""},
+		{"gzip", gzGood, ""},
+		{"truncated data", good[:len(good)-2], "need 6 data bytes from offset 12, got 4"},
+		{"truncated header", good[:6], "dimension 0 at offset 4"},
+		{"empty", nil, "magic at offset 0"},
+		{"not idx", []byte("hello world!"), "not an IDX file"},
+		{"float type", append([]byte{0, 0, 0x0d, 1, 0, 0, 0, 1}, 0, 0, 0, 0), "element type 0x0d at offset 2"},
+		{"trailing bytes", append(slices.Clone(good), 9), "unexpected data after offset 18"},
+		{"truncated gzip", gzGood[:len(gzGood)-10], "offset"},
+		{"gzip checksum", badCRC, "after the data at offset 18"},
+		{"huge dims", []byte{0, 0, 8, 3, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 9}, "describe more than"},
+	}
+	dir := t.TempDir()
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := writeFile(t, dir, strings.ReplaceAll(c.name, " ", "_"), c.file)
+			idx, err := ReadIDX(p)
+			if c.wantErr == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Equal(idx.Dims, []int{2, 3}) || !bytes.Equal(idx.Data, data) {
+					t.Fatalf("read %v %v", idx.Dims, idx.Data)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("no error, want %q", c.wantErr)
+			}
+			if !strings.Contains(err.Error(), c.wantErr) || !strings.Contains(err.Error(), p) {
+				t.Fatalf("error %q should name the file and contain %q", err, c.wantErr)
+			}
+		})
+	}
+}
+
+func sameData(t *testing.T, got, want *Dataset) {
+	t.Helper()
+	if got.Shape != want.Shape || !bytes.Equal(got.Images, want.Images) || !bytes.Equal(got.Labels, want.Labels) {
+		t.Fatalf("dataset differs: %v %d images, want %v %d", got.Shape, got.Len(), want.Shape, want.Len())
+	}
+}
+
+func synth(t *testing.T, f Format, n int, seed uint64) *Dataset {
+	t.Helper()
+	d, err := Synthetic(f, n, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func TestMNISTRoundTrip(t *testing.T) {
+	train, test := synth(t, FormatMNIST, 50, 1), synth(t, FormatMNIST, 20, 2)
+	dir := filepath.Join(t.TempDir(), "fashion-mnist")
+	if err := WriteMNIST(dir, train, test); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := Detect(dir); err != nil || f != FormatMNIST {
+		t.Fatalf("Detect = %v, %v", f, err)
+	}
+	gotTrain, gotTest, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameData(t, gotTrain, train)
+	sameData(t, gotTest, test)
+	if gotTrain.Name != "fashion-mnist" || gotTrain.Classes[0] != "T-shirt/top" {
+		t.Fatalf("a directory named fashion-mnist should load as Fashion-MNIST, got %q", gotTrain.Name)
+	}
+
+	// Labels and images that disagree in count are named.
+	writeFile(t, dir, "t10k-labels-idx1-ubyte.gz", gz(t, idxBytes([]int{19}, test.Labels[:19])))
+	if _, _, err := Load(dir); err == nil || !strings.Contains(err.Error(), "has 20 images but") {
+		t.Fatalf("mismatched counts: %v", err)
+	}
+	// A label outside 0–9 is named with its image.
+	bad := slices.Clone(test.Labels)
+	bad[7] = 12
+	writeFile(t, dir, "t10k-labels-idx1-ubyte.gz", gz(t, idxBytes([]int{20}, bad)))
+	if _, _, err := Load(dir); err == nil || !strings.Contains(err.Error(), "label 12 of image 7") {
+		t.Fatalf("bad label: %v", err)
+	}
+}
+
+// TestFashionMNIST reads the real dataset when it is installed
+// (apt-get install dataset-fashion-mnist): 60,000 + 10,000 images of
+// 28×28, 6,000 + 1,000 of each class.
+func TestFashionMNIST(t *testing.T) {
+	const dir = "/usr/share/datasets/fashion-mnist"
+	if _, err := os.Stat(dir); err != nil {
+		t.Skipf("Fashion-MNIST not installed (apt-get install dataset-fashion-mnist): %v", err)
+	}
+	train, test, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		d        *Dataset
+		n, class int
+	}{{train, 60000, 6000}, {test, 10000, 1000}} {
+		if c.d.Len() != c.n || c.d.Shape != [3]int{1, 28, 28} || c.d.Name != "fashion-mnist" {
+			t.Fatalf("%s: %d images of %v, want %d of 1×28×28", c.d.Name, c.d.Len(), c.d.Shape, c.n)
+		}
+		var count [10]int
+		for _, l := range c.d.Labels {
+			count[l]++
+		}
+		for k, n := range count {
+			if n != c.class {
+				t.Fatalf("class %d has %d images, want %d", k, n, c.class)
+			}
+		}
+	}
+	// The first training image is an ankle boot (label 9) whose pixels
+	// average about 97/255.
+	if train.Labels[0] != 9 {
+		t.Fatalf("first label %d, want 9", train.Labels[0])
+	}
+}
+
+func TestCIFAR10(t *testing.T) {
+	train, test := synth(t, FormatCIFAR10, 23, 3), synth(t, FormatCIFAR10, 7, 4)
+	root := t.TempDir()
+	dir := filepath.Join(root, "extracted")
+	if err := WriteCIFAR10(dir, train, test); err != nil {
+		t.Fatal(err)
+	}
+	archive := filepath.Join(root, "dl", "cifar-10-binary.tar.gz")
+	os.MkdirAll(filepath.Dir(archive), 0o755)
+	if err := WriteCIFAR10Archive(archive, train, test); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{dir, archive, filepath.Dir(archive)} {
+		t.Run(filepath.Base(p), func(t *testing.T) {
+			if f, err := Detect(p); err != nil || f != FormatCIFAR10 {
+				t.Fatalf("Detect = %v, %v", f, err)
+			}
+			gotTrain, gotTest, err := Load(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sameData(t, gotTrain, train)
+			sameData(t, gotTest, test)
+		})
+	}
+
+	t.Run("errors", func(t *testing.T) {
+		b, _ := os.ReadFile(filepath.Join(dir, "data_batch_2.bin"))
+		cases := []struct {
+			name, file string
+			content    []byte
+			want       string
+		}{
+			{"truncated", "data_batch_2.bin", b[:len(b)-100], "data_batch_2.bin: truncated or corrupt"},
+			{"bad label", "data_batch_2.bin", append([]byte{}, append(b[:cifarRecord], append([]byte{10}, b[cifarRecord+1:]...)...)...), "record 1 at offset 3073 has label 10"},
+			{"gap", "data_batch_7.bin", b, "not numbered consecutively"},
+		}
+		for _, c := range cases {
+			t.Run(c.name, func(t *testing.T) {
+				bad := t.TempDir()
+				if err := WriteCIFAR10(bad, train, test); err != nil {
+					t.Fatal(err)
+				}
+				writeFile(t, bad, c.file, c.content)
+				_, _, err := Load(bad)
+				if err == nil || !strings.Contains(err.Error(), c.want) {
+					t.Fatalf("error %v, want %q", err, c.want)
+				}
+			})
+		}
+		// A truncated archive.
+		ab, _ := os.ReadFile(archive)
+		p := writeFile(t, t.TempDir(), "cifar-10-binary.tar.gz", ab[:len(ab)/2])
+		if _, _, err := Load(p); err == nil || !strings.Contains(err.Error(), p) {
+			t.Fatalf("truncated archive: %v", err)
+		}
+	})
+	if _, err := Detect(t.TempDir()); err == nil || !strings.Contains(err.Error(), "neither MNIST-format") {
+		t.Fatalf("empty directory: %v", err)
+	}
+}
+
+func TestSyntheticDeterministic(t *testing.T) {
+	a, b, c := synth(t, FormatCIFAR10, 30, 9), synth(t, FormatCIFAR10, 30, 9), synth(t, FormatCIFAR10, 30, 10)
+	sameData(t, a, b)
+	if bytes.Equal(a.Images, c.Images) {
+		t.Fatal("different seeds gave the same images")
+	}
+	if _, err := Synthetic("imagenet", 1, 1); err == nil {
+		t.Fatal("unknown format accepted")
+	}
+}

@@ -1,0 +1,213 @@
+// Package data holds the training data side of gorun: MNIST-format (IDX)
+// and CIFAR-10 binary readers, synthetic datasets and their writers,
+// normalisation and seeded augmentation, the distributed sampler, and a
+// loader that prepares batches while the model trains.
+package data
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Dataset is a set of labelled images kept as raw bytes (one per pixel and
+// channel, CHW order), converted to normalised floats only when batched.
+type Dataset struct {
+	// Name identifies the data: "fashion-mnist", "mnist", "cifar10" or
+	// "synthetic-<kind>".
+	Name string
+	// Shape is the per-image [C, H, W].
+	Shape [3]int
+	// Images holds Len()·C·H·W bytes.
+	Images []byte
+	// Labels holds one class index per image.
+	Labels []uint8
+	// Classes names the classes.
+	Classes []string
+	// Mean and Std normalise each channel: x = (byte/255 − Mean)/Std.
+	Mean, Std []float32
+}
+
+// Len returns the number of images.
+func (d *Dataset) Len() int { return len(d.Labels) }
+
+// ImageSize returns the bytes per image.
+func (d *Dataset) ImageSize() int { return d.Shape[0] * d.Shape[1] * d.Shape[2] }
+
+// Image returns image i's bytes.
+func (d *Dataset) Image(i int) []byte {
+	n := d.ImageSize()
+	return d.Images[i*n : (i+1)*n]
+}
+
+// Head returns a view of the first n images (all of them when n ≤ 0 or
+// n ≥ Len).
+func (d *Dataset) Head(n int) *Dataset {
+	if n <= 0 || n >= d.Len() {
+		return d
+	}
+	h := *d
+	h.Images = d.Images[:n*d.ImageSize()]
+	h.Labels = d.Labels[:n]
+	return &h
+}
+
+// check validates sizes and labels; where names the data in errors.
+func (d *Dataset) check(where string) error {
+	if len(d.Images) != d.Len()*d.ImageSize() {
+		return fmt.Errorf("%s: %d bytes of images for %d labels of %v images", where, len(d.Images), d.Len(), d.Shape)
+	}
+	for i, l := range d.Labels {
+		if int(l) >= len(d.Classes) {
+			return fmt.Errorf("%s: label %d of image %d is not one of the %d classes", where, l, i, len(d.Classes))
+		}
+	}
+	return nil
+}
+
+// Class names of the datasets gorun knows.
+var (
+	// FashionMNISTClasses are Fashion-MNIST's labels 0–9.
+	FashionMNISTClasses = []string{"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"}
+	// MNISTClasses are MNIST's digits.
+	MNISTClasses = []string{"0", "1", "2", "3", "4", "5", "6", "7", "8", "9"}
+	// CIFAR10Classes are CIFAR-10's labels 0–9.
+	CIFAR10Classes = []string{"airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"}
+)
+
+// ClassNames returns the label names of a dataset by its Name, and false
+// for an unknown name.
+func ClassNames(name string) ([]string, bool) {
+	switch strings.TrimPrefix(name, "synthetic-") {
+	case "fashion-mnist":
+		return FashionMNISTClasses, true
+	case "mnist":
+		return MNISTClasses, true
+	case "cifar10":
+		return CIFAR10Classes, true
+	}
+	return nil, false
+}
+
+// Normalisation constants, as the workshops' torchvision transforms use.
+var (
+	mnistMean, mnistStd = []float32{0.1307}, []float32{0.3081}
+	cifarMean, cifarStd = []float32{0.4914, 0.4822, 0.4465}, []float32{0.2470, 0.2435, 0.2616}
+)
+
+// Normalization returns the per-channel mean and standard deviation used
+// for a dataset by its Name (MNIST's for MNIST-shaped data, CIFAR-10's
+// otherwise).
+func Normalization(name string) (mean, std []float32) {
+	switch strings.TrimPrefix(name, "synthetic-") {
+	case "mnist", "fashion-mnist":
+		return mnistMean, mnistStd
+	}
+	return cifarMean, cifarStd
+}
+
+// Format is an on-disk dataset layout.
+type Format string
+
+// The formats Load detects.
+const (
+	FormatMNIST   Format = "mnist"   // IDX files, plain or gzip
+	FormatCIFAR10 Format = "cifar10" // CIFAR-10 binary batches, extracted or in cifar-10-binary.tar.gz
+)
+
+// Detect reports the format of the dataset in dir.
+func Detect(dir string) (Format, error) {
+	st, err := os.Stat(dir)
+	if err != nil {
+		return "", err
+	}
+	if !st.IsDir() {
+		if strings.HasSuffix(dir, ".tar.gz") || strings.HasSuffix(dir, ".tgz") {
+			return FormatCIFAR10, nil
+		}
+		return "", fmt.Errorf("%s is not a directory or a cifar-10-binary.tar.gz archive", dir)
+	}
+	if _, err := findIDX(dir, "train", "images", 3); err == nil {
+		return FormatMNIST, nil
+	}
+	if _, err := findCIFAR(dir); err == nil {
+		return FormatCIFAR10, nil
+	}
+	return "", fmt.Errorf("%s holds neither MNIST-format files (train-images-idx3-ubyte[.gz], ...) nor CIFAR-10 binary batches (data_batch_1.bin ... test_batch.bin, or cifar-10-binary.tar.gz)", dir)
+}
+
+// Load reads the training and test splits of the dataset in dir (a
+// directory, or a cifar-10-binary.tar.gz archive), detecting its format.
+func Load(dir string) (train, test *Dataset, err error) {
+	f, err := Detect(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	switch f {
+	case FormatMNIST:
+		return LoadMNIST(dir)
+	default:
+		return LoadCIFAR10(dir)
+	}
+}
+
+// LoadMNIST reads an MNIST-format directory: train-images-idx3-ubyte,
+// train-labels-idx1-ubyte, t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte,
+// each optionally gzipped. A directory whose name mentions "fashion" is
+// taken as Fashion-MNIST (for the class names).
+func LoadMNIST(dir string) (train, test *Dataset, err error) {
+	name, classes := "mnist", MNISTClasses
+	if abs, _ := filepath.Abs(dir); strings.Contains(strings.ToLower(abs), "fashion") {
+		name, classes = "fashion-mnist", FashionMNISTClasses
+	}
+	load := func(split string) (*Dataset, error) {
+		ip, err := findIDX(dir, split, "images", 3)
+		if err != nil {
+			return nil, err
+		}
+		lp, err := findIDX(dir, split, "labels", 1)
+		if err != nil {
+			return nil, err
+		}
+		images, err := ReadIDX(ip)
+		if err != nil {
+			return nil, err
+		}
+		labels, err := ReadIDX(lp)
+		if err != nil {
+			return nil, err
+		}
+		if len(images.Dims) != 3 {
+			return nil, fmt.Errorf("%s: images have dimensions %v, want [count rows columns]", ip, images.Dims)
+		}
+		if len(labels.Dims) != 1 {
+			return nil, fmt.Errorf("%s: labels have dimensions %v, want [count]", lp, labels.Dims)
+		}
+		if images.Dims[0] != labels.Dims[0] {
+			return nil, fmt.Errorf("%s has %d images but %s has %d labels", ip, images.Dims[0], lp, labels.Dims[0])
+		}
+		d := &Dataset{Name: name, Shape: [3]int{1, images.Dims[1], images.Dims[2]}, Images: images.Data, Labels: labels.Data,
+			Classes: classes, Mean: mnistMean, Std: mnistStd}
+		return d, d.check(lp)
+	}
+	if train, err = load("train"); err != nil {
+		return nil, nil, err
+	}
+	if test, err = load("t10k"); err != nil {
+		return nil, nil, err
+	}
+	return train, test, nil
+}
+
+// findIDX finds split-kind-idxN-ubyte in dir, gzipped or not.
+func findIDX(dir, split, kind string, dims int) (string, error) {
+	base := fmt.Sprintf("%s-%s-idx%d-ubyte", split, kind, dims)
+	for _, name := range []string{base + ".gz", base, strings.Replace(base, "-idx", ".idx", 1)} {
+		p := filepath.Join(dir, name)
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%s: no %s or %s.gz", dir, base, base)
+}

@@ -1,0 +1,103 @@
+package data
+
+import (
+	"fmt"
+	"image"
+	_ "image/jpeg" // decoders for DecodeImageFile
+	_ "image/png"
+	"math"
+	"os"
+)
+
+// DecodeImageFile reads a PNG or JPEG file.
+func DecodeImageFile(path string) (image.Image, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	img, _, err := image.Decode(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w (PNG and JPEG are supported)", path, err)
+	}
+	return img, nil
+}
+
+// ImageBytes converts img to a dataset image of the given [C, H, W]: one
+// channel as luminance (ITU-R 601, as PIL's convert("L")), three as RGB,
+// resized when its size differs (area averaging when shrinking, bilinear
+// when enlarging).
+func ImageBytes(img image.Image, shape [3]int) ([]byte, error) {
+	c, h, w := shape[0], shape[1], shape[2]
+	if c != 1 && c != 3 {
+		return nil, fmt.Errorf("images with %d channels: want 1 or 3", c)
+	}
+	b := img.Bounds()
+	sh, sw := b.Dy(), b.Dx()
+	if sh == 0 || sw == 0 {
+		return nil, fmt.Errorf("empty image")
+	}
+	// Source planes as floats in [0, 255].
+	src := make([]float64, c*sh*sw)
+	for y := range sh {
+		for x := range sw {
+			r, g, bl, _ := img.At(b.Min.X+x, b.Min.Y+y).RGBA()
+			rf, gf, bf := float64(r>>8), float64(g>>8), float64(bl>>8)
+			if c == 1 {
+				src[y*sw+x] = (299*rf + 587*gf + 114*bf) / 1000
+			} else {
+				src[y*sw+x], src[(sh+y)*sw+x], src[(2*sh+y)*sw+x] = rf, gf, bf
+			}
+		}
+	}
+	out := make([]byte, c*h*w)
+	for ch := range c {
+		plane := resize(src[ch*sh*sw:(ch+1)*sh*sw], sh, sw, h, w)
+		for i, v := range plane {
+			out[ch*h*w+i] = uint8(math.Round(min(255, max(0, v))))
+		}
+	}
+	return out, nil
+}
+
+// resize scales an sh×sw plane to h×w.
+func resize(src []float64, sh, sw, h, w int) []float64 {
+	if sh == h && sw == w {
+		return src
+	}
+	out := make([]float64, h*w)
+	for y := range h {
+		y0, y1 := float64(y)*float64(sh)/float64(h), float64(y+1)*float64(sh)/float64(h)
+		for x := range w {
+			x0, x1 := float64(x)*float64(sw)/float64(w), float64(x+1)*float64(sw)/float64(w)
+			out[y*w+x] = sample(src, sh, sw, y0, y1, x0, x1)
+		}
+	}
+	return out
+}
+
+// sample returns the average of src over the box [y0,y1)×[x0,x1) in
+// pixel units when the box covers at least a pixel each way, else the
+// bilinear interpolation at the box's centre.
+func sample(src []float64, sh, sw int, y0, y1, x0, x1 float64) float64 {
+	if y1-y0 >= 1 && x1-x0 >= 1 {
+		var sum, weight float64
+		for sy := int(y0); sy < int(math.Ceil(y1)) && sy < sh; sy++ {
+			wy := math.Min(y1, float64(sy+1)) - math.Max(y0, float64(sy))
+			for sx := int(x0); sx < int(math.Ceil(x1)) && sx < sw; sx++ {
+				wx := math.Min(x1, float64(sx+1)) - math.Max(x0, float64(sx))
+				sum += wy * wx * src[sy*sw+sx]
+				weight += wy * wx
+			}
+		}
+		return sum / weight
+	}
+	cy := min(max((y0+y1)/2-0.5, 0), float64(sh-1))
+	cx := min(max((x0+x1)/2-0.5, 0), float64(sw-1))
+	iy, ix := int(cy), int(cx)
+	iy1, ix1 := min(iy+1, sh-1), min(ix+1, sw-1)
+	fy, fx := cy-float64(iy), cx-float64(ix)
+	top := src[iy*sw+ix]*(1-fx) + src[iy*sw+ix1]*fx
+	bot := src[iy1*sw+ix]*(1-fx) + src[iy1*sw+ix1]*fx
+	return top*(1-fy) + bot*fy
+}

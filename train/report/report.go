@@ -1,0 +1,87 @@
+// Package report turns a training run's progress into what people and
+// tools read: the workshops' log lines, a terminal progress bar, JSON lines
+// metrics, and TensorBoard event files.
+package report
+
+import (
+	"errors"
+	"time"
+)
+
+// Step describes one training batch.
+type Step struct {
+	Epoch   int
+	Batch   int // 0-based index in the epoch
+	Batches int // batches in the epoch
+	// Seen is the number of samples of the epoch before this batch, over
+	// all ranks; Total the epoch's samples.
+	Seen, Total int
+	// GlobalStep counts optimizer steps since the run began.
+	GlobalStep int64
+	Loss       float64
+	LR         float32
+	// ImagesPerSec is the throughput since the epoch began.
+	ImagesPerSec float64
+	// Elapsed is the time since the epoch began.
+	Elapsed time.Duration
+}
+
+// Epoch summarises a finished epoch.
+type Epoch struct {
+	Epoch      int
+	GlobalStep int64
+	TrainLoss  float64 // mean over the epoch's batches
+	// Test results; TestTotal is 0 when there was no evaluation.
+	TestLoss     float64
+	TestCorrect  int
+	TestTotal    int
+	Seconds      float64
+	ImagesPerSec float64
+	LR           float32
+}
+
+// TestAccuracy returns TestCorrect/TestTotal.
+func (e Epoch) TestAccuracy() float64 {
+	if e.TestTotal == 0 {
+		return 0
+	}
+	return float64(e.TestCorrect) / float64(e.TestTotal)
+}
+
+// Reporter receives a run's progress. Step is called for every batch; a
+// reporter decides how often to show it.
+type Reporter interface {
+	Step(s Step) error
+	Epoch(e Epoch) error
+	Close() error
+}
+
+// Multi sends everything to several reporters.
+type Multi []Reporter
+
+// Step implements Reporter.
+func (m Multi) Step(s Step) error {
+	var errs []error
+	for _, r := range m {
+		errs = append(errs, r.Step(s))
+	}
+	return errors.Join(errs...)
+}
+
+// Epoch implements Reporter.
+func (m Multi) Epoch(e Epoch) error {
+	var errs []error
+	for _, r := range m {
+		errs = append(errs, r.Epoch(e))
+	}
+	return errors.Join(errs...)
+}
+
+// Close implements Reporter.
+func (m Multi) Close() error {
+	var errs []error
+	for _, r := range m {
+		errs = append(errs, r.Close())
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,179 @@
+package report
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"hash/crc32"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestLogLines(t *testing.T) {
+	var buf bytes.Buffer
+	l := &LogLines{W: &buf, Interval: 10}
+	for b := range 25 {
+		l.Step(Step{Epoch: 1, Batch: b, Batches: 938, Seen: b * 64, Total: 60000, Loss: 0.546140})
+	}
+	l.Epoch(Epoch{Epoch: 1, TrainLoss: 0.5, TestLoss: 0.33012, TestCorrect: 8813, TestTotal: 10000, Seconds: 2, ImagesPerSec: 30000})
+	want := "Train Epoch: 1 [0/60000 (0%)]\tLoss: 0.546140\n" +
+		"Train Epoch: 1 [640/60000 (1%)]\tLoss: 0.546140\n" +
+		"Train Epoch: 1 [1280/60000 (2%)]\tLoss: 0.546140\n" +
+		"Epoch 1: train loss 0.5000, 2.0 s, 30000 img/s\n" +
+		"\nTest set: Average loss: 0.3301, Accuracy: 8813/10000 (88.13%)\n\n"
+	if buf.String() != want {
+		t.Fatalf("got\n%q\nwant\n%q", buf.String(), want)
+	}
+}
+
+func TestJSONL(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "m.jsonl")
+	j, err := NewJSONL(p, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for b := range 3 {
+		j.Step(Step{Epoch: 1, Batch: b, Batches: 3, GlobalStep: int64(b + 1), Loss: float64(b), LR: 0.5})
+	}
+	j.Epoch(Epoch{Epoch: 1, GlobalStep: 3, TrainLoss: 1, TestLoss: 0.25, TestCorrect: 3, TestTotal: 4})
+	j.Epoch(Epoch{Epoch: 2, GlobalStep: 6, TrainLoss: 1})
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f, _ := os.Open(p)
+	defer f.Close()
+	var recs []map[string]any
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var m map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+			t.Fatalf("line %q: %v", sc.Text(), err)
+		}
+		recs = append(recs, m)
+	}
+	if len(recs) != 4 || recs[0]["kind"] != "step" || recs[1]["batch"] != 2.0 || recs[2]["test_accuracy"] != 0.75 || recs[3]["test_accuracy"] != nil {
+		t.Fatalf("records %v", recs)
+	}
+}
+
+// event is the part of a decoded tensorflow.Event the test checks.
+type event struct {
+	wall    float64
+	step    int64
+	version string
+	tag     string
+	value   float32
+}
+
+// readEvents decodes an event file, checking every record's CRCs.
+func readEvents(t *testing.T, path string) []event {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []event
+	for len(b) > 0 {
+		if len(b) < 12 {
+			t.Fatalf("%d trailing bytes", len(b))
+		}
+		n := binary.LittleEndian.Uint64(b)
+		if binary.LittleEndian.Uint32(b[8:]) != maskedCRC(b[:8]) {
+			t.Fatal("bad length CRC")
+		}
+		payload := b[12 : 12+n]
+		if binary.LittleEndian.Uint32(b[12+n:]) != maskedCRC(payload) {
+			t.Fatal("bad payload CRC")
+		}
+		b = b[16+n:]
+		var ev event
+		fields(t, payload, func(num int, v uint64, raw []byte) {
+			switch num {
+			case 1:
+				ev.wall = math.Float64frombits(v)
+			case 2:
+				ev.step = int64(v)
+			case 3:
+				ev.version = string(raw)
+			case 5:
+				fields(t, raw, func(_ int, _ uint64, val []byte) {
+					fields(t, val, func(num int, v uint64, raw []byte) {
+						if num == 1 {
+							ev.tag = string(raw)
+						} else {
+							ev.value = math.Float32frombits(uint32(v))
+						}
+					})
+				})
+			}
+		})
+		out = append(out, ev)
+	}
+	return out
+}
+
+// fields walks a protocol buffer message.
+func fields(t *testing.T, b []byte, f func(num int, v uint64, raw []byte)) {
+	t.Helper()
+	for len(b) > 0 {
+		key, n := binary.Uvarint(b)
+		b = b[n:]
+		switch key & 7 {
+		case 0:
+			v, n := binary.Uvarint(b)
+			b = b[n:]
+			f(int(key>>3), v, nil)
+		case 1:
+			f(int(key>>3), binary.LittleEndian.Uint64(b), nil)
+			b = b[8:]
+		case 5:
+			f(int(key>>3), uint64(binary.LittleEndian.Uint32(b)), nil)
+			b = b[4:]
+		case 2:
+			l, n := binary.Uvarint(b)
+			f(int(key>>3), 0, b[n:n+int(l)])
+			b = b[n+int(l):]
+		default:
+			t.Fatalf("wire type %d", key&7)
+		}
+	}
+}
+
+func TestTensorBoard(t *testing.T) {
+	// The CRC-32C check value of "123456789" is 0xe3069283.
+	if c := crc32.Checksum([]byte("123456789"), castagnoli); c != 0xe3069283 {
+		t.Fatalf("crc32c %#x", c)
+	}
+	dir := t.TempDir()
+	tb, err := NewTensorBoard(dir, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for b := range 6 {
+		tb.Step(Step{Epoch: 1, Batch: b, Batches: 6, GlobalStep: int64(b + 1), Loss: 2.5 - float64(b)/10, LR: 1, ImagesPerSec: 600})
+	}
+	tb.Epoch(Epoch{Epoch: 1, GlobalStep: 6, TrainLoss: 2, TestLoss: 0.5, TestCorrect: 9, TestTotal: 10})
+	if err := tb.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(filepath.Base(tb.Path()), "events.out.tfevents.") {
+		t.Fatalf("file name %s", tb.Path())
+	}
+	evs := readEvents(t, tb.Path())
+	if len(evs) != 1+6+3 || evs[0].version != "brain.Event:2" || evs[0].wall < 1.7e9 {
+		t.Fatalf("events %+v", evs)
+	}
+	want := []event{{step: 1, tag: "train/loss", value: 2.5}, {step: 1, tag: "train/lr", value: 1}, {step: 1, tag: "train/images_per_sec", value: 600},
+		{step: 6, tag: "train/loss", value: 2.0}, {step: 6, tag: "train/lr", value: 1}, {step: 6, tag: "train/images_per_sec", value: 600},
+		{step: 6, tag: "train/epoch_loss", value: 2}, {step: 6, tag: "test/loss", value: 0.5}, {step: 6, tag: "test/accuracy", value: 0.9}}
+	for i, w := range want {
+		got := evs[i+1]
+		if got.step != w.step || got.tag != w.tag || got.value != w.value {
+			t.Fatalf("event %d: %+v, want %+v", i+1, got, w)
+		}
+	}
+}

@@ -1,0 +1,114 @@
+package report
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+)
+
+// LogLines prints the workshops' familiar lines, every Interval batches:
+//
+//	Train Epoch: 1 [6400/60000 (11%)]	Loss: 0.546140
+//
+// and after each epoch
+//
+//	Test set: Average loss: 0.3301, Accuracy: 8813/10000 (88.13%)
+//
+// It suits logs: Slurm output files, pipes.
+type LogLines struct {
+	W        io.Writer
+	Interval int
+}
+
+// Step implements Reporter.
+func (l *LogLines) Step(s Step) error {
+	if s.Batch%max(l.Interval, 1) != 0 {
+		return nil
+	}
+	_, err := fmt.Fprintf(l.W, "Train Epoch: %d [%d/%d (%.0f%%)]\tLoss: %.6f\n",
+		s.Epoch, s.Seen, s.Total, 100*float64(s.Batch)/float64(s.Batches), s.Loss)
+	return err
+}
+
+// Epoch implements Reporter.
+func (l *LogLines) Epoch(e Epoch) error {
+	return printEpoch(l.W, e)
+}
+
+func printEpoch(w io.Writer, e Epoch) error {
+	_, err := fmt.Fprintf(w, "Epoch %d: train loss %.4f, %.1f s, %.0f img/s\n", e.Epoch, e.TrainLoss, e.Seconds, e.ImagesPerSec)
+	if err == nil && e.TestTotal > 0 {
+		_, err = fmt.Fprintf(w, "\nTest set: Average loss: %.4f, Accuracy: %d/%d (%.2f%%)\n\n",
+			e.TestLoss, e.TestCorrect, e.TestTotal, 100*e.TestAccuracy())
+	}
+	return err
+}
+
+// Close implements Reporter.
+func (l *LogLines) Close() error { return nil }
+
+// Progress draws a one-line progress bar on a terminal, redrawn at most
+// ten times a second: epoch, bar, samples, loss, images/s and the epoch's
+// remaining time.
+type Progress struct {
+	W      io.Writer
+	Epochs int
+	Width  int // of the bar; 30 when 0
+	last   time.Time
+	drawn  bool
+}
+
+// Step implements Reporter.
+func (p *Progress) Step(s Step) error {
+	now := time.Now()
+	final := s.Batch == s.Batches-1
+	if !final && now.Sub(p.last) < 100*time.Millisecond {
+		return nil
+	}
+	p.last = now
+	width := p.Width
+	if width == 0 {
+		width = 30
+	}
+	done := float64(s.Batch+1) / float64(max(s.Batches, 1))
+	fill := int(done * float64(width))
+	bar := strings.Repeat("=", fill) + strings.Repeat(" ", width-fill)
+	if fill < width {
+		bar = bar[:fill] + ">" + bar[fill+1:]
+	}
+	eta := "?"
+	if done > 0 {
+		eta = (time.Duration(float64(s.Elapsed)/done) - s.Elapsed).Round(time.Second).String()
+	}
+	_, err := fmt.Fprintf(p.W, "\r\033[KEpoch %d/%d [%s] %3.0f%%  loss %.4f  %.0f img/s  ETA %s",
+		s.Epoch, p.Epochs, bar, 100*done, s.Loss, s.ImagesPerSec, eta)
+	p.drawn = true
+	return err
+}
+
+// Epoch implements Reporter.
+func (p *Progress) Epoch(e Epoch) error {
+	if p.drawn {
+		fmt.Fprintln(p.W)
+		p.drawn = false
+	}
+	return printEpoch(p.W, e)
+}
+
+// Close implements Reporter.
+func (p *Progress) Close() error {
+	if p.drawn {
+		_, err := fmt.Fprintln(p.W)
+		return err
+	}
+	return nil
+}
+
+// IsTerminal reports whether f is a terminal (a character device), where a
+// progress bar makes sense.
+func IsTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}

@@ -1,0 +1,389 @@
+package train
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"time"
+
+	"github.com/gorun/gorun/model/nn"
+	"github.com/gorun/gorun/model/optim"
+	"github.com/gorun/gorun/model/tensor"
+	"github.com/gorun/gorun/model/zoo"
+	"github.com/gorun/gorun/train/checkpoint"
+	"github.com/gorun/gorun/train/data"
+	"github.com/gorun/gorun/train/report"
+)
+
+// Trainer trains one model on one dataset.
+type Trainer struct {
+	cfg   Config
+	be    tensor.Backend
+	model *zoo.Model
+	opt   optim.Optimizer
+	sched optim.Schedule
+	loss  *nn.Loss
+	train *data.Dataset
+	test  *data.Dataset // may be nil
+
+	trainLoader, testLoader *data.Loader
+	dropouts                []*nn.Dropout
+
+	// Report receives progress; nil for silence.
+	Report report.Reporter
+	// SavePath, when set, is where a checkpoint is written after every
+	// epoch.
+	SavePath string
+
+	times Times
+	epoch int   // completed epochs
+	step  int64 // optimizer steps taken
+	last  report.Epoch
+}
+
+// New builds the model named in cfg with weights drawn from cfg.Seed, its
+// optimizer and schedule, and loaders for train and test (test may be nil).
+func New(cfg Config, be tensor.Backend, train, test *data.Dataset) (*Trainer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	m, err := zoo.New(cfg.Model, be, rand.New(rand.NewPCG(cfg.Seed, 0x6d6f64656c)))
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range []*data.Dataset{train, test} {
+		if d == nil {
+			continue
+		}
+		if want := [3]int(m.Input); d.Shape != want {
+			return nil, fmt.Errorf("model %s takes %d×%d×%d images; %s has %d×%d×%d", cfg.Model, want[0], want[1], want[2], d.Name, d.Shape[0], d.Shape[1], d.Shape[2])
+		}
+		if len(d.Classes) != m.Classes {
+			return nil, fmt.Errorf("model %s has %d outputs; %s has %d classes", cfg.Model, m.Classes, d.Name, len(d.Classes))
+		}
+	}
+	opt, err := newOptimizer(cfg, be, nn.Params(m.Net))
+	if err != nil {
+		return nil, err
+	}
+	sched, err := newSchedule(cfg, opt)
+	if err != nil {
+		return nil, err
+	}
+	t := &Trainer{cfg: cfg, be: be, model: m, opt: opt, sched: sched, loss: m.NewLoss(be), train: train, test: test}
+	tf := data.Plain(train)
+	if cfg.Augment && train.Shape[0] == 3 {
+		tf = data.CIFARAugmentation(train, cfg.Seed)
+	}
+	if t.trainLoader, err = data.NewLoader(train, cfg.BatchSize, tf, 4); err != nil {
+		return nil, err
+	}
+	if test != nil {
+		if t.testLoader, err = data.NewLoader(test, cfg.TestBatchSize, data.Plain(test), 2); err != nil {
+			return nil, err
+		}
+	}
+	nn.Walk(m.Net, func(l nn.Layer) {
+		if d, ok := l.(*nn.Dropout); ok {
+			t.dropouts = append(t.dropouts, d)
+		}
+	})
+	return t, nil
+}
+
+// Model returns the model being trained.
+func (t *Trainer) Model() *zoo.Model { return t.model }
+
+// Config returns the configuration.
+func (t *Trainer) Config() Config { return t.cfg }
+
+// Times returns where the time went so far.
+func (t *Trainer) Times() Times { return t.times }
+
+// Epoch returns the number of completed epochs.
+func (t *Trainer) Epoch() int { return t.epoch }
+
+// Close stops the loaders.
+func (t *Trainer) Close() {
+	t.trainLoader.Stop()
+	if t.testLoader != nil {
+		t.testLoader.Stop()
+	}
+}
+
+// Describe writes a summary of the run's setup.
+func (t *Trainer) Describe(w io.Writer, backend string) {
+	params := 0
+	for _, p := range nn.Params(t.model.Net) {
+		params += p.Value.Len()
+	}
+	fmt.Fprintf(w, "Model %s: %d parameters; backend %s\n", t.cfg.Model, params, backend)
+	testN := 0
+	if t.test != nil {
+		testN = t.test.Len()
+	}
+	aug := ""
+	if t.cfg.Augment && t.train.Shape[0] == 3 {
+		aug = ", augmented (random crop 32 pad 4, flip)"
+	}
+	fmt.Fprintf(w, "Data %s: %d training and %d test images%s\n", t.train.Name, t.train.Len(), testN, aug)
+	fmt.Fprintf(w, "Training %d epochs from epoch %d, batch %d, %s, seed %d\n", t.cfg.Epochs, t.epoch+1, t.cfg.BatchSize, t.cfg.describe(), t.cfg.Seed)
+}
+
+// Run trains the remaining epochs, evaluating after each, reporting, and
+// saving a checkpoint after each when SavePath is set.
+func (t *Trainer) Run(ctx context.Context) error {
+	start := time.Now()
+	defer func() { t.times.Total += time.Since(start) }()
+	for t.epoch < t.cfg.Epochs {
+		if err := t.runEpoch(ctx, t.epoch+1); err != nil {
+			return err
+		}
+	}
+	if t.Report != nil {
+		return t.Report.Close()
+	}
+	return nil
+}
+
+func (t *Trainer) runEpoch(ctx context.Context, epoch int) error {
+	epochStart := time.Now()
+	lr := t.opt.LR()
+	trainLoss, seen, err := t.trainEpoch(ctx, epoch)
+	if err != nil {
+		return err
+	}
+	secs := time.Since(epochStart).Seconds()
+	if t.sched != nil {
+		t.sched.Step()
+	}
+	e := report.Epoch{Epoch: epoch, GlobalStep: t.step, TrainLoss: trainLoss, Seconds: secs, ImagesPerSec: float64(seen) / secs, LR: lr}
+	if t.test != nil {
+		ev, err := t.Evaluate(ctx, t.test)
+		if err != nil {
+			return err
+		}
+		e.TestLoss, e.TestCorrect, e.TestTotal = ev.Loss, ev.Correct, ev.Total
+	}
+	t.epoch = epoch
+	t.last = e
+	if t.Report != nil {
+		if err := t.Report.Epoch(e); err != nil {
+			return fmt.Errorf("report: %w", err)
+		}
+	}
+	if t.SavePath != "" {
+		t0 := time.Now()
+		if err := t.Save(t.SavePath); err != nil {
+			return err
+		}
+		t.times.Checkpoint += time.Since(t0)
+	}
+	return nil
+}
+
+// trainEpoch runs one epoch and returns its mean batch loss and the
+// number of samples trained on.
+func (t *Trainer) trainEpoch(ctx context.Context, epoch int) (float64, int, error) {
+	t.model.Net.SetTraining(true)
+	nn.ZeroGrad(t.be, t.model.Net)
+	sampler := data.Sampler{N: t.train.Len(), Shuffle: true, Seed: t.cfg.Seed, World: 1}
+	indices := sampler.Indices(epoch)
+	if err := t.trainLoader.Start(epoch, indices); err != nil {
+		return 0, 0, err
+	}
+	defer t.trainLoader.Stop()
+	batches := (len(indices) + t.cfg.BatchSize - 1) / t.cfg.BatchSize
+	start := time.Now()
+	var lossSum float64
+	seen := 0
+	for batch := 0; ; batch++ {
+		if err := ctx.Err(); err != nil {
+			return 0, 0, err
+		}
+		t0 := time.Now()
+		b, ok := t.trainLoader.Next()
+		t1 := time.Now()
+		t.times.Data += t1.Sub(t0)
+		if !ok {
+			break
+		}
+		y, err := t.model.Net.Forward(b.X)
+		if err != nil {
+			return 0, 0, fmt.Errorf("epoch %d batch %d: forward: %w", epoch, batch, err)
+		}
+		loss, err := t.loss.Forward(y, b.Labels)
+		if err != nil {
+			return 0, 0, fmt.Errorf("epoch %d batch %d: loss: %w", epoch, batch, err)
+		}
+		if math.IsNaN(float64(loss)) || math.IsInf(float64(loss), 0) {
+			return 0, 0, fmt.Errorf("epoch %d batch %d: the loss is %v (learning rate %g too high?)", epoch, batch, loss, t.opt.LR())
+		}
+		t2 := time.Now()
+		t.times.Forward += t2.Sub(t1)
+		dy, err := t.loss.Backward()
+		if err == nil {
+			_, err = t.model.Net.Backward(dy)
+		}
+		if err != nil {
+			return 0, 0, fmt.Errorf("epoch %d batch %d: backward: %w", epoch, batch, err)
+		}
+		t3 := time.Now()
+		t.times.Backward += t3.Sub(t2)
+		t.opt.Step()
+		nn.ZeroGrad(t.be, t.model.Net)
+		t.step++
+		t4 := time.Now()
+		t.times.Optimizer += t4.Sub(t3)
+		lossSum += float64(loss)
+		if t.Report != nil {
+			elapsed := t4.Sub(start)
+			err := t.Report.Step(report.Step{Epoch: epoch, Batch: batch, Batches: batches, Seen: seen, Total: len(indices),
+				GlobalStep: t.step, Loss: float64(loss), LR: t.opt.LR(), Elapsed: elapsed,
+				ImagesPerSec: float64(seen+b.Len()) / elapsed.Seconds()})
+			if err != nil {
+				return 0, 0, fmt.Errorf("report: %w", err)
+			}
+		}
+		seen += b.Len()
+	}
+	return lossSum / float64(max(batches, 1)), seen, nil
+}
+
+// Evaluation is a model's result on a dataset.
+type Evaluation struct {
+	Loss    float64 // mean per sample
+	Correct int
+	Total   int
+	// Confusion[true][predicted] counts samples.
+	Confusion [][]int
+}
+
+// Accuracy returns Correct/Total.
+func (e Evaluation) Accuracy() float64 { return float64(e.Correct) / float64(max(e.Total, 1)) }
+
+// Evaluate runs the model in evaluation mode over ds.
+func (t *Trainer) Evaluate(ctx context.Context, ds *data.Dataset) (Evaluation, error) {
+	t0 := time.Now()
+	defer func() { t.times.Eval += time.Since(t0) }()
+	loader := t.testLoader
+	if ds != t.test {
+		var err error
+		if loader, err = data.NewLoader(ds, t.cfg.TestBatchSize, data.Plain(ds), 2); err != nil {
+			return Evaluation{}, err
+		}
+	}
+	return Evaluate(ctx, t.model, t.be, loader, ds)
+}
+
+// Evaluate runs m in evaluation mode over every image of ds through
+// loader, and leaves it in evaluation mode.
+func Evaluate(ctx context.Context, m *zoo.Model, be tensor.Backend, loader *data.Loader, ds *data.Dataset) (Evaluation, error) {
+	m.Net.SetTraining(false)
+	ev := Evaluation{Confusion: make([][]int, m.Classes)}
+	for i := range ev.Confusion {
+		ev.Confusion[i] = make([]int, m.Classes)
+	}
+	loss := m.NewLoss(be)
+	if err := loader.Start(0, data.Sampler{N: ds.Len(), World: 1}.Indices(0)); err != nil {
+		return ev, err
+	}
+	defer loader.Stop()
+	var lossSum float64
+	for b, ok := loader.Next(); ok; b, ok = loader.Next() {
+		if err := ctx.Err(); err != nil {
+			return ev, err
+		}
+		y, err := m.Net.Forward(b.X)
+		if err != nil {
+			return ev, fmt.Errorf("evaluate: %w", err)
+		}
+		l, err := loss.Forward(y, b.Labels)
+		if err != nil {
+			return ev, fmt.Errorf("evaluate: %w", err)
+		}
+		lossSum += float64(l) * float64(b.Len())
+		for i, label := range b.Labels {
+			pred := argmax(y.Data[i*m.Classes : (i+1)*m.Classes])
+			ev.Confusion[label][pred]++
+			if pred == int(label) {
+				ev.Correct++
+			}
+		}
+		ev.Total += b.Len()
+	}
+	ev.Loss = lossSum / float64(max(ev.Total, 1))
+	return ev, nil
+}
+
+func argmax(v []float32) int {
+	best := 0
+	for i, x := range v {
+		if x > v[best] {
+			best = i
+		}
+	}
+	return best
+}
+
+// meta describes the trainer's state for a checkpoint.
+func (t *Trainer) meta() (checkpoint.Meta, error) {
+	cfg, err := json.Marshal(t.cfg)
+	if err != nil {
+		return checkpoint.Meta{}, err
+	}
+	m := checkpoint.Meta{Model: t.cfg.Model, Input: t.model.Input, Dataset: t.train.Name, Classes: t.train.Classes,
+		Mean: t.train.Mean, Std: t.train.Std, Epoch: t.epoch, Step: t.step, LR: t.opt.LR(), Config: cfg}
+	if t.sched != nil {
+		m.ScheduleEpoch = t.sched.Epoch()
+	}
+	for _, d := range t.dropouts {
+		m.DropoutCalls = append(m.DropoutCalls, d.Calls)
+	}
+	if t.last.TestTotal > 0 {
+		m.TestAccuracy = t.last.TestAccuracy()
+	}
+	return m, nil
+}
+
+// Save writes a checkpoint (weights at path, training state beside it).
+func (t *Trainer) Save(path string) error {
+	m, err := t.meta()
+	if err != nil {
+		return err
+	}
+	return checkpoint.Save(path, t.model.Net, t.opt, m)
+}
+
+// Resume restores the model, optimizer, schedule, step and epoch counters
+// and dropout state from the checkpoint at path, so Run continues exactly
+// where the saved run was.
+func (t *Trainer) Resume(path string) error {
+	pre, err := checkpoint.ReadTrainMeta(path)
+	if err != nil {
+		return err
+	}
+	if pre.Model != t.cfg.Model {
+		return fmt.Errorf("checkpoint %s holds model %s, not %s", path, pre.Model, t.cfg.Model)
+	}
+	if len(pre.DropoutCalls) != len(t.dropouts) {
+		return fmt.Errorf("checkpoint %s has %d dropout counters; model %s has %d dropout layers", path, len(pre.DropoutCalls), t.cfg.Model, len(t.dropouts))
+	}
+	m, err := checkpoint.Resume(path, t.model.Net, t.opt)
+	if err != nil {
+		return err
+	}
+	t.epoch, t.step = m.Epoch, m.Step
+	for i, d := range t.dropouts {
+		d.Calls = m.DropoutCalls[i]
+	}
+	if t.sched != nil {
+		t.sched.SetEpoch(m.ScheduleEpoch)
+	} else {
+		t.opt.SetLR(m.LR)
+	}
+	return nil
+}

@@ -1,0 +1,275 @@
+package train
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/gorun/gorun/model/cpu"
+	"github.com/gorun/gorun/model/nn"
+	"github.com/gorun/gorun/train/checkpoint"
+	"github.com/gorun/gorun/train/data"
+)
+
+func synthetic(t *testing.T, f data.Format, nTrain, nTest int) (*data.Dataset, *data.Dataset) {
+	t.Helper()
+	train, err := data.Synthetic(f, nTrain, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	test, err := data.Synthetic(f, nTest, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return train, test
+}
+
+func newTrainer(t *testing.T, cfg Config, train, test *data.Dataset) *Trainer {
+	t.Helper()
+	be := cpu.New(cfg.Threads)
+	t.Cleanup(be.Close)
+	tr, err := New(cfg, be, train, test)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tr.Close)
+	return tr
+}
+
+// TestTrainingLearns trains the MNIST net with its default settings on
+// generated data and checks that it learns: test accuracy far above the
+// 10% of guessing and a falling loss.
+func TestTrainingLearns(t *testing.T) {
+	train, test := synthetic(t, data.FormatMNIST, 1536, 512)
+	cfg, _ := Defaults("mnist")
+	cfg.Epochs, cfg.Threads = 2, 2
+	tr := newTrainer(t, cfg, train, test)
+	before, err := tr.Evaluate(context.Background(), test)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	after := tr.last
+	if after.TestAccuracy() < 0.9 || after.TestLoss > before.Loss/3 {
+		t.Fatalf("after 2 epochs: accuracy %.3f, loss %.3f (before: %.3f, %.3f)", after.TestAccuracy(), after.TestLoss, before.Accuracy(), before.Loss)
+	}
+	tm := tr.Times()
+	if tm.Forward <= 0 || tm.Backward <= 0 || tm.Optimizer <= 0 || tm.Eval <= 0 || tm.Total < tm.Forward+tm.Backward {
+		t.Fatalf("time breakdown %+v", tm)
+	}
+	// The confusion matrix accounts for every test image.
+	sum := 0
+	for _, row := range before.Confusion {
+		for _, n := range row {
+			sum += n
+		}
+	}
+	if sum != test.Len() || before.Total != test.Len() {
+		t.Fatalf("confusion matrix holds %d of %d images", sum, test.Len())
+	}
+}
+
+// stateOf returns copies of every model and optimizer value.
+func stateOf(tr *Trainer) map[string][]float32 {
+	out := map[string][]float32{}
+	add := func(prefix string, vars []nn.Var) {
+		for _, v := range vars {
+			if v.Count != nil {
+				out[prefix+v.Name] = []float32{float32(*v.Count)}
+			} else {
+				out[prefix+v.Name] = slices.Clone(v.Value.Data)
+			}
+		}
+	}
+	add("model.", tr.model.Net.State())
+	add("opt.", tr.opt.State())
+	return out
+}
+
+// TestResumeIsBitIdentical checks that training 3 epochs straight and
+// training 1 epoch, saving, then resuming in a fresh trainer for the other
+// 2 give bit-identical weights and optimizer state, for each optimizer and
+// schedule (dropout counters, momentum buffers and the schedule included).
+func TestResumeIsBitIdentical(t *testing.T) {
+	train, test := synthetic(t, data.FormatMNIST, 320, 64)
+	cases := []struct{ optimizer, scheduler string }{{"adadelta", "step"}, {"sgd", "cosine"}, {"adam", "none"}}
+	for _, c := range cases {
+		t.Run(c.optimizer, func(t *testing.T) {
+			cfg, _ := Defaults("mnist")
+			cfg.Epochs, cfg.Threads, cfg.BatchSize, cfg.Optimizer, cfg.Scheduler, cfg.Momentum = 3, 2, 32, c.optimizer, c.scheduler, 0.9
+			if c.optimizer != "adadelta" {
+				cfg.LR = 0.01
+			}
+			straight := newTrainer(t, cfg, train, test)
+			if err := straight.Run(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+
+			path := filepath.Join(t.TempDir(), "net.safetensors")
+			first := cfg
+			first.Epochs = 1
+			a := newTrainer(t, first, train, test)
+			a.SavePath = path
+			if err := a.Run(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			b := newTrainer(t, cfg, train, test)
+			if err := b.Resume(path); err != nil {
+				t.Fatal(err)
+			}
+			if b.Epoch() != 1 || b.step != a.step {
+				t.Fatalf("resumed at epoch %d step %d, want 1 and %d", b.Epoch(), b.step, a.step)
+			}
+			if err := b.Run(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			want, got := stateOf(straight), stateOf(b)
+			for name, w := range want {
+				if !slices.Equal(got[name], w) {
+					t.Fatalf("%s differs between the straight and the resumed run", name)
+				}
+			}
+			if straight.opt.LR() != b.opt.LR() {
+				t.Fatalf("learning rate %v after resuming, %v straight", b.opt.LR(), straight.opt.LR())
+			}
+		})
+	}
+}
+
+func TestCheckpointErrors(t *testing.T) {
+	train, test := synthetic(t, data.FormatMNIST, 64, 32)
+	cfg, _ := Defaults("mnist")
+	cfg.Epochs, cfg.Threads = 1, 1
+	tr := newTrainer(t, cfg, train, test)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "net.safetensors")
+	if err := tr.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Save(path); err != nil {
+		t.Fatal(err)
+	}
+	// The weights file alone describes the run.
+	meta, _, err := checkpoint.ReadMeta(path)
+	if err != nil || meta.Model != "mnist" || meta.Epoch != 1 || meta.Dataset != "synthetic-mnist" || len(meta.DropoutCalls) != 2 {
+		t.Fatalf("meta %+v, %v", meta, err)
+	}
+
+	other := cfg
+	other.Optimizer = "sgd"
+	if err := newTrainer(t, other, train, test).Resume(path); err == nil || !strings.Contains(err.Error(), "optimizer") {
+		t.Fatalf("resuming Adadelta state into SGD: %v", err)
+	}
+	cifar, cifarTest := synthetic(t, data.FormatCIFAR10, 8, 8)
+	cc, _ := Defaults("cifarnet")
+	cc.Threads = 1
+	if err := newTrainer(t, cc, cifar, cifarTest).Resume(path); err == nil || !strings.Contains(err.Error(), "holds model mnist") {
+		t.Fatalf("resuming mnist into cifarnet: %v", err)
+	}
+	// A damaged training state is refused and changes nothing.
+	b, _ := os.ReadFile(checkpoint.TrainPath(path))
+	os.WriteFile(checkpoint.TrainPath(path), b[:len(b)/2], 0o644)
+	fresh := newTrainer(t, cfg, train, test)
+	before := stateOf(fresh)
+	if err := fresh.Resume(path); err == nil || !strings.Contains(err.Error(), checkpoint.TrainPath(path)) {
+		t.Fatalf("truncated training state: %v", err)
+	}
+	if after := stateOf(fresh); !mapsEqual(before, after) {
+		t.Fatal("a failed resume changed the model")
+	}
+	os.Remove(checkpoint.TrainPath(path))
+	if err := fresh.Resume(path); err == nil || !strings.Contains(err.Error(), "cannot resume") {
+		t.Fatalf("missing training state: %v", err)
+	}
+	// Data of the wrong shape for the model is refused up front.
+	if _, err := New(cfg, cpu.New(1), cifar, nil); err == nil || !strings.Contains(err.Error(), "takes 1×28×28 images") {
+		t.Fatalf("CIFAR data for the MNIST net: %v", err)
+	}
+}
+
+func mapsEqual(a, b map[string][]float32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if !slices.Equal(v, b[k]) {
+			return false
+		}
+	}
+	return true
+}
+
+// TestClassifier saves a trained model and classifies with the loaded
+// checkpoint: the predictions match the trainer's own model, and the
+// checkpoint's evaluation matches the trainer's.
+func TestClassifier(t *testing.T) {
+	train, test := synthetic(t, data.FormatMNIST, 512, 128)
+	cfg, _ := Defaults("mnist")
+	cfg.Epochs, cfg.Threads = 1, 1
+	tr := newTrainer(t, cfg, train, test)
+	if err := tr.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "net.safetensors")
+	if err := tr.Save(path); err != nil {
+		t.Fatal(err)
+	}
+	be := cpu.New(1)
+	defer be.Close()
+	c, err := LoadClassifier(path, "", "", be)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Dataset != "synthetic-mnist" || c.Classes[3] != "3" {
+		t.Fatalf("classifier for %q with classes %v", c.Dataset, c.Classes)
+	}
+	ev, err := c.Evaluate(context.Background(), test, 50)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := tr.Evaluate(context.Background(), test)
+	if ev.Correct != want.Correct || !slices.EqualFunc(ev.Confusion, want.Confusion, slices.Equal) {
+		t.Fatalf("checkpoint evaluates to %d correct, the trainer's model to %d", ev.Correct, want.Correct)
+	}
+	var images [][]byte
+	for i := range 10 {
+		images = append(images, test.Image(i))
+	}
+	preds, err := c.Classify(images, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, ps := range preds {
+		if len(ps) != 3 || ps[0].Probability < ps[1].Probability || ps[0].Probability > 1 {
+			t.Fatalf("image %d: %+v", i, ps)
+		}
+		if ps[0].Class != argmaxRow(t, tr, test, i) {
+			t.Fatalf("image %d: classified %d, the model says %d", i, ps[0].Class, argmaxRow(t, tr, test, i))
+		}
+	}
+	// Plain weights need the model named.
+	if _, err := LoadClassifier(path, "cifarnet", "", be); err == nil {
+		t.Fatal("MNIST weights loaded into CIFARNet")
+	}
+}
+
+// argmaxRow runs the trainer's model on test image i alone.
+func argmaxRow(t *testing.T, tr *Trainer, ds *data.Dataset, i int) int {
+	one := ds.Head(i + 1)
+	one = &data.Dataset{Shape: one.Shape, Images: one.Image(i), Labels: one.Labels[i : i+1], Classes: one.Classes, Mean: one.Mean, Std: one.Std}
+	l, _ := data.NewLoader(one, 1, data.Plain(one), 1)
+	l.Start(0, []int{0})
+	defer l.Stop()
+	b, _ := l.Next()
+	tr.model.Net.SetTraining(false)
+	y, err := tr.model.Net.Forward(b.X)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return argmax(y.Data)
+}
