@@ -36,8 +36,8 @@ const fashionMNIST = "/usr/share/datasets/fashion-mnist"
 // options are the flags that are not part of train.Config.
 type options struct {
 	dataDir, save, resume, metrics, tensorboard, cpuprofile, progress string
-	synthetic                                                          bool
-	trainSamples, testSamples                                          int
+	synthetic                                                         bool
+	trainSamples, testSamples                                         int
 }
 
 func main() {
