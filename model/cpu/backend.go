@@ -18,6 +18,7 @@ type Backend struct {
 	gemm   *gemm.Engine
 	chunks []scratch // per-chunk buffers of the parallel convolution loops
 	conv   convTask
+	elem   elemTask
 }
 
 // scratch is one chunk's working memory, grown on demand and then reused.
@@ -128,39 +129,17 @@ func (b *Backend) BiasGrad(dy, db *tensor.Tensor) {
 
 // ReLU implements tensor.Backend.
 func (b *Backend) ReLU(x, y *tensor.Tensor) {
-	yd := y.Data[:len(x.Data)]
-	for i, v := range x.Data {
-		yd[i] = max(v, 0)
-	}
+	b.runElem(elemTask{op: opReLU, n: len(x.Data), x: x, y: y}, elemGrain)
 }
 
 // ReLUBackward implements tensor.Backend.
 func (b *Backend) ReLUBackward(y, dy, dx *tensor.Tensor) {
-	dyd, dxd := dy.Data[:len(y.Data)], dx.Data[:len(y.Data)]
-	for i, v := range y.Data {
-		if v > 0 {
-			dxd[i] = dyd[i]
-		} else {
-			dxd[i] = 0
-		}
-	}
+	b.runElem(elemTask{op: opReLUBackward, n: len(y.Data), x: y, y: dy, z: dx}, elemGrain)
 }
 
 // Dropout implements tensor.Backend.
 func (b *Backend) Dropout(x, y, mask *tensor.Tensor, p float32, seed uint64) {
-	keep := float32(0)
-	if p < 1 {
-		keep = 1 / (1 - p)
-	}
-	md, yd := mask.Data[:len(x.Data)], y.Data[:len(x.Data)]
-	for i, v := range x.Data {
-		f := keep
-		if uniform(seed, uint64(i)) < p {
-			f = 0
-		}
-		md[i] = f
-		yd[i] = v * f
-	}
+	b.runElem(elemTask{op: opDropout, n: len(x.Data), x: x, y: y, z: mask, f: p, seed: seed}, elemGrain)
 }
 
 // uniform is a counter-based generator: a splitmix64 hash of (seed, i)
@@ -175,18 +154,12 @@ func uniform(seed, i uint64) float32 {
 
 // Mul implements tensor.Backend.
 func (b *Backend) Mul(x, y, z *tensor.Tensor) {
-	yd, zd := y.Data[:len(x.Data)], z.Data[:len(x.Data)]
-	for i, v := range x.Data {
-		zd[i] = v * yd[i]
-	}
+	b.runElem(elemTask{op: opMul, n: len(x.Data), x: x, y: y, z: z}, elemGrain)
 }
 
 // Add implements tensor.Backend.
 func (b *Backend) Add(x, y, z *tensor.Tensor) {
-	yd, zd := y.Data[:len(x.Data)], z.Data[:len(x.Data)]
-	for i, v := range x.Data {
-		zd[i] = v + yd[i]
-	}
+	b.runElem(elemTask{op: opAdd, n: len(x.Data), x: x, y: y, z: z}, elemGrain)
 }
 
 // Copy implements tensor.Backend.

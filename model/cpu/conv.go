@@ -222,6 +222,18 @@ func col2im(col, dx []float32, g geometry, p tensor.ConvParams) {
 					}
 					src := in[oh*g.ow : (oh+1)*g.ow]
 					dst := plane[ih*g.wd : (ih+1)*g.wd]
+					if p.StrideW == 1 {
+						// iw = ow − PadW + kw: a shifted add.
+						shift := kw - p.PadW
+						lo, hi := max(0, -shift), min(g.ow, g.wd-shift)
+						if hi > lo {
+							d, s := dst[lo+shift:hi+shift], src[lo:hi]
+							for i, v := range s {
+								d[i] += v
+							}
+						}
+						continue
+					}
 					for ow, v := range src {
 						iw := ow*p.StrideW - p.PadW + kw
 						if iw >= 0 && iw < g.wd {

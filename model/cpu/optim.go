@@ -8,10 +8,13 @@ import (
 
 // SGDStep implements tensor.Backend with torch.optim.SGD's arithmetic.
 func (b *Backend) SGDStep(p, g, buf *tensor.Tensor, o tensor.SGDOptions, first bool) {
-	pd, gd := p.Data, g.Data[:len(p.Data)]
-	var bd []float32
+	b.runElem(elemTask{op: opSGD, n: len(p.Data), x: p, y: g, z: buf, sgd: o, first: first}, elemGrain)
+}
+
+func sgdRange(pd, gd, bd []float32, o tensor.SGDOptions, first bool) {
+	gd = gd[:len(pd)]
 	if o.Momentum != 0 {
-		bd = buf.Data[:len(pd)]
+		bd = bd[:len(pd)]
 	}
 	for i, w := range pd {
 		d := gd[i]
@@ -37,11 +40,15 @@ func (b *Backend) SGDStep(p, g, buf *tensor.Tensor, o tensor.SGDOptions, first b
 // AdamStep implements tensor.Backend with torch.optim.Adam's arithmetic
 // (amsgrad off).
 func (b *Backend) AdamStep(p, g, m, v *tensor.Tensor, o tensor.AdamOptions, step int) {
+	b.runElem(elemTask{op: opAdam, n: len(p.Data), x: p, y: g, z: m, w: v, adam: o, step: step}, elemGrain)
+}
+
+func adamRange(pd, gd, md, vd []float32, o tensor.AdamOptions, step int) {
 	bc1 := 1 - math.Pow(float64(o.Beta1), float64(step))
 	bc2 := 1 - math.Pow(float64(o.Beta2), float64(step))
 	stepSize := float32(float64(o.LR) / bc1)
 	bc2Sqrt := float32(math.Sqrt(bc2))
-	pd, gd, md, vd := p.Data, g.Data[:len(p.Data)], m.Data[:len(p.Data)], v.Data[:len(p.Data)]
+	gd, md, vd = gd[:len(pd)], md[:len(pd)], vd[:len(pd)]
 	for i, w := range pd {
 		d := gd[i]
 		if o.WeightDecay != 0 {
@@ -57,7 +64,11 @@ func (b *Backend) AdamStep(p, g, m, v *tensor.Tensor, o tensor.AdamOptions, step
 // AdadeltaStep implements tensor.Backend with torch.optim.Adadelta's
 // arithmetic.
 func (b *Backend) AdadeltaStep(p, g, sqAvg, accDelta *tensor.Tensor, o tensor.AdadeltaOptions) {
-	pd, gd, sd, ad := p.Data, g.Data[:len(p.Data)], sqAvg.Data[:len(p.Data)], accDelta.Data[:len(p.Data)]
+	b.runElem(elemTask{op: opAdadelta, n: len(p.Data), x: p, y: g, z: sqAvg, w: accDelta, adadelta: o}, elemGrain)
+}
+
+func adadeltaRange(pd, gd, sd, ad []float32, o tensor.AdadeltaOptions) {
+	gd, sd, ad = gd[:len(pd)], sd[:len(pd)], ad[:len(pd)]
 	for i, w := range pd {
 		d := gd[i]
 		if o.WeightDecay != 0 {

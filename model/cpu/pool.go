@@ -15,13 +15,39 @@ func window(o, stride, pad, k, size int) (lo, hi, span int) {
 	return max(lo, 0), min(hi, size), span
 }
 
-// MaxPool2d implements tensor.Backend.
+// MaxPool2d implements tensor.Backend. Planes are spread over the threads.
 func (b *Backend) MaxPool2d(x, y *tensor.Tensor, p tensor.PoolParams) {
-	n, c, h, w := x.Shape[0], x.Shape[1], x.Shape[2], x.Shape[3]
+	b.runElem(elemTask{op: opMaxPool, n: x.Shape[0] * x.Shape[1], x: x, y: y, pool: p}, 1+(1<<14)/(x.Shape[2]*x.Shape[3]))
+}
+
+// MaxPool2dBackward implements tensor.Backend.
+func (b *Backend) MaxPool2dBackward(x, dy, dx *tensor.Tensor, p tensor.PoolParams) {
+	b.runElem(elemTask{op: opMaxPoolBackward, n: x.Shape[0] * x.Shape[1], x: x, y: dy, z: dx, pool: p}, 1+(1<<14)/(x.Shape[2]*x.Shape[3]))
+}
+
+// halving reports the common 2×2, stride 2, unpadded pooling.
+func halving(p tensor.PoolParams) bool {
+	return p.KernelH == 2 && p.KernelW == 2 && p.StrideH == 2 && p.StrideW == 2 && p.PadH == 0 && p.PadW == 0
+}
+
+// maxPoolPlanes pools planes [lo, hi) of x into y.
+func maxPoolPlanes(x, y *tensor.Tensor, p tensor.PoolParams, lo, hi int) {
+	h, w := x.Shape[2], x.Shape[3]
 	oh, ow := y.Shape[2], y.Shape[3]
-	for pl := 0; pl < n*c; pl++ {
+	for pl := lo; pl < hi; pl++ {
 		in := x.Data[pl*h*w : (pl+1)*h*w]
 		out := y.Data[pl*oh*ow : (pl+1)*oh*ow]
+		if halving(p) {
+			for i := 0; i < oh; i++ {
+				r0, r1 := in[2*i*w:2*i*w+2*ow], in[(2*i+1)*w:(2*i+1)*w+2*ow]
+				o := out[i*ow : (i+1)*ow]
+				for j := range o {
+					// The built-in max propagates NaN, as PyTorch does.
+					o[j] = max(max(r0[2*j], r0[2*j+1]), max(r1[2*j], r1[2*j+1]))
+				}
+			}
+			continue
+		}
 		for i := 0; i < oh; i++ {
 			h0, h1, _ := window(i, p.StrideH, p.PadH, p.KernelH, h)
 			for j := 0; j < ow; j++ {
@@ -40,21 +66,53 @@ func (b *Backend) MaxPool2d(x, y *tensor.Tensor, p tensor.PoolParams) {
 	}
 }
 
-// MaxPool2dBackward implements tensor.Backend.
-func (b *Backend) MaxPool2dBackward(x, dy, dx *tensor.Tensor, p tensor.PoolParams) {
-	n, c, h, w := x.Shape[0], x.Shape[1], x.Shape[2], x.Shape[3]
+// maxPoolBackwardPlanes sets planes [lo, hi) of dx: each output's
+// gradient goes to its window's maximum, found again as PyTorch's forward
+// finds it: the first position, replaced by a strictly greater value or a
+// NaN.
+func maxPoolBackwardPlanes(x, dy, dx *tensor.Tensor, p tensor.PoolParams, lo, hi int) {
+	h, w := x.Shape[2], x.Shape[3]
 	oh, ow := dy.Shape[2], dy.Shape[3]
-	clear(dx.Data)
-	for pl := 0; pl < n*c; pl++ {
+	clear(dx.Data[lo*h*w : hi*h*w])
+	for pl := lo; pl < hi; pl++ {
 		in := x.Data[pl*h*w : (pl+1)*h*w]
 		g := dy.Data[pl*oh*ow : (pl+1)*oh*ow]
 		out := dx.Data[pl*h*w : (pl+1)*h*w]
+		if halving(p) {
+			for i := 0; i < oh; i++ {
+				r0, r1 := in[2*i*w:2*i*w+2*ow], in[(2*i+1)*w:(2*i+1)*w+2*ow]
+				d0, d1 := out[2*i*w:2*i*w+2*ow], out[(2*i+1)*w:(2*i+1)*w+2*ow]
+				gr := g[i*ow : (i+1)*ow]
+				for j, gv := range gr {
+					a, b, c, d := r0[2*j], r0[2*j+1], r1[2*j], r1[2*j+1]
+					best, at := a, 0
+					if b > best || b != b {
+						best, at = b, 1
+					}
+					if c > best || c != c {
+						best, at = c, 2
+					}
+					if d > best || d != d {
+						at = 3
+					}
+					switch at {
+					case 0:
+						d0[2*j] = gv
+					case 1:
+						d0[2*j+1] = gv
+					case 2:
+						d1[2*j] = gv
+					default:
+						d1[2*j+1] = gv
+					}
+				}
+			}
+			continue
+		}
 		for i := 0; i < oh; i++ {
 			h0, h1, _ := window(i, p.StrideH, p.PadH, p.KernelH, h)
 			for j := 0; j < ow; j++ {
 				w0, w1, _ := window(j, p.StrideW, p.PadW, p.KernelW, w)
-				// As PyTorch: start at the window's first position, move on a
-				// strictly greater value or a NaN.
 				best, at := float32(math.Inf(-1)), h0*w+w0
 				for r := h0; r < h1; r++ {
 					for s := w0; s < w1; s++ {

@@ -24,7 +24,11 @@ type Conv2d struct {
 	P                 tensor.ConvParams
 	Weight, Bias      *tensor.Tensor
 	WeightGrad, BGrad *tensor.Tensor
-	x, y, dx          *tensor.Tensor
+	// NoInputGrad makes Backward skip the gradient with respect to the
+	// input and return nil: for a network's first layer, whose input is
+	// data (PyTorch skips it too, as the data does not require grad).
+	NoInputGrad bool
+	x, y, dx    *tensor.Tensor
 }
 
 // NewConv2d returns a convolution initialised as PyTorch does:
@@ -70,6 +74,10 @@ func (c *Conv2d) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 func (c *Conv2d) Backward(dy *tensor.Tensor) (*tensor.Tensor, error) {
 	if err := sameShape(dy, c.y); err != nil {
 		return nil, err
+	}
+	if c.NoInputGrad {
+		c.be.Conv2dBackward(c.x, c.Weight, dy, nil, c.WeightGrad, c.BGrad, c.P)
+		return nil, nil
 	}
 	dx := tensor.Reuse(&c.dx, c.x.Shape...)
 	c.be.Conv2dBackward(c.x, c.Weight, dy, dx, c.WeightGrad, c.BGrad, c.P)

@@ -68,7 +68,25 @@ func New(name string, be tensor.Backend, rng *rand.Rand) (*Model, error) {
 	if !ok {
 		return nil, fmt.Errorf("zoo: unknown model %q (have %s)", name, strings.Join(Names(), ", "))
 	}
-	return b(be, rng), nil
+	m := b(be, rng)
+	skipDataGrad(m.Net)
+	return m, nil
+}
+
+// skipDataGrad stops the network's first convolution from computing the
+// gradient of its input, which is data: nothing uses it (PyTorch skips it
+// the same way, the data not requiring grad).
+func skipDataGrad(l nn.Layer) {
+	for {
+		switch c := l.(type) {
+		case *nn.Chain:
+			l = c.Layers[0]
+			continue
+		case *nn.Conv2d:
+			c.NoInputGrad = true
+		}
+		return
+	}
 }
 
 func child(name string, l nn.Layer) nn.Child { return nn.Child{Name: name, Layer: l} }

@@ -1,0 +1,140 @@
+package cpu
+
+import (
+	"math"
+
+	"github.com/gorun/gorun/model/tensor"
+)
+
+// Element-wise operations, pooling and optimizer updates run as an
+// elemTask: the index range [0, n) (elements, or planes for pooling) is
+// cut into one contiguous range per thread. Each element's result depends
+// only on its own inputs (dropout's random numbers on its global index),
+// so results do not depend on the thread count. The task lives in the
+// Backend and is described by value, so dispatching allocates nothing.
+
+type elemOp uint8
+
+const (
+	opReLU elemOp = iota
+	opReLUBackward
+	opDropout
+	opMul
+	opAdd
+	opSGD
+	opAdam
+	opAdadelta
+	opMaxPool
+	opMaxPoolBackward
+)
+
+// elemGrain is the fewest elements worth handing to another thread.
+const elemGrain = 1 << 15
+
+type elemTask struct {
+	op         elemOp
+	n, per     int
+	x, y, z, w *tensor.Tensor
+	pool       tensor.PoolParams
+	f          float32
+	seed       uint64
+	first      bool
+	step       int
+	sgd        tensor.SGDOptions
+	adam       tensor.AdamOptions
+	adadelta   tensor.AdadeltaOptions
+}
+
+// runElem runs t over the threads, in ranges of at least grain units.
+func (b *Backend) runElem(t elemTask, grain int) {
+	e := &b.elem
+	*e = t
+	chunks := min(b.pool.Threads(), ceilDiv(t.n, max(grain, 1)))
+	if chunks <= 1 {
+		e.per = t.n
+		e.Do(0, 0)
+		return
+	}
+	e.per = ceilDiv(t.n, chunks)
+	b.pool.Run(chunks, e)
+}
+
+// Do runs range i.
+func (t *elemTask) Do(_, i int) {
+	lo := i * t.per
+	hi := min(lo+t.per, t.n)
+	if lo >= hi {
+		return
+	}
+	switch t.op {
+	case opReLU:
+		relu(t.x.Data[lo:hi], t.y.Data[lo:hi])
+	case opReLUBackward:
+		reluBackward(t.x.Data[lo:hi], t.y.Data[lo:hi], t.z.Data[lo:hi])
+	case opDropout:
+		dropout(t.x.Data[lo:hi], t.y.Data[lo:hi], t.z.Data[lo:hi], t.f, t.seed, lo)
+	case opMul:
+		zd, yd := t.z.Data[lo:hi], t.y.Data[lo:hi]
+		for i, v := range t.x.Data[lo:hi] {
+			zd[i] = v * yd[i]
+		}
+	case opAdd:
+		zd, yd := t.z.Data[lo:hi], t.y.Data[lo:hi]
+		for i, v := range t.x.Data[lo:hi] {
+			zd[i] = v + yd[i]
+		}
+	case opSGD:
+		var buf []float32
+		if t.sgd.Momentum != 0 {
+			buf = t.z.Data[lo:hi]
+		}
+		sgdRange(t.x.Data[lo:hi], t.y.Data[lo:hi], buf, t.sgd, t.first)
+	case opAdam:
+		adamRange(t.x.Data[lo:hi], t.y.Data[lo:hi], t.z.Data[lo:hi], t.w.Data[lo:hi], t.adam, t.step)
+	case opAdadelta:
+		adadeltaRange(t.x.Data[lo:hi], t.y.Data[lo:hi], t.z.Data[lo:hi], t.w.Data[lo:hi], t.adadelta)
+	case opMaxPool:
+		maxPoolPlanes(t.x, t.y, t.pool, lo, hi)
+	case opMaxPoolBackward:
+		maxPoolBackwardPlanes(t.x, t.y, t.z, t.pool, lo, hi)
+	}
+}
+
+func relu(x, y []float32) {
+	y = y[:len(x)]
+	for i, v := range x {
+		y[i] = max(v, 0)
+	}
+}
+
+// reluBackward passes dy where the ReLU's output y is positive. y is never
+// negative, so "positive" is a non-zero bit pattern with the sign clear:
+// the mask is computed without a branch (a data-dependent branch here
+// mispredicts half the time and costs five times as much).
+func reluBackward(y, dy, dx []float32) {
+	dy, dx = dy[:len(y)], dx[:len(y)]
+	for i, v := range y {
+		u := int32(math.Float32bits(v))
+		mask := uint32((-u) >> 31) // all ones when u > 0
+		dx[i] = math.Float32frombits(math.Float32bits(dy[i]) & mask)
+	}
+}
+
+// dropout zeroes x's elements with probability p and scales the rest by
+// 1/(1−p); off is the global index of x[0] (the random numbers are drawn by
+// index).
+func dropout(x, y, mask []float32, p float32, seed uint64, off int) {
+	keep := float32(0)
+	if p < 1 {
+		keep = 1 / (1 - p)
+	}
+	y, mask = y[:len(x)], mask[:len(x)]
+	for i, v := range x {
+		f := keep
+		if uniform(seed, uint64(off+i)) < p {
+			f = 0
+		}
+		mask[i] = f
+		y[i] = v * f
+	}
+}
