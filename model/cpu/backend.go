@@ -24,6 +24,7 @@ type Backend struct {
 // scratch is one chunk's working memory, grown on demand and then reused.
 type scratch struct {
 	col, dcol []float32
+	ybuf      []float32 // a group's output (gradient) as one matrix
 	dw, db    []float32
 }
 

@@ -91,54 +91,83 @@ func (t *convTask) gemm(worker, m, n, k int, a, bm gemm.Matrix, beta float32, c 
 	must(t.b.gemm.Sgemm(m, n, k, 1, a, bm, beta, c))
 }
 
-// Do runs chunk i of the batch on worker.
+// groupColumns is the number of output positions a GEMM should see at
+// least: small feature maps (8×8 in CIFARNet's last layers) are batched
+// several images to a GEMM, so the weights are packed once per group
+// rather than once per image.
+const groupColumns = 512
+
+// Do runs chunk i of the batch on worker: groups of images, each one
+// im2col into a shared column matrix (row stride ld = images·OH·OW) and
+// one GEMM per product.
 func (t *convTask) Do(worker, i int) {
 	g := t.g
 	s := &t.b.chunks[i]
 	lo, hi := i*t.per, min((i+1)*t.per, t.n)
-	direct := pointwise(t.p)
-	var col, dcol []float32
+	group := max(1, min(hi-lo, groupColumns/g.ohw))
+	direct := pointwise(t.p) && group == 1
+	var col, dcol, ybuf []float32
 	if !direct {
-		col = grow(&s.col, g.ckk*g.ohw)
+		col = grow(&s.col, g.ckk*group*g.ohw)
+	}
+	if group > 1 {
+		ybuf = grow(&s.ybuf, g.f*group*g.ohw)
 	}
 	wm := gemm.Matrix{Data: t.w.Data, Stride: g.ckk}
 	if t.backward {
 		clear(grow(&s.dw, g.f*g.ckk))
 		clear(grow(&s.db, g.f))
 		if !direct && t.dx != nil {
-			dcol = grow(&s.dcol, g.ckk*g.ohw)
+			dcol = grow(&s.dcol, g.ckk*group*g.ohw)
 		}
 	}
 	inLen, outLen := g.c*g.h*g.wd, g.f*g.ohw
-	for img := lo; img < hi; img++ {
-		xn := t.x.Data[img*inLen : (img+1)*inLen]
+	for first := lo; first < hi; first += group {
+		n := min(group, hi-first)
+		ld := n * g.ohw // row stride of col, dcol and ybuf
 		if direct {
-			col = xn
+			col = t.x.Data[first*inLen : (first+1)*inLen]
 		} else {
-			im2col(xn, col, g, t.p)
+			for k := range n {
+				im2col(t.x.Data[(first+k)*inLen:(first+k+1)*inLen], col[k*g.ohw:], ld, g, t.p)
+			}
 		}
-		colM := gemm.Matrix{Data: col, Stride: g.ohw}
+		colM := gemm.Matrix{Data: col, Stride: ld}
 		if !t.backward {
-			yn := t.y.Data[img*outLen : (img+1)*outLen]
-			t.gemm(worker, g.f, g.ohw, g.ckk, wm, colM, 0, gemm.Matrix{Data: yn, Stride: g.ohw})
-			if t.bias != nil {
+			if n == 1 {
+				yn := t.y.Data[first*outLen : (first+1)*outLen]
+				t.gemm(worker, g.f, g.ohw, g.ckk, wm, colM, 0, gemm.Matrix{Data: yn, Stride: g.ohw})
+				t.addBias(yn, g.ohw)
+				continue
+			}
+			t.gemm(worker, g.f, ld, g.ckk, wm, colM, 0, gemm.Matrix{Data: ybuf, Stride: ld})
+			for k := range n {
+				yn := t.y.Data[(first+k)*outLen : (first+k+1)*outLen]
 				for f := 0; f < g.f; f++ {
-					v := t.bias.Data[f]
-					row := yn[f*g.ohw : (f+1)*g.ohw]
-					for j := range row {
-						row[j] += v
-					}
+					copy(yn[f*g.ohw:(f+1)*g.ohw], ybuf[f*ld+k*g.ohw:])
 				}
+				t.addBias(yn, g.ohw)
 			}
 			continue
 		}
-		dyn := t.dy.Data[img*outLen : (img+1)*outLen]
-		dyM := gemm.Matrix{Data: dyn, Stride: g.ohw}
+		// The group's output gradient as one [F, ld] matrix.
+		var dyM gemm.Matrix
+		if n == 1 {
+			dyM = gemm.Matrix{Data: t.dy.Data[first*outLen : (first+1)*outLen], Stride: g.ohw}
+		} else {
+			for k := range n {
+				dyn := t.dy.Data[(first+k)*outLen : (first+k+1)*outLen]
+				for f := 0; f < g.f; f++ {
+					copy(ybuf[f*ld+k*g.ohw:f*ld+(k+1)*g.ohw], dyn[f*g.ohw:(f+1)*g.ohw])
+				}
+			}
+			dyM = gemm.Matrix{Data: ybuf, Stride: ld}
+		}
 		// dW += dy · colᵀ
-		t.gemm(worker, g.f, g.ckk, g.ohw, dyM, gemm.Matrix{Data: col, Stride: g.ohw, Trans: true}, 1, gemm.Matrix{Data: s.dw, Stride: g.ckk})
+		t.gemm(worker, g.f, g.ckk, ld, dyM, gemm.Matrix{Data: col, Stride: ld, Trans: true}, 1, gemm.Matrix{Data: s.dw, Stride: g.ckk})
 		for f := 0; f < g.f; f++ {
 			var sum float32
-			for _, v := range dyn[f*g.ohw : (f+1)*g.ohw] {
+			for _, v := range dyM.Data[f*ld : f*ld+ld] {
 				sum += v
 			}
 			s.db[f] += sum
@@ -146,27 +175,43 @@ func (t *convTask) Do(worker, i int) {
 		if t.dx == nil {
 			continue
 		}
-		dxn := t.dx.Data[img*inLen : (img+1)*inLen]
 		wT := gemm.Matrix{Data: t.w.Data, Stride: g.ckk, Trans: true}
 		if direct {
+			dxn := t.dx.Data[first*inLen : (first+1)*inLen]
 			t.gemm(worker, g.ckk, g.ohw, g.f, wT, dyM, 0, gemm.Matrix{Data: dxn, Stride: g.ohw})
 			continue
 		}
-		// dcol = Wᵀ · dy, folded back into the image.
-		t.gemm(worker, g.ckk, g.ohw, g.f, wT, dyM, 0, gemm.Matrix{Data: dcol, Stride: g.ohw})
-		col2im(dcol, dxn, g, t.p)
+		// dcol = Wᵀ · dy, folded back into each image.
+		t.gemm(worker, g.ckk, ld, g.f, wT, dyM, 0, gemm.Matrix{Data: dcol, Stride: ld})
+		for k := range n {
+			col2im(dcol[k*g.ohw:], ld, t.dx.Data[(first+k)*inLen:(first+k+1)*inLen], g, t.p)
+		}
+	}
+}
+
+// addBias adds the bias to each of the F rows (of length hw) of y.
+func (t *convTask) addBias(y []float32, hw int) {
+	if t.bias == nil {
+		return
+	}
+	for f, v := range t.bias.Data {
+		row := y[f*hw : (f+1)*hw]
+		for j := range row {
+			row[j] += v
+		}
 	}
 }
 
 // im2col lays out the receptive fields of one image [C, H, W] as the
-// columns of col [C·KH·KW, OH·OW], zero where they overhang the padding.
-func im2col(x, col []float32, g geometry, p tensor.ConvParams) {
+// columns of col [C·KH·KW, OH·OW] (row stride ld), zero where they
+// overhang the padding.
+func im2col(x, col []float32, ld int, g geometry, p tensor.ConvParams) {
 	r := 0
 	for c := 0; c < g.c; c++ {
 		plane := x[c*g.h*g.wd : (c+1)*g.h*g.wd]
 		for kh := 0; kh < p.KernelH; kh++ {
 			for kw := 0; kw < p.KernelW; kw++ {
-				out := col[r*g.ohw : (r+1)*g.ohw]
+				out := col[r*ld : r*ld+g.ohw]
 				r++
 				for oh := 0; oh < g.oh; oh++ {
 					dst := out[oh*g.ow : (oh+1)*g.ow]
@@ -204,16 +249,16 @@ func im2col(x, col []float32, g geometry, p tensor.ConvParams) {
 	}
 }
 
-// col2im sets dx [C, H, W] to the sum of the column gradients over every
-// receptive field each pixel belongs to.
-func col2im(col, dx []float32, g geometry, p tensor.ConvParams) {
+// col2im sets dx [C, H, W] to the sum of the column gradients (col, row
+// stride ld) over every receptive field each pixel belongs to.
+func col2im(col []float32, ld int, dx []float32, g geometry, p tensor.ConvParams) {
 	clear(dx)
 	r := 0
 	for c := 0; c < g.c; c++ {
 		plane := dx[c*g.h*g.wd : (c+1)*g.h*g.wd]
 		for kh := 0; kh < p.KernelH; kh++ {
 			for kw := 0; kw < p.KernelW; kw++ {
-				in := col[r*g.ohw : (r+1)*g.ohw]
+				in := col[r*ld : r*ld+g.ohw]
 				r++
 				for oh := 0; oh < g.oh; oh++ {
 					ih := oh*p.StrideH - p.PadH + kh

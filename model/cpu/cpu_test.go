@@ -149,3 +149,87 @@ func TestThreadCountInvariance(t *testing.T) {
 		t.Fatalf("dropout dropped %.3f of the elements, want 0.3", f)
 	}
 }
+
+// referenceConv computes a convolution and its gradients from the
+// definition in float64.
+func referenceConv(x, w, bias, dy *tensor.Tensor, p tensor.ConvParams) (y, dx, dw, db []float64) {
+	n, c, h, wd := x.Shape[0], x.Shape[1], x.Shape[2], x.Shape[3]
+	f := w.Shape[0]
+	oh, ow := p.OutSize(h, wd)
+	y, dx, dw, db = make([]float64, n*f*oh*ow), make([]float64, len(x.Data)), make([]float64, len(w.Data)), make([]float64, f)
+	for img := range n {
+		for o := range f {
+			for i := range oh {
+				for j := range ow {
+					out := ((img*f+o)*oh+i)*ow + j
+					s := float64(bias.Data[o])
+					g := float64(dy.Data[out])
+					db[o] += g
+					for ch := range c {
+						for kh := range p.KernelH {
+							for kw := range p.KernelW {
+								r, q := i*p.StrideH-p.PadH+kh, j*p.StrideW-p.PadW+kw
+								if r < 0 || r >= h || q < 0 || q >= wd {
+									continue
+								}
+								xi := ((img*c+ch)*h+r)*wd + q
+								wi := ((o*c+ch)*p.KernelH+kh)*p.KernelW + kw
+								s += float64(x.Data[xi]) * float64(w.Data[wi])
+								dx[xi] += g * float64(w.Data[wi])
+								dw[wi] += g * float64(x.Data[xi])
+							}
+						}
+					}
+					y[out] = s
+				}
+			}
+		}
+	}
+	return y, dx, dw, db
+}
+
+// TestConvolution checks the convolution against its definition for
+// shapes that exercise one image per GEMM, groups of images per GEMM
+// (small outputs) with a ragged last group, 1×1 kernels and strides, on
+// 1 and 2 threads.
+func TestConvolution(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	cases := []struct {
+		n, c, f, hw int
+		p           tensor.ConvParams
+	}{
+		{7, 3, 5, 8, tensor.ConvParams{KernelH: 3, KernelW: 3, StrideH: 1, StrideW: 1, PadH: 1, PadW: 1}},  // 64 outputs: grouped
+		{5, 4, 6, 16, tensor.ConvParams{KernelH: 3, KernelW: 3, StrideH: 1, StrideW: 1, PadH: 1, PadW: 1}}, // 256: pairs
+		{3, 2, 4, 28, tensor.ConvParams{KernelH: 3, KernelW: 3, StrideH: 1, StrideW: 1}},                   // one per GEMM
+		{6, 8, 3, 4, tensor.ConvParams{KernelH: 1, KernelW: 1, StrideH: 1, StrideW: 1}},                    // pointwise, grouped
+		{2, 8, 3, 20, tensor.ConvParams{KernelH: 1, KernelW: 1, StrideH: 1, StrideW: 1}},                   // pointwise, direct
+		{4, 3, 4, 15, tensor.ConvParams{KernelH: 7, KernelW: 7, StrideH: 2, StrideW: 2, PadH: 3, PadW: 3}}, // strided
+	}
+	for _, threads := range []int{1, 2} {
+		be := New(threads)
+		for _, c := range cases {
+			x := randTensor(rng, c.n, c.c, c.hw, c.hw)
+			w := randTensor(rng, c.f, c.c, c.p.KernelH, c.p.KernelW)
+			bias := randTensor(rng, c.f)
+			oh, ow := c.p.OutSize(c.hw, c.hw)
+			y := tensor.New(c.n, c.f, oh, ow)
+			dy := randTensor(rng, y.Shape...)
+			dx, dw, db := tensor.New(x.Shape...), tensor.New(w.Shape...), tensor.New(c.f)
+			be.Conv2d(x, w, bias, y, c.p)
+			be.Conv2dBackward(x, w, dy, dx, dw, db, c.p)
+			wy, wdx, wdw, wdb := referenceConv(x, w, bias, dy, c.p)
+			for _, r := range []struct {
+				name string
+				got  []float32
+				want []float64
+			}{{"y", y.Data, wy}, {"dx", dx.Data, wdx}, {"dw", dw.Data, wdw}, {"db", db.Data, wdb}} {
+				for i, v := range r.want {
+					if math.Abs(float64(r.got[i])-v) > 1e-4*(1+math.Abs(v)) {
+						t.Fatalf("threads %d, case %+v: %s[%d] = %v, want %v", threads, c, r.name, i, r.got[i], v)
+					}
+				}
+			}
+		}
+		be.Close()
+	}
+}
