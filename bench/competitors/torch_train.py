@@ -7,6 +7,10 @@ net at batch 64 and CIFARNet at batch 128, and CIFARNet inference at batch
 
     OPENBLAS_NUM_THREADS=1 /usr/bin/python3 bench/competitors/torch_train.py speed 1
 
+Interleaving (PyTorch's speed varies between runs on a shared VM):
+
+    /usr/bin/python3 bench/competitors/torch_train.py steps 2
+
 Accuracy and memory: PyTorch's MNIST example (seed 004: Adadelta lr 1.0,
 StepLR gamma 0.7, batch 64, test batch 1000) on Fashion-MNIST for 3
 epochs, printing test accuracy per epoch, the time and peak RSS (compare
@@ -31,8 +35,8 @@ mode = sys.argv[1] if len(sys.argv) > 1 else "speed"
 threads = int(sys.argv[2]) if len(sys.argv) > 2 else 1
 torch.set_num_threads(threads)
 torch.manual_seed(1)
-blas = "OpenBLAS" if "OpenBLAS" in torch.__config__.show() or "openblas" in torch.__config__.show() else "?"
-print("torch", torch.__version__, "threads", threads, "blas", blas)
+
+print("torch", torch.__version__, "threads", threads, "oneDNN", torch.backends.mkldnn.is_available())
 
 
 def timeit(fn, min_time=3.0):
@@ -112,4 +116,19 @@ def fashion(epochs=3):
     print("Peak memory (RSS) = %.0f MiB" % (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))
 
 
-speed() if mode == "speed" else fashion()
+def steps(n=60):
+    """n MNIST-net training steps after 5 warm-up ones, for interleaving with
+    `go test ./model/zoo -run '^$' -bench TrainStep/mnist/batch=64/threads=2 -benchtime 60x`."""
+    net = MNISTNet()
+    o = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+    x, y = (torch.rand(64, 1, 28, 28) - 0.1307) / 0.3081, torch.randint(0, 10, (64,))
+    for i in range(5 + n):
+        if i == 5:
+            t0 = time.perf_counter()
+        o.zero_grad()
+        F.nll_loss(net(x), y).backward()
+        o.step()
+    print("train mnist     batch  64: %7.1f img/s (%d steps)" % (64 * n / (time.perf_counter() - t0), n))
+
+
+{"speed": speed, "fashion": fashion, "steps": steps}[mode]()

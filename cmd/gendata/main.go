@@ -1,0 +1,70 @@
+// Command gendata writes generated datasets in the real datasets' file
+// formats, for demos and tests where the real data cannot be downloaded
+// (CIFAR-10 here):
+//
+//	gendata --format cifar10 --out data/cifar-10-batches-bin
+//	gendata --format cifar10 --archive --out data/cifar-10-binary.tar.gz
+//	gendata --format mnist --out /tmp/digits
+//
+// The images are learnable class patterns (see data.Synthetic); train
+// reads the output with --data like the real thing.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/gorun/gorun/train/data"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "gendata:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("gendata", flag.ContinueOnError)
+	format := fs.String("format", "cifar10", "file format: cifar10 (binary batches) or mnist (IDX, gzipped)")
+	out := fs.String("out", "", "output directory (or .tar.gz file with --archive)")
+	archive := fs.Bool("archive", false, "cifar10 only: write one cifar-10-binary.tar.gz archive instead of the extracted files")
+	nTrain := fs.Int("train", 10000, "training images")
+	nTest := fs.Int("test", 2000, "test images")
+	seed := fs.Uint64("seed", 1, "random seed (the test split uses seed+1)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *out == "" {
+		return fmt.Errorf("--out is required")
+	}
+	if *nTrain < 1 || *nTest < 1 {
+		return fmt.Errorf("--train %d --test %d: want at least 1 image each", *nTrain, *nTest)
+	}
+	f := data.Format(*format)
+	train, err := data.Synthetic(f, *nTrain, *seed)
+	if err != nil {
+		return err
+	}
+	test, err := data.Synthetic(f, *nTest, *seed+1)
+	if err != nil {
+		return err
+	}
+	switch {
+	case f == data.FormatMNIST && *archive:
+		return fmt.Errorf("--archive is for the cifar10 format")
+	case f == data.FormatMNIST:
+		err = data.WriteMNIST(*out, train, test)
+	case *archive:
+		err = data.WriteCIFAR10Archive(*out, train, test)
+	default:
+		err = data.WriteCIFAR10(*out, train, test)
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "wrote %d training and %d test images (%s format) to %s\n", *nTrain, *nTest, f, *out)
+	return nil
+}

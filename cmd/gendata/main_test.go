@@ -1,0 +1,42 @@
+package main
+
+import (
+	"bytes"
+	"path/filepath"
+	"testing"
+
+	"github.com/gorun/gorun/train/data"
+)
+
+// TestGendata writes each format and reads it back with data.Load.
+func TestGendata(t *testing.T) {
+	dir := t.TempDir()
+	cases := []struct {
+		args   []string
+		path   string
+		format data.Format
+	}{
+		{[]string{"--format", "cifar10"}, filepath.Join(dir, "cifar"), data.FormatCIFAR10},
+		{[]string{"--format", "cifar10", "--archive"}, filepath.Join(dir, "cifar-10-binary.tar.gz"), data.FormatCIFAR10},
+		{[]string{"--format", "mnist"}, filepath.Join(dir, "mnist"), data.FormatMNIST},
+	}
+	for _, c := range cases {
+		var out bytes.Buffer
+		if err := run(append(c.args, "--train", "30", "--test", "10", "--out", c.path), &out); err != nil {
+			t.Fatal(err)
+		}
+		train, test, err := data.Load(c.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := data.Synthetic(c.format, 30, 1)
+		if train.Len() != 30 || test.Len() != 10 || !bytes.Equal(train.Images, want.Images) {
+			t.Fatalf("%v: read back %d/%d images", c.args, train.Len(), test.Len())
+		}
+	}
+	for _, bad := range [][]string{{}, {"--out", dir, "--format", "svhn"}, {"--out", dir, "--train", "0"}, {"--out", dir, "--format", "mnist", "--archive"}} {
+		if err := run(bad, &bytes.Buffer{}); err == nil {
+			t.Errorf("gendata %v succeeded", bad)
+		}
+	}
+}
