@@ -20,32 +20,44 @@ func TestTrainingStepAllocatesNothing(t *testing.T) {
 			defer be.Close()
 			rng := rand.New(rand.NewPCG(1, 2))
 			m, _ := New(name, be, rng)
-			x := tensor.New(append([]int{4}, m.Input...)...)
-			for i := range x.Data {
-				x.Data[i] = rng.Float32()
-			}
-			target := []int32{1, 2, 3, 4}
-			opt, _ := optim.NewSGD(be, nn.Params(m.Net), tensor.SGDOptions{LR: 0.01, Momentum: 0.9})
-			loss := m.NewLoss(be)
-			step := func() {
-				nn.ZeroGrad(be, m.Net)
-				y, err := m.Net.Forward(x)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if _, err := loss.Forward(y, target); err != nil {
-					t.Fatal(err)
-				}
-				dy, _ := loss.Backward()
-				if _, err := m.Net.Backward(dy); err != nil {
-					t.Fatal(err)
-				}
-				opt.Step()
-			}
+			step := newTrainStep(t, be, m, 4, rng)
 			step()
 			if a := testing.AllocsPerRun(3, step); a != 0 {
 				t.Fatalf("a training step allocates %v times", a)
 			}
 		})
+	}
+}
+
+// newTrainStep returns one SGD training step (zero grad, forward, loss,
+// backward, update) of m on a fixed random batch.
+func newTrainStep(tb testing.TB, be tensor.Backend, m *Model, batch int, rng *rand.Rand) func() {
+	x := tensor.New(append([]int{batch}, m.Input...)...)
+	for i := range x.Data {
+		x.Data[i] = rng.Float32()
+	}
+	target := make([]int32, batch)
+	for i := range target {
+		target[i] = int32((i + 1) % m.Classes)
+	}
+	opt, err := optim.NewSGD(be, nn.Params(m.Net), tensor.SGDOptions{LR: 0.01, Momentum: 0.9})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	loss := m.NewLoss(be)
+	return func() {
+		nn.ZeroGrad(be, m.Net)
+		y, err := m.Net.Forward(x)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if _, err := loss.Forward(y, target); err != nil {
+			tb.Fatal(err)
+		}
+		dy, _ := loss.Backward()
+		if _, err := m.Net.Backward(dy); err != nil {
+			tb.Fatal(err)
+		}
+		opt.Step()
 	}
 }

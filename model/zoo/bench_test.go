@@ -6,8 +6,6 @@ import (
 	"testing"
 
 	"github.com/gorun/gorun/model/cpu"
-	"github.com/gorun/gorun/model/nn"
-	"github.com/gorun/gorun/model/optim"
 	"github.com/gorun/gorun/model/tensor"
 )
 
@@ -28,31 +26,7 @@ func BenchmarkTrainStep(b *testing.B) {
 				defer be.Close()
 				rng := rand.New(rand.NewPCG(1, 2))
 				m, _ := New(c.model, be, rng)
-				x := tensor.New(append([]int{c.batch}, m.Input...)...)
-				for i := range x.Data {
-					x.Data[i] = rng.Float32()
-				}
-				target := make([]int32, c.batch)
-				for i := range target {
-					target[i] = int32(i % m.Classes)
-				}
-				opt, _ := optim.NewSGD(be, nn.Params(m.Net), tensor.SGDOptions{LR: 0.01, Momentum: 0.9})
-				loss := m.NewLoss(be)
-				step := func() {
-					nn.ZeroGrad(be, m.Net)
-					y, err := m.Net.Forward(x)
-					if err != nil {
-						b.Fatal(err)
-					}
-					if _, err := loss.Forward(y, target); err != nil {
-						b.Fatal(err)
-					}
-					dy, _ := loss.Backward()
-					if _, err := m.Net.Backward(dy); err != nil {
-						b.Fatal(err)
-					}
-					opt.Step()
-				}
+				step := newTrainStep(b, be, m, c.batch, rng)
 				step()
 				b.ResetTimer()
 				for i := 0; i < b.N; i++ {

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestLogLines(t *testing.T) {
@@ -175,5 +176,24 @@ func TestTensorBoard(t *testing.T) {
 		if got.step != w.step || got.tag != w.tag || got.value != w.value {
 			t.Fatalf("event %d: %+v, want %+v", i+1, got, w)
 		}
+	}
+}
+
+func TestProgress(t *testing.T) {
+	var buf bytes.Buffer
+	p := &Progress{W: &buf, Epochs: 3, Width: 10}
+	p.Step(Step{Epoch: 1, Batch: 0, Batches: 4, Loss: 2.5, ImagesPerSec: 900, Elapsed: time.Second})
+	p.Step(Step{Epoch: 1, Batch: 1, Batches: 4, Loss: 2.4}) // within 100 ms: not drawn
+	p.Step(Step{Epoch: 1, Batch: 3, Batches: 4, Loss: 0.5, ImagesPerSec: 1000, Elapsed: 4 * time.Second})
+	p.Epoch(Epoch{Epoch: 1, TrainLoss: 1, Seconds: 4, ImagesPerSec: 1000})
+	p.Close()
+	got := buf.String()
+	for _, want := range []string{"\r\033[KEpoch 1/3 [==>       ]  25%  loss 2.5000  900 img/s  ETA 3s", "[==========] 100%  loss 0.5000  1000 img/s  ETA 0s\nEpoch 1: train loss 1.0000"} {
+		if !strings.Contains(got, want) {
+			t.Fatalf("progress output %q lacks %q", got, want)
+		}
+	}
+	if strings.Contains(got, "loss 2.4000") {
+		t.Fatalf("redrew within 100 ms: %q", got)
 	}
 }
