@@ -103,10 +103,11 @@ type queued struct {
 
 // Work is the handle of an asynchronous call.
 type Work struct {
-	done chan struct{}
-	err  error
-	once sync.Once
-	lazy func() error
+	done       chan struct{}
+	err        error
+	once       sync.Once
+	lazy       func() error
+	start, end time.Time
 }
 
 // Wait blocks until the call has finished and returns its error.
@@ -120,6 +121,10 @@ func (w *Work) Wait() error {
 
 // Done is closed when the call has finished (for a receive, once Wait has run).
 func (w *Work) Done() <-chan struct{} { return w.done }
+
+// Span returns when a queued collective started running and when it
+// finished (zero times for point-to-point work). Valid after Wait.
+func (w *Work) Span() (start, end time.Time) { return w.start, w.end }
 
 func finished(err error) *Work {
 	w := &Work{done: make(chan struct{}), err: err}
@@ -394,7 +399,9 @@ func (g *Group) enqueue(ctx context.Context, c call, run func(context.Context) e
 		g.queue = make(chan queued, 1024)
 		go func() {
 			for q := range g.queue {
+				q.w.start = time.Now()
 				q.w.err = g.exec(q.ctx, q.call, q.run)
+				q.w.end = time.Now()
 				g.pending.Add(-1)
 				close(q.w.done)
 			}

@@ -34,6 +34,11 @@ type Config struct {
 	Threads int `json:"threads"`
 	// LogInterval is how many batches apart progress lines are written.
 	LogInterval int `json:"log_interval"`
+	// Accumulate is the number of batches whose gradients are added up
+	// (without communication in a distributed run) before each optimizer
+	// step; 0 or 1: step after every batch. Gradients are summed, as
+	// PyTorch's no_sync accumulation does.
+	Accumulate int `json:"accumulate,omitempty"`
 }
 
 // Defaults returns the workshops' settings for a model: the MNIST net

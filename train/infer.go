@@ -148,5 +148,5 @@ func (c *Classifier) Evaluate(ctx context.Context, ds *data.Dataset, batch int) 
 	if err != nil {
 		return Evaluation{}, err
 	}
-	return Evaluate(ctx, c.Model, c.be, loader, ds)
+	return Evaluate(ctx, c.Model, c.be, loader, ds, nil)
 }

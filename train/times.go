@@ -18,6 +18,10 @@ type Times struct {
 	Eval       time.Duration
 	Checkpoint time.Duration
 	Total      time.Duration
+	// Comm is the time gradient all-reduces ran (DDP); CommExposed the
+	// time steps waited for them after backward. The rest was hidden
+	// behind backward.
+	Comm, CommExposed time.Duration
 }
 
 // Print writes the breakdown, seed 004's profile in a table:
@@ -31,7 +35,7 @@ func (t Times) Print(w io.Writer) {
 	rows := []struct {
 		name string
 		d    time.Duration
-	}{{"data", t.Data}, {"forward", t.Forward}, {"backward", t.Backward}, {"optimizer", t.Optimizer}, {"evaluation", t.Eval}, {"checkpoint", t.Checkpoint}}
+	}{{"data", t.Data}, {"forward", t.Forward}, {"backward", t.Backward}, {"all-reduce", t.CommExposed}, {"optimizer", t.Optimizer}, {"evaluation", t.Eval}, {"checkpoint", t.Checkpoint}}
 	var sum time.Duration
 	for _, r := range rows {
 		sum += r.d
@@ -39,6 +43,11 @@ func (t Times) Print(w io.Writer) {
 	}
 	other := t.Total - sum
 	fmt.Fprintf(w, "  %-11s %8.2f s %5.1f%%\n", "other", other.Seconds(), 100*other.Seconds()/max(t.Total.Seconds(), 1e-9))
+	if t.Comm > 0 {
+		hidden := max(t.Comm-t.CommExposed, 0)
+		fmt.Fprintf(w, "Gradient all-reduce ran %.2f s: %.2f s (%.0f%%) hidden behind backward, %.2f s waited for\n",
+			t.Comm.Seconds(), hidden.Seconds(), 100*hidden.Seconds()/t.Comm.Seconds(), t.CommExposed.Seconds())
+	}
 }
 
 // PeakRSS returns the process's peak resident memory in bytes (VmHWM on

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/gorun/gorun/comm"
 	"github.com/gorun/gorun/model/nn"
 	"github.com/gorun/gorun/model/optim"
 	"github.com/gorun/gorun/model/tensor"
@@ -35,8 +36,13 @@ type Trainer struct {
 	// Report receives progress; nil for silence.
 	Report report.Reporter
 	// SavePath, when set, is where a checkpoint is written after every
-	// epoch.
+	// epoch (by rank 0 only in a distributed run).
 	SavePath string
+	// AfterStep, when set, is called after every optimizer step.
+	AfterStep func(step int64) error
+
+	group *comm.Group // nil or size 1: a single process
+	ddp   *DDP
 
 	times Times
 	epoch int   // completed epochs
@@ -114,6 +120,44 @@ func (t *Trainer) Close() {
 	}
 }
 
+// Distribute makes the run data-parallel over g (no-op for a group of
+// one): rank 0's parameters and buffers are broadcast, each rank trains on
+// its shard of every epoch with gradients averaged by DDP, evaluation is
+// combined across ranks, and only rank 0 saves checkpoints. Call it after
+// New and Resume, on every rank.
+func (t *Trainer) Distribute(ctx context.Context, g *comm.Group) error {
+	t.group = g
+	if g == nil || g.Size() == 1 {
+		return nil
+	}
+	// Different dropout masks on different ranks, as each rank's own data
+	// would get in separate processes.
+	for _, d := range t.dropouts {
+		d.Seed ^= uint64(g.Rank()) * 0x9e3779b97f4a7c15
+	}
+	ddp, err := NewDDP(ctx, g, t.model.Net)
+	if err != nil {
+		return err
+	}
+	t.ddp = ddp
+	return nil
+}
+
+// rank and world describe the trainer's place in the job.
+func (t *Trainer) rank() int {
+	if t.group == nil {
+		return 0
+	}
+	return t.group.Rank()
+}
+
+func (t *Trainer) world() int {
+	if t.group == nil {
+		return 1
+	}
+	return t.group.Size()
+}
+
 // Describe writes a summary of the run's setup.
 func (t *Trainer) Describe(w io.Writer, backend string) {
 	params := 0
@@ -131,6 +175,10 @@ func (t *Trainer) Describe(w io.Writer, backend string) {
 	}
 	fmt.Fprintf(w, "Data %s: %d training and %d test images%s\n", t.train.Name, t.train.Len(), testN, aug)
 	fmt.Fprintf(w, "Training %d epochs from epoch %d, batch %d, %s, seed %d\n", t.cfg.Epochs, t.epoch+1, t.cfg.BatchSize, t.cfg.describe(), t.cfg.Seed)
+	if t.ddp != nil {
+		fmt.Fprintf(w, "Data parallel over %d ranks: batch %d per rank (%d in all), gradients averaged in %d buckets of %v elements\n",
+			t.world(), t.cfg.BatchSize, t.cfg.BatchSize*t.world(), len(t.ddp.Buckets()), t.ddp.Buckets())
+	}
 }
 
 // Run trains the remaining epochs, evaluating after each, reporting, and
@@ -142,6 +190,9 @@ func (t *Trainer) Run(ctx context.Context) error {
 		if err := t.runEpoch(ctx, t.epoch+1); err != nil {
 			return err
 		}
+	}
+	if t.ddp != nil {
+		t.times.Comm, t.times.CommExposed = t.ddp.CommTimes()
 	}
 	if t.Report != nil {
 		return t.Report.Close()
@@ -155,6 +206,14 @@ func (t *Trainer) runEpoch(ctx context.Context, epoch int) error {
 	trainLoss, seen, err := t.trainEpoch(ctx, epoch)
 	if err != nil {
 		return err
+	}
+	if t.ddp != nil {
+		// The epoch's loss and throughput over all ranks.
+		sums := []float64{trainLoss, float64(seen)}
+		if err := comm.AllReduce(ctx, t.group, sums, comm.Sum); err != nil {
+			return fmt.Errorf("epoch %d: combining the training loss: %w", epoch, err)
+		}
+		trainLoss, seen = sums[0]/float64(t.world()), int(sums[1])
 	}
 	secs := time.Since(epochStart).Seconds()
 	if t.sched != nil {
@@ -175,7 +234,7 @@ func (t *Trainer) runEpoch(ctx context.Context, epoch int) error {
 			return fmt.Errorf("report: %w", err)
 		}
 	}
-	if t.SavePath != "" {
+	if t.SavePath != "" && t.rank() == 0 {
 		t0 := time.Now()
 		if err := t.Save(t.SavePath); err != nil {
 			return err
@@ -190,8 +249,12 @@ func (t *Trainer) runEpoch(ctx context.Context, epoch int) error {
 func (t *Trainer) trainEpoch(ctx context.Context, epoch int) (float64, int, error) {
 	t.model.Net.SetTraining(true)
 	nn.ZeroGrad(t.be, t.model.Net)
-	sampler := data.Sampler{N: t.train.Len(), Shuffle: true, Seed: t.cfg.Seed, World: 1}
+	sampler := data.Sampler{N: t.train.Len(), Shuffle: true, Seed: t.cfg.Seed, Rank: t.rank(), World: t.world()}
+	if err := sampler.Validate(); err != nil {
+		return 0, 0, err
+	}
 	indices := sampler.Indices(epoch)
+	accumulate := max(t.cfg.Accumulate, 1)
 	if err := t.trainLoader.Start(epoch, indices); err != nil {
 		return 0, 0, err
 	}
@@ -224,6 +287,12 @@ func (t *Trainer) trainEpoch(ctx context.Context, epoch int) (float64, int, erro
 		}
 		t2 := time.Now()
 		t.times.Forward += t2.Sub(t1)
+		// The optimizer steps after every accumulate batches and at the
+		// epoch's end; gradients add up in between, without communication.
+		update := (batch+1)%accumulate == 0 || batch == batches-1
+		if t.ddp != nil {
+			t.ddp.BeginStep(update)
+		}
 		dy, err := t.loss.Backward()
 		if err == nil {
 			_, err = t.model.Net.Backward(dy)
@@ -233,17 +302,31 @@ func (t *Trainer) trainEpoch(ctx context.Context, epoch int) (float64, int, erro
 		}
 		t3 := time.Now()
 		t.times.Backward += t3.Sub(t2)
-		t.opt.Step()
-		nn.ZeroGrad(t.be, t.model.Net)
-		t.step++
+		if t.ddp != nil {
+			if _, err := t.ddp.Finish(); err != nil {
+				return 0, 0, fmt.Errorf("epoch %d batch %d: %w", epoch, batch, err)
+			}
+		}
 		t4 := time.Now()
-		t.times.Optimizer += t4.Sub(t3)
+		if update {
+			t.opt.Step()
+			nn.ZeroGrad(t.be, t.model.Net)
+			t.step++
+		}
+		t5 := time.Now()
+		t.times.Optimizer += t5.Sub(t4)
+		if update && t.AfterStep != nil {
+			if err := t.AfterStep(t.step); err != nil {
+				return 0, 0, err
+			}
+		}
 		lossSum += float64(loss)
 		if t.Report != nil {
-			elapsed := t4.Sub(start)
-			err := t.Report.Step(report.Step{Epoch: epoch, Batch: batch, Batches: batches, Seen: seen, Total: len(indices),
+			elapsed := t5.Sub(start)
+			w := t.world()
+			err := t.Report.Step(report.Step{Epoch: epoch, Batch: batch, Batches: batches, Seen: seen * w, Total: t.train.Len(),
 				GlobalStep: t.step, Loss: float64(loss), LR: t.opt.LR(), Elapsed: elapsed,
-				ImagesPerSec: float64(seen+b.Len()) / elapsed.Seconds()})
+				ImagesPerSec: float64((seen+b.Len())*w) / elapsed.Seconds()})
 			if err != nil {
 				return 0, 0, fmt.Errorf("report: %w", err)
 			}
@@ -276,19 +359,53 @@ func (t *Trainer) Evaluate(ctx context.Context, ds *data.Dataset) (Evaluation, e
 			return Evaluation{}, err
 		}
 	}
-	return Evaluate(ctx, t.model, t.be, loader, ds)
+	if t.world() == 1 {
+		return Evaluate(ctx, t.model, t.be, loader, ds, nil)
+	}
+	// Each rank evaluates every world-th image, no padding, so every image
+	// counts once; the sums are combined.
+	var mine []int
+	for i := t.rank(); i < ds.Len(); i += t.world() {
+		mine = append(mine, i)
+	}
+	ev, err := Evaluate(ctx, t.model, t.be, loader, ds, mine)
+	if err != nil {
+		return ev, err
+	}
+	k := len(ev.Confusion)
+	sums := make([]float64, 3+k*k)
+	sums[0], sums[1], sums[2] = ev.Loss*float64(ev.Total), float64(ev.Correct), float64(ev.Total)
+	for i, row := range ev.Confusion {
+		for j, n := range row {
+			sums[3+i*k+j] = float64(n)
+		}
+	}
+	if err := comm.AllReduce(ctx, t.group, sums, comm.Sum); err != nil {
+		return ev, fmt.Errorf("evaluate: combining ranks' results: %w", err)
+	}
+	ev.Correct, ev.Total = int(sums[1]), int(sums[2])
+	ev.Loss = sums[0] / float64(max(ev.Total, 1))
+	for i, row := range ev.Confusion {
+		for j := range row {
+			row[j] = int(sums[3+i*k+j])
+		}
+	}
+	return ev, nil
 }
 
-// Evaluate runs m in evaluation mode over every image of ds through
-// loader, and leaves it in evaluation mode.
-func Evaluate(ctx context.Context, m *zoo.Model, be tensor.Backend, loader *data.Loader, ds *data.Dataset) (Evaluation, error) {
+// Evaluate runs m in evaluation mode over the images of ds at indices
+// (every image when nil) through loader, and leaves it in evaluation mode.
+func Evaluate(ctx context.Context, m *zoo.Model, be tensor.Backend, loader *data.Loader, ds *data.Dataset, indices []int) (Evaluation, error) {
 	m.Net.SetTraining(false)
 	ev := Evaluation{Confusion: make([][]int, m.Classes)}
 	for i := range ev.Confusion {
 		ev.Confusion[i] = make([]int, m.Classes)
 	}
 	loss := m.NewLoss(be)
-	if err := loader.Start(0, data.Sampler{N: ds.Len(), World: 1}.Indices(0)); err != nil {
+	if indices == nil {
+		indices = data.Sampler{N: ds.Len(), World: 1}.Indices(0)
+	}
+	if err := loader.Start(0, indices); err != nil {
 		return ev, err
 	}
 	defer loader.Stop()

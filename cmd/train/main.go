@@ -3,6 +3,11 @@
 // for 3 epochs, as PyTorch's MNIST example does, printing progress, test
 // accuracy after each epoch and where the time went.
 //
+// Started as several ranks (gorun -np N train, srun train, torchrun- or
+// mpirun-style environments), it trains data-parallel: every rank a shard
+// of each epoch, gradients averaged across ranks (train.DDP); rank 0
+// prints and saves.
+//
 //	train                                   # MNIST net, Fashion-MNIST
 //	train --model cifarnet --data DIR       # CIFAR-10 binary batches
 //	train --model cifarnet --synthetic      # generated CIFAR-shaped data
@@ -23,6 +28,7 @@ import (
 	"runtime/pprof"
 	"syscall"
 
+	"github.com/gorun/gorun/comm"
 	"github.com/gorun/gorun/model/cpu"
 	"github.com/gorun/gorun/model/zoo"
 	"github.com/gorun/gorun/train"
@@ -36,7 +42,7 @@ const fashionMNIST = "/usr/share/datasets/fashion-mnist"
 // options are the flags that are not part of train.Config.
 type options struct {
 	dataDir, save, resume, metrics, tensorboard, cpuprofile, progress string
-	synthetic                                                         bool
+	synthetic, verbose                                                bool
 	trainSamples, testSamples                                         int
 }
 
@@ -66,7 +72,7 @@ func run(args []string, stdout io.Writer) error {
 	fs.Float64Var(&cfg.Gamma, "gamma", 0, "StepLR factor (default 0.7)")
 	fs.Uint64Var(&cfg.Seed, "seed", 0, "random seed: weights, shuffling, augmentation, dropout (default 1)")
 	fs.BoolVar(&cfg.Augment, "augment", false, "random crop and flip for CIFAR data (default per model: on for cifarnet and resnet18)")
-	fs.IntVar(&cfg.Threads, "threads", 0, "compute threads (default: the CPUs available)")
+	fs.IntVar(&cfg.Threads, "threads", 0, "compute threads (default: GOMAXPROCS, which gorun sets to cores/ranks)")
 	fs.IntVar(&cfg.LogInterval, "log-interval", 0, "batches between progress lines (default 10)")
 	fs.IntVar(&o.trainSamples, "train-samples", 0, "use only the first N training images (0: all)")
 	fs.IntVar(&o.testSamples, "test-samples", 0, "use only the first N test images (0: all)")
@@ -76,6 +82,8 @@ func run(args []string, stdout io.Writer) error {
 	fs.StringVar(&o.tensorboard, "tensorboard", "", "write TensorBoard event files into this directory")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a pprof CPU profile to this file")
 	fs.StringVar(&o.progress, "progress", "auto", "bar, lines or auto (a bar on a terminal, lines otherwise)")
+	fs.IntVar(&cfg.Accumulate, "accumulate", 0, "batches whose gradients are summed before each optimizer step (default 1)")
+	fs.BoolVar(&o.verbose, "verbose", false, "in a distributed run, every rank prints its progress (default: rank 0 only)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -91,6 +99,17 @@ func run(args []string, stdout io.Writer) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// A single process unless the environment describes a job (gorun,
+	// torchrun, Slurm, Open MPI).
+	g, err := comm.Init(ctx)
+	if err != nil {
+		return err
+	}
+	defer g.Close()
+	quiet := g.Rank() != 0 && !o.verbose
+	if quiet {
+		stdout = io.Discard
+	}
 
 	if o.cpuprofile != "" {
 		f, err := os.Create(o.cpuprofile)
@@ -121,7 +140,13 @@ func run(args []string, stdout io.Writer) error {
 		}
 		fmt.Fprintf(stdout, "Resumed from %s after epoch %d\n", o.resume, t.Epoch())
 	}
+	if err := t.Distribute(ctx, g); err != nil {
+		return err
+	}
 	t.SavePath = o.save
+	if g.Rank() != 0 {
+		o.metrics, o.tensorboard = "", "" // rank 0 writes them
+	}
 	t.Report, err = reporters(o, cfg, stdout)
 	if err != nil {
 		return err
@@ -173,6 +198,7 @@ func resolveConfig(flags train.Config, set map[string]bool, resume string) (trai
 		"step-size": func() { base.StepSize = flags.StepSize }, "gamma": func() { base.Gamma = flags.Gamma },
 		"seed": func() { base.Seed = flags.Seed }, "augment": func() { base.Augment = flags.Augment },
 		"threads": func() { base.Threads = flags.Threads }, "log-interval": func() { base.LogInterval = flags.LogInterval },
+		"accumulate": func() { base.Accumulate = flags.Accumulate },
 	}
 	for name, apply := range override {
 		if set[name] {
@@ -180,7 +206,8 @@ func resolveConfig(flags train.Config, set map[string]bool, resume string) (trai
 		}
 	}
 	if base.Threads <= 0 {
-		base.Threads = runtime.NumCPU()
+		// gorun gives each of N ranks on a host GOMAXPROCS = cores/N.
+		base.Threads = runtime.GOMAXPROCS(0)
 	}
 	if err := base.Validate(); err != nil {
 		return base, fmt.Errorf("invalid settings: %w", err)

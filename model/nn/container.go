@@ -13,6 +13,10 @@ import (
 type Chain struct {
 	Names  []string
 	Layers []Layer
+	// GradReady, when set, is called during Backward after each child's
+	// Backward: that child's parameter gradients are then final. DDP uses
+	// it to start reducing them while the rest of backward runs.
+	GradReady func(child Layer)
 }
 
 // Child is one entry of a Chain.
@@ -66,6 +70,9 @@ func (c *Chain) Backward(dy *tensor.Tensor) (*tensor.Tensor, error) {
 	for i := len(c.Layers) - 1; i >= 0; i-- {
 		if dy, err = c.Layers[i].Backward(dy); err != nil {
 			return nil, fmt.Errorf("%s backward: %w", c.label(i), err)
+		}
+		if c.GradReady != nil {
+			c.GradReady(c.Layers[i])
 		}
 	}
 	return dy, nil

@@ -1,0 +1,190 @@
+package train
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/gorun/gorun/comm"
+	"github.com/gorun/gorun/model/nn"
+)
+
+// Bucket sizes, as PyTorch's DistributedDataParallel: the first bucket
+// (the last layers' gradients, ready first) is small so its all-reduce
+// starts early; the others hold about 25 MB.
+const (
+	firstBucketBytes = 1 << 20
+	bucketBytes      = 25 << 20
+)
+
+// DDP averages a model's gradients across a comm.Group, as PyTorch's
+// DistributedDataParallel does. The gradients live in a few flat buckets
+// (each parameter's gradient tensor is a view into one), filled in reverse
+// parameter order; during Backward, as soon as every gradient of a bucket
+// is final, an asynchronous all-reduce (average) of the bucket starts, so
+// communication overlaps the rest of backward. Finish waits for what is
+// still in flight.
+type DDP struct {
+	g       *comm.Group
+	ctx     context.Context
+	buckets []*bucket
+	// units maps each layer that reports through nn.Chain.GradReady to the
+	// buckets of its parameters (one entry per parameter).
+	units map[nn.Layer][]int
+	sync  bool
+
+	// Per-run accounting.
+	busy, exposed time.Duration
+}
+
+type bucket struct {
+	buf       []float32
+	params    int // parameters in the bucket
+	remaining int // parameters whose gradient is not final yet this step
+	work      *comm.Work
+}
+
+// NewDDP broadcasts rank 0's parameters and buffers to every rank and
+// prepares net's gradients for averaging across g.
+func NewDDP(ctx context.Context, g *comm.Group, net nn.Layer) (*DDP, error) {
+	for _, v := range net.State() {
+		var err error
+		if v.Count != nil {
+			c := []int64{*v.Count}
+			err = comm.Broadcast(ctx, g, c, 0)
+			*v.Count = c[0]
+		} else {
+			err = g.Broadcast(ctx, v.Value.Data, 0)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("ddp: broadcasting %s from rank 0: %w", v.Name, err)
+		}
+	}
+	d := &DDP{g: g, ctx: ctx, units: map[nn.Layer][]int{}}
+	params := nn.Params(net)
+	// Assign parameters to buckets in reverse order.
+	bucketOf := make(map[*float32]int, len(params))
+	capBytes, size := firstBucketBytes, 0
+	var cur []nn.Var
+	closeBucket := func() {
+		if len(cur) == 0 {
+			return
+		}
+		n := 0
+		for _, p := range cur {
+			n += p.Grad.Len()
+		}
+		b := &bucket{buf: make([]float32, n), params: len(cur)}
+		off := 0
+		for _, p := range cur {
+			view := b.buf[off : off+p.Grad.Len()]
+			copy(view, p.Grad.Data)
+			p.Grad.Data = view
+			bucketOf[&view[0]] = len(d.buckets)
+			off += len(view)
+		}
+		d.buckets = append(d.buckets, b)
+		cur, size, capBytes = nil, 0, bucketBytes
+	}
+	for i := len(params) - 1; i >= 0; i-- {
+		cur = append(cur, params[i])
+		size += 4 * params[i].Grad.Len()
+		if size >= capBytes {
+			closeBucket()
+		}
+	}
+	closeBucket()
+	// Which layers report which parameters: every child of every chain
+	// that is not itself a chain (a chain's children report for it).
+	reported := 0
+	nn.Walk(net, func(l nn.Layer) {
+		c, ok := l.(*nn.Chain)
+		if !ok {
+			return
+		}
+		for _, child := range c.Layers {
+			if _, nested := child.(*nn.Chain); nested {
+				continue
+			}
+			for _, p := range nn.Params(child) {
+				if p.Grad.Len() > 0 {
+					d.units[child] = append(d.units[child], bucketOf[&p.Grad.Data[0]])
+					reported++
+				}
+			}
+		}
+		c.GradReady = d.gradReady
+	})
+	if reported != len(params) {
+		// Parameters outside any chain: they are reduced at Finish.
+		d.units = map[nn.Layer][]int{}
+	}
+	return d, nil
+}
+
+// Buckets returns the sizes of the gradient buckets in elements, in the
+// order they are reduced.
+func (d *DDP) Buckets() []int {
+	var s []int
+	for _, b := range d.buckets {
+		s = append(s, len(b.buf))
+	}
+	return s
+}
+
+// BeginStep prepares a backward pass; with sync false (a micro-step of
+// gradient accumulation, like PyTorch's no_sync) gradients only
+// accumulate locally.
+func (d *DDP) BeginStep(sync bool) {
+	d.sync = sync
+	for _, b := range d.buckets {
+		b.remaining = b.params
+		b.work = nil
+	}
+}
+
+// gradReady is the chains' GradReady hook.
+func (d *DDP) gradReady(l nn.Layer) {
+	if !d.sync {
+		return
+	}
+	for _, bi := range d.units[l] {
+		b := d.buckets[bi]
+		if b.remaining--; b.remaining == 0 {
+			d.launch(b)
+		}
+	}
+}
+
+func (d *DDP) launch(b *bucket) {
+	b.work = d.g.AllReduceAsync(d.ctx, b.buf, comm.Avg)
+}
+
+// Finish starts the reductions not yet started (in bucket order) and waits
+// for all of them. It returns the time spent waiting.
+func (d *DDP) Finish() (time.Duration, error) {
+	if !d.sync {
+		return 0, nil
+	}
+	t0 := time.Now()
+	for _, b := range d.buckets {
+		if b.work == nil {
+			d.launch(b)
+		}
+	}
+	for i, b := range d.buckets {
+		if err := b.work.Wait(); err != nil {
+			return 0, fmt.Errorf("ddp: averaging gradient bucket %d: %w", i, err)
+		}
+		start, end := b.work.Span()
+		d.busy += end.Sub(start)
+	}
+	waited := time.Since(t0)
+	d.exposed += waited
+	return waited, nil
+}
+
+// CommTimes returns the time gradient reductions ran (summed over buckets
+// and steps) and the time the steps waited for them after backward; the
+// difference was hidden behind backward.
+func (d *DDP) CommTimes() (busy, exposed time.Duration) { return d.busy, d.exposed }

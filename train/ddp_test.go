@@ -1,0 +1,261 @@
+package train
+
+// The DDP tests run this test binary as the ranks of a real job over
+// loopback (started by comm/launch, as gorun does). A rank finds its
+// scenario in TRAIN_TEST_WORKER.
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorun/gorun/comm"
+	"github.com/gorun/gorun/comm/launch"
+	"github.com/gorun/gorun/model/cpu"
+	"github.com/gorun/gorun/model/nn"
+	"github.com/gorun/gorun/model/safetensors"
+	"github.com/gorun/gorun/train/checkpoint"
+	"github.com/gorun/gorun/train/data"
+)
+
+const workerEnv = "TRAIN_TEST_WORKER"
+
+func TestMain(m *testing.M) {
+	if scenario := os.Getenv(workerEnv); scenario != "" {
+		if err := runWorker(scenario); err != nil {
+			fmt.Printf("WORKER-ERROR %v\n", err)
+			os.Exit(3)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// ddpSetup is what a scenario trains: the MNIST net on generated data,
+// dropout off (so one process with the whole batch is an exact reference),
+// SGD with momentum, one thread.
+func ddpSetup(world, perRank, steps, epochs int) (Config, *data.Dataset, *data.Dataset) {
+	cfg, _ := Defaults("mnist")
+	cfg.Epochs, cfg.BatchSize, cfg.TestBatchSize, cfg.Threads = epochs, perRank*world, 64, 1
+	cfg.Optimizer, cfg.LR, cfg.Momentum, cfg.Scheduler = "sgd", 0.05, 0.9, "none"
+	train, _ := data.Synthetic(data.FormatMNIST, steps*perRank*world, 1)
+	test, _ := data.Synthetic(data.FormatMNIST, 96, 2)
+	return cfg, train, test
+}
+
+func noDropout(t *Trainer) {
+	for _, d := range t.dropouts {
+		d.P = 0
+	}
+}
+
+// paramHash hashes every parameter's bits.
+func paramHash(t *Trainer) int64 {
+	h := fnv.New64a()
+	var b [4]byte
+	for _, p := range nn.Params(t.model.Net) {
+		for _, v := range p.Value.Data {
+			u := math.Float32bits(v)
+			b[0], b[1], b[2], b[3] = byte(u), byte(u>>8), byte(u>>16), byte(u>>24)
+			h.Write(b[:])
+		}
+	}
+	return int64(h.Sum64())
+}
+
+func envInt(name string) int {
+	n, _ := strconv.Atoi(os.Getenv(name))
+	return n
+}
+
+func runWorker(scenario string) error {
+	ctx := context.Background()
+	g, err := comm.Init(ctx)
+	if err != nil {
+		return err
+	}
+	defer g.Close()
+	perRank, steps, epochs := envInt("DDP_PER_RANK"), envInt("DDP_STEPS"), envInt("DDP_EPOCHS")
+	cfg, trainSet, testSet := ddpSetup(envInt("DDP_DATA_WORLD"), perRank, steps, epochs)
+	cfg.BatchSize = perRank
+	be := cpu.New(1)
+	defer be.Close()
+	t, err := New(cfg, be, trainSet, testSet)
+	if err != nil {
+		return err
+	}
+	defer t.Close()
+	noDropout(t)
+	out := os.Getenv("DDP_OUT")
+	if scenario == "resume" {
+		if err := t.Resume(out); err != nil {
+			return err
+		}
+	}
+	if err := t.Distribute(ctx, g); err != nil {
+		return err
+	}
+	// After every step all ranks must hold the same parameters.
+	t.AfterStep = func(step int64) error {
+		h := paramHash(t)
+		lo, hi := []int64{h}, []int64{h}
+		if err := comm.AllReduce(ctx, g, lo, comm.Min); err != nil {
+			return err
+		}
+		if err := comm.AllReduce(ctx, g, hi, comm.Max); err != nil {
+			return err
+		}
+		if lo[0] != hi[0] {
+			return fmt.Errorf("rank %d: parameters differ between ranks after step %d", g.Rank(), step)
+		}
+		if scenario == "kill" && g.Rank() == 1 && step == int64(steps+2) {
+			fmt.Println("rank 1 dies now")
+			os.Exit(7)
+		}
+		return nil
+	}
+	t.SavePath = out
+	if err := t.Run(ctx); err != nil {
+		return err
+	}
+	if g.Rank() == 0 {
+		ev := t.last
+		fmt.Printf("DONE epoch %d step %d test %d/%d\n", t.Epoch(), t.step, ev.TestCorrect, ev.TestTotal)
+	}
+	return nil
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// runJob runs np ranks of this test binary with the scenario.
+func runJob(t *testing.T, np int, scenario string, env ...string) (*launch.Result, string) {
+	t.Helper()
+	var out syncBuffer
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	res, err := launch.Run(ctx, launch.Config{
+		NP: np, Program: os.Args[0], Args: []string{"-test.run=^$"},
+		Env:    append([]string{workerEnv + "=" + scenario, "GORUN_JOIN_TIMEOUT=30s", "GORUN_TIMEOUT=60s", "GOMAXPROCS=1"}, env...),
+		Stdout: &out, Stderr: &out, Grace: 2 * time.Second,
+	})
+	if err != nil {
+		t.Fatalf("launch: %v", err)
+	}
+	return res, out.String()
+}
+
+// TestDDPMatchesOneProcess trains np ranks with batch b each and one
+// process with batch np·b on the same samples, dropout off, and requires
+// the same weights within 1e-5 (relative, per tensor); the ranks check
+// after every step that they all hold identical parameters.
+func TestDDPMatchesOneProcess(t *testing.T) {
+	worlds := []int{2, 3, 4}
+	if testing.Short() {
+		worlds = []int{2}
+	}
+	const perRank, steps = 8, 8
+	for _, np := range worlds {
+		t.Run(fmt.Sprintf("np=%d", np), func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "ddp.safetensors")
+			res, log := runJob(t, np, "equiv", "DDP_PER_RANK="+strconv.Itoa(perRank), "DDP_STEPS="+strconv.Itoa(steps),
+				"DDP_EPOCHS=1", "DDP_DATA_WORLD="+strconv.Itoa(np), "DDP_OUT="+out)
+			if err := res.Error(); err != nil {
+				t.Fatalf("job: %v\n%s", err, log)
+			}
+			if !strings.Contains(log, fmt.Sprintf("DONE epoch 1 step %d test", steps)) {
+				t.Fatalf("rank 0 did not finish %d steps:\n%s", steps, log)
+			}
+			cfg, trainSet, testSet := ddpSetup(np, perRank, steps, 1)
+			ref := newTrainer(t, cfg, trainSet, testSet)
+			noDropout(ref)
+			if err := ref.Run(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			f, err := safetensors.ReadFile(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			worst := 0.0
+			for _, p := range nn.Params(ref.model.Net) {
+				got, ok := f.Get(p.Name)
+				if !ok {
+					t.Fatalf("%s missing", p.Name)
+				}
+				var diff, norm float64
+				for i, w := range p.Value.Data {
+					d := float64(got.F32[i]) - float64(w)
+					diff += d * d
+					norm += float64(w) * float64(w)
+				}
+				rel := math.Sqrt(diff / norm)
+				if rel > 1e-5 {
+					t.Fatalf("np=%d: %s differs from one process with batch %d by %.2g (relative)", np, p.Name, np*perRank, rel)
+				}
+				worst = max(worst, rel)
+			}
+			t.Logf("np=%d: weights after %d steps within %.2g of one process with batch %d", np, steps, worst, np*perRank)
+		})
+	}
+}
+
+// TestDDPRankDies kills rank 1 in the second epoch: the job fails with an
+// error naming rank 1 within seconds, the checkpoint of epoch 1 stays
+// intact, and a job of another size resumes from it to the end.
+func TestDDPRankDies(t *testing.T) {
+	const perRank, steps = 8, 6
+	dir := t.TempDir()
+	ckpt := filepath.Join(dir, "run.safetensors")
+	env := []string{"DDP_PER_RANK=" + strconv.Itoa(perRank), "DDP_STEPS=" + strconv.Itoa(steps), "DDP_EPOCHS=2", "DDP_DATA_WORLD=2", "DDP_OUT=" + ckpt}
+	start := time.Now()
+	res, log := runJob(t, 2, "kill", env...)
+	elapsed := time.Since(start)
+	if res.First == nil || res.First.Rank != 1 {
+		t.Fatalf("first failure %v, want rank 1\n%s", res.First, log)
+	}
+	if !strings.Contains(log, "[0] WORKER-ERROR") || !strings.Contains(log, "rank 1") {
+		t.Fatalf("rank 0 should fail naming rank 1:\n%s", log)
+	}
+	if elapsed > 30*time.Second {
+		t.Fatalf("the job took %v to fail after a rank died", elapsed)
+	}
+	meta, err := checkpoint.ReadTrainMeta(ckpt)
+	if err != nil || meta.Epoch != 1 {
+		t.Fatalf("checkpoint after the failure: %+v, %v", meta, err)
+	}
+	// Three ranks (the data divides into batches of 8 per rank, padded)
+	// continue from epoch 1.
+	res, log = runJob(t, 3, "resume", env...)
+	if err := res.Error(); err != nil {
+		t.Fatalf("resume: %v\n%s", err, log)
+	}
+	if !strings.Contains(log, "DONE epoch 2") {
+		t.Fatalf("resumed job did not finish epoch 2:\n%s", log)
+	}
+	if meta, err := checkpoint.ReadTrainMeta(ckpt); err != nil || meta.Epoch != 2 {
+		t.Fatalf("checkpoint after resuming: %+v, %v", meta, err)
+	}
+}
