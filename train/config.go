@@ -39,6 +39,9 @@ type Config struct {
 	// step; 0 or 1: step after every batch. Gradients are summed, as
 	// PyTorch's no_sync accumulation does.
 	Accumulate int `json:"accumulate,omitempty"`
+	// SyncBatchNorm makes batch norm use the statistics of the whole
+	// distributed batch (PyTorch's SyncBatchNorm) instead of each rank's.
+	SyncBatchNorm bool `json:"sync_batch_norm,omitempty"`
 }
 
 // Defaults returns the workshops' settings for a model: the MNIST net

@@ -44,11 +44,21 @@ func TestMain(m *testing.M) {
 // dropout off (so one process with the whole batch is an exact reference),
 // SGD with momentum, one thread.
 func ddpSetup(world, perRank, steps, epochs int) (Config, *data.Dataset, *data.Dataset) {
-	cfg, _ := Defaults("mnist")
+	return ddpSetupModel("mnist", world, perRank, steps, epochs)
+}
+
+// ddpSetupModel is ddpSetup for another model; CIFARNet keeps its
+// augmentation and uses synchronised batch norm.
+func ddpSetupModel(model string, world, perRank, steps, epochs int) (Config, *data.Dataset, *data.Dataset) {
+	cfg, _ := Defaults(model)
 	cfg.Epochs, cfg.BatchSize, cfg.TestBatchSize, cfg.Threads = epochs, perRank*world, 64, 1
 	cfg.Optimizer, cfg.LR, cfg.Momentum, cfg.Scheduler = "sgd", 0.05, 0.9, "none"
-	train, _ := data.Synthetic(data.FormatMNIST, steps*perRank*world, 1)
-	test, _ := data.Synthetic(data.FormatMNIST, 96, 2)
+	format := data.FormatMNIST
+	if model != "mnist" {
+		format, cfg.LR, cfg.SyncBatchNorm = data.FormatCIFAR10, 0.01, true
+	}
+	train, _ := data.Synthetic(format, steps*perRank*world, 1)
+	test, _ := data.Synthetic(format, 96, 2)
 	return cfg, train, test
 }
 
@@ -85,7 +95,11 @@ func runWorker(scenario string) error {
 	}
 	defer g.Close()
 	perRank, steps, epochs := envInt("DDP_PER_RANK"), envInt("DDP_STEPS"), envInt("DDP_EPOCHS")
-	cfg, trainSet, testSet := ddpSetup(envInt("DDP_DATA_WORLD"), perRank, steps, epochs)
+	model := os.Getenv("DDP_MODEL")
+	if model == "" {
+		model = "mnist"
+	}
+	cfg, trainSet, testSet := ddpSetupModel(model, envInt("DDP_DATA_WORLD"), perRank, steps, epochs)
 	cfg.BatchSize = perRank
 	be := cpu.New(1)
 	defer be.Close()
@@ -95,6 +109,9 @@ func runWorker(scenario string) error {
 	}
 	defer t.Close()
 	noDropout(t)
+	if scenario == "equiv-localbn" {
+		t.cfg.SyncBatchNorm = false
+	}
 	out := os.Getenv("DDP_OUT")
 	if scenario == "resume" {
 		if err := t.Resume(out); err != nil {
@@ -257,5 +274,76 @@ func TestDDPRankDies(t *testing.T) {
 	}
 	if meta, err := checkpoint.ReadTrainMeta(ckpt); err != nil || meta.Epoch != 2 {
 		t.Fatalf("checkpoint after resuming: %+v, %v", meta, err)
+	}
+}
+
+// TestSyncBatchNorm trains CIFARNet (batch norm, augmentation on, dropout
+// off) with synchronised batch norm on 2 ranks of batch b and in one
+// process with batch 2b: parameters and running statistics agree within
+// 1e-5.
+func TestSyncBatchNorm(t *testing.T) {
+	if testing.Short() {
+		t.Skip("CIFARNet in three processes is too slow under the race detector; the full pass (go test ./...) runs it")
+	}
+	const np, perRank, steps = 2, 4, 4
+	out := filepath.Join(t.TempDir(), "sync.safetensors")
+	res, log := runJob(t, np, "equiv", "DDP_MODEL=cifarnet", "DDP_PER_RANK="+strconv.Itoa(perRank), "DDP_STEPS="+strconv.Itoa(steps),
+		"DDP_EPOCHS=1", "DDP_DATA_WORLD="+strconv.Itoa(np), "DDP_OUT="+out)
+	if err := res.Error(); err != nil {
+		t.Fatalf("job: %v\n%s", err, log)
+	}
+	cfg, trainSet, testSet := ddpSetupModel("cifarnet", np, perRank, steps, 1)
+	cfg.SyncBatchNorm = false // one process: its batch norm sees the whole batch anyway
+	ref := newTrainer(t, cfg, trainSet, testSet)
+	noDropout(ref)
+	if err := ref.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	f, err := safetensors.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	worst := 0.0
+	for _, v := range ref.model.Net.State() {
+		got, _ := f.Get(v.Name)
+		if v.Count != nil {
+			if got.I64[0] != *v.Count {
+				t.Fatalf("%s: %d, want %d", v.Name, got.I64[0], *v.Count)
+			}
+			continue
+		}
+		var diff, norm float64
+		for i, w := range v.Value.Data {
+			d := float64(got.F32[i]) - float64(w)
+			diff += d * d
+			norm += float64(w) * float64(w)
+		}
+		rel := math.Sqrt(diff / max(norm, 1e-30))
+		if rel > 1e-5 {
+			t.Fatalf("%s differs from one process with batch %d by %.2g (relative)", v.Name, np*perRank, rel)
+		}
+		worst = max(worst, rel)
+	}
+	t.Logf("SyncBatchNorm, 2 ranks: parameters and running statistics within %.2g of one process", worst)
+
+	// Without synchronisation the running statistics are rank 0's own
+	// and differ: the comparison above is not vacuous.
+	res, log = runJob(t, np, "equiv-localbn", "DDP_MODEL=cifarnet", "DDP_PER_RANK="+strconv.Itoa(perRank), "DDP_STEPS="+strconv.Itoa(steps),
+		"DDP_EPOCHS=1", "DDP_DATA_WORLD="+strconv.Itoa(np), "DDP_OUT="+out)
+	if err := res.Error(); err != nil {
+		t.Fatalf("job: %v\n%s", err, log)
+	}
+	f, _ = safetensors.ReadFile(out)
+	got, _ := f.Get("bn1.running_mean")
+	var diff float64
+	for _, v := range ref.model.Net.State() {
+		if v.Name == "bn1.running_mean" {
+			for i, w := range v.Value.Data {
+				diff = max(diff, math.Abs(float64(got.F32[i]-w)))
+			}
+		}
+	}
+	if diff < 1e-6 {
+		t.Fatalf("local batch norm matched the whole batch's statistics (max diff %g)", diff)
 	}
 }

@@ -41,8 +41,9 @@ type Trainer struct {
 	// AfterStep, when set, is called after every optimizer step.
 	AfterStep func(step int64) error
 
-	group *comm.Group // nil or size 1: a single process
-	ddp   *DDP
+	group   *comm.Group // nil or size 1: a single process
+	ddp     *DDP
+	syncErr error // the first failure of a SyncBatchNorm all-reduce
 
 	times Times
 	epoch int   // completed epochs
@@ -140,6 +141,20 @@ func (t *Trainer) Distribute(ctx context.Context, g *comm.Group) error {
 		return err
 	}
 	t.ddp = ddp
+	if t.cfg.SyncBatchNorm {
+		sum := func(v []float64) {
+			if t.syncErr == nil {
+				if err := comm.AllReduce(ctx, g, v, comm.Sum); err != nil {
+					t.syncErr = fmt.Errorf("sync batch norm: %w", err)
+				}
+			}
+		}
+		nn.Walk(t.model.Net, func(l nn.Layer) {
+			if bn, ok := l.(*nn.BatchNorm2d); ok {
+				bn.P.SumAcross = sum
+			}
+		})
+	}
 	return nil
 }
 
@@ -176,8 +191,12 @@ func (t *Trainer) Describe(w io.Writer, backend string) {
 	fmt.Fprintf(w, "Data %s: %d training and %d test images%s\n", t.train.Name, t.train.Len(), testN, aug)
 	fmt.Fprintf(w, "Training %d epochs from epoch %d, batch %d, %s, seed %d\n", t.cfg.Epochs, t.epoch+1, t.cfg.BatchSize, t.cfg.describe(), t.cfg.Seed)
 	if t.ddp != nil {
-		fmt.Fprintf(w, "Data parallel over %d ranks: batch %d per rank (%d in all), gradients averaged in %d buckets of %v elements\n",
-			t.world(), t.cfg.BatchSize, t.cfg.BatchSize*t.world(), len(t.ddp.Buckets()), t.ddp.Buckets())
+		bn := "per-rank batch norm statistics"
+		if t.cfg.SyncBatchNorm {
+			bn = "synchronised batch norm"
+		}
+		fmt.Fprintf(w, "Data parallel over %d ranks: batch %d per rank (%d in all), gradients averaged in %d buckets of %v elements, %s\n",
+			t.world(), t.cfg.BatchSize, t.cfg.BatchSize*t.world(), len(t.ddp.Buckets()), t.ddp.Buckets(), bn)
 	}
 }
 
@@ -279,6 +298,9 @@ func (t *Trainer) trainEpoch(ctx context.Context, epoch int) (float64, int, erro
 			return 0, 0, fmt.Errorf("epoch %d batch %d: forward: %w", epoch, batch, err)
 		}
 		loss, err := t.loss.Forward(y, b.Labels)
+		if err == nil {
+			err = t.syncErr
+		}
 		if err != nil {
 			return 0, 0, fmt.Errorf("epoch %d batch %d: loss: %w", epoch, batch, err)
 		}
@@ -296,6 +318,9 @@ func (t *Trainer) trainEpoch(ctx context.Context, epoch int) (float64, int, erro
 		dy, err := t.loss.Backward()
 		if err == nil {
 			_, err = t.model.Net.Backward(dy)
+		}
+		if err == nil {
+			err = t.syncErr
 		}
 		if err != nil {
 			return 0, 0, fmt.Errorf("epoch %d batch %d: backward: %w", epoch, batch, err)

@@ -83,6 +83,7 @@ func run(args []string, stdout io.Writer) error {
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a pprof CPU profile to this file")
 	fs.StringVar(&o.progress, "progress", "auto", "bar, lines or auto (a bar on a terminal, lines otherwise)")
 	fs.IntVar(&cfg.Accumulate, "accumulate", 0, "batches whose gradients are summed before each optimizer step (default 1)")
+	fs.BoolVar(&cfg.SyncBatchNorm, "sync-bn", false, "in a distributed run, batch norm uses the statistics of the whole batch across ranks (SyncBatchNorm)")
 	fs.BoolVar(&o.verbose, "verbose", false, "in a distributed run, every rank prints its progress (default: rank 0 only)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -198,12 +199,15 @@ func resolveConfig(flags train.Config, set map[string]bool, resume string) (trai
 		"step-size": func() { base.StepSize = flags.StepSize }, "gamma": func() { base.Gamma = flags.Gamma },
 		"seed": func() { base.Seed = flags.Seed }, "augment": func() { base.Augment = flags.Augment },
 		"threads": func() { base.Threads = flags.Threads }, "log-interval": func() { base.LogInterval = flags.LogInterval },
-		"accumulate": func() { base.Accumulate = flags.Accumulate },
+		"accumulate": func() { base.Accumulate = flags.Accumulate }, "sync-bn": func() { base.SyncBatchNorm = flags.SyncBatchNorm },
 	}
 	for name, apply := range override {
 		if set[name] {
 			apply()
 		}
+	}
+	if resume != "" && !set["threads"] {
+		base.Threads = 0 // the saved count fits the machine it was saved on
 	}
 	if base.Threads <= 0 {
 		// gorun gives each of N ranks on a host GOMAXPROCS = cores/N.

@@ -19,6 +19,7 @@ type Backend struct {
 	chunks []scratch // per-chunk buffers of the parallel convolution loops
 	conv   convTask
 	elem   elemTask
+	stats  []float64 // batch norm's per-channel sums
 }
 
 // scratch is one chunk's working memory, grown on demand and then reused.

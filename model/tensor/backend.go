@@ -33,6 +33,14 @@ type BatchNormParams struct {
 	Training bool
 	Momentum float32
 	Eps      float32
+	// SumAcross, when set (SyncBatchNorm), adds its argument up
+	// element-wise across all the processes that share the batch, in
+	// place. In training the backend passes it the per-channel statistics
+	// it needs ([Σx, count] then [Σ(x−mean)²] forward; [Σdy, Σdy·x̂]
+	// backward) and normalises with the totals, so every process uses the
+	// statistics of the whole distributed batch. Parameter gradients stay
+	// local (DDP averages them).
+	SumAcross func(v []float64)
 }
 
 // Backend is the compute seam: every numeric operation a layer or optimizer
