@@ -189,13 +189,22 @@ func (t *Trainer) Describe(w io.Writer, backend string) {
 		aug = ", augmented (random crop 32 pad 4, flip)"
 	}
 	fmt.Fprintf(w, "Data %s: %d training and %d test images%s\n", t.train.Name, t.train.Len(), testN, aug)
-	fmt.Fprintf(w, "Training %d epochs from epoch %d, batch %d, %s, seed %d\n", t.cfg.Epochs, t.epoch+1, t.cfg.BatchSize, t.cfg.describe(), t.cfg.Seed)
+	epochs := fmt.Sprintf("%d epochs", t.cfg.Epochs)
+	if t.cfg.Epochs == 1 {
+		epochs = "1 epoch"
+	}
+	fmt.Fprintf(w, "Training %s from epoch %d, batch %d, %s, seed %d\n", epochs, t.epoch+1, t.cfg.BatchSize, t.cfg.describe(), t.cfg.Seed)
 	if t.ddp != nil {
-		bn := "per-rank batch norm statistics"
-		if t.cfg.SyncBatchNorm {
-			bn = "synchronised batch norm"
-		}
-		fmt.Fprintf(w, "Data parallel over %d ranks: batch %d per rank (%d in all), gradients averaged in %d buckets of %v elements, %s\n",
+		bn := ""
+		nn.Walk(t.model.Net, func(l nn.Layer) {
+			if _, ok := l.(*nn.BatchNorm2d); ok {
+				bn = ", per-rank batch norm statistics"
+				if t.cfg.SyncBatchNorm {
+					bn = ", synchronised batch norm"
+				}
+			}
+		})
+		fmt.Fprintf(w, "Data parallel over %d ranks: batch %d per rank (%d in all), gradients averaged in %d buckets of %v elements%s\n",
 			t.world(), t.cfg.BatchSize, t.cfg.BatchSize*t.world(), len(t.ddp.Buckets()), t.ddp.Buckets(), bn)
 	}
 }

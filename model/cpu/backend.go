@@ -55,6 +55,9 @@ func (b *Backend) Threads() int { return b.pool.Threads() }
 
 // Name describes the backend.
 func (b *Backend) Name() string {
+	if b.pool.Threads() == 1 {
+		return fmt.Sprintf("cpu %s, 1 thread", b.gemm.Kernel())
+	}
 	return fmt.Sprintf("cpu %s, %d threads", b.gemm.Kernel(), b.pool.Threads())
 }
 
