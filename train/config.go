@@ -42,6 +42,10 @@ type Config struct {
 	// SyncBatchNorm makes batch norm use the statistics of the whole
 	// distributed batch (PyTorch's SyncBatchNorm) instead of each rank's.
 	SyncBatchNorm bool `json:"sync_batch_norm,omitempty"`
+	// Pipeline splits the model into this many stages, one per rank
+	// (GPipe); Microbatches cuts each batch for it.
+	Pipeline     int `json:"pipeline,omitempty"`
+	Microbatches int `json:"microbatches,omitempty"`
 }
 
 // Defaults returns the workshops' settings for a model: the MNIST net

@@ -118,6 +118,26 @@ func runWorker(scenario string) error {
 			return err
 		}
 	}
+	if scenario == "pipe" {
+		t.cfg.Pipeline, t.cfg.Microbatches = g.Size(), envInt("PIPE_MICRO")
+		if err := t.Pipe(g); err != nil {
+			return err
+		}
+		if os.Getenv("PIPE_KILL") != "" {
+			t.AfterStep = func(step int64) error {
+				if g.Rank() == 1 && step == 2 {
+					os.Exit(7)
+				}
+				return nil
+			}
+		}
+		t.SavePath = out
+		if err := t.Run(ctx); err != nil {
+			return err
+		}
+		fmt.Printf("DONE stage %d step %d\n", g.Rank(), t.step)
+		return nil
+	}
 	if err := t.Distribute(ctx, g); err != nil {
 		return err
 	}

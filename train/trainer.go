@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/gorun/gorun/comm"
@@ -43,6 +44,7 @@ type Trainer struct {
 
 	group   *comm.Group // nil or size 1: a single process
 	ddp     *DDP
+	pipe    *Pipeline
 	syncErr error // the first failure of a SyncBatchNorm all-reduce
 
 	times Times
@@ -57,7 +59,11 @@ func New(cfg Config, be tensor.Backend, train, test *data.Dataset) (*Trainer, er
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	m, err := zoo.New(cfg.Model, be, rand.New(rand.NewPCG(cfg.Seed, 0x6d6f64656c)))
+	name := cfg.Model
+	if cfg.Pipeline == 3 && name == "cifarnet" {
+		name = "cifarnet-staged" // seed 000's three stages
+	}
+	m, err := zoo.New(name, be, rand.New(rand.NewPCG(cfg.Seed, 0x6d6f64656c)))
 	if err != nil {
 		return nil, err
 	}
@@ -156,6 +162,55 @@ func (t *Trainer) Distribute(ctx context.Context, g *comm.Group) error {
 		})
 	}
 	return nil
+}
+
+// Pipe makes the run pipeline-parallel over g: rank s runs stage s of
+// cfg.Pipeline with cfg.Microbatches microbatches (GPipe). Call it after
+// New, on every rank. Every rank reads the same batches; stage 0 uses the
+// images, the last stage the labels, and the last stage reports.
+func (t *Trainer) Pipe(g *comm.Group) error {
+	stages, err := StageLayers(t.model, t.cfg.Pipeline)
+	if err != nil {
+		return err
+	}
+	pipe, err := NewPipeline(g, t.be, t.model, stages, max(t.cfg.Microbatches, 1))
+	if err != nil {
+		return err
+	}
+	// The optimizer updates this stage's parameters only.
+	if t.opt, err = newOptimizer(t.cfg, t.be, nn.Params(pipe.Layer())); err != nil {
+		return err
+	}
+	if t.sched, err = newSchedule(t.cfg, t.opt); err != nil {
+		return err
+	}
+	t.pipe = pipe
+	return nil
+}
+
+// Bubble returns the pipeline stage's measured idle fraction and the
+// GPipe ideal; ok is false without a pipeline.
+func (t *Trainer) Bubble() (measured, ideal float64, ok bool) {
+	if t.pipe == nil {
+		return 0, 0, false
+	}
+	measured, ideal = t.pipe.Bubble()
+	return measured, ideal, true
+}
+
+// ReportingRank is the rank whose output describes the run: the last
+// stage of a pipeline (it has the loss), else rank 0.
+func (t *Trainer) ReportingRank() int {
+	if t.pipe != nil {
+		return t.pipe.stages - 1
+	}
+	return 0
+}
+
+// StagePath is where stage s of a pipeline run saved with path keeps its
+// weights: NAME.stageS.safetensors for NAME.safetensors.
+func StagePath(path string, stage int) string {
+	return fmt.Sprintf("%s.stage%d.safetensors", strings.TrimSuffix(path, ".safetensors"), stage)
 }
 
 // rank and world describe the trainer's place in the job.
@@ -262,7 +317,7 @@ func (t *Trainer) runEpoch(ctx context.Context, epoch int) error {
 			return fmt.Errorf("report: %w", err)
 		}
 	}
-	if t.SavePath != "" && t.rank() == 0 {
+	if t.SavePath != "" && (t.rank() == 0 || t.pipe != nil) {
 		t0 := time.Now()
 		if err := t.Save(t.SavePath); err != nil {
 			return err
@@ -276,6 +331,9 @@ func (t *Trainer) runEpoch(ctx context.Context, epoch int) error {
 // number of samples trained on.
 func (t *Trainer) trainEpoch(ctx context.Context, epoch int) (float64, int, error) {
 	t.model.Net.SetTraining(true)
+	if t.pipe != nil {
+		t.pipe.SetTraining(true)
+	}
 	nn.ZeroGrad(t.be, t.model.Net)
 	sampler := data.Sampler{N: t.train.Len(), Shuffle: true, Seed: t.cfg.Seed, Rank: t.rank(), World: t.world()}
 	if err := sampler.Validate(); err != nil {
@@ -301,6 +359,42 @@ func (t *Trainer) trainEpoch(ctx context.Context, epoch int) (float64, int, erro
 		t.times.Data += t1.Sub(t0)
 		if !ok {
 			break
+		}
+		if t.pipe != nil {
+			loss, err := t.pipe.Step(ctx, b.X, b.Labels)
+			if err != nil {
+				return 0, 0, fmt.Errorf("epoch %d batch %d: %w", epoch, batch, err)
+			}
+			t2 := time.Now()
+			for _, e := range t.pipe.Events {
+				if e.Backward {
+					t.times.Backward += e.End.Sub(e.Start)
+				} else {
+					t.times.Forward += e.End.Sub(e.Start)
+				}
+			}
+			t.opt.Step()
+			nn.ZeroGrad(t.be, t.pipe.Layer())
+			t.step++
+			t3 := time.Now()
+			t.times.Optimizer += t3.Sub(t2)
+			if t.AfterStep != nil {
+				if err := t.AfterStep(t.step); err != nil {
+					return 0, 0, err
+				}
+			}
+			lossSum += float64(loss)
+			if t.Report != nil {
+				elapsed := t3.Sub(start)
+				err := t.Report.Step(report.Step{Epoch: epoch, Batch: batch, Batches: batches, Seen: seen, Total: t.train.Len(),
+					GlobalStep: t.step, Loss: float64(loss), LR: t.opt.LR(), Elapsed: elapsed,
+					ImagesPerSec: float64(seen+b.Len()) / elapsed.Seconds()})
+				if err != nil {
+					return 0, 0, fmt.Errorf("report: %w", err)
+				}
+			}
+			seen += b.Len()
+			continue
 		}
 		y, err := t.model.Net.Forward(b.X)
 		if err != nil {
@@ -392,6 +486,9 @@ func (t *Trainer) Evaluate(ctx context.Context, ds *data.Dataset) (Evaluation, e
 		if loader, err = data.NewLoader(ds, t.cfg.TestBatchSize, data.Plain(ds), 2); err != nil {
 			return Evaluation{}, err
 		}
+	}
+	if t.pipe != nil {
+		return t.evaluatePipeline(ctx, loader, ds)
 	}
 	if t.world() == 1 {
 		return Evaluate(ctx, t.model, t.be, loader, ds, nil)
@@ -500,11 +597,16 @@ func (t *Trainer) meta() (checkpoint.Meta, error) {
 	return m, nil
 }
 
-// Save writes a checkpoint (weights at path, training state beside it).
+// Save writes a checkpoint (weights at path, training state beside it);
+// a pipeline stage writes its own stage's, at StagePath(path, stage).
 func (t *Trainer) Save(path string) error {
 	m, err := t.meta()
 	if err != nil {
 		return err
+	}
+	if t.pipe != nil {
+		m.Stage, m.Stages = t.pipe.stage, t.pipe.stages
+		return checkpoint.Save(StagePath(path, t.pipe.stage), t.pipe.Layer(), t.opt, m)
 	}
 	return checkpoint.Save(path, t.model.Net, t.opt, m)
 }
@@ -537,4 +639,46 @@ func (t *Trainer) Resume(path string) error {
 		t.opt.SetLR(m.LR)
 	}
 	return nil
+}
+
+// evaluatePipeline runs the test set through the pipeline, one batch at a
+// time; the results are the last stage's (zero elsewhere).
+func (t *Trainer) evaluatePipeline(ctx context.Context, loader *data.Loader, ds *data.Dataset) (Evaluation, error) {
+	t.pipe.SetTraining(false)
+	defer t.pipe.SetTraining(true)
+	k := t.model.Classes
+	ev := Evaluation{Confusion: make([][]int, k)}
+	for i := range ev.Confusion {
+		ev.Confusion[i] = make([]int, k)
+	}
+	if err := loader.Start(0, data.Sampler{N: ds.Len(), World: 1}.Indices(0)); err != nil {
+		return ev, err
+	}
+	defer loader.Stop()
+	loss := t.model.NewLoss(t.be)
+	var lossSum float64
+	for b, ok := loader.Next(); ok; b, ok = loader.Next() {
+		y, err := t.pipe.Forward(ctx, b.X, b.Len())
+		if err != nil {
+			return ev, fmt.Errorf("evaluate: %w", err)
+		}
+		if y == nil {
+			continue
+		}
+		l, err := loss.Forward(y, b.Labels)
+		if err != nil {
+			return ev, fmt.Errorf("evaluate: %w", err)
+		}
+		lossSum += float64(l) * float64(b.Len())
+		for i, label := range b.Labels {
+			pred := argmax(y.Data[i*k : (i+1)*k])
+			ev.Confusion[label][pred]++
+			if pred == int(label) {
+				ev.Correct++
+			}
+		}
+		ev.Total += b.Len()
+	}
+	ev.Loss = lossSum / float64(max(ev.Total, 1))
+	return ev, nil
 }

@@ -26,6 +26,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/pprof"
+	"strings"
 	"syscall"
 
 	"github.com/gorun/gorun/comm"
@@ -83,6 +84,8 @@ func run(args []string, stdout io.Writer) error {
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a pprof CPU profile to this file")
 	fs.StringVar(&o.progress, "progress", "auto", "bar, lines or auto (a bar on a terminal, lines otherwise)")
 	fs.IntVar(&cfg.Accumulate, "accumulate", 0, "batches whose gradients are summed before each optimizer step (default 1)")
+	fs.IntVar(&cfg.Pipeline, "pipeline", 0, "split the model into this many stages, one per rank (GPipe; the job must have as many ranks)")
+	fs.IntVar(&cfg.Microbatches, "microbatches", 0, "with --pipeline: microbatches per batch (default 4)")
 	fs.BoolVar(&cfg.SyncBatchNorm, "sync-bn", false, "in a distributed run, batch norm uses the statistics of the whole batch across ranks (SyncBatchNorm)")
 	fs.BoolVar(&o.verbose, "verbose", false, "in a distributed run, every rank prints its progress (default: rank 0 only)")
 	if err := fs.Parse(args); err != nil {
@@ -107,7 +110,11 @@ func run(args []string, stdout io.Writer) error {
 		return err
 	}
 	defer g.Close()
-	quiet := g.Rank() != 0 && !o.verbose
+	reporter := 0
+	if cfg.Pipeline > 1 {
+		reporter = cfg.Pipeline - 1 // the last stage has the loss
+	}
+	quiet := g.Rank() != reporter && !o.verbose
 	if quiet {
 		stdout = io.Discard
 	}
@@ -141,11 +148,18 @@ func run(args []string, stdout io.Writer) error {
 		}
 		fmt.Fprintf(stdout, "Resumed from %s after epoch %d\n", o.resume, t.Epoch())
 	}
-	if err := t.Distribute(ctx, g); err != nil {
+	if cfg.Pipeline > 1 {
+		if o.resume != "" {
+			return fmt.Errorf("--resume of a pipeline run is not supported yet")
+		}
+		if err := t.Pipe(g); err != nil {
+			return err
+		}
+	} else if err := t.Distribute(ctx, g); err != nil {
 		return err
 	}
 	t.SavePath = o.save
-	if g.Rank() != 0 {
+	if g.Rank() != reporter {
 		o.metrics, o.tensorboard = "", "" // rank 0 writes them
 	}
 	t.Report, err = reporters(o, cfg, stdout)
@@ -155,6 +169,9 @@ func run(args []string, stdout io.Writer) error {
 	t.Describe(stdout, be.Name())
 	runErr := t.Run(ctx)
 	t.Times().Print(stdout)
+	if measured, ideal, ok := t.Bubble(); ok {
+		fmt.Fprintf(stdout, "Pipeline bubble on this stage: %.1f%% of step time (GPipe ideal (p-1)/(m+p-1) = %.1f%%)\n", 100*measured, 100*ideal)
+	}
 	if rss := train.PeakRSS(); rss > 0 {
 		fmt.Fprintf(stdout, "Peak memory (RSS) = %.0f MiB\n", float64(rss)/(1<<20))
 	}
@@ -165,7 +182,11 @@ func run(args []string, stdout io.Writer) error {
 		return runErr
 	}
 	if o.save != "" {
-		fmt.Fprintf(stdout, "Saved weights to %s (training state in %s)\n", o.save, checkpoint.TrainPath(o.save))
+		if cfg.Pipeline > 1 {
+			fmt.Fprintf(stdout, "Saved each stage's weights to %s (stage s in %s)\n", train.StagePath(o.save, 0), strings.Replace(train.StagePath(o.save, 0), "stage0", "stageS", 1))
+		} else {
+			fmt.Fprintf(stdout, "Saved weights to %s (training state in %s)\n", o.save, checkpoint.TrainPath(o.save))
+		}
 	}
 	return nil
 }
@@ -200,6 +221,7 @@ func resolveConfig(flags train.Config, set map[string]bool, resume string) (trai
 		"seed": func() { base.Seed = flags.Seed }, "augment": func() { base.Augment = flags.Augment },
 		"threads": func() { base.Threads = flags.Threads }, "log-interval": func() { base.LogInterval = flags.LogInterval },
 		"accumulate": func() { base.Accumulate = flags.Accumulate }, "sync-bn": func() { base.SyncBatchNorm = flags.SyncBatchNorm },
+		"pipeline": func() { base.Pipeline = flags.Pipeline }, "microbatches": func() { base.Microbatches = flags.Microbatches },
 	}
 	for name, apply := range override {
 		if set[name] {
@@ -212,6 +234,9 @@ func resolveConfig(flags train.Config, set map[string]bool, resume string) (trai
 	if base.Threads <= 0 {
 		// gorun gives each of N ranks on a host GOMAXPROCS = cores/N.
 		base.Threads = runtime.GOMAXPROCS(0)
+	}
+	if base.Pipeline > 1 && base.Microbatches == 0 {
+		base.Microbatches = 4
 	}
 	if err := base.Validate(); err != nil {
 		return base, fmt.Errorf("invalid settings: %w", err)

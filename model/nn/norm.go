@@ -18,6 +18,7 @@ type BatchNorm2d struct {
 	WeightGrad, BGrad       *tensor.Tensor
 	RunningMean, RunningVar *tensor.Tensor
 	BatchesTracked          int64
+	tracked                 *int64 // a replica's: the original's BatchesTracked
 	mean, invStd            *tensor.Tensor
 	x, y, dx                *tensor.Tensor
 }
@@ -47,7 +48,7 @@ func (b *BatchNorm2d) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 	y := tensor.Reuse(&b.y, x.Shape...)
 	b.be.BatchNorm(x, y, b.Weight, b.Bias, b.RunningMean, b.RunningVar, b.mean, b.invStd, b.P)
 	if b.P.Training {
-		b.BatchesTracked++
+		*b.counter()++
 	}
 	return y, nil
 }
@@ -69,9 +70,18 @@ func (b *BatchNorm2d) State() []Var {
 		{Name: "bias", Value: b.Bias, Grad: b.BGrad},
 		{Name: "running_mean", Value: b.RunningMean},
 		{Name: "running_var", Value: b.RunningVar},
-		{Name: "num_batches_tracked", Count: &b.BatchesTracked},
+		{Name: "num_batches_tracked", Count: b.counter()},
 	}
 }
 
 // SetTraining implements Layer.
 func (b *BatchNorm2d) SetTraining(training bool) { b.P.Training = training }
+
+// counter is the batch count this layer advances: its own, or for a
+// replica its original's.
+func (b *BatchNorm2d) counter() *int64 {
+	if b.tracked != nil {
+		return b.tracked
+	}
+	return &b.BatchesTracked
+}

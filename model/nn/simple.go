@@ -152,7 +152,8 @@ type Dropout struct {
 	be        tensor.Backend
 	P         float32
 	Seed      uint64
-	Calls     uint64 // training forwards so far; part of the RNG state
+	Calls     uint64  // training forwards so far; part of the RNG state
+	calls     *uint64 // a replica's: the original's Calls
 	training  bool
 	mask, out *tensor.Tensor
 	y, dx     *tensor.Tensor // y is the last output (x itself in evaluation)
@@ -177,8 +178,12 @@ func (d *Dropout) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 	}
 	mask := tensor.Reuse(&d.mask, x.Shape...)
 	y := tensor.Reuse(&d.out, x.Shape...)
-	d.be.Dropout(x, y, mask, d.P, d.Seed^(d.Calls*0xd1b54a32d192ed03+0x632be59bd9b4e019))
-	d.Calls++
+	calls := &d.Calls
+	if d.calls != nil {
+		calls = d.calls
+	}
+	d.be.Dropout(x, y, mask, d.P, d.Seed^(*calls*0xd1b54a32d192ed03+0x632be59bd9b4e019))
+	*calls++
 	d.y = y
 	return y, nil
 }

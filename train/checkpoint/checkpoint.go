@@ -57,6 +57,9 @@ type Meta struct {
 	Config json.RawMessage `json:"config,omitempty"`
 	// TestAccuracy is the last evaluation's accuracy (0–1), if any.
 	TestAccuracy float64 `json:"test_accuracy,omitempty"`
+	// Stage and Stages identify one stage's file of a pipeline run.
+	Stage  int `json:"stage,omitempty"`
+	Stages int `json:"stages,omitempty"`
 }
 
 // TrainPath is where the training state of the checkpoint at path lives.

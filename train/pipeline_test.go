@@ -1,0 +1,135 @@
+package train
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/gorun/gorun/model/cpu"
+	"github.com/gorun/gorun/model/nn"
+	"github.com/gorun/gorun/model/safetensors"
+	"github.com/gorun/gorun/model/zoo"
+)
+
+// TestPipelineMatchesOneProcess trains the MNIST net (dropout off) split
+// into p stages on p processes with m microbatches, and unsplit in this
+// process with the same batches: after k steps every stage's weights equal
+// the unsplit model's within 1e-5.
+func TestPipelineMatchesOneProcess(t *testing.T) {
+	const batch, steps = 16, 4
+	cases := [][2]int{{2, 1}, {2, 2}, {2, 4}, {2, 8}, {3, 1}, {3, 2}, {3, 4}, {3, 8}}
+	if testing.Short() {
+		cases = [][2]int{{3, 4}}
+	}
+	cfg, trainSet, testSet := ddpSetup(1, batch, steps, 1)
+	ref := newTrainer(t, cfg, trainSet, testSet)
+	noDropout(ref)
+	if err := ref.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cases {
+		p, m := c[0], c[1]
+		t.Run(fmt.Sprintf("p=%d/m=%d", p, m), func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "pipe.safetensors")
+			res, log := runJob(t, p, "pipe", "DDP_PER_RANK="+strconv.Itoa(batch), "DDP_STEPS="+strconv.Itoa(steps),
+				"DDP_EPOCHS=1", "DDP_DATA_WORLD=1", "DDP_OUT="+out, "PIPE_MICRO="+strconv.Itoa(m))
+			if err := res.Error(); err != nil {
+				t.Fatalf("job: %v\n%s", err, log)
+			}
+			if n := strings.Count(log, fmt.Sprintf("step %d\n", steps)); n != p {
+				t.Fatalf("%d of %d stages finished %d steps:\n%s", n, p, steps, log)
+			}
+			got := map[string][]float32{}
+			for s := range p {
+				f, err := safetensors.ReadFile(StagePath(out, s))
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, tn := range f.Tensors {
+					got[tn.Name] = tn.F32
+				}
+			}
+			worst := 0.0
+			for _, v := range nn.Params(ref.model.Net) {
+				g, ok := got[v.Name]
+				if !ok {
+					t.Fatalf("no stage saved %s (have %d tensors)", v.Name, len(got))
+				}
+				var diff, norm float64
+				for i, w := range v.Value.Data {
+					d := float64(g[i]) - float64(w)
+					diff += d * d
+					norm += float64(w) * float64(w)
+				}
+				rel := math.Sqrt(diff / norm)
+				if rel > 1e-5 {
+					t.Fatalf("%s differs from the unsplit model by %.2g (relative)", v.Name, rel)
+				}
+				worst = max(worst, rel)
+			}
+			t.Logf("p=%d m=%d: weights after %d steps within %.2g of the unsplit model", p, m, steps, worst)
+		})
+	}
+}
+
+// TestPipelineStageDies kills stage 1 of 3 after its second step: the
+// other stages fail with errors naming rank 1.
+func TestPipelineStageDies(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "pipe.safetensors")
+	res, log := runJob(t, 3, "pipe", "DDP_PER_RANK=16", "DDP_STEPS=6", "DDP_EPOCHS=1", "DDP_DATA_WORLD=1",
+		"DDP_OUT="+out, "PIPE_MICRO=4", "PIPE_KILL=1")
+	if res.First == nil || res.First.Rank != 1 {
+		t.Fatalf("first failure %v, want rank 1\n%s", res.First, log)
+	}
+	for _, r := range []string{"[0] WORKER-ERROR", "[2] WORKER-ERROR"} {
+		i := strings.Index(log, r)
+		if i < 0 || !strings.Contains(log[i:i+strings.Index(log[i:]+"\n", "\n")], "rank 1") {
+			t.Fatalf("%s... naming rank 1 missing:\n%s", r, log)
+		}
+	}
+}
+
+// TestStageLayers checks the automatic split: contiguous, every child
+// once, names kept, parameter counts balanced as far as the children allow.
+func TestStageLayers(t *testing.T) {
+	be := cpu.New(1)
+	defer be.Close()
+	for _, name := range []string{"mnist", "resnet18"} {
+		m := mustZoo(t, name, be)
+		whole := m.Net.(*nn.Chain)
+		for _, p := range []int{2, 3} {
+			stages, err := StageLayers(m, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, s := range stages {
+				c := s.(*nn.Chain)
+				if len(c.Layers) == 0 {
+					t.Fatalf("%s p=%d: empty stage", name, p)
+				}
+				names = append(names, c.Names...)
+			}
+			if strings.Join(names, ",") != strings.Join(whole.Names, ",") {
+				t.Fatalf("%s p=%d: stages hold %v, the model %v", name, p, names, whole.Names)
+			}
+		}
+	}
+	if _, err := StageLayers(mustZoo(t, "mnist", be), 40); err == nil {
+		t.Fatal("40 stages of a 12-layer model accepted")
+	}
+}
+
+func mustZoo(t *testing.T, name string, be *cpu.Backend) *zoo.Model {
+	t.Helper()
+	m, err := zoo.New(name, be, rand.New(rand.NewPCG(1, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
