@@ -281,14 +281,21 @@ func (p *Pipeline) Step(ctx context.Context, x *tensor.Tensor, labels []int32) (
 	return loss, nil
 }
 
-// Bubble returns the fraction of this stage's step time spent not
-// computing (waiting for neighbours), measured over all steps so far, and
-// the GPipe ideal (p−1)/(m+p−1).
-func (p *Pipeline) Bubble() (measured, ideal float64) {
-	if p.total > 0 {
-		measured = 1 - p.busy.Seconds()/p.total.Seconds()
+// Bubble returns, for every stage, the fraction of its step time spent
+// not computing (waiting for its neighbours), measured over all steps so
+// far, and the GPipe ideal (p−1)/(m+p−1). Every stage must call it (the
+// stages exchange their figures).
+func (p *Pipeline) Bubble(ctx context.Context) (idle []float64, ideal float64, err error) {
+	times := make([]float64, 2*p.stages)
+	times[2*p.stage], times[2*p.stage+1] = p.busy.Seconds(), p.total.Seconds()
+	if err := comm.AllReduce(ctx, p.g, times, comm.Sum); err != nil {
+		return nil, 0, fmt.Errorf("pipeline: gathering the stages' times: %w", err)
 	}
-	return measured, float64(p.stages-1) / float64(p.micro+p.stages-1)
+	for s := range p.stages {
+		busy, total := times[2*s], times[2*s+1]
+		idle = append(idle, 1-busy/max(total, 1e-9))
+	}
+	return idle, float64(p.stages-1) / float64(p.micro+p.stages-1), nil
 }
 
 // Forward runs an evaluation batch through the pipeline in one piece and

@@ -188,14 +188,13 @@ func (t *Trainer) Pipe(g *comm.Group) error {
 	return nil
 }
 
-// Bubble returns the pipeline stage's measured idle fraction and the
-// GPipe ideal; ok is false without a pipeline.
-func (t *Trainer) Bubble() (measured, ideal float64, ok bool) {
+// Bubble returns each pipeline stage's measured idle fraction and the
+// GPipe ideal (nil without a pipeline). Every rank must call it.
+func (t *Trainer) Bubble(ctx context.Context) (idle []float64, ideal float64, err error) {
 	if t.pipe == nil {
-		return 0, 0, false
+		return nil, 0, nil
 	}
-	measured, ideal = t.pipe.Bubble()
-	return measured, ideal, true
+	return t.pipe.Bubble(ctx)
 }
 
 // ReportingRank is the rank whose output describes the run: the last

@@ -169,8 +169,18 @@ func run(args []string, stdout io.Writer) error {
 	t.Describe(stdout, be.Name())
 	runErr := t.Run(ctx)
 	t.Times().Print(stdout)
-	if measured, ideal, ok := t.Bubble(); ok {
-		fmt.Fprintf(stdout, "Pipeline bubble on this stage: %.1f%% of step time (GPipe ideal (p-1)/(m+p-1) = %.1f%%)\n", 100*measured, 100*ideal)
+	if runErr == nil {
+		idle, ideal, err := t.Bubble(ctx)
+		if err != nil {
+			return err
+		}
+		if idle != nil {
+			var parts []string
+			for s, f := range idle {
+				parts = append(parts, fmt.Sprintf("stage %d %.1f%%", s, 100*f))
+			}
+			fmt.Fprintf(stdout, "Pipeline idle time per stage: %s (GPipe bubble (p-1)/(m+p-1) = %.1f%%)\n", strings.Join(parts, ", "), 100*ideal)
+		}
 	}
 	if rss := train.PeakRSS(); rss > 0 {
 		fmt.Fprintf(stdout, "Peak memory (RSS) = %.0f MiB\n", float64(rss)/(1<<20))

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# GPipe on StagedCIFARNet, 3 stages (one rank each, one compute thread),
+# microbatches m = 1, 2, 4, 8: throughput and the last stage's measured
+# bubble beside the ideal (p-1)/(m+p-1); the unsplit model on one rank for
+# reference. Usage: bash bench/pipeline.sh [train-samples]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+n=${1:-1024}
+go build -o bin/ ./cmd/gorun ./cmd/train
+common=(--model cifarnet --synthetic --train-samples "$n" --test-samples 128 --epochs 1 --threads 1 --batch-size 128 --progress lines)
+printf '%-22s %8s %8s  %-44s %s\n' run seconds img/s "idle per stage" "ideal bubble"
+out=$(bin/train "${common[@]}")
+line=$(grep '^Epoch 1:' <<<"$out")
+printf '%-22s %8s %8s  %-44s %s\n' "unsplit, 1 rank" "$(sed -E 's/.*, ([0-9.]+) s, .*/\1/' <<<"$line")" "$(sed -E 's/.* ([0-9.]+) img\/s/\1/' <<<"$line")" - -
+for m in 1 2 4 8; do
+  out=$(bin/gorun -np 3 -no-prefix bin/train "${common[@]}" --pipeline 3 --microbatches $m)
+  line=$(grep '^Epoch 1:' <<<"$out")
+  bub=$(grep "^Pipeline idle" <<<"$out" | sed -E "s/.*: (.*) \(GPipe bubble .* = ([0-9.]+%)\)/\1;\2/")
+  printf '%-22s %8s %8s  %-44s %s\n' "GPipe p=3 m=$m" "$(sed -E 's/.*, ([0-9.]+) s, .*/\1/' <<<"$line")" "$(sed -E 's/.* ([0-9.]+) img\/s/\1/' <<<"$line")" "${bub%;*}" "${bub#*;}"
+done
