@@ -2,9 +2,12 @@ package train
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"math/rand/v2"
+	"os"
 	"sort"
 
 	"github.com/gorun/gorun/model/tensor"
@@ -28,24 +31,28 @@ type Classifier struct {
 // checkpoint metadata. model overrides or, for plain weights without
 // metadata (e.g. exported from PyTorch), supplies the model name; labels
 // then names the classes' dataset ("fashion-mnist", "mnist", "cifar10").
+//
+// A pipeline run's per-stage files (NAME.stage0.safetensors, …) load as
+// one model when path is NAME.safetensors and only the stage files exist.
 func LoadClassifier(path, model, labels string, be tensor.Backend) (*Classifier, error) {
-	meta, _, err := checkpoint.ReadMeta(path)
-	if err != nil && model == "" {
-		return nil, fmt.Errorf("%w; pass --model to load plain weights", err)
+	var m *zoo.Model
+	var meta *checkpoint.Meta
+	var err error
+	if _, statErr := os.Stat(path); errors.Is(statErr, fs.ErrNotExist) && fileExists(StagePath(path, 0)) {
+		m, meta, err = loadStages(path, be)
+		model = m.Name
+	} else {
+		m, meta, err = loadWhole(path, model, be)
+		if m != nil {
+			model = m.Name
+		}
 	}
-	if meta != nil && model == "" {
-		model = meta.Model
-	}
-	m, err := zoo.New(model, be, rand.New(rand.NewPCG(0, 0)))
 	if err != nil {
-		return nil, err
-	}
-	if _, err := checkpoint.LoadWeights(path, m.Net); err != nil {
 		return nil, err
 	}
 	m.Net.SetTraining(false)
 	c := &Classifier{Model: m, be: be}
-	if meta != nil && meta.Model == model {
+	if meta != nil && (meta.Model == model || pipelineModel(meta.Model, meta.Stages) == model) {
 		c.Classes, c.Mean, c.Std, c.Dataset = meta.Classes, meta.Mean, meta.Std, meta.Dataset
 	}
 	if labels != "" || c.Classes == nil {
@@ -149,4 +156,73 @@ func (c *Classifier) Evaluate(ctx context.Context, ds *data.Dataset, batch int) 
 		return Evaluation{}, err
 	}
 	return Evaluate(ctx, c.Model, c.be, loader, ds, nil)
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// loadWhole loads one weights file into the model named by model or, when
+// model is empty, by the file's metadata.
+func loadWhole(path, model string, be tensor.Backend) (*zoo.Model, *checkpoint.Meta, error) {
+	meta, _, err := checkpoint.ReadMeta(path)
+	if err != nil && model == "" {
+		return nil, nil, fmt.Errorf("%w; pass --model to load plain weights", err)
+	}
+	if meta != nil && model == "" {
+		model = meta.Model
+	}
+	m, err := zoo.New(model, be, rand.New(rand.NewPCG(0, 0)))
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, err := checkpoint.LoadWeights(path, m.Net); err != nil {
+		return nil, nil, err
+	}
+	return m, meta, nil
+}
+
+// pipelineModel is the zoo model a pipeline of stages trains for model.
+func pipelineModel(model string, stages int) string {
+	if stages == 3 && model == "cifarnet" {
+		return "cifarnet-staged" // seed 000's three stages
+	}
+	return model
+}
+
+// loadStages loads a pipeline run's stage files into the whole model.
+func loadStages(path string, be tensor.Backend) (*zoo.Model, *checkpoint.Meta, error) {
+	meta, _, err := checkpoint.ReadMeta(StagePath(path, 0))
+	if err != nil {
+		return nil, nil, err
+	}
+	if meta.Stages < 2 {
+		return nil, nil, fmt.Errorf("%s is not a pipeline stage's file", StagePath(path, 0))
+	}
+	m, err := zoo.New(pipelineModel(meta.Model, meta.Stages), be, rand.New(rand.NewPCG(0, 0)))
+	if err != nil {
+		return nil, nil, err
+	}
+	stages, err := StageLayers(m, meta.Stages)
+	if err != nil {
+		return nil, nil, err
+	}
+	for s, layer := range stages {
+		sm, err := checkpoint.LoadWeights(StagePath(path, s), layer)
+		if err != nil {
+			return nil, nil, fmt.Errorf("stage %d of %d: %w", s, meta.Stages, err)
+		}
+		if sm == nil || sm.Stage != s || sm.Stages != meta.Stages || sm.Step != meta.Step {
+			return nil, nil, fmt.Errorf("%s does not belong with %s (stage, stage count or step differ)", StagePath(path, s), StagePath(path, 0))
+		}
+	}
+	return m, meta, nil
+}
+
+// SaveWhole writes the classifier's model as one weights file (merging a
+// pipeline's stages), with its metadata.
+func (c *Classifier) SaveWhole(path string) error {
+	meta := checkpoint.Meta{Model: c.Model.Name, Input: c.Model.Input, Dataset: c.Dataset, Classes: c.Classes, Mean: c.Mean, Std: c.Std}
+	return checkpoint.Save(path, c.Model.Net, nil, meta)
 }

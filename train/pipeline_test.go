@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -73,6 +74,28 @@ func TestPipelineMatchesOneProcess(t *testing.T) {
 				worst = max(worst, rel)
 			}
 			t.Logf("p=%d m=%d: weights after %d steps within %.2g of the unsplit model", p, m, steps, worst)
+
+			// The stage files load as one model, and merge into one file.
+			be := cpu.New(1)
+			defer be.Close()
+			c, err := LoadClassifier(out, "", "", be)
+			if err != nil {
+				t.Fatal(err)
+			}
+			whole := filepath.Join(t.TempDir(), "whole.safetensors")
+			if err := c.SaveWhole(whole); err != nil {
+				t.Fatal(err)
+			}
+			merged, err := safetensors.ReadFile(whole)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for name, w := range got {
+				mt, ok := merged.Get(name)
+				if !ok || !slices.Equal(mt.F32, w) {
+					t.Fatalf("merged file: %s missing or different", name)
+				}
+			}
 		})
 	}
 }

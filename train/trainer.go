@@ -59,11 +59,7 @@ func New(cfg Config, be tensor.Backend, train, test *data.Dataset) (*Trainer, er
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	name := cfg.Model
-	if cfg.Pipeline == 3 && name == "cifarnet" {
-		name = "cifarnet-staged" // seed 000's three stages
-	}
-	m, err := zoo.New(name, be, rand.New(rand.NewPCG(cfg.Seed, 0x6d6f64656c)))
+	m, err := zoo.New(pipelineModel(cfg.Model, cfg.Pipeline), be, rand.New(rand.NewPCG(cfg.Seed, 0x6d6f64656c)))
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@
 //
 //	infer --weights net.safetensors shoe.png bag.jpg
 //	infer --weights net.safetensors --data /usr/share/datasets/fashion-mnist
+//	infer --weights run.safetensors --merge whole.safetensors   # a pipeline's stage files as one
 //
 // The model, class names and input normalisation are read from the
 // checkpoint; plain weights (e.g. exported from PyTorch) need --model and
@@ -39,20 +40,28 @@ func run(args []string, stdout io.Writer) error {
 	top := fs.Int("top", 3, "classes to print per image")
 	threads := fs.Int("threads", runtime.NumCPU(), "compute threads")
 	batch := fs.Int("batch-size", 128, "evaluation batch size")
+	merge := fs.String("merge", "", "write the loaded model (e.g. a pipeline run's stage files) as one weights file here and exit")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *weights == "" {
 		return fmt.Errorf("--weights is required")
 	}
-	if *dataDir == "" && fs.NArg() == 0 {
-		return fmt.Errorf("give image files to classify, or --data DIR to evaluate")
+	if *dataDir == "" && fs.NArg() == 0 && *merge == "" {
+		return fmt.Errorf("give image files to classify, --data DIR to evaluate, or --merge OUT")
 	}
 	be := cpu.New(*threads)
 	defer be.Close()
 	c, err := train.LoadClassifier(*weights, *model, *labels, be)
 	if err != nil {
 		return err
+	}
+	if *merge != "" {
+		if err := c.SaveWhole(*merge); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "wrote %s (model %s)\n", *merge, c.Model.Name)
+		return nil
 	}
 	if *dataDir != "" {
 		return evaluate(c, *dataDir, *batch, stdout)
