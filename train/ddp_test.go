@@ -135,6 +135,9 @@ func runWorker(scenario string) error {
 		if err := t.Run(ctx); err != nil {
 			return err
 		}
+		if err := t.WriteTimeline(ctx, out+".svg"); err != nil {
+			return err
+		}
 		fmt.Printf("DONE stage %d step %d\n", g.Rank(), t.step)
 		return nil
 	}

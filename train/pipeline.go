@@ -41,8 +41,10 @@ type Pipeline struct {
 	scales         []*tensor.Tensor
 	be             tensor.Backend
 
-	// Timeline of the last step, and totals for the bubble fraction.
+	// Timeline of the last step, the last full batch's, and totals for
+	// the bubble fraction.
 	Events      []Event
+	fullEvents  []Event
 	busy, total time.Duration
 }
 
@@ -278,6 +280,9 @@ func (p *Pipeline) Step(ctx context.Context, x *tensor.Tensor, labels []int32) (
 		p.busy += e.End.Sub(e.Start)
 	}
 	p.total += time.Since(stepStart)
+	if len(sizes) == p.micro {
+		p.fullEvents = append(p.fullEvents[:0], p.Events...)
+	}
 	return loss, nil
 }
 

@@ -2,11 +2,13 @@ package train
 
 import (
 	"context"
+	"encoding/xml"
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"slices"
+	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -74,6 +76,30 @@ func TestPipelineMatchesOneProcess(t *testing.T) {
 				worst = max(worst, rel)
 			}
 			t.Logf("p=%d m=%d: weights after %d steps within %.2g of the unsplit model", p, m, steps, worst)
+
+			// The last stage drew the schedule: a forward and a backward
+			// box per stage and microbatch.
+			svg, err := os.ReadFile(out + ".svg")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var doc struct {
+				Rects []struct {
+					Title string `xml:"title"`
+				} `xml:"rect"`
+			}
+			if err := xml.Unmarshal(svg, &doc); err != nil {
+				t.Fatalf("timeline SVG: %v", err)
+			}
+			boxes := 0
+			for _, r := range doc.Rects {
+				if r.Title != "" {
+					boxes++
+				}
+			}
+			if boxes != 2*p*m {
+				t.Fatalf("timeline has %d boxes, want %d", boxes, 2*p*m)
+			}
 
 			// The stage files load as one model, and merge into one file.
 			be := cpu.New(1)

@@ -193,6 +193,29 @@ func (t *Trainer) Bubble(ctx context.Context) (idle []float64, ideal float64, er
 	return t.pipe.Bubble(ctx)
 }
 
+// WriteTimeline gathers the pipeline's last full batch from every stage
+// and, on the reporting rank, draws it as an SVG at path. Every rank must
+// call it.
+func (t *Trainer) WriteTimeline(ctx context.Context, path string) error {
+	if t.pipe == nil {
+		return fmt.Errorf("--timeline needs a pipeline run")
+	}
+	events, err := t.pipe.Timeline(ctx)
+	if err != nil {
+		return err
+	}
+	idle, ideal, err := t.pipe.Bubble(ctx)
+	if err != nil || t.pipe.stage != t.ReportingRank() {
+		return err
+	}
+	var parts []string
+	for s, f := range idle {
+		parts = append(parts, fmt.Sprintf("%d: %.0f%%", s, 100*f))
+	}
+	title := fmt.Sprintf("GPipe, %d stages, %d microbatches: idle per stage %s (ideal bubble %.0f%%)", t.pipe.stages, t.pipe.micro, strings.Join(parts, ", "), 100*ideal)
+	return WriteTimelineSVG(path, events, t.pipe.stages, title)
+}
+
 // ReportingRank is the rank whose output describes the run: the last
 // stage of a pipeline (it has the loss), else rank 0.
 func (t *Trainer) ReportingRank() int {

@@ -43,6 +43,7 @@ const fashionMNIST = "/usr/share/datasets/fashion-mnist"
 // options are the flags that are not part of train.Config.
 type options struct {
 	dataDir, save, resume, metrics, tensorboard, cpuprofile, progress string
+	timeline                                                          string
 	synthetic, verbose                                                bool
 	trainSamples, testSamples                                         int
 }
@@ -86,6 +87,7 @@ func run(args []string, stdout io.Writer) error {
 	fs.IntVar(&cfg.Accumulate, "accumulate", 0, "batches whose gradients are summed before each optimizer step (default 1)")
 	fs.IntVar(&cfg.Pipeline, "pipeline", 0, "split the model into this many stages, one per rank (GPipe; the job must have as many ranks)")
 	fs.IntVar(&cfg.Microbatches, "microbatches", 0, "with --pipeline: microbatches per batch (default 4)")
+	fs.StringVar(&o.timeline, "timeline", "", "with --pipeline: draw the last batch's schedule (every stage's forwards and backwards) as an SVG here")
 	fs.BoolVar(&cfg.SyncBatchNorm, "sync-bn", false, "in a distributed run, batch norm uses the statistics of the whole batch across ranks (SyncBatchNorm)")
 	fs.BoolVar(&o.verbose, "verbose", false, "in a distributed run, every rank prints its progress (default: rank 0 only)")
 	if err := fs.Parse(args); err != nil {
@@ -173,6 +175,12 @@ func run(args []string, stdout io.Writer) error {
 		idle, ideal, err := t.Bubble(ctx)
 		if err != nil {
 			return err
+		}
+		if o.timeline != "" {
+			if err := t.WriteTimeline(ctx, o.timeline); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "Wrote the pipeline timeline to %s\n", o.timeline)
 		}
 		if idle != nil {
 			var parts []string

@@ -1,0 +1,90 @@
+package train
+
+import (
+	"context"
+	"fmt"
+	"html"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/gorun/gorun/comm"
+)
+
+// Timeline gathers every stage's events of the last full batch (all
+// stages must call it) and returns them, ordered by stage, with times
+// relative to the earliest start. Stages on one host share a clock; across
+// hosts the picture is as good as their clock synchronisation.
+func (p *Pipeline) Timeline(ctx context.Context) ([]Event, error) {
+	per := 2 * p.micro
+	buf := make([]float64, 4*per) // micro, backward, start, end (ns since the Unix epoch)
+	for i, e := range p.fullEvents {
+		bw := 0.0
+		if e.Backward {
+			bw = 1
+		}
+		buf[4*i], buf[4*i+1], buf[4*i+2], buf[4*i+3] = float64(e.Micro), bw, float64(e.Start.UnixNano()), float64(e.End.UnixNano())
+	}
+	all := make([]float64, len(buf)*p.stages)
+	if err := comm.AllGather(ctx, p.g, buf, all); err != nil {
+		return nil, fmt.Errorf("pipeline: gathering the timeline: %w", err)
+	}
+	var events []Event
+	for s := range p.stages {
+		for i := range per {
+			v := all[(s*per+i)*4:]
+			if v[3] == 0 {
+				continue // no full batch on that stage
+			}
+			events = append(events, Event{Stage: s, Micro: int(v[0]), Backward: v[1] == 1,
+				Start: time.Unix(0, int64(v[2])), End: time.Unix(0, int64(v[3]))})
+		}
+	}
+	return events, nil
+}
+
+// WriteTimelineSVG draws events as the GPipe schedule diagram: one row per
+// stage, forwards blue and backwards green, each labelled with its
+// microbatch; idle time stays white.
+func WriteTimelineSVG(path string, events []Event, stages int, title string) error {
+	if len(events) == 0 {
+		return fmt.Errorf("timeline: no events (no full batch was trained)")
+	}
+	t0, t1 := events[0].Start, events[0].End
+	for _, e := range events {
+		if e.Start.Before(t0) {
+			t0 = e.Start
+		}
+		if e.End.After(t1) {
+			t1 = e.End
+		}
+	}
+	const left, top, rowH, width = 80, 40, 36, 900
+	span := t1.Sub(t0).Seconds()
+	x := func(t time.Time) float64 { return left + width*t.Sub(t0).Seconds()/span }
+	var b strings.Builder
+	h := top + rowH*stages + 30
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">`+"\n", left+width+20, h)
+	fmt.Fprintf(&b, `<text x="%d" y="20" font-size="14">%s</text>`+"\n", left, html.EscapeString(title))
+	for s := range stages {
+		y := top + s*rowH
+		fmt.Fprintf(&b, `<text x="8" y="%d">stage %d</text>`+"\n", y+rowH/2+4, s)
+		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="#ccc"/>`+"\n", left, y, width, rowH-6)
+	}
+	for _, e := range events {
+		fill, label := "#4a90d9", fmt.Sprintf("F%d", e.Micro)
+		if e.Backward {
+			fill, label = "#5cb85c", fmt.Sprintf("B%d", e.Micro)
+		}
+		x0, x1 := x(e.Start), x(e.End)
+		y := top + e.Stage*rowH
+		fmt.Fprintf(&b, `<rect x="%.1f" y="%d" width="%.1f" height="%d" fill="%s" stroke="#fff"><title>stage %d %s: %.2f–%.2f ms</title></rect>`+"\n",
+			x0, y, max(x1-x0, 0.5), rowH-6, fill, e.Stage, label, 1e3*e.Start.Sub(t0).Seconds(), 1e3*e.End.Sub(t0).Seconds())
+		if x1-x0 > 18 {
+			fmt.Fprintf(&b, `<text x="%.1f" y="%d" fill="#fff" text-anchor="middle">%s</text>`+"\n", (x0+x1)/2, y+rowH/2+1, label)
+		}
+	}
+	fmt.Fprintf(&b, `<text x="%d" y="%d">0</text><text x="%d" y="%d" text-anchor="end">%.1f ms</text>`+"\n", left, h-8, left+width, h-8, 1e3*span)
+	b.WriteString("</svg>\n")
+	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
