@@ -12,9 +12,12 @@ printf '%-22s %8s %8s  %-44s %s\n' run seconds img/s "idle per stage" "ideal bub
 out=$(bin/train "${common[@]}")
 line=$(grep '^Epoch 1:' <<<"$out")
 printf '%-22s %8s %8s  %-44s %s\n' "unsplit, 1 rank" "$(sed -E 's/.*, ([0-9.]+) s, .*/\1/' <<<"$line")" "$(sed -E 's/.* ([0-9.]+) img\/s/\1/' <<<"$line")" - -
-for m in 1 2 4 8; do
-  out=$(bin/gorun -np 3 -no-prefix bin/train "${common[@]}" --pipeline 3 --microbatches $m)
+run() { # schedule, microbatches
+  out=$(bin/gorun -np 3 -no-prefix bin/train "${common[@]}" --pipeline 3 --schedule $1 --microbatches $2)
   line=$(grep '^Epoch 1:' <<<"$out")
   bub=$(grep "^Pipeline idle" <<<"$out" | sed -E "s/.*: (.*) \(GPipe bubble .* = ([0-9.]+%)\)/\1;\2/")
-  printf '%-22s %8s %8s  %-44s %s\n' "GPipe p=3 m=$m" "$(sed -E 's/.*, ([0-9.]+) s, .*/\1/' <<<"$line")" "$(sed -E 's/.* ([0-9.]+) img\/s/\1/' <<<"$line")" "${bub%;*}" "${bub#*;}"
-done
+  printf '%-22s %8s %8s  %-44s %s\n' "$1 p=3 m=$2" "$(sed -E 's/.*, ([0-9.]+) s, .*/\1/' <<<"$line")" "$(sed -E 's/.* ([0-9.]+) img\/s/\1/' <<<"$line")" "${bub%;*}" "${bub#*;}"
+  grep '^Peak memory' <<<"$out" | sed 's/^/    /'
+}
+for m in 1 2 4 8; do run gpipe $m; done
+run 1f1b 8

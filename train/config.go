@@ -44,8 +44,9 @@ type Config struct {
 	SyncBatchNorm bool `json:"sync_batch_norm,omitempty"`
 	// Pipeline splits the model into this many stages, one per rank
 	// (GPipe); Microbatches cuts each batch for it.
-	Pipeline     int `json:"pipeline,omitempty"`
-	Microbatches int `json:"microbatches,omitempty"`
+	Pipeline     int    `json:"pipeline,omitempty"`
+	Microbatches int    `json:"microbatches,omitempty"`
+	Schedule     string `json:"schedule,omitempty"` // gpipe (default) or 1f1b
 }
 
 // Defaults returns the workshops' settings for a model: the MNIST net

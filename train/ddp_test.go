@@ -119,7 +119,7 @@ func runWorker(scenario string) error {
 		}
 	}
 	if scenario == "pipe" {
-		t.cfg.Pipeline, t.cfg.Microbatches = g.Size(), envInt("PIPE_MICRO")
+		t.cfg.Pipeline, t.cfg.Microbatches, t.cfg.Schedule = g.Size(), envInt("PIPE_MICRO"), os.Getenv("PIPE_SCHEDULE")
 		if err := t.Pipe(g); err != nil {
 			return err
 		}

@@ -31,6 +31,7 @@ type Pipeline struct {
 	g              *comm.Group // rank = stage
 	stage, stages  int
 	micro          int
+	schedule       string // "gpipe" or "1f1b"
 	layer          nn.Layer
 	replicas       []nn.Layer
 	losses         []*nn.Loss
@@ -104,14 +105,21 @@ func children(c *nn.Chain, lo, hi int) []nn.Child {
 // NewPipeline sets up stage g.Rank() of stages for m, with micro
 // microbatches per batch. Every rank builds the whole model (the same
 // weights from the same seed) and keeps its stage.
-func NewPipeline(g *comm.Group, be tensor.Backend, m *zoo.Model, stages []nn.Layer, micro int) (*Pipeline, error) {
+func NewPipeline(g *comm.Group, be tensor.Backend, m *zoo.Model, stages []nn.Layer, micro int, schedule string) (*Pipeline, error) {
+	switch schedule {
+	case "", "gpipe":
+		schedule = "gpipe"
+	case "1f1b":
+	default:
+		return nil, fmt.Errorf("pipeline: schedule %q: want gpipe or 1f1b", schedule)
+	}
 	if g.Size() != len(stages) {
 		return nil, fmt.Errorf("pipeline: %d stages need %d ranks, the job has %d", len(stages), len(stages), g.Size())
 	}
 	if micro < 1 {
 		return nil, fmt.Errorf("pipeline: %d microbatches", micro)
 	}
-	p := &Pipeline{g: g, stage: g.Rank(), stages: len(stages), micro: micro, layer: stages[g.Rank()], be: be}
+	p := &Pipeline{g: g, stage: g.Rank(), stages: len(stages), micro: micro, layer: stages[g.Rank()], be: be, schedule: schedule}
 	// Shapes between stages, from one sample through the whole model.
 	x := tensor.New(append([]int{1}, m.Input...)...)
 	m.Net.SetTraining(false)
@@ -130,7 +138,13 @@ func NewPipeline(g *comm.Group, be tensor.Backend, m *zoo.Model, stages []nn.Lay
 		copy(x.Data, y.Data)
 	}
 	m.Net.SetTraining(true)
-	for k := range micro {
+	// GPipe holds every microbatch's activations until the backwards;
+	// 1F1B at most p−s on stage s, so it needs only that many replicas.
+	slots := micro
+	if schedule == "1f1b" {
+		slots = min(micro, p.stages-p.stage)
+	}
+	for k := range slots {
 		r := p.layer
 		if k > 0 {
 			var err error
@@ -143,7 +157,9 @@ func NewPipeline(g *comm.Group, be tensor.Backend, m *zoo.Model, stages []nn.Lay
 		p.dyBufs = append(p.dyBufs, &tensor.Tensor{})
 		p.xViews = append(p.xViews, &tensor.Tensor{})
 		p.scales = append(p.scales, &tensor.Tensor{})
-		if p.last() {
+	}
+	if p.last() {
+		for range micro {
 			p.losses = append(p.losses, m.NewLoss(be))
 		}
 	}
@@ -188,6 +204,9 @@ func reuseShaped(t *tensor.Tensor, n int, sample []int) *tensor.Tensor {
 // mean loss on the last stage (0 elsewhere). Gradients accumulate into the
 // stage's parameters; the caller steps the optimizer.
 func (p *Pipeline) Step(ctx context.Context, x *tensor.Tensor, labels []int32) (float32, error) {
+	if p.schedule == "1f1b" {
+		return p.step1F1B(ctx, x, labels)
+	}
 	n := len(labels)
 	sizes := p.split(n)
 	stepStart := time.Now()
@@ -331,4 +350,125 @@ func (p *Pipeline) SetTraining(training bool) {
 	for _, r := range p.replicas {
 		r.SetTraining(training)
 	}
+}
+
+// step1F1B runs one batch with the 1F1B schedule: stage s first runs
+// p−s−1 forwards, then alternates one forward and one backward, then
+// drains the remaining backwards, so at most p−s microbatches' activations
+// are alive at once (replica slots are reused, microbatch k in slot
+// k mod slots). Backwards run in microbatch order.
+func (p *Pipeline) step1F1B(ctx context.Context, x *tensor.Tensor, labels []int32) (float32, error) {
+	n := len(labels)
+	sizes := p.split(n)
+	stepStart := time.Now()
+	p.Events = p.Events[:0]
+	slots := len(p.replicas)
+	offs := make([]int, len(sizes)+1)
+	for k, nk := range sizes {
+		offs[k+1] = offs[k] + nk
+	}
+	var sends []*comm.Work
+	var loss float32
+	forward := func(k int) error {
+		slot := k % slots
+		var in *tensor.Tensor
+		if p.stage == 0 {
+			per := tensor.Volume(p.inShape)
+			in = shaped(p.xViews[slot], x.Data[offs[k]*per:], sizes[k], p.inShape)
+		} else {
+			in = reuseShaped(p.inBufs[slot], sizes[k], p.inShape)
+			if err := p.g.Recv(ctx, in.Data, p.stage-1, tagActivation); err != nil {
+				return fmt.Errorf("stage %d: receiving microbatch %d from stage %d: %w", p.stage, k, p.stage-1, err)
+			}
+		}
+		t0 := time.Now()
+		y, err := p.replicas[slot].Forward(in)
+		if err != nil {
+			return fmt.Errorf("stage %d microbatch %d: forward: %w", p.stage, k, err)
+		}
+		if p.last() {
+			l, err := p.losses[k].Forward(y, labels[offs[k]:offs[k+1]])
+			if err != nil {
+				return fmt.Errorf("stage %d microbatch %d: loss: %w", p.stage, k, err)
+			}
+			loss += l * float32(sizes[k]) / float32(n)
+		}
+		p.Events = append(p.Events, Event{Stage: p.stage, Micro: k, Start: t0, End: time.Now()})
+		if !p.last() {
+			sends = append(sends, p.g.SendAsync(ctx, y.Data, p.stage+1, tagActivation))
+		}
+		return nil
+	}
+	backward := func(k int) error {
+		slot := k % slots
+		var dy *tensor.Tensor
+		if p.last() {
+			g, err := p.losses[k].Backward()
+			if err != nil {
+				return err
+			}
+			sc := tensor.Reuse(&p.scales[slot], g.Shape...)
+			p.be.Fill(sc, float32(sizes[k])/float32(n))
+			p.be.Mul(g, sc, g)
+			dy = g
+		} else {
+			dy = reuseShaped(p.dyBufs[slot], sizes[k], p.outShape)
+			if err := p.g.Recv(ctx, dy.Data, p.stage+1, tagGradient); err != nil {
+				return fmt.Errorf("stage %d: receiving the gradient of microbatch %d from stage %d: %w", p.stage, k, p.stage+1, err)
+			}
+		}
+		t0 := time.Now()
+		dx, err := p.replicas[slot].Backward(dy)
+		if err != nil {
+			return fmt.Errorf("stage %d microbatch %d: backward: %w", p.stage, k, err)
+		}
+		p.Events = append(p.Events, Event{Stage: p.stage, Micro: k, Backward: true, Start: t0, End: time.Now()})
+		if p.stage > 0 {
+			// The sent gradient lives in the slot's replica until it is
+			// reused: wait for it then (below) or at the end.
+			sends = append(sends, p.g.SendAsync(ctx, dx.Data, p.stage-1, tagGradient))
+		}
+		return nil
+	}
+	m := len(sizes)
+	warm := min(p.stages-p.stage-1, m)
+	for k := range warm {
+		if err := forward(k); err != nil {
+			return 0, err
+		}
+	}
+	for k := 0; k < m-warm; k++ {
+		// A slot's buffers are about to be reused: its earlier sends must
+		// be done.
+		for _, w := range sends {
+			if err := w.Wait(); err != nil {
+				return 0, fmt.Errorf("stage %d: sending: %w", p.stage, err)
+			}
+		}
+		sends = sends[:0]
+		if err := forward(warm + k); err != nil {
+			return 0, err
+		}
+		if err := backward(k); err != nil {
+			return 0, err
+		}
+	}
+	for k := m - warm; k < m; k++ {
+		if err := backward(k); err != nil {
+			return 0, err
+		}
+	}
+	for _, w := range sends {
+		if err := w.Wait(); err != nil {
+			return 0, fmt.Errorf("stage %d: sending: %w", p.stage, err)
+		}
+	}
+	for _, e := range p.Events {
+		p.busy += e.End.Sub(e.Start)
+	}
+	p.total += time.Since(stepStart)
+	if len(sizes) == p.micro {
+		p.fullEvents = append(p.fullEvents[:0], p.Events...)
+	}
+	return loss, nil
 }

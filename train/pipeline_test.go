@@ -20,14 +20,25 @@ import (
 )
 
 // TestPipelineMatchesOneProcess trains the MNIST net (dropout off) split
-// into p stages on p processes with m microbatches, and unsplit in this
-// process with the same batches: after k steps every stage's weights equal
-// the unsplit model's within 1e-5.
+// into p stages on p processes with m microbatches, with the GPipe and the
+// 1F1B schedules, and unsplit in this process with the same batches:
+// after k steps every stage's weights equal the unsplit model's within
+// 1e-5.
 func TestPipelineMatchesOneProcess(t *testing.T) {
 	const batch, steps = 16, 4
-	cases := [][2]int{{2, 1}, {2, 2}, {2, 4}, {2, 8}, {3, 1}, {3, 2}, {3, 4}, {3, 8}}
+	type pcase struct {
+		p, m     int
+		schedule string
+	}
+	var cases []pcase
+	for _, p := range []int{2, 3} {
+		for _, m := range []int{1, 2, 4, 8} {
+			cases = append(cases, pcase{p, m, "gpipe"})
+		}
+	}
+	cases = append(cases, pcase{2, 4, "1f1b"}, pcase{3, 3, "1f1b"}, pcase{3, 8, "1f1b"})
 	if testing.Short() {
-		cases = [][2]int{{3, 4}}
+		cases = []pcase{{3, 4, "gpipe"}, {3, 8, "1f1b"}}
 	}
 	cfg, trainSet, testSet := ddpSetup(1, batch, steps, 1)
 	ref := newTrainer(t, cfg, trainSet, testSet)
@@ -36,11 +47,11 @@ func TestPipelineMatchesOneProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range cases {
-		p, m := c[0], c[1]
-		t.Run(fmt.Sprintf("p=%d/m=%d", p, m), func(t *testing.T) {
+		p, m := c.p, c.m
+		t.Run(fmt.Sprintf("%s/p=%d/m=%d", c.schedule, p, m), func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "pipe.safetensors")
 			res, log := runJob(t, p, "pipe", "DDP_PER_RANK="+strconv.Itoa(batch), "DDP_STEPS="+strconv.Itoa(steps),
-				"DDP_EPOCHS=1", "DDP_DATA_WORLD=1", "DDP_OUT="+out, "PIPE_MICRO="+strconv.Itoa(m))
+				"DDP_EPOCHS=1", "DDP_DATA_WORLD=1", "DDP_OUT="+out, "PIPE_MICRO="+strconv.Itoa(m), "PIPE_SCHEDULE="+c.schedule)
 			if err := res.Error(); err != nil {
 				t.Fatalf("job: %v\n%s", err, log)
 			}
@@ -75,7 +86,7 @@ func TestPipelineMatchesOneProcess(t *testing.T) {
 				}
 				worst = max(worst, rel)
 			}
-			t.Logf("p=%d m=%d: weights after %d steps within %.2g of the unsplit model", p, m, steps, worst)
+			t.Logf("%s p=%d m=%d: weights after %d steps within %.2g of the unsplit model", c.schedule, p, m, steps, worst)
 
 			// The last stage drew the schedule: a forward and a backward
 			// box per stage and microbatch.

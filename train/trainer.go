@@ -169,7 +169,7 @@ func (t *Trainer) Pipe(g *comm.Group) error {
 	if err != nil {
 		return err
 	}
-	pipe, err := NewPipeline(g, t.be, t.model, stages, max(t.cfg.Microbatches, 1))
+	pipe, err := NewPipeline(g, t.be, t.model, stages, max(t.cfg.Microbatches, 1), t.cfg.Schedule)
 	if err != nil {
 		return err
 	}
@@ -212,7 +212,7 @@ func (t *Trainer) WriteTimeline(ctx context.Context, path string) error {
 	for s, f := range idle {
 		parts = append(parts, fmt.Sprintf("%d: %.0f%%", s, 100*f))
 	}
-	title := fmt.Sprintf("GPipe, %d stages, %d microbatches: idle per stage %s (ideal bubble %.0f%%)", t.pipe.stages, t.pipe.micro, strings.Join(parts, ", "), 100*ideal)
+	title := fmt.Sprintf("%s, %d stages, %d microbatches: idle per stage %s (GPipe's ideal bubble %.0f%%)", t.pipe.schedule, t.pipe.stages, t.pipe.micro, strings.Join(parts, ", "), 100*ideal)
 	return WriteTimelineSVG(path, events, t.pipe.stages, title)
 }
 

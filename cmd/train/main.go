@@ -87,6 +87,7 @@ func run(args []string, stdout io.Writer) error {
 	fs.IntVar(&cfg.Accumulate, "accumulate", 0, "batches whose gradients are summed before each optimizer step (default 1)")
 	fs.IntVar(&cfg.Pipeline, "pipeline", 0, "split the model into this many stages, one per rank (GPipe; the job must have as many ranks)")
 	fs.IntVar(&cfg.Microbatches, "microbatches", 0, "with --pipeline: microbatches per batch (default 4)")
+	fs.StringVar(&cfg.Schedule, "schedule", "", "with --pipeline: gpipe (all forwards, then all backwards) or 1f1b (at most p microbatches' activations held; default gpipe)")
 	fs.StringVar(&o.timeline, "timeline", "", "with --pipeline: draw the last batch's schedule (every stage's forwards and backwards) as an SVG here")
 	fs.BoolVar(&cfg.SyncBatchNorm, "sync-bn", false, "in a distributed run, batch norm uses the statistics of the whole batch across ranks (SyncBatchNorm)")
 	fs.BoolVar(&o.verbose, "verbose", false, "in a distributed run, every rank prints its progress (default: rank 0 only)")
@@ -190,7 +191,19 @@ func run(args []string, stdout io.Writer) error {
 			fmt.Fprintf(stdout, "Pipeline idle time per stage: %s (GPipe bubble (p-1)/(m+p-1) = %.1f%%)\n", strings.Join(parts, ", "), 100*ideal)
 		}
 	}
-	if rss := train.PeakRSS(); rss > 0 {
+	if cfg.Pipeline > 1 && runErr == nil {
+		// Every stage's peak, on the reporting rank.
+		rss := make([]float64, g.Size())
+		rss[g.Rank()] = float64(train.PeakRSS()) / (1 << 20)
+		if err := comm.AllReduce(ctx, g, rss, comm.Sum); err != nil {
+			return err
+		}
+		var parts []string
+		for s, v := range rss {
+			parts = append(parts, fmt.Sprintf("stage %d %.0f MiB", s, v))
+		}
+		fmt.Fprintf(stdout, "Peak memory (RSS) per stage: %s\n", strings.Join(parts, ", "))
+	} else if rss := train.PeakRSS(); rss > 0 {
 		fmt.Fprintf(stdout, "Peak memory (RSS) = %.0f MiB\n", float64(rss)/(1<<20))
 	}
 	if runErr != nil {
@@ -239,7 +252,7 @@ func resolveConfig(flags train.Config, set map[string]bool, resume string) (trai
 		"seed": func() { base.Seed = flags.Seed }, "augment": func() { base.Augment = flags.Augment },
 		"threads": func() { base.Threads = flags.Threads }, "log-interval": func() { base.LogInterval = flags.LogInterval },
 		"accumulate": func() { base.Accumulate = flags.Accumulate }, "sync-bn": func() { base.SyncBatchNorm = flags.SyncBatchNorm },
-		"pipeline": func() { base.Pipeline = flags.Pipeline }, "microbatches": func() { base.Microbatches = flags.Microbatches },
+		"pipeline": func() { base.Pipeline = flags.Pipeline }, "schedule": func() { base.Schedule = flags.Schedule }, "microbatches": func() { base.Microbatches = flags.Microbatches },
 	}
 	for name, apply := range override {
 		if set[name] {
