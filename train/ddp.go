@@ -184,6 +184,17 @@ func (d *DDP) Finish() (time.Duration, error) {
 	return waited, nil
 }
 
+// ReduceAll averages every bucket now, whatever BeginStep said (a
+// pipeline stage reduces once after all its microbatches), and returns the
+// time it took.
+func (d *DDP) ReduceAll() (time.Duration, error) {
+	d.sync = true
+	for _, b := range d.buckets {
+		b.work = nil
+	}
+	return d.Finish()
+}
+
 // CommTimes returns the time gradient reductions ran (summed over buckets
 // and steps) and the time the steps waited for them after backward; the
 // difference was hidden behind backward.

@@ -119,8 +119,8 @@ func runWorker(scenario string) error {
 		}
 	}
 	if scenario == "pipe" {
-		t.cfg.Pipeline, t.cfg.Microbatches, t.cfg.Schedule = g.Size(), envInt("PIPE_MICRO"), os.Getenv("PIPE_SCHEDULE")
-		if err := t.Pipe(g); err != nil {
+		t.cfg.Pipeline, t.cfg.Microbatches, t.cfg.Schedule = g.Size()/max(envInt("DDP_DATA_WORLD"), 1), envInt("PIPE_MICRO"), os.Getenv("PIPE_SCHEDULE")
+		if err := t.Pipe(ctx, g); err != nil {
 			return err
 		}
 		if os.Getenv("PIPE_KILL") != "" {
@@ -138,7 +138,7 @@ func runWorker(scenario string) error {
 		if err := t.WriteTimeline(ctx, out+".svg"); err != nil {
 			return err
 		}
-		fmt.Printf("DONE stage %d step %d\n", g.Rank(), t.step)
+		fmt.Printf("DONE rank %d step %d\n", g.Rank(), t.step)
 		return nil
 	}
 	if err := t.Distribute(ctx, g); err != nil {

@@ -193,3 +193,45 @@ func mustZoo(t *testing.T, name string, be *cpu.Backend) *zoo.Model {
 	}
 	return m
 }
+
+// TestPipelineTimesDataParallel runs 4 ranks as 2 pipelines of 2 stages,
+// each pipeline on its own shard with batch b, the stages' gradients
+// averaged across the pipelines: the weights equal one unsplit process
+// with batch 2b within 1e-5.
+func TestPipelineTimesDataParallel(t *testing.T) {
+	const perPipeline, steps = 8, 4
+	out := filepath.Join(t.TempDir(), "pdp.safetensors")
+	res, log := runJob(t, 4, "pipe", "DDP_PER_RANK="+strconv.Itoa(perPipeline), "DDP_STEPS="+strconv.Itoa(steps),
+		"DDP_EPOCHS=1", "DDP_DATA_WORLD=2", "DDP_OUT="+out, "PIPE_MICRO=2")
+	if err := res.Error(); err != nil {
+		t.Fatalf("job: %v\n%s", err, log)
+	}
+	cfg, trainSet, testSet := ddpSetup(2, perPipeline, steps, 1)
+	ref := newTrainer(t, cfg, trainSet, testSet)
+	noDropout(ref)
+	if err := ref.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]float32{}
+	for s := range 2 {
+		f, err := safetensors.ReadFile(StagePath(out, s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tn := range f.Tensors {
+			got[tn.Name] = tn.F32
+		}
+	}
+	for _, v := range nn.Params(ref.model.Net) {
+		g := got[v.Name]
+		var diff, norm float64
+		for i, w := range v.Value.Data {
+			d := float64(g[i]) - float64(w)
+			diff += d * d
+			norm += float64(w) * float64(w)
+		}
+		if rel := math.Sqrt(diff / norm); rel > 1e-5 {
+			t.Fatalf("%s differs from one process with batch %d by %.2g", v.Name, 2*perPipeline, rel)
+		}
+	}
+}

@@ -160,16 +160,32 @@ func (t *Trainer) Distribute(ctx context.Context, g *comm.Group) error {
 	return nil
 }
 
-// Pipe makes the run pipeline-parallel over g: rank s runs stage s of
-// cfg.Pipeline with cfg.Microbatches microbatches (GPipe). Call it after
-// New, on every rank. Every rank reads the same batches; stage 0 uses the
-// images, the last stage the labels, and the last stage reports.
-func (t *Trainer) Pipe(g *comm.Group) error {
-	stages, err := StageLayers(t.model, t.cfg.Pipeline)
+// Pipe makes the run pipeline-parallel over g with cfg.Pipeline stages
+// and cfg.Microbatches microbatches. With more ranks than stages, the
+// ranks form g.Size()/P pipelines (ranks r·P … r·P+P−1 are pipeline r,
+// stage s = rank mod P) that train on different shards of each epoch, and
+// each stage's gradients are averaged across its replicas. Call it after
+// New, on every rank. The stages of a pipeline read the same batches:
+// stage 0 uses the images, the last stage the labels and reports.
+func (t *Trainer) Pipe(ctx context.Context, g *comm.Group) error {
+	p := t.cfg.Pipeline
+	if g.Size()%p != 0 {
+		return fmt.Errorf("pipeline: %d ranks cannot form pipelines of %d stages", g.Size(), p)
+	}
+	replica, stage := g.Rank()/p, g.Rank()%p
+	pg, err := g.Split(ctx, replica, stage)
+	if err != nil {
+		return fmt.Errorf("pipeline: forming pipeline %d: %w", replica, err)
+	}
+	dg, err := g.Split(ctx, stage, replica)
+	if err != nil {
+		return fmt.Errorf("pipeline: grouping the replicas of stage %d: %w", stage, err)
+	}
+	stages, err := StageLayers(t.model, p)
 	if err != nil {
 		return err
 	}
-	pipe, err := NewPipeline(g, t.be, t.model, stages, max(t.cfg.Microbatches, 1), t.cfg.Schedule)
+	pipe, err := NewPipeline(pg, t.be, t.model, stages, max(t.cfg.Microbatches, 1), t.cfg.Schedule)
 	if err != nil {
 		return err
 	}
@@ -181,6 +197,12 @@ func (t *Trainer) Pipe(g *comm.Group) error {
 		return err
 	}
 	t.pipe = pipe
+	t.group = dg // the data-parallel dimension: this stage's replicas
+	if dg.Size() > 1 {
+		if t.ddp, err = NewDDP(ctx, dg, pipe.Layer()); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -335,7 +357,7 @@ func (t *Trainer) runEpoch(ctx context.Context, epoch int) error {
 			return fmt.Errorf("report: %w", err)
 		}
 	}
-	if t.SavePath != "" && (t.rank() == 0 || t.pipe != nil) {
+	if t.SavePath != "" && t.rank() == 0 { // a pipeline's rank 0 is pipeline 0: each of its stages saves
 		t0 := time.Now()
 		if err := t.Save(t.SavePath); err != nil {
 			return err
@@ -379,9 +401,17 @@ func (t *Trainer) trainEpoch(ctx context.Context, epoch int) (float64, int, erro
 			break
 		}
 		if t.pipe != nil {
+			if t.ddp != nil {
+				t.ddp.BeginStep(false) // reduced in one go after the microbatches
+			}
 			loss, err := t.pipe.Step(ctx, b.X, b.Labels)
 			if err != nil {
 				return 0, 0, fmt.Errorf("epoch %d batch %d: %w", epoch, batch, err)
+			}
+			if t.ddp != nil {
+				if _, err := t.ddp.ReduceAll(); err != nil {
+					return 0, 0, fmt.Errorf("epoch %d batch %d: %w", epoch, batch, err)
+				}
 			}
 			t2 := time.Now()
 			for _, e := range t.pipe.Events {
@@ -404,9 +434,10 @@ func (t *Trainer) trainEpoch(ctx context.Context, epoch int) (float64, int, erro
 			lossSum += float64(loss)
 			if t.Report != nil {
 				elapsed := t3.Sub(start)
-				err := t.Report.Step(report.Step{Epoch: epoch, Batch: batch, Batches: batches, Seen: seen, Total: t.train.Len(),
+				w := t.world()
+				err := t.Report.Step(report.Step{Epoch: epoch, Batch: batch, Batches: batches, Seen: seen * w, Total: t.train.Len(),
 					GlobalStep: t.step, Loss: float64(loss), LR: t.opt.LR(), Elapsed: elapsed,
-					ImagesPerSec: float64(seen+b.Len()) / elapsed.Seconds()})
+					ImagesPerSec: float64((seen+b.Len())*w) / elapsed.Seconds()})
 				if err != nil {
 					return 0, 0, fmt.Errorf("report: %w", err)
 				}

@@ -155,7 +155,7 @@ func run(args []string, stdout io.Writer) error {
 		if o.resume != "" {
 			return fmt.Errorf("--resume of a pipeline run is not supported yet")
 		}
-		if err := t.Pipe(g); err != nil {
+		if err := t.Pipe(ctx, g); err != nil {
 			return err
 		}
 	} else if err := t.Distribute(ctx, g); err != nil {
@@ -199,8 +199,12 @@ func run(args []string, stdout io.Writer) error {
 			return err
 		}
 		var parts []string
-		for s, v := range rss {
-			parts = append(parts, fmt.Sprintf("stage %d %.0f MiB", s, v))
+		for r, v := range rss {
+			if g.Size() == cfg.Pipeline {
+				parts = append(parts, fmt.Sprintf("stage %d %.0f MiB", r, v))
+			} else {
+				parts = append(parts, fmt.Sprintf("rank %d (pipeline %d stage %d) %.0f MiB", r, r/cfg.Pipeline, r%cfg.Pipeline, v))
+			}
 		}
 		fmt.Fprintf(stdout, "Peak memory (RSS) per stage: %s\n", strings.Join(parts, ", "))
 	} else if rss := train.PeakRSS(); rss > 0 {
