@@ -123,6 +123,12 @@ func runWorker(scenario string) error {
 		if err := t.Pipe(ctx, g); err != nil {
 			return err
 		}
+		if os.Getenv("PIPE_RESUME") != "" {
+			if err := t.Resume(out); err != nil {
+				return err
+			}
+		}
+		fmt.Printf("START rank %d epoch %d step %d\n", g.Rank(), t.Epoch()+1, t.step)
 		if os.Getenv("PIPE_KILL") != "" {
 			t.AfterStep = func(step int64) error {
 				if g.Rank() == 1 && step == 2 {

@@ -663,10 +663,20 @@ func (t *Trainer) Save(path string) error {
 // Resume restores the model, optimizer, schedule, step and epoch counters
 // and dropout state from the checkpoint at path, so Run continues exactly
 // where the saved run was.
+//
+// In a pipeline run (call Pipe first) each stage resumes from its own
+// file, StagePath(path, stage); the stage count must be the saved one.
 func (t *Trainer) Resume(path string) error {
+	net := t.model.Net
+	if t.pipe != nil {
+		path, net = StagePath(path, t.pipe.stage), t.pipe.Layer()
+	}
 	pre, err := checkpoint.ReadTrainMeta(path)
 	if err != nil {
 		return err
+	}
+	if t.pipe != nil && (pre.Stages != t.pipe.stages || pre.Stage != t.pipe.stage) {
+		return fmt.Errorf("checkpoint %s is stage %d of %d; this run has %d stages", path, pre.Stage, pre.Stages, t.pipe.stages)
 	}
 	if pre.Model != t.cfg.Model {
 		return fmt.Errorf("checkpoint %s holds model %s, not %s", path, pre.Model, t.cfg.Model)
@@ -674,7 +684,7 @@ func (t *Trainer) Resume(path string) error {
 	if len(pre.DropoutCalls) != len(t.dropouts) {
 		return fmt.Errorf("checkpoint %s has %d dropout counters; model %s has %d dropout layers", path, len(pre.DropoutCalls), t.cfg.Model, len(t.dropouts))
 	}
-	m, err := checkpoint.Resume(path, t.model.Net, t.opt)
+	m, err := checkpoint.Resume(path, net, t.opt)
 	if err != nil {
 		return err
 	}

@@ -145,21 +145,21 @@ func run(args []string, stdout io.Writer) error {
 		return err
 	}
 	defer t.Close()
+	if cfg.Pipeline > 1 {
+		if err := t.Pipe(ctx, g); err != nil {
+			return err
+		}
+	}
 	if o.resume != "" {
 		if err := t.Resume(o.resume); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "Resumed from %s after epoch %d\n", o.resume, t.Epoch())
 	}
-	if cfg.Pipeline > 1 {
-		if o.resume != "" {
-			return fmt.Errorf("--resume of a pipeline run is not supported yet")
-		}
-		if err := t.Pipe(ctx, g); err != nil {
+	if cfg.Pipeline <= 1 {
+		if err := t.Distribute(ctx, g); err != nil {
 			return err
 		}
-	} else if err := t.Distribute(ctx, g); err != nil {
-		return err
 	}
 	t.SavePath = o.save
 	if g.Rank() != reporter {
@@ -232,6 +232,12 @@ func resolveConfig(flags train.Config, set map[string]bool, resume string) (trai
 	var base train.Config
 	if resume != "" {
 		m, err := checkpoint.ReadTrainMeta(resume)
+		if err != nil {
+			// A pipeline run: its stages' files.
+			if sm, serr := checkpoint.ReadTrainMeta(train.StagePath(resume, 0)); serr == nil {
+				m, err = sm, nil
+			}
+		}
 		if err != nil {
 			return base, err
 		}
