@@ -1,0 +1,163 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorun/gorun/comm"
+)
+
+func TestParseSizes(t *testing.T) {
+	cases := []struct {
+		in   string
+		want []int64
+	}{
+		{"8B:64B", []int64{8, 16, 32, 64}},
+		{"1KB,1MB", []int64{1024, 1 << 20}},
+		{"4:4", []int64{4}},
+		{"2G", []int64{2 << 30}},
+	}
+	for _, c := range cases {
+		got, err := ParseSizes(c.in)
+		if err != nil || !slices.Equal(got, c.want) {
+			t.Errorf("ParseSizes(%q) = %v, %v; want %v", c.in, got, err, c.want)
+		}
+	}
+	for _, bad := range []string{"", "x", "64B:8B", "-1KB", "2B:8B"} {
+		if _, err := ParseSizes(bad); err == nil {
+			t.Errorf("ParseSizes(%q) accepted", bad)
+		}
+	}
+}
+
+// TestBandwidths checks the nccl-tests arithmetic on known inputs: 1 GB in
+// one second is 1 GB/s of algorithm bandwidth; the bus factors are
+// 2(n−1)/n for all-reduce, (n−1)/n for all-gather and reduce-scatter, 1
+// otherwise.
+func TestBandwidths(t *testing.T) {
+	cases := []struct {
+		op    string
+		n     int
+		busbw float64
+	}{{"all_reduce", 4, 1.5}, {"all_reduce", 2, 1}, {"all_gather", 4, 0.75}, {"reduce_scatter", 8, 0.875}, {"broadcast", 4, 1}, {"sendrecv", 2, 1}}
+	for _, c := range cases {
+		alg, bus := Bandwidths(c.op, c.n, 1e9, time.Second)
+		if alg != 1 || bus != c.busbw {
+			t.Errorf("%s n=%d: algbw %v busbw %v, want 1 and %v", c.op, c.n, alg, bus, c.busbw)
+		}
+	}
+}
+
+// group starts n ranks of a job in this process over loopback.
+func groups(t *testing.T, n int) []*comm.Group {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	gs := make([]*comm.Group, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			gs[r], errs[r] = comm.Init(context.Background(), comm.WithRank(r, n), comm.WithMaster("127.0.0.1", port),
+				comm.WithToken("bench-test"), comm.WithJoinTimeout(20*time.Second))
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	t.Cleanup(func() {
+		// Every rank closes at once, as separate processes would.
+		var wg sync.WaitGroup
+		for _, g := range gs {
+			wg.Add(1)
+			go func() { defer wg.Done(); g.Close() }()
+		}
+		wg.Wait()
+	})
+	return gs
+}
+
+// runAll runs cfg on every rank and returns rank 0's results.
+func runAll(t *testing.T, gs []*comm.Group, cfg Config) []Result {
+	t.Helper()
+	res := make([][]Result, len(gs))
+	errs := make([]error, len(gs))
+	var wg sync.WaitGroup
+	for r, g := range gs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res[r], errs[r] = Run(context.Background(), g, cfg)
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	return res[0]
+}
+
+// TestHarness runs every collective on 3 ranks at tiny sizes: all
+// results correct, the table has one line per size in nccl-tests' columns,
+// and a planted broken reduction is counted in #wrong.
+func TestHarness(t *testing.T) {
+	gs := groups(t, 3)
+	cfg := Config{Ops: Ops, Sizes: []int64{24, 96, 4 << 10}, Warmup: 1, Iters: 2}
+	res := runAll(t, gs, cfg)
+	if len(res) != len(Ops)*len(cfg.Sizes) {
+		t.Fatalf("%d results", len(res))
+	}
+	for _, r := range res {
+		if r.Wrong != 0 || r.TimeUS <= 0 || r.NP != 3 || r.Bytes != int64(r.Count)*4 {
+			t.Fatalf("result %+v", r)
+		}
+		if want := r.AlgBW * BusFactor(r.Op, 3); r.BusBW != want {
+			t.Fatalf("%s: busbw %v, want algbw × factor = %v", r.Op, r.BusBW, want)
+		}
+	}
+	var buf bytes.Buffer
+	WriteTable(&buf, res)
+	out := buf.String()
+	if strings.Count(out, "# Collective test:") != len(Ops) || strings.Count(out, "# Avg bus bandwidth") != len(Ops) ||
+		!strings.Contains(out, "#wrong") || !strings.Contains(out, "(GB/s)") {
+		t.Fatalf("table:\n%s", out)
+	}
+	lines := 0
+	for _, l := range strings.Split(out, "\n") {
+		if l != "" && !strings.HasPrefix(l, "#") {
+			if f := strings.Fields(l); len(f) != 9 {
+				t.Fatalf("row %q has %d columns, want 9", l, len(f))
+			}
+			lines++
+		}
+	}
+	if lines != len(res) {
+		t.Fatalf("%d rows for %d results", lines, len(res))
+	}
+	buf.Reset()
+	if err := WriteCSV(&buf, res); err != nil || strings.Count(buf.String(), "\n") != len(res)+1 {
+		t.Fatalf("CSV: %v\n%s", err, buf.String())
+	}
+
+	broken := runAll(t, gs, Config{Ops: []string{"all_reduce", "reduce_scatter"}, Sizes: []int64{96}, Iters: 1, Break: "all_reduce"})
+	if broken[0].Wrong == 0 || broken[1].Wrong != 0 {
+		t.Fatalf("a Max instead of Sum all-reduce should be counted wrong: %+v", broken)
+	}
+}

@@ -1,0 +1,278 @@
+// Package bench is gorun's benchmark harness: collectives over a range of
+// message sizes and world sizes, reported as nccl-tests reports them
+// (time, algorithm and bus bandwidth, and a count of wrong results), and
+// the training scaling table.
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gorun/gorun/comm"
+)
+
+// Ops are the collectives the harness runs, in order.
+var Ops = []string{"all_reduce", "broadcast", "all_gather", "reduce_scatter", "sendrecv"}
+
+// Config says what to measure.
+type Config struct {
+	Ops    []string
+	Sizes  []int64 // bytes (of the whole buffer, as nccl-tests counts)
+	Warmup int
+	Iters  int
+	// Break makes the named collective compute the wrong thing (Max
+	// instead of Sum), so tests can see #wrong count it.
+	Break string
+}
+
+// Result is one line of the table.
+type Result struct {
+	Op      string  `json:"op"`
+	NP      int     `json:"np"`
+	Bytes   int64   `json:"bytes"`
+	Count   int     `json:"count"`
+	Type    string  `json:"type"`
+	RedOp   string  `json:"redop"`
+	Root    int     `json:"root"`
+	TimeUS  float64 `json:"time_us"`
+	AlgBW   float64 `json:"algbw_gbs"`
+	BusBW   float64 `json:"busbw_gbs"`
+	Wrong   int64   `json:"wrong"`
+	Variant string  `json:"variant,omitempty"`
+}
+
+// BusFactor is nccl-tests' bus bandwidth factor for op on n ranks: the
+// bandwidth each link must carry relative to the algorithm bandwidth.
+func BusFactor(op string, n int) float64 {
+	f := float64(n)
+	switch op {
+	case "all_reduce":
+		return 2 * (f - 1) / f
+	case "all_gather", "reduce_scatter":
+		return (f - 1) / f
+	}
+	return 1 // broadcast, sendrecv
+}
+
+// Bandwidths returns the algorithm bandwidth (bytes/time) and the bus
+// bandwidth in GB/s for a measured time.
+func Bandwidths(op string, n int, bytes int64, t time.Duration) (algbw, busbw float64) {
+	algbw = float64(bytes) / t.Seconds() / 1e9
+	return algbw, algbw * BusFactor(op, n)
+}
+
+// ParseSizes reads "8B:256MB" (doubling from the first to the last) or a
+// comma-separated list ("1KB,1MB,64MB"). Units: B, KB, MB, GB (powers of
+// 1024).
+func ParseSizes(s string) ([]int64, error) {
+	if lo, hi, ok := strings.Cut(s, ":"); ok {
+		a, err := parseSize(lo)
+		if err != nil {
+			return nil, err
+		}
+		b, err := parseSize(hi)
+		if err != nil {
+			return nil, err
+		}
+		if a < 4 || b < a {
+			return nil, fmt.Errorf("size range %q: want 4B ≤ first ≤ last", s)
+		}
+		var out []int64
+		for v := a; v <= b; v *= 2 {
+			out = append(out, v)
+		}
+		return out, nil
+	}
+	var out []int64
+	for _, part := range strings.Split(s, ",") {
+		v, err := parseSize(part)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func parseSize(s string) (int64, error) {
+	s = strings.ToUpper(strings.TrimSpace(s))
+	mult := int64(1)
+	for _, u := range []struct {
+		suffix string
+		m      int64
+	}{{"GB", 1 << 30}, {"MB", 1 << 20}, {"KB", 1 << 10}, {"G", 1 << 30}, {"M", 1 << 20}, {"K", 1 << 10}, {"B", 1}} {
+		if strings.HasSuffix(s, u.suffix) {
+			s, mult = strings.TrimSuffix(s, u.suffix), u.m
+			break
+		}
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || v <= 0 {
+		return 0, fmt.Errorf("size %q: want a positive number with B, KB, MB or GB", s)
+	}
+	return v * mult, nil
+}
+
+// value is element i of rank r's input: small integers, so every sum is
+// exact in float32 and a wrong result cannot hide in rounding.
+func value(r, i int) float32 { return float32(r + 1 + i%7) }
+
+// Run measures cfg on g (every rank calls it) and returns, on every rank,
+// the results: times are the slowest rank's mean per iteration, #wrong the
+// wrong elements summed over ranks.
+func Run(ctx context.Context, g *comm.Group, cfg Config) ([]Result, error) {
+	n, r := g.Size(), g.Rank()
+	var out []Result
+	for _, op := range cfg.Ops {
+		for _, bytes := range cfg.Sizes {
+			res, err := runOne(ctx, g, cfg, op, bytes)
+			if err != nil {
+				return nil, fmt.Errorf("bench: %s of %d bytes on rank %d of %d: %w", op, bytes, r, n, err)
+			}
+			out = append(out, res)
+		}
+	}
+	return out, nil
+}
+
+func runOne(ctx context.Context, g *comm.Group, cfg Config, op string, bytes int64) (Result, error) {
+	n, r := g.Size(), g.Rank()
+	count := int(bytes / 4) // elements of the whole buffer
+	res := Result{Op: op, NP: n, Type: "float", RedOp: "none", Root: -1}
+	var send, recv []float32
+	reduce := comm.Sum
+	if cfg.Break == op {
+		reduce = comm.Max
+	}
+	switch op {
+	case "all_reduce":
+		res.RedOp = "sum"
+		send = make([]float32, count)
+	case "broadcast":
+		res.Root = 0
+		send = make([]float32, count)
+	case "all_gather":
+		count -= count % n
+		send, recv = make([]float32, count/n), make([]float32, count)
+	case "reduce_scatter":
+		res.RedOp = "sum"
+		count -= count % n
+		send, recv = make([]float32, count), make([]float32, count/n)
+	case "sendrecv":
+		send, recv = make([]float32, count), make([]float32, count)
+	default:
+		return res, fmt.Errorf("unknown collective %q (have %s)", op, strings.Join(Ops, ", "))
+	}
+	if count < n {
+		return res, fmt.Errorf("%d bytes is too small for %d ranks", bytes, n)
+	}
+	res.Count, res.Bytes = count, int64(count)*4
+	fill := func() {
+		for i := range send {
+			send[i] = value(r, i)
+		}
+	}
+	call := func() error {
+		switch op {
+		case "all_reduce":
+			return g.AllReduce(ctx, send, reduce)
+		case "broadcast":
+			return g.Broadcast(ctx, send, 0)
+		case "all_gather":
+			return g.AllGather(ctx, send, recv)
+		case "reduce_scatter":
+			return g.ReduceScatter(ctx, send, recv, reduce)
+		default: // ring of pairs: send to the next rank, receive from the previous
+			next, prev := (r+1)%n, (r+n-1)%n
+			w := g.RecvAsync(ctx, recv, prev, 0)
+			if err := g.Send(ctx, send, next, 0); err != nil {
+				return err
+			}
+			return w.Wait()
+		}
+	}
+	// Correctness: one checked call on fresh inputs.
+	fill()
+	if err := call(); err != nil {
+		return res, err
+	}
+	wrong := []int64{check(op, send, recv, r, n)}
+	for range cfg.Warmup {
+		if err := call(); err != nil {
+			return res, err
+		}
+	}
+	if err := g.Barrier(ctx); err != nil {
+		return res, err
+	}
+	iters := max(cfg.Iters, 1)
+	t0 := time.Now()
+	for range iters {
+		if err := call(); err != nil {
+			return res, err
+		}
+	}
+	per := []float64{time.Since(t0).Seconds() / float64(iters)}
+	if err := comm.AllReduce(ctx, g, per, comm.Max); err != nil {
+		return res, err
+	}
+	if err := comm.AllReduce(ctx, g, wrong, comm.Sum); err != nil {
+		return res, err
+	}
+	t := time.Duration(per[0] * float64(time.Second))
+	res.TimeUS = per[0] * 1e6
+	res.AlgBW, res.BusBW = Bandwidths(op, n, res.Bytes, t)
+	res.Wrong = wrong[0]
+	return res, nil
+}
+
+// check counts the elements of this rank's result that differ from the
+// definition of op.
+func check(op string, send, recv []float32, r, n int) int64 {
+	var wrong int64
+	expect := func(got, want float32) {
+		if got != want || math.IsNaN(float64(got)) {
+			wrong++
+		}
+	}
+	switch op {
+	case "all_reduce":
+		for i, v := range send {
+			var want float32
+			for q := range n {
+				want += value(q, i)
+			}
+			expect(v, want)
+		}
+	case "broadcast":
+		for i, v := range send {
+			expect(v, value(0, i))
+		}
+	case "all_gather":
+		per := len(send)
+		for q := range n {
+			for i := range per {
+				expect(recv[q*per+i], value(q, i))
+			}
+		}
+	case "reduce_scatter":
+		per := len(recv)
+		for i, v := range recv {
+			var want float32
+			for q := range n {
+				want += value(q, r*per+i)
+			}
+			expect(v, want)
+		}
+	case "sendrecv":
+		prev := (r + n - 1) % n
+		for i, v := range recv {
+			expect(v, value(prev, i))
+		}
+	}
+	return wrong
+}

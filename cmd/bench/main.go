@@ -1,0 +1,265 @@
+// Command bench is gorun's benchmark harness.
+//
+//	bench collectives [-np 2,4] [-sizes 8B:64MB] [-ops all_reduce,...] [-variants default,ring,small,s2] [-csv F] [-json F]
+//	bench train [-np 1,2,4] [-model mnist] [-samples 12800]
+//
+// collectives starts the ranks itself (as gorun does) for each world size
+// and variant and prints nccl-tests-style tables: size, count, type,
+// redop, root, time, algorithm and bus bandwidth, and #wrong (elements
+// that differ from the definition), then a summary of bus bandwidth by
+// size. train runs the same training work on each world size, one thread
+// per rank, and prints run time, throughput and speed-up (seed 003's table).
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gorun/gorun/bench"
+	"github.com/gorun/gorun/comm"
+	"github.com/gorun/gorun/comm/launch"
+)
+
+const workerEnv = "GORUN_BENCH_WORKER_OUT"
+
+// variants are the algorithm settings compared side by side.
+var variants = map[string][]string{
+	"default": nil,
+	"ring":    {"GORUN_SMALL_BYTES=-1"},            // ring algorithms at every size
+	"small":   {"GORUN_SMALL_BYTES=1099511627776"}, // recursive doubling / trees at every size
+	"s2":      {"GORUN_COMPRESS=s2"},               // S2 compression of payloads
+}
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string, stdout io.Writer) error {
+	if len(args) == 0 {
+		return fmt.Errorf("usage: bench collectives|train [flags] (bench <command> -h for the flags)")
+	}
+	switch args[0] {
+	case "collectives":
+		return collectives(args[1:], stdout)
+	case "train":
+		return trainScaling(args[1:], stdout)
+	}
+	return fmt.Errorf("unknown command %q: want collectives or train", args[0])
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, p := range strings.Split(s, ",") {
+		v, err := strconv.Atoi(strings.TrimSpace(p))
+		if err != nil || v < 1 {
+			return nil, fmt.Errorf("%q: want positive integers separated by commas", s)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func collectives(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("bench collectives", flag.ContinueOnError)
+	nps := fs.String("np", "2,4", "world sizes")
+	sizes := fs.String("sizes", "8B:64MB", "message sizes: FIRST:LAST doubling, or a list")
+	ops := fs.String("ops", strings.Join(bench.Ops, ","), "collectives")
+	vars := fs.String("variants", "default", "algorithm variants side by side: default, ring, small, s2")
+	warmup := fs.Int("warmup", 5, "untimed iterations per size")
+	iters := fs.Int("iters", 20, "timed iterations per size")
+	csvPath := fs.String("csv", "", "also write the results as CSV here")
+	jsonPath := fs.String("json", "", "also write the results as JSON here")
+	brk := fs.String("break", "", "testing: make this collective reduce with Max instead of Sum, to see #wrong count it")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg := bench.Config{Ops: strings.Split(*ops, ","), Warmup: *warmup, Iters: *iters, Break: *brk}
+	var err error
+	if cfg.Sizes, err = bench.ParseSizes(*sizes); err != nil {
+		return err
+	}
+	if out := os.Getenv(workerEnv); out != "" {
+		return worker(cfg, out)
+	}
+	worlds, err := parseInts(*nps)
+	if err != nil {
+		return fmt.Errorf("-np %w", err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "gorun-bench")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	var all []bench.Result
+	for _, variant := range strings.Split(*vars, ",") {
+		env, ok := variants[variant]
+		if !ok {
+			return fmt.Errorf("-variants: unknown %q (have default, ring, small, s2)", variant)
+		}
+		for _, np := range worlds {
+			out := filepath.Join(dir, fmt.Sprintf("%s-%d.json", variant, np))
+			var logs bytes.Buffer
+			res, err := launch.Run(context.Background(), launch.Config{
+				NP: np, Program: exe, Args: append([]string{"collectives"}, args...),
+				Env:    append([]string{workerEnv + "=" + out}, env...),
+				Stdout: &logs, Stderr: &logs, Timeout: 30 * time.Minute, Grace: 5 * time.Second,
+			})
+			if err == nil {
+				err = res.Error()
+			}
+			if err != nil {
+				return fmt.Errorf("np=%d %s: %w\n%s", np, variant, err, logs.String())
+			}
+			b, err := os.ReadFile(out)
+			if err != nil {
+				return fmt.Errorf("np=%d %s: rank 0 wrote no results: %w\n%s", np, variant, err, logs.String())
+			}
+			var rs []bench.Result
+			if err := json.Unmarshal(b, &rs); err != nil {
+				return err
+			}
+			for i := range rs {
+				rs[i].Variant = variant
+			}
+			fmt.Fprintf(stdout, "# gorun %s, %d ranks, variant %s\n", "collectives", np, variant)
+			bench.WriteTable(stdout, rs)
+			all = append(all, rs...)
+		}
+	}
+	bench.WriteSummary(stdout, all)
+	if *csvPath != "" {
+		if err := writeFile(*csvPath, func(w io.Writer) error { return bench.WriteCSV(w, all) }); err != nil {
+			return err
+		}
+	}
+	if *jsonPath != "" {
+		if err := writeFile(*jsonPath, func(w io.Writer) error { return bench.WriteJSON(w, all) }); err != nil {
+			return err
+		}
+	}
+	for _, r := range all {
+		if r.Wrong > 0 {
+			return fmt.Errorf("%s np=%d %d bytes (%s): %d wrong elements", r.Op, r.NP, r.Bytes, r.Variant, r.Wrong)
+		}
+	}
+	return nil
+}
+
+func writeFile(path string, fn func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := fn(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// worker is one rank of a collectives job.
+func worker(cfg bench.Config, out string) error {
+	ctx := context.Background()
+	g, err := comm.Init(ctx)
+	if err != nil {
+		return err
+	}
+	defer g.Close()
+	res, err := bench.Run(ctx, g, cfg)
+	if err != nil {
+		return err
+	}
+	if g.Rank() != 0 {
+		return nil
+	}
+	return writeFile(out, func(w io.Writer) error { return bench.WriteJSON(w, res) })
+}
+
+var epochLine = regexp.MustCompile(`(?m)^Epoch 1: train loss [0-9.]+, ([0-9.]+) s, ([0-9.]+) img/s`)
+
+// trainScaling is seed 003's table: the same training work on each world
+// size, one thread per rank.
+func trainScaling(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("bench train", flag.ContinueOnError)
+	nps := fs.String("np", "1,2,4", "world sizes")
+	model := fs.String("model", "mnist", "model: mnist (on Fashion-MNIST) or cifarnet (generated data)")
+	samples := fs.Int("samples", 0, "training images (default: mnist 12800, cifarnet 2560)")
+	trainBin := fs.String("train", "", "the train binary (default: train beside this program)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	worlds, err := parseInts(*nps)
+	if err != nil {
+		return fmt.Errorf("-np %w", err)
+	}
+	if *trainBin == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		*trainBin = filepath.Join(filepath.Dir(exe), "train")
+	}
+	if _, err := os.Stat(*trainBin); err != nil {
+		return fmt.Errorf("%w (build it: go build -o bin/ ./cmd/train ./cmd/bench)", err)
+	}
+	targs := []string{"--model", *model, "--epochs", "1", "--threads", "1", "--test-samples", "1000", "--progress", "lines",
+		"--optimizer", "sgd", "--lr", "0.01", "--momentum", "0.9", "--scheduler", "none", "--augment=false"}
+	switch *model {
+	case "mnist":
+		targs = append(targs, "--batch-size", "64", "--train-samples", strconv.Itoa(cmpOr(*samples, 12800)))
+	case "cifarnet":
+		targs = append(targs, "--batch-size", "128", "--synthetic", "--train-samples", strconv.Itoa(cmpOr(*samples, 2560)))
+	default:
+		return fmt.Errorf("-model %q: want mnist or cifarnet", *model)
+	}
+	fmt.Fprintf(stdout, "# gorun train %s, one thread per rank\n# %4s %10s %10s %8s\n", *model, "np", "seconds", "img/s", "speedup")
+	var base float64
+	for _, np := range worlds {
+		var out bytes.Buffer
+		res, err := launch.Run(context.Background(), launch.Config{NP: np, Program: *trainBin, Args: targs, Stdout: &out, Stderr: &out,
+			Timeout: 30 * time.Minute, Grace: 5 * time.Second})
+		if err == nil {
+			err = res.Error()
+		}
+		if err != nil {
+			return fmt.Errorf("np=%d: %w\n%s", np, err, out.String())
+		}
+		// Rank 0's lines carry the prefix "[0] ".
+		text := strings.ReplaceAll(out.String(), "[0] ", "")
+		m := epochLine.FindStringSubmatch(text)
+		if m == nil {
+			return fmt.Errorf("np=%d: no epoch summary in the output:\n%s", np, out.String())
+		}
+		secs, _ := strconv.ParseFloat(m[1], 64)
+		ips, _ := strconv.ParseFloat(m[2], 64)
+		if base == 0 {
+			base = ips
+		}
+		fmt.Fprintf(stdout, "  %4d %10.1f %10.0f %7.2fx\n", np, secs, ips, ips/base)
+	}
+	return nil
+}
+
+func cmpOr(v, def int) int {
+	if v > 0 {
+		return v
+	}
+	return def
+}

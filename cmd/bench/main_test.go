@@ -1,0 +1,66 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// The harness starts its ranks by running its own executable: here, this
+// test binary, which then acts as the bench command.
+func TestMain(m *testing.M) {
+	if os.Getenv(workerEnv) != "" {
+		if err := run(os.Args[1:], os.Stdout); err != nil {
+			os.Stderr.WriteString(err.Error() + "\n")
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func TestCollectivesCommand(t *testing.T) {
+	csv := filepath.Join(t.TempDir(), "r.csv")
+	var out bytes.Buffer
+	err := run([]string{"collectives", "-np", "2,3", "-sizes", "96B:384B", "-iters", "2", "-warmup", "1", "-variants", "default,ring", "-csv", csv}, &out)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	s := out.String()
+	if n := strings.Count(s, "# Collective test:"); n != 5*2*2 {
+		t.Fatalf("%d tables, want 20:\n%s", n, s)
+	}
+	if !strings.Contains(s, "# Summary: bus bandwidth (GB/s) by message size") || !strings.Contains(s, "all_reduce      ring       3") {
+		t.Fatalf("summary missing:\n%s", s)
+	}
+	b, err := os.ReadFile(csv)
+	if err != nil || strings.Count(string(b), "\n") != 1+5*3*2*2 {
+		t.Fatalf("CSV: %v\n%s", err, b)
+	}
+
+	// A broken reduction is counted and fails the command.
+	out.Reset()
+	err = run([]string{"collectives", "-np", "2", "-sizes", "96B", "-iters", "1", "-warmup", "0", "-ops", "all_reduce", "-break", "all_reduce"}, &out)
+	if err == nil || !strings.Contains(err.Error(), "wrong elements") {
+		t.Fatalf("broken all-reduce: %v\n%s", err, out.String())
+	}
+	rows := 0
+	for _, l := range strings.Split(out.String(), "\n") {
+		if f := strings.Fields(l); len(f) == 9 && !strings.HasPrefix(l, "#") {
+			rows++
+			if f[8] == "0" {
+				t.Fatalf("row %q counts no wrong elements", l)
+			}
+		}
+	}
+	if rows != 1 {
+		t.Fatalf("%d rows:\n%s", rows, out.String())
+	}
+	for _, bad := range [][]string{{}, {"nope"}, {"collectives", "-np", "0"}, {"collectives", "-variants", "fast"}, {"train", "-model", "vgg", "-train", os.Args[0]}} {
+		if err := run(bad, &bytes.Buffer{}); err == nil {
+			t.Errorf("bench %v succeeded", bad)
+		}
+	}
+}
