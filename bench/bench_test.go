@@ -161,3 +161,17 @@ func TestHarness(t *testing.T) {
 		t.Fatalf("a Max instead of Sum all-reduce should be counted wrong: %+v", broken)
 	}
 }
+
+func TestParseCompetitor(t *testing.T) {
+	in := "noise\ngloo np=2 bytes=8 us=180.5\nmpi np=4 bytes=1048576 us=1297.9\n"
+	got := parseCompetitor(strings.NewReader(in))
+	want := []Competitor{{"gloo", 2, 8, 180.5}, {"mpi", 4, 1048576, 1297.9}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("parsed %v, want %v", got, want)
+	}
+	var buf bytes.Buffer
+	WriteComparison(&buf, []Result{{Op: "all_reduce", NP: 2, Bytes: 8, TimeUS: 90.25}}, got, "")
+	if !strings.Contains(buf.String(), "180.5   2.00x") {
+		t.Fatalf("comparison:\n%s", buf.String())
+	}
+}

@@ -21,6 +21,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -82,6 +83,9 @@ func collectives(args []string, stdout io.Writer) error {
 	iters := fs.Int("iters", 20, "timed iterations per size")
 	csvPath := fs.String("csv", "", "also write the results as CSV here")
 	jsonPath := fs.String("json", "", "also write the results as JSON here")
+	competitors := fs.Bool("competitors", true, "also run gloo and Open MPI all-reduce at the same sizes, when installed")
+	helpers := fs.String("helpers", "bench/competitors", "directory of the competitor helper programs")
+	chart := fs.String("chart", "", "draw all-reduce bus bandwidth by size as SVG here")
 	brk := fs.String("break", "", "testing: make this collective reduce with Max instead of Sum, to see #wrong count it")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -144,6 +148,26 @@ func collectives(args []string, stdout io.Writer) error {
 		}
 	}
 	bench.WriteSummary(stdout, all)
+	if *competitors && slices.Contains(cfg.Ops, "all_reduce") && os.Getenv(workerEnv) == "" {
+		if _, err := os.Stat(*helpers); err != nil {
+			fmt.Fprintf(stdout, "# competitors skipped: %s not found (run from the repository root or pass -helpers)\n", *helpers)
+		} else {
+			var theirs []bench.Competitor
+			for _, np := range worlds {
+				res, skipped := bench.RunCompetitors(*helpers, np, cfg.Sizes)
+				theirs = append(theirs, res...)
+				for _, s := range skipped {
+					fmt.Fprintf(stdout, "# np=%d competitor skipped: %s\n", np, s)
+				}
+			}
+			bench.WriteComparison(stdout, all, theirs, strings.Split(*vars, ",")[0])
+		}
+	}
+	if *chart != "" {
+		if err := writeFile(*chart, func(w io.Writer) error { return bench.WriteChartSVG(w, all, "all_reduce") }); err != nil {
+			return err
+		}
+	}
 	if *csvPath != "" {
 		if err := writeFile(*csvPath, func(w io.Writer) error { return bench.WriteCSV(w, all) }); err != nil {
 			return err

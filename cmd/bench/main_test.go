@@ -24,7 +24,9 @@ func TestMain(m *testing.M) {
 func TestCollectivesCommand(t *testing.T) {
 	csv := filepath.Join(t.TempDir(), "r.csv")
 	var out bytes.Buffer
-	err := run([]string{"collectives", "-np", "2,3", "-sizes", "96B:384B", "-iters", "2", "-warmup", "1", "-variants", "default,ring", "-csv", csv}, &out)
+	chart := filepath.Join(t.TempDir(), "c.svg")
+	err := run([]string{"collectives", "-np", "2,3", "-sizes", "96B:384B", "-iters", "2", "-warmup", "1", "-variants", "default,ring", "-csv", csv,
+		"-competitors=false", "-chart", chart}, &out)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
@@ -40,9 +42,14 @@ func TestCollectivesCommand(t *testing.T) {
 		t.Fatalf("CSV: %v\n%s", err, b)
 	}
 
+	svg, err := os.ReadFile(chart)
+	if err != nil || strings.Count(string(svg), "<polyline") != 4 {
+		t.Fatalf("chart: %v\n%s", err, svg)
+	}
+
 	// A broken reduction is counted and fails the command.
 	out.Reset()
-	err = run([]string{"collectives", "-np", "2", "-sizes", "96B", "-iters", "1", "-warmup", "0", "-ops", "all_reduce", "-break", "all_reduce"}, &out)
+	err = run([]string{"collectives", "-np", "2", "-sizes", "96B", "-iters", "1", "-warmup", "0", "-ops", "all_reduce", "-break", "all_reduce", "-competitors=false"}, &out)
 	if err == nil || !strings.Contains(err.Error(), "wrong elements") {
 		t.Fatalf("broken all-reduce: %v\n%s", err, out.String())
 	}

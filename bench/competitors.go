@@ -1,0 +1,112 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+)
+
+// Competitor is another implementation's all-reduce time at one size.
+type Competitor struct {
+	Name   string
+	NP     int
+	Bytes  int64
+	TimeUS float64
+}
+
+var competitorLine = regexp.MustCompile(`^(gloo|mpi) np=(\d+) bytes=(\d+) us=([0-9.]+)`)
+
+// parseCompetitor reads the helpers' "NAME np=N bytes=B us=T" lines.
+func parseCompetitor(r io.Reader) []Competitor {
+	var out []Competitor
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		m := competitorLine.FindStringSubmatch(sc.Text())
+		if m == nil {
+			continue
+		}
+		np, _ := strconv.Atoi(m[2])
+		b, _ := strconv.ParseInt(m[3], 10, 64)
+		us, _ := strconv.ParseFloat(m[4], 64)
+		out = append(out, Competitor{Name: m[1], NP: np, Bytes: b, TimeUS: us})
+	}
+	return out
+}
+
+// RunCompetitors measures all-reduce with gloo (Debian's python3-torch)
+// and Open MPI (openmpi-bin with mpicc) at the given sizes and world size,
+// using the helpers in dir (bench/competitors). A competitor that is not
+// installed is reported in skipped and left out.
+func RunCompetitors(dir string, np int, sizes []int64) (results []Competitor, skipped []string) {
+	args := []string{}
+	for _, s := range sizes {
+		args = append(args, strconv.FormatInt(s, 10))
+	}
+	if _, err := os.Stat("/usr/bin/python3"); err == nil && exec.Command("/usr/bin/python3", "-c", "import torch.distributed").Run() == nil {
+		out, err := exec.Command("/usr/bin/python3", append([]string{filepath.Join(dir, "gloo_allreduce.py"), strconv.Itoa(np)}, args...)...).Output()
+		if err != nil {
+			skipped = append(skipped, fmt.Sprintf("gloo: %v", err))
+		}
+		results = append(results, parseCompetitor(bytes.NewReader(out))...)
+	} else {
+		skipped = append(skipped, "gloo: /usr/bin/python3 with torch not found (apt-get install python3-torch)")
+	}
+	mpicc, errc := exec.LookPath("mpicc")
+	mpirun, errr := exec.LookPath("mpirun")
+	if errc != nil || errr != nil {
+		return results, append(skipped, "Open MPI: mpicc/mpirun not found (apt-get install openmpi-bin libopenmpi-dev)")
+	}
+	tmp, err := os.MkdirTemp("", "gorun-mpi")
+	if err != nil {
+		return results, append(skipped, "Open MPI: "+err.Error())
+	}
+	defer os.RemoveAll(tmp)
+	bin := filepath.Join(tmp, "mpi_allreduce")
+	if out, err := exec.Command(mpicc, "-O2", "-o", bin, filepath.Join(dir, "mpi_allreduce.c")).CombinedOutput(); err != nil {
+		return results, append(skipped, fmt.Sprintf("Open MPI: mpicc: %v: %s", err, out))
+	}
+	for _, btl := range []string{"self,tcp"} {
+		cmd := exec.Command(mpirun, append([]string{"--allow-run-as-root", "--oversubscribe", "-np", strconv.Itoa(np), "--mca", "btl", btl, bin}, args...)...)
+		out, err := cmd.Output()
+		if err != nil {
+			skipped = append(skipped, fmt.Sprintf("Open MPI (%s): %v", btl, err))
+		}
+		results = append(results, parseCompetitor(bytes.NewReader(out))...)
+	}
+	return results, skipped
+}
+
+// WriteComparison prints gorun's all-reduce time beside the competitors'
+// at each size: their time over ours (above 1: gorun is faster).
+func WriteComparison(w io.Writer, ours []Result, theirs []Competitor, variant string) {
+	fmt.Fprintf(w, "# all_reduce against the competitors (variant %s): time in µs; ratio = their time / gorun's\n", variant)
+	fmt.Fprintf(w, "# %3s %10s %10s %10s %7s %10s %7s\n", "np", "size(B)", "gorun", "gloo", "ratio", "mpi-tcp", "ratio")
+	find := func(name string, np int, b int64) (float64, bool) {
+		for _, c := range theirs {
+			if c.Name == name && c.NP == np && c.Bytes == b {
+				return c.TimeUS, true
+			}
+		}
+		return 0, false
+	}
+	cell := func(v float64, ok bool, us float64) string {
+		if !ok {
+			return fmt.Sprintf("%10s %7s", "-", "-")
+		}
+		return fmt.Sprintf("%10.1f %6.2fx", v, v/us)
+	}
+	for _, r := range ours {
+		if r.Op != "all_reduce" || r.Variant != variant {
+			continue
+		}
+		g, gok := find("gloo", r.NP, r.Bytes)
+		m, mok := find("mpi", r.NP, r.Bytes)
+		fmt.Fprintf(w, "  %3d %10d %10.1f %s %s\n", r.NP, r.Bytes, r.TimeUS, cell(g, gok, r.TimeUS), cell(m, mok, r.TimeUS))
+	}
+}
