@@ -156,19 +156,22 @@ func runOne(ctx context.Context, g *comm.Group, cfg Config, op string, bytes int
 		res.Root = 0
 		send = make([]float32, count)
 	case "all_gather":
-		count -= count % n
+		count = max(count-count%n, n) // whole blocks, at least one element each
 		send, recv = make([]float32, count/n), make([]float32, count)
 	case "reduce_scatter":
 		res.RedOp = "sum"
-		count -= count % n
+		count = max(count-count%n, n)
 		send, recv = make([]float32, count), make([]float32, count/n)
 	case "sendrecv":
 		send, recv = make([]float32, count), make([]float32, count)
 	default:
 		return res, fmt.Errorf("unknown collective %q (have %s)", op, strings.Join(Ops, ", "))
 	}
-	if count < n {
-		return res, fmt.Errorf("%d bytes is too small for %d ranks", bytes, n)
+	if count < 1 {
+		return res, fmt.Errorf("%d bytes is less than one element", bytes)
+	}
+	if op == "sendrecv" && n < 2 {
+		return res, fmt.Errorf("sendrecv needs at least 2 ranks")
 	}
 	res.Count, res.Bytes = count, int64(count)*4
 	fill := func() {
