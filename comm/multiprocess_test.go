@@ -1,14 +1,12 @@
 package comm_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -16,28 +14,10 @@ import (
 	"github.com/gorun/gorun/comm/launch"
 )
 
-// syncBuffer collects the job's output.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // runJob runs np copies of this test binary as the ranks of a job.
 func runJob(t testing.TB, np int, scenario string, env ...string) (*launch.Result, string) {
 	t.Helper()
-	var out syncBuffer
+	var out launch.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	res, err := launch.Run(ctx, launch.Config{

@@ -5,7 +5,6 @@ package train
 // scenario in TRAIN_TEST_WORKER.
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"hash/fnv"
@@ -14,7 +13,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -180,27 +178,10 @@ func runWorker(scenario string) error {
 	return nil
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // runJob runs np ranks of this test binary with the scenario.
 func runJob(t *testing.T, np int, scenario string, env ...string) (*launch.Result, string) {
 	t.Helper()
-	var out syncBuffer
+	var out launch.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	res, err := launch.Run(ctx, launch.Config{
@@ -251,13 +232,7 @@ func TestDDPMatchesOneProcess(t *testing.T) {
 				if !ok {
 					t.Fatalf("%s missing", p.Name)
 				}
-				var diff, norm float64
-				for i, w := range p.Value.Data {
-					d := float64(got.F32[i]) - float64(w)
-					diff += d * d
-					norm += float64(w) * float64(w)
-				}
-				rel := math.Sqrt(diff / norm)
+				rel := relDiff(got.F32, p.Value.Data)
 				if rel > 1e-5 {
 					t.Fatalf("np=%d: %s differs from one process with batch %d by %.2g (relative)", np, p.Name, np*perRank, rel)
 				}
@@ -341,13 +316,7 @@ func TestSyncBatchNorm(t *testing.T) {
 			}
 			continue
 		}
-		var diff, norm float64
-		for i, w := range v.Value.Data {
-			d := float64(got.F32[i]) - float64(w)
-			diff += d * d
-			norm += float64(w) * float64(w)
-		}
-		rel := math.Sqrt(diff / max(norm, 1e-30))
+		rel := relDiff(got.F32, v.Value.Data)
 		if rel > 1e-5 {
 			t.Fatalf("%s differs from one process with batch %d by %.2g (relative)", v.Name, np*perRank, rel)
 		}
@@ -375,4 +344,15 @@ func TestSyncBatchNorm(t *testing.T) {
 	if diff < 1e-6 {
 		t.Fatalf("local batch norm matched the whole batch's statistics (max diff %g)", diff)
 	}
+}
+
+// relDiff is ‖got − want‖ / ‖want‖.
+func relDiff(got, want []float32) float64 {
+	var diff, norm float64
+	for i, w := range want {
+		d := float64(got[i]) - float64(w)
+		diff += d * d
+		norm += float64(w) * float64(w)
+	}
+	return math.Sqrt(diff / max(norm, 1e-30))
 }

@@ -290,19 +290,33 @@ func (p *Pipeline) Step(ctx context.Context, x *tensor.Tensor, labels []int32) (
 			sends = append(sends, p.g.SendAsync(ctx, dx.Data, p.stage-1, tagGradient))
 		}
 	}
+	if err := p.waitSends(sends); err != nil {
+		return 0, err
+	}
+	p.account(stepStart, len(sizes))
+	return loss, nil
+}
+
+// waitSends waits for the step's sends to complete.
+func (p *Pipeline) waitSends(sends []*comm.Work) error {
 	for _, w := range sends {
 		if err := w.Wait(); err != nil {
-			return 0, fmt.Errorf("stage %d: sending: %w", p.stage, err)
+			return fmt.Errorf("stage %d: sending: %w", p.stage, err)
 		}
 	}
+	return nil
+}
+
+// account adds a finished step to the idle-time totals and keeps its
+// events when the batch was full.
+func (p *Pipeline) account(stepStart time.Time, micro int) {
 	for _, e := range p.Events {
 		p.busy += e.End.Sub(e.Start)
 	}
 	p.total += time.Since(stepStart)
-	if len(sizes) == p.micro {
+	if micro == p.micro {
 		p.fullEvents = append(p.fullEvents[:0], p.Events...)
 	}
-	return loss, nil
 }
 
 // Bubble returns, for every stage, the fraction of its step time spent
@@ -440,10 +454,8 @@ func (p *Pipeline) step1F1B(ctx context.Context, x *tensor.Tensor, labels []int3
 	for k := 0; k < m-warm; k++ {
 		// A slot's buffers are about to be reused: its earlier sends must
 		// be done.
-		for _, w := range sends {
-			if err := w.Wait(); err != nil {
-				return 0, fmt.Errorf("stage %d: sending: %w", p.stage, err)
-			}
+		if err := p.waitSends(sends); err != nil {
+			return 0, err
 		}
 		sends = sends[:0]
 		if err := forward(warm + k); err != nil {
@@ -458,17 +470,9 @@ func (p *Pipeline) step1F1B(ctx context.Context, x *tensor.Tensor, labels []int3
 			return 0, err
 		}
 	}
-	for _, w := range sends {
-		if err := w.Wait(); err != nil {
-			return 0, fmt.Errorf("stage %d: sending: %w", p.stage, err)
-		}
+	if err := p.waitSends(sends); err != nil {
+		return 0, err
 	}
-	for _, e := range p.Events {
-		p.busy += e.End.Sub(e.Start)
-	}
-	p.total += time.Since(stepStart)
-	if len(sizes) == p.micro {
-		p.fullEvents = append(p.fullEvents[:0], p.Events...)
-	}
+	p.account(stepStart, len(sizes))
 	return loss, nil
 }

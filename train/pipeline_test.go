@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/xml"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -74,13 +73,7 @@ func TestPipelineMatchesOneProcess(t *testing.T) {
 				if !ok {
 					t.Fatalf("no stage saved %s (have %d tensors)", v.Name, len(got))
 				}
-				var diff, norm float64
-				for i, w := range v.Value.Data {
-					d := float64(g[i]) - float64(w)
-					diff += d * d
-					norm += float64(w) * float64(w)
-				}
-				rel := math.Sqrt(diff / norm)
+				rel := relDiff(g, v.Value.Data)
 				if rel > 1e-5 {
 					t.Fatalf("%s differs from the unsplit model by %.2g (relative)", v.Name, rel)
 				}
@@ -224,13 +217,7 @@ func TestPipelineTimesDataParallel(t *testing.T) {
 	}
 	for _, v := range nn.Params(ref.model.Net) {
 		g := got[v.Name]
-		var diff, norm float64
-		for i, w := range v.Value.Data {
-			d := float64(g[i]) - float64(w)
-			diff += d * d
-			norm += float64(w) * float64(w)
-		}
-		if rel := math.Sqrt(diff / norm); rel > 1e-5 {
+		if rel := relDiff(g, v.Value.Data); rel > 1e-5 {
 			t.Fatalf("%s differs from one process with batch %d by %.2g", v.Name, 2*perPipeline, rel)
 		}
 	}

@@ -432,15 +432,8 @@ func (t *Trainer) trainEpoch(ctx context.Context, epoch int) (float64, int, erro
 				}
 			}
 			lossSum += float64(loss)
-			if t.Report != nil {
-				elapsed := t3.Sub(start)
-				w := t.world()
-				err := t.Report.Step(report.Step{Epoch: epoch, Batch: batch, Batches: batches, Seen: seen * w, Total: t.train.Len(),
-					GlobalStep: t.step, Loss: float64(loss), LR: t.opt.LR(), Elapsed: elapsed,
-					ImagesPerSec: float64((seen+b.Len())*w) / elapsed.Seconds()})
-				if err != nil {
-					return 0, 0, fmt.Errorf("report: %w", err)
-				}
+			if err := t.reportStep(epoch, batch, batches, seen, b.Len(), loss, t3.Sub(start)); err != nil {
+				return 0, 0, err
 			}
 			seen += b.Len()
 			continue
@@ -498,19 +491,28 @@ func (t *Trainer) trainEpoch(ctx context.Context, epoch int) (float64, int, erro
 			}
 		}
 		lossSum += float64(loss)
-		if t.Report != nil {
-			elapsed := t5.Sub(start)
-			w := t.world()
-			err := t.Report.Step(report.Step{Epoch: epoch, Batch: batch, Batches: batches, Seen: seen * w, Total: t.train.Len(),
-				GlobalStep: t.step, Loss: float64(loss), LR: t.opt.LR(), Elapsed: elapsed,
-				ImagesPerSec: float64((seen+b.Len())*w) / elapsed.Seconds()})
-			if err != nil {
-				return 0, 0, fmt.Errorf("report: %w", err)
-			}
+		if err := t.reportStep(epoch, batch, batches, seen, b.Len(), loss, t5.Sub(start)); err != nil {
+			return 0, 0, err
 		}
 		seen += b.Len()
 	}
 	return lossSum / float64(max(batches, 1)), seen, nil
+}
+
+// reportStep tells the reporter about a finished batch: seen is this
+// rank's samples before it, n its size; counts are scaled to all ranks.
+func (t *Trainer) reportStep(epoch, batch, batches, seen, n int, loss float32, elapsed time.Duration) error {
+	if t.Report == nil {
+		return nil
+	}
+	w := t.world()
+	err := t.Report.Step(report.Step{Epoch: epoch, Batch: batch, Batches: batches, Seen: seen * w, Total: t.train.Len(),
+		GlobalStep: t.step, Loss: float64(loss), LR: t.opt.LR(), Elapsed: elapsed,
+		ImagesPerSec: float64((seen+n)*w) / elapsed.Seconds()})
+	if err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	return nil
 }
 
 // Evaluation is a model's result on a dataset.

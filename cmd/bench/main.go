@@ -12,7 +12,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -24,7 +23,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/gorun/gorun/bench"
@@ -120,7 +118,7 @@ func collectives(args []string, stdout io.Writer) error {
 		}
 		for _, np := range worlds {
 			out := filepath.Join(dir, fmt.Sprintf("%s-%d.json", variant, np))
-			var logs syncBuffer
+			var logs launch.Buffer
 			res, err := launch.Run(context.Background(), launch.Config{
 				NP: np, Program: exe, Args: append([]string{"collectives"}, args...),
 				Env:    append([]string{workerEnv + "=" + out}, env...),
@@ -257,7 +255,7 @@ func trainScaling(args []string, stdout io.Writer) error {
 	fmt.Fprintf(stdout, "# gorun train %s, one thread per rank\n# %4s %10s %10s %8s\n", *model, "np", "seconds", "img/s", "speedup")
 	var base float64
 	for _, np := range worlds {
-		var out syncBuffer
+		var out launch.Buffer
 		res, err := launch.Run(context.Background(), launch.Config{NP: np, Program: *trainBin, Args: targs, Stdout: &out, Stderr: &out,
 			Timeout: 30 * time.Minute, Grace: 5 * time.Second})
 		if err == nil {
@@ -287,22 +285,4 @@ func cmpOr(v, def int) int {
 		return v
 	}
 	return def
-}
-
-// syncBuffer collects a job's output from its concurrent copiers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

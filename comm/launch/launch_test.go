@@ -1,37 +1,22 @@
 package launch
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 )
-
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 func sh(t *testing.T, script string, cfg Config) (*Result, string) {
 	t.Helper()
 	if _, err := exec.LookPath("sh"); err != nil {
 		t.Skip("no sh")
 	}
-	var out syncBuf
+	var out Buffer
 	cfg.Program, cfg.Args = "sh", []string{"-c", script}
 	cfg.Stdout, cfg.Stderr = &out, &out
 	if cfg.Grace == 0 {
