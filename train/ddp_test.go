@@ -21,6 +21,7 @@ import (
 	"github.com/gorun/gorun/model/cpu"
 	"github.com/gorun/gorun/model/nn"
 	"github.com/gorun/gorun/model/safetensors"
+	"github.com/gorun/gorun/model/tensor"
 	"github.com/gorun/gorun/train/checkpoint"
 	"github.com/gorun/gorun/train/data"
 )
@@ -217,27 +218,8 @@ func TestDDPMatchesOneProcess(t *testing.T) {
 				t.Fatalf("rank 0 did not finish %d steps:\n%s", steps, log)
 			}
 			cfg, trainSet, testSet := ddpSetup(np, perRank, steps, 1)
-			ref := newTrainer(t, cfg, trainSet, testSet)
-			noDropout(ref)
-			if err := ref.Run(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			f, err := safetensors.ReadFile(out)
-			if err != nil {
-				t.Fatal(err)
-			}
-			worst := 0.0
-			for _, p := range nn.Params(ref.model.Net) {
-				got, ok := f.Get(p.Name)
-				if !ok {
-					t.Fatalf("%s missing", p.Name)
-				}
-				rel := relDiff(got.F32, p.Value.Data)
-				if rel > 1e-5 {
-					t.Fatalf("np=%d: %s differs from one process with batch %d by %.2g (relative)", np, p.Name, np*perRank, rel)
-				}
-				worst = max(worst, rel)
-			}
+			ref := trainReference(t, cfg, trainSet, testSet)
+			worst := sameParams(t, ref, savedTensors(t, out), fmt.Sprintf("np=%d vs one process with batch %d", np, np*perRank))
 			t.Logf("np=%d: weights after %d steps within %.2g of one process with batch %d", np, steps, worst, np*perRank)
 		})
 	}
@@ -298,11 +280,7 @@ func TestSyncBatchNorm(t *testing.T) {
 	}
 	cfg, trainSet, testSet := ddpSetupModel("cifarnet", np, perRank, steps, 1)
 	cfg.SyncBatchNorm = false // one process: its batch norm sees the whole batch anyway
-	ref := newTrainer(t, cfg, trainSet, testSet)
-	noDropout(ref)
-	if err := ref.Run(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	ref := trainReference(t, cfg, trainSet, testSet)
 	f, err := safetensors.ReadFile(out)
 	if err != nil {
 		t.Fatal(err)
@@ -316,7 +294,7 @@ func TestSyncBatchNorm(t *testing.T) {
 			}
 			continue
 		}
-		rel := relDiff(got.F32, v.Value.Data)
+		rel := tensor.RelDiff(got.F32, v.Value.Data, 1e-15)
 		if rel > 1e-5 {
 			t.Fatalf("%s differs from one process with batch %d by %.2g (relative)", v.Name, np*perRank, rel)
 		}
@@ -346,13 +324,50 @@ func TestSyncBatchNorm(t *testing.T) {
 	}
 }
 
-// relDiff is ‖got − want‖ / ‖want‖.
-func relDiff(got, want []float32) float64 {
-	var diff, norm float64
-	for i, w := range want {
-		d := float64(got[i]) - float64(w)
-		diff += d * d
-		norm += float64(w) * float64(w)
+// trainReference trains cfg unsplit in this process with dropout off: the
+// exact reference the distributed runs are compared with.
+func trainReference(t *testing.T, cfg Config, train, test *data.Dataset) *Trainer {
+	t.Helper()
+	ref := newTrainer(t, cfg, train, test)
+	noDropout(ref)
+	if err := ref.Run(context.Background()); err != nil {
+		t.Fatal(err)
 	}
-	return math.Sqrt(diff / max(norm, 1e-30))
+	return ref
+}
+
+// savedTensors reads the float tensors of the given safetensors files into
+// one map by name.
+func savedTensors(t *testing.T, paths ...string) map[string][]float32 {
+	t.Helper()
+	got := map[string][]float32{}
+	for _, p := range paths {
+		f, err := safetensors.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tn := range f.Tensors {
+			got[tn.Name] = tn.F32
+		}
+	}
+	return got
+}
+
+// sameParams fails unless every parameter of ref is in got within 1e-5
+// relative difference, and returns the largest difference.
+func sameParams(t *testing.T, ref *Trainer, got map[string][]float32, what string) float64 {
+	t.Helper()
+	worst := 0.0
+	for _, v := range nn.Params(ref.model.Net) {
+		g, ok := got[v.Name]
+		if !ok {
+			t.Fatalf("%s: %s was not saved (have %d tensors)", what, v.Name, len(got))
+		}
+		rel := tensor.RelDiff(g, v.Value.Data, 1e-15)
+		if rel > 1e-5 {
+			t.Fatalf("%s: %s differs by %.2g (relative)", what, v.Name, rel)
+		}
+		worst = max(worst, rel)
+	}
+	return worst
 }

@@ -1,7 +1,6 @@
 package train
 
 import (
-	"context"
 	"encoding/xml"
 	"fmt"
 	"math/rand/v2"
@@ -40,11 +39,7 @@ func TestPipelineMatchesOneProcess(t *testing.T) {
 		cases = []pcase{{3, 4, "gpipe"}, {3, 8, "1f1b"}}
 	}
 	cfg, trainSet, testSet := ddpSetup(1, batch, steps, 1)
-	ref := newTrainer(t, cfg, trainSet, testSet)
-	noDropout(ref)
-	if err := ref.Run(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	ref := trainReference(t, cfg, trainSet, testSet)
 	for _, c := range cases {
 		p, m := c.p, c.m
 		t.Run(fmt.Sprintf("%s/p=%d/m=%d", c.schedule, p, m), func(t *testing.T) {
@@ -57,28 +52,12 @@ func TestPipelineMatchesOneProcess(t *testing.T) {
 			if n := strings.Count(log, fmt.Sprintf("step %d\n", steps)); n != p {
 				t.Fatalf("%d of %d stages finished %d steps:\n%s", n, p, steps, log)
 			}
-			got := map[string][]float32{}
+			var files []string
 			for s := range p {
-				f, err := safetensors.ReadFile(StagePath(out, s))
-				if err != nil {
-					t.Fatal(err)
-				}
-				for _, tn := range f.Tensors {
-					got[tn.Name] = tn.F32
-				}
+				files = append(files, StagePath(out, s))
 			}
-			worst := 0.0
-			for _, v := range nn.Params(ref.model.Net) {
-				g, ok := got[v.Name]
-				if !ok {
-					t.Fatalf("no stage saved %s (have %d tensors)", v.Name, len(got))
-				}
-				rel := relDiff(g, v.Value.Data)
-				if rel > 1e-5 {
-					t.Fatalf("%s differs from the unsplit model by %.2g (relative)", v.Name, rel)
-				}
-				worst = max(worst, rel)
-			}
+			got := savedTensors(t, files...)
+			worst := sameParams(t, ref, got, fmt.Sprintf("%s p=%d m=%d vs the unsplit model", c.schedule, p, m))
 			t.Logf("%s p=%d m=%d: weights after %d steps within %.2g of the unsplit model", c.schedule, p, m, steps, worst)
 
 			// The last stage drew the schedule: a forward and a backward
@@ -200,27 +179,8 @@ func TestPipelineTimesDataParallel(t *testing.T) {
 		t.Fatalf("job: %v\n%s", err, log)
 	}
 	cfg, trainSet, testSet := ddpSetup(2, perPipeline, steps, 1)
-	ref := newTrainer(t, cfg, trainSet, testSet)
-	noDropout(ref)
-	if err := ref.Run(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	got := map[string][]float32{}
-	for s := range 2 {
-		f, err := safetensors.ReadFile(StagePath(out, s))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, tn := range f.Tensors {
-			got[tn.Name] = tn.F32
-		}
-	}
-	for _, v := range nn.Params(ref.model.Net) {
-		g := got[v.Name]
-		if rel := relDiff(g, v.Value.Data); rel > 1e-5 {
-			t.Fatalf("%s differs from one process with batch %d by %.2g", v.Name, 2*perPipeline, rel)
-		}
-	}
+	ref := trainReference(t, cfg, trainSet, testSet)
+	sameParams(t, ref, savedTensors(t, StagePath(out, 0), StagePath(out, 1)), fmt.Sprintf("2 pipelines vs one process with batch %d", 2*perPipeline))
 }
 
 // TestPipelineResume trains 2 stages for 2 epochs straight, and for 1

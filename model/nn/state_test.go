@@ -8,6 +8,7 @@ import (
 
 	"github.com/gorun/gorun/model/cpu"
 	"github.com/gorun/gorun/model/safetensors"
+	"github.com/gorun/gorun/model/tensor"
 )
 
 func smallNet(seed uint64) *Chain {
@@ -39,7 +40,7 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 			}
 			continue
 		}
-		if relErr(bs[i].Value.Data, as[i].Value.Data) != 0 {
+		if tensor.RelDiff(bs[i].Value.Data, as[i].Value.Data, 1e-6) != 0 {
 			t.Errorf("%s differs after the round trip", as[i].Name)
 		}
 	}
@@ -77,7 +78,7 @@ func TestLoadRejectsMismatchedState(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), path) {
 				t.Fatalf("error %v, want one naming %s and %q", err, path, tt.want)
 			}
-			if relErr(net.State()[0].Value.Data, before.Data) != 0 {
+			if tensor.RelDiff(net.State()[0].Value.Data, before.Data, 1e-6) != 0 {
 				t.Error("a failed load changed the model")
 			}
 		})

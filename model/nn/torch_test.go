@@ -50,23 +50,12 @@ func (fx fixture) ints(name string) []int32 {
 	return out
 }
 
-// relErr is ‖got − want‖ / max(‖want‖, 1e-6).
-func relErr(got, want []float32) float64 {
-	var d, n float64
-	for i := range want {
-		e := float64(got[i]) - float64(want[i])
-		d += e * e
-		n += float64(want[i]) * float64(want[i])
-	}
-	return math.Sqrt(d) / math.Max(math.Sqrt(n), 1e-6)
-}
-
 func assertClose(t *testing.T, what string, got *tensor.Tensor, want *tensor.Tensor, tol float64) {
 	t.Helper()
 	if !got.SameShape(want.Shape...) {
 		t.Fatalf("%s: shape %s, PyTorch %s", what, got, want)
 	}
-	if e := relErr(got.Data, want.Data); e > tol || math.IsNaN(e) {
+	if e := tensor.RelDiff(got.Data, want.Data, 1e-6); e > tol || math.IsNaN(e) {
 		t.Errorf("%s: relative error %.3g against PyTorch (tolerance %.0g)", what, e, tol)
 	}
 }

@@ -9,6 +9,8 @@
 package tensor
 
 import (
+	"math"
+
 	"fmt"
 	"strings"
 )
@@ -123,4 +125,18 @@ func View(v **Tensor, t *Tensor, shape ...int) (*Tensor, error) {
 // Clone returns a deep copy.
 func (t *Tensor) Clone() *Tensor {
 	return &Tensor{Shape: append([]int(nil), t.Shape...), Data: append([]float32(nil), t.Data...)}
+}
+
+// RelDiff returns ‖got − want‖ / max(‖want‖, floor) in float64, the
+// relative difference the tests compare against tolerances; floor keeps
+// vectors that are zero in exact arithmetic (rounding noise on both sides)
+// from dividing by nothing.
+func RelDiff(got, want []float32, floor float64) float64 {
+	var d, n float64
+	for i, w := range want {
+		e := float64(got[i]) - float64(w)
+		d += e * e
+		n += float64(w) * float64(w)
+	}
+	return math.Sqrt(d) / math.Max(math.Sqrt(n), floor)
 }

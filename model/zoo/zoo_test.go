@@ -73,19 +73,6 @@ func (fx fixture) tensor(name string) *tensor.Tensor {
 	return t
 }
 
-// relErr is ‖got − want‖ / ‖want‖, with norms below 1e-3 counted as 1e-3:
-// gradients that are zero in exact arithmetic (a convolution bias followed
-// by batch norm) are rounding noise on both sides.
-func relErr(got, want []float32) float64 {
-	var d, n float64
-	for i := range want {
-		e := float64(got[i]) - float64(want[i])
-		d += e * e
-		n += float64(want[i]) * float64(want[i])
-	}
-	return math.Sqrt(d) / math.Max(math.Sqrt(n), 1e-3)
-}
-
 func norm(v []float32) float64 {
 	var s float64
 	for _, x := range v {
@@ -112,7 +99,7 @@ func compareVars(t *testing.T, fx fixture, prefix string, vars []nn.Var, tol flo
 				got[i] = data[j]
 			}
 		}
-		if e := relErr(got, want); e > tol || math.IsNaN(e) {
+		if e := tensor.RelDiff(got, want, 1e-3); e > tol || math.IsNaN(e) {
 			t.Errorf("%s %s: relative error %.3g against PyTorch", prefix, v.Name, e)
 		}
 		wantNorm := float64(fx.get(prefix + "norm/" + v.Name).F32[0])
@@ -188,12 +175,12 @@ func TestModelsMatchPyTorch(t *testing.T) {
 					t.Errorf("step %d: loss %v, PyTorch %v", step, l, want)
 				}
 				if step == 0 {
-					if e := relErr(y.Data, fx.get("y0").F32); e > 1e-4 {
+					if e := tensor.RelDiff(y.Data, fx.get("y0").F32, 1e-3); e > 1e-4 {
 						t.Errorf("output: relative error %.3g against PyTorch", e)
 					}
 					for _, v := range m.Net.State() {
 						if v.Value != nil && !v.IsParam() {
-							if e := relErr(v.Value.Data, fx.get("buf/"+v.Name).F32); e > 1e-4 {
+							if e := tensor.RelDiff(v.Value.Data, fx.get("buf/"+v.Name).F32, 1e-3); e > 1e-4 {
 								t.Errorf("buffer %s: relative error %.3g", v.Name, e)
 							}
 						}
@@ -323,7 +310,7 @@ func TestRoundTripThroughPyTorch(t *testing.T) {
 				t.Fatal(err)
 			}
 			want, _ := f.Get("y")
-			if e := relErr(y.Data, want.F32); e > 1e-4 {
+			if e := tensor.RelDiff(y.Data, want.F32, 1e-3); e > 1e-4 {
 				t.Errorf("PyTorch logits differ: relative error %.3g", e)
 			}
 		})
