@@ -84,6 +84,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("learning rate %v: want a positive number", c.LR)
 	case c.StepSize < 1 && c.Scheduler == "step":
 		return fmt.Errorf("step size %d: want at least 1", c.StepSize)
+	case c.Pipeline > 1 && c.Accumulate > 1:
+		return fmt.Errorf("accumulate %d with a pipeline: the microbatches already accumulate; raise the batch size instead", c.Accumulate)
 	}
 	return nil
 }

@@ -374,7 +374,7 @@ func (t *Trainer) trainEpoch(ctx context.Context, epoch int) (float64, int, erro
 	if t.pipe != nil {
 		t.pipe.SetTraining(true)
 	}
-	nn.ZeroGrad(t.be, t.model.Net)
+	nn.ZeroGrad(t.be, t.trained())
 	sampler := data.Sampler{N: t.train.Len(), Shuffle: true, Seed: t.cfg.Seed, Rank: t.rank(), World: t.world()}
 	if err := sampler.Validate(); err != nil {
 		return 0, 0, err
@@ -395,108 +395,121 @@ func (t *Trainer) trainEpoch(ctx context.Context, epoch int) (float64, int, erro
 		}
 		t0 := time.Now()
 		b, ok := t.trainLoader.Next()
-		t1 := time.Now()
-		t.times.Data += t1.Sub(t0)
+		t.times.Data += time.Since(t0)
 		if !ok {
 			break
 		}
-		if t.pipe != nil {
-			if t.ddp != nil {
-				t.ddp.BeginStep(false) // reduced in one go after the microbatches
-			}
-			loss, err := t.pipe.Step(ctx, b.X, b.Labels)
-			if err != nil {
-				return 0, 0, fmt.Errorf("epoch %d batch %d: %w", epoch, batch, err)
-			}
-			if t.ddp != nil {
-				if _, err := t.ddp.ReduceAll(); err != nil {
-					return 0, 0, fmt.Errorf("epoch %d batch %d: %w", epoch, batch, err)
-				}
-			}
-			t2 := time.Now()
-			for _, e := range t.pipe.Events {
-				if e.Backward {
-					t.times.Backward += e.End.Sub(e.Start)
-				} else {
-					t.times.Forward += e.End.Sub(e.Start)
-				}
-			}
-			t.opt.Step()
-			nn.ZeroGrad(t.be, t.pipe.Layer())
-			t.step++
-			t3 := time.Now()
-			t.times.Optimizer += t3.Sub(t2)
-			if t.AfterStep != nil {
-				if err := t.AfterStep(t.step); err != nil {
-					return 0, 0, err
-				}
-			}
-			lossSum += float64(loss)
-			if err := t.reportStep(epoch, batch, batches, seen, b.Len(), loss, t3.Sub(start)); err != nil {
-				return 0, 0, err
-			}
-			seen += b.Len()
-			continue
-		}
-		y, err := t.model.Net.Forward(b.X)
-		if err != nil {
-			return 0, 0, fmt.Errorf("epoch %d batch %d: forward: %w", epoch, batch, err)
-		}
-		loss, err := t.loss.Forward(y, b.Labels)
-		if err == nil {
-			err = t.syncErr
-		}
-		if err != nil {
-			return 0, 0, fmt.Errorf("epoch %d batch %d: loss: %w", epoch, batch, err)
-		}
-		if math.IsNaN(float64(loss)) || math.IsInf(float64(loss), 0) {
-			return 0, 0, fmt.Errorf("epoch %d batch %d: the loss is %v (learning rate %g too high?)", epoch, batch, loss, t.opt.LR())
-		}
-		t2 := time.Now()
-		t.times.Forward += t2.Sub(t1)
 		// The optimizer steps after every accumulate batches and at the
 		// epoch's end; gradients add up in between, without communication.
 		update := (batch+1)%accumulate == 0 || batch == batches-1
-		if t.ddp != nil {
-			t.ddp.BeginStep(update)
-		}
-		dy, err := t.loss.Backward()
-		if err == nil {
-			_, err = t.model.Net.Backward(dy)
-		}
-		if err == nil {
-			err = t.syncErr
+		var loss float32
+		var err error
+		if t.pipe != nil {
+			loss, err = t.pipelineGradients(ctx, b)
+		} else {
+			loss, err = t.gradients(b, update)
 		}
 		if err != nil {
-			return 0, 0, fmt.Errorf("epoch %d batch %d: backward: %w", epoch, batch, err)
+			return 0, 0, fmt.Errorf("epoch %d batch %d: %w", epoch, batch, err)
 		}
-		t3 := time.Now()
-		t.times.Backward += t3.Sub(t2)
-		if t.ddp != nil {
-			if _, err := t.ddp.Finish(); err != nil {
-				return 0, 0, fmt.Errorf("epoch %d batch %d: %w", epoch, batch, err)
-			}
-		}
-		t4 := time.Now()
+		t1 := time.Now()
 		if update {
 			t.opt.Step()
-			nn.ZeroGrad(t.be, t.model.Net)
+			nn.ZeroGrad(t.be, t.trained())
 			t.step++
 		}
-		t5 := time.Now()
-		t.times.Optimizer += t5.Sub(t4)
+		t2 := time.Now()
+		t.times.Optimizer += t2.Sub(t1)
 		if update && t.AfterStep != nil {
 			if err := t.AfterStep(t.step); err != nil {
 				return 0, 0, err
 			}
 		}
 		lossSum += float64(loss)
-		if err := t.reportStep(epoch, batch, batches, seen, b.Len(), loss, t5.Sub(start)); err != nil {
+		if err := t.reportStep(epoch, batch, batches, seen, b.Len(), loss, t2.Sub(start)); err != nil {
 			return 0, 0, err
 		}
 		seen += b.Len()
 	}
 	return lossSum / float64(max(batches, 1)), seen, nil
+}
+
+// trained is the layer whose parameters this rank updates: its pipeline
+// stage, or the whole model.
+func (t *Trainer) trained() nn.Layer {
+	if t.pipe != nil {
+		return t.pipe.Layer()
+	}
+	return t.model.Net
+}
+
+// gradients runs forward, loss and backward on one batch, adding to the
+// parameters' gradients; with DDP they are averaged across the ranks when
+// sync is set (the batch ends an accumulation).
+func (t *Trainer) gradients(b *data.Batch, sync bool) (float32, error) {
+	t0 := time.Now()
+	y, err := t.model.Net.Forward(b.X)
+	if err != nil {
+		return 0, fmt.Errorf("forward: %w", err)
+	}
+	loss, err := t.loss.Forward(y, b.Labels)
+	if err == nil {
+		err = t.syncErr
+	}
+	if err != nil {
+		return 0, fmt.Errorf("loss: %w", err)
+	}
+	if math.IsNaN(float64(loss)) || math.IsInf(float64(loss), 0) {
+		return 0, fmt.Errorf("the loss is %v (learning rate %g too high?)", loss, t.opt.LR())
+	}
+	t1 := time.Now()
+	t.times.Forward += t1.Sub(t0)
+	if t.ddp != nil {
+		t.ddp.BeginStep(sync)
+	}
+	dy, err := t.loss.Backward()
+	if err == nil {
+		_, err = t.model.Net.Backward(dy)
+	}
+	if err == nil {
+		err = t.syncErr
+	}
+	if err != nil {
+		return 0, fmt.Errorf("backward: %w", err)
+	}
+	t.times.Backward += time.Since(t1)
+	if t.ddp != nil {
+		if _, err := t.ddp.Finish(); err != nil {
+			return 0, err
+		}
+	}
+	return loss, nil
+}
+
+// pipelineGradients runs one batch through this rank's pipeline stage and,
+// with several pipelines, averages the stage's gradients across them. It
+// returns the batch loss on the last stage (0 elsewhere).
+func (t *Trainer) pipelineGradients(ctx context.Context, b *data.Batch) (float32, error) {
+	if t.ddp != nil {
+		t.ddp.BeginStep(false) // reduced in one go after the microbatches
+	}
+	loss, err := t.pipe.Step(ctx, b.X, b.Labels)
+	if err != nil {
+		return 0, err
+	}
+	for _, e := range t.pipe.Events {
+		if e.Backward {
+			t.times.Backward += e.End.Sub(e.Start)
+		} else {
+			t.times.Forward += e.End.Sub(e.Start)
+		}
+	}
+	if t.ddp != nil {
+		if _, err := t.ddp.ReduceAll(); err != nil {
+			return 0, err
+		}
+	}
+	return loss, nil
 }
 
 // reportStep tells the reporter about a finished batch: seen is this
