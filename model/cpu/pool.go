@@ -131,15 +131,72 @@ func maxPoolBackwardPlanes(x, dy, dx *tensor.Tensor, p tensor.PoolParams, lo, hi
 
 // AvgPool2d implements tensor.Backend.
 func (b *Backend) AvgPool2d(x, y *tensor.Tensor, p tensor.PoolParams) {
+	rows, cols := fixedAxes(x, p)
+	avgPool(x, y, rows, cols)
+}
+
+// AvgPool2dBackward implements tensor.Backend.
+func (b *Backend) AvgPool2dBackward(dy, dx *tensor.Tensor, p tensor.PoolParams) {
+	rows, cols := fixedAxes(dx, p)
+	avgPoolBackward(dy, dx, rows, cols)
+}
+
+// AdaptiveAvgPool2d implements tensor.Backend.
+func (b *Backend) AdaptiveAvgPool2d(x, y *tensor.Tensor) {
+	rows, cols := adaptiveAxes(x, y)
+	avgPool(x, y, rows, cols)
+}
+
+// AdaptiveAvgPool2dBackward implements tensor.Backend.
+func (b *Backend) AdaptiveAvgPool2dBackward(dy, dx *tensor.Tensor) {
+	rows, cols := adaptiveAxes(dx, dy)
+	avgPoolBackward(dy, dx, rows, cols)
+}
+
+// axis describes the averaging windows along one dimension of size in:
+// fixed (kernel, stride, padding, the divisor counting the padding as
+// PyTorch's count_include_pad does) or adaptive to out outputs.
+type axis struct {
+	adaptive       bool
+	k, stride, pad int
+	in, out        int
+}
+
+// at returns output o's input range and the divisor's share.
+func (a axis) at(o int) (lo, hi, span int) {
+	if a.adaptive {
+		lo, hi = adaptive(o, a.in, a.out)
+		return lo, hi, hi - lo
+	}
+	return window(o, a.stride, a.pad, a.k, a.in)
+}
+
+func fixedAxes(x *tensor.Tensor, p tensor.PoolParams) (rows, cols axis) {
+	return axis{k: p.KernelH, stride: p.StrideH, pad: p.PadH, in: x.Shape[2]},
+		axis{k: p.KernelW, stride: p.StrideW, pad: p.PadW, in: x.Shape[3]}
+}
+
+func adaptiveAxes(x, y *tensor.Tensor) (rows, cols axis) {
+	return axis{adaptive: true, in: x.Shape[2], out: y.Shape[2]}, axis{adaptive: true, in: x.Shape[3], out: y.Shape[3]}
+}
+
+// adaptive returns PyTorch's adaptive pooling window [floor(i·in/out),
+// ceil((i+1)·in/out)).
+func adaptive(i, in, out int) (int, int) {
+	return i * in / out, ((i+1)*in + out - 1) / out
+}
+
+// avgPool averages x's windows into y.
+func avgPool(x, y *tensor.Tensor, rows, cols axis) {
 	n, c, h, w := x.Shape[0], x.Shape[1], x.Shape[2], x.Shape[3]
 	oh, ow := y.Shape[2], y.Shape[3]
 	for pl := 0; pl < n*c; pl++ {
 		in := x.Data[pl*h*w : (pl+1)*h*w]
 		out := y.Data[pl*oh*ow : (pl+1)*oh*ow]
 		for i := 0; i < oh; i++ {
-			h0, h1, hs := window(i, p.StrideH, p.PadH, p.KernelH, h)
+			h0, h1, hs := rows.at(i)
 			for j := 0; j < ow; j++ {
-				w0, w1, ws := window(j, p.StrideW, p.PadW, p.KernelW, w)
+				w0, w1, ws := cols.at(j)
 				var s float32
 				for r := h0; r < h1; r++ {
 					for _, v := range in[r*w+w0 : r*w+w1] {
@@ -152,8 +209,8 @@ func (b *Backend) AvgPool2d(x, y *tensor.Tensor, p tensor.PoolParams) {
 	}
 }
 
-// AvgPool2dBackward implements tensor.Backend.
-func (b *Backend) AvgPool2dBackward(dy, dx *tensor.Tensor, p tensor.PoolParams) {
+// avgPoolBackward spreads each output's gradient evenly over its window.
+func avgPoolBackward(dy, dx *tensor.Tensor, rows, cols axis) {
 	n, c, h, w := dx.Shape[0], dx.Shape[1], dx.Shape[2], dx.Shape[3]
 	oh, ow := dy.Shape[2], dy.Shape[3]
 	clear(dx.Data)
@@ -161,63 +218,10 @@ func (b *Backend) AvgPool2dBackward(dy, dx *tensor.Tensor, p tensor.PoolParams) 
 		g := dy.Data[pl*oh*ow : (pl+1)*oh*ow]
 		out := dx.Data[pl*h*w : (pl+1)*h*w]
 		for i := 0; i < oh; i++ {
-			h0, h1, hs := window(i, p.StrideH, p.PadH, p.KernelH, h)
+			h0, h1, hs := rows.at(i)
 			for j := 0; j < ow; j++ {
-				w0, w1, ws := window(j, p.StrideW, p.PadW, p.KernelW, w)
+				w0, w1, ws := cols.at(j)
 				v := g[i*ow+j] / float32(hs*ws)
-				for r := h0; r < h1; r++ {
-					row := out[r*w+w0 : r*w+w1]
-					for s := range row {
-						row[s] += v
-					}
-				}
-			}
-		}
-	}
-}
-
-// adaptive returns PyTorch's adaptive pooling window [floor(i·in/out),
-// ceil((i+1)·in/out)).
-func adaptive(i, in, out int) (int, int) {
-	return i * in / out, ((i+1)*in + out - 1) / out
-}
-
-// AdaptiveAvgPool2d implements tensor.Backend.
-func (b *Backend) AdaptiveAvgPool2d(x, y *tensor.Tensor) {
-	n, c, h, w := x.Shape[0], x.Shape[1], x.Shape[2], x.Shape[3]
-	oh, ow := y.Shape[2], y.Shape[3]
-	for pl := 0; pl < n*c; pl++ {
-		in := x.Data[pl*h*w : (pl+1)*h*w]
-		out := y.Data[pl*oh*ow : (pl+1)*oh*ow]
-		for i := 0; i < oh; i++ {
-			h0, h1 := adaptive(i, h, oh)
-			for j := 0; j < ow; j++ {
-				w0, w1 := adaptive(j, w, ow)
-				var s float32
-				for r := h0; r < h1; r++ {
-					for _, v := range in[r*w+w0 : r*w+w1] {
-						s += v
-					}
-				}
-				out[i*ow+j] = s / float32((h1-h0)*(w1-w0))
-			}
-		}
-	}
-}
-
-// AdaptiveAvgPool2dBackward implements tensor.Backend.
-func (b *Backend) AdaptiveAvgPool2dBackward(dy, dx *tensor.Tensor) {
-	n, c, h, w := dx.Shape[0], dx.Shape[1], dx.Shape[2], dx.Shape[3]
-	oh, ow := dy.Shape[2], dy.Shape[3]
-	clear(dx.Data)
-	for pl := 0; pl < n*c; pl++ {
-		g := dy.Data[pl*oh*ow : (pl+1)*oh*ow]
-		out := dx.Data[pl*h*w : (pl+1)*h*w]
-		for i := 0; i < oh; i++ {
-			h0, h1 := adaptive(i, h, oh)
-			for j := 0; j < ow; j++ {
-				w0, w1 := adaptive(j, w, ow)
-				v := g[i*ow+j] / float32((h1-h0)*(w1-w0))
 				for r := h0; r < h1; r++ {
 					row := out[r*w+w0 : r*w+w1]
 					for s := range row {
