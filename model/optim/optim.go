@@ -23,13 +23,44 @@ type Optimizer interface {
 	State() []nn.Var
 }
 
+// slots are what every optimizer keeps: its parameters, named buffers
+// shaped like each parameter, and its step count.
+type slots struct {
+	params []nn.Var
+	names  []string           // buffer names, as torch.optim calls them
+	bufs   [][]*tensor.Tensor // bufs[i][k]: parameter i's buffer names[k]
+	steps  int64
+}
+
+func newSlots(params []nn.Var, names ...string) slots {
+	s := slots{params: params, names: names}
+	for _, p := range params {
+		b := make([]*tensor.Tensor, len(names))
+		for k := range names {
+			b[k] = tensor.New(p.Value.Shape...)
+		}
+		s.bufs = append(s.bufs, b)
+	}
+	return s
+}
+
+// State implements Optimizer: "step", then "<param>.<buffer>" for every
+// parameter and buffer.
+func (s *slots) State() []nn.Var {
+	st := []nn.Var{{Name: "step", Count: &s.steps}}
+	for i, p := range s.params {
+		for k, name := range s.names {
+			st = append(st, nn.Var{Name: p.Name + "." + name, Value: s.bufs[i][k]})
+		}
+	}
+	return st
+}
+
 // SGD is torch.optim.SGD.
 type SGD struct {
-	be     tensor.Backend
-	params []nn.Var
-	O      tensor.SGDOptions
-	bufs   []*tensor.Tensor
-	steps  int64
+	slots
+	be tensor.Backend
+	O  tensor.SGDOptions
 }
 
 // NewSGD returns SGD over params.
@@ -37,17 +68,13 @@ func NewSGD(be tensor.Backend, params []nn.Var, o tensor.SGDOptions) (*SGD, erro
 	if o.Nesterov && (o.Momentum <= 0 || o.Dampening != 0) {
 		return nil, fmt.Errorf("optim: Nesterov momentum requires a momentum and zero dampening")
 	}
-	s := &SGD{be: be, params: params, O: o}
-	for _, p := range params {
-		s.bufs = append(s.bufs, tensor.New(p.Value.Shape...))
-	}
-	return s, nil
+	return &SGD{slots: newSlots(params, "momentum_buffer"), be: be, O: o}, nil
 }
 
 // Step implements Optimizer.
 func (s *SGD) Step() {
 	for i, p := range s.params {
-		s.be.SGDStep(p.Value, p.Grad, s.bufs[i], s.O, s.steps == 0)
+		s.be.SGDStep(p.Value, p.Grad, s.bufs[i][0], s.O, s.steps == 0)
 	}
 	s.steps++
 }
@@ -58,22 +85,11 @@ func (s *SGD) LR() float32 { return s.O.LR }
 // SetLR implements Optimizer.
 func (s *SGD) SetLR(lr float32) { s.O.LR = lr }
 
-// State implements Optimizer.
-func (s *SGD) State() []nn.Var {
-	st := []nn.Var{{Name: "step", Count: &s.steps}}
-	for i, p := range s.params {
-		st = append(st, nn.Var{Name: p.Name + ".momentum_buffer", Value: s.bufs[i]})
-	}
-	return st
-}
-
 // Adam is torch.optim.Adam (amsgrad off).
 type Adam struct {
-	be     tensor.Backend
-	params []nn.Var
-	O      tensor.AdamOptions
-	m, v   []*tensor.Tensor
-	steps  int64
+	slots
+	be tensor.Backend
+	O  tensor.AdamOptions
 }
 
 // NewAdam returns Adam over params; zero betas and eps take PyTorch's
@@ -85,19 +101,14 @@ func NewAdam(be tensor.Backend, params []nn.Var, o tensor.AdamOptions) *Adam {
 	if o.Eps == 0 {
 		o.Eps = 1e-8
 	}
-	a := &Adam{be: be, params: params, O: o}
-	for _, p := range params {
-		a.m = append(a.m, tensor.New(p.Value.Shape...))
-		a.v = append(a.v, tensor.New(p.Value.Shape...))
-	}
-	return a
+	return &Adam{slots: newSlots(params, "exp_avg", "exp_avg_sq"), be: be, O: o}
 }
 
 // Step implements Optimizer.
 func (a *Adam) Step() {
 	a.steps++
 	for i, p := range a.params {
-		a.be.AdamStep(p.Value, p.Grad, a.m[i], a.v[i], a.O, int(a.steps))
+		a.be.AdamStep(p.Value, p.Grad, a.bufs[i][0], a.bufs[i][1], a.O, int(a.steps))
 	}
 }
 
@@ -107,22 +118,11 @@ func (a *Adam) LR() float32 { return a.O.LR }
 // SetLR implements Optimizer.
 func (a *Adam) SetLR(lr float32) { a.O.LR = lr }
 
-// State implements Optimizer.
-func (a *Adam) State() []nn.Var {
-	st := []nn.Var{{Name: "step", Count: &a.steps}}
-	for i, p := range a.params {
-		st = append(st, nn.Var{Name: p.Name + ".exp_avg", Value: a.m[i]}, nn.Var{Name: p.Name + ".exp_avg_sq", Value: a.v[i]})
-	}
-	return st
-}
-
 // Adadelta is torch.optim.Adadelta.
 type Adadelta struct {
-	be      tensor.Backend
-	params  []nn.Var
-	O       tensor.AdadeltaOptions
-	sq, acc []*tensor.Tensor
-	steps   int64
+	slots
+	be tensor.Backend
+	O  tensor.AdadeltaOptions
 }
 
 // NewAdadelta returns Adadelta over params; zero Rho and Eps take PyTorch's
@@ -134,18 +134,13 @@ func NewAdadelta(be tensor.Backend, params []nn.Var, o tensor.AdadeltaOptions) *
 	if o.Eps == 0 {
 		o.Eps = 1e-6
 	}
-	a := &Adadelta{be: be, params: params, O: o}
-	for _, p := range params {
-		a.sq = append(a.sq, tensor.New(p.Value.Shape...))
-		a.acc = append(a.acc, tensor.New(p.Value.Shape...))
-	}
-	return a
+	return &Adadelta{slots: newSlots(params, "square_avg", "acc_delta"), be: be, O: o}
 }
 
 // Step implements Optimizer.
 func (a *Adadelta) Step() {
 	for i, p := range a.params {
-		a.be.AdadeltaStep(p.Value, p.Grad, a.sq[i], a.acc[i], a.O)
+		a.be.AdadeltaStep(p.Value, p.Grad, a.bufs[i][0], a.bufs[i][1], a.O)
 	}
 	a.steps++
 }
@@ -155,12 +150,3 @@ func (a *Adadelta) LR() float32 { return a.O.LR }
 
 // SetLR implements Optimizer.
 func (a *Adadelta) SetLR(lr float32) { a.O.LR = lr }
-
-// State implements Optimizer.
-func (a *Adadelta) State() []nn.Var {
-	st := []nn.Var{{Name: "step", Count: &a.steps}}
-	for i, p := range a.params {
-		st = append(st, nn.Var{Name: p.Name + ".square_avg", Value: a.sq[i]}, nn.Var{Name: p.Name + ".acc_delta", Value: a.acc[i]})
-	}
-	return st
-}
