@@ -7,7 +7,6 @@ torchrun fails on its Python 3.11):
     /usr/bin/python3 bench/competitors/torch_ddp.py mnist 12800 2
     /usr/bin/python3 bench/competitors/torch_ddp.py cifarnet 2560 4
 """
-import gzip
 import os
 import sys
 import time
@@ -19,16 +18,9 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "model", "testdata"))
 from torchref import CIFARNet, MNISTNet  # noqa: E402
+from common import idx  # noqa: E402
 
 model_name, n, world = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-
-
-def idx(path):
-    with gzip.open(path) as f:
-        b = f.read()
-    ndim = b[3]
-    dims = [int.from_bytes(b[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
-    return np.frombuffer(b, np.uint8, offset=4 + 4 * ndim).reshape(dims)
 
 
 def main(rank, port):

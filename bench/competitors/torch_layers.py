@@ -15,17 +15,10 @@ import time
 import numpy as np
 import torch
 
+from common import timeit
+
 threads = int(sys.argv[1]) if len(sys.argv) > 1 else 1
 torch.set_num_threads(threads)
-
-
-def timeit(fn, min_time=1.0):
-    fn()
-    n, t0 = 0, time.perf_counter()
-    while time.perf_counter() - t0 < min_time:
-        fn()
-        n += 1
-    return (time.perf_counter() - t0) / n
 
 
 print("threads", threads, "torch", torch.__version__, "blas", torch.__config__.show().count("OpenBLAS") and "OpenBLAS" or "?")

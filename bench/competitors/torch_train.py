@@ -18,7 +18,6 @@ with `train --threads N`):
 
     OPENBLAS_NUM_THREADS=2 /usr/bin/python3 bench/competitors/torch_train.py fashion 2
 """
-import gzip
 import os
 import resource
 import sys
@@ -30,6 +29,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "model", "testdata"))
 from torchref import CIFARNet, MNISTNet  # noqa: E402
+from common import idx, timeit  # noqa: E402
 
 mode = sys.argv[1] if len(sys.argv) > 1 else "speed"
 threads = int(sys.argv[2]) if len(sys.argv) > 2 else 1
@@ -37,15 +37,6 @@ torch.set_num_threads(threads)
 torch.manual_seed(1)
 
 print("torch", torch.__version__, "threads", threads, "oneDNN", torch.backends.mkldnn.is_available())
-
-
-def timeit(fn, min_time=3.0):
-    fn()
-    n, t0 = 0, time.perf_counter()
-    while time.perf_counter() - t0 < min_time:
-        fn()
-        n += 1
-    return (time.perf_counter() - t0) / n
 
 
 def speed():
@@ -65,21 +56,13 @@ def speed():
             loss.backward()
             o.step()
 
-        dt = timeit(step)
+        dt = timeit(step, 3.0)
         print("train %-9s batch %3d: %7.1f img/s" % (name, batch, batch / dt))
         if name == "cifarnet":
             net.eval()
             with torch.no_grad():
-                dt = timeit(lambda: net(x))
+                dt = timeit(lambda: net(x), 3.0)
             print("infer %-9s batch %3d: %7.1f img/s" % (name, batch, batch / dt))
-
-
-def idx(path):
-    with gzip.open(path) as f:
-        b = f.read()
-    ndim = b[3]
-    dims = [int.from_bytes(b[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
-    return np.frombuffer(b, np.uint8, offset=4 + 4 * ndim).reshape(dims)
 
 
 def fashion(epochs=3):
