@@ -140,7 +140,11 @@ func runWorker(scenario string) error {
 		if err := t.Run(ctx); err != nil {
 			return err
 		}
-		if err := t.WriteTimeline(ctx, out+".svg"); err != nil {
+		idle, ideal, err := t.Bubble(ctx)
+		if err != nil {
+			return err
+		}
+		if err := t.WriteTimeline(ctx, out+".svg", idle, ideal); err != nil {
 			return err
 		}
 		fmt.Printf("DONE rank %d step %d\n", g.Rank(), t.step)

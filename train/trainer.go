@@ -216,18 +216,15 @@ func (t *Trainer) Bubble(ctx context.Context) (idle []float64, ideal float64, er
 }
 
 // WriteTimeline gathers the pipeline's last full batch from every stage
-// and, on the reporting rank, draws it as an SVG at path. Every rank must
-// call it.
-func (t *Trainer) WriteTimeline(ctx context.Context, path string) error {
+// and, on the last stage, draws it as an SVG at path, titled with the
+// stages' idle fractions and the ideal bubble (from Bubble). Every rank
+// must call it.
+func (t *Trainer) WriteTimeline(ctx context.Context, path string, idle []float64, ideal float64) error {
 	if t.pipe == nil {
 		return fmt.Errorf("--timeline needs a pipeline run")
 	}
 	events, err := t.pipe.Timeline(ctx)
-	if err != nil {
-		return err
-	}
-	idle, ideal, err := t.pipe.Bubble(ctx)
-	if err != nil || t.pipe.stage != t.ReportingRank() {
+	if err != nil || !t.pipe.last() {
 		return err
 	}
 	var parts []string
@@ -238,11 +235,11 @@ func (t *Trainer) WriteTimeline(ctx context.Context, path string) error {
 	return WriteTimelineSVG(path, events, t.pipe.stages, title)
 }
 
-// ReportingRank is the rank whose output describes the run: the last
-// stage of a pipeline (it has the loss), else rank 0.
-func (t *Trainer) ReportingRank() int {
-	if t.pipe != nil {
-		return t.pipe.stages - 1
+// ReportingRank is the rank whose output describes a run of cfg: the
+// last stage of the first pipeline (it has the loss), else rank 0.
+func ReportingRank(cfg Config) int {
+	if cfg.Pipeline > 1 {
+		return cfg.Pipeline - 1
 	}
 	return 0
 }

@@ -113,10 +113,7 @@ func run(args []string, stdout io.Writer) error {
 		return err
 	}
 	defer g.Close()
-	reporter := 0
-	if cfg.Pipeline > 1 {
-		reporter = cfg.Pipeline - 1 // the last stage has the loss
-	}
+	reporter := train.ReportingRank(cfg)
 	quiet := g.Rank() != reporter && !o.verbose
 	if quiet {
 		stdout = io.Discard
@@ -178,7 +175,7 @@ func run(args []string, stdout io.Writer) error {
 			return err
 		}
 		if o.timeline != "" {
-			if err := t.WriteTimeline(ctx, o.timeline); err != nil {
+			if err := t.WriteTimeline(ctx, o.timeline, idle, ideal); err != nil {
 				return err
 			}
 			fmt.Fprintf(stdout, "Wrote the pipeline timeline to %s\n", o.timeline)
