@@ -42,6 +42,15 @@ type Pipeline struct {
 	scales         []*tensor.Tensor
 	be             tensor.Backend
 
+	// The step in progress: the batch, its microbatch sizes and offsets,
+	// the loss so far, the sends in flight.
+	x      *tensor.Tensor
+	labels []int32
+	sizes  []int
+	offs   []int
+	loss   float32
+	sends  []*comm.Work
+
 	// Timeline of the last step, the last full batch's, and totals for
 	// the bubble fraction.
 	Events      []Event
@@ -174,17 +183,6 @@ func (p *Pipeline) Stage() int { return p.stage }
 // Layer returns this rank's stage.
 func (p *Pipeline) Layer() nn.Layer { return p.layer }
 
-// split returns the microbatch sizes of a batch of n, as torch.chunk cuts
-// it: ⌈n/m⌉ each, the last smaller, perhaps fewer than m.
-func (p *Pipeline) split(n int) []int {
-	per := (n + p.micro - 1) / p.micro
-	var sizes []int
-	for left := n; left > 0; left -= per {
-		sizes = append(sizes, min(per, left))
-	}
-	return sizes
-}
-
 func shaped(t *tensor.Tensor, data []float32, n int, sample []int) *tensor.Tensor {
 	t.Shape = append(append(t.Shape[:0], n), sample...)
 	t.Data = data[:n*tensor.Volume(sample)]
@@ -204,117 +202,225 @@ func reuseShaped(t *tensor.Tensor, n int, sample []int) *tensor.Tensor {
 // mean loss on the last stage (0 elsewhere). Gradients accumulate into the
 // stage's parameters; the caller steps the optimizer.
 func (p *Pipeline) Step(ctx context.Context, x *tensor.Tensor, labels []int32) (float32, error) {
-	if p.schedule == "1f1b" {
-		return p.step1F1B(ctx, x, labels)
-	}
-	n := len(labels)
-	sizes := p.split(n)
+	p.begin(x, labels)
 	stepStart := time.Now()
-	p.Events = p.Events[:0]
-	var sends []*comm.Work
-	var loss float32
-	// Forward: receive microbatch k+1 while computing k.
-	var recv *comm.Work
-	post := func(k int, tag int, bufs []*tensor.Tensor, shape []int, src int) *comm.Work {
-		t := reuseShaped(bufs[k], sizes[k], shape)
-		return p.g.RecvAsync(ctx, t.Data, src, tag)
+	var err error
+	if p.schedule == "1f1b" {
+		err = p.run1F1B(ctx)
+	} else {
+		err = p.runGPipe(ctx)
 	}
-	if p.stage > 0 {
-		recv = post(0, tagActivation, p.inBufs, p.inShape, p.stage-1)
+	if err == nil {
+		err = p.waitSends()
 	}
-	off := 0
-	for k, nk := range sizes {
-		var in *tensor.Tensor
-		if p.stage == 0 {
-			per := tensor.Volume(p.inShape)
-			in = shaped(p.xViews[k], x.Data[off*per:], nk, p.inShape)
-		} else {
-			if err := recv.Wait(); err != nil {
-				return 0, fmt.Errorf("stage %d: receiving microbatch %d from stage %d: %w", p.stage, k, p.stage-1, err)
-			}
-			in = p.inBufs[k]
-			if k+1 < len(sizes) {
-				recv = post(k+1, tagActivation, p.inBufs, p.inShape, p.stage-1)
-			}
-		}
-		t0 := time.Now()
-		y, err := p.replicas[k].Forward(in)
-		if err != nil {
-			return 0, fmt.Errorf("stage %d microbatch %d: forward: %w", p.stage, k, err)
-		}
-		if p.last() {
-			l, err := p.losses[k].Forward(y, labels[off:off+nk])
-			if err != nil {
-				return 0, fmt.Errorf("stage %d microbatch %d: loss: %w", p.stage, k, err)
-			}
-			loss += l * float32(nk) / float32(n)
-		}
-		p.Events = append(p.Events, Event{Stage: p.stage, Micro: k, Start: t0, End: time.Now()})
-		if !p.last() {
-			sends = append(sends, p.g.SendAsync(ctx, y.Data, p.stage+1, tagActivation))
-		}
-		off += nk
-	}
-	// Backward, last microbatch first.
-	if !p.last() {
-		recv = post(len(sizes)-1, tagGradient, p.dyBufs, p.outShape, p.stage+1)
-	}
-	for k := len(sizes) - 1; k >= 0; k-- {
-		var dy *tensor.Tensor
-		if p.last() {
-			g, err := p.losses[k].Backward()
-			if err != nil {
-				return 0, err
-			}
-			// d(batch mean)/dy = (n_k/n)·d(microbatch mean)/dy.
-			s := tensor.Reuse(&p.scales[k], g.Shape...)
-			p.be.Fill(s, float32(sizes[k])/float32(n))
-			p.be.Mul(g, s, g)
-			dy = g
-		} else {
-			if err := recv.Wait(); err != nil {
-				return 0, fmt.Errorf("stage %d: receiving the gradient of microbatch %d from stage %d: %w", p.stage, k, p.stage+1, err)
-			}
-			dy = p.dyBufs[k]
-			if k > 0 {
-				recv = post(k-1, tagGradient, p.dyBufs, p.outShape, p.stage+1)
-			}
-		}
-		t0 := time.Now()
-		dx, err := p.replicas[k].Backward(dy)
-		if err != nil {
-			return 0, fmt.Errorf("stage %d microbatch %d: backward: %w", p.stage, k, err)
-		}
-		p.Events = append(p.Events, Event{Stage: p.stage, Micro: k, Backward: true, Start: t0, End: time.Now()})
-		if p.stage > 0 {
-			sends = append(sends, p.g.SendAsync(ctx, dx.Data, p.stage-1, tagGradient))
-		}
-	}
-	if err := p.waitSends(sends); err != nil {
+	if err != nil {
 		return 0, err
 	}
-	p.account(stepStart, len(sizes))
-	return loss, nil
+	p.account(stepStart)
+	return p.loss, nil
 }
 
-// waitSends waits for the step's sends to complete.
-func (p *Pipeline) waitSends(sends []*comm.Work) error {
-	for _, w := range sends {
-		if err := w.Wait(); err != nil {
-			return fmt.Errorf("stage %d: sending: %w", p.stage, err)
+// begin resets the per-step state for a batch: microbatch sizes as
+// torch.chunk cuts it (⌈n/m⌉ each, the last smaller, perhaps fewer than m)
+// and their offsets.
+func (p *Pipeline) begin(x *tensor.Tensor, labels []int32) {
+	p.x, p.labels, p.loss = x, labels, 0
+	p.Events, p.sends = p.Events[:0], p.sends[:0]
+	n := len(labels)
+	per := (n + p.micro - 1) / p.micro
+	p.sizes, p.offs = p.sizes[:0], append(p.offs[:0], 0)
+	for left := n; left > 0; left -= per {
+		p.sizes = append(p.sizes, min(per, left))
+		p.offs = append(p.offs, p.offs[len(p.offs)-1]+min(per, left))
+	}
+}
+
+// runGPipe runs every forward, then every backward (last microbatch
+// first), each stage receiving the next microbatch while computing this one.
+func (p *Pipeline) runGPipe(ctx context.Context) error {
+	m := len(p.sizes)
+	var recv *comm.Work
+	if p.stage > 0 {
+		recv = p.recvActivation(ctx, 0, 0)
+	}
+	for k := range m {
+		if p.stage > 0 {
+			if err := p.waitRecv(recv, "microbatch", k, p.stage-1); err != nil {
+				return err
+			}
+			if k+1 < m {
+				recv = p.recvActivation(ctx, k+1, k+1)
+			}
+		}
+		if err := p.forward(ctx, k, k); err != nil {
+			return err
+		}
+	}
+	if !p.last() {
+		recv = p.recvGradient(ctx, m-1, m-1)
+	}
+	for k := m - 1; k >= 0; k-- {
+		if !p.last() {
+			if err := p.waitRecv(recv, "the gradient of microbatch", k, p.stage+1); err != nil {
+				return err
+			}
+			if k > 0 {
+				recv = p.recvGradient(ctx, k-1, k-1)
+			}
+		}
+		if err := p.backward(ctx, k, k); err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
+// run1F1B runs stage s's p−s−1 warm-up forwards, then one forward and one
+// backward in turn, then the remaining backwards, so at most p−s
+// microbatches' activations are alive at once (microbatch k in replica
+// slot k mod slots). Backwards run in microbatch order. Receives are made
+// when needed: a slot's buffers are free only once its earlier microbatch
+// went back.
+func (p *Pipeline) run1F1B(ctx context.Context) error {
+	m, slots := len(p.sizes), len(p.replicas)
+	warm := min(p.stages-p.stage-1, m)
+	fwd := func(k int) error { // receive into the slot, then compute
+		if p.stage > 0 {
+			if err := p.waitRecv(p.recvActivation(ctx, k, k%slots), "microbatch", k, p.stage-1); err != nil {
+				return err
+			}
+		}
+		return p.forward(ctx, k, k%slots)
+	}
+	bwd := func(k int) error {
+		if !p.last() {
+			if err := p.waitRecv(p.recvGradient(ctx, k, k%slots), "the gradient of microbatch", k, p.stage+1); err != nil {
+				return err
+			}
+		}
+		return p.backward(ctx, k, k%slots)
+	}
+	for k := range warm {
+		if err := fwd(k); err != nil {
+			return err
+		}
+	}
+	for k := 0; k < m-warm; k++ {
+		// A slot is about to be reused: its earlier sends must be done.
+		if err := p.waitSends(); err != nil {
+			return err
+		}
+		if err := fwd(warm + k); err != nil {
+			return err
+		}
+		if err := bwd(k); err != nil {
+			return err
+		}
+	}
+	for k := m - warm; k < m; k++ {
+		if err := bwd(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// recvActivation posts the receive of microbatch k's input into slot.
+func (p *Pipeline) recvActivation(ctx context.Context, k, slot int) *comm.Work {
+	t := reuseShaped(p.inBufs[slot], p.sizes[k], p.inShape)
+	return p.g.RecvAsync(ctx, t.Data, p.stage-1, tagActivation)
+}
+
+// recvGradient posts the receive of microbatch k's output gradient into
+// slot.
+func (p *Pipeline) recvGradient(ctx context.Context, k, slot int) *comm.Work {
+	t := reuseShaped(p.dyBufs[slot], p.sizes[k], p.outShape)
+	return p.g.RecvAsync(ctx, t.Data, p.stage+1, tagGradient)
+}
+
+func (p *Pipeline) waitRecv(w *comm.Work, what string, k, from int) error {
+	if err := w.Wait(); err != nil {
+		return fmt.Errorf("stage %d: receiving %s %d from stage %d: %w", p.stage, what, k, from, err)
+	}
+	return nil
+}
+
+// forward computes microbatch k in replica slot (its input already
+// received there, or a view of the batch on stage 0), then sends the
+// output on or, on the last stage, adds its share of the loss.
+func (p *Pipeline) forward(ctx context.Context, k, slot int) error {
+	nk, off := p.sizes[k], p.offs[k]
+	in := p.inBufs[slot]
+	if p.stage == 0 {
+		per := tensor.Volume(p.inShape)
+		in = shaped(p.xViews[slot], p.x.Data[off*per:], nk, p.inShape)
+	}
+	t0 := time.Now()
+	y, err := p.replicas[slot].Forward(in)
+	if err != nil {
+		return fmt.Errorf("stage %d microbatch %d: forward: %w", p.stage, k, err)
+	}
+	if p.last() {
+		l, err := p.losses[k].Forward(y, p.labels[off:off+nk])
+		if err != nil {
+			return fmt.Errorf("stage %d microbatch %d: loss: %w", p.stage, k, err)
+		}
+		p.loss += l * float32(nk) / float32(len(p.labels))
+	}
+	p.Events = append(p.Events, Event{Stage: p.stage, Micro: k, Start: t0, End: time.Now()})
+	if !p.last() {
+		p.sends = append(p.sends, p.g.SendAsync(ctx, y.Data, p.stage+1, tagActivation))
+	}
+	return nil
+}
+
+// backward takes microbatch k back through replica slot (its output
+// gradient already received there, or from the loss on the last stage) and
+// sends the input gradient back.
+func (p *Pipeline) backward(ctx context.Context, k, slot int) error {
+	dy := p.dyBufs[slot]
+	if p.last() {
+		g, err := p.losses[k].Backward()
+		if err != nil {
+			return err
+		}
+		// d(batch mean)/dy = (n_k/n)·d(microbatch mean)/dy.
+		s := tensor.Reuse(&p.scales[slot], g.Shape...)
+		p.be.Fill(s, float32(p.sizes[k])/float32(len(p.labels)))
+		p.be.Mul(g, s, g)
+		dy = g
+	}
+	t0 := time.Now()
+	dx, err := p.replicas[slot].Backward(dy)
+	if err != nil {
+		return fmt.Errorf("stage %d microbatch %d: backward: %w", p.stage, k, err)
+	}
+	p.Events = append(p.Events, Event{Stage: p.stage, Micro: k, Backward: true, Start: t0, End: time.Now()})
+	if p.stage > 0 {
+		p.sends = append(p.sends, p.g.SendAsync(ctx, dx.Data, p.stage-1, tagGradient))
+	}
+	return nil
+}
+
+// waitSends waits for the sends made so far to complete.
+func (p *Pipeline) waitSends() error {
+	for _, w := range p.sends {
+		if err := w.Wait(); err != nil {
+			return fmt.Errorf("stage %d: sending: %w", p.stage, err)
+		}
+	}
+	p.sends = p.sends[:0]
+	return nil
+}
+
 // account adds a finished step to the idle-time totals and keeps its
 // events when the batch was full.
-func (p *Pipeline) account(stepStart time.Time, micro int) {
+func (p *Pipeline) account(stepStart time.Time) {
 	for _, e := range p.Events {
 		p.busy += e.End.Sub(e.Start)
 	}
 	p.total += time.Since(stepStart)
-	if micro == p.micro {
+	if len(p.sizes) == p.micro {
 		p.fullEvents = append(p.fullEvents[:0], p.Events...)
 	}
 }
@@ -364,115 +470,4 @@ func (p *Pipeline) SetTraining(training bool) {
 	for _, r := range p.replicas {
 		r.SetTraining(training)
 	}
-}
-
-// step1F1B runs one batch with the 1F1B schedule: stage s first runs
-// p−s−1 forwards, then alternates one forward and one backward, then
-// drains the remaining backwards, so at most p−s microbatches' activations
-// are alive at once (replica slots are reused, microbatch k in slot
-// k mod slots). Backwards run in microbatch order.
-func (p *Pipeline) step1F1B(ctx context.Context, x *tensor.Tensor, labels []int32) (float32, error) {
-	n := len(labels)
-	sizes := p.split(n)
-	stepStart := time.Now()
-	p.Events = p.Events[:0]
-	slots := len(p.replicas)
-	offs := make([]int, len(sizes)+1)
-	for k, nk := range sizes {
-		offs[k+1] = offs[k] + nk
-	}
-	var sends []*comm.Work
-	var loss float32
-	forward := func(k int) error {
-		slot := k % slots
-		var in *tensor.Tensor
-		if p.stage == 0 {
-			per := tensor.Volume(p.inShape)
-			in = shaped(p.xViews[slot], x.Data[offs[k]*per:], sizes[k], p.inShape)
-		} else {
-			in = reuseShaped(p.inBufs[slot], sizes[k], p.inShape)
-			if err := p.g.Recv(ctx, in.Data, p.stage-1, tagActivation); err != nil {
-				return fmt.Errorf("stage %d: receiving microbatch %d from stage %d: %w", p.stage, k, p.stage-1, err)
-			}
-		}
-		t0 := time.Now()
-		y, err := p.replicas[slot].Forward(in)
-		if err != nil {
-			return fmt.Errorf("stage %d microbatch %d: forward: %w", p.stage, k, err)
-		}
-		if p.last() {
-			l, err := p.losses[k].Forward(y, labels[offs[k]:offs[k+1]])
-			if err != nil {
-				return fmt.Errorf("stage %d microbatch %d: loss: %w", p.stage, k, err)
-			}
-			loss += l * float32(sizes[k]) / float32(n)
-		}
-		p.Events = append(p.Events, Event{Stage: p.stage, Micro: k, Start: t0, End: time.Now()})
-		if !p.last() {
-			sends = append(sends, p.g.SendAsync(ctx, y.Data, p.stage+1, tagActivation))
-		}
-		return nil
-	}
-	backward := func(k int) error {
-		slot := k % slots
-		var dy *tensor.Tensor
-		if p.last() {
-			g, err := p.losses[k].Backward()
-			if err != nil {
-				return err
-			}
-			sc := tensor.Reuse(&p.scales[slot], g.Shape...)
-			p.be.Fill(sc, float32(sizes[k])/float32(n))
-			p.be.Mul(g, sc, g)
-			dy = g
-		} else {
-			dy = reuseShaped(p.dyBufs[slot], sizes[k], p.outShape)
-			if err := p.g.Recv(ctx, dy.Data, p.stage+1, tagGradient); err != nil {
-				return fmt.Errorf("stage %d: receiving the gradient of microbatch %d from stage %d: %w", p.stage, k, p.stage+1, err)
-			}
-		}
-		t0 := time.Now()
-		dx, err := p.replicas[slot].Backward(dy)
-		if err != nil {
-			return fmt.Errorf("stage %d microbatch %d: backward: %w", p.stage, k, err)
-		}
-		p.Events = append(p.Events, Event{Stage: p.stage, Micro: k, Backward: true, Start: t0, End: time.Now()})
-		if p.stage > 0 {
-			// The sent gradient lives in the slot's replica until it is
-			// reused: wait for it then (below) or at the end.
-			sends = append(sends, p.g.SendAsync(ctx, dx.Data, p.stage-1, tagGradient))
-		}
-		return nil
-	}
-	m := len(sizes)
-	warm := min(p.stages-p.stage-1, m)
-	for k := range warm {
-		if err := forward(k); err != nil {
-			return 0, err
-		}
-	}
-	for k := 0; k < m-warm; k++ {
-		// A slot's buffers are about to be reused: its earlier sends must
-		// be done.
-		if err := p.waitSends(sends); err != nil {
-			return 0, err
-		}
-		sends = sends[:0]
-		if err := forward(warm + k); err != nil {
-			return 0, err
-		}
-		if err := backward(k); err != nil {
-			return 0, err
-		}
-	}
-	for k := m - warm; k < m; k++ {
-		if err := backward(k); err != nil {
-			return 0, err
-		}
-	}
-	if err := p.waitSends(sends); err != nil {
-		return 0, err
-	}
-	p.account(stepStart, len(sizes))
-	return loss, nil
 }
