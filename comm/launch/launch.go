@@ -180,7 +180,6 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			prefix = "[" + strconv.Itoa(r) + "] "
 		}
 		rk := &rank{id: r, cmd: cmd}
-		var pipes []io.Reader
 		for _, dst := range []*lineWriter{out, errOut} {
 			pr, pw, err := os.Pipe()
 			if err != nil {
@@ -193,7 +192,6 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 				cmd.Stderr = pw
 			}
 			rk.closeAfterStart = append(rk.closeAfterStart, pw)
-			pipes = append(pipes, pr)
 			rk.copiers.Add(1)
 			go func(pr *os.File, dst *lineWriter) {
 				defer rk.copiers.Done()
