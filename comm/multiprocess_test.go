@@ -64,7 +64,9 @@ func TestCollectivesMultiProcess(t *testing.T) {
 	}
 	for _, np := range []int{1, 2, 3, 4, 5, 8} {
 		for _, v := range variants {
-			if testing.Short() && v.name != "default" {
+			if testing.Short() && v.name != "default" && v.name != "ring-only-small-chunks" {
+				// The race pass (-short) keeps the two variants whose
+				// buffers are shared with the transport's reader the most.
 				continue
 			}
 			if np == 8 && v.name == "compressed" {

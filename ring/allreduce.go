@@ -43,7 +43,13 @@ func segment(k, n, count int) (int, int) {
 // j−1 all overlap. A wait on diagonal d needs only what the left neighbour
 // sent on diagonal d−1, so the schedule cannot deadlock. All receives are
 // posted up front, in the order the left neighbour sends, so its data lands
-// in place (the all-gather phase directly in buf).
+// in place (the all-gather phase directly in buf). An all-gather chunk's
+// final value is computed from this rank's partial sum of it, so it cannot
+// arrive before this rank has reduced and forwarded that chunk: the buffer
+// is shared with the transport's reader only in time, never at once.
+// (Posting each all-gather receive after that last use instead measured
+// 15% slower at 16–64 MiB, np=2: the neighbour's frame then often arrives
+// first and is staged in a fresh buffer and copied.)
 func ringAllReduce[T Elem](ctx context.Context, c *Comm, call Call, buf []T, op Op) error {
 	n, r := c.Size(), c.Rank
 	left, right := mod(r-1, n), mod(r+1, n)

@@ -89,6 +89,9 @@ func (c *Comm) send(ctx context.Context, to int, call Call, step, chunk int, b [
 // wait completes the k-th posted receive and checks that it belongs to the
 // same call, step and chunk, with the expected number of bytes.
 func (c *Comm) wait(ctx context.Context, from int, k int, call Call, step, chunk, bytes int) error {
+	if k >= len(c.tickets) {
+		return fmt.Errorf("ring: internal error in %v: receive %d from group rank %d waited for before it was posted", call, k, from)
+	}
 	meta, n, err := c.T.Wait(ctx, c.peer(from), c.Stream, c.tickets[k])
 	return Check(from, call, step, chunk, bytes, meta, n, err)
 }

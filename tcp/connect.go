@@ -133,8 +133,8 @@ func Connect(ctx context.Context, cfg Config, ln *net.TCPListener, addrs []strin
 					pending--
 					continue
 				}
-				t.peers[r.rank] = &peer{rank: r.rank, addr: addrs[r.rank], conn: r.conn, rc: rc,
-					rs: recvState{stage: make([]byte, stageSize)}, boxes: make(map[uint32]*mailbox)}
+				t.peers[r.rank] = &peer{rank: r.rank, addr: addrs[r.rank], conn: r.conn, rc: rc, order: &t.order,
+					rs: recvState{order: &t.order, stage: make([]byte, stageSize)}, boxes: make(map[uint32]*mailbox)}
 				pending--
 			}
 		case <-ctx.Done():

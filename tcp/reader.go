@@ -25,6 +25,7 @@ import (
 const stageSize = 64 << 10
 
 type recvState struct {
+	order      *ioOrder // the transport's, acquired before every read
 	stage      []byte
 	beg, end   int // unparsed bytes in stage[beg:end]
 	inFrame    bool
@@ -84,8 +85,9 @@ func (t *Transport) pump(p *peer, fd int) {
 var errBye = errors.New("bye")
 
 // readInto reads from fd into b; io.EOF at end of stream, errAgain when empty.
-func readInto(fd int, b []byte) (int, error) {
+func (rs *recvState) readInto(fd int, b []byte) (int, error) {
 	for {
+		rs.order.acquire()
 		n, err := unix.Read(fd, b)
 		switch {
 		case err == syscall.EINTR:
@@ -126,7 +128,7 @@ func (t *Transport) step(p *peer, fd int) error {
 		if need < stageSize/4 {
 			return rs.fill(fd)
 		}
-		n, err := readInto(fd, rs.dst[rs.got:])
+		n, err := rs.readInto(fd, rs.dst[rs.got:])
 		rs.got += n
 		return err
 	}
@@ -139,7 +141,7 @@ func (rs *recvState) fill(fd int) error {
 		rs.end = copy(rs.stage, rs.stage[rs.beg:rs.end])
 		rs.beg = 0
 	}
-	n, err := readInto(fd, rs.stage[rs.end:])
+	n, err := rs.readInto(fd, rs.stage[rs.end:])
 	rs.end += n
 	return err
 }

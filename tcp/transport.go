@@ -109,6 +109,7 @@ type Transport struct {
 	failErr  error
 	closing  atomic.Bool
 	readers  sync.WaitGroup
+	order    ioOrder // sends before later reads, for the race detector
 }
 
 type peer struct {
@@ -127,12 +128,13 @@ type peer struct {
 	boxMu sync.Mutex
 	boxes map[uint32]*mailbox
 
-	wmu  sync.Mutex // one frame at a time on the wire
-	whdr [HeaderSize]byte
-	wbuf []byte      // header plus small payload
-	iov  [2][]byte   // writev vectors
-	bufs net.Buffers // view of iov handed to WriteTo
-	zbuf []byte      // compressed payload being sent
+	wmu   sync.Mutex // one frame at a time on the wire
+	order *ioOrder   // the transport's, released before every write
+	whdr  [HeaderSize]byte
+	wbuf  []byte      // header plus small payload
+	iov   [2][]byte   // writev vectors
+	bufs  net.Buffers // view of iov handed to WriteTo
+	zbuf  []byte      // compressed payload being sent
 
 	rz  []byte // compressed or discarded payload being received
 	bye atomic.Bool
@@ -245,12 +247,14 @@ func (p *peer) write(h *Header, payload []byte) error {
 		b := p.wbuf[:need]
 		h.Encode(b)
 		copy(b[HeaderSize:], payload)
+		p.order.released()
 		_, err := p.conn.Write(b)
 		return err
 	}
 	h.Encode(p.whdr[:])
 	p.iov[0], p.iov[1] = p.whdr[:], payload
 	p.bufs = p.iov[:]
+	p.order.released()
 	_, err := p.bufs.WriteTo(p.conn)
 	p.iov[1] = nil
 	return err

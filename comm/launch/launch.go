@@ -86,7 +86,11 @@ var ErrTimeout = errors.New("job timed out")
 
 // Result tells how a job ended.
 type Result struct {
-	// First is the first rank to fail (nil when all succeeded).
+	// First is the failure that most likely caused the others (nil when all
+	// succeeded): the first rank killed by a signal gorun did not send, or
+	// else the first rank to exit with a non-zero status. A rank killed from
+	// outside makes its peers fail with a status a moment later, and on a
+	// busy machine their exits can be reaped before its own.
 	First *RankError
 	// Failures lists every rank that failed on its own, before being stopped.
 	Failures []*RankError
@@ -292,9 +296,13 @@ func (j *job) run(ctx context.Context) (*Result, error) {
 			rk := j.ranks[id]
 			if rk.err != nil && !rk.stopped {
 				res.Failures = append(res.Failures, rk.err)
-				if res.First == nil {
+				switch {
+				case res.First == nil:
 					res.First = rk.err
 					j.errOut.printf("gorun: %v; stopping the other ranks\n", rk.err)
+				case res.First.Err == nil && res.First.Signal == 0 && rk.err.Signal != 0:
+					res.First = rk.err
+					j.errOut.printf("gorun: %v\n", rk.err)
 				}
 			}
 			j.mu.Unlock()

@@ -93,6 +93,22 @@ func TestKilledRankNamed(t *testing.T) {
 	}
 }
 
+// TestKilledRankBlamedOverItsVictims: rank 0 exits with a status first (as a
+// survivor does when it loses a peer), then rank 1 is killed by a signal
+// within the grace period; the killed rank is the one named.
+func TestKilledRankBlamedOverItsVictims(t *testing.T) {
+	res, out := sh(t, `case $RANK in 0) exit 3;; 1) sleep 0.1; kill -9 $$;; esac; exec sleep 60`, Config{NP: 3})
+	if res.First == nil || res.First.Rank != 1 || res.First.Signal != syscall.SIGKILL {
+		t.Fatalf("first failure %v, want rank 1 killed by SIGKILL\n%s", res.First, out)
+	}
+	if len(res.Failures) != 2 {
+		t.Errorf("failures %v, want ranks 0 and 1", res.Failures)
+	}
+	if !strings.Contains(out, "rank 0 (pid") || !strings.Contains(out, "rank 1 (pid") {
+		t.Errorf("launcher did not report both failures:\n%s", out)
+	}
+}
+
 func TestTimeout(t *testing.T) {
 	res, _ := sh(t, `exec sleep 60`, Config{NP: 2, Timeout: 300 * time.Millisecond})
 	if !errors.Is(res.Err, ErrTimeout) || res.First != nil {
