@@ -21,3 +21,16 @@ run() { # schedule, microbatches
 }
 for m in 1 2 4 8; do run gpipe $m; done
 run 1f1b 8
+
+# Automatic cuts of models without stages of their own: CIFARNet's 22
+# top-level layers into 2 stages by measured time (the default) and by
+# parameter count, GPipe m=4.
+balance() { # balance
+  out=$(bin/gorun -np 2 -no-prefix bin/train "${common[@]}" --pipeline 2 --microbatches 4 --balance $1)
+  line=$(grep '^Epoch 1:' <<<"$out")
+  bub=$(grep "^Pipeline idle" <<<"$out" | sed -E "s/.*: (.*) \(GPipe bubble .* = ([0-9.]+%)\)/\1;\2/")
+  printf '%-22s %8s %8s  %-44s %s\n' "p=2 m=4 by $1" "$(sed -E 's/.*, ([0-9.]+) s, .*/\1/' <<<"$line")" "$(sed -E 's/.* ([0-9.]+) img\/s/\1/' <<<"$line")" "${bub%;*}" "${bub#*;}"
+  grep -E '^  stage|^Peak memory' <<<"$out" | sed 's/^/    /'
+}
+balance time
+balance params

@@ -47,6 +47,14 @@ type Config struct {
 	Pipeline     int    `json:"pipeline,omitempty"`
 	Microbatches int    `json:"microbatches,omitempty"`
 	Schedule     string `json:"schedule,omitempty"` // gpipe (default) or 1f1b
+	// Balance chooses how a pipeline's stages are cut when the model has
+	// no stages of its own and Split is empty: "time" (default) measures
+	// each layer's forward and backward on a microbatch and evens out the
+	// stages' time; "params" evens out their parameter counts.
+	Balance string `json:"balance,omitempty"`
+	// Split gives explicit cut points: Split[i] is the index of the first
+	// top-level layer of stage i+1 (Pipeline−1 increasing indices).
+	Split []int `json:"split,omitempty"`
 }
 
 // Defaults returns the workshops' settings for a model: the MNIST net
@@ -84,6 +92,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("learning rate %v: want a positive number", c.LR)
 	case c.StepSize < 1 && c.Scheduler == "step":
 		return fmt.Errorf("step size %d: want at least 1", c.StepSize)
+	case c.Balance != "" && c.Balance != "time" && c.Balance != "params":
+		return fmt.Errorf("balance %q: want time or params", c.Balance)
+	case len(c.Split) > 0 && len(c.Split) != c.Pipeline-1:
+		return fmt.Errorf("split %v: a pipeline of %d stages needs %d split points", c.Split, c.Pipeline, max(c.Pipeline-1, 0))
 	case c.Pipeline > 1 && c.Accumulate > 1:
 		return fmt.Errorf("accumulate %d with a pipeline: the microbatches already accumulate; raise the batch size instead", c.Accumulate)
 	}

@@ -65,6 +65,15 @@ func noDropout(t *Trainer) {
 	for _, d := range t.dropouts {
 		d.P = 0
 	}
+	if t.pipe != nil { // every microbatch's replica has its own layers
+		for _, r := range t.pipe.replicas {
+			nn.Walk(r, func(l nn.Layer) {
+				if d, ok := l.(*nn.Dropout); ok {
+					d.P = 0
+				}
+			})
+		}
+	}
 }
 
 // paramHash hashes every parameter's bits.
@@ -119,9 +128,16 @@ func runWorker(scenario string) error {
 	}
 	if scenario == "pipe" {
 		t.cfg.Pipeline, t.cfg.Microbatches, t.cfg.Schedule = g.Size()/max(envInt("DDP_DATA_WORLD"), 1), envInt("PIPE_MICRO"), os.Getenv("PIPE_SCHEDULE")
+		t.cfg.Balance = os.Getenv("PIPE_BALANCE")
+		if os.Getenv("PIPE_RESUME") != "" {
+			if t.cfg.Split, err = SavedSplit(out); err != nil {
+				return err
+			}
+		}
 		if err := t.Pipe(ctx, g); err != nil {
 			return err
 		}
+		noDropout(t) // the stage's layers are new
 		if os.Getenv("PIPE_RESUME") != "" {
 			if err := t.Resume(out); err != nil {
 				return err

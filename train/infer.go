@@ -8,8 +8,10 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"sort"
 
+	"github.com/gorun/gorun/model/nn"
 	"github.com/gorun/gorun/model/tensor"
 	"github.com/gorun/gorun/model/zoo"
 	"github.com/gorun/gorun/train/checkpoint"
@@ -191,7 +193,8 @@ func pipelineModel(model string, stages int) string {
 	return model
 }
 
-// loadStages loads a pipeline run's stage files into the whole model.
+// loadStages loads a pipeline run's stage files into the whole model, each
+// into the layers its Split says it holds.
 func loadStages(path string, be tensor.Backend) (*zoo.Model, *checkpoint.Meta, error) {
 	meta, _, err := checkpoint.ReadMeta(StagePath(path, 0))
 	if err != nil {
@@ -204,20 +207,40 @@ func loadStages(path string, be tensor.Backend) (*zoo.Model, *checkpoint.Meta, e
 	if err != nil {
 		return nil, nil, err
 	}
-	stages, err := StageLayers(m, meta.Stages)
-	if err != nil {
-		return nil, nil, err
+	net := m.Net.(*nn.Chain)
+	if err := checkSplit(meta.Split, meta.Stages, len(net.Layers)); err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", StagePath(path, 0), err)
 	}
-	for s, layer := range stages {
-		sm, err := checkpoint.LoadWeights(StagePath(path, s), layer)
+	plan := &StagePlan{Split: meta.Split, Shapes: make([][]int, len(net.Layers))}
+	for s := range meta.Stages {
+		lo, hi := plan.Bounds(s)
+		var children []nn.Child
+		for i := lo; i < hi; i++ {
+			children = append(children, nn.Child{Name: net.Names[i], Layer: net.Layers[i]})
+		}
+		sm, err := checkpoint.LoadWeights(StagePath(path, s), nn.NewChain(children...))
 		if err != nil {
 			return nil, nil, fmt.Errorf("stage %d of %d: %w", s, meta.Stages, err)
 		}
-		if sm == nil || sm.Stage != s || sm.Stages != meta.Stages || sm.Step != meta.Step {
-			return nil, nil, fmt.Errorf("%s does not belong with %s (stage, stage count or step differ)", StagePath(path, s), StagePath(path, 0))
+		if sm == nil || sm.Stage != s || sm.Stages != meta.Stages || sm.Step != meta.Step || !slices.Equal(sm.Split, meta.Split) {
+			return nil, nil, fmt.Errorf("%s does not belong with %s (stage, stage count, split or step differ)", StagePath(path, s), StagePath(path, 0))
 		}
 	}
 	return m, meta, nil
+}
+
+// SavedSplit returns where the pipeline run saved at path (its stage files
+// NAME.stageS.safetensors) cut the model, for resuming it the same way; nil
+// when path has no stage files.
+func SavedSplit(path string) ([]int, error) {
+	meta, _, err := checkpoint.ReadMeta(StagePath(path, 0))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return meta.Split, nil
 }
 
 // SaveWhole writes the classifier's model as one weights file (merging a

@@ -65,56 +65,10 @@ type Event struct {
 	Start, End   time.Time
 }
 
-// StageLayers splits m into stages: its own Stages when there are
-// exactly stages of them, else its top-level children cut into stages
-// contiguous groups with parameter counts as even as possible (each
-// group keeps the children's names, so a stage's state names are the
-// whole model's).
-func StageLayers(m *zoo.Model, stages int) ([]nn.Layer, error) {
-	if len(m.Stages) == stages {
-		return m.Stages, nil
-	}
-	c, ok := m.Net.(*nn.Chain)
-	if !ok || len(c.Layers) < stages {
-		return nil, fmt.Errorf("model %s cannot be split into %d stages", m.Name, stages)
-	}
-	weights := make([]int, len(c.Layers))
-	total := 0
-	for i, l := range c.Layers {
-		for _, p := range nn.Params(l) {
-			weights[i] += p.Value.Len()
-		}
-		weights[i]++ // every child costs something
-		total += weights[i]
-	}
-	// Greedy contiguous cut: close a stage once it holds its share.
-	var out []nn.Layer
-	start, acc := 0, 0
-	for i := range c.Layers {
-		acc += weights[i]
-		left := len(c.Layers) - i - 1
-		need := stages - len(out) - 1
-		if need > 0 && (acc*stages >= total*(len(out)+1) || left == need) {
-			out = append(out, nn.NewChain(children(c, start, i+1)...))
-			start = i + 1
-		}
-	}
-	out = append(out, nn.NewChain(children(c, start, len(c.Layers))...))
-	return out, nil
-}
-
-func children(c *nn.Chain, lo, hi int) []nn.Child {
-	var ch []nn.Child
-	for i := lo; i < hi; i++ {
-		ch = append(ch, nn.Child{Name: c.Names[i], Layer: c.Layers[i]})
-	}
-	return ch
-}
-
-// NewPipeline sets up stage g.Rank() of stages for m, with micro
-// microbatches per batch. Every rank builds the whole model (the same
-// weights from the same seed) and keeps its stage.
-func NewPipeline(g *comm.Group, be tensor.Backend, m *zoo.Model, stages []nn.Layer, micro int, schedule string) (*Pipeline, error) {
+// NewPipeline sets up stage g.Rank() of a pipeline of g.Size() stages:
+// layer is the stage's part of model m, taking per-sample inputs of shape
+// in and giving out; micro microbatches per batch.
+func NewPipeline(g *comm.Group, be tensor.Backend, m *zoo.Model, layer nn.Layer, in, out []int, micro int, schedule string) (*Pipeline, error) {
 	switch schedule {
 	case "", "gpipe":
 		schedule = "gpipe"
@@ -122,31 +76,11 @@ func NewPipeline(g *comm.Group, be tensor.Backend, m *zoo.Model, stages []nn.Lay
 	default:
 		return nil, fmt.Errorf("pipeline: schedule %q: want gpipe or 1f1b", schedule)
 	}
-	if g.Size() != len(stages) {
-		return nil, fmt.Errorf("pipeline: %d stages need %d ranks, the job has %d", len(stages), len(stages), g.Size())
-	}
 	if micro < 1 {
 		return nil, fmt.Errorf("pipeline: %d microbatches", micro)
 	}
-	p := &Pipeline{g: g, stage: g.Rank(), stages: len(stages), micro: micro, layer: stages[g.Rank()], be: be, schedule: schedule}
-	// Shapes between stages, from one sample through the whole model.
-	x := tensor.New(append([]int{1}, m.Input...)...)
-	m.Net.SetTraining(false)
-	for i, s := range stages {
-		if i == p.stage {
-			p.inShape = append([]int(nil), x.Shape[1:]...)
-		}
-		y, err := s.Forward(x)
-		if err != nil {
-			return nil, fmt.Errorf("pipeline: stage %d on a %v sample: %w", i, m.Input, err)
-		}
-		if i == p.stage {
-			p.outShape = append([]int(nil), y.Shape[1:]...)
-		}
-		x = tensor.New(y.Shape...)
-		copy(x.Data, y.Data)
-	}
-	m.Net.SetTraining(true)
+	p := &Pipeline{g: g, stage: g.Rank(), stages: g.Size(), micro: micro, layer: layer, be: be, schedule: schedule,
+		inShape: append([]int(nil), in...), outShape: append([]int(nil), out...)}
 	// GPipe holds every microbatch's activations until the backwards;
 	// 1F1B at most p−s on stage s, so it needs only that many replicas.
 	slots := micro

@@ -1,6 +1,7 @@
 package train
 
 import (
+	"context"
 	"encoding/xml"
 	"fmt"
 	"math/rand/v2"
@@ -11,9 +12,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gorun/gorun/comm"
 	"github.com/gorun/gorun/model/cpu"
 	"github.com/gorun/gorun/model/nn"
 	"github.com/gorun/gorun/model/safetensors"
+	"github.com/gorun/gorun/model/tensor"
 	"github.com/gorun/gorun/model/zoo"
 )
 
@@ -126,44 +129,165 @@ func TestPipelineStageDies(t *testing.T) {
 	}
 }
 
-// TestStageLayers checks the automatic split: contiguous, every child
-// once, names kept, parameter counts balanced as far as the children allow.
-func TestStageLayers(t *testing.T) {
-	be := cpu.New(1)
-	defer be.Close()
-	for _, name := range []string{"mnist", "resnet18"} {
-		m := mustZoo(t, name, be)
-		whole := m.Net.(*nn.Chain)
-		for _, p := range []int{2, 3} {
-			stages, err := StageLayers(m, p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var names []string
-			for _, s := range stages {
-				c := s.(*nn.Chain)
-				if len(c.Layers) == 0 {
-					t.Fatalf("%s p=%d: empty stage", name, p)
-				}
-				names = append(names, c.Names...)
-			}
-			if strings.Join(names, ",") != strings.Join(whole.Names, ",") {
-				t.Fatalf("%s p=%d: stages hold %v, the model %v", name, p, names, whole.Names)
-			}
+// TestPartition checks the contiguous cut against every possible cut of
+// small random inputs, and a few hand-worked cases.
+func TestPartition(t *testing.T) {
+	for _, c := range []struct {
+		costs []float64
+		k     int
+		want  []int
+	}{
+		{[]float64{1, 1, 1, 1}, 2, []int{2}},
+		{[]float64{5, 1, 1, 1, 1, 1}, 2, []int{1}},
+		{[]float64{1, 1, 1, 1, 1, 5}, 2, []int{5}},
+		{[]float64{3, 3, 3}, 3, []int{1, 2}},
+		{[]float64{1, 2, 3, 4, 5, 6, 7, 8, 9}, 3, []int{5, 7}}, // 15 | 13 | 17
+		{[]float64{0, 0, 10, 0, 0}, 2, []int{1}},
+	} {
+		if got := partition(c.costs, c.k); !slices.Equal(got, c.want) {
+			t.Errorf("partition(%v, %d) = %v, want %v", c.costs, c.k, got, c.want)
 		}
 	}
-	if _, err := StageLayers(mustZoo(t, "mnist", be), 40); err == nil {
-		t.Fatal("40 stages of a 12-layer model accepted")
+	rng := rand.New(rand.NewPCG(3, 3))
+	for range 300 {
+		n := 1 + rng.IntN(8)
+		k := 1 + rng.IntN(n)
+		costs := make([]float64, n)
+		for i := range costs {
+			costs[i] = float64(rng.IntN(20))
+		}
+		got := partition(costs, k)
+		if err := checkSplit(got, k, n); k > 1 && err != nil {
+			t.Fatalf("partition(%v, %d) = %v: %v", costs, k, got, err)
+		}
+		if g, b := maxGroup(costs, got), bruteBest(costs, k); g != b {
+			t.Fatalf("partition(%v, %d) = %v with largest group %v; the best cut has %v", costs, k, got, g, b)
+		}
 	}
 }
 
-func mustZoo(t *testing.T, name string, be *cpu.Backend) *zoo.Model {
-	t.Helper()
-	m, err := zoo.New(name, be, rand.New(rand.NewPCG(1, 1)))
+func maxGroup(costs []float64, split []int) float64 {
+	bounds := append(append([]int{0}, split...), len(costs))
+	worst := 0.0
+	for i := 1; i < len(bounds); i++ {
+		sum := 0.0
+		for _, c := range costs[bounds[i-1]:bounds[i]] {
+			sum += c
+		}
+		worst = max(worst, sum)
+	}
+	return worst
+}
+
+// bruteBest tries every way to choose k−1 cut points.
+func bruteBest(costs []float64, k int) float64 {
+	best := -1.0
+	var rec func(split []int, from int)
+	rec = func(split []int, from int) {
+		if len(split) == k-1 {
+			if v := maxGroup(costs, split); best < 0 || v < best {
+				best = v
+			}
+			return
+		}
+		for s := from; s < len(costs); s++ {
+			rec(append(split, s), s+1)
+		}
+	}
+	rec(nil, 1)
+	return best
+}
+
+// TestPlanStages plans stages in a one-rank job: the shapes between the
+// parts are the whole model's, the parameter counts add up to its own,
+// each way of cutting is honoured, and bad requests are refused.
+func TestPlanStages(t *testing.T) {
+	ctx := context.Background()
+	g, err := comm.Init(ctx, comm.WithRank(0, 1))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return m
+	defer g.Close()
+	be := cpu.New(1)
+	defer be.Close()
+	for _, c := range []struct {
+		model, balance string
+		stages         int
+		split          []int
+		how            string
+	}{
+		{"mnist", "", 2, nil, "measured time"},
+		{"mnist", "params", 3, nil, "parameter count"},
+		{"mnist", "time", 3, []int{2, 7}, "--split"},
+		{"cifarnet-staged", "", 3, nil, "the model's own stages"},
+		{"cifarnet-staged", "params", 2, nil, "parameter count"},
+		{"resnet18", "", 3, nil, "measured time"},
+	} {
+		t.Run(fmt.Sprintf("%s/%d/%s/%v", c.model, c.stages, c.balance, c.split), func(t *testing.T) {
+			spec, err := zoo.Lookup(c.model)
+			if err != nil {
+				t.Fatal(err)
+			}
+			plan, err := planStages(ctx, g, be, spec, 7, c.stages, 2, c.balance, c.split)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if plan.How != c.how || checkSplit(plan.Split, c.stages, len(spec.Parts)) != nil || c.split != nil && !slices.Equal(plan.Split, c.split) {
+				t.Fatalf("cut %v by %q, want a valid cut by %q (%v)", plan.Split, plan.How, c.how, c.split)
+			}
+			if c.how == "the model's own stages" && !slices.Equal(plan.Split, []int{1, 2}) {
+				t.Fatalf("StagedCIFARNet cut at %v, want its stages [1 2]", plan.Split)
+			}
+			timed := c.how == "measured time"
+			for i, s := range plan.Seconds {
+				if timed != (s > 0) {
+					t.Fatalf("part %d measured %v s; time measured: %v", i, s, timed)
+				}
+			}
+			// The whole model, built at once, agrees with the plan.
+			m := spec.Build(be, 7)
+			x := tensor.New(append([]int{2}, spec.Input...)...)
+			params := 0
+			for i, l := range m.Net.(*nn.Chain).Layers {
+				y, err := l.Forward(x)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Equal(y.Shape[1:], plan.Shapes[i]) {
+					t.Fatalf("part %d gives %v per sample, the plan says %v", i, y.Shape[1:], plan.Shapes[i])
+				}
+				x = tensor.New(y.Shape...)
+				for _, v := range nn.Params(l) {
+					params += v.Value.Len()
+				}
+			}
+			sum := 0
+			for _, n := range plan.Params {
+				sum += n
+			}
+			if sum != params {
+				t.Fatalf("plan counts %d parameters, the model has %d", sum, params)
+			}
+			if d := plan.Describe(); strings.Count(d, "\n  stage ") != c.stages {
+				t.Fatalf("description:\n%s", d)
+			}
+		})
+	}
+	spec, _ := zoo.Lookup("mnist")
+	for _, bad := range []struct {
+		stages int
+		split  []int
+		want   string
+	}{
+		{40, nil, "cannot be split into 40 stages"},
+		{3, []int{4}, "need 2 split points"},
+		{3, []int{4, 4}, "must increase strictly"},
+		{2, []int{12}, "must increase strictly"},
+	} {
+		if _, err := planStages(ctx, g, be, spec, 7, bad.stages, 2, "", bad.split); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%d stages split at %v: %v, want an error saying %q", bad.stages, bad.split, err, bad.want)
+		}
+	}
 }
 
 // TestPipelineTimesDataParallel runs 4 ranks as 2 pipelines of 2 stages,
@@ -193,7 +317,9 @@ func TestPipelineResume(t *testing.T) {
 		return append([]string{"DDP_PER_RANK=8", "DDP_STEPS=3", "DDP_EPOCHS=" + strconv.Itoa(epochs), "DDP_DATA_WORLD=1",
 			"DDP_OUT=" + out, "PIPE_MICRO=2"}, extra...)
 	}
-	for i, job := range [][]string{env(straight, 2), env(split, 1), env(split, 2, "PIPE_RESUME=1")} {
+	// The first two cut by parameter count, so they cut alike; the resumed
+	// job would measure time, but takes the saved cut.
+	for i, job := range [][]string{env(straight, 2, "PIPE_BALANCE=params"), env(split, 1, "PIPE_BALANCE=params"), env(split, 2, "PIPE_RESUME=1")} {
 		res, log := runJob(t, 2, "pipe", job...)
 		if res.Error() != nil {
 			t.Fatalf("job %v: %v\n%s", job, res.Error(), log)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 
@@ -45,7 +46,8 @@ type Trainer struct {
 	group   *comm.Group // nil or size 1: a single process
 	ddp     *DDP
 	pipe    *Pipeline
-	syncErr error // the first failure of a SyncBatchNorm all-reduce
+	plan    *StagePlan // the pipeline's stages
+	syncErr error      // the first failure of a SyncBatchNorm all-reduce
 
 	times Times
 	epoch int   // completed epochs
@@ -55,13 +57,19 @@ type Trainer struct {
 
 // New builds the model named in cfg with weights drawn from cfg.Seed, its
 // optimizer and schedule, and loaders for train and test (test may be nil).
+// With cfg.Pipeline above 1 it builds no layers: Pipe builds this rank's
+// stage.
 func New(cfg Config, be tensor.Backend, train, test *data.Dataset) (*Trainer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	m, err := zoo.New(pipelineModel(cfg.Model, cfg.Pipeline), be, rand.New(rand.NewPCG(cfg.Seed, 0x6d6f64656c)))
+	spec, err := zoo.Lookup(pipelineModel(cfg.Model, cfg.Pipeline))
 	if err != nil {
 		return nil, err
+	}
+	m := &zoo.Model{Name: spec.Name, Input: spec.Input, Classes: spec.Classes, LogProbs: spec.LogProbs}
+	if cfg.Pipeline <= 1 {
+		m = spec.Build(be, modelSeed(cfg))
 	}
 	for _, d := range []*data.Dataset{train, test} {
 		if d == nil {
@@ -74,15 +82,12 @@ func New(cfg Config, be tensor.Backend, train, test *data.Dataset) (*Trainer, er
 			return nil, fmt.Errorf("model %s has %d outputs; %s has %d classes", cfg.Model, m.Classes, d.Name, len(d.Classes))
 		}
 	}
-	opt, err := newOptimizer(cfg, be, nn.Params(m.Net))
-	if err != nil {
-		return nil, err
+	t := &Trainer{cfg: cfg, be: be, model: m, loss: m.NewLoss(be), train: train, test: test}
+	if m.Net != nil {
+		if err := t.setTrained(m.Net); err != nil {
+			return nil, err
+		}
 	}
-	sched, err := newSchedule(cfg, opt)
-	if err != nil {
-		return nil, err
-	}
-	t := &Trainer{cfg: cfg, be: be, model: m, opt: opt, sched: sched, loss: m.NewLoss(be), train: train, test: test}
 	tf := data.Plain(train)
 	if cfg.Augment && train.Shape[0] == 3 {
 		tf = data.CIFARAugmentation(train, cfg.Seed)
@@ -95,12 +100,31 @@ func New(cfg Config, be tensor.Backend, train, test *data.Dataset) (*Trainer, er
 			return nil, err
 		}
 	}
-	nn.Walk(m.Net, func(l nn.Layer) {
+	return t, nil
+}
+
+// modelSeed is the seed the model's weights are drawn from.
+func modelSeed(cfg Config) uint64 {
+	return rand.New(rand.NewPCG(cfg.Seed, 0x6d6f64656c)).Uint64()
+}
+
+// setTrained makes l the layer this rank trains: its optimizer, schedule and
+// dropout layers.
+func (t *Trainer) setTrained(l nn.Layer) error {
+	var err error
+	if t.opt, err = newOptimizer(t.cfg, t.be, nn.Params(l)); err != nil {
+		return err
+	}
+	if t.sched, err = newSchedule(t.cfg, t.opt); err != nil {
+		return err
+	}
+	t.dropouts = nil
+	nn.Walk(l, func(l nn.Layer) {
 		if d, ok := l.(*nn.Dropout); ok {
 			t.dropouts = append(t.dropouts, d)
 		}
 	})
-	return t, nil
+	return nil
 }
 
 // Model returns the model being trained.
@@ -181,21 +205,33 @@ func (t *Trainer) Pipe(ctx context.Context, g *comm.Group) error {
 	if err != nil {
 		return fmt.Errorf("pipeline: grouping the replicas of stage %d: %w", stage, err)
 	}
-	stages, err := StageLayers(t.model, p)
+	spec, err := zoo.Lookup(pipelineModel(t.cfg.Model, p))
 	if err != nil {
 		return err
 	}
-	pipe, err := NewPipeline(pg, t.be, t.model, stages, max(t.cfg.Microbatches, 1), t.cfg.Schedule)
+	micro := max(t.cfg.Microbatches, 1)
+	plan, err := planStages(ctx, g, t.be, spec, modelSeed(t.cfg), p, max(t.cfg.BatchSize/micro, 1), t.cfg.Balance, t.cfg.Split)
+	if err != nil {
+		return err
+	}
+	lo, hi := plan.Bounds(stage)
+	in := spec.Input
+	if lo > 0 {
+		in = plan.Shapes[lo-1]
+	}
+	// Only this stage's layers are built; a whole model built by New
+	// (a trainer made without a pipeline) is dropped.
+	layer := spec.BuildParts(t.be, modelSeed(t.cfg), lo, hi)
+	t.model = &zoo.Model{Name: spec.Name, Input: spec.Input, Classes: spec.Classes, LogProbs: spec.LogProbs}
+	pipe, err := NewPipeline(pg, t.be, t.model, layer, in, plan.Shapes[hi-1], micro, t.cfg.Schedule)
 	if err != nil {
 		return err
 	}
 	// The optimizer updates this stage's parameters only.
-	if t.opt, err = newOptimizer(t.cfg, t.be, nn.Params(pipe.Layer())); err != nil {
+	if err := t.setTrained(layer); err != nil {
 		return err
 	}
-	if t.sched, err = newSchedule(t.cfg, t.opt); err != nil {
-		return err
-	}
+	t.plan = plan
 	t.pipe = pipe
 	t.group = dg // the data-parallel dimension: this stage's replicas
 	if dg.Size() > 1 {
@@ -268,10 +304,19 @@ func (t *Trainer) world() int {
 // Describe writes a summary of the run's setup.
 func (t *Trainer) Describe(w io.Writer, backend string) {
 	params := 0
-	for _, p := range nn.Params(t.model.Net) {
-		params += p.Value.Len()
+	if t.plan != nil {
+		for _, n := range t.plan.Params {
+			params += n
+		}
+	} else {
+		for _, p := range nn.Params(t.model.Net) {
+			params += p.Value.Len()
+		}
 	}
 	fmt.Fprintf(w, "Model %s: %d parameters; backend %s\n", t.cfg.Model, params, backend)
+	if t.plan != nil {
+		fmt.Fprintln(w, t.plan.Describe())
+	}
 	testN := 0
 	if t.test != nil {
 		testN = t.test.Len()
@@ -304,6 +349,9 @@ func (t *Trainer) Describe(w io.Writer, backend string) {
 // Run trains the remaining epochs, evaluating after each, reporting, and
 // saving a checkpoint after each when SavePath is set.
 func (t *Trainer) Run(ctx context.Context) error {
+	if t.cfg.Pipeline > 1 && t.pipe == nil {
+		return fmt.Errorf("train: a pipeline of %d stages: call Pipe before Run", t.cfg.Pipeline)
+	}
 	start := time.Now()
 	defer func() { t.times.Total += time.Since(start) }()
 	for t.epoch < t.cfg.Epochs {
@@ -367,9 +415,10 @@ func (t *Trainer) runEpoch(ctx context.Context, epoch int) error {
 // trainEpoch runs one epoch and returns its mean batch loss and the
 // number of samples trained on.
 func (t *Trainer) trainEpoch(ctx context.Context, epoch int) (float64, int, error) {
-	t.model.Net.SetTraining(true)
 	if t.pipe != nil {
 		t.pipe.SetTraining(true)
+	} else {
+		t.model.Net.SetTraining(true)
 	}
 	nn.ZeroGrad(t.be, t.trained())
 	sampler := data.Sampler{N: t.train.Len(), Shuffle: true, Seed: t.cfg.Seed, Rank: t.rank(), World: t.world()}
@@ -666,7 +715,7 @@ func (t *Trainer) Save(path string) error {
 		return err
 	}
 	if t.pipe != nil {
-		m.Stage, m.Stages = t.pipe.stage, t.pipe.stages
+		m.Stage, m.Stages, m.Split = t.pipe.stage, t.pipe.stages, t.plan.Split
 		return checkpoint.Save(StagePath(path, t.pipe.stage), t.pipe.Layer(), t.opt, m)
 	}
 	return checkpoint.Save(path, t.model.Net, t.opt, m)
@@ -689,6 +738,9 @@ func (t *Trainer) Resume(path string) error {
 	}
 	if t.pipe != nil && (pre.Stages != t.pipe.stages || pre.Stage != t.pipe.stage) {
 		return fmt.Errorf("checkpoint %s is stage %d of %d; this run has %d stages", path, pre.Stage, pre.Stages, t.pipe.stages)
+	}
+	if t.pipe != nil && !slices.Equal(pre.Split, t.plan.Split) {
+		return fmt.Errorf("checkpoint %s was cut into stages at layers %v; this run cuts at %v (resume with the saved split: train --resume does)", path, pre.Split, t.plan.Split)
 	}
 	if pre.Model != t.cfg.Model {
 		return fmt.Errorf("checkpoint %s holds model %s, not %s", path, pre.Model, t.cfg.Model)

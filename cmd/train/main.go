@@ -26,6 +26,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -88,6 +89,18 @@ func run(args []string, stdout io.Writer) error {
 	fs.IntVar(&cfg.Pipeline, "pipeline", 0, "split the model into this many stages, one per rank (GPipe; the job must have as many ranks)")
 	fs.IntVar(&cfg.Microbatches, "microbatches", 0, "with --pipeline: microbatches per batch (default 4)")
 	fs.StringVar(&cfg.Schedule, "schedule", "", "with --pipeline: gpipe (all forwards, then all backwards) or 1f1b (at most p microbatches' activations held; default gpipe)")
+	fs.StringVar(&cfg.Balance, "balance", "", "with --pipeline, for models without stages of their own: cut where the stages' measured forward+backward times are most even (time, the default) or their parameter counts (params)")
+	fs.Func("split", "with --pipeline: cut at these top-level layer indices instead (comma-separated, one per stage after the first; the run's description lists the layers)", func(v string) error {
+		cfg.Split = nil
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil {
+				return fmt.Errorf("%q is not a layer index", f)
+			}
+			cfg.Split = append(cfg.Split, n)
+		}
+		return nil
+	})
 	fs.StringVar(&o.timeline, "timeline", "", "with --pipeline: draw the last batch's schedule (every stage's forwards and backwards) as an SVG here")
 	fs.BoolVar(&cfg.SyncBatchNorm, "sync-bn", false, "in a distributed run, batch norm uses the statistics of the whole batch across ranks (SyncBatchNorm)")
 	fs.BoolVar(&o.verbose, "verbose", false, "in a distributed run, every rank prints its progress (default: rank 0 only)")
@@ -241,6 +254,9 @@ func resolveConfig(flags train.Config, set map[string]bool, resume string) (trai
 		if err := jsonUnmarshal(m.Config, &base); err != nil {
 			return base, fmt.Errorf("%s: configuration: %w", resume, err)
 		}
+		if m.Stages > 1 {
+			base.Split = m.Split // cut as the saved stages were
+		}
 		if set["model"] && flags.Model != base.Model {
 			return base, fmt.Errorf("--model %s, but %s was trained as %s", flags.Model, resume, base.Model)
 		}
@@ -260,6 +276,7 @@ func resolveConfig(flags train.Config, set map[string]bool, resume string) (trai
 		"threads": func() { base.Threads = flags.Threads }, "log-interval": func() { base.LogInterval = flags.LogInterval },
 		"accumulate": func() { base.Accumulate = flags.Accumulate }, "sync-bn": func() { base.SyncBatchNorm = flags.SyncBatchNorm },
 		"pipeline": func() { base.Pipeline = flags.Pipeline }, "schedule": func() { base.Schedule = flags.Schedule }, "microbatches": func() { base.Microbatches = flags.Microbatches },
+		"balance": func() { base.Balance = flags.Balance }, "split": func() { base.Split = flags.Split },
 	}
 	for name, apply := range override {
 		if set[name] {

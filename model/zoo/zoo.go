@@ -45,32 +45,95 @@ func (m *Model) NewLoss(be tensor.Backend) *nn.Loss {
 	return nn.NewCrossEntropyLoss(be)
 }
 
-var builders = map[string]func(tensor.Backend, *rand.Rand) *Model{
-	"mnist":           MNISTNet,
-	"cifarnet":        CIFARNet,
-	"cifarnet-staged": StagedCIFARNet,
-	"resnet18":        ResNet18,
+// Spec describes a model without building it: what it takes and gives,
+// and its top-level children ("parts") in forward order, each built on
+// demand. A pipeline stage builds only its own parts, so no rank ever
+// holds the whole model.
+type Spec struct {
+	Name     string
+	Input    []int // per-sample shape [C, H, W]
+	Classes  int
+	LogProbs bool
+	Parts    []Part
+	// Staged reports that the parts are the model's own pipeline stages
+	// (StagedCIFARNet's split points).
+	Staged bool
+}
+
+// Part is one top-level child of a model.
+type Part struct {
+	Name  string // its state-name prefix ("" for layers without state)
+	Kind  string // what it is: conv, linear, relu, …
+	build func(be tensor.Backend, rng *rand.Rand) nn.Layer
+}
+
+// Label names the part for people: its name, else its kind.
+func (p Part) Label() string {
+	if p.Name != "" {
+		return p.Name
+	}
+	return p.Kind
+}
+
+var specs = map[string]func() *Spec{
+	"mnist":           mnistSpec,
+	"cifarnet":        func() *Spec { return cifarSpec(false) },
+	"cifarnet-staged": func() *Spec { return cifarSpec(true) },
+	"resnet18":        resnet18Spec,
 }
 
 // Names lists the models New knows.
 func Names() []string {
 	var n []string
-	for k := range builders {
+	for k := range specs {
 		n = append(n, k)
 	}
 	sort.Strings(n)
 	return n
 }
 
-// New builds the named model with weights drawn from rng.
-func New(name string, be tensor.Backend, rng *rand.Rand) (*Model, error) {
-	b, ok := builders[name]
+// Lookup returns the named model's Spec.
+func Lookup(name string) (*Spec, error) {
+	s, ok := specs[name]
 	if !ok {
 		return nil, fmt.Errorf("zoo: unknown model %q (have %s)", name, strings.Join(Names(), ", "))
 	}
-	m := b(be, rng)
-	skipDataGrad(m.Net)
-	return m, nil
+	return s(), nil
+}
+
+// New builds the named model with weights drawn from a seed taken from rng.
+func New(name string, be tensor.Backend, rng *rand.Rand) (*Model, error) {
+	s, err := Lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	return s.Build(be, rng.Uint64()), nil
+}
+
+// Build builds the whole model with weights drawn from seed.
+func (s *Spec) Build(be tensor.Backend, seed uint64) *Model {
+	net := s.BuildParts(be, seed, 0, len(s.Parts))
+	m := &Model{Name: s.Name, Net: net, Input: s.Input, Classes: s.Classes, LogProbs: s.LogProbs}
+	if s.Staged {
+		m.Stages = net.Layers
+	}
+	return m
+}
+
+// BuildParts builds parts [lo, hi) as a chain named as in the whole
+// model. Part i draws its weights from its own stream of seed, so it comes
+// out the same whether built alone or with the rest.
+func (s *Spec) BuildParts(be tensor.Backend, seed uint64, lo, hi int) *nn.Chain {
+	children := make([]nn.Child, 0, hi-lo)
+	for i := lo; i < hi; i++ {
+		rng := rand.New(rand.NewPCG(seed, uint64(i)))
+		children = append(children, child(s.Parts[i].Name, s.Parts[i].build(be, rng)))
+	}
+	c := nn.NewChain(children...)
+	if lo == 0 && hi > 0 {
+		skipDataGrad(c)
+	}
+	return c
 }
 
 // skipDataGrad stops the network's first convolution from computing the
@@ -91,41 +154,69 @@ func skipDataGrad(l nn.Layer) {
 
 func child(name string, l nn.Layer) nn.Child { return nn.Child{Name: name, Layer: l} }
 
+// part makes a Part of a layer that needs no random numbers.
+func part(name, kind string, build func(be tensor.Backend) nn.Layer) Part {
+	return Part{Name: name, Kind: kind, build: func(be tensor.Backend, _ *rand.Rand) nn.Layer { return build(be) }}
+}
+
+func relu() Part { return part("", "relu", func(be tensor.Backend) nn.Layer { return nn.NewReLU(be) }) }
+
+func dropout(p float32) Part {
+	return Part{Kind: "dropout", build: func(be tensor.Backend, rng *rand.Rand) nn.Layer { return nn.NewDropout(be, p, rng.Uint64()) }}
+}
+
+func flatten() Part {
+	return part("", "flatten", func(tensor.Backend) nn.Layer { return nn.NewFlatten() })
+}
+
+func linear(name string, in, out int) Part {
+	return Part{Name: name, Kind: "linear", build: func(be tensor.Backend, rng *rand.Rand) nn.Layer { return nn.NewLinear(be, in, out, rng) }}
+}
+
+func conv(name string, in, out, kernel int, o nn.Conv2dOptions) Part {
+	return Part{Name: name, Kind: "conv", build: func(be tensor.Backend, rng *rand.Rand) nn.Layer { return nn.NewConv2d(be, in, out, kernel, o, rng) }}
+}
+
+func batchNorm(name string, c int) Part {
+	return part(name, "batchnorm", func(be tensor.Backend) nn.Layer { return nn.NewBatchNorm2d(be, c) })
+}
+
+func maxPool(kernel, stride, padding int) Part {
+	return part("", "maxpool", func(be tensor.Backend) nn.Layer { return nn.NewMaxPool2d(be, kernel, stride, padding) })
+}
+
 // MNISTNet is PyTorch's MNIST example:
 // conv1(1→32, 3) → relu → conv2(32→64, 3) → relu → max_pool2d(2) →
 // dropout1(0.25) → flatten → fc1(9216→128) → relu → dropout2(0.5) →
 // fc2(128→10) → log_softmax.
 func MNISTNet(be tensor.Backend, rng *rand.Rand) *Model {
-	net := nn.NewChain(
-		child("conv1", nn.NewConv2d(be, 1, 32, 3, nn.Conv2dOptions{}, rng)),
-		child("", nn.NewReLU(be)),
-		child("conv2", nn.NewConv2d(be, 32, 64, 3, nn.Conv2dOptions{}, rng)),
-		child("", nn.NewReLU(be)),
-		child("", nn.NewMaxPool2d(be, 2, 0, 0)),
-		child("", nn.NewDropout(be, 0.25, rng.Uint64())),
-		child("", nn.NewFlatten()),
-		child("fc1", nn.NewLinear(be, 9216, 128, rng)),
-		child("", nn.NewReLU(be)),
-		child("", nn.NewDropout(be, 0.5, rng.Uint64())),
-		child("fc2", nn.NewLinear(be, 128, 10, rng)),
-		child("", nn.NewLogSoftmax(be)),
-	)
-	return &Model{Name: "mnist", Net: net, Input: []int{1, 28, 28}, Classes: 10, LogProbs: true}
+	return mnistSpec().Build(be, rng.Uint64())
 }
 
-// cifarLayers returns CIFARNet's layers in forward order, with their
+func mnistSpec() *Spec {
+	return &Spec{Name: "mnist", Input: []int{1, 28, 28}, Classes: 10, LogProbs: true, Parts: []Part{
+		conv("conv1", 1, 32, 3, nn.Conv2dOptions{}), relu(),
+		conv("conv2", 32, 64, 3, nn.Conv2dOptions{}), relu(),
+		maxPool(2, 0, 0), dropout(0.25), flatten(),
+		linear("fc1", 9216, 128), relu(), dropout(0.5),
+		linear("fc2", 128, 10),
+		part("", "log_softmax", func(be tensor.Backend) nn.Layer { return nn.NewLogSoftmax(be) }),
+	}}
+}
+
+// cifarParts returns CIFARNet's layers in forward order, with their
 // CIFARNet attribute names.
-func cifarLayers(be tensor.Backend, rng *rand.Rand) []nn.Child {
-	conv := func(in, out int) nn.Layer { return nn.NewConv2d(be, in, out, 3, nn.Conv2dOptions{Padding: 1}, rng) }
-	return []nn.Child{
-		child("conv1", conv(3, 64)), child("", nn.NewMaxPool2d(be, 2, 2, 0)), child("bn1", nn.NewBatchNorm2d(be, 64)), child("", nn.NewReLU(be)),
-		child("conv2", conv(64, 128)), child("", nn.NewMaxPool2d(be, 2, 2, 0)), child("bn2", nn.NewBatchNorm2d(be, 128)), child("", nn.NewReLU(be)),
-		child("conv3", conv(128, 256)), child("bn3", nn.NewBatchNorm2d(be, 256)), child("", nn.NewReLU(be)),
-		child("conv4", conv(256, 512)), child("bn4", nn.NewBatchNorm2d(be, 512)), child("", nn.NewReLU(be)),
-		child("", nn.NewFlatten()),
-		child("fc1", nn.NewLinear(be, 512*8*8, 512, rng)), child("", nn.NewReLU(be)), child("", nn.NewDropout(be, 0.5, rng.Uint64())),
-		child("fc2", nn.NewLinear(be, 512, 256, rng)), child("", nn.NewReLU(be)), child("", nn.NewDropout(be, 0.5, rng.Uint64())),
-		child("fc3", nn.NewLinear(be, 256, 10, rng)),
+func cifarParts() []Part {
+	c3 := func(name string, in, out int) Part { return conv(name, in, out, 3, nn.Conv2dOptions{Padding: 1}) }
+	return []Part{
+		c3("conv1", 3, 64), maxPool(2, 2, 0), batchNorm("bn1", 64), relu(),
+		c3("conv2", 64, 128), maxPool(2, 2, 0), batchNorm("bn2", 128), relu(),
+		c3("conv3", 128, 256), batchNorm("bn3", 256), relu(),
+		c3("conv4", 256, 512), batchNorm("bn4", 512), relu(),
+		flatten(),
+		linear("fc1", 512*8*8, 512), relu(), dropout(0.5),
+		linear("fc2", 512, 256), relu(), dropout(0.5),
+		linear("fc3", 256, 10),
 	}
 }
 
@@ -134,7 +225,7 @@ func cifarLayers(be tensor.Backend, rng *rand.Rand) []nn.Child {
 // flatten → fc1(32768→512) → relu → dropout(0.5) → fc2(512→256) → relu →
 // dropout(0.5) → fc3(256→10).
 func CIFARNet(be tensor.Backend, rng *rand.Rand) *Model {
-	return &Model{Name: "cifarnet", Net: nn.NewChain(cifarLayers(be, rng)...), Input: []int{3, 32, 32}, Classes: 10}
+	return cifarSpec(false).Build(be, rng.Uint64())
 }
 
 // StagedCIFARNet is CIFARNet split at seed 000's stage boundaries into
@@ -142,17 +233,27 @@ func CIFARNet(be tensor.Backend, rng *rand.Rand) *Model {
 // stage3 (the fully connected layers), each an nn.Sequential, so its state
 // keys are stage1.0.weight, …, stage3.6.bias, as PyTorch names them.
 func StagedCIFARNet(be tensor.Backend, rng *rand.Rand) *Model {
-	ls := cifarLayers(be, rng)
-	seq := func(cs []nn.Child) nn.Layer {
-		var layers []nn.Layer
-		for _, c := range cs {
-			layers = append(layers, c.Layer)
-		}
-		return nn.NewSequential(layers...)
+	return cifarSpec(true).Build(be, rng.Uint64())
+}
+
+func cifarSpec(staged bool) *Spec {
+	s := &Spec{Name: "cifarnet", Input: []int{3, 32, 32}, Classes: 10, Parts: cifarParts()}
+	if !staged {
+		return s
 	}
-	stages := []nn.Layer{seq(ls[:8]), seq(ls[8:15]), seq(ls[15:])}
-	net := nn.NewChain(child("stage1", stages[0]), child("stage2", stages[1]), child("stage3", stages[2]))
-	return &Model{Name: "cifarnet-staged", Net: net, Stages: stages, Input: []int{3, 32, 32}, Classes: 10}
+	stage := func(name string, ps []Part) Part {
+		return Part{Name: name, Kind: "sequential", build: func(be tensor.Backend, rng *rand.Rand) nn.Layer {
+			layers := make([]nn.Layer, len(ps))
+			for i, p := range ps {
+				layers[i] = p.build(be, rng)
+			}
+			return nn.NewSequential(layers...)
+		}}
+	}
+	ps := s.Parts
+	s.Name, s.Staged = "cifarnet-staged", true
+	s.Parts = []Part{stage("stage1", ps[:8]), stage("stage2", ps[8:15]), stage("stage3", ps[15:])}
+	return s
 }
 
 // ResNet18 is torchvision.models.resnet18 with a 10-class fc: conv 7×7/2 →
@@ -160,37 +261,48 @@ func StagedCIFARNet(be tensor.Backend, rng *rand.Rand) *Model {
 // 256, 512 channels) → adaptive average pool → fc. Convolutions are
 // initialised as torchvision does (kaiming-normal, fan-out, ReLU gain).
 func ResNet18(be tensor.Backend, rng *rand.Rand) *Model {
-	var children []nn.Child
-	children = append(children,
-		child("conv1", nn.NewConv2d(be, 3, 64, 7, nn.Conv2dOptions{Stride: 2, Padding: 3, NoBias: true}, rng)),
-		child("bn1", nn.NewBatchNorm2d(be, 64)),
-		child("", nn.NewReLU(be)),
-		child("", nn.NewMaxPool2d(be, 3, 2, 1)),
-	)
+	return resnet18Spec().Build(be, rng.Uint64())
+}
+
+func resnet18Spec() *Spec {
+	parts := []Part{
+		kaiming(conv("conv1", 3, 64, 7, nn.Conv2dOptions{Stride: 2, Padding: 3, NoBias: true})),
+		batchNorm("bn1", 64), relu(), maxPool(3, 2, 1),
+	}
 	in := 64
 	for i, width := range []int{64, 128, 256, 512} {
 		stride := 2
 		if i == 0 {
 			stride = 1
 		}
-		layer := nn.NewSequential(nn.NewBasicBlock(be, in, width, stride, rng), nn.NewBasicBlock(be, width, width, 1, rng))
-		children = append(children, child(fmt.Sprintf("layer%d", i+1), layer))
+		blockIn := in
+		parts = append(parts, kaiming(Part{Name: fmt.Sprintf("layer%d", i+1), Kind: "sequential", build: func(be tensor.Backend, rng *rand.Rand) nn.Layer {
+			return nn.NewSequential(nn.NewBasicBlock(be, blockIn, width, stride, rng), nn.NewBasicBlock(be, width, width, 1, rng))
+		}}))
 		in = width
 	}
-	children = append(children,
-		child("", nn.NewAdaptiveAvgPool2d(be, 1, 1)),
-		child("", nn.NewFlatten()),
-		child("fc", nn.NewLinear(be, 512, 10, rng)),
-	)
-	net := nn.NewChain(children...)
-	for _, v := range net.State() {
-		if strings.HasSuffix(v.Name, "weight") && v.Value.Dims() == 4 {
-			fanOut := v.Value.Shape[0] * v.Value.Shape[2] * v.Value.Shape[3]
-			std := math.Sqrt(2 / float64(fanOut))
-			for i := range v.Value.Data {
-				v.Value.Data[i] = float32(rng.NormFloat64() * std)
+	parts = append(parts,
+		part("", "adaptive_avgpool", func(be tensor.Backend) nn.Layer { return nn.NewAdaptiveAvgPool2d(be, 1, 1) }),
+		flatten(), linear("fc", 512, 10))
+	return &Spec{Name: "resnet18", Input: []int{3, 32, 32}, Classes: 10, Parts: parts}
+}
+
+// kaiming re-draws the part's convolution weights from torchvision's
+// kaiming-normal (fan-out, ReLU gain).
+func kaiming(p Part) Part {
+	build := p.build
+	p.build = func(be tensor.Backend, rng *rand.Rand) nn.Layer {
+		l := build(be, rng)
+		for _, v := range l.State() {
+			if strings.HasSuffix(v.Name, "weight") && v.Value.Dims() == 4 {
+				fanOut := v.Value.Shape[0] * v.Value.Shape[2] * v.Value.Shape[3]
+				std := math.Sqrt(2 / float64(fanOut))
+				for i := range v.Value.Data {
+					v.Value.Data[i] = float32(rng.NormFloat64() * std)
+				}
 			}
 		}
+		return l
 	}
-	return &Model{Name: "resnet18", Net: net, Input: []int{3, 32, 32}, Classes: 10}
+	return p
 }

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -363,5 +364,38 @@ func TestUnknownModel(t *testing.T) {
 	defer be.Close()
 	if _, err := New("vgg", be, rand.New(rand.NewPCG(1, 1))); err == nil || !strings.Contains(err.Error(), "resnet18") {
 		t.Fatalf("error %v should list the known models", err)
+	}
+}
+
+// TestPartsBuildAlone: every range of parts built alone has the state the
+// same layers have in the whole model (names and bits), so a pipeline
+// stage can build only its own layers.
+func TestPartsBuildAlone(t *testing.T) {
+	be := cpu.New(1)
+	defer be.Close()
+	for _, name := range Names() {
+		spec, err := Lookup(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		whole := spec.Build(be, 11).Net.(*nn.Chain)
+		n := len(spec.Parts)
+		for _, r := range [][2]int{{0, 1}, {0, n / 2}, {n / 2, n}, {n - 1, n}, {1, n - 1}} {
+			part := spec.BuildParts(be, 11, r[0], r[1])
+			var children []nn.Child
+			for i := r[0]; i < r[1]; i++ {
+				children = append(children, nn.Child{Name: whole.Names[i], Layer: whole.Layers[i]})
+			}
+			ref := nn.NewChain(children...)
+			got, want := part.State(), ref.State()
+			if len(got) != len(want) {
+				t.Fatalf("%s parts %v: %d state entries, the whole model's have %d", name, r, len(got), len(want))
+			}
+			for i := range got {
+				if got[i].Name != want[i].Name || got[i].Value != nil && !slices.Equal(got[i].Value.Data, want[i].Value.Data) {
+					t.Fatalf("%s parts %v: %s differs from the whole model's %s", name, r, got[i].Name, want[i].Name)
+				}
+			}
+		}
 	}
 }

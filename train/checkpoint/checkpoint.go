@@ -60,6 +60,9 @@ type Meta struct {
 	// Stage and Stages identify one stage's file of a pipeline run.
 	Stage  int `json:"stage,omitempty"`
 	Stages int `json:"stages,omitempty"`
+	// Split is where the pipeline cut the model's top-level layers into
+	// stages (train.Config.Split).
+	Split []int `json:"split,omitempty"`
 }
 
 // TrainPath is where the training state of the checkpoint at path lives.
