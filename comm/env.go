@@ -42,6 +42,10 @@ type Settings struct {
 	Spin time.Duration
 	// SocketBuffer, when positive, sets the data sockets' kernel buffers (bytes).
 	SocketBuffer int
+	// Transport chooses how ranks on the same machine talk (GORUN_TRANSPORT):
+	// "auto" (default) through shared memory, "tcp" over loopback TCP.
+	// Ranks on other machines always use TCP.
+	Transport string
 	// StoreFD, when positive, is an inherited listening socket rank 0 serves the store on (set by gorun).
 	StoreFD int
 }
@@ -89,6 +93,10 @@ func WithChunkBytes(n int) Option { return func(s *Settings) { s.ChunkBytes = n 
 
 // WithCompression turns S2 payload compression on or off.
 func WithCompression(on bool) Option { return func(s *Settings) { s.Compress = on } }
+
+// WithTransport chooses how ranks on one machine talk: "auto" (shared
+// memory) or "tcp".
+func WithTransport(name string) Option { return func(s *Settings) { s.Transport = name } }
 
 // WithSpin sets how long a waiting call busy-polls before sleeping (0: never).
 func WithSpin(d time.Duration) Option { return func(s *Settings) { s.Spin = d } }
@@ -199,6 +207,14 @@ func ResolveSettings(getenv func(string) string, opts ...Option) (Settings, erro
 	s.SocketBuffer = e.int("GORUN_SOCKET_BUFFER", 0)
 	s.Spin = e.duration("GORUN_SPIN", -1)
 	s.StoreFD = e.int("GORUN_STORE_FD", 0)
+	switch v := getenv("GORUN_TRANSPORT"); v {
+	case "", "auto":
+		s.Transport = "auto"
+	case "tcp":
+		s.Transport = "tcp"
+	default:
+		e.err = fmt.Errorf("GORUN_TRANSPORT=%q: want auto or tcp", v)
+	}
 	s.MasterAddr = getenv("MASTER_ADDR")
 	s.MasterPort = e.int("MASTER_PORT", 0)
 	if e.err != nil {
@@ -232,6 +248,9 @@ func ResolveSettings(getenv func(string) string, opts ...Option) (Settings, erro
 }
 
 func (s *Settings) validate() error {
+	if s.Transport != "" && s.Transport != "auto" && s.Transport != "tcp" {
+		return fmt.Errorf("transport %q: want auto or tcp", s.Transport)
+	}
 	src := s.Source
 	switch {
 	case s.Size < 1:

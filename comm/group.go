@@ -63,7 +63,8 @@ const MaxTag = 1<<16 - 2
 // world is what all groups of one process share: the transport and the
 // counter that keeps communicator ids unique.
 type world struct {
-	t        *tcp.Transport
+	t        *tcp.Transport // connections, failures, aborts; data to other hosts
+	data     *dataPath      // where each peer's data goes: shared memory or t
 	settings Settings
 	mu       sync.Mutex
 	nextID   uint32 // lowest communicator id this rank has not used
@@ -155,16 +156,30 @@ func Join(ctx context.Context, s Settings) (*Group, error) {
 	if err != nil {
 		return nil, fmt.Errorf("comm: rank %d of %d: %w", s.Rank, s.Size, err)
 	}
-	w := &world{t: t, settings: s, nextID: 1}
+	w := &world{t: t, settings: s, nextID: 1, data: &dataPath{tcp: t}}
+	if s.Size > 1 && s.Transport != "tcp" {
+		if w.data.shm, err = setupSharedMemory(jctx, t, &s); err != nil {
+			t.Abort(err)
+			t.Close(ctx)
+			return nil, fmt.Errorf("comm: rank %d of %d: %w", s.Rank, s.Size, err)
+		}
+	}
 	peers := make([]int, s.Size)
 	for i := range peers {
 		peers[i] = i
 	}
 	g := newGroup(w, 0, peers, s.Rank)
-	// Everyone is connected once everyone passes this barrier.
+	// Everyone is connected once everyone passes this barrier, and has
+	// mapped the segments it shares with its peers.
 	if err := g.Barrier(jctx); err != nil {
 		g.Close()
 		return nil, err
+	}
+	if w.data.shm != nil {
+		w.data.shm.Sealed()
+	}
+	if s.Rank == 0 && s.Size > 1 {
+		fmt.Fprintln(os.Stderr, describePaths(w.data, s.Rank, s.Size))
 	}
 	return g, nil
 }
@@ -174,7 +189,7 @@ func newGroup(w *world, id uint32, peers []int, rank int) *Group {
 	return &Group{
 		w:  w,
 		id: id,
-		ring: ring.Comm{T: w.t, Peers: peers, Rank: rank, Stream: id << 16,
+		ring: ring.Comm{T: w.data, Peers: peers, Rank: rank, Stream: id << 16,
 			SmallBytes: s.SmallBytes, ChunkBytes: s.ChunkBytes},
 		sendSeq: map[[2]int]uint64{},
 		recvSeq: map[[2]int]uint64{},
@@ -525,7 +540,11 @@ func (g *Group) Close() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := g.w.t.Close(ctx); err != nil && failure == nil {
+	err := g.w.t.Close(ctx)
+	if g.w.data.shm != nil {
+		g.w.data.shm.Close()
+	}
+	if err != nil && failure == nil {
 		return g.wrap("Close", err)
 	}
 	return failure

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -57,16 +58,17 @@ func TestCollectivesMultiProcess(t *testing.T) {
 		name string
 		env  []string
 	}{
-		{"default", nil},
+		{"default", nil}, // shared memory: every rank is on this machine
+		{"tcp", []string{"GORUN_TRANSPORT=tcp"}},
 		{"ring-only-small-chunks", []string{"GORUN_SMALL_BYTES=-1", "GORUN_CHUNK_BYTES=4096"}},
 		{"latency-algorithms-only", []string{"GORUN_SMALL_BYTES=1073741824"}},
 		{"compressed", []string{"GORUN_COMPRESS=s2"}},
 	}
 	for _, np := range []int{1, 2, 3, 4, 5, 8} {
 		for _, v := range variants {
-			if testing.Short() && v.name != "default" && v.name != "ring-only-small-chunks" {
-				// The race pass (-short) keeps the two variants whose
-				// buffers are shared with the transport's reader the most.
+			if testing.Short() && v.name != "default" && v.name != "tcp" && v.name != "ring-only-small-chunks" {
+				// The race pass (-short) keeps both transports and the
+				// variant whose buffers the transport fills the most.
 				continue
 			}
 			if np == 8 && v.name == "compressed" {
@@ -94,38 +96,77 @@ func TestCollectivesMultiProcess(t *testing.T) {
 }
 
 // TestRankKilledMidAllReduce kills one rank with SIGKILL in the middle of a
-// stream of 16 MiB all-reduces: every survivor must fail within 10 s with an
-// error naming it, and the launcher must name it as the first failure.
+// stream of 16 MiB all-reduces, over shared memory and over TCP: every
+// survivor must fail within 10 s with an error naming it, and the launcher
+// must name it as the first failure.
 func TestRankKilledMidAllReduce(t *testing.T) {
 	const np, victim = 4, 2
-	res, out := runJob(t, np, "kill", "VICTIM="+strconv.Itoa(victim))
-	if res.First == nil || res.First.Rank != victim || res.First.Signal != syscall.SIGKILL {
-		t.Fatalf("launcher's first failure = %v, want rank %d killed by SIGKILL\n%s", res.First, victim, out)
+	for _, transport := range []string{"auto", "tcp"} {
+		t.Run(transport, func(t *testing.T) {
+			res, out := runJob(t, np, "kill", "VICTIM="+strconv.Itoa(victim), "GORUN_TRANSPORT="+transport)
+			if res.First == nil || res.First.Rank != victim || res.First.Signal != syscall.SIGKILL {
+				t.Fatalf("launcher's first failure = %v, want rank %d killed by SIGKILL\n%s", res.First, victim, out)
+			}
+			lines := rankLines(out)
+			re := regexp.MustCompile(`^FAILED-AFTER ([0-9.]+) (.*)$`)
+			for r := range np {
+				if r == victim {
+					continue
+				}
+				var found bool
+				for _, l := range lines[r] {
+					m := re.FindStringSubmatch(l)
+					if m == nil {
+						continue
+					}
+					found = true
+					secs, _ := strconv.ParseFloat(m[1], 64)
+					if secs > 10 {
+						t.Errorf("rank %d noticed the death after %.1f s, want under 10 s", r, secs)
+					}
+					if !strings.Contains(m[2], fmt.Sprintf("rank %d", victim)) {
+						t.Errorf("rank %d's error does not name rank %d: %s", r, victim, m[2])
+					}
+				}
+				if !found {
+					t.Errorf("rank %d reported no failure:\n%s", r, out)
+				}
+			}
+		})
 	}
-	lines := rankLines(out)
-	re := regexp.MustCompile(`^FAILED-AFTER ([0-9.]+) (.*)$`)
+}
+
+// TestNothingLeftWhenAllAreKilled: every rank maps shared memory (each
+// shows its segment among its open files), then every rank is killed with
+// SIGKILL mid-all-reduce; nothing is left under /dev/shm.
+func TestNothingLeftWhenAllAreKilled(t *testing.T) {
+	before, err := os.ReadDir("/dev/shm")
+	if err != nil {
+		t.Skipf("no /dev/shm to check: %v", err)
+	}
+	const np = 3
+	res, out := runJob(t, np, "killall")
 	for r := range np {
-		if r == victim {
-			continue
+		if !strings.Contains(out, fmt.Sprintf("[%d] SEGMENT memfd:gorun-rank%d", r, r)) {
+			t.Errorf("rank %d did not show its shared-memory segment:\n%s", r, out)
 		}
-		var found bool
-		for _, l := range lines[r] {
-			m := re.FindStringSubmatch(l)
-			if m == nil {
-				continue
-			}
-			found = true
-			secs, _ := strconv.ParseFloat(m[1], 64)
-			if secs > 10 {
-				t.Errorf("rank %d noticed the death after %.1f s, want under 10 s", r, secs)
-			}
-			if !strings.Contains(m[2], fmt.Sprintf("rank %d", victim)) {
-				t.Errorf("rank %d's error does not name rank %d: %s", r, victim, m[2])
-			}
+	}
+	if res.First == nil || res.First.Signal != syscall.SIGKILL {
+		t.Fatalf("first failure %v, want a rank killed by SIGKILL\n%s", res.First, out)
+	}
+	after, err := os.ReadDir("/dev/shm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := func(es []os.DirEntry) []string {
+		var n []string
+		for _, e := range es {
+			n = append(n, e.Name())
 		}
-		if !found {
-			t.Errorf("rank %d reported no failure:\n%s", r, out)
-		}
+		return n
+	}
+	if b, a := names(before), names(after); !slices.Equal(b, a) {
+		t.Fatalf("/dev/shm held %v before the job and %v after it", b, a)
 	}
 }
 

@@ -69,7 +69,7 @@ func SendAsync[T Elem](ctx context.Context, g *Group, buf []T, dst, tag int) *Wo
 		stream := g.p2pStream(tag)
 		for j := range chunks {
 			a, b := min(j*per, len(buf)), min((j+1)*per, len(buf))
-			if err := g.w.t.Send(ctx, g.WorldRank(dst), stream, call.Meta(0, j), ring.AsBytes(buf[a:b])); err != nil {
+			if err := g.w.data.Send(ctx, g.WorldRank(dst), stream, call.Meta(0, j), ring.AsBytes(buf[a:b])); err != nil {
 				return g.fail(what, err)
 			}
 		}
@@ -102,7 +102,7 @@ func RecvAsync[T Elem](ctx context.Context, g *Group, buf []T, src, tag int) *Wo
 	tickets := make([]uint64, chunks)
 	for j := range chunks {
 		a, b := min(j*per, len(buf)), min((j+1)*per, len(buf))
-		t, err := g.w.t.Post(peer, stream, ring.AsBytes(buf[a:b]))
+		t, err := g.w.data.Post(peer, stream, ring.AsBytes(buf[a:b]))
 		if err != nil {
 			return finished(g.fail(what, err))
 		}
@@ -111,7 +111,7 @@ func RecvAsync[T Elem](ctx context.Context, g *Group, buf []T, src, tag int) *Wo
 	return &Work{done: make(chan struct{}), lazy: func() error {
 		for j, t := range tickets {
 			a, b := min(j*per, len(buf)), min((j+1)*per, len(buf))
-			meta, n, err := g.w.t.Wait(ctx, peer, stream, t)
+			meta, n, err := g.w.data.Wait(ctx, peer, stream, t)
 			if err := ring.Check(src, call, 0, j, len(ring.AsBytes(buf[a:b])), meta, n, err); err != nil {
 				return g.fail(what, err)
 			}

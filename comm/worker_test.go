@@ -59,6 +59,8 @@ func runWorker(scenario string) int {
 		}
 	case "kill":
 		err = killScenario(ctx, g)
+	case "killall":
+		err = killAllScenario(ctx, g)
 	case "bench":
 		err = benchScenario(ctx, g)
 	case "mismatch":
@@ -126,6 +128,36 @@ func killScenario(ctx context.Context, g *comm.Group) error {
 		}
 		if time.Since(start) > time.Minute {
 			return errors.New("victim never died")
+		}
+	}
+}
+
+// killAllScenario shows this rank's shared-memory segment, then every
+// rank kills itself with SIGKILL in the middle of all-reduces.
+func killAllScenario(ctx context.Context, g *comm.Group) error {
+	fds, _ := os.ReadDir("/proc/self/fd")
+	for _, fd := range fds {
+		if l, err := os.Readlink("/proc/self/fd/" + fd.Name()); err == nil && strings.HasPrefix(l, "memfd:gorun") {
+			fmt.Println("SEGMENT " + l)
+		}
+	}
+	// The descriptor is closed once every rank has mapped the segments;
+	// the mapping shows it then.
+	if maps, err := os.ReadFile("/proc/self/maps"); err == nil {
+		for _, l := range strings.Split(string(maps), "\n") {
+			if i := strings.Index(l, "/memfd:gorun-rank"+strconv.Itoa(g.Rank())); i >= 0 {
+				fmt.Println("SEGMENT " + strings.Fields(l[i+1:])[0])
+				break
+			}
+		}
+	}
+	buf := make([]float32, 4<<20)
+	for i := 0; ; i++ {
+		if i == 2 {
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		}
+		if err := g.AllReduce(ctx, buf, comm.Sum); err != nil {
+			return err
 		}
 	}
 }

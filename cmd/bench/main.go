@@ -34,7 +34,8 @@ const workerEnv = "GORUN_BENCH_WORKER_OUT"
 
 // variants are the algorithm settings compared side by side.
 var variants = map[string][]string{
-	"default": nil,
+	"default": nil,                                 // shared memory between ranks of one machine
+	"tcp":     {"GORUN_TRANSPORT=tcp"},             // loopback TCP instead
 	"ring":    {"GORUN_SMALL_BYTES=-1"},            // ring algorithms at every size
 	"small":   {"GORUN_SMALL_BYTES=1099511627776"}, // recursive doubling / trees at every size
 	"s2":      {"GORUN_COMPRESS=s2"},               // S2 compression of payloads

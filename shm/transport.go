@@ -1,0 +1,315 @@
+// Package shm moves frames between ranks on the same machine through shared
+// memory. Each rank owns a segment (an anonymous memfd, so nothing is left
+// behind however the processes end) holding one single-producer ring of
+// fixed, pre-faulted slots per sender; a sender copies a frame into its
+// ring in the receiver's segment, fragment by fragment, and rings the
+// receiver's doorbell. A waiting rank drains its rings itself, spinning
+// briefly and then sleeping on the doorbell with a futex, so an idle rank
+// burns no core.
+//
+// Transport offers the same Send, Post and Wait as the tcp transport (and
+// so satisfies the ring package's interface without importing it). It moves
+// data only: connection set-up, failure detection and abort messages stay
+// with tcp, whose failures the waits here observe through Config.Failed.
+package shm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"sync"
+	"time"
+)
+
+// Defaults for Config.
+const (
+	DefaultSlots     = 8
+	DefaultSlotBytes = 256 << 10
+	// sleepSlice bounds each futex sleep, so that failures seen elsewhere,
+	// cancellations and deadlines are noticed within it.
+	sleepSlice = time.Millisecond
+)
+
+// Config describes this rank among the job's ranks.
+type Config struct {
+	Rank, Size int
+	// Slots and SlotBytes size every ring (defaults DefaultSlots and
+	// DefaultSlotBytes); all ranks must agree.
+	Slots, SlotBytes int
+	// Timeout bounds every wait whose context has no deadline.
+	Timeout time.Duration
+	// Spin is how long a wait polls before it sleeps.
+	Spin time.Duration
+	// Failed, when set, reports a failure detected elsewhere (a peer's TCP
+	// connection breaking): waits and sends return it.
+	Failed func() error
+}
+
+// Info is what a peer needs to map this rank's segment.
+type Info struct {
+	PID, FD int
+}
+
+// ErrFrameTooLarge is wrapped by the error of a receive whose frame is
+// larger than the posted buffer.
+var ErrFrameTooLarge = errors.New("shm: frame larger than the posted receive")
+
+// PeerError is a failure while talking to one rank.
+type PeerError struct {
+	Rank int
+	Err  error
+}
+
+func (e *PeerError) Error() string { return fmt.Sprintf("rank %d (shared memory): %v", e.Rank, e.Err) }
+func (e *PeerError) Unwrap() error { return e.Err }
+
+// Transport is this rank's end of the shared-memory paths.
+type Transport struct {
+	cfg   Config
+	own   *segment
+	peers []*peer // nil where a rank is not reached through shared memory
+}
+
+type peer struct {
+	rank   int
+	seg    *segment // the peer's: this rank writes into its ring and rings its bell
+	out    *ring
+	in     *ring // in this rank's segment, written by the peer
+	sendMu sync.Mutex
+
+	rxMu  sync.Mutex // held while draining in and touching the mailboxes
+	boxes map[uint32]*mailbox
+	cur   incoming // the frame being reassembled
+}
+
+// New creates this rank's segment. Publish Info to the peers, Attach
+// theirs, and call Sealed once every peer has attached.
+func New(cfg Config) (*Transport, Info, error) {
+	if cfg.Slots <= 0 {
+		cfg.Slots = DefaultSlots
+	}
+	if cfg.SlotBytes <= 0 {
+		cfg.SlotBytes = DefaultSlotBytes
+	}
+	if cfg.SlotBytes%8 != 0 {
+		return nil, Info{}, fmt.Errorf("shm: slot size %d is not a multiple of 8", cfg.SlotBytes)
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 5 * time.Minute
+	}
+	own, err := createSegment(cfg.Rank, cfg.Size, cfg.Slots, cfg.SlotBytes)
+	if err != nil {
+		return nil, Info{}, err
+	}
+	return &Transport{cfg: cfg, own: own, peers: make([]*peer, cfg.Size)}, Info{PID: os.Getpid(), FD: own.fd}, nil
+}
+
+// Attach maps rank's segment, described by its Info; from then on frames
+// to and from rank go through shared memory.
+func (t *Transport) Attach(rank int, info Info) error {
+	if rank < 0 || rank >= t.cfg.Size || rank == t.cfg.Rank {
+		return fmt.Errorf("shm: cannot attach rank %d (this is rank %d of %d)", rank, t.cfg.Rank, t.cfg.Size)
+	}
+	seg, err := openSegment(info.PID, info.FD, t.cfg.Size, t.cfg.Slots, t.cfg.SlotBytes)
+	if err != nil {
+		return &PeerError{Rank: rank, Err: err}
+	}
+	t.peers[rank] = &peer{rank: rank, seg: seg, out: seg.ring(t.cfg.Rank), in: t.own.ring(rank), boxes: map[uint32]*mailbox{}}
+	return nil
+}
+
+// Sealed drops the descriptor peers opened the segment through, once all
+// of them have: from then on only the mappings keep the memory.
+func (t *Transport) Sealed() { t.own.closeFD() }
+
+// Has reports whether frames to and from rank go through shared memory.
+func (t *Transport) Has(rank int) bool {
+	return rank >= 0 && rank < len(t.peers) && t.peers[rank] != nil
+}
+
+// Close unmaps every segment. Call it once no frame is in flight.
+func (t *Transport) Close() {
+	for _, p := range t.peers {
+		if p != nil {
+			p.seg.unmap()
+		}
+	}
+	t.own.unmap()
+}
+
+func (t *Transport) peer(rank int) (*peer, error) {
+	if !t.Has(rank) {
+		return nil, fmt.Errorf("shm: rank %d is not reached through shared memory", rank)
+	}
+	return t.peers[rank], nil
+}
+
+// waiter bounds one blocking call: its context, the transport's timeout,
+// failures seen elsewhere, and the spin-then-sleep policy.
+type waiter struct {
+	t        *Transport
+	ctx      context.Context
+	rank     int
+	what     string
+	start    time.Time
+	deadline time.Time
+	spins    int
+}
+
+func (t *Transport) waiter(ctx context.Context, rank int, what string) waiter {
+	w := waiter{t: t, ctx: ctx, rank: rank, what: what, start: time.Now()}
+	w.deadline = w.start.Add(t.cfg.Timeout)
+	if d, ok := ctx.Deadline(); ok {
+		w.deadline = d
+	}
+	return w
+}
+
+// pause waits a little for the doorbell (after the spin phase) and
+// returns an error when the call must give up. ready re-checks the
+// condition after announcing the sleep, so no ring of the bell is lost.
+func (w *waiter) pause(ready func() bool) error {
+	if f := w.t.cfg.Failed; f != nil {
+		if err := f(); err != nil {
+			return err
+		}
+	}
+	if err := w.ctx.Err(); err != nil {
+		return &PeerError{Rank: w.rank, Err: fmt.Errorf("%s: %w", w.what, err)}
+	}
+	now := time.Now()
+	if now.After(w.deadline) {
+		if _, ok := w.ctx.Deadline(); ok {
+			return &PeerError{Rank: w.rank, Err: fmt.Errorf("%s: %w", w.what, context.DeadlineExceeded)}
+		}
+		return &PeerError{Rank: w.rank, Err: fmt.Errorf("%s: nothing moved within %v (the transport's timeout)", w.what, w.t.cfg.Timeout)}
+	}
+	if now.Sub(w.start) < w.t.cfg.Spin {
+		// Poll; let other goroutines of this process in now and then.
+		if w.spins++; w.spins%64 == 0 {
+			runtime.Gosched()
+		}
+		return nil
+	}
+	own := w.t.own
+	own.sleepers().Add(1)
+	v := own.bell().Load()
+	if !ready() {
+		futexSleep(own.bell(), v, min(sleepSlice, w.deadline.Sub(now)))
+	}
+	own.sleepers().Add(^uint32(0))
+	return nil
+}
+
+// Send copies payload into rank's ring as one frame, blocking while the
+// ring is full (draining this rank's own rings meanwhile, so two ranks
+// sending to each other cannot deadlock).
+func (t *Transport) Send(ctx context.Context, rank int, stream uint32, meta [4]uint64, payload []byte) error {
+	p, err := t.peer(rank)
+	if err != nil {
+		return err
+	}
+	if f := t.cfg.Failed; f != nil {
+		if err := f(); err != nil {
+			return err
+		}
+	}
+	p.sendMu.Lock()
+	defer p.sendMu.Unlock()
+	r := p.out
+	var w waiter
+	h := slotHdr{stream: stream, flags: flagFirst, total: uint64(len(payload)), meta: meta}
+	for off := 0; off == 0 || off < len(payload); {
+		head := r.head.Load()
+		if head-r.tail.Load() >= r.n {
+			if w.t == nil {
+				w = t.waiter(ctx, rank, "sending (its ring stayed full)")
+			}
+			t.progress()
+			if err := w.pause(func() bool { return head-r.tail.Load() < r.n || t.pending() }); err != nil {
+				return err
+			}
+			continue
+		}
+		hdr, data := r.slot(head)
+		n := copy(data, payload[off:])
+		off += n
+		h.n = uint32(n)
+		if off == len(payload) {
+			h.flags |= flagLast
+		}
+		putHdr(hdr, &h)
+		r.head.Store(head + 1)
+		p.seg.ringBell()
+		h.flags = 0
+		if len(payload) == 0 {
+			break
+		}
+	}
+	return nil
+}
+
+// Post registers buf for the next frame from rank on stream and returns a
+// ticket for Wait. A frame that already arrived is copied in at once.
+func (t *Transport) Post(rank int, stream uint32, buf []byte) (uint64, error) {
+	p, err := t.peer(rank)
+	if err != nil {
+		return 0, err
+	}
+	p.rxMu.Lock()
+	defer p.rxMu.Unlock()
+	return p.box(stream).post(buf), nil
+}
+
+// Wait blocks until the frame for ticket has arrived and returns its
+// metadata and length.
+func (t *Transport) Wait(ctx context.Context, rank int, stream uint32, ticket uint64) ([4]uint64, int, error) {
+	p, err := t.peer(rank)
+	if err != nil {
+		return [4]uint64{}, 0, err
+	}
+	var w waiter
+	for {
+		t.progress()
+		p.rxMu.Lock()
+		meta, n, err, ok := p.box(stream).result(ticket)
+		p.rxMu.Unlock()
+		if ok {
+			if err != nil {
+				err = &PeerError{Rank: rank, Err: err}
+			}
+			return meta, n, err
+		}
+		if w.t == nil {
+			w = t.waiter(ctx, rank, "waiting for data")
+		}
+		if err := w.pause(t.pending); err != nil {
+			return [4]uint64{}, 0, err
+		}
+	}
+}
+
+// pending reports whether any of this rank's rings holds a slot.
+func (t *Transport) pending() bool {
+	for _, p := range t.peers {
+		if p != nil && p.in.head.Load() != p.in.tail.Load() {
+			return true
+		}
+	}
+	return false
+}
+
+// progress drains every ring that no other goroutine is draining.
+func (t *Transport) progress() {
+	for _, p := range t.peers {
+		if p == nil || p.in.head.Load() == p.in.tail.Load() || !p.rxMu.TryLock() {
+			continue
+		}
+		if p.drain() {
+			p.seg.ringBell() // its sender may be waiting for room
+		}
+		p.rxMu.Unlock()
+	}
+}

@@ -1,0 +1,259 @@
+package shm
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// pair makes ranks 0 and 1 of a two-rank job inside this process; each
+// maps the other's segment through /proc/self/fd, as separate processes
+// do through /proc/PID/fd.
+func pair(t testing.TB, slots, slotBytes int) (*Transport, *Transport) {
+	t.Helper()
+	var ts [2]*Transport
+	var infos [2]Info
+	for r := range 2 {
+		tr, info, err := New(Config{Rank: r, Size: 2, Slots: slots, SlotBytes: slotBytes, Timeout: 10 * time.Second, Spin: 20 * time.Microsecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts[r], infos[r] = tr, info
+	}
+	for r := range 2 {
+		if err := ts[r].Attach(1-r, infos[1-r]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for r := range 2 {
+		ts[r].Sealed()
+	}
+	t.Cleanup(func() { ts[0].Close(); ts[1].Close() })
+	return ts[0], ts[1]
+}
+
+func payload(seed uint64, n int) []byte {
+	b := make([]byte, n)
+	rng := rand.New(rand.NewPCG(seed, 7))
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+	return b
+}
+
+// TestFramesArriveInOrder sends frames of sizes around the slot size on
+// three streams, some received into buffers posted before they were sent
+// and some after they arrived: every frame lands whole, in order per
+// stream, with its metadata.
+func TestFramesArriveInOrder(t *testing.T) {
+	const slotB = 4096
+	a, b := pair(t, 4, slotB)
+	ctx := context.Background()
+	sizes := []int{0, 1, 7, slotB - 1, slotB, slotB + 1, 3*slotB + 5, 9 * slotB}
+	type sent struct {
+		stream uint32
+		data   []byte
+		meta   [4]uint64
+	}
+	var frames []sent
+	for i, n := range sizes {
+		for s := uint32(1); s <= 3; s++ {
+			frames = append(frames, sent{s, payload(uint64(i)*10+uint64(s), n), [4]uint64{uint64(i), uint64(s), uint64(n), 42}})
+		}
+	}
+	// Post receives for the first half in advance.
+	tickets := make([]uint64, len(frames))
+	bufs := make([][]byte, len(frames))
+	for i, f := range frames[:len(frames)/2] {
+		bufs[i] = make([]byte, len(f.data)+3)
+		var err error
+		if tickets[i], err = b.Post(0, f.stream, bufs[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	errc := make(chan error, 1)
+	go func() {
+		for _, f := range frames {
+			if err := a.Send(ctx, 1, f.stream, f.meta, f.data); err != nil {
+				errc <- err
+				return
+			}
+		}
+		errc <- nil
+	}()
+	for i, f := range frames {
+		if i >= len(frames)/2 {
+			bufs[i] = make([]byte, len(f.data))
+			var err error
+			if tickets[i], err = b.Post(0, f.stream, bufs[i]); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for i, f := range frames {
+		meta, n, err := b.Wait(ctx, 0, f.stream, tickets[i])
+		if err != nil {
+			t.Fatalf("frame %d: %v", i, err)
+		}
+		if meta != f.meta || n != len(f.data) || !bytes.Equal(bufs[i][:n], f.data) {
+			t.Fatalf("frame %d (stream %d, %d bytes): got meta %v, %d bytes", i, f.stream, len(f.data), meta, n)
+		}
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestBothSendLargeFirst: both ranks send 8 MiB to each other before
+// either posts a receive; the rings hold 64 KiB, so each sender must drain
+// its own ring while it waits for room, or the two would deadlock.
+func TestBothSendLargeFirst(t *testing.T) {
+	a, b := pair(t, 4, 16<<10)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for r, tr := range []*Transport{a, b} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out := payload(uint64(r), 8<<20)
+			if err := tr.Send(ctx, 1-r, 5, [4]uint64{uint64(r)}, out); err != nil {
+				errs[r] = err
+				return
+			}
+			in := make([]byte, 8<<20)
+			tk, err := tr.Post(1-r, 5, in)
+			if err == nil {
+				_, _, err = tr.Wait(ctx, 1-r, 5, tk)
+			}
+			if err == nil && !bytes.Equal(in, payload(uint64(1-r), 8<<20)) {
+				err = fmt.Errorf("rank %d received corrupted data", r)
+			}
+			errs[r] = err
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFrameLargerThanReceive: the receive fails with ErrFrameTooLarge and
+// names the sizes; the next frame is received normally.
+func TestFrameLargerThanReceive(t *testing.T) {
+	a, b := pair(t, 4, 1024)
+	ctx := context.Background()
+	small := make([]byte, 100)
+	tk, _ := b.Post(0, 1, small)
+	sent := make(chan error, 1)
+	go func() { sent <- a.Send(ctx, 1, 1, [4]uint64{}, payload(1, 5000)) }() // more than the ring holds
+	if _, _, err := b.Wait(ctx, 0, 1, tk); !errors.Is(err, ErrFrameTooLarge) || !strings.Contains(err.Error(), "5000 bytes arrived for a 100-byte receive") {
+		t.Fatalf("got %v, want ErrFrameTooLarge naming both sizes", err)
+	}
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+	next := make([]byte, 10)
+	tk, _ = b.Post(0, 1, next)
+	if err := a.Send(ctx, 1, 1, [4]uint64{9}, payload(2, 10)); err != nil {
+		t.Fatal(err)
+	}
+	if meta, n, err := b.Wait(ctx, 0, 1, tk); err != nil || n != 10 || meta[0] != 9 || !bytes.Equal(next, payload(2, 10)) {
+		t.Fatalf("frame after the refused one: meta %v, %d bytes, %v", meta, n, err)
+	}
+}
+
+// TestWaitsEnd: a wait for a frame that never comes ends at the context's
+// deadline, naming the rank, and at once when a failure is reported
+// elsewhere.
+func TestWaitsEnd(t *testing.T) {
+	_, b := pair(t, 4, 1024)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	tk, _ := b.Post(0, 1, make([]byte, 8))
+	start := time.Now()
+	_, _, err := b.Wait(ctx, 0, 1, tk)
+	var pe *PeerError
+	if !errors.As(err, &pe) || pe.Rank != 0 || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("got %v, want a PeerError for rank 0 wrapping the deadline", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("the wait took %v after a 50 ms deadline", d)
+	}
+	dead := errors.New("rank 0 died")
+	b.cfg.Failed = func() error { return dead }
+	if _, _, err := b.Wait(context.Background(), 0, 1, tk); !errors.Is(err, dead) {
+		t.Fatalf("got %v, want the failure reported elsewhere", err)
+	}
+}
+
+// TestSteadyStateAllocatesNothing: posted receives, sends and waits of
+// multi-slot frames allocate nothing once warm.
+func TestSteadyStateAllocatesNothing(t *testing.T) {
+	a, b := pair(t, 8, 4096)
+	ctx := context.Background()
+	out, in := payload(1, 10000), make([]byte, 10000)
+	step := func() {
+		tk, err := b.Post(0, 3, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Send(ctx, 1, 3, [4]uint64{1}, out); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := b.Wait(ctx, 0, 3, tk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	step()
+	if n := testing.AllocsPerRun(100, step); n != 0 {
+		t.Fatalf("%v allocations per post/send/wait", n)
+	}
+}
+
+// BenchmarkPingPong is a round trip of one frame each way between two
+// goroutines standing in for two ranks.
+func BenchmarkPingPong(b *testing.B) {
+	for _, size := range []int{8, 64 << 10, 1 << 20} {
+		b.Run(fmt.Sprint(size), func(b *testing.B) {
+			x, y := pair(b, DefaultSlots, DefaultSlotBytes)
+			ctx := context.Background()
+			bx, by := make([]byte, size), make([]byte, size)
+			done := make(chan error, 1)
+			go func() {
+				for range b.N {
+					tk, _ := y.Post(0, 1, by)
+					if _, _, err := y.Wait(ctx, 0, 1, tk); err != nil {
+						done <- err
+						return
+					}
+					if err := y.Send(ctx, 0, 1, [4]uint64{}, by); err != nil {
+						done <- err
+						return
+					}
+				}
+				done <- nil
+			}()
+			b.SetBytes(int64(2 * size))
+			for range b.N {
+				tk, _ := x.Post(1, 1, bx)
+				if err := x.Send(ctx, 1, 1, [4]uint64{}, bx); err != nil {
+					b.Fatal(err)
+				}
+				if _, _, err := x.Wait(ctx, 1, 1, tk); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := <-done; err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+}
