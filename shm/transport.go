@@ -21,15 +21,20 @@ import (
 	"runtime"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Defaults for Config.
 const (
-	DefaultSlots     = 8
+	DefaultSlots     = 16
 	DefaultSlotBytes = 256 << 10
 	// sleepSlice bounds each futex sleep, so that failures seen elsewhere,
 	// cancellations and deadlines are noticed within it.
 	sleepSlice = time.Millisecond
+	// yieldPhase is how long a wait polls with sched_yield after its spin,
+	// before it sleeps on the doorbell.
+	yieldPhase = 200 * time.Microsecond
 )
 
 // Config describes this rank among the job's ranks.
@@ -186,11 +191,19 @@ func (w *waiter) pause(ready func() bool) error {
 		}
 		return &PeerError{Rank: w.rank, Err: fmt.Errorf("%s: nothing moved within %v (the transport's timeout)", w.what, w.t.cfg.Timeout)}
 	}
-	if now.Sub(w.start) < w.t.cfg.Spin {
+	waited := now.Sub(w.start)
+	if waited < w.t.cfg.Spin {
 		// Poll; let other goroutines of this process in now and then.
 		if w.spins++; w.spins%64 == 0 {
 			runtime.Gosched()
 		}
+		return nil
+	}
+	if waited < w.t.cfg.Spin+yieldPhase {
+		// Poll, giving the core away between looks: with more ranks than
+		// cores the rank this one waits for may need it to make progress,
+		// and a futex wake-up would cost it more.
+		unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
 		return nil
 	}
 	own := w.t.own
