@@ -71,13 +71,18 @@ func RunCompetitors(dir string, np int, sizes []int64) (results []Competitor, sk
 	if out, err := exec.Command(mpicc, "-O2", "-o", bin, filepath.Join(dir, "mpi_allreduce.c")).CombinedOutput(); err != nil {
 		return results, append(skipped, fmt.Sprintf("Open MPI: mpicc: %v: %s", err, out))
 	}
-	for _, btl := range []string{"self,tcp"} {
-		cmd := exec.Command(mpirun, append([]string{"--allow-run-as-root", "--oversubscribe", "-np", strconv.Itoa(np), "--mca", "btl", btl, bin}, args...)...)
+	// Over TCP, and through shared memory (vader, Open MPI 4's
+	// shared-memory transport).
+	for _, path := range []struct{ btl, name string }{{"self,tcp", "mpi-tcp"}, {"self,vader", "mpi-shm"}} {
+		cmd := exec.Command(mpirun, append([]string{"--allow-run-as-root", "--oversubscribe", "-np", strconv.Itoa(np), "--mca", "btl", path.btl, bin}, args...)...)
 		out, err := cmd.Output()
 		if err != nil {
-			skipped = append(skipped, fmt.Sprintf("Open MPI (%s): %v", btl, err))
+			skipped = append(skipped, fmt.Sprintf("Open MPI (%s): %v", path.btl, err))
 		}
-		results = append(results, parseCompetitor(bytes.NewReader(out))...)
+		for _, c := range parseCompetitor(bytes.NewReader(out)) {
+			c.Name = path.name
+			results = append(results, c)
+		}
 	}
 	return results, skipped
 }
@@ -86,7 +91,7 @@ func RunCompetitors(dir string, np int, sizes []int64) (results []Competitor, sk
 // at each size: their time over ours (above 1: gorun is faster).
 func WriteComparison(w io.Writer, ours []Result, theirs []Competitor, variant string) {
 	fmt.Fprintf(w, "# all_reduce against the competitors (variant %s): time in µs; ratio = their time / gorun's\n", variant)
-	fmt.Fprintf(w, "# %3s %10s %10s %10s %7s %10s %7s\n", "np", "size(B)", "gorun", "gloo", "ratio", "mpi-tcp", "ratio")
+	fmt.Fprintf(w, "# %3s %10s %10s %10s %7s %10s %7s %10s %7s\n", "np", "size(B)", "gorun", "gloo", "ratio", "mpi-tcp", "ratio", "mpi-shm", "ratio")
 	find := func(name string, np int, b int64) (float64, bool) {
 		for _, c := range theirs {
 			if c.Name == name && c.NP == np && c.Bytes == b {
@@ -106,7 +111,8 @@ func WriteComparison(w io.Writer, ours []Result, theirs []Competitor, variant st
 			continue
 		}
 		g, gok := find("gloo", r.NP, r.Bytes)
-		m, mok := find("mpi", r.NP, r.Bytes)
-		fmt.Fprintf(w, "  %3d %10d %10.1f %s %s\n", r.NP, r.Bytes, r.TimeUS, cell(g, gok, r.TimeUS), cell(m, mok, r.TimeUS))
+		m, mok := find("mpi-tcp", r.NP, r.Bytes)
+		v, vok := find("mpi-shm", r.NP, r.Bytes)
+		fmt.Fprintf(w, "  %3d %10d %10.1f %s %s %s\n", r.NP, r.Bytes, r.TimeUS, cell(g, gok, r.TimeUS), cell(m, mok, r.TimeUS), cell(v, vok, r.TimeUS))
 	}
 }

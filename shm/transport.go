@@ -200,9 +200,12 @@ func (w *waiter) pause(ready func() bool) error {
 		return nil
 	}
 	if waited < w.t.cfg.Spin+yieldPhase {
-		// Poll, giving the core away between looks: with more ranks than
-		// cores the rank this one waits for may need it to make progress,
-		// and a futex wake-up would cost it more.
+		// Poll, giving the core away between looks: to this process's
+		// other goroutines (a backward pass the all-reduce overlaps), and
+		// to other processes (with more ranks than cores the rank this one
+		// waits for may need it). A futex wake-up would cost more: on this
+		// VM waking a sleeping rank takes up to a few hundred µs.
+		runtime.Gosched()
 		unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
 		return nil
 	}

@@ -160,7 +160,9 @@ func collectives(args []string, stdout io.Writer) error {
 					fmt.Fprintf(stdout, "# np=%d competitor skipped: %s\n", np, s)
 				}
 			}
-			bench.WriteComparison(stdout, all, theirs, strings.Split(*vars, ",")[0])
+			for _, v := range strings.Split(*vars, ",") {
+				bench.WriteComparison(stdout, all, theirs, v)
+			}
 		}
 	}
 	if *chart != "" {
