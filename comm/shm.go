@@ -1,12 +1,10 @@
 package comm
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"math"
 	"os"
-	"strconv"
 	"strings"
 
 	"github.com/gorun/gorun/shm"
@@ -63,71 +61,94 @@ func hostIdentity() (string, error) {
 	return strings.TrimSpace(string(boot)) + "/" + ns, nil
 }
 
-// setupSharedMemory makes this rank's segment, tells every peer where it
-// is and whether this rank shares their machine, and maps the segments of
-// the peers that do. Both ends of a pair decide the same way from the same
-// two identities. It returns nil when no peer shares the machine.
+// setupSharedMemory finds the ranks on this machine and connects them
+// through shared memory, in two rounds over TCP: every rank tells every
+// other its host identity (both ends of a pair decide alike from the same
+// two identities); then the ranks of each machine make segments with a
+// ring for each other and tell each other where they are. It returns nil
+// when no other rank shares this machine.
 func setupSharedMemory(ctx context.Context, t *tcp.Transport, s *Settings) (*shm.Transport, error) {
 	host, err := hostIdentity()
 	if err != nil {
-		return nil, nil // no /proc: not Linux-like enough to share memory
+		host = fmt.Sprintf("unknown-%d", s.Rank) // no /proc: share with nobody
 	}
-	st, info, err := shm.New(shm.Config{Rank: s.Rank, Size: s.Size, Timeout: s.Timeout, Spin: s.Spin, Failed: t.Err})
+	ids, err := exchange(ctx, t, s, []byte(host), nil)
+	if err != nil {
+		return nil, fmt.Errorf("shared memory handshake: %w", err)
+	}
+	var local []int
+	for r, id := range ids {
+		if r == s.Rank || string(id) == host {
+			local = append(local, r)
+		}
+	}
+	if len(local) < 2 {
+		return nil, nil
+	}
+	st, info, err := shm.New(shm.Config{Rank: s.Rank, Size: s.Size, Local: local, Timeout: s.Timeout, Spin: s.Spin, Failed: t.Err})
 	if err != nil {
 		return nil, err
 	}
-	msg := fmt.Appendf(nil, "%s %d %d", host, info.PID, info.FD)
-	bufs := make([][]byte, s.Size)
-	tickets := make([]uint64, s.Size)
-	for r := range s.Size {
+	where, err := exchange(ctx, t, s, fmt.Appendf(nil, "%d %d", info.PID, info.FD), local)
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("shared memory handshake: %w", err)
+	}
+	for _, r := range local {
 		if r == s.Rank {
 			continue
 		}
-		bufs[r] = make([]byte, 512)
-		if tickets[r], err = t.Post(r, setupStream, bufs[r]); err != nil {
+		var pid, fd int
+		if _, err := fmt.Sscanf(string(where[r]), "%d %d", &pid, &fd); err != nil {
 			st.Close()
-			return nil, err
-		}
-	}
-	for r := range s.Size {
-		if r != s.Rank {
-			if err := t.Send(ctx, r, setupStream, [4]uint64{}, msg); err != nil {
-				st.Close()
-				return nil, err
-			}
-		}
-	}
-	shared := 0
-	for r := range s.Size {
-		if r == s.Rank {
-			continue
-		}
-		_, n, err := t.Wait(ctx, r, setupStream, tickets[r])
-		if err != nil {
-			st.Close()
-			return nil, err
-		}
-		f := bytes.Fields(bufs[r][:n])
-		if len(f) != 3 || string(f[0]) != host {
-			continue
-		}
-		pid, perr := strconv.Atoi(string(f[1]))
-		fd, ferr := strconv.Atoi(string(f[2]))
-		if perr != nil || ferr != nil {
-			st.Close()
-			return nil, fmt.Errorf("shared memory: rank %d sent a malformed handshake %q", r, bufs[r][:n])
+			return nil, fmt.Errorf("shared memory: rank %d sent a malformed handshake %q", r, where[r])
 		}
 		if err := st.Attach(r, shm.Info{PID: pid, FD: fd}); err != nil {
 			st.Close()
 			return nil, fmt.Errorf("shared memory with rank %d on this host: %w (GORUN_TRANSPORT=tcp uses TCP instead)", r, err)
 		}
-		shared++
-	}
-	if shared == 0 {
-		st.Close()
-		return nil, nil
 	}
 	return st, nil
+}
+
+// exchange sends msg to the ranks in with (every other rank when with is
+// nil) and returns what each of them sent back, by rank.
+func exchange(ctx context.Context, t *tcp.Transport, s *Settings, msg []byte, with []int) ([][]byte, error) {
+	if with == nil {
+		for r := range s.Size {
+			with = append(with, r)
+		}
+	}
+	got := make([][]byte, s.Size)
+	tickets := make([]uint64, s.Size)
+	var err error
+	for _, r := range with {
+		if r == s.Rank {
+			continue
+		}
+		got[r] = make([]byte, 512)
+		if tickets[r], err = t.Post(r, setupStream, got[r]); err != nil {
+			return nil, err
+		}
+	}
+	for _, r := range with {
+		if r != s.Rank {
+			if err := t.Send(ctx, r, setupStream, [4]uint64{}, msg); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for _, r := range with {
+		if r == s.Rank {
+			continue
+		}
+		_, n, err := t.Wait(ctx, r, setupStream, tickets[r])
+		if err != nil {
+			return nil, err
+		}
+		got[r] = got[r][:n]
+	}
+	return got, nil
 }
 
 // describePaths says, for the log, how this rank reaches its peers.

@@ -10,7 +10,7 @@ import (
 )
 
 // A segment is one rank's shared memory: a header with its doorbell, and
-// one ring per possible sender, which only that sender writes frames into
+// one ring per rank of the machine (indexed by its place among them), which only that sender writes frames into
 // and only this rank reads. The memory is an anonymous memfd: it has no
 // name under /dev/shm, so nothing outlives the processes that map it,
 // however they end. Peers map it by opening /proc/PID/fd/FD while the
@@ -20,7 +20,7 @@ import (
 //
 //	header (64 B): magic, ranks, slots, slot bytes
 //	doorbell line (64 B): bell (futex word), sleepers
-//	ring[0..ranks): head line, tail line, slots × (64 B slot header + slot bytes)
+//	ring[0..local ranks): head line, tail line, slots × (64 B slot header + slot bytes)
 type segment struct {
 	mem   []byte
 	fd    int // -1 once closed (the mapping stays)
@@ -102,7 +102,7 @@ func (s *segment) sleepers() *atomic.Uint32 {
 	return (*atomic.Uint32)(unsafe.Pointer(&s.mem[lineBytes+4]))
 }
 
-// ring returns the ring that rank from writes into.
+// ring returns the ring that the local rank at index from writes into.
 func (s *segment) ring(from int) *ring {
 	off := headerSize + from*ringBytes(s.slots, s.slotB)
 	return &ring{

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -40,6 +41,10 @@ const (
 // Config describes this rank among the job's ranks.
 type Config struct {
 	Rank, Size int
+	// Local lists, in increasing order, the ranks on this machine, this
+	// one included: only they get a ring in the segment (all of them must
+	// pass the same list). Empty: every rank of the job.
+	Local []int
 	// Slots and SlotBytes size every ring (defaults DefaultSlots and
 	// DefaultSlotBytes); all ranks must agree.
 	Slots, SlotBytes int
@@ -104,24 +109,42 @@ func New(cfg Config) (*Transport, Info, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 5 * time.Minute
 	}
-	own, err := createSegment(cfg.Rank, cfg.Size, cfg.Slots, cfg.SlotBytes)
+	if len(cfg.Local) == 0 {
+		for r := range cfg.Size {
+			cfg.Local = append(cfg.Local, r)
+		}
+	}
+	if !slices.IsSorted(cfg.Local) || !slices.Contains(cfg.Local, cfg.Rank) || cfg.Local[0] < 0 || cfg.Local[len(cfg.Local)-1] >= cfg.Size {
+		return nil, Info{}, fmt.Errorf("shm: local ranks %v: want increasing ranks of the %d, this rank %d among them", cfg.Local, cfg.Size, cfg.Rank)
+	}
+	own, err := createSegment(cfg.Rank, len(cfg.Local), cfg.Slots, cfg.SlotBytes)
 	if err != nil {
 		return nil, Info{}, err
 	}
 	return &Transport{cfg: cfg, own: own, peers: make([]*peer, cfg.Size)}, Info{PID: os.Getpid(), FD: own.fd}, nil
 }
 
+// slot is the index of rank's ring in every segment: its place among the
+// local ranks; -1 when it is not one.
+func (t *Transport) slot(rank int) int {
+	i, ok := slices.BinarySearch(t.cfg.Local, rank)
+	if !ok {
+		return -1
+	}
+	return i
+}
+
 // Attach maps rank's segment, described by its Info; from then on frames
 // to and from rank go through shared memory.
 func (t *Transport) Attach(rank int, info Info) error {
-	if rank < 0 || rank >= t.cfg.Size || rank == t.cfg.Rank {
-		return fmt.Errorf("shm: cannot attach rank %d (this is rank %d of %d)", rank, t.cfg.Rank, t.cfg.Size)
+	if rank == t.cfg.Rank || t.slot(rank) < 0 {
+		return fmt.Errorf("shm: cannot attach rank %d (this is rank %d; the local ranks are %v)", rank, t.cfg.Rank, t.cfg.Local)
 	}
-	seg, err := openSegment(info.PID, info.FD, t.cfg.Size, t.cfg.Slots, t.cfg.SlotBytes)
+	seg, err := openSegment(info.PID, info.FD, len(t.cfg.Local), t.cfg.Slots, t.cfg.SlotBytes)
 	if err != nil {
 		return &PeerError{Rank: rank, Err: err}
 	}
-	t.peers[rank] = &peer{rank: rank, seg: seg, out: seg.ring(t.cfg.Rank), in: t.own.ring(rank), boxes: map[uint32]*mailbox{}}
+	t.peers[rank] = &peer{rank: rank, seg: seg, out: seg.ring(t.slot(t.cfg.Rank)), in: t.own.ring(t.slot(rank)), boxes: map[uint32]*mailbox{}}
 	return nil
 }
 

@@ -257,3 +257,48 @@ func BenchmarkPingPong(b *testing.B) {
 		})
 	}
 }
+
+// TestOnlyLocalRanksGetRings: ranks 0 and 2 of a three-rank job share a
+// machine (rank 1 is elsewhere): their segments hold two rings, not three,
+// and frames flow between them; rank 1 is not reached through them, and
+// lists of local ranks that cannot be right are refused.
+func TestOnlyLocalRanksGetRings(t *testing.T) {
+	const slots, slotB = 4, 1024
+	var ts [3]*Transport
+	var infos [3]Info
+	for _, r := range []int{0, 2} {
+		tr, info, err := New(Config{Rank: r, Size: 3, Local: []int{0, 2}, Slots: slots, SlotBytes: slotB, Timeout: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tr.Close()
+		ts[r], infos[r] = tr, info
+		if got, want := len(tr.own.mem), segmentBytes(2, slots, slotB); got != want {
+			t.Fatalf("rank %d's segment has %d bytes, want %d (two rings)", r, got, want)
+		}
+	}
+	if err := ts[0].Attach(2, infos[2]); err != nil {
+		t.Fatal(err)
+	}
+	if err := ts[2].Attach(0, infos[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := ts[0].Attach(1, infos[2]); err == nil {
+		t.Fatal("attached rank 1, which is not local")
+	}
+	ctx := context.Background()
+	in := make([]byte, 3000)
+	tk, _ := ts[0].Post(2, 1, in)
+	go ts[2].Send(ctx, 0, 1, [4]uint64{2}, payload(9, 3000))
+	if meta, n, err := ts[0].Wait(ctx, 2, 1, tk); err != nil || n != 3000 || meta[0] != 2 || !bytes.Equal(in, payload(9, 3000)) {
+		t.Fatalf("frame from rank 2: meta %v, %d bytes, %v", meta, n, err)
+	}
+	if ts[0].Has(1) || !ts[0].Has(2) {
+		t.Fatal("Has: want rank 2 and not rank 1")
+	}
+	for _, local := range [][]int{{1, 2}, {2, 0}, {0, 3}} {
+		if _, _, err := New(Config{Rank: 0, Size: 3, Local: local}); err == nil {
+			t.Errorf("local ranks %v accepted for rank 0 of 3", local)
+		}
+	}
+}
