@@ -289,9 +289,13 @@ func TestOnlyLocalRanksGetRings(t *testing.T) {
 	ctx := context.Background()
 	in := make([]byte, 3000)
 	tk, _ := ts[0].Post(2, 1, in)
-	go ts[2].Send(ctx, 0, 1, [4]uint64{2}, payload(9, 3000))
+	sent := make(chan error, 1)
+	go func() { sent <- ts[2].Send(ctx, 0, 1, [4]uint64{2}, payload(9, 3000)) }() // three slots: more than one
 	if meta, n, err := ts[0].Wait(ctx, 2, 1, tk); err != nil || n != 3000 || meta[0] != 2 || !bytes.Equal(in, payload(9, 3000)) {
 		t.Fatalf("frame from rank 2: meta %v, %d bytes, %v", meta, n, err)
+	}
+	if err := <-sent; err != nil {
+		t.Fatal(err)
 	}
 	if ts[0].Has(1) || !ts[0].Has(2) {
 		t.Fatal("Has: want rank 2 and not rank 1")
