@@ -67,7 +67,7 @@ func New(cfg Config, be tensor.Backend, train, test *data.Dataset) (*Trainer, er
 	if err != nil {
 		return nil, err
 	}
-	m := &zoo.Model{Name: spec.Name, Input: spec.Input, Classes: spec.Classes, LogProbs: spec.LogProbs}
+	m := spec.Unbuilt()
 	if cfg.Pipeline <= 1 {
 		m = spec.Build(be, modelSeed(cfg))
 	}
@@ -209,8 +209,8 @@ func (t *Trainer) Pipe(ctx context.Context, g *comm.Group) error {
 	if err != nil {
 		return err
 	}
-	micro := max(t.cfg.Microbatches, 1)
-	plan, err := planStages(ctx, g, t.be, spec, modelSeed(t.cfg), p, max(t.cfg.BatchSize/micro, 1), t.cfg.Balance, t.cfg.Split)
+	micro, seed := max(t.cfg.Microbatches, 1), modelSeed(t.cfg)
+	plan, err := planStages(ctx, g, t.be, spec, seed, p, max(t.cfg.BatchSize/micro, 1), t.cfg.Balance, t.cfg.Split)
 	if err != nil {
 		return err
 	}
@@ -221,8 +221,8 @@ func (t *Trainer) Pipe(ctx context.Context, g *comm.Group) error {
 	}
 	// Only this stage's layers are built; a whole model built by New
 	// (a trainer made without a pipeline) is dropped.
-	layer := spec.BuildParts(t.be, modelSeed(t.cfg), lo, hi)
-	t.model = &zoo.Model{Name: spec.Name, Input: spec.Input, Classes: spec.Classes, LogProbs: spec.LogProbs}
+	layer := spec.BuildParts(t.be, seed, lo, hi)
+	t.model = spec.Unbuilt()
 	pipe, err := NewPipeline(pg, t.be, t.model, layer, in, plan.Shapes[hi-1], micro, t.cfg.Schedule)
 	if err != nil {
 		return err
@@ -638,6 +638,14 @@ func (t *Trainer) Evaluate(ctx context.Context, ds *data.Dataset) (Evaluation, e
 // (every image when nil) through loader, and leaves it in evaluation mode.
 func Evaluate(ctx context.Context, m *zoo.Model, be tensor.Backend, loader *data.Loader, ds *data.Dataset, indices []int) (Evaluation, error) {
 	m.Net.SetTraining(false)
+	forward := func(b *data.Batch) (*tensor.Tensor, error) { return m.Net.Forward(b.X) }
+	return score(ctx, forward, m, be, loader, ds, indices)
+}
+
+// score runs every batch of the images of ds at indices (all when nil)
+// through forward and scores its outputs against the labels; a nil output
+// (a pipeline stage other than the last) scores nothing.
+func score(ctx context.Context, forward func(*data.Batch) (*tensor.Tensor, error), m *zoo.Model, be tensor.Backend, loader *data.Loader, ds *data.Dataset, indices []int) (Evaluation, error) {
 	ev := Evaluation{Confusion: make([][]int, m.Classes)}
 	for i := range ev.Confusion {
 		ev.Confusion[i] = make([]int, m.Classes)
@@ -655,9 +663,12 @@ func Evaluate(ctx context.Context, m *zoo.Model, be tensor.Backend, loader *data
 		if err := ctx.Err(); err != nil {
 			return ev, err
 		}
-		y, err := m.Net.Forward(b.X)
+		y, err := forward(b)
 		if err != nil {
 			return ev, fmt.Errorf("evaluate: %w", err)
+		}
+		if y == nil {
+			continue
 		}
 		l, err := loss.Forward(y, b.Labels)
 		if err != nil {
@@ -769,39 +780,6 @@ func (t *Trainer) Resume(path string) error {
 func (t *Trainer) evaluatePipeline(ctx context.Context, loader *data.Loader, ds *data.Dataset) (Evaluation, error) {
 	t.pipe.SetTraining(false)
 	defer t.pipe.SetTraining(true)
-	k := t.model.Classes
-	ev := Evaluation{Confusion: make([][]int, k)}
-	for i := range ev.Confusion {
-		ev.Confusion[i] = make([]int, k)
-	}
-	if err := loader.Start(0, data.Sampler{N: ds.Len(), World: 1}.Indices(0)); err != nil {
-		return ev, err
-	}
-	defer loader.Stop()
-	loss := t.model.NewLoss(t.be)
-	var lossSum float64
-	for b, ok := loader.Next(); ok; b, ok = loader.Next() {
-		y, err := t.pipe.Forward(ctx, b.X, b.Len())
-		if err != nil {
-			return ev, fmt.Errorf("evaluate: %w", err)
-		}
-		if y == nil {
-			continue
-		}
-		l, err := loss.Forward(y, b.Labels)
-		if err != nil {
-			return ev, fmt.Errorf("evaluate: %w", err)
-		}
-		lossSum += float64(l) * float64(b.Len())
-		for i, label := range b.Labels {
-			pred := argmax(y.Data[i*k : (i+1)*k])
-			ev.Confusion[label][pred]++
-			if pred == int(label) {
-				ev.Correct++
-			}
-		}
-		ev.Total += b.Len()
-	}
-	ev.Loss = lossSum / float64(max(ev.Total, 1))
-	return ev, nil
+	forward := func(b *data.Batch) (*tensor.Tensor, error) { return t.pipe.Forward(ctx, b.X, b.Len()) }
+	return score(ctx, forward, t.model, t.be, loader, ds, nil)
 }

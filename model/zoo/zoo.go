@@ -24,10 +24,9 @@ import (
 // Model is a network with what a trainer needs to know about it.
 type Model struct {
 	Name string
-	Net  nn.Layer
-	// Stages are the pipeline stages, in order, when the model is built
-	// for pipelining (Net is then their chain); nil otherwise.
-	Stages []nn.Layer
+	// Net is the network; nil for a model described but not built
+	// (Spec.Unbuilt).
+	Net nn.Layer
 	// Input is the per-sample shape [C, H, W].
 	Input []int
 	// Classes is the number of outputs.
@@ -110,13 +109,16 @@ func New(name string, be tensor.Backend, rng *rand.Rand) (*Model, error) {
 	return s.Build(be, rng.Uint64()), nil
 }
 
+// Unbuilt describes the model (input, classes, loss) without building
+// any layer: a pipeline stage builds its own with BuildParts.
+func (s *Spec) Unbuilt() *Model {
+	return &Model{Name: s.Name, Input: s.Input, Classes: s.Classes, LogProbs: s.LogProbs}
+}
+
 // Build builds the whole model with weights drawn from seed.
 func (s *Spec) Build(be tensor.Backend, seed uint64) *Model {
-	net := s.BuildParts(be, seed, 0, len(s.Parts))
-	m := &Model{Name: s.Name, Net: net, Input: s.Input, Classes: s.Classes, LogProbs: s.LogProbs}
-	if s.Staged {
-		m.Stages = net.Layers
-	}
+	m := s.Unbuilt()
+	m.Net = s.BuildParts(be, seed, 0, len(s.Parts))
 	return m
 }
 
