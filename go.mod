@@ -8,4 +8,7 @@ require (
 	golang.org/x/sys v0.49.0
 )
 
-require github.com/hashicorp/errwrap v1.0.0 // indirect
+require (
+	github.com/ebitengine/purego v0.11.3 // indirect
+	github.com/hashicorp/errwrap v1.0.0 // indirect
+)

@@ -36,6 +36,23 @@ func runJob(t testing.TB, np int, scenario string, env ...string) (*launch.Resul
 	return res, out.String()
 }
 
+// allOK runs scenario on np ranks and fails the test unless the job
+// succeeds and every rank's last line is OK; it returns the lines by rank.
+func allOK(t *testing.T, np int, scenario string, env ...string) map[int][]string {
+	t.Helper()
+	res, out := runJob(t, np, scenario, env...)
+	if err := res.Error(); err != nil {
+		t.Fatalf("job failed: %v\n%s", err, out)
+	}
+	lines := rankLines(out)
+	for r := range np {
+		if len(lines[r]) == 0 || lines[r][len(lines[r])-1] != "OK" {
+			t.Errorf("rank %d did not report OK:\n%s", r, out)
+		}
+	}
+	return lines
+}
+
 // rankLines returns what each rank printed, by rank.
 func rankLines(out string) map[int][]string {
 	lines := map[int][]string{}
@@ -80,16 +97,7 @@ func TestCollectivesMultiProcess(t *testing.T) {
 				continue
 			}
 			t.Run(fmt.Sprintf("np=%d/%s", np, v.name), func(t *testing.T) {
-				res, out := runJob(t, np, "matrix", v.env...)
-				if err := res.Error(); err != nil {
-					t.Fatalf("job failed: %v\n%s", err, out)
-				}
-				lines := rankLines(out)
-				for r := range np {
-					if len(lines[r]) == 0 || lines[r][len(lines[r])-1] != "OK" {
-						t.Errorf("rank %d did not report OK:\n%s", r, out)
-					}
-				}
+				allOK(t, np, "matrix", v.env...)
 			})
 		}
 	}
@@ -172,6 +180,24 @@ func TestNothingLeftWhenAllAreKilled(t *testing.T) {
 
 // TestMismatchedCalls: rank 1 all-reduces 1000 floats while the others
 // broadcast 2000. Every rank must fail with an error naming both calls.
+// TestStagedCollectives runs the collectives on device buffers, staged
+// through host memory, with 1 to 4 ranks: on a fake device whose copies
+// finish at random times, and on the GPU where there is one.
+func TestStagedCollectives(t *testing.T) {
+	for _, np := range []int{1, 2, 3, 4} {
+		t.Run(fmt.Sprintf("np=%d", np), func(t *testing.T) {
+			lines := allOK(t, np, "staged")
+			if np == 2 {
+				for _, l := range lines[0] {
+					if strings.HasPrefix(l, "NO-GPU") || strings.HasPrefix(l, "GPU-STAGED") {
+						t.Log(l)
+					}
+				}
+			}
+		})
+	}
+}
+
 func TestMismatchedCalls(t *testing.T) {
 	const np = 3
 	start := time.Now()

@@ -63,6 +63,8 @@ func runWorker(scenario string) int {
 		err = killAllScenario(ctx, g)
 	case "bench":
 		err = benchScenario(ctx, g)
+	case "staged":
+		err = stagedScenario(ctx, g)
 	case "mismatch":
 		if g.Rank() == 1 {
 			err = g.AllReduce(ctx, make([]float32, 1000), comm.Sum)

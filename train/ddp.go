@@ -7,6 +7,7 @@ import (
 
 	"github.com/gorun/gorun/comm"
 	"github.com/gorun/gorun/model/nn"
+	"github.com/gorun/gorun/model/tensor"
 )
 
 // Bucket sizes, as PyTorch's DistributedDataParallel: the first bucket
@@ -33,37 +34,55 @@ type DDP struct {
 	units map[nn.Layer][]int
 	sync  bool
 
+	// On a GPU: where the buckets live and how they reach the network.
+	dev         tensor.Device
+	stager      comm.Stager
+	closeStager func()
+
 	// Per-run accounting.
 	busy, exposed time.Duration
 }
 
 type bucket struct {
-	buf       []float32
-	params    int // parameters in the bucket
-	remaining int // parameters whose gradient is not final yet this step
+	buf       []float32      // on the host
+	dev       *tensor.Tensor // on a device (buf nil)
+	params    int            // parameters in the bucket
+	remaining int            // parameters whose gradient is not final yet this step
 	work      *comm.Work
 }
 
 // NewDDP broadcasts rank 0's parameters and buffers to every rank and
-// prepares net's gradients for averaging across g.
-func NewDDP(ctx context.Context, g *comm.Group, net nn.Layer) (*DDP, error) {
+// prepares net's gradients for averaging across g. On a GPU backend the
+// gradient buckets live in device memory and are reduced through pinned
+// host buffers (comm.CUDAStager).
+func NewDDP(ctx context.Context, g *comm.Group, net nn.Layer, be tensor.Backend) (*DDP, error) {
 	for _, v := range net.State() {
 		var err error
-		if v.Count != nil {
+		switch {
+		case v.Count != nil:
 			c := []int64{*v.Count}
 			err = comm.Broadcast(ctx, g, c, 0)
 			*v.Count = c[0]
-		} else {
+		case v.Value.Mem != nil:
+			h := v.Value.HostData()
+			if err = g.Broadcast(ctx, h, 0); err == nil {
+				v.Value.SetHostData(h)
+			}
+		default:
 			err = g.Broadcast(ctx, v.Value.Data, 0)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("ddp: broadcasting %s from rank 0: %w", v.Name, err)
 		}
 	}
-	d := &DDP{g: g, ctx: ctx, units: map[nn.Layer][]int{}}
+	d := &DDP{g: g, ctx: ctx, units: map[nn.Layer][]int{}, dev: tensor.DeviceOf(be)}
+	var err error
+	if d.stager, d.closeStager, err = stagerFor(be); err != nil {
+		return nil, fmt.Errorf("ddp: %w", err)
+	}
 	params := nn.Params(net)
 	// Assign parameters to buckets in reverse order.
-	bucketOf := make(map[*float32]int, len(params))
+	bucketOf := make(map[*tensor.Tensor]int, len(params))
 	capBytes, size := firstBucketBytes, 0
 	var cur []nn.Var
 	closeBucket := func() {
@@ -74,14 +93,27 @@ func NewDDP(ctx context.Context, g *comm.Group, net nn.Layer) (*DDP, error) {
 		for _, p := range cur {
 			n += p.Grad.Len()
 		}
-		b := &bucket{buf: make([]float32, n), params: len(cur)}
+		b := &bucket{params: len(cur)}
+		if d.dev != nil {
+			b.dev = tensor.NewOn(d.dev, n)
+		} else {
+			b.buf = make([]float32, n)
+		}
 		off := 0
 		for _, p := range cur {
-			view := b.buf[off : off+p.Grad.Len()]
-			copy(view, p.Grad.Data)
-			p.Grad.Data = view
-			bucketOf[&view[0]] = len(d.buckets)
-			off += len(view)
+			m := p.Grad.Len()
+			if d.dev != nil {
+				// The gradient becomes a view of the bucket, in place.
+				view, _ := b.dev.Slice(off, p.Grad.Shape...)
+				view.SetHostData(p.Grad.HostData())
+				p.Grad.Data, p.Grad.Mem, p.Grad.Off = nil, view.Mem, view.Off
+			} else {
+				view := b.buf[off : off+m]
+				copy(view, p.Grad.Data)
+				p.Grad.Data = view
+			}
+			bucketOf[p.Grad] = len(d.buckets)
+			off += m
 		}
 		d.buckets = append(d.buckets, b)
 		cur, size, capBytes = nil, 0, bucketBytes
@@ -108,7 +140,7 @@ func NewDDP(ctx context.Context, g *comm.Group, net nn.Layer) (*DDP, error) {
 			}
 			for _, p := range nn.Params(child) {
 				if p.Grad.Len() > 0 {
-					d.units[child] = append(d.units[child], bucketOf[&p.Grad.Data[0]])
+					d.units[child] = append(d.units[child], bucketOf[p.Grad])
 					reported++
 				}
 			}
@@ -127,7 +159,11 @@ func NewDDP(ctx context.Context, g *comm.Group, net nn.Layer) (*DDP, error) {
 func (d *DDP) Buckets() []int {
 	var s []int
 	for _, b := range d.buckets {
-		s = append(s, len(b.buf))
+		if b.dev != nil {
+			s = append(s, b.dev.Len())
+		} else {
+			s = append(s, len(b.buf))
+		}
 	}
 	return s
 }
@@ -157,7 +193,18 @@ func (d *DDP) gradReady(l nn.Layer) {
 }
 
 func (d *DDP) launch(b *bucket) {
+	if b.dev != nil {
+		b.work = d.g.AllReduceDeviceAsync(d.ctx, d.stager, b.dev.Ptr(), b.dev.Len(), comm.Avg)
+		return
+	}
 	b.work = d.g.AllReduceAsync(d.ctx, b.buf, comm.Avg)
+}
+
+// Close releases the staging buffers of a GPU run.
+func (d *DDP) Close() {
+	if d.closeStager != nil {
+		d.closeStager()
+	}
 }
 
 // Finish starts the reductions not yet started (in bucket order) and waits

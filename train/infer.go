@@ -106,13 +106,19 @@ func (c *Classifier) Classify(images [][]byte, k int) ([][]Prediction, error) {
 	}
 	defer loader.Stop()
 	var out [][]Prediction
+	var input *tensor.Tensor
+	var host []float32
 	for b, ok := loader.Next(); ok; b, ok = loader.Next() {
-		y, err := c.Model.Net.Forward(b.X)
+		y, err := c.Model.Net.Forward(onDevice(c.be, b.X, &input))
 		if err != nil {
 			return nil, err
 		}
+		if err := deviceErr(c.be); err != nil {
+			return nil, err
+		}
+		scores := hostRows(y, &host)
 		for i := range b.Len() {
-			probs := probabilities(y.Data[i*c.Model.Classes:(i+1)*c.Model.Classes], c.Model.LogProbs)
+			probs := probabilities(scores[i*c.Model.Classes:(i+1)*c.Model.Classes], c.Model.LogProbs)
 			ps := make([]Prediction, len(probs))
 			for j, p := range probs {
 				ps[j] = Prediction{Class: j, Name: c.Classes[j], Probability: p}

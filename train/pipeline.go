@@ -40,7 +40,12 @@ type Pipeline struct {
 	inBufs, dyBufs []*tensor.Tensor
 	xViews         []*tensor.Tensor // stage 0: microbatch views of the batch
 	scales         []*tensor.Tensor
-	be             tensor.Backend
+	// On a GPU: the received (or stage 0's) inputs and received gradients
+	// uploaded per slot, and per microbatch the host copies of what is
+	// sent (kept until the sends finish at the step's end).
+	inDev, dyDev    []*tensor.Tensor
+	outHost, dxHost [][]float32
+	be              tensor.Backend
 
 	// The step in progress: the batch, its microbatch sizes and offsets,
 	// the loss so far, the sends in flight.
@@ -100,7 +105,10 @@ func NewPipeline(g *comm.Group, be tensor.Backend, m *zoo.Model, layer nn.Layer,
 		p.dyBufs = append(p.dyBufs, &tensor.Tensor{})
 		p.xViews = append(p.xViews, &tensor.Tensor{})
 		p.scales = append(p.scales, &tensor.Tensor{})
+		p.inDev = append(p.inDev, nil)
+		p.dyDev = append(p.dyDev, nil)
 	}
+	p.outHost, p.dxHost = make([][]float32, micro), make([][]float32, micro)
 	if p.last() {
 		for range micro {
 			p.losses = append(p.losses, m.NewLoss(be))
@@ -290,7 +298,7 @@ func (p *Pipeline) forward(ctx context.Context, k, slot int) error {
 		in = shaped(p.xViews[slot], p.x.Data[off*per:], nk, p.inShape)
 	}
 	t0 := time.Now()
-	y, err := p.replicas[slot].Forward(in)
+	y, err := p.replicas[slot].Forward(onDevice(p.be, in, &p.inDev[slot]))
 	if err != nil {
 		return fmt.Errorf("stage %d microbatch %d: forward: %w", p.stage, k, err)
 	}
@@ -303,10 +311,14 @@ func (p *Pipeline) forward(ctx context.Context, k, slot int) error {
 	}
 	p.Events = append(p.Events, Event{Stage: p.stage, Micro: k, Start: t0, End: time.Now()})
 	if !p.last() {
-		p.sends = append(p.sends, p.g.SendAsync(ctx, y.Data, p.stage+1, tagActivation))
+		p.sends = append(p.sends, p.g.SendAsync(ctx, sendable(y, &p.outHost[k]), p.stage+1, tagActivation))
 	}
-	return nil
+	return deviceErr(p.be)
 }
+
+// sendable returns t's elements in host memory for a send: t.Data itself,
+// or a copy from the device into *buf (which must outlive the send).
+func sendable(t *tensor.Tensor, buf *[]float32) []float32 { return hostRows(t, buf) }
 
 // backward takes microbatch k back through replica slot (its output
 // gradient already received there, or from the loss on the last stage) and
@@ -319,21 +331,21 @@ func (p *Pipeline) backward(ctx context.Context, k, slot int) error {
 			return err
 		}
 		// d(batch mean)/dy = (n_k/n)·d(microbatch mean)/dy.
-		s := tensor.Reuse(&p.scales[slot], g.Shape...)
+		s := tensor.ReuseLike(&p.scales[slot], g, g.Shape...)
 		p.be.Fill(s, float32(p.sizes[k])/float32(len(p.labels)))
 		p.be.Mul(g, s, g)
 		dy = g
 	}
 	t0 := time.Now()
-	dx, err := p.replicas[slot].Backward(dy)
+	dx, err := p.replicas[slot].Backward(onDevice(p.be, dy, &p.dyDev[slot]))
 	if err != nil {
 		return fmt.Errorf("stage %d microbatch %d: backward: %w", p.stage, k, err)
 	}
 	p.Events = append(p.Events, Event{Stage: p.stage, Micro: k, Backward: true, Start: t0, End: time.Now()})
 	if p.stage > 0 {
-		p.sends = append(p.sends, p.g.SendAsync(ctx, dx.Data, p.stage-1, tagGradient))
+		p.sends = append(p.sends, p.g.SendAsync(ctx, sendable(dx, &p.dxHost[k]), p.stage-1, tagGradient))
 	}
-	return nil
+	return deviceErr(p.be)
 }
 
 // waitSends waits for the sends made so far to complete.
@@ -386,14 +398,17 @@ func (p *Pipeline) Forward(ctx context.Context, x *tensor.Tensor, n int) (*tenso
 			return nil, fmt.Errorf("stage %d: receiving from stage %d: %w", p.stage, p.stage-1, err)
 		}
 	}
-	y, err := p.replicas[0].Forward(in)
+	y, err := p.replicas[0].Forward(onDevice(p.be, in, &p.inDev[0]))
 	if err != nil {
+		return nil, fmt.Errorf("stage %d: forward: %w", p.stage, err)
+	}
+	if err := deviceErr(p.be); err != nil {
 		return nil, fmt.Errorf("stage %d: forward: %w", p.stage, err)
 	}
 	if p.last() {
 		return y, nil
 	}
-	if err := p.g.Send(ctx, y.Data, p.stage+1, tagActivation); err != nil {
+	if err := p.g.Send(ctx, sendable(y, &p.outHost[0]), p.stage+1, tagActivation); err != nil {
 		return nil, fmt.Errorf("stage %d: sending to stage %d: %w", p.stage, p.stage+1, err)
 	}
 	return nil, nil

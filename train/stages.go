@@ -204,12 +204,12 @@ func probe(be tensor.Backend, spec *zoo.Spec, seed uint64, mb int, timed bool) (
 		if timed {
 			reps = 3
 		}
-		var y *tensor.Tensor
+		var y, xd, dyd *tensor.Tensor
 		best := math.Inf(1)
 		for r := range reps {
 			t0 := time.Now()
 			var err error
-			if y, err = l.Forward(x); err != nil {
+			if y, err = l.Forward(onDevice(be, x, &xd)); err != nil {
 				return nil, fmt.Errorf("pipeline: planning stages: layer %d (%s) on %v: %w", i, spec.Parts[i].Name, x.Shape, err)
 			}
 			if timed {
@@ -217,8 +217,13 @@ func probe(be tensor.Backend, spec *zoo.Spec, seed uint64, mb int, timed bool) (
 				for j := range dy.Data {
 					dy.Data[j] = 1
 				}
-				if _, err := l.Backward(dy); err != nil {
+				if _, err := l.Backward(onDevice(be, dy, &dyd)); err != nil {
 					return nil, fmt.Errorf("pipeline: planning stages: layer %d (%s) backward: %w", i, spec.Parts[i].Name, err)
+				}
+				if d, ok := be.(tensor.DeviceBackend); ok { // time the work, not its queuing
+					if err := d.Synchronize(); err != nil {
+						return nil, fmt.Errorf("pipeline: planning stages: layer %d (%s): %w", i, spec.Parts[i].Name, err)
+					}
 				}
 			}
 			if d := time.Since(t0).Seconds(); r > 0 && d < best {
@@ -229,9 +234,10 @@ func probe(be tensor.Backend, spec *zoo.Spec, seed uint64, mb int, timed bool) (
 			p.Seconds[i] = best
 		}
 		p.Shapes[i] = append([]int(nil), y.Shape[1:]...)
-		next := tensor.New(y.Shape...)
-		copy(next.Data, y.Data)
-		x = next
+		if err := deviceErr(be); err != nil {
+			return nil, fmt.Errorf("pipeline: planning stages: layer %d (%s): %w", i, spec.Parts[i].Name, err)
+		}
+		x = &tensor.Tensor{Shape: append([]int(nil), y.Shape...), Data: y.HostData()}
 	}
 	return p, nil
 }

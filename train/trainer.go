@@ -49,6 +49,8 @@ type Trainer struct {
 	plan    *StagePlan // the pipeline's stages
 	syncErr error      // the first failure of a SyncBatchNorm all-reduce
 
+	input *tensor.Tensor // the batch on the device, for a GPU backend
+
 	times Times
 	epoch int   // completed epochs
 	step  int64 // optimizer steps taken
@@ -141,6 +143,9 @@ func (t *Trainer) Epoch() int { return t.epoch }
 
 // Close stops the loaders.
 func (t *Trainer) Close() {
+	if t.ddp != nil {
+		t.ddp.Close()
+	}
 	t.trainLoader.Stop()
 	if t.testLoader != nil {
 		t.testLoader.Stop()
@@ -162,7 +167,7 @@ func (t *Trainer) Distribute(ctx context.Context, g *comm.Group) error {
 	for _, d := range t.dropouts {
 		d.Seed ^= uint64(g.Rank()) * 0x9e3779b97f4a7c15
 	}
-	ddp, err := NewDDP(ctx, g, t.model.Net)
+	ddp, err := NewDDP(ctx, g, t.model.Net, t.be)
 	if err != nil {
 		return err
 	}
@@ -235,7 +240,7 @@ func (t *Trainer) Pipe(ctx context.Context, g *comm.Group) error {
 	t.pipe = pipe
 	t.group = dg // the data-parallel dimension: this stage's replicas
 	if dg.Size() > 1 {
-		if t.ddp, err = NewDDP(ctx, dg, pipe.Layer()); err != nil {
+		if t.ddp, err = NewDDP(ctx, dg, pipe.Layer(), t.be); err != nil {
 			return err
 		}
 	}
@@ -494,13 +499,16 @@ func (t *Trainer) trained() nn.Layer {
 // sync is set (the batch ends an accumulation).
 func (t *Trainer) gradients(b *data.Batch, sync bool) (float32, error) {
 	t0 := time.Now()
-	y, err := t.model.Net.Forward(b.X)
+	y, err := t.model.Net.Forward(onDevice(t.be, b.X, &t.input))
 	if err != nil {
 		return 0, fmt.Errorf("forward: %w", err)
 	}
 	loss, err := t.loss.Forward(y, b.Labels)
 	if err == nil {
 		err = t.syncErr
+	}
+	if err == nil {
+		err = deviceErr(t.be)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("loss: %w", err)
@@ -528,6 +536,9 @@ func (t *Trainer) gradients(b *data.Batch, sync bool) (float32, error) {
 		if _, err := t.ddp.Finish(); err != nil {
 			return 0, err
 		}
+	}
+	if err := deviceErr(t.be); err != nil {
+		return 0, err
 	}
 	return loss, nil
 }
@@ -638,7 +649,8 @@ func (t *Trainer) Evaluate(ctx context.Context, ds *data.Dataset) (Evaluation, e
 // (every image when nil) through loader, and leaves it in evaluation mode.
 func Evaluate(ctx context.Context, m *zoo.Model, be tensor.Backend, loader *data.Loader, ds *data.Dataset, indices []int) (Evaluation, error) {
 	m.Net.SetTraining(false)
-	forward := func(b *data.Batch) (*tensor.Tensor, error) { return m.Net.Forward(b.X) }
+	var input *tensor.Tensor
+	forward := func(b *data.Batch) (*tensor.Tensor, error) { return m.Net.Forward(onDevice(be, b.X, &input)) }
 	return score(ctx, forward, m, be, loader, ds, indices)
 }
 
@@ -659,6 +671,7 @@ func score(ctx context.Context, forward func(*data.Batch) (*tensor.Tensor, error
 	}
 	defer loader.Stop()
 	var lossSum float64
+	var host []float32 // the scores on the host, from a device
 	for b, ok := loader.Next(); ok; b, ok = loader.Next() {
 		if err := ctx.Err(); err != nil {
 			return ev, err
@@ -674,9 +687,13 @@ func score(ctx context.Context, forward func(*data.Batch) (*tensor.Tensor, error
 		if err != nil {
 			return ev, fmt.Errorf("evaluate: %w", err)
 		}
+		if err := deviceErr(be); err != nil {
+			return ev, fmt.Errorf("evaluate: %w", err)
+		}
 		lossSum += float64(l) * float64(b.Len())
+		scores := hostRows(y, &host)
 		for i, label := range b.Labels {
-			pred := argmax(y.Data[i*m.Classes : (i+1)*m.Classes])
+			pred := argmax(scores[i*m.Classes : (i+1)*m.Classes])
 			ev.Confusion[label][pred]++
 			if pred == int(label) {
 				ev.Correct++

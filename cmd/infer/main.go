@@ -19,7 +19,6 @@ import (
 	"runtime"
 	"strings"
 
-	"github.com/gorun/gorun/model/cpu"
 	"github.com/gorun/gorun/train"
 	"github.com/gorun/gorun/train/data"
 )
@@ -39,6 +38,7 @@ func run(args []string, stdout io.Writer) error {
 	dataDir := fs.String("data", "", "evaluate on this dataset's test split instead of classifying images")
 	top := fs.Int("top", 3, "classes to print per image")
 	threads := fs.Int("threads", runtime.NumCPU(), "compute threads")
+	device := fs.String("device", "auto", "compute device: cuda, cpu, or auto (a GPU when the CUDA driver sees one)")
 	batch := fs.Int("batch-size", 128, "evaluation batch size")
 	merge := fs.String("merge", "", "write the loaded model (e.g. a pipeline run's stage files) as one weights file here and exit")
 	if err := fs.Parse(args); err != nil {
@@ -50,8 +50,12 @@ func run(args []string, stdout io.Writer) error {
 	if *dataDir == "" && fs.NArg() == 0 && *merge == "" {
 		return fmt.Errorf("give image files to classify, --data DIR to evaluate, or --merge OUT")
 	}
-	be := cpu.New(*threads)
-	defer be.Close()
+	dev, err := train.OpenBackend(*device, *threads, false)
+	if err != nil {
+		return err
+	}
+	defer dev.Close()
+	be := dev.Backend
 	c, err := train.LoadClassifier(*weights, *model, *labels, be)
 	if err != nil {
 		return err

@@ -31,7 +31,6 @@ import (
 	"syscall"
 
 	"github.com/gorun/gorun/comm"
-	"github.com/gorun/gorun/model/cpu"
 	"github.com/gorun/gorun/model/zoo"
 	"github.com/gorun/gorun/train"
 	"github.com/gorun/gorun/train/checkpoint"
@@ -43,6 +42,8 @@ const fashionMNIST = "/usr/share/datasets/fashion-mnist"
 
 // options are the flags that are not part of train.Config.
 type options struct {
+	device                                                            string
+	tf32                                                              bool
 	dataDir, save, resume, metrics, tensorboard, cpuprofile, progress string
 	timeline                                                          string
 	synthetic, verbose                                                bool
@@ -75,6 +76,8 @@ func run(args []string, stdout io.Writer) error {
 	fs.Float64Var(&cfg.Gamma, "gamma", 0, "StepLR factor (default 0.7)")
 	fs.Uint64Var(&cfg.Seed, "seed", 0, "random seed: weights, shuffling, augmentation, dropout (default 1)")
 	fs.BoolVar(&cfg.Augment, "augment", false, "random crop and flip for CIFAR data (default per model: on for cifarnet and resnet18)")
+	fs.StringVar(&o.device, "device", "auto", "compute device: cuda (a GPU: LOCAL_RANK mod the visible ones), cpu, or auto (a GPU when the CUDA driver sees one, else the CPU)")
+	fs.BoolVar(&o.tf32, "tf32", false, "on a GPU, let matrix products use TF32 (as torch.backends.cuda.matmul.allow_tf32)")
 	fs.IntVar(&cfg.Threads, "threads", 0, "compute threads (default: GOMAXPROCS, which gorun sets to cores/ranks)")
 	fs.IntVar(&cfg.LogInterval, "log-interval", 0, "batches between progress lines (default 10)")
 	fs.IntVar(&o.trainSamples, "train-samples", 0, "use only the first N training images (0: all)")
@@ -148,8 +151,15 @@ func run(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	be := cpu.New(cfg.Threads)
-	defer be.Close()
+	dev, err := train.OpenBackend(o.device, cfg.Threads, o.tf32)
+	if err != nil {
+		return err
+	}
+	defer dev.Close()
+	if dev.Note != "" {
+		fmt.Fprintln(stdout, dev.Note)
+	}
+	be := dev.Backend
 	t, err := train.New(cfg, be, trainSet, testSet)
 	if err != nil {
 		return err

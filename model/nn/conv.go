@@ -65,7 +65,7 @@ func (c *Conv2d) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 		return nil, fmt.Errorf("input %s is smaller than the %dx%d kernel with padding %d", x, c.P.KernelH, c.P.KernelW, c.P.PadH)
 	}
 	c.x = x
-	y := tensor.Reuse(&c.y, x.Shape[0], c.Out, oh, ow)
+	y := tensor.ReuseLike(&c.y, x, x.Shape[0], c.Out, oh, ow)
 	c.be.Conv2d(x, c.Weight, c.Bias, y, c.P)
 	return y, nil
 }
@@ -79,7 +79,7 @@ func (c *Conv2d) Backward(dy *tensor.Tensor) (*tensor.Tensor, error) {
 		c.be.Conv2dBackward(c.x, c.Weight, dy, nil, c.WeightGrad, c.BGrad, c.P)
 		return nil, nil
 	}
-	dx := tensor.Reuse(&c.dx, c.x.Shape...)
+	dx := tensor.ReuseLike(&c.dx, dy, c.x.Shape...)
 	c.be.Conv2dBackward(c.x, c.Weight, dy, dx, c.WeightGrad, c.BGrad, c.P)
 	return dx, nil
 }
@@ -123,7 +123,7 @@ func (l *Linear) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 		return nil, fmt.Errorf("input %s, want [N %d]", x, l.In)
 	}
 	l.x = x
-	y := tensor.Reuse(&l.y, x.Shape[0], l.Out)
+	y := tensor.ReuseLike(&l.y, x, x.Shape[0], l.Out)
 	l.be.MatMul(x, false, l.Weight, true, y, 1, 0)
 	l.be.AddBias(y, l.Bias)
 	return y, nil
@@ -136,7 +136,7 @@ func (l *Linear) Backward(dy *tensor.Tensor) (*tensor.Tensor, error) {
 	}
 	l.be.MatMul(dy, true, l.x, false, l.WeightGrad, 1, 1)
 	l.be.BiasGrad(dy, l.BGrad)
-	dx := tensor.Reuse(&l.dx, l.x.Shape...)
+	dx := tensor.ReuseLike(&l.dx, dy, l.x.Shape...)
 	l.be.MatMul(dy, false, l.Weight, false, dx, 1, 0)
 	return dx, nil
 }

@@ -58,7 +58,7 @@ func (l *Loss) Backward() (*tensor.Tensor, error) {
 	if l.logp == nil {
 		return nil, fmt.Errorf("loss: backward before forward")
 	}
-	d := tensor.Reuse(&l.dlogp, l.logp.Shape...)
+	d := tensor.ReuseLike(&l.dlogp, l.logp, l.logp.Shape...)
 	l.be.NLLLossBackward(l.target, d, 1)
 	if l.logSoftmax != nil {
 		return l.logSoftmax.Backward(d)

@@ -30,9 +30,9 @@ func NewBatchNorm2d(be tensor.Backend, c int) *BatchNorm2d {
 	b.Weight, b.WeightGrad = param(c)
 	b.Bias, b.BGrad = param(c)
 	b.RunningMean, b.RunningVar = tensor.New(c), tensor.New(c)
-	be.Fill(b.Weight, 1)
-	be.Fill(b.RunningVar, 1)
-	b.mean, b.invStd = tensor.New(c), tensor.New(c)
+	for i := range c {
+		b.Weight.Data[i], b.RunningVar.Data[i] = 1, 1
+	}
 	return b
 }
 
@@ -45,7 +45,9 @@ func (b *BatchNorm2d) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 		return nil, fmt.Errorf("input %s has one value per channel; training needs more", x)
 	}
 	b.x = x
-	y := tensor.Reuse(&b.y, x.Shape...)
+	tensor.ReuseLike(&b.mean, x, b.C)
+	tensor.ReuseLike(&b.invStd, x, b.C)
+	y := tensor.ReuseLike(&b.y, x, x.Shape...)
 	b.be.BatchNorm(x, y, b.Weight, b.Bias, b.RunningMean, b.RunningVar, b.mean, b.invStd, b.P)
 	if b.P.Training {
 		*b.counter()++
@@ -58,7 +60,7 @@ func (b *BatchNorm2d) Backward(dy *tensor.Tensor) (*tensor.Tensor, error) {
 	if err := sameShape(dy, b.y); err != nil {
 		return nil, err
 	}
-	dx := tensor.Reuse(&b.dx, b.x.Shape...)
+	dx := tensor.ReuseLike(&b.dx, dy, b.x.Shape...)
 	b.be.BatchNormBackward(b.x, dy, dx, b.Weight, b.WeightGrad, b.BGrad, b.mean, b.invStd, b.P)
 	return dx, nil
 }

@@ -2,8 +2,6 @@ package nn
 
 import (
 	"fmt"
-
-	"github.com/gorun/gorun/model/tensor"
 )
 
 // Replicate returns a copy of l that shares l's parameters, gradients and
@@ -26,7 +24,7 @@ func Replicate(l Layer) (Layer, error) {
 	case *BatchNorm2d:
 		c := *v
 		c.x, c.y, c.dx = nil, nil, nil
-		c.mean, c.invStd = tensor.New(v.C), tensor.New(v.C)
+		c.mean, c.invStd = nil, nil
 		c.tracked = v.counter()
 		return &c, nil
 	case *ReLU:

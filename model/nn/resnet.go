@@ -59,9 +59,9 @@ func (b *BasicBlock) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 			return nil, fmt.Errorf("downsample: %w", err)
 		}
 	}
-	sum := tensor.Reuse(&b.sum, h.Shape...)
+	sum := tensor.ReuseLike(&b.sum, h, h.Shape...)
 	b.be.Add(h, short, sum)
-	y := tensor.Reuse(&b.y, h.Shape...)
+	y := tensor.ReuseLike(&b.y, h, h.Shape...)
 	b.be.ReLU(sum, y)
 	return y, nil
 }
@@ -71,7 +71,7 @@ func (b *BasicBlock) Backward(dy *tensor.Tensor) (*tensor.Tensor, error) {
 	if err := sameShape(dy, b.y); err != nil {
 		return nil, err
 	}
-	ds := tensor.Reuse(&b.dsum, dy.Shape...)
+	ds := tensor.ReuseLike(&b.dsum, dy, dy.Shape...)
 	b.be.ReLUBackward(b.y, dy, ds)
 	g := ds
 	var err error
@@ -87,7 +87,7 @@ func (b *BasicBlock) Backward(dy *tensor.Tensor) (*tensor.Tensor, error) {
 			return nil, fmt.Errorf("downsample backward: %w", err)
 		}
 	}
-	dx := tensor.Reuse(&b.dx, g.Shape...)
+	dx := tensor.ReuseLike(&b.dx, g, g.Shape...)
 	b.be.Add(g, gs, dx)
 	return dx, nil
 }

@@ -27,7 +27,7 @@ func NewReLU(be tensor.Backend) *ReLU { return &ReLU{be: be} }
 
 // Forward implements Layer.
 func (r *ReLU) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
-	y := tensor.Reuse(&r.y, x.Shape...)
+	y := tensor.ReuseLike(&r.y, x, x.Shape...)
 	r.be.ReLU(x, y)
 	return y, nil
 }
@@ -37,7 +37,7 @@ func (r *ReLU) Backward(dy *tensor.Tensor) (*tensor.Tensor, error) {
 	if err := sameShape(dy, r.y); err != nil {
 		return nil, err
 	}
-	dx := tensor.Reuse(&r.dx, dy.Shape...)
+	dx := tensor.ReuseLike(&r.dx, dy, dy.Shape...)
 	r.be.ReLUBackward(r.y, dy, dx)
 	return dx, nil
 }
@@ -82,7 +82,7 @@ func (p *Pool2d) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 		return nil, fmt.Errorf("input %s is smaller than the %dx%d window", x, p.P.KernelH, p.P.KernelW)
 	}
 	p.x = x
-	y := tensor.Reuse(&p.y, x.Shape[0], x.Shape[1], oh, ow)
+	y := tensor.ReuseLike(&p.y, x, x.Shape[0], x.Shape[1], oh, ow)
 	if p.Max {
 		p.be.MaxPool2d(x, y, p.P)
 	} else {
@@ -96,7 +96,7 @@ func (p *Pool2d) Backward(dy *tensor.Tensor) (*tensor.Tensor, error) {
 	if err := sameShape(dy, p.y); err != nil {
 		return nil, err
 	}
-	dx := tensor.Reuse(&p.dx, p.x.Shape...)
+	dx := tensor.ReuseLike(&p.dx, dy, p.x.Shape...)
 	if p.Max {
 		p.be.MaxPool2dBackward(p.x, dy, dx, p.P)
 	} else {
@@ -127,7 +127,7 @@ func (p *AdaptiveAvgPool2d) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 		return nil, fmt.Errorf("input %s has no pixels", x)
 	}
 	p.x = x
-	y := tensor.Reuse(&p.y, x.Shape[0], x.Shape[1], p.OH, p.OW)
+	y := tensor.ReuseLike(&p.y, x, x.Shape[0], x.Shape[1], p.OH, p.OW)
 	p.be.AdaptiveAvgPool2d(x, y)
 	return y, nil
 }
@@ -137,7 +137,7 @@ func (p *AdaptiveAvgPool2d) Backward(dy *tensor.Tensor) (*tensor.Tensor, error) 
 	if err := sameShape(dy, p.y); err != nil {
 		return nil, err
 	}
-	dx := tensor.Reuse(&p.dx, p.x.Shape...)
+	dx := tensor.ReuseLike(&p.dx, dy, p.x.Shape...)
 	p.be.AdaptiveAvgPool2dBackward(dy, dx)
 	return dx, nil
 }
@@ -176,8 +176,8 @@ func (d *Dropout) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 	if d.P < 0 || d.P > 1 {
 		return nil, fmt.Errorf("dropout probability %v outside [0, 1]", d.P)
 	}
-	mask := tensor.Reuse(&d.mask, x.Shape...)
-	y := tensor.Reuse(&d.out, x.Shape...)
+	mask := tensor.ReuseLike(&d.mask, x, x.Shape...)
+	y := tensor.ReuseLike(&d.out, x, x.Shape...)
 	calls := &d.Calls
 	if d.calls != nil {
 		calls = d.calls
@@ -196,7 +196,7 @@ func (d *Dropout) Backward(dy *tensor.Tensor) (*tensor.Tensor, error) {
 	if !d.training || d.P == 0 {
 		return dy, nil
 	}
-	dx := tensor.Reuse(&d.dx, dy.Shape...)
+	dx := tensor.ReuseLike(&d.dx, dy, dy.Shape...)
 	d.be.Mul(dy, d.mask, dx)
 	return dx, nil
 }
@@ -243,7 +243,7 @@ func (l *LogSoftmax) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 	if x.Dims() != 2 || x.Shape[1] == 0 {
 		return nil, fmt.Errorf("input %s, want [N C]", x)
 	}
-	y := tensor.Reuse(&l.y, x.Shape...)
+	y := tensor.ReuseLike(&l.y, x, x.Shape...)
 	l.be.LogSoftmax(x, y)
 	return y, nil
 }
@@ -253,7 +253,7 @@ func (l *LogSoftmax) Backward(dy *tensor.Tensor) (*tensor.Tensor, error) {
 	if err := sameShape(dy, l.y); err != nil {
 		return nil, err
 	}
-	dx := tensor.Reuse(&l.dx, dy.Shape...)
+	dx := tensor.ReuseLike(&l.dx, dy, dy.Shape...)
 	l.be.LogSoftmaxBackward(l.y, dy, dx)
 	return dx, nil
 }

@@ -6,14 +6,16 @@ import (
 	"strings"
 
 	"github.com/gorun/gorun/model/safetensors"
+	"github.com/gorun/gorun/model/tensor"
 )
 
 // StateTensors returns l's parameters and buffers as safetensors entries
-// under PyTorch's state_dict names (sharing l's memory).
+// under PyTorch's state_dict names (sharing l's memory on the host, copied
+// from a device).
 func StateTensors(l Layer) []safetensors.Tensor { return VarTensors("", l.State()) }
 
 // VarTensors returns vars as safetensors entries named prefix+Name
-// (sharing their memory).
+// (sharing their memory on the host, copied from a device).
 func VarTensors(prefix string, vars []Var) []safetensors.Tensor {
 	var out []safetensors.Tensor
 	for _, v := range vars {
@@ -21,7 +23,7 @@ func VarTensors(prefix string, vars []Var) []safetensors.Tensor {
 			out = append(out, safetensors.Tensor{Name: prefix + v.Name, DType: safetensors.I64, Shape: []int{}, I64: []int64{*v.Count}})
 			continue
 		}
-		out = append(out, safetensors.Tensor{Name: prefix + v.Name, DType: safetensors.F32, Shape: v.Value.Shape, F32: v.Value.Data})
+		out = append(out, safetensors.Tensor{Name: prefix + v.Name, DType: safetensors.F32, Shape: v.Value.Shape, F32: hostView(v.Value)})
 	}
 	return out
 }
@@ -90,7 +92,7 @@ func LoadVars(f *safetensors.File, prefix string, state []Var) error {
 			*v.Count = t.I64[0]
 			continue
 		}
-		copy(v.Value.Data, t.F32)
+		v.Value.SetHostData(t.F32)
 	}
 	return nil
 }
@@ -113,7 +115,33 @@ func CopyState(dst, src Layer) error {
 		if !ds[i].Value.SameShape(ss[i].Value.Shape...) {
 			return fmt.Errorf("%s: shapes %s and %s", ds[i].Name, ds[i].Value, ss[i].Value)
 		}
-		copy(ds[i].Value.Data, ss[i].Value.Data)
+		if ds[i].Value.Mem == nil && ss[i].Value.Mem == nil {
+			copy(ds[i].Value.Data, ss[i].Value.Data)
+		} else {
+			ds[i].Value.SetHostData(ss[i].Value.HostData())
+		}
 	}
 	return nil
+}
+
+// hostView is t's data itself on the host, a copy from a device.
+func hostView(t *tensor.Tensor) []float32 {
+	if t.Mem == nil {
+		return t.Data
+	}
+	return t.HostData()
+}
+
+// ToDevice moves l's parameters, gradients and buffers to dev (the host
+// when dev is nil), as PyTorch's module.to(device): models are built and
+// initialised on the host, then moved. Activations follow their inputs.
+func ToDevice(l Layer, dev tensor.Device) {
+	for _, v := range l.State() {
+		if v.Value != nil {
+			v.Value.MoveTo(dev)
+		}
+		if v.Grad != nil {
+			v.Grad.MoveTo(dev)
+		}
+	}
 }

@@ -37,7 +37,7 @@ func newSlots(params []nn.Var, names ...string) slots {
 	for _, p := range params {
 		b := make([]*tensor.Tensor, len(names))
 		for k := range names {
-			b[k] = tensor.New(p.Value.Shape...)
+			b[k] = tensor.NewOn(p.Value.Device(), p.Value.Shape...)
 		}
 		s.bufs = append(s.bufs, b)
 	}

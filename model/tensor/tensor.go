@@ -15,11 +15,14 @@ import (
 	"strings"
 )
 
-// Tensor is a dense float32 tensor. Data holds exactly Len() elements in
-// row-major order.
+// Tensor is a dense float32 tensor in row-major order. On the host Data
+// holds exactly Len() elements; on a device (a GPU) Data is nil and Mem
+// holds them, from element Off of the storage on.
 type Tensor struct {
 	Shape []int
 	Data  []float32
+	Mem   *Storage
+	Off   int
 }
 
 // New returns a zero tensor of the given shape.
@@ -46,7 +49,12 @@ func Volume(shape []int) int {
 }
 
 // Len is the number of elements.
-func (t *Tensor) Len() int { return len(t.Data) }
+func (t *Tensor) Len() int {
+	if t.Mem != nil {
+		return Volume(t.Shape)
+	}
+	return len(t.Data)
+}
 
 // Dims is the number of dimensions.
 func (t *Tensor) Dims() int { return len(t.Shape) }
@@ -86,22 +94,56 @@ func FormatShape(shape []int) string {
 
 // Reuse returns a tensor of the given shape, recycling *t's storage when it
 // is large enough (its contents are then unspecified) and allocating
-// otherwise. Layers call it on their output and gradient tensors every step.
+// otherwise: on the device *t lives on, or on the host when *t is nil.
+// Layers call it (through ReuseLike) on their output and gradient tensors
+// every step.
 func Reuse(t **Tensor, shape ...int) *Tensor {
+	var dev Device
+	if *t != nil {
+		dev = (*t).Device()
+	}
+	return ReuseOn(dev, t, shape...)
+}
+
+// ReuseLike is Reuse placing a new tensor where like lives: a layer's
+// output goes where its input is.
+func ReuseLike(t **Tensor, like *Tensor, shape ...int) *Tensor {
+	return ReuseOn(like.Device(), t, shape...)
+}
+
+// ReuseOn is Reuse on dev (the host when dev is nil). A tensor on another
+// device, or on the host when dev is not, gets new storage.
+func ReuseOn(dev Device, t **Tensor, shape ...int) *Tensor {
 	n := Volume(shape)
 	cur := *t
 	if cur == nil {
 		cur = &Tensor{}
 		*t = cur
 	}
-	if cap(cur.Data) < n {
-		cur.Data = make([]float32, n)
+	if dev == nil {
+		if cur.Mem != nil {
+			cur.Mem, cur.Off, cur.Data = nil, 0, nil
+		}
+		if cap(cur.Data) < n {
+			cur.Data = make([]float32, n)
+		}
+		cur.Data = cur.Data[:n]
+	} else if cur.Mem == nil || cur.Mem.Dev != dev || cur.Mem.Cap-cur.Off < n {
+		cur.Data, cur.Mem, cur.Off = nil, Allocate(dev, n), 0
 	}
-	cur.Data = cur.Data[:n]
 	if !cur.SameShape(shape...) {
 		cur.Shape = append(cur.Shape[:0], shape...)
 	}
 	return cur
+}
+
+// NewOn returns a zero tensor of the given shape on dev (the host when dev
+// is nil).
+func NewOn(dev Device, shape ...int) *Tensor {
+	if dev == nil {
+		return New(shape...)
+	}
+	return &Tensor{Shape: append([]int(nil), shape...), Mem: Allocate(dev, Volume(shape))}
 }
 
 // View returns a tensor sharing t's data with another shape of the same
@@ -115,16 +157,16 @@ func View(v **Tensor, t *Tensor, shape ...int) (*Tensor, error) {
 		cur = &Tensor{}
 		*v = cur
 	}
-	cur.Data = t.Data
+	cur.Data, cur.Mem, cur.Off = t.Data, t.Mem, t.Off
 	if !cur.SameShape(shape...) {
 		cur.Shape = append(cur.Shape[:0], shape...)
 	}
 	return cur, nil
 }
 
-// Clone returns a deep copy.
+// Clone returns a deep copy in host memory.
 func (t *Tensor) Clone() *Tensor {
-	return &Tensor{Shape: append([]int(nil), t.Shape...), Data: append([]float32(nil), t.Data...)}
+	return &Tensor{Shape: append([]int(nil), t.Shape...), Data: t.HostData()}
 }
 
 // RelDiff returns ‖got − want‖ / max(‖want‖, floor) in float64, the

@@ -129,7 +129,11 @@ func (s *Spec) BuildParts(be tensor.Backend, seed uint64, lo, hi int) *nn.Chain 
 	children := make([]nn.Child, 0, hi-lo)
 	for i := lo; i < hi; i++ {
 		rng := rand.New(rand.NewPCG(seed, uint64(i)))
-		children = append(children, child(s.Parts[i].Name, s.Parts[i].build(be, rng)))
+		part := s.Parts[i].build(be, rng)
+		// Layers are built and initialised on the host, then moved to the
+		// backend's device (if it has one) one part at a time.
+		nn.ToDevice(part, tensor.DeviceOf(be))
+		children = append(children, child(s.Parts[i].Name, part))
 	}
 	c := nn.NewChain(children...)
 	if lo == 0 && hi > 0 {

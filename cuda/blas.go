@@ -1,0 +1,155 @@
+package cuda
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/ebitengine/purego"
+)
+
+// blasAPI holds the cuBLAS entry points.
+type blasAPI struct {
+	create      func(h *uintptr) Result
+	destroy     func(h uintptr) Result
+	version     func(h uintptr, v *int32) Result
+	setStream   func(h uintptr, s uintptr) Result
+	setMathMode func(h uintptr, mode int32) Result
+	sgemm       func(h uintptr, ta, tb int32, m, n, k int32, alpha *float32, a DevPtr, lda int32, b DevPtr, ldb int32, beta *float32, c DevPtr, ldc int32) Result
+	sgemmBatch  func(h uintptr, ta, tb int32, m, n, k int32, alpha *float32, a DevPtr, lda int32, sa int64, b DevPtr, ldb int32, sb int64, beta *float32, c DevPtr, ldc int32, sc int64, count int32) Result
+}
+
+// blasLibraries are the names tried for cuBLAS, newest first, each in the
+// loader's search path and then in CUDA_HOME/lib64 (or /usr/local/cuda).
+func blasLibraries() []string { return []string{"libcublas.so.13", "libcublas.so.12", "libcublas.so"} }
+
+// BLAS is a cuBLAS handle bound to one stream.
+type BLAS struct {
+	api         blasAPI
+	dv          *Device
+	h           uintptr
+	alpha, beta float32 // host scalars the calls point at
+	version     int
+	tf32        bool
+}
+
+// OpenBLAS loads cuBLAS and creates a handle whose work goes to s.
+// GORUN_CUBLAS, when set, is the library's path.
+func (s *Stream) OpenBLAS() (*BLAS, error) {
+	lib, name, err := loadBLAS()
+	if err != nil {
+		return nil, err
+	}
+	b := &BLAS{dv: s.dv}
+	if err := bind(lib, name, []symbol{
+		{&b.api.create, "cublasCreate_v2"},
+		{&b.api.destroy, "cublasDestroy_v2"},
+		{&b.api.version, "cublasGetVersion_v2"},
+		{&b.api.setStream, "cublasSetStream_v2"},
+		{&b.api.setMathMode, "cublasSetMathMode"},
+		{&b.api.sgemm, "cublasSgemm_v2"},
+		{&b.api.sgemmBatch, "cublasSgemmStridedBatched"},
+	}); err != nil {
+		return nil, err
+	}
+	if err := s.dv.Enter(); err != nil {
+		return nil, err
+	}
+	defer s.dv.Leave()
+	if r := b.api.create(&b.h); r != success {
+		return nil, &Error{Call: "cublasCreate", Code: r}
+	}
+	var v int32
+	if r := b.api.version(b.h, &v); r == success {
+		b.version = int(v)
+	}
+	if r := b.api.setStream(b.h, s.h); r != success {
+		return nil, &Error{Call: "cublasSetStream", Code: r}
+	}
+	return b, nil
+}
+
+func loadBLAS() (uintptr, string, error) {
+	names := blasLibraries()
+	if p := os.Getenv("GORUN_CUBLAS"); p != "" {
+		names = []string{p}
+	}
+	home := os.Getenv("CUDA_HOME")
+	if home == "" {
+		home = "/usr/local/cuda"
+	}
+	var tried []string
+	for _, n := range names {
+		for _, p := range []string{n, filepath.Join(home, "lib64", n)} {
+			lib, err := purego.Dlopen(p, purego.RTLD_NOW|purego.RTLD_GLOBAL)
+			if err == nil {
+				return lib, p, nil
+			}
+			tried = append(tried, p)
+		}
+	}
+	return 0, "", fmt.Errorf("cuda: no cuBLAS library found (tried %v; set GORUN_CUBLAS to its path)", tried)
+}
+
+// Version is cuBLAS's version number (e.g. 130100).
+func (b *BLAS) Version() int { return b.version }
+
+// SetTF32 lets SGEMM use the tensor cores' TF32 inputs (about 10 bits of
+// mantissa, as torch.backends.cuda.matmul.allow_tf32) or forbids it.
+func (b *BLAS) SetTF32(on bool) error {
+	const defaultMath, tf32Math = 0, 3
+	mode := int32(defaultMath)
+	if on {
+		mode = tf32Math
+	}
+	if err := b.dv.Enter(); err != nil {
+		return err
+	}
+	defer b.dv.Leave()
+	if r := b.api.setMathMode(b.h, mode); r != success {
+		return &Error{Call: "cublasSetMathMode", Code: r}
+	}
+	b.tf32 = on
+	return nil
+}
+
+// TF32 reports whether TF32 is on.
+func (b *BLAS) TF32() bool { return b.tf32 }
+
+// Close destroys the handle.
+func (b *BLAS) Close() error {
+	if r := b.api.destroy(b.h); r != success {
+		return &Error{Call: "cublasDestroy", Code: r}
+	}
+	return nil
+}
+
+func op(trans bool) int32 {
+	if trans {
+		return 1
+	}
+	return 0
+}
+
+// GEMM computes, for row-major matrices, c[m×n] = alpha·op(a)·op(b) +
+// beta·c with op(a) m×k and op(b) k×n; lda, ldb, ldc are row strides. (It
+// calls column-major SGEMM on the transposed problem.) The caller holds
+// Enter.
+func (b *BLAS) GEMM(transA, transB bool, m, n, k int, alpha float32, a DevPtr, lda int, bm DevPtr, ldb int, beta float32, c DevPtr, ldc int) error {
+	b.alpha, b.beta = alpha, beta
+	if r := b.api.sgemm(b.h, op(transB), op(transA), int32(n), int32(m), int32(k), &b.alpha, bm, int32(ldb), a, int32(lda), &b.beta, c, int32(ldc)); r != success {
+		return &Error{Call: fmt.Sprintf("cublasSgemm m=%d n=%d k=%d", m, n, k), Code: r}
+	}
+	return nil
+}
+
+// GEMMBatched is GEMM over count problems whose matrices lie strideA,
+// strideB and strideC elements apart (a stride of 0 reuses one matrix).
+// The caller holds Enter.
+func (b *BLAS) GEMMBatched(transA, transB bool, m, n, k int, alpha float32, a DevPtr, lda, strideA int, bm DevPtr, ldb, strideB int, beta float32, c DevPtr, ldc, strideC, count int) error {
+	b.alpha, b.beta = alpha, beta
+	if r := b.api.sgemmBatch(b.h, op(transB), op(transA), int32(n), int32(m), int32(k), &b.alpha, bm, int32(ldb), int64(strideB), a, int32(lda), int64(strideA), &b.beta, c, int32(ldc), int64(strideC), int32(count)); r != success {
+		return &Error{Call: fmt.Sprintf("cublasSgemmStridedBatched m=%d n=%d k=%d count=%d", m, n, k, count), Code: r}
+	}
+	return nil
+}

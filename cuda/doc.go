@@ -1,0 +1,13 @@
+// Package cuda is the GPU binding model and comm share: the parts of the
+// CUDA driver API and of cuBLAS that the project needs, loaded at run time
+// with purego (github.com/ebitengine/purego) instead of cgo.
+//
+// Nothing here needs CUDA's headers or libraries to compile: the same binary
+// runs on machines with and without a GPU. Open loads libcuda.so.1; when it
+// is missing, or no GPU is visible, Open returns an error wrapping
+// ErrNoDriver or ErrNoDevice and the caller falls back to the CPU.
+//
+// The driver keeps the current context per OS thread, so every call that
+// needs one locks the goroutine to its thread and makes the device's
+// primary context current for the duration of the call.
+package cuda

@@ -1,0 +1,292 @@
+package gpu
+
+import (
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"testing"
+
+	"github.com/gorun/gorun/cuda"
+	"github.com/gorun/gorun/model/cpu"
+	"github.com/gorun/gorun/model/tensor"
+)
+
+// backendOnce opens the GPU once per test binary.
+type opened struct {
+	once sync.Once
+	b    *Backend
+	err  error
+}
+
+func (o *opened) get(t *testing.T) *Backend {
+	t.Helper()
+	o.once.Do(func() { o.b, o.err = New(Options{}) })
+	if o.err != nil {
+		if errors.Is(o.err, cuda.ErrNoDriver) || errors.Is(o.err, cuda.ErrNoDevice) {
+			t.Skipf("no GPU here: %v", o.err)
+		}
+		t.Fatal(o.err)
+	}
+	return o.b
+}
+
+func newOpened() *opened { return &opened{} }
+
+func TestPTXIsEmbedded(t *testing.T) {
+	need, err := cuda.PTXNeeds(PTX())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if need > 13000 {
+		t.Errorf("the kernels need a driver for CUDA %s", need)
+	}
+	k := &kernels{}
+	for name := range k.table() {
+		if !containsEntry(PTX(), name) {
+			t.Errorf("kernel %s is not in the embedded PTX (run go generate ./model/gpu)", name)
+		}
+	}
+}
+
+func containsEntry(ptx []byte, name string) bool {
+	needle := []byte(".entry " + name + "(")
+	for i := 0; i+len(needle) <= len(ptx); i++ {
+		if string(ptx[i:i+len(needle)]) == string(needle) {
+			return true
+		}
+	}
+	return false
+}
+
+// parityCase runs op on the CPU backend and on the GPU with the same random
+// tensors, then compares every tensor (inputs and outputs) and the
+// returned value.
+type parityCase struct {
+	name   string
+	shapes [][]int
+	// prepare adjusts the random host tensors (e.g. positive variances).
+	prepare func(ts []*tensor.Tensor)
+	op      func(be tensor.Backend, ts []*tensor.Tensor) float32
+	tol     float64
+}
+
+func conv(k, s, p int) tensor.ConvParams {
+	return tensor.ConvParams{KernelH: k, KernelW: k, StrideH: s, StrideW: s, PadH: p, PadW: p}
+}
+
+func parityCases() []parityCase {
+	var cs []parityCase
+	for _, mm := range []struct {
+		ta, tb      bool
+		alpha, beta float32
+	}{{false, false, 1, 0}, {true, false, 1, 1}, {false, true, 0.5, 0}, {true, true, 2, -1}} {
+		m, n, k := 33, 47, 129
+		as, bs := []int{m, k}, []int{k, n}
+		if mm.ta {
+			as = []int{k, m}
+		}
+		if mm.tb {
+			bs = []int{n, k}
+		}
+		cs = append(cs, parityCase{name: "MatMul", shapes: [][]int{as, bs, {m, n}}, op: func(be tensor.Backend, ts []*tensor.Tensor) float32 {
+			be.MatMul(ts[0], mm.ta, ts[1], mm.tb, ts[2], mm.alpha, mm.beta)
+			return 0
+		}})
+	}
+	cs = append(cs,
+		parityCase{name: "AddBias4D", shapes: [][]int{{3, 5, 7, 6}, {5}}, op: func(be tensor.Backend, ts []*tensor.Tensor) float32 { be.AddBias(ts[0], ts[1]); return 0 }},
+		parityCase{name: "AddBias2D", shapes: [][]int{{9, 13}, {13}}, op: func(be tensor.Backend, ts []*tensor.Tensor) float32 { be.AddBias(ts[0], ts[1]); return 0 }},
+		parityCase{name: "BiasGrad", shapes: [][]int{{4, 6, 5, 5}, {6}}, op: func(be tensor.Backend, ts []*tensor.Tensor) float32 { be.BiasGrad(ts[0], ts[1]); return 0 }},
+	)
+	for _, cv := range []struct {
+		name          string
+		n, c, h, w, f int
+		p             tensor.ConvParams
+		bias, dx      bool
+	}{
+		{"3x3pad1", 4, 3, 12, 10, 8, conv(3, 1, 1), true, true},
+		{"5x5", 3, 2, 14, 14, 5, conv(5, 1, 0), true, false},
+		{"7x7s2p3", 2, 3, 17, 15, 6, conv(7, 2, 3), false, true},
+		{"1x1s2", 3, 8, 9, 9, 4, conv(1, 2, 0), false, true},
+		{"3x3s2p1", 5, 4, 8, 8, 7, conv(3, 2, 1), true, true},
+	} {
+		oh, ow := cv.p.OutSize(cv.h, cv.w)
+		shapes := [][]int{{cv.n, cv.c, cv.h, cv.w}, {cv.f, cv.c, cv.p.KernelH, cv.p.KernelW}, {cv.f}, {cv.n, cv.f, oh, ow}, {cv.n, cv.f, oh, ow}, {cv.n, cv.c, cv.h, cv.w}, {cv.f, cv.c, cv.p.KernelH, cv.p.KernelW}, {cv.f}}
+		cs = append(cs, parityCase{name: "Conv2d" + cv.name, shapes: shapes, op: func(be tensor.Backend, ts []*tensor.Tensor) float32 {
+			bias, db, dx := ts[2], ts[7], ts[5]
+			if !cv.bias {
+				bias, db = nil, nil
+			}
+			if !cv.dx {
+				dx = nil
+			}
+			be.Conv2d(ts[0], ts[1], bias, ts[3], cv.p)
+			be.Conv2dBackward(ts[0], ts[1], ts[4], dx, ts[6], db, cv.p)
+			return 0
+		}})
+	}
+	for _, pl := range []struct {
+		name string
+		p    tensor.PoolParams
+	}{{"2x2", conv(2, 2, 0)}, {"3x3s2p1", conv(3, 2, 1)}, {"3x3s1", conv(3, 1, 0)}} {
+		h, w := 11, 10
+		oh, ow := pl.p.OutSize(h, w)
+		shapes := [][]int{{3, 4, h, w}, {3, 4, oh, ow}, {3, 4, oh, ow}, {3, 4, h, w}}
+		cs = append(cs,
+			parityCase{name: "MaxPool" + pl.name, shapes: shapes, op: func(be tensor.Backend, ts []*tensor.Tensor) float32 {
+				be.MaxPool2d(ts[0], ts[1], pl.p)
+				be.MaxPool2dBackward(ts[0], ts[2], ts[3], pl.p)
+				return 0
+			}},
+			parityCase{name: "AvgPool" + pl.name, shapes: shapes, op: func(be tensor.Backend, ts []*tensor.Tensor) float32 {
+				be.AvgPool2d(ts[0], ts[1], pl.p)
+				be.AvgPool2dBackward(ts[2], ts[3], pl.p)
+				return 0
+			}})
+	}
+	for _, ad := range [][4]int{{7, 7, 1, 1}, {5, 9, 3, 4}} {
+		shapes := [][]int{{2, 3, ad[0], ad[1]}, {2, 3, ad[2], ad[3]}, {2, 3, ad[2], ad[3]}, {2, 3, ad[0], ad[1]}}
+		cs = append(cs, parityCase{name: "AdaptiveAvgPool", shapes: shapes, op: func(be tensor.Backend, ts []*tensor.Tensor) float32 {
+			be.AdaptiveAvgPool2d(ts[0], ts[1])
+			be.AdaptiveAvgPool2dBackward(ts[2], ts[3])
+			return 0
+		}})
+	}
+	for _, bn := range []struct {
+		name     string
+		x        []int
+		training bool
+	}{{"Train4D", []int{6, 5, 7, 7}, true}, {"Eval4D", []int{6, 5, 7, 7}, false}, {"Train2D", []int{16, 9}, true}} {
+		c := bn.x[1]
+		// x, y, gamma, beta, runMean, runVar, saveMean, saveInvStd, dy, dx, dgamma, dbeta
+		shapes := [][]int{bn.x, bn.x, {c}, {c}, {c}, {c}, {c}, {c}, bn.x, bn.x, {c}, {c}}
+		cs = append(cs, parityCase{name: "BatchNorm" + bn.name, shapes: shapes,
+			prepare: func(ts []*tensor.Tensor) {
+				for i := range ts[5].Data {
+					ts[5].Data[i] = 0.5 + ts[5].Data[i]*ts[5].Data[i]
+				}
+			},
+			op: func(be tensor.Backend, ts []*tensor.Tensor) float32 {
+				p := tensor.BatchNormParams{Training: bn.training, Momentum: 0.1, Eps: 1e-5}
+				be.BatchNorm(ts[0], ts[1], ts[2], ts[3], ts[4], ts[5], ts[6], ts[7], p)
+				be.BatchNormBackward(ts[0], ts[8], ts[9], ts[2], ts[10], ts[11], ts[6], ts[7], p)
+				return 0
+			}})
+	}
+	ew := [][]int{{5, 7, 9, 11}, {5, 7, 9, 11}, {5, 7, 9, 11}}
+	cs = append(cs,
+		parityCase{name: "ReLU", shapes: ew, op: func(be tensor.Backend, ts []*tensor.Tensor) float32 {
+			be.ReLU(ts[0], ts[1])
+			be.ReLUBackward(ts[1], ts[2], ts[0])
+			return 0
+		}, tol: 1e-7},
+		parityCase{name: "Dropout", shapes: ew, op: func(be tensor.Backend, ts []*tensor.Tensor) float32 {
+			be.Dropout(ts[0], ts[1], ts[2], 0.3, 12345)
+			return 0
+		}, tol: 1e-7},
+		parityCase{name: "MulAddCopyFill", shapes: append(ew, ew[0]), op: func(be tensor.Backend, ts []*tensor.Tensor) float32 {
+			be.Mul(ts[0], ts[1], ts[2])
+			be.Add(ts[2], ts[0], ts[2])
+			be.Copy(ts[2], ts[3])
+			be.Fill(ts[1], -1.25)
+			return 0
+		}, tol: 1e-7},
+	)
+	for _, c := range []int{10, 1000} {
+		n := 37
+		cs = append(cs, parityCase{name: "LogSoftmaxNLL", shapes: [][]int{{n, c}, {n, c}, {n, c}, {n, c}, {n, c}}, op: func(be tensor.Backend, ts []*tensor.Tensor) float32 {
+			target := make([]int32, n)
+			for i := range target {
+				target[i] = int32((i * 7919) % c)
+			}
+			be.LogSoftmax(ts[0], ts[1])
+			loss := be.NLLLoss(ts[1], target)
+			be.NLLLossBackward(target, ts[2], 0.75)
+			be.LogSoftmaxBackward(ts[1], ts[2], ts[3])
+			return loss
+		}})
+	}
+	p := [][]int{{1000, 3}, {1000, 3}, {1000, 3}, {1000, 3}}
+	cs = append(cs,
+		parityCase{name: "SGD", shapes: p, op: func(be tensor.Backend, ts []*tensor.Tensor) float32 {
+			o := tensor.SGDOptions{LR: 0.1, Momentum: 0.9, Dampening: 0.1, WeightDecay: 1e-3}
+			be.SGDStep(ts[0], ts[1], ts[2], o, true)
+			be.SGDStep(ts[0], ts[1], ts[2], o, false)
+			o.Dampening, o.Nesterov = 0, true
+			be.SGDStep(ts[0], ts[1], ts[2], o, false)
+			be.SGDStep(ts[3], ts[1], nil, tensor.SGDOptions{LR: 0.01}, true)
+			return 0
+		}},
+		parityCase{name: "Adam", shapes: p, prepare: positive(3), op: func(be tensor.Backend, ts []*tensor.Tensor) float32 {
+			o := tensor.AdamOptions{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 1e-2}
+			be.AdamStep(ts[0], ts[1], ts[2], ts[3], o, 1)
+			be.AdamStep(ts[0], ts[1], ts[2], ts[3], o, 7)
+			return 0
+		}},
+		parityCase{name: "Adadelta", shapes: p, prepare: positive(2, 3), op: func(be tensor.Backend, ts []*tensor.Tensor) float32 {
+			o := tensor.AdadeltaOptions{LR: 1, Rho: 0.9, Eps: 1e-6, WeightDecay: 1e-3}
+			be.AdadeltaStep(ts[0], ts[1], ts[2], ts[3], o)
+			be.AdadeltaStep(ts[0], ts[1], ts[2], ts[3], o)
+			return 0
+		}},
+	)
+	return cs
+}
+
+// positive makes the listed tensors' elements positive (second moments).
+func positive(idx ...int) func([]*tensor.Tensor) {
+	return func(ts []*tensor.Tensor) {
+		for _, i := range idx {
+			for j, v := range ts[i].Data {
+				ts[i].Data[j] = v * v
+			}
+		}
+	}
+}
+
+var gpuOnce = newOpened()
+
+// TestParity runs every backend operation on the CPU and the GPU with
+// fresh random inputs and compares all tensors: relative error under 1e-4
+// in FP32 (TF32 is off here).
+func TestParity(t *testing.T) {
+	g := gpuOnce.get(t)
+	ref := cpu.New(2)
+	rng := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+	for _, c := range parityCases() {
+		t.Run(c.name, func(t *testing.T) {
+			host := make([]*tensor.Tensor, len(c.shapes))
+			dev := make([]*tensor.Tensor, len(c.shapes))
+			for i, sh := range c.shapes {
+				host[i] = tensor.New(sh...)
+				for j := range host[i].Data {
+					host[i].Data[j] = float32(rng.NormFloat64())
+				}
+			}
+			if c.prepare != nil {
+				c.prepare(host)
+			}
+			for i := range host {
+				dev[i] = tensor.NewOn(g.Device(), host[i].Shape...)
+				dev[i].SetHostData(host[i].Data)
+			}
+			want := c.op(ref, host)
+			got := c.op(g, dev)
+			if err := g.Synchronize(); err != nil {
+				t.Fatal(err)
+			}
+			tol := c.tol
+			if tol == 0 {
+				tol = 1e-4
+			}
+			for i := range host {
+				if d := tensor.RelDiff(dev[i].HostData(), host[i].Data, 1e-6); d > tol || d != d {
+					t.Errorf("tensor %d %s: relative difference %.3g (tolerance %.0g)", i, host[i], d, tol)
+				}
+			}
+			if d := tensor.RelDiff([]float32{got}, []float32{want}, 1e-6); d > tol || d != d {
+				t.Errorf("returned %v, CPU %v", got, want)
+			}
+		})
+	}
+}

@@ -1,0 +1,131 @@
+package train
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+
+	"github.com/gorun/gorun/comm"
+	"github.com/gorun/gorun/cuda"
+	"github.com/gorun/gorun/model/cpu"
+	"github.com/gorun/gorun/model/gpu"
+	"github.com/gorun/gorun/model/tensor"
+)
+
+// Device is the compute backend a rank opened, with what to close.
+type Device struct {
+	Backend tensor.Backend
+	// Note says how the device was chosen ("no GPU …: training on the
+	// CPU"); empty when it was the one asked for.
+	Note  string
+	close func()
+}
+
+// Close releases the backend.
+func (d *Device) Close() {
+	if d.close != nil {
+		d.close()
+	}
+}
+
+// OpenBackend opens the compute device a rank trains on: "cpu", "cuda"
+// (a GPU or an error), or "auto" (a GPU when the driver sees one, else the
+// CPU). A rank takes GPU LOCAL_RANK mod the number of visible GPUs
+// (CUDA_VISIBLE_DEVICES narrows them, as the driver applies it), so ranks
+// of one machine spread over its GPUs and share them when there are more
+// ranks than GPUs. threads is the CPU backend's thread count; tf32 lets
+// GPU matrix products use TF32.
+func OpenBackend(device string, threads int, tf32 bool) (*Device, error) {
+	switch device {
+	case "", "auto", "cuda", "gpu":
+	case "cpu":
+		c := cpu.New(threads)
+		return &Device{Backend: c, close: c.Close}, nil
+	default:
+		return nil, fmt.Errorf("unknown device %q (want auto, cpu or cuda)", device)
+	}
+	g, err := openGPU(tf32)
+	if err == nil {
+		return &Device{Backend: g, close: func() {
+			if p := g.Profile(); p != "" {
+				fmt.Fprint(os.Stderr, p)
+			}
+		}}, nil
+	}
+	if device == "cuda" || device == "gpu" || !(errors.Is(err, cuda.ErrNoDriver) || errors.Is(err, cuda.ErrNoDevice)) {
+		return nil, fmt.Errorf("device %s: %w", device, err)
+	}
+	c := cpu.New(threads)
+	return &Device{Backend: c, close: c.Close, Note: fmt.Sprintf("%v: training on the CPU", err)}, nil
+}
+
+func openGPU(tf32 bool) (*gpu.Backend, error) {
+	d, err := cuda.Open()
+	if err != nil {
+		return nil, err
+	}
+	n, err := d.DeviceCount()
+	if err != nil {
+		return nil, err
+	}
+	local := 0
+	if v := os.Getenv("LOCAL_RANK"); v != "" {
+		if local, err = strconv.Atoi(v); err != nil || local < 0 {
+			return nil, fmt.Errorf("LOCAL_RANK=%q is not a rank", v)
+		}
+	}
+	dv, err := d.Device(local % n)
+	if err != nil {
+		return nil, err
+	}
+	return gpu.NewOn(dv, gpu.Options{TF32: tf32, Profile: os.Getenv("GORUN_GPU_PROFILE") != ""})
+}
+
+// onDevice returns x where be computes: x itself for a host backend, else
+// a copy uploaded into *dst (reused from call to call).
+func onDevice(be tensor.Backend, x *tensor.Tensor, dst **tensor.Tensor) *tensor.Tensor {
+	dev := tensor.DeviceOf(be)
+	if dev == nil || x.Device() == dev {
+		return x
+	}
+	d := tensor.ReuseOn(dev, dst, x.Shape...)
+	d.SetHostData(x.Data)
+	return d
+}
+
+// deviceErr reports a device backend's failure (nil for the CPU).
+func deviceErr(be tensor.Backend) error {
+	if d, ok := be.(tensor.DeviceBackend); ok {
+		return d.Err()
+	}
+	return nil
+}
+
+// hostRows returns y's elements on the host: y.Data itself, or a copy
+// into *buf from a device.
+func hostRows(y *tensor.Tensor, buf *[]float32) []float32 {
+	if y.Mem == nil {
+		return y.Data
+	}
+	if cap(*buf) < y.Len() {
+		*buf = make([]float32, y.Len())
+	}
+	*buf = (*buf)[:y.Len()]
+	y.ReadInto(*buf)
+	return *buf
+}
+
+// stagerFor returns the comm.Stager for be's GPU, nil for host backends.
+func stagerFor(be tensor.Backend) (comm.Stager, func(), error) {
+	g, ok := be.(*gpu.Backend)
+	if !ok {
+		return nil, func() {}, nil
+	}
+	_, s := g.CUDA()
+	st, err := comm.NewCUDAStager(s, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	return st, func() { st.Close() }, nil
+}
