@@ -46,19 +46,26 @@ func (d *dataPath) Wait(ctx context.Context, peer int, stream uint32, ticket uin
 // it (group ids stay far below 2^16−1).
 const setupStream = math.MaxUint32
 
-// hostIdentity names this machine and PID namespace: ranks with the same
-// identity can map each other's memory. The boot id changes with every
-// boot and differs between machines, unlike host names, which repeat.
+// hostIdentity names this machine and its PID and network namespaces:
+// ranks with the same identity can map each other's memory. The boot id
+// changes with every boot and differs between machines, unlike host
+// names, which repeat. A separate network namespace counts as another
+// host (a container, or the namespaces the multi-node tests use), so its
+// ranks talk over the network like those of other machines.
 func hostIdentity() (string, error) {
 	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
 	if err != nil {
 		return "", err
 	}
-	ns, err := os.Readlink("/proc/self/ns/pid")
-	if err != nil {
-		return "", err
+	id := strings.TrimSpace(string(boot))
+	for _, ns := range []string{"pid", "net"} {
+		l, err := os.Readlink("/proc/self/ns/" + ns)
+		if err != nil {
+			return "", err
+		}
+		id += "/" + l
 	}
-	return strings.TrimSpace(string(boot)) + "/" + ns, nil
+	return id, nil
 }
 
 // setupSharedMemory finds the ranks on this machine and connects them

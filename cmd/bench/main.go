@@ -87,6 +87,7 @@ func collectives(args []string, stdout io.Writer) error {
 	helpers := fs.String("helpers", "bench/competitors", "directory of the competitor helper programs")
 	chart := fs.String("chart", "", "draw all-reduce bus bandwidth by size as SVG here")
 	brk := fs.String("break", "", "testing: make this collective reduce with Max instead of Sum, to see #wrong count it")
+	inJob := fs.Bool("in-job", false, "run as one rank of a job someone else started (srun, gorun, mpirun, torchrun): rank 0 prints the table; -np and the variants do not apply")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -96,7 +97,10 @@ func collectives(args []string, stdout io.Writer) error {
 		return err
 	}
 	if out := os.Getenv(workerEnv); out != "" {
-		return worker(cfg, out)
+		return worker(cfg, out, nil)
+	}
+	if *inJob {
+		return worker(cfg, "", stdout)
 	}
 	worlds, err := parseInts(*nps)
 	if err != nil {
@@ -200,8 +204,9 @@ func writeFile(path string, fn func(io.Writer) error) error {
 	return f.Close()
 }
 
-// worker is one rank of a collectives job.
-func worker(cfg bench.Config, out string) error {
+// worker is one rank of a collectives job; rank 0 writes the results as
+// JSON to out, or as a table to table.
+func worker(cfg bench.Config, out string, table io.Writer) error {
 	ctx := context.Background()
 	g, err := comm.Init(ctx)
 	if err != nil {
@@ -213,6 +218,11 @@ func worker(cfg bench.Config, out string) error {
 		return err
 	}
 	if g.Rank() != 0 {
+		return nil
+	}
+	if table != nil {
+		fmt.Fprintf(table, "# gorun collectives, %d ranks in a job started outside bench\n", g.Size())
+		bench.WriteTable(table, res)
 		return nil
 	}
 	return writeFile(out, func(w io.Writer) error { return bench.WriteJSON(w, res) })

@@ -7,7 +7,13 @@
 // job token; comm.Init reads them. Output lines are labelled "[rank] ".
 // When a rank fails, the others are stopped and gorun exits with the failed
 // rank's status, naming it. Under Slurm no launcher is needed: srun starts
-// the ranks and comm.Init reads Slurm's variables.
+// the ranks and comm.Init reads Slurm's variables. Across machines without
+// Slurm, run gorun on each with the same token, as torchrun's multi-node
+// mode:
+//
+//	export GORUN_TOKEN=$(openssl rand -hex 16)    # the same on every node
+//	gorun -nnodes 2 -node-rank 0 -master 10.0.0.1:29500 -np 4 ./train   # on 10.0.0.1
+//	gorun -nnodes 2 -node-rank 1 -master 10.0.0.1:29500 -np 4 ./train   # on the other
 package main
 
 import (
@@ -32,6 +38,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	noPrefix := fs.Bool("no-prefix", false, "do not label output lines with \"[rank] \"")
 	timeout := fs.Duration("timeout", 0, "stop the whole job after this long (0: no limit)")
 	grace := fs.Duration("grace", 3*time.Second, "after a rank fails, how long the others get to exit before SIGTERM (and again before SIGKILL)")
+	nnodes := fs.Int("nnodes", 1, "machines in the job, each running gorun with the same -np, -nnodes, -master and GORUN_TOKEN (as torchrun --nnodes)")
+	nodeRank := fs.Int("node-rank", 0, "with -nnodes: this machine's number, 0 … nnodes−1 (its ranks are node-rank·np … node-rank·np+np−1)")
+	master := fs.String("master", "", "with -nnodes: HOST:PORT where node 0 serves the rendezvous store (an address of node 0 the others reach)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: gorun [flags] PROGRAM [ARGS...]\n\nStarts PROGRAM as -np ranks on this machine.\n\nflags:\n")
 		fs.PrintDefaults()
@@ -54,6 +63,10 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		Timeout:        *timeout,
 		Grace:          *grace,
 		ForwardSignals: true,
+		Nodes:          *nnodes,
+		NodeRank:       *nodeRank,
+		Master:         *master,
+		Token:          os.Getenv("GORUN_TOKEN"),
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "gorun: %v\n", err)

@@ -47,6 +47,17 @@ type Config struct {
 	Grace time.Duration
 	// ForwardSignals relays SIGINT and SIGTERM received by this process to the ranks.
 	ForwardSignals bool
+
+	// Nodes, when above 1, makes this launch one node of a job spread over
+	// Nodes machines, as torchrun's --nnodes: the NP ranks started here are
+	// global ranks NodeRank·NP … NodeRank·NP+NP−1 of Nodes·NP, every node
+	// starting the same NP. Master is the host:port of the rendezvous
+	// store, which node 0 serves (on every interface, at that port); Token
+	// is the job token every node must share (connections prove they know
+	// it).
+	Nodes, NodeRank int
+	Master          string
+	Token           string
 }
 
 // RankError describes how a rank ended badly.
@@ -131,22 +142,12 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("launch: %w", err)
 	}
-	// The store's port is bound here and handed to rank 0 as an open socket:
-	// no window in which another process could take it.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	masterAddr, port, token, lnFile, err := rendezvous(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("launch: reserve the rendezvous port: %w", err)
-	}
-	lnFile, err := ln.(*net.TCPListener).File()
-	ln.Close()
-	if err != nil {
-		return nil, fmt.Errorf("launch: %w", err)
-	}
-	defer lnFile.Close()
-	port := ln.Addr().(*net.TCPAddr).Port
-	token := make([]byte, 16)
-	if _, err := rand.Read(token); err != nil {
 		return nil, err
+	}
+	if lnFile != nil {
+		defer lnFile.Close()
 	}
 
 	out := &lineWriter{w: cfg.Stdout}
@@ -155,24 +156,26 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		errOut = out
 	}
 	j := &job{cfg: cfg, ranks: make([]*rank, cfg.NP), exited: make(chan int, cfg.NP), errOut: errOut}
+	nodes := max(cfg.Nodes, 1)
 	for r := range cfg.NP {
+		global := cfg.NodeRank*cfg.NP + r
 		cmd := exec.Command(prog, cfg.Args...)
 		cmd.Env = append(os.Environ(),
-			"RANK="+strconv.Itoa(r),
-			"WORLD_SIZE="+strconv.Itoa(cfg.NP),
+			"RANK="+strconv.Itoa(global),
+			"WORLD_SIZE="+strconv.Itoa(nodes*cfg.NP),
 			"LOCAL_RANK="+strconv.Itoa(r),
 			"LOCAL_WORLD_SIZE="+strconv.Itoa(cfg.NP),
-			"GROUP_RANK=0",
-			"MASTER_ADDR=127.0.0.1",
+			"GROUP_RANK="+strconv.Itoa(cfg.NodeRank),
+			"MASTER_ADDR="+masterAddr,
 			"MASTER_PORT="+strconv.Itoa(port),
-			"GORUN_TOKEN="+hex.EncodeToString(token),
+			"GORUN_TOKEN="+token,
 		)
 		if os.Getenv("GOMAXPROCS") == "" {
 			// Like torchrun's OMP_NUM_THREADS: ranks that each assume the
 			// whole machine oversubscribe it and wake each other up slowly.
 			cmd.Env = append(cmd.Env, "GOMAXPROCS="+strconv.Itoa(max(1, runtime.NumCPU()/cfg.NP)))
 		}
-		if r == 0 {
+		if global == 0 {
 			cmd.ExtraFiles = []*os.File{lnFile}
 			cmd.Env = append(cmd.Env, "GORUN_STORE_FD=3")
 			cmd.Stdin = cfg.Stdin
@@ -181,9 +184,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		prefix := ""
 		if !cfg.NoPrefix {
-			prefix = "[" + strconv.Itoa(r) + "] "
+			prefix = "[" + strconv.Itoa(global) + "] "
 		}
-		rk := &rank{id: r, cmd: cmd}
+		rk := &rank{id: r, global: global, cmd: cmd}
 		for _, dst := range []*lineWriter{out, errOut} {
 			pr, pw, err := os.Pipe()
 			if err != nil {
@@ -209,7 +212,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 }
 
 type rank struct {
-	id              int
+	id              int // index among this launch's ranks
+	global          int // rank in the job
 	cmd             *exec.Cmd
 	closeAfterStart []*os.File
 	copiers         sync.WaitGroup
@@ -245,7 +249,7 @@ func (j *job) run(ctx context.Context) (*Result, error) {
 			f.Close()
 		}
 		if err != nil {
-			rk.err = &RankError{Rank: rk.id, Err: err}
+			rk.err = &RankError{Rank: rk.global, Err: err}
 			res.First = rk.err
 			res.Failures = append(res.Failures, rk.err)
 			rk.copiers.Wait()
@@ -361,7 +365,7 @@ func exitError(rk *rank, err error) *RankError {
 	if err == nil {
 		return nil
 	}
-	e := &RankError{Rank: rk.id, Pid: rk.cmd.Process.Pid}
+	e := &RankError{Rank: rk.global, Pid: rk.cmd.Process.Pid}
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
@@ -408,4 +412,49 @@ func (lw *lineWriter) copyLines(r io.Reader, prefix string) {
 			return
 		}
 	}
+}
+
+// rendezvous returns where the ranks find rank 0's store and the job
+// token. A single-node job gets a fresh token and a port bound here and
+// handed to rank 0 as an open socket (no window in which another process
+// could take it); node 0 of a multi-node job binds the master's port the
+// same way, on every interface.
+func rendezvous(cfg Config) (addr string, port int, token string, ln *os.File, err error) {
+	listen := "127.0.0.1:0"
+	addr = "127.0.0.1"
+	if cfg.Nodes > 1 {
+		if cfg.NodeRank < 0 || cfg.NodeRank >= cfg.Nodes {
+			return "", 0, "", nil, fmt.Errorf("launch: node rank %d outside 0…%d", cfg.NodeRank, cfg.Nodes-1)
+		}
+		host, p, err := net.SplitHostPort(cfg.Master)
+		if err != nil || host == "" {
+			return "", 0, "", nil, fmt.Errorf("launch: --master %q: want HOST:PORT", cfg.Master)
+		}
+		if port, err = strconv.Atoi(p); err != nil || port <= 0 || port > 65535 {
+			return "", 0, "", nil, fmt.Errorf("launch: --master %q: port %q is not a port number", cfg.Master, p)
+		}
+		if cfg.Token == "" {
+			return "", 0, "", nil, fmt.Errorf("launch: a job over %d nodes needs the same token on every node: set GORUN_TOKEN (e.g. to the output of openssl rand -hex 16) before gorun on each", cfg.Nodes)
+		}
+		if cfg.NodeRank != 0 {
+			return host, port, cfg.Token, nil, nil
+		}
+		addr, listen, token = host, net.JoinHostPort("", p), cfg.Token
+	} else {
+		t := make([]byte, 16)
+		if _, err := rand.Read(t); err != nil {
+			return "", 0, "", nil, err
+		}
+		token = hex.EncodeToString(t)
+	}
+	l, err := net.Listen("tcp", listen)
+	if err != nil {
+		return "", 0, "", nil, fmt.Errorf("launch: reserve the rendezvous port: %w", err)
+	}
+	f, err := l.(*net.TCPListener).File()
+	l.Close()
+	if err != nil {
+		return "", 0, "", nil, fmt.Errorf("launch: %w", err)
+	}
+	return addr, l.Addr().(*net.TCPAddr).Port, token, f, nil
 }

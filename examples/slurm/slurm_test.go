@@ -1,0 +1,199 @@
+// Package slurm holds batch scripts for running gorun's trainer under
+// Slurm, and tests that run them, and collectives under srun, on a real
+// two-node Slurm cluster started on this machine by cluster.sh.
+package slurm
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+)
+
+// cluster is the test cluster and the binaries built for it; skip says
+// why there is none.
+var cluster struct {
+	dir, conf, bin string
+	skip           string
+}
+
+func TestMain(m *testing.M) {
+	code := func() int {
+		flag.Parse()
+		if testing.Short() {
+			cluster.skip = "-short: the Slurm cluster tests run in the full pass"
+			return m.Run()
+		}
+		if reason := canRun(); reason != "" {
+			cluster.skip = reason
+			return m.Run()
+		}
+		dir, err := os.MkdirTemp("", "gorun-slurm-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		cluster.dir, cluster.bin = dir, filepath.Join(dir, "bin")
+		build := exec.Command("go", "build", "-o", cluster.bin+"/", "../../cmd/train", "../../cmd/gorun", "../allreduce")
+		if out, err := build.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "building: %v\n%s", err, out)
+			return 1
+		}
+		start := exec.Command("bash", "cluster.sh", "start", filepath.Join(dir, "cluster"))
+		if out, err := start.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "starting the Slurm cluster: %v\n%s", err, out)
+			return 1
+		}
+		defer exec.Command("bash", "cluster.sh", "stop", filepath.Join(dir, "cluster")).Run()
+		cluster.conf = filepath.Join(dir, "cluster", "slurm.conf")
+		return m.Run()
+	}()
+	os.Exit(code)
+}
+
+// canRun says why no cluster can start here, or "".
+func canRun() string {
+	if os.Getuid() != 0 {
+		return "starting slurmctld, slurmd and munged needs root"
+	}
+	for _, b := range []string{"slurmctld", "slurmd", "srun", "sbatch", "munged"} {
+		if _, err := exec.LookPath(b); err != nil {
+			return b + " is not installed (apt-get install -y slurmctld slurmd slurm-client munge)"
+		}
+	}
+	return ""
+}
+
+// slurm runs a Slurm client command against the test cluster, with
+// nothing of gorun's, torchrun's or a previous job's environment, inside
+// a deadline (Slurm's own time limits are whole minutes).
+func slurm(t *testing.T, timeout time.Duration, name string, args ...string) (string, error) {
+	t.Helper()
+	if cluster.skip != "" {
+		t.Skip(cluster.skip)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Dir = cluster.dir
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		switch {
+		case strings.HasPrefix(k, "SLURM_"), strings.HasPrefix(k, "GORUN_"), strings.HasPrefix(k, "OMPI_"),
+			k == "RANK", k == "WORLD_SIZE", k == "LOCAL_RANK", k == "LOCAL_WORLD_SIZE", k == "MASTER_ADDR", k == "MASTER_PORT":
+			continue
+		}
+		cmd.Env = append(cmd.Env, kv)
+	}
+	cmd.Env = append(cmd.Env, "SLURM_CONF="+cluster.conf, "GORUN_JOIN_TIMEOUT=10s", "GORUN_TIMEOUT=20s")
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		return string(out), fmt.Errorf("%s %v: no answer in %v", name, args, timeout)
+	}
+	return string(out), err
+}
+
+// TestSrunAllReduce runs the allreduce example as 4 tasks on both nodes:
+// every rank finds the others from Slurm's variables alone (MASTER_ADDR
+// from the compressed node list n[1-2]) and prints the right sum.
+func TestSrunAllReduce(t *testing.T) {
+	out, err := slurm(t, 2*time.Minute, "srun", "-N", "2", "-n", "4", "-O", "-l", "--export=ALL",
+		"bash", "-c", `echo "node $SLURMD_NODENAME nodelist $SLURM_JOB_NODELIST"; exec `+cluster.bin+"/allreduce")
+	if err != nil {
+		t.Fatalf("srun: %v\n%s", err, out)
+	}
+	nodes := map[string]bool{}
+	sums := 0
+	for _, line := range strings.Split(out, "\n") {
+		if m := regexp.MustCompile(`node (\S+) nodelist (\S+)`).FindStringSubmatch(line); m != nil {
+			nodes[m[1]] = true
+			if m[2] != "n[1-2]" {
+				t.Errorf("node list %q, want the compressed n[1-2]", m[2])
+			}
+		}
+		if strings.Contains(line, "of 4: sum of ranks = 6, ranks counted = 4") {
+			sums++
+		}
+	}
+	if sums != 4 {
+		t.Errorf("%d ranks printed the right sum, want 4:\n%s", sums, out)
+	}
+	if len(nodes) != 2 {
+		t.Errorf("tasks ran on %v, want both nodes:\n%s", keys(nodes), out)
+	}
+}
+
+// TestRankFailsUnderSrun: task 2 exits with status 3 before joining. With
+// -K srun kills the others and names the task; without it the others give
+// up on their own with an error naming rank 2.
+func TestRankFailsUnderSrun(t *testing.T) {
+	prog := `if [ "$SLURM_PROCID" = 2 ]; then exit 3; fi; exec ` + cluster.bin + "/allreduce"
+	for _, c := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"kill-on-bad-exit", []string{"-K"}, `task 2: Exited with exit code 3`},
+		{"survivors-report", nil, `ranks [2] did not join`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			start := time.Now()
+			args := append([]string{"-N", "2", "-n", "4", "-O", "-l"}, c.args...)
+			out, err := slurm(t, 2*time.Minute, "srun", append(args, "bash", "-c", prog)...)
+			if err == nil {
+				t.Fatalf("srun succeeded with a failing task:\n%s", out)
+			}
+			if !strings.Contains(out, c.want) {
+				t.Errorf("output does not name the failed task (%q):\n%s", c.want, out)
+			}
+			t.Logf("srun %v failed after %.1f s: %v", c.args, time.Since(start).Seconds(), err)
+		})
+	}
+}
+
+// TestSbatchDDPAcrossNodes submits ddp-2nodes.sh with sbatch --wait: the
+// MNIST net trains with DDP on 2 nodes × 2 tasks for a few steps and rank
+// 0 writes the checkpoint.
+func TestSbatchDDPAcrossNodes(t *testing.T) {
+	data := "--synthetic"
+	if _, err := os.Stat("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"); err == nil {
+		data = "--data /usr/share/datasets/fashion-mnist"
+	}
+	script, err := filepath.Abs("ddp-2nodes.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	work := t.TempDir()
+	log := filepath.Join(work, "job.out")
+	out, err := slurm(t, 3*time.Minute, "sbatch", "--wait", "--chdir", work, "--output", log,
+		"--export=ALL,BIN="+cluster.bin+",TRAIN_ARGS="+data+" --epochs 1 --train-samples 1024 --test-samples 256 --progress lines", script)
+	jobOut, _ := os.ReadFile(log)
+	if err != nil {
+		t.Fatalf("sbatch: %v\n%s\njob output:\n%s", err, out, jobOut)
+	}
+	for _, want := range []string{"4 ranks", "Test set"} {
+		if !strings.Contains(string(jobOut), want) {
+			t.Errorf("job output lacks %q:\n%s", want, jobOut)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(work, "mnist.safetensors")); err != nil {
+		t.Errorf("no checkpoint: %v\njob output:\n%s", err, jobOut)
+	}
+}
+
+func keys(m map[string]bool) []string {
+	var s []string
+	for k := range m {
+		s = append(s, k)
+	}
+	sort.Strings(s)
+	return s
+}
