@@ -10,7 +10,7 @@
 # do not collide. Ranks of one node talk through shared memory.
 #SBATCH --job-name=gorun-ddp
 #SBATCH --nodes=1
-#SBATCH --ntasks-per-node=4
+#SBATCH --ntasks=4
 #SBATCH --time=30
 set -euo pipefail
 srun "${BIN:-bin}"/train --save mnist.safetensors ${TRAIN_ARGS:-}

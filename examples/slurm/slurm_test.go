@@ -159,33 +159,52 @@ func TestRankFailsUnderSrun(t *testing.T) {
 	}
 }
 
-// TestSbatchDDPAcrossNodes submits ddp-2nodes.sh with sbatch --wait: the
-// MNIST net trains with DDP on 2 nodes × 2 tasks for a few steps and rank
-// 0 writes the checkpoint.
-func TestSbatchDDPAcrossNodes(t *testing.T) {
+// TestBatchScripts submits each batch script of this folder with sbatch
+// --wait on a few hundred images: each trains, evaluates and writes its
+// checkpoint. ddp-2nodes.sh spans both nodes; ddp-1node.sh's 4 tasks
+// overcommit a test node's CPUs (-O).
+func TestBatchScripts(t *testing.T) {
 	data := "--synthetic"
 	if _, err := os.Stat("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"); err == nil {
 		data = "--data /usr/share/datasets/fashion-mnist"
 	}
-	script, err := filepath.Abs("ddp-2nodes.sh")
-	if err != nil {
-		t.Fatal(err)
-	}
-	work := t.TempDir()
-	log := filepath.Join(work, "job.out")
-	out, err := slurm(t, 3*time.Minute, "sbatch", "--wait", "--chdir", work, "--output", log,
-		"--export=ALL,BIN="+cluster.bin+",TRAIN_ARGS="+data+" --epochs 1 --train-samples 1024 --test-samples 256 --progress lines", script)
-	jobOut, _ := os.ReadFile(log)
-	if err != nil {
-		t.Fatalf("sbatch: %v\n%s\njob output:\n%s", err, out, jobOut)
-	}
-	for _, want := range []string{"4 ranks", "Test set"} {
-		if !strings.Contains(string(jobOut), want) {
-			t.Errorf("job output lacks %q:\n%s", want, jobOut)
-		}
-	}
-	if _, err := os.Stat(filepath.Join(work, "mnist.safetensors")); err != nil {
-		t.Errorf("no checkpoint: %v\njob output:\n%s", err, jobOut)
+	small := " --epochs 1 --train-samples 1024 --test-samples 256 --progress lines"
+	for _, c := range []struct {
+		script, args, ranks, checkpoint string
+		sbatch                          []string
+	}{
+		{"one-task.sh", data + small, "", "mnist.safetensors", nil},
+		{"ddp-1node.sh", data + small, "4 ranks", "mnist.safetensors", []string{"--overcommit"}},
+		{"ddp-2nodes.sh", data + small, "4 ranks", "mnist.safetensors", nil},
+		{"gpipe-3tasks.sh", "--synthetic --epochs 1 --train-samples 256 --test-samples 64 --batch-size 32 --progress lines", "", "cifar.stage2.safetensors", nil},
+	} {
+		t.Run(strings.TrimSuffix(c.script, ".sh"), func(t *testing.T) {
+			script, err := filepath.Abs(c.script)
+			if err != nil {
+				t.Fatal(err)
+			}
+			work := t.TempDir()
+			log := filepath.Join(work, "job.out")
+			args := append([]string{"--wait", "--chdir", work, "--output", log, "--export=ALL,BIN=" + cluster.bin + ",TRAIN_ARGS=" + c.args}, c.sbatch...)
+			out, err := slurm(t, 3*time.Minute, "sbatch", append(args, script)...)
+			jobOut, _ := os.ReadFile(log)
+			if err != nil {
+				t.Fatalf("sbatch: %v\n%s\njob output:\n%s", err, out, jobOut)
+			}
+			for _, want := range []string{c.ranks, "Test set"} {
+				if !strings.Contains(string(jobOut), want) {
+					t.Errorf("job output lacks %q:\n%s", want, jobOut)
+				}
+			}
+			if _, err := os.Stat(filepath.Join(work, c.checkpoint)); err != nil {
+				entries, _ := os.ReadDir(work)
+				var names []string
+				for _, e := range entries {
+					names = append(names, e.Name())
+				}
+				t.Errorf("no checkpoint %s (have %v): %v\njob output:\n%s", c.checkpoint, names, err, jobOut)
+			}
+		})
 	}
 }
 
