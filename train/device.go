@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
 
 	"github.com/gorun/gorun/comm"
 	"github.com/gorun/gorun/cuda"
@@ -31,12 +30,13 @@ func (d *Device) Close() {
 
 // OpenBackend opens the compute device a rank trains on: "cpu", "cuda"
 // (a GPU or an error), or "auto" (a GPU when the driver sees one, else the
-// CPU). A rank takes GPU LOCAL_RANK mod the number of visible GPUs
+// CPU). The rank takes GPU localRank mod the number of visible GPUs
 // (CUDA_VISIBLE_DEVICES narrows them, as the driver applies it), so ranks
 // of one machine spread over its GPUs and share them when there are more
-// ranks than GPUs. threads is the CPU backend's thread count; tf32 lets
-// GPU matrix products use TF32.
-func OpenBackend(device string, threads int, tf32 bool) (*Device, error) {
+// ranks than GPUs; localRank is comm's (LOCAL_RANK, SLURM_LOCALID or
+// OMPI_COMM_WORLD_LOCAL_RANK). threads is the CPU backend's thread count;
+// tf32 lets GPU matrix products use TF32.
+func OpenBackend(device string, localRank, threads int, tf32 bool) (*Device, error) {
 	switch device {
 	case "", "auto", "cuda", "gpu":
 	case "cpu":
@@ -45,7 +45,7 @@ func OpenBackend(device string, threads int, tf32 bool) (*Device, error) {
 	default:
 		return nil, fmt.Errorf("unknown device %q (want auto, cpu or cuda)", device)
 	}
-	g, err := openGPU(tf32)
+	g, err := openGPU(localRank, tf32)
 	if err == nil {
 		return &Device{Backend: g, close: func() {
 			if p := g.Profile(); p != "" {
@@ -60,7 +60,7 @@ func OpenBackend(device string, threads int, tf32 bool) (*Device, error) {
 	return &Device{Backend: c, close: c.Close, Note: fmt.Sprintf("%v: training on the CPU", err)}, nil
 }
 
-func openGPU(tf32 bool) (*gpu.Backend, error) {
+func openGPU(localRank int, tf32 bool) (*gpu.Backend, error) {
 	d, err := cuda.Open()
 	if err != nil {
 		return nil, err
@@ -69,13 +69,7 @@ func openGPU(tf32 bool) (*gpu.Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	local := 0
-	if v := os.Getenv("LOCAL_RANK"); v != "" {
-		if local, err = strconv.Atoi(v); err != nil || local < 0 {
-			return nil, fmt.Errorf("LOCAL_RANK=%q is not a rank", v)
-		}
-	}
-	dv, err := d.Device(local % n)
+	dv, err := d.Device(max(localRank, 0) % n)
 	if err != nil {
 		return nil, err
 	}

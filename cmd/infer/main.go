@@ -50,7 +50,7 @@ func run(args []string, stdout io.Writer) error {
 	if *dataDir == "" && fs.NArg() == 0 && *merge == "" {
 		return fmt.Errorf("give image files to classify, --data DIR to evaluate, or --merge OUT")
 	}
-	dev, err := train.OpenBackend(*device, *threads, false)
+	dev, err := train.OpenBackend(*device, 0, *threads, false)
 	if err != nil {
 		return err
 	}

@@ -151,7 +151,7 @@ func run(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	dev, err := train.OpenBackend(o.device, cfg.Threads, o.tf32)
+	dev, err := train.OpenBackend(o.device, g.LocalRank(), cfg.Threads, o.tf32)
 	if err != nil {
 		return err
 	}
