@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
+	"unsafe"
 
 	"github.com/ebitengine/purego"
 )
@@ -31,6 +33,7 @@ type BLAS struct {
 	alpha, beta float32 // host scalars the calls point at
 	version     int
 	tf32        bool
+	rawSgemm    uintptr // cublasSgemm_v2 for purego.SyscallN
 }
 
 // OpenBLAS loads cuBLAS and creates a handle whose work goes to s.
@@ -51,6 +54,9 @@ func (s *Stream) OpenBLAS() (*BLAS, error) {
 		{&b.api.sgemmBatch, "cublasSgemmStridedBatched"},
 	}); err != nil {
 		return nil, err
+	}
+	if b.rawSgemm, err = purego.Dlsym(lib, "cublasSgemm_v2"); err != nil {
+		return nil, fmt.Errorf("cuda: %s: %w", name, err)
 	}
 	if err := s.dv.Enter(); err != nil {
 		return nil, err
@@ -137,7 +143,12 @@ func op(trans bool) int32 {
 // Enter.
 func (b *BLAS) GEMM(transA, transB bool, m, n, k int, alpha float32, a DevPtr, lda int, bm DevPtr, ldb int, beta float32, c DevPtr, ldc int) error {
 	b.alpha, b.beta = alpha, beta
-	if r := b.api.sgemm(b.h, op(transB), op(transA), int32(n), int32(m), int32(k), &b.alpha, bm, int32(ldb), a, int32(lda), &b.beta, c, int32(ldc)); r != success {
+	// Raw call (see driverAPI): b is on the heap, so &b.alpha stays put.
+	ret, _, _ := purego.SyscallN(b.rawSgemm, b.h, uintptr(op(transB)), uintptr(op(transA)), uintptr(uint32(n)), uintptr(uint32(m)), uintptr(uint32(k)),
+		uintptr(unsafe.Pointer(&b.alpha)), uintptr(bm), uintptr(uint32(ldb)), uintptr(a), uintptr(uint32(lda)),
+		uintptr(unsafe.Pointer(&b.beta)), uintptr(c), uintptr(uint32(ldc)))
+	runtime.KeepAlive(b)
+	if r := result(ret); r != success {
 		return &Error{Call: fmt.Sprintf("cublasSgemm m=%d n=%d k=%d", m, n, k), Code: r}
 	}
 	return nil

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"runtime"
 	"unsafe"
+
+	"github.com/ebitengine/purego"
 )
 
 // DevPtr is an address in a GPU's memory.
@@ -92,7 +94,8 @@ func (dv *Device) String() string {
 // once (the calls nest).
 func (dv *Device) Enter() error {
 	runtime.LockOSThread()
-	if err := dv.d.check("cuCtxSetCurrent", dv.d.api.cuCtxSetCurrent(dv.ctx)); err != nil {
+	r, _, _ := purego.SyscallN(dv.d.api.rawCtxSetCurrent, dv.ctx)
+	if err := dv.d.check("cuCtxSetCurrent", result(r)); err != nil {
 		runtime.UnlockOSThread()
 		return err
 	}

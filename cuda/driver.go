@@ -49,7 +49,30 @@ type driverAPI struct {
 	cuFuncGetAttribute          func(v *int32, attr int32, f uintptr) Result
 	cuLaunchKernel              func(f uintptr, gx, gy, gz, bx, by, bz, shared uint32, s uintptr, params unsafe.Pointer, extra unsafe.Pointer) Result
 	cuOccupancyMaxPotentialBlks func(minGrid, block *int32, f uintptr, cb uintptr, shared uint64, limit int32) Result
+
+	// The calls every kernel launch makes, also as raw addresses for
+	// purego.SyscallN: one allocation per call instead of the reflective
+	// call's four.
+	rawCtxSetCurrent, rawLaunchKernel, rawMemsetD32Async uintptr
 }
+
+// raw resolves the raw addresses of the hot calls.
+func (api *driverAPI) raw(lib uintptr) error {
+	for _, r := range []struct {
+		dst  *uintptr
+		name string
+	}{{&api.rawCtxSetCurrent, "cuCtxSetCurrent"}, {&api.rawLaunchKernel, "cuLaunchKernel"}, {&api.rawMemsetD32Async, "cuMemsetD32Async"}} {
+		addr, err := purego.Dlsym(lib, r.name)
+		if err != nil || addr == 0 {
+			return fmt.Errorf("cuda: libcuda.so.1 has no %s: %v", r.name, err)
+		}
+		*r.dst = addr
+	}
+	return nil
+}
+
+// result is a raw call's CUresult (the low 32 bits of the return register).
+func result(r uintptr) Result { return Result(int32(uint32(r))) }
 
 // symbols maps each entry point to the exported name it binds (the _v2
 // names where the driver versioned the call).
@@ -139,6 +162,9 @@ func Open() (*Driver, error) {
 	}
 	d := &Driver{}
 	if err := bind(lib, name, d.api.symbols()); err != nil {
+		return nil, err
+	}
+	if err := d.api.raw(lib); err != nil {
 		return nil, err
 	}
 	if err := d.check("cuInit", d.api.cuInit(0)); err != nil {

@@ -2,7 +2,10 @@ package cuda
 
 import (
 	"fmt"
+	"runtime"
 	"unsafe"
+
+	"github.com/ebitengine/purego"
 )
 
 // Stream is an ordered queue of device work.
@@ -71,7 +74,10 @@ func (s *Stream) Fill32(dst DevPtr, v uint32, n int) error {
 	if n == 0 {
 		return nil
 	}
-	return s.dv.call("cuMemsetD32Async", func() Result { return s.dv.d.api.cuMemsetD32Async(dst, v, uint64(n), s.h) })
+	return s.dv.call("cuMemsetD32Async", func() Result {
+		r, _, _ := purego.SyscallN(s.dv.d.api.rawMemsetD32Async, uintptr(dst), uintptr(v), uintptr(n), s.h)
+		return result(r)
+	})
 }
 
 // Upload copies host float32s to dst and waits for the copy.
@@ -231,8 +237,10 @@ type Dim3 struct{ X, Y, Z int }
 func (s *Stream) Launch(f *Function, grid, block Dim3, sharedBytes int, args *Args) error {
 	grid, block = grid.orOne(), block.orOne()
 	err := s.dv.call("cuLaunchKernel", func() Result {
-		return s.dv.d.api.cuLaunchKernel(f.h, uint32(grid.X), uint32(grid.Y), uint32(grid.Z),
-			uint32(block.X), uint32(block.Y), uint32(block.Z), uint32(sharedBytes), s.h, args.params(), nil)
+		r, _, _ := purego.SyscallN(s.dv.d.api.rawLaunchKernel, f.h, uintptr(uint32(grid.X)), uintptr(uint32(grid.Y)), uintptr(uint32(grid.Z)),
+			uintptr(uint32(block.X)), uintptr(uint32(block.Y)), uintptr(uint32(block.Z)), uintptr(uint32(sharedBytes)), s.h, uintptr(args.params()), 0)
+		runtime.KeepAlive(args) // the driver reads the arguments during the call
+		return result(r)
 	})
 	if err != nil {
 		return fmt.Errorf("launching %s grid %v block %v: %w", f.name, grid, block, err)

@@ -51,6 +51,9 @@ func OpenBackend(device string, localRank, threads int, tf32 bool) (*Device, err
 			if p := g.Profile(); p != "" {
 				fmt.Fprint(os.Stderr, p)
 			}
+			if err := g.Close(); err != nil {
+				fmt.Fprintf(os.Stderr, "gpu: %v\n", err)
+			}
 		}}, nil
 	}
 	if device == "cuda" || device == "gpu" || !(errors.Is(err, cuda.ErrNoDriver) || errors.Is(err, cuda.ErrNoDevice)) {

@@ -15,6 +15,7 @@ package gpu
 
 import (
 	_ "embed"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -142,6 +143,23 @@ func NewOn(dv *cuda.Device, o Options) (*Backend, error) {
 	}
 	b.col.b, b.tmp.b, b.stats.b, b.small.b, b.sums.b = b, b, b, b, b
 	return b, nil
+}
+
+// Close waits for the queued work and releases the backend's scratch
+// memory, cuBLAS handle, kernels and stream, then the device's context;
+// tensors still on the device must not be used afterwards. It returns the
+// first failure, the sticky one included.
+func (b *Backend) Close() error {
+	err := b.Synchronize()
+	for _, s := range []*scratch{&b.col, &b.tmp, &b.stats, &b.small, &b.sums} {
+		if s.p != 0 {
+			err = errors.Join(err, b.dv.Free(s.p))
+			s.p, s.bytes = 0, 0
+		}
+	}
+	err = errors.Join(err, b.blas.Close(), b.mod.Close(), b.s.Close(), b.dv.Close())
+	b.fail(errors.New("the backend is closed"))
+	return err
 }
 
 // Name implements tensor.Backend.

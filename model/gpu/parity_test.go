@@ -290,3 +290,21 @@ func TestParity(t *testing.T) {
 		})
 	}
 }
+
+// TestLaunchAllocations: a kernel launch makes two raw driver calls
+// (context, launch), each allocating once inside purego; nothing else of
+// the backend allocates.
+func TestLaunchAllocations(t *testing.T) {
+	g := gpuOnce.get(t)
+	x := tensor.NewOn(g.Device(), 1000)
+	y := tensor.NewOn(g.Device(), 1000)
+	a := testing.AllocsPerRun(200, func() { g.ReLU(x, y) })
+	f := testing.AllocsPerRun(200, func() { g.Fill(y, 1) })
+	if err := g.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("allocations: %.1f per ReLU launch, %.1f per Fill", a, f)
+	if a > 2 || f > 2 {
+		t.Errorf("%.1f allocations per launch and %.1f per fill; want at most 2 (one per raw driver call)", a, f)
+	}
+}
