@@ -107,7 +107,7 @@ func (c *CUDAStager) record(s *cuda.Stream) (*cudaPending, error) {
 	}
 	c.mu.Unlock()
 	if p == nil {
-		ev, err := c.dv.NewEvent(false)
+		ev, err := c.dv.NewEvent()
 		if err != nil {
 			return nil, err
 		}

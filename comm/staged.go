@@ -59,7 +59,7 @@ func (g *Group) AllReduceDeviceAsync(ctx context.Context, st Stager, ptr uintptr
 	c := call{"AllReduce", n}
 	ready, err := st.Mark()
 	if err != nil {
-		return failedWork(g.wrap(c.String()+" on a device buffer", err))
+		return finished(g.wrap(c.String()+" on a device buffer", err))
 	}
 	return g.enqueue(ctx, c, func(ctx context.Context) error {
 		return staged(ctx, st, ready, ptr, n, func(ctx context.Context, host []float32) error {
@@ -84,13 +84,6 @@ func (g *Group) BroadcastDevice(ctx context.Context, st Stager, ptr uintptr, n i
 			return ring.Broadcast(ctx, &g.ring, host, root)
 		})
 	}).Wait()
-}
-
-// failedWork is a Work that failed before it was queued.
-func failedWork(err error) *Work {
-	w := &Work{done: make(chan struct{}), err: err}
-	close(w.done)
-	return w
 }
 
 // staged runs exchange on the n elements at ptr chunk by chunk through

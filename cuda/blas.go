@@ -17,7 +17,6 @@ type blasAPI struct {
 	version     func(h uintptr, v *int32) Result
 	setStream   func(h uintptr, s uintptr) Result
 	setMathMode func(h uintptr, mode int32) Result
-	sgemm       func(h uintptr, ta, tb int32, m, n, k int32, alpha *float32, a DevPtr, lda int32, b DevPtr, ldb int32, beta *float32, c DevPtr, ldc int32) Result
 	sgemmBatch  func(h uintptr, ta, tb int32, m, n, k int32, alpha *float32, a DevPtr, lda int32, sa int64, b DevPtr, ldb int32, sb int64, beta *float32, c DevPtr, ldc int32, sc int64, count int32) Result
 }
 
@@ -50,7 +49,6 @@ func (s *Stream) OpenBLAS() (*BLAS, error) {
 		{&b.api.version, "cublasGetVersion_v2"},
 		{&b.api.setStream, "cublasSetStream_v2"},
 		{&b.api.setMathMode, "cublasSetMathMode"},
-		{&b.api.sgemm, "cublasSgemm_v2"},
 		{&b.api.sgemmBatch, "cublasSgemmStridedBatched"},
 	}); err != nil {
 		return nil, err

@@ -77,9 +77,6 @@ func (d *Driver) Device(ordinal int) (*Device, error) {
 	return dv, nil
 }
 
-// Ordinal is the device's number among the visible ones.
-func (dv *Device) Ordinal() int { return dv.ordinal }
-
 // Driver returns the driver the device belongs to.
 func (dv *Device) Driver() *Driver { return dv.d }
 

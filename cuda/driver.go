@@ -9,49 +9,39 @@ import (
 
 // driverAPI holds the driver entry points, bound at Open.
 type driverAPI struct {
-	cuInit                      func(flags uint32) Result
-	cuDriverGetVersion          func(v *int32) Result
-	cuGetErrorName              func(r Result, s **byte) Result
-	cuGetErrorString            func(r Result, s **byte) Result
-	cuDeviceGetCount            func(n *int32) Result
-	cuDeviceGet                 func(d *int32, ordinal int32) Result
-	cuDeviceGetName             func(name *byte, n int32, d int32) Result
-	cuDeviceGetAttribute        func(v *int32, attr int32, d int32) Result
-	cuDeviceTotalMem            func(bytes *uint64, d int32) Result
-	cuDevicePrimaryCtxRetain    func(ctx *uintptr, d int32) Result
-	cuDevicePrimaryCtxRelease   func(d int32) Result
-	cuCtxSetCurrent             func(ctx uintptr) Result
-	cuCtxSynchronize            func() Result
-	cuMemGetInfo                func(free, total *uint64) Result
-	cuMemAlloc                  func(p *DevPtr, bytes uint64) Result
-	cuMemFree                   func(p DevPtr) Result
-	cuMemHostAlloc              func(p *unsafe.Pointer, bytes uint64, flags uint32) Result
-	cuMemFreeHost               func(p unsafe.Pointer) Result
-	cuMemHostRegister           func(p unsafe.Pointer, bytes uint64, flags uint32) Result
-	cuMemHostUnregister         func(p unsafe.Pointer) Result
-	cuMemcpyHtoDAsync           func(dst DevPtr, src unsafe.Pointer, bytes uint64, s uintptr) Result
-	cuMemcpyDtoHAsync           func(dst unsafe.Pointer, src DevPtr, bytes uint64, s uintptr) Result
-	cuMemcpyDtoDAsync           func(dst, src DevPtr, bytes uint64, s uintptr) Result
-	cuMemsetD32Async            func(dst DevPtr, v uint32, n uint64, s uintptr) Result
-	cuStreamCreate              func(s *uintptr, flags uint32) Result
-	cuStreamDestroy             func(s uintptr) Result
-	cuStreamSynchronize         func(s uintptr) Result
-	cuStreamWaitEvent           func(s, ev uintptr, flags uint32) Result
-	cuEventCreate               func(ev *uintptr, flags uint32) Result
-	cuEventDestroy              func(ev uintptr) Result
-	cuEventRecord               func(ev, s uintptr) Result
-	cuEventQuery                func(ev uintptr) Result
-	cuEventSynchronize          func(ev uintptr) Result
-	cuEventElapsedTime          func(ms *float32, start, end uintptr) Result
-	cuModuleLoadDataEx          func(m *uintptr, image unsafe.Pointer, n uint32, opts *int32, vals *uintptr) Result
-	cuModuleUnload              func(m uintptr) Result
-	cuModuleGetFunction         func(f *uintptr, m uintptr, name string) Result
-	cuFuncGetAttribute          func(v *int32, attr int32, f uintptr) Result
-	cuLaunchKernel              func(f uintptr, gx, gy, gz, bx, by, bz, shared uint32, s uintptr, params unsafe.Pointer, extra unsafe.Pointer) Result
-	cuOccupancyMaxPotentialBlks func(minGrid, block *int32, f uintptr, cb uintptr, shared uint64, limit int32) Result
+	cuInit                    func(flags uint32) Result
+	cuDriverGetVersion        func(v *int32) Result
+	cuGetErrorName            func(r Result, s **byte) Result
+	cuGetErrorString          func(r Result, s **byte) Result
+	cuDeviceGetCount          func(n *int32) Result
+	cuDeviceGet               func(d *int32, ordinal int32) Result
+	cuDeviceGetName           func(name *byte, n int32, d int32) Result
+	cuDeviceGetAttribute      func(v *int32, attr int32, d int32) Result
+	cuDeviceTotalMem          func(bytes *uint64, d int32) Result
+	cuDevicePrimaryCtxRetain  func(ctx *uintptr, d int32) Result
+	cuDevicePrimaryCtxRelease func(d int32) Result
+	cuCtxSynchronize          func() Result
+	cuMemGetInfo              func(free, total *uint64) Result
+	cuMemAlloc                func(p *DevPtr, bytes uint64) Result
+	cuMemFree                 func(p DevPtr) Result
+	cuMemHostAlloc            func(p *unsafe.Pointer, bytes uint64, flags uint32) Result
+	cuMemFreeHost             func(p unsafe.Pointer) Result
+	cuMemcpyHtoDAsync         func(dst DevPtr, src unsafe.Pointer, bytes uint64, s uintptr) Result
+	cuMemcpyDtoHAsync         func(dst unsafe.Pointer, src DevPtr, bytes uint64, s uintptr) Result
+	cuMemcpyDtoDAsync         func(dst, src DevPtr, bytes uint64, s uintptr) Result
+	cuStreamCreate            func(s *uintptr, flags uint32) Result
+	cuStreamDestroy           func(s uintptr) Result
+	cuStreamSynchronize       func(s uintptr) Result
+	cuEventCreate             func(ev *uintptr, flags uint32) Result
+	cuEventDestroy            func(ev uintptr) Result
+	cuEventRecord             func(ev, s uintptr) Result
+	cuEventSynchronize        func(ev uintptr) Result
+	cuModuleLoadDataEx        func(m *uintptr, image unsafe.Pointer, n uint32, opts *int32, vals *uintptr) Result
+	cuModuleUnload            func(m uintptr) Result
+	cuModuleGetFunction       func(f *uintptr, m uintptr, name string) Result
 
-	// The calls every kernel launch makes, also as raw addresses for
-	// purego.SyscallN: one allocation per call instead of the reflective
+	// The calls every kernel launch makes, as raw addresses for
+	// purego.SyscallN: one allocation per call instead of a reflective
 	// call's four.
 	rawCtxSetCurrent, rawLaunchKernel, rawMemsetD32Async uintptr
 }
@@ -89,35 +79,25 @@ func (api *driverAPI) symbols() []symbol {
 		{&api.cuDeviceTotalMem, "cuDeviceTotalMem_v2"},
 		{&api.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain"},
 		{&api.cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2"},
-		{&api.cuCtxSetCurrent, "cuCtxSetCurrent"},
 		{&api.cuCtxSynchronize, "cuCtxSynchronize"},
 		{&api.cuMemGetInfo, "cuMemGetInfo_v2"},
 		{&api.cuMemAlloc, "cuMemAlloc_v2"},
 		{&api.cuMemFree, "cuMemFree_v2"},
 		{&api.cuMemHostAlloc, "cuMemHostAlloc"},
 		{&api.cuMemFreeHost, "cuMemFreeHost"},
-		{&api.cuMemHostRegister, "cuMemHostRegister_v2"},
-		{&api.cuMemHostUnregister, "cuMemHostUnregister"},
 		{&api.cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2"},
 		{&api.cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2"},
 		{&api.cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2"},
-		{&api.cuMemsetD32Async, "cuMemsetD32Async"},
 		{&api.cuStreamCreate, "cuStreamCreate"},
 		{&api.cuStreamDestroy, "cuStreamDestroy_v2"},
 		{&api.cuStreamSynchronize, "cuStreamSynchronize"},
-		{&api.cuStreamWaitEvent, "cuStreamWaitEvent"},
 		{&api.cuEventCreate, "cuEventCreate"},
 		{&api.cuEventDestroy, "cuEventDestroy_v2"},
 		{&api.cuEventRecord, "cuEventRecord"},
-		{&api.cuEventQuery, "cuEventQuery"},
 		{&api.cuEventSynchronize, "cuEventSynchronize"},
-		{&api.cuEventElapsedTime, "cuEventElapsedTime"},
 		{&api.cuModuleLoadDataEx, "cuModuleLoadDataEx"},
 		{&api.cuModuleUnload, "cuModuleUnload"},
 		{&api.cuModuleGetFunction, "cuModuleGetFunction"},
-		{&api.cuFuncGetAttribute, "cuFuncGetAttribute"},
-		{&api.cuLaunchKernel, "cuLaunchKernel"},
-		{&api.cuOccupancyMaxPotentialBlks, "cuOccupancyMaxPotentialBlockSize"},
 	}
 }
 

@@ -17,11 +17,8 @@ type Result int32
 
 // Driver result codes the package tells apart.
 const (
-	success         Result = 0
-	errNoDevice     Result = 100
-	errNotReady     Result = 600
-	errOutOfMemory  Result = 2
-	errInvalidValue Result = 1
+	success     Result = 0
+	errNoDevice Result = 100
 )
 
 // Error is a failed driver or cuBLAS call.

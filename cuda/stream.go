@@ -28,9 +28,6 @@ func (dv *Device) NewStream() (*Stream, error) {
 // Device is the stream's device.
 func (s *Stream) Device() *Device { return s.dv }
 
-// Handle is the CUstream, for libraries bound to the same driver.
-func (s *Stream) Handle() uintptr { return s.h }
-
 // Close destroys the stream after its queued work.
 func (s *Stream) Close() error {
 	return s.dv.call("cuStreamDestroy", func() Result { return s.dv.d.api.cuStreamDestroy(s.h) })
@@ -103,27 +100,18 @@ func (s *Stream) Download(dst []float32, src DevPtr) error {
 	return s.Synchronize()
 }
 
-// Wait makes the stream's later work wait for ev.
-func (s *Stream) Wait(ev *Event) error {
-	return s.dv.call("cuStreamWaitEvent", func() Result { return s.dv.d.api.cuStreamWaitEvent(s.h, ev.h, 0) })
-}
-
 // Event marks a point in a stream.
 type Event struct {
 	dv *Device
 	h  uintptr
 }
 
-// NewEvent creates an event; timing events record time stamps, the others
-// are cheaper to record and wait on.
-func (dv *Device) NewEvent(timing bool) (*Event, error) {
+// NewEvent creates an event without time stamps (cheaper to record and
+// wait on).
+func (dv *Device) NewEvent() (*Event, error) {
 	const disableTiming = 2
-	flags := uint32(disableTiming)
-	if timing {
-		flags = 0
-	}
 	ev := &Event{dv: dv}
-	if err := dv.call("cuEventCreate", func() Result { return dv.d.api.cuEventCreate(&ev.h, flags) }); err != nil {
+	if err := dv.call("cuEventCreate", func() Result { return dv.d.api.cuEventCreate(&ev.h, disableTiming) }); err != nil {
 		return nil, err
 	}
 	return ev, nil
@@ -137,29 +125,6 @@ func (ev *Event) Record(s *Stream) error {
 // Synchronize waits until the work before the event is done.
 func (ev *Event) Synchronize() error {
 	return ev.dv.call("cuEventSynchronize", func() Result { return ev.dv.d.api.cuEventSynchronize(ev.h) })
-}
-
-// Done reports whether the work before the event has finished.
-func (ev *Event) Done() (bool, error) {
-	var r Result
-	if err := ev.dv.call("cuEventQuery", func() Result { r = ev.dv.d.api.cuEventQuery(ev.h); return success }); err != nil {
-		return false, err
-	}
-	switch r {
-	case success:
-		return true, nil
-	case errNotReady:
-		return false, nil
-	}
-	return false, ev.dv.d.check("cuEventQuery", r)
-}
-
-// Since returns the milliseconds between start and ev, both recorded
-// timing events that have completed.
-func (ev *Event) Since(start *Event) (float32, error) {
-	var ms float32
-	err := ev.dv.call("cuEventElapsedTime", func() Result { return ev.dv.d.api.cuEventElapsedTime(&ms, start.h, ev.h) })
-	return ms, err
 }
 
 // Close destroys the event.
@@ -226,9 +191,6 @@ type Function struct {
 	h    uintptr
 	name string
 }
-
-// Name is the kernel's name.
-func (f *Function) Name() string { return f.name }
 
 // Dim3 is a grid or block size.
 type Dim3 struct{ X, Y, Z int }

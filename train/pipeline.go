@@ -311,14 +311,10 @@ func (p *Pipeline) forward(ctx context.Context, k, slot int) error {
 	}
 	p.Events = append(p.Events, Event{Stage: p.stage, Micro: k, Start: t0, End: time.Now()})
 	if !p.last() {
-		p.sends = append(p.sends, p.g.SendAsync(ctx, sendable(y, &p.outHost[k]), p.stage+1, tagActivation))
+		p.sends = append(p.sends, p.g.SendAsync(ctx, hostRows(y, &p.outHost[k]), p.stage+1, tagActivation))
 	}
 	return deviceErr(p.be)
 }
-
-// sendable returns t's elements in host memory for a send: t.Data itself,
-// or a copy from the device into *buf (which must outlive the send).
-func sendable(t *tensor.Tensor, buf *[]float32) []float32 { return hostRows(t, buf) }
 
 // backward takes microbatch k back through replica slot (its output
 // gradient already received there, or from the loss on the last stage) and
@@ -343,7 +339,7 @@ func (p *Pipeline) backward(ctx context.Context, k, slot int) error {
 	}
 	p.Events = append(p.Events, Event{Stage: p.stage, Micro: k, Backward: true, Start: t0, End: time.Now()})
 	if p.stage > 0 {
-		p.sends = append(p.sends, p.g.SendAsync(ctx, sendable(dx, &p.dxHost[k]), p.stage-1, tagGradient))
+		p.sends = append(p.sends, p.g.SendAsync(ctx, hostRows(dx, &p.dxHost[k]), p.stage-1, tagGradient))
 	}
 	return deviceErr(p.be)
 }
@@ -408,7 +404,7 @@ func (p *Pipeline) Forward(ctx context.Context, x *tensor.Tensor, n int) (*tenso
 	if p.last() {
 		return y, nil
 	}
-	if err := p.g.Send(ctx, sendable(y, &p.outHost[0]), p.stage+1, tagActivation); err != nil {
+	if err := p.g.Send(ctx, hostRows(y, &p.outHost[0]), p.stage+1, tagActivation); err != nil {
 		return nil, fmt.Errorf("stage %d: sending to stage %d: %w", p.stage, p.stage+1, err)
 	}
 	return nil, nil

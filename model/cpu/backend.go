@@ -79,34 +79,16 @@ func grow(buf *[]float32, n int) []float32 {
 
 // MatMul implements tensor.Backend.
 func (b *Backend) MatMul(a *tensor.Tensor, transA bool, bm *tensor.Tensor, transB bool, c *tensor.Tensor, alpha, beta float32) {
-	m, k := a.Shape[0], a.Shape[1]
-	if transA {
-		m, k = k, m
-	}
-	n := bm.Shape[1]
-	if transB {
-		n = bm.Shape[0]
-	}
+	m, n, k := tensor.MatMulDims(a, transA, bm, transB)
 	must(b.gemm.Sgemm(m, n, k, alpha,
 		gemm.Matrix{Data: a.Data, Stride: a.Shape[1], Trans: transA},
 		gemm.Matrix{Data: bm.Data, Stride: bm.Shape[1], Trans: transB},
 		beta, gemm.Matrix{Data: c.Data, Stride: c.Shape[1]}))
 }
 
-// planes returns N, C and the number of positions per (n, c) of an
-// [N, C, ...] tensor.
-func planes(t *tensor.Tensor) (n, c, hw int) {
-	n, c = t.Shape[0], t.Shape[1]
-	hw = 1
-	for _, d := range t.Shape[2:] {
-		hw *= d
-	}
-	return n, c, hw
-}
-
 // AddBias implements tensor.Backend.
 func (b *Backend) AddBias(x, bias *tensor.Tensor) {
-	n, c, hw := planes(x)
+	n, c, hw := tensor.Planes(x)
 	for i := 0; i < n; i++ {
 		for j := 0; j < c; j++ {
 			v := bias.Data[j]
@@ -120,7 +102,7 @@ func (b *Backend) AddBias(x, bias *tensor.Tensor) {
 
 // BiasGrad implements tensor.Backend.
 func (b *Backend) BiasGrad(dy, db *tensor.Tensor) {
-	n, c, hw := planes(dy)
+	n, c, hw := tensor.Planes(dy)
 	for j := 0; j < c; j++ {
 		var s float32
 		for i := 0; i < n; i++ {

@@ -8,7 +8,7 @@ import (
 
 // channelSums returns Σx per channel of x [N, C, ...] in float64.
 func channelSums(x *tensor.Tensor, out []float64) {
-	n, c, hw := planes(x)
+	n, c, hw := tensor.Planes(x)
 	for ch := 0; ch < c; ch++ {
 		var s float64
 		for i := 0; i < n; i++ {
@@ -23,7 +23,7 @@ func channelSums(x *tensor.Tensor, out []float64) {
 // BatchNorm implements tensor.Backend. Statistics accumulate in float64;
 // with p.SumAcross they are the whole distributed batch's.
 func (b *Backend) BatchNorm(x, y, gamma, beta, runMean, runVar, saveMean, saveInvStd *tensor.Tensor, p tensor.BatchNormParams) {
-	n, c, hw := planes(x)
+	n, c, hw := tensor.Planes(x)
 	if p.Training {
 		// Pass 1: the mean. Pass 2: the variance about it.
 		stats := growF64(&b.stats, 2*c+1)[:c+1]
@@ -85,7 +85,7 @@ func (b *Backend) BatchNorm(x, y, gamma, beta, runMean, runVar, saveMean, saveIn
 
 // BatchNormBackward implements tensor.Backend.
 func (b *Backend) BatchNormBackward(x, dy, dx, gamma, dgamma, dbeta, saveMean, saveInvStd *tensor.Tensor, p tensor.BatchNormParams) {
-	n, c, hw := planes(x)
+	n, c, hw := tensor.Planes(x)
 	// Per channel: Σdy and Σdy·x̂, then the element count.
 	sums := growF64(&b.stats, 2*c+1)
 	for ch := 0; ch < c; ch++ {

@@ -371,32 +371,13 @@ func (s *scratch) get(bytes int) cuda.DevPtr {
 	return p
 }
 
-// planes splits x [N, C, ...] into N, C and the trailing size.
-func planes(x *tensor.Tensor) (n, c, hw int) {
-	n, c, hw = x.Shape[0], 1, 1
-	if len(x.Shape) > 1 {
-		c = x.Shape[1]
-	}
-	for _, d := range x.Shape[2:] {
-		hw *= d
-	}
-	return n, c, hw
-}
-
 // MatMul implements tensor.Backend with cuBLAS SGEMM.
 func (b *Backend) MatMul(a *tensor.Tensor, transA bool, bm *tensor.Tensor, transB bool, c *tensor.Tensor, alpha, beta float32) {
 	defer b.op("MatMul")()
 	if !b.ok(a, bm, c) {
 		return
 	}
-	m, k := a.Shape[0], a.Shape[1]
-	if transA {
-		m, k = k, m
-	}
-	n := bm.Shape[1]
-	if transB {
-		n = bm.Shape[0]
-	}
+	m, n, k := tensor.MatMulDims(a, transA, bm, transB)
 	b.gemm(transA, transB, m, n, k, alpha, b.ptr(a), a.Shape[1], b.ptr(bm), bm.Shape[1], beta, b.ptr(c), c.Shape[1])
 }
 
@@ -418,7 +399,7 @@ func (b *Backend) AddBias(x, bias *tensor.Tensor) {
 	if !b.ok(x, bias) {
 		return
 	}
-	n, c, hw := planes(x)
+	n, c, hw := tensor.Planes(x)
 	b.a().Ptr(b.ptr(x)).Ptr(b.ptr(bias)).Int(n * c * hw).Int(c).Int(hw)
 	b.each(b.k.addBias, n*c*hw)
 }
@@ -432,7 +413,7 @@ func (b *Backend) BiasGrad(dy, db *tensor.Tensor) {
 	if !b.ok(dy, db) {
 		return
 	}
-	n, c, hw := planes(dy)
+	n, c, hw := tensor.Planes(dy)
 	parts := max(1, min(64, n*hw/8192))
 	partial := b.sums.get(8 * c * parts)
 	if partial == 0 {
@@ -618,7 +599,7 @@ func (b *Backend) BatchNorm(x, y, gamma, beta, runMean, runVar, saveMean, saveIn
 	if !b.ok(x, y, gamma, beta, runMean, runVar, saveMean, saveInvStd) {
 		return
 	}
-	n, c, hw := planes(x)
+	n, c, hw := tensor.Planes(x)
 	if p.Training {
 		st := b.stats.get(8 * 3 * c)
 		if st == 0 {
@@ -652,7 +633,7 @@ func (b *Backend) BatchNormBackward(x, dy, dx, gamma, dgamma, dbeta, saveMean, s
 	if !b.ok(x, dy, dx, gamma, dgamma, dbeta, saveMean, saveInvStd) {
 		return
 	}
-	n, c, hw := planes(x)
+	n, c, hw := tensor.Planes(x)
 	sums := b.stats.get(8 * 3 * c)
 	if sums == 0 {
 		return

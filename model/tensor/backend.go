@@ -143,3 +143,30 @@ type AdamOptions struct {
 type AdadeltaOptions struct {
 	LR, Rho, Eps, WeightDecay float32
 }
+
+// MatMulDims returns the sizes of MatMul's product op(a)·op(b): m×k times
+// k×n.
+func MatMulDims(a *Tensor, transA bool, b *Tensor, transB bool) (m, n, k int) {
+	m, k = a.Shape[0], a.Shape[1]
+	if transA {
+		m, k = k, m
+	}
+	n = b.Shape[1]
+	if transB {
+		n = b.Shape[0]
+	}
+	return m, n, k
+}
+
+// Planes splits t [N, C, ...] into N, C and the positions per (n, c)
+// (C is 1 for a 1-D tensor).
+func Planes(t *Tensor) (n, c, hw int) {
+	n, c, hw = t.Shape[0], 1, 1
+	if len(t.Shape) > 1 {
+		c = t.Shape[1]
+	}
+	for _, d := range t.Shape[2:] {
+		hw *= d
+	}
+	return n, c, hw
+}
