@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/gorun/gorun/cuda"
+	"github.com/gorun/gorun/rdma"
 )
 
 // DefaultStageBytes is the staging chunk of a CUDAStager: large enough
@@ -28,6 +29,10 @@ type CUDAStager struct {
 
 	mu   sync.Mutex
 	free []*cudaPending
+
+	regMu      sync.Mutex
+	regWith    *rdma.Transport // the RDMA transport the pinned buffers are registered with
+	registered [][]byte
 }
 
 // NewCUDAStager stages buffers that kernels on compute write, with chunks
@@ -59,6 +64,13 @@ func NewCUDAStager(compute *cuda.Stream, chunkBytes int) (*CUDAStager, error) {
 // Close frees the pinned buffers and the copy stream.
 func (c *CUDAStager) Close() error {
 	var first error
+	c.regMu.Lock()
+	for _, b := range c.registered {
+		// An error means the transport closed first and released them.
+		c.regWith.Unregister(b)
+	}
+	c.registered = nil
+	c.regMu.Unlock()
 	for _, p := range c.pinned {
 		if p != nil {
 			if err := p.Free(); err != nil && first == nil {
@@ -72,6 +84,26 @@ func (c *CUDAStager) Close() error {
 		}
 	}
 	return first
+}
+
+// registerWith registers the pinned buffers with an RDMA transport (once),
+// so that the ring's sends from them are written by the device from where
+// they lie, without the copy into the transport's own registered ring.
+// Close unregisters them before freeing them. A failed registration only
+// costs that copy.
+func (c *CUDAStager) registerWith(t *rdma.Transport) {
+	c.regMu.Lock()
+	defer c.regMu.Unlock()
+	if c.regWith != nil {
+		return
+	}
+	c.regWith = t
+	for _, p := range c.pinned {
+		if err := t.Register(p.Bytes()); err != nil {
+			return
+		}
+		c.registered = append(c.registered, p.Bytes())
+	}
 }
 
 // Chunk implements Stager.

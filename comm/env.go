@@ -42,10 +42,17 @@ type Settings struct {
 	Spin time.Duration
 	// SocketBuffer, when positive, sets the data sockets' kernel buffers (bytes).
 	SocketBuffer int
-	// Transport chooses how ranks on the same machine talk (GORUN_TRANSPORT):
-	// "auto" (default) through shared memory, "tcp" over loopback TCP.
-	// Ranks on other machines always use TCP.
+	// Transport chooses how ranks talk (GORUN_TRANSPORT): "auto" (default):
+	// through shared memory on one machine, over RDMA between machines
+	// whose ports share a fabric, else TCP; "tcp": TCP only; "rdma": RDMA
+	// between every pair that can (on one machine too), else as auto. A
+	// missing or broken RDMA device never fails the job: it runs over
+	// TCP, and rank 0 says why.
 	Transport string
+	// RDMADevice and RDMAGIDIndex choose the RDMA port (GORUN_RDMA_DEVICE,
+	// e.g. mlx5_0 or mlx5_0:1; GORUN_RDMA_GID_INDEX, default 0).
+	RDMADevice   string
+	RDMAGIDIndex int
 	// StoreFD, when positive, is an inherited listening socket rank 0 serves the store on (set by gorun).
 	StoreFD int
 }
@@ -94,8 +101,8 @@ func WithChunkBytes(n int) Option { return func(s *Settings) { s.ChunkBytes = n 
 // WithCompression turns S2 payload compression on or off.
 func WithCompression(on bool) Option { return func(s *Settings) { s.Compress = on } }
 
-// WithTransport chooses how ranks on one machine talk: "auto" (shared
-// memory) or "tcp".
+// WithTransport chooses how ranks talk: "auto", "tcp" or "rdma" (see
+// Settings.Transport).
 func WithTransport(name string) Option { return func(s *Settings) { s.Transport = name } }
 
 // WithSpin sets how long a waiting call busy-polls before sleeping (0: never).
@@ -210,11 +217,13 @@ func ResolveSettings(getenv func(string) string, opts ...Option) (Settings, erro
 	switch v := getenv("GORUN_TRANSPORT"); v {
 	case "", "auto":
 		s.Transport = "auto"
-	case "tcp":
-		s.Transport = "tcp"
+	case "tcp", "rdma":
+		s.Transport = v
 	default:
-		e.err = fmt.Errorf("GORUN_TRANSPORT=%q: want auto or tcp", v)
+		e.err = fmt.Errorf("GORUN_TRANSPORT=%q: want auto, tcp or rdma", v)
 	}
+	s.RDMADevice = getenv("GORUN_RDMA_DEVICE")
+	s.RDMAGIDIndex = e.int("GORUN_RDMA_GID_INDEX", 0)
 	s.MasterAddr = getenv("MASTER_ADDR")
 	s.MasterPort = e.int("MASTER_PORT", 0)
 	if e.err != nil {
@@ -248,8 +257,10 @@ func ResolveSettings(getenv func(string) string, opts ...Option) (Settings, erro
 }
 
 func (s *Settings) validate() error {
-	if s.Transport != "" && s.Transport != "auto" && s.Transport != "tcp" {
-		return fmt.Errorf("transport %q: want auto or tcp", s.Transport)
+	switch s.Transport {
+	case "", "auto", "tcp", "rdma":
+	default:
+		return fmt.Errorf("transport %q: want auto, tcp or rdma", s.Transport)
 	}
 	src := s.Source
 	switch {

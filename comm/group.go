@@ -152,18 +152,25 @@ func Join(ctx context.Context, s Settings) (*Group, error) {
 	}
 	jctx, cancel := context.WithTimeout(ctx, s.JoinTimeout)
 	defer cancel()
-	t, err := connect(jctx, &s)
+	t, rd, err := connect(jctx, &s)
 	if err != nil {
 		return nil, fmt.Errorf("comm: rank %d of %d: %w", s.Rank, s.Size, err)
 	}
 	w := &world{t: t, settings: s, nextID: 1, data: &dataPath{tcp: t}}
+	if rd != nil {
+		w.data.rdma, w.data.rdmaW, w.data.port = rd.t, rd.without, rd.port
+	}
 	if s.Size > 1 && s.Transport != "tcp" {
 		if w.data.shm, err = setupSharedMemory(jctx, t, &s); err != nil {
 			t.Abort(err)
 			t.Close(ctx)
+			if w.data.rdma != nil {
+				w.data.rdma.Close()
+			}
 			return nil, fmt.Errorf("comm: rank %d of %d: %w", s.Rank, s.Size, err)
 		}
 	}
+	w.data.route(s.Size)
 	peers := make([]int, s.Size)
 	for i := range peers {
 		peers[i] = i
@@ -197,17 +204,20 @@ func newGroup(w *world, id uint32, peers []int, rank int) *Group {
 	}
 }
 
-// connect runs the rendezvous and builds the mesh of data connections.
-func connect(ctx context.Context, s *Settings) (t *tcp.Transport, err error) {
+// connect runs the rendezvous and builds the mesh of data connections:
+// TCP to every rank, and the queue pairs of the ranks that reach each
+// other over RDMA.
+func connect(ctx context.Context, s *Settings) (t *tcp.Transport, rd *rdmaSetup, err error) {
 	cfg := tcp.Config{Rank: s.Rank, Size: s.Size, Token: s.Token, Timeout: s.Timeout, Compress: s.Compress, SocketBuffer: s.SocketBuffer, Spin: s.Spin}
 	if s.Size == 1 {
-		return tcp.Connect(ctx, cfg, nil, []string{""})
+		t, err = tcp.Connect(ctx, cfg, nil, []string{""})
+		return t, nil, err
 	}
 	master := net.JoinHostPort(s.MasterAddr, strconv.Itoa(s.MasterPort))
 	if s.Rank == 0 {
 		storeLn, lerr := storeListener(s)
 		if lerr != nil {
-			return nil, lerr
+			return nil, nil, lerr
 		}
 		srv := rendezvous.Serve(storeLn, s.Token, s.Size)
 		// The store is needed only until everyone is connected. After a
@@ -222,7 +232,7 @@ func connect(ctx context.Context, s *Settings) (t *tcp.Transport, err error) {
 	}
 	store, err := rendezvous.Dial(ctx, master, s.Token, s.Rank, s.Size)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer store.Close()
 
@@ -232,25 +242,30 @@ func connect(ctx context.Context, s *Settings) (t *tcp.Transport, err error) {
 	}
 	ln, err := tcp.Listen(host)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := store.Set(ctx, addrKey(s.Rank), []byte(ln.Addr().String())); err != nil {
 		ln.Close()
-		return nil, err
+		return nil, nil, err
 	}
 	addrs, err := gatherAddrs(ctx, store, s, master)
 	if err != nil {
 		ln.Close()
-		return nil, err
+		return nil, nil, err
 	}
 	// The data connections, then one last store round so that rank 0 keeps
 	// the store up until every rank is past the rendezvous.
 	t, err = tcp.Connect(ctx, cfg, ln, addrs)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	if rd, err = setupRDMA(ctx, store, s, openDevice, t.Err); err != nil {
+		t.Abort(err)
+		t.Close(ctx)
+		return nil, nil, fmt.Errorf("RDMA set-up: %w", err)
 	}
 	if err := store.Set(ctx, doneKey(s.Rank), nil); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if s.Rank == 0 {
 		for r := 1; r < s.Size; r++ {
@@ -260,7 +275,7 @@ func connect(ctx context.Context, s *Settings) (t *tcp.Transport, err error) {
 			}
 		}
 	}
-	return t, nil
+	return t, rd, nil
 }
 
 func addrKey(r int) string { return "addr/" + strconv.Itoa(r) }
@@ -543,6 +558,9 @@ func (g *Group) Close() error {
 	err := g.w.t.Close(ctx)
 	if g.w.data.shm != nil {
 		g.w.data.shm.Close()
+	}
+	if g.w.data.rdma != nil {
+		g.w.data.rdma.Close()
 	}
 	if err != nil && failure == nil {
 		return g.wrap("Close", err)

@@ -254,3 +254,43 @@ func slicesContains(s []string, x string) bool {
 	}
 	return false
 }
+
+// TestRDMAFallsBack: asked for RDMA on a machine without a usable RDMA
+// device (CI's), the job runs all the same, over shared memory and TCP,
+// and rank 0 says once why RDMA was not used.
+func TestRDMAFallsBack(t *testing.T) {
+	if entries, _ := os.ReadDir("/sys/class/infiniband"); len(entries) > 0 {
+		t.Skip("this machine has RDMA devices: the job would use them (bench/rdma.sh tests that)")
+	}
+	for _, tc := range []struct {
+		name  string
+		env   []string
+		paths string
+	}{
+		{"rdma", []string{"GORUN_TRANSPORT=rdma"}, "reaches 2 ranks through shared memory [1 2] and 0 over TCP [] (GORUN_TRANSPORT=tcp: TCP only)"},
+		{"rdma, named device", []string{"GORUN_TRANSPORT=rdma", "GORUN_RDMA_DEVICE=mlx5_9:1"}, "reaches 2 ranks through shared memory [1 2] and 0 over TCP [] (GORUN_TRANSPORT=tcp: TCP only)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res, out := runJob(t, 3, "sum", tc.env...)
+			if err := res.Error(); err != nil {
+				t.Fatalf("job failed: %v\n%s", err, out)
+			}
+			lines := rankLines(out)
+			var said []string
+			for r := range 3 {
+				if l := lines[r]; len(l) == 0 || l[len(l)-1] != "OK" {
+					t.Errorf("rank %d did not report OK:\n%s", r, out)
+				}
+				for _, l := range lines[r] {
+					if strings.Contains(l, "RDMA") {
+						said = append(said, fmt.Sprintf("[%d] %s", r, l))
+					}
+				}
+			}
+			if len(said) != 1 || !strings.HasPrefix(said[0], "[0] comm: rank 0 "+tc.paths+"; RDMA not used between ranks 0 and 1: no usable RDMA device: ") {
+				t.Fatalf("want one line from rank 0 saying the paths and why RDMA is not used, got %q\n%s", said, out)
+			}
+			t.Log(said[0])
+		})
+	}
+}

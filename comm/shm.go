@@ -7,39 +7,59 @@ import (
 	"os"
 	"strings"
 
+	"github.com/gorun/gorun/rdma"
+	"github.com/gorun/gorun/ring"
 	"github.com/gorun/gorun/shm"
 	"github.com/gorun/gorun/tcp"
 )
 
-// dataPath routes each peer's frames through shared memory when the peer
-// shares this machine and through TCP otherwise. It has the transport
-// methods the ring algorithms and point-to-point calls use.
+// dataPath routes each peer's frames: over RDMA when the pair set it up,
+// through shared memory when the peer shares this machine, over TCP
+// otherwise. It has the transport methods the ring algorithms and
+// point-to-point calls use.
 type dataPath struct {
-	tcp *tcp.Transport
-	shm *shm.Transport // nil: TCP only
+	tcp   *tcp.Transport
+	shm   *shm.Transport  // nil: no peer on this machine, or TCP forced
+	rdma  *rdma.Transport // nil: no peer over RDMA
+	links []ring.Transport
+	rdmaW string // why a pair that wanted RDMA has none ("" when none did)
+	port  rdma.Port
 }
 
-func (d *dataPath) local(peer int) bool { return d.shm != nil && d.shm.Has(peer) }
+// route fixes, for each peer, which transport carries its frames.
+func (d *dataPath) route(size int) {
+	d.links = make([]ring.Transport, size)
+	for r := range d.links {
+		switch {
+		case d.rdma != nil && d.rdma.Has(r):
+			d.links[r] = d.rdma
+		case d.shm != nil && d.shm.Has(r):
+			d.links[r] = d.shm
+		default:
+			d.links[r] = d.tcp
+		}
+	}
+}
+
+func (d *dataPath) link(peer int) ring.Transport {
+	if peer < 0 || peer >= len(d.links) {
+		return d.tcp // reports the bad rank
+	}
+	return d.links[peer]
+}
+
+func (d *dataPath) local(peer int) bool { return d.shm != nil && d.link(peer) == ring.Transport(d.shm) }
 
 func (d *dataPath) Send(ctx context.Context, peer int, stream uint32, meta [4]uint64, payload []byte) error {
-	if d.local(peer) {
-		return d.shm.Send(ctx, peer, stream, meta, payload)
-	}
-	return d.tcp.Send(ctx, peer, stream, meta, payload)
+	return d.link(peer).Send(ctx, peer, stream, meta, payload)
 }
 
 func (d *dataPath) Post(peer int, stream uint32, buf []byte) (uint64, error) {
-	if d.local(peer) {
-		return d.shm.Post(peer, stream, buf)
-	}
-	return d.tcp.Post(peer, stream, buf)
+	return d.link(peer).Post(peer, stream, buf)
 }
 
 func (d *dataPath) Wait(ctx context.Context, peer int, stream uint32, ticket uint64) ([4]uint64, int, error) {
-	if d.local(peer) {
-		return d.shm.Wait(ctx, peer, stream, ticket)
-	}
-	return d.tcp.Wait(ctx, peer, stream, ticket)
+	return d.link(peer).Wait(ctx, peer, stream, ticket)
 }
 
 // setupStream carries the shared-memory handshake over TCP; no group uses
@@ -158,17 +178,28 @@ func exchange(ctx context.Context, t *tcp.Transport, s *Settings, msg []byte, wi
 	return got, nil
 }
 
-// describePaths says, for the log, how this rank reaches its peers.
+// describePaths says, for the log, how this rank reaches its peers, and
+// why RDMA is not used where it was wanted.
 func describePaths(d *dataPath, rank, size int) string {
-	var local, remote []int
+	var local, fabric, remote []int
 	for r := range size {
-		switch {
+		switch l := d.link(r); {
 		case r == rank:
-		case d.local(r):
+		case d.shm != nil && l == ring.Transport(d.shm):
 			local = append(local, r)
+		case d.rdma != nil && l == ring.Transport(d.rdma):
+			fabric = append(fabric, r)
 		default:
 			remote = append(remote, r)
 		}
 	}
-	return fmt.Sprintf("comm: rank %d reaches %d ranks through shared memory %v and %d over TCP %v (GORUN_TRANSPORT=tcp: TCP only)", rank, len(local), local, len(remote), remote)
+	msg := fmt.Sprintf("comm: rank %d reaches %d ranks through shared memory %v", rank, len(local), local)
+	if len(fabric) > 0 {
+		msg += fmt.Sprintf(", %d over RDMA %v (%v)", len(fabric), fabric, d.port)
+	}
+	msg += fmt.Sprintf(" and %d over TCP %v (GORUN_TRANSPORT=tcp: TCP only)", len(remote), remote)
+	if d.rdmaW != "" {
+		msg += "; RDMA not used between " + d.rdmaW
+	}
+	return msg
 }

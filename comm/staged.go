@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/gorun/gorun/rdma"
 	"github.com/gorun/gorun/ring"
 )
 
@@ -62,6 +63,7 @@ func (g *Group) AllReduceDeviceAsync(ctx context.Context, st Stager, ptr uintptr
 		return finished(g.wrap(c.String()+" on a device buffer", err))
 	}
 	return g.enqueue(ctx, c, func(ctx context.Context) error {
+		g.w.stageWith(st)
 		return staged(ctx, st, ready, ptr, n, func(ctx context.Context, host []float32) error {
 			return ring.AllReduce(ctx, &g.ring, host, op)
 		})
@@ -80,10 +82,24 @@ func (g *Group) BroadcastDevice(ctx context.Context, st Stager, ptr uintptr, n i
 		return g.wrap(c.String()+" on a device buffer", err)
 	}
 	return g.enqueue(ctx, c, func(ctx context.Context) error {
+		g.w.stageWith(st)
 		return staged(ctx, st, ready, ptr, n, func(ctx context.Context, host []float32) error {
 			return ring.Broadcast(ctx, &g.ring, host, root)
 		})
 	}).Wait()
+}
+
+// stageWith registers the stager's host buffers with the RDMA transport,
+// when the job has one and the stager can (a CUDAStager's pinned buffers):
+// device data then goes to the network through page-locked, registered
+// memory with no further copy.
+func (w *world) stageWith(st Stager) {
+	if w.data.rdma == nil {
+		return
+	}
+	if r, ok := st.(interface{ registerWith(*rdma.Transport) }); ok {
+		r.registerWith(w.data.rdma)
+	}
 }
 
 // staged runs exchange on the n elements at ptr chunk by chunk through

@@ -52,7 +52,7 @@ func runWorker(scenario string) int {
 	switch scenario {
 	case "matrix":
 		err = matrix(ctx, g)
-	case "stranger":
+	case "stranger", "sum":
 		buf := []float32{float32(g.Rank() + 1)}
 		if err = g.AllReduce(ctx, buf, comm.Sum); err == nil && buf[0] != float32(g.Size()*(g.Size()+1)/2) {
 			err = fmt.Errorf("sum %v", buf[0])

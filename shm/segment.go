@@ -148,34 +148,8 @@ type ring struct {
 	slotB      int
 }
 
-// slot header fields.
-type slotHdr struct {
-	stream uint32
-	flags  uint32 // flagFirst, flagLast
-	total  uint64 // the whole frame's length (first fragment)
-	n      uint32 // this fragment's length
-	meta   [4]uint64
-}
-
-const (
-	flagFirst = 1 << iota
-	flagLast
-)
-
 func (r *ring) slot(i uint64) (hdr []uint64, data []byte) {
 	off := int(i%r.n) * (slotHeader + r.slotB)
 	b := r.slots[off : off+slotHeader+r.slotB]
 	return unsafe.Slice((*uint64)(unsafe.Pointer(&b[0])), slotHeader/8), b[slotHeader:]
-}
-
-func putHdr(w []uint64, h *slotHdr) {
-	w[0] = uint64(h.stream) | uint64(h.flags)<<32
-	w[1] = h.total
-	w[2] = uint64(h.n)
-	w[3], w[4], w[5], w[6] = h.meta[0], h.meta[1], h.meta[2], h.meta[3]
-}
-
-func getHdr(w []uint64) slotHdr {
-	return slotHdr{stream: uint32(w[0]), flags: uint32(w[0] >> 32), total: w[1], n: uint32(w[2]),
-		meta: [4]uint64{w[3], w[4], w[5], w[6]}}
 }

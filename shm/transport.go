@@ -15,7 +15,6 @@ package shm
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -23,6 +22,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gorun/gorun/comm/mailbox"
 	"golang.org/x/sys/unix"
 )
 
@@ -64,7 +64,7 @@ type Info struct {
 
 // ErrFrameTooLarge is wrapped by the error of a receive whose frame is
 // larger than the posted buffer.
-var ErrFrameTooLarge = errors.New("shm: frame larger than the posted receive")
+var ErrFrameTooLarge = mailbox.ErrFrameTooLarge
 
 // PeerError is a failure while talking to one rank.
 type PeerError struct {
@@ -90,8 +90,7 @@ type peer struct {
 	sendMu sync.Mutex
 
 	rxMu  sync.Mutex // held while draining in and touching the mailboxes
-	boxes map[uint32]*mailbox
-	cur   incoming // the frame being reassembled
+	boxes *mailbox.Peer
 }
 
 // New creates this rank's segment. Publish Info to the peers, Attach
@@ -144,7 +143,7 @@ func (t *Transport) Attach(rank int, info Info) error {
 	if err != nil {
 		return &PeerError{Rank: rank, Err: err}
 	}
-	t.peers[rank] = &peer{rank: rank, seg: seg, out: seg.ring(t.slot(t.cfg.Rank)), in: t.own.ring(t.slot(rank)), boxes: map[uint32]*mailbox{}}
+	t.peers[rank] = &peer{rank: rank, seg: seg, out: seg.ring(t.slot(t.cfg.Rank)), in: t.own.ring(t.slot(rank)), boxes: mailbox.NewPeer()}
 	return nil
 }
 
@@ -259,7 +258,7 @@ func (t *Transport) Send(ctx context.Context, rank int, stream uint32, meta [4]u
 	defer p.sendMu.Unlock()
 	r := p.out
 	var w waiter
-	h := slotHdr{stream: stream, flags: flagFirst, total: uint64(len(payload)), meta: meta}
+	h := mailbox.Header{Stream: stream, Flags: mailbox.First, Total: uint64(len(payload)), Meta: meta}
 	for off := 0; off == 0 || off < len(payload); {
 		head := r.head.Load()
 		if head-r.tail.Load() >= r.n {
@@ -275,14 +274,14 @@ func (t *Transport) Send(ctx context.Context, rank int, stream uint32, meta [4]u
 		hdr, data := r.slot(head)
 		n := copy(data, payload[off:])
 		off += n
-		h.n = uint32(n)
+		h.N = uint32(n)
 		if off == len(payload) {
-			h.flags |= flagLast
+			h.Flags |= mailbox.Last
 		}
-		putHdr(hdr, &h)
+		h.Put(hdr)
 		r.head.Store(head + 1)
 		p.seg.ringBell()
-		h.flags = 0
+		h.Flags = 0
 		if len(payload) == 0 {
 			break
 		}
@@ -299,7 +298,7 @@ func (t *Transport) Post(rank int, stream uint32, buf []byte) (uint64, error) {
 	}
 	p.rxMu.Lock()
 	defer p.rxMu.Unlock()
-	return p.box(stream).post(buf), nil
+	return p.boxes.Post(stream, buf), nil
 }
 
 // Wait blocks until the frame for ticket has arrived and returns its
@@ -313,7 +312,7 @@ func (t *Transport) Wait(ctx context.Context, rank int, stream uint32, ticket ui
 	for {
 		t.progress()
 		p.rxMu.Lock()
-		meta, n, err, ok := p.box(stream).result(ticket)
+		meta, n, err, ok := p.boxes.Result(stream, ticket)
 		p.rxMu.Unlock()
 		if ok {
 			if err != nil {

@@ -187,13 +187,13 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			prefix = "[" + strconv.Itoa(global) + "] "
 		}
 		rk := &rank{id: r, global: global, cmd: cmd}
-		for _, dst := range []*lineWriter{out, errOut} {
+		for i, dst := range []*lineWriter{out, errOut} {
 			pr, pw, err := os.Pipe()
 			if err != nil {
 				j.killAll(syscall.SIGKILL)
 				return nil, err
 			}
-			if dst == out {
+			if i == 0 { // not dst == out: both may be the same writer
 				cmd.Stdout = pw
 			} else {
 				cmd.Stderr = pw

@@ -1,0 +1,239 @@
+// Package mailbox matches the frames a slotted transport receives from one
+// peer with the receives the algorithms post, for the transports that move
+// frames in fixed-size fragments (shm through shared memory, rdma through
+// registered memory). A frame is cut into fragments, each in one slot
+// behind a Header; Deliver hands them over in order and the mailbox copies
+// each into the receive posted for its stream, or keeps it until that
+// receive is posted.
+//
+// A Peer is not safe for concurrent use: the transport serializes Post,
+// Result and Deliver for one peer (its receive lock).
+package mailbox
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrFrameTooLarge is wrapped by the error of a receive whose frame is
+// larger than the posted buffer: the two sides disagree about the call.
+var ErrFrameTooLarge = errors.New("frame larger than the posted receive")
+
+// Header flags.
+const (
+	First = 1 << iota // the frame's first fragment
+	Last              // the frame's last fragment
+)
+
+// HeaderWords is the size of an encoded Header in 64-bit words.
+const HeaderWords = 7
+
+// Header describes one fragment of a frame.
+type Header struct {
+	Stream uint32
+	Flags  uint32    // First, Last
+	Total  uint64    // the whole frame's length (read from the first fragment)
+	N      uint32    // this fragment's length
+	Meta   [4]uint64 // the frame's metadata (read from the first fragment)
+}
+
+// Put encodes h into the first HeaderWords words of w.
+func (h *Header) Put(w []uint64) {
+	w[0] = uint64(h.Stream) | uint64(h.Flags)<<32
+	w[1] = h.Total
+	w[2] = uint64(h.N)
+	w[3], w[4], w[5], w[6] = h.Meta[0], h.Meta[1], h.Meta[2], h.Meta[3]
+}
+
+// Get decodes a Header from the first HeaderWords words of w.
+func Get(w []uint64) Header {
+	return Header{Stream: uint32(w[0]), Flags: uint32(w[0] >> 32), Total: w[1], N: uint32(w[2]),
+		Meta: [4]uint64{w[3], w[4], w[5], w[6]}}
+}
+
+// Peer holds the mailboxes of one peer, one per stream, and the frame
+// being reassembled from its fragments.
+type Peer struct {
+	boxes map[uint32]*box
+	cur   incoming
+}
+
+// box holds, for one stream, the posted receives and the frames that
+// arrived before theirs was posted. Frames fill receives in order.
+type box struct {
+	next, fill uint64 // ticket of the next Post; ticket the next frame fills
+	recvs      map[uint64]*recv
+	free       []*recv // recycled: steady state allocates nothing
+	early      []*early
+}
+
+type recv struct {
+	buf  []byte
+	meta [4]uint64
+	n    int
+	err  error
+	done bool
+}
+
+// early is a frame that came before its receive; recv is set when the
+// receive is posted while the frame is still arriving.
+type early struct {
+	meta     [4]uint64
+	data     []byte
+	complete bool
+	err      error // the fragments overflowed the declared length
+	recv     *recv
+}
+
+// incoming is the frame being reassembled.
+type incoming struct {
+	active bool
+	dst    []byte
+	got    int
+	recv   *recv  // the posted receive it fills, or
+	early  *early // the early frame it fills
+	meta   [4]uint64
+	tooBig bool
+}
+
+// NewPeer returns an empty set of mailboxes.
+func NewPeer() *Peer { return &Peer{boxes: map[uint32]*box{}} }
+
+func (p *Peer) box(stream uint32) *box {
+	m := p.boxes[stream]
+	if m == nil {
+		m = &box{recvs: map[uint64]*recv{}}
+		p.boxes[stream] = m
+	}
+	return m
+}
+
+// Post registers buf for the next frame on stream not yet claimed and
+// returns its ticket. A frame that already arrived is copied in at once.
+func (p *Peer) Post(stream uint32, buf []byte) uint64 {
+	m := p.box(stream)
+	var r *recv
+	if n := len(m.free); n > 0 {
+		r, m.free = m.free[n-1], m.free[:n-1]
+	} else {
+		r = &recv{}
+	}
+	*r = recv{buf: buf}
+	t := m.next
+	m.next++
+	m.recvs[t] = r
+	if len(m.early) > 0 {
+		e := m.early[0]
+		m.early[0] = nil
+		m.early = m.early[1:]
+		m.fill++
+		if e.complete {
+			r.fillFrom(e)
+		} else {
+			e.recv = r
+		}
+	}
+	return t
+}
+
+func (r *recv) fillFrom(e *early) {
+	r.meta = e.meta
+	if e.err != nil {
+		r.err = e.err
+	} else if len(e.data) > len(r.buf) {
+		r.err = fmt.Errorf("%w: %d bytes arrived for a %d-byte receive", ErrFrameTooLarge, len(e.data), len(r.buf))
+	} else {
+		r.n = copy(r.buf, e.data)
+	}
+	r.done = true
+}
+
+// Result returns the outcome of a posted receive once its frame has fully
+// arrived (ok) and forgets the ticket.
+func (p *Peer) Result(stream uint32, ticket uint64) (meta [4]uint64, n int, err error, ok bool) {
+	m := p.box(stream)
+	r := m.recvs[ticket]
+	if r == nil {
+		return meta, 0, fmt.Errorf("wait on unknown ticket %d of stream %#x", ticket, stream), true
+	}
+	if !r.done {
+		return meta, 0, nil, false
+	}
+	meta, n, err = r.meta, r.n, r.err
+	delete(m.recvs, ticket)
+	*r = recv{}
+	m.free = append(m.free, r)
+	return meta, n, err, true
+}
+
+// Deliver takes the next fragment from the peer: its header and its data
+// (at least h.N bytes). Fragments must come in the order they were sent.
+func (p *Peer) Deliver(h *Header, data []byte) {
+	c := &p.cur
+	if h.Flags&First != 0 {
+		p.begin(h)
+	}
+	if c.active && !c.tooBig {
+		if c.got+int(h.N) > len(c.dst) || int(h.N) > len(data) {
+			p.overflow(h, len(data))
+		} else {
+			copy(c.dst[c.got:], data[:h.N])
+		}
+	}
+	c.got += int(h.N)
+	if h.Flags&Last != 0 {
+		p.end()
+	}
+}
+
+func (p *Peer) begin(h *Header) {
+	m := p.box(h.Stream)
+	c := &p.cur
+	*c = incoming{active: true, meta: h.Meta}
+	if m.fill < m.next {
+		r := m.recvs[m.fill]
+		m.fill++
+		c.recv = r
+		if h.Total > uint64(len(r.buf)) {
+			c.tooBig = true
+			r.err = fmt.Errorf("%w: %d bytes arrived for a %d-byte receive", ErrFrameTooLarge, h.Total, len(r.buf))
+			return
+		}
+		c.dst = r.buf[:h.Total]
+		return
+	}
+	e := &early{meta: h.Meta, data: make([]byte, h.Total)}
+	m.early = append(m.early, e)
+	c.early, c.dst = e, e.data
+}
+
+// overflow fails the frame being reassembled: its fragments carry more
+// than it declared (or than their slot holds).
+func (p *Peer) overflow(h *Header, room int) {
+	c := &p.cur
+	c.tooBig = true
+	err := fmt.Errorf("corrupt frame: a %d-byte fragment after %d bytes of a %d-byte frame (slot of %d bytes)", h.N, c.got, len(c.dst), room)
+	if c.recv != nil {
+		c.recv.err = err
+	} else if c.early != nil {
+		c.early.err = err
+	}
+}
+
+func (p *Peer) end() {
+	c := &p.cur
+	switch {
+	case c.recv != nil:
+		c.recv.meta, c.recv.n, c.recv.done = c.meta, c.got, true
+		if c.tooBig {
+			c.recv.n = 0
+		}
+	case c.early != nil:
+		c.early.complete = true
+		if c.early.recv != nil {
+			c.early.recv.fillFrom(c.early)
+			c.early.data = nil
+		}
+	}
+	*c = incoming{}
+}

@@ -1,0 +1,171 @@
+package mailbox
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+)
+
+// send cuts frame into fragments of at most frag bytes and delivers them.
+func send(p *Peer, stream uint32, meta [4]uint64, frame []byte, frag int) {
+	h := Header{Stream: stream, Flags: First, Total: uint64(len(frame)), Meta: meta}
+	for off := 0; off == 0 || off < len(frame); {
+		n := min(frag, len(frame)-off)
+		h.N = uint32(n)
+		if off+n == len(frame) {
+			h.Flags |= Last
+		}
+		var w [HeaderWords]uint64
+		h.Put(w[:]) // through the wire format
+		g := Get(w[:])
+		p.Deliver(&g, frame[off:off+n])
+		off += n
+		h.Flags = 0
+		if len(frame) == 0 {
+			break
+		}
+	}
+}
+
+func TestFramesFillReceivesInOrder(t *testing.T) {
+	frames := [][]byte{[]byte("first frame, three fragments"), {}, []byte("x"), bytes.Repeat([]byte("ab"), 50)}
+	for _, tc := range []struct {
+		name      string
+		postFirst bool
+		frag      int
+	}{{"posted before", true, 10}, {"arrived early", false, 10}, {"one fragment each", true, 1 << 10}, {"early, byte fragments", false, 1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := NewPeer()
+			var tickets []uint64
+			post := func() {
+				for range frames {
+					tickets = append(tickets, p.Post(7, make([]byte, 128)))
+				}
+			}
+			if tc.postFirst {
+				post()
+			}
+			for i, f := range frames {
+				send(p, 7, [4]uint64{uint64(i), 2, 3, 4}, f, tc.frag)
+			}
+			if !tc.postFirst {
+				post()
+			}
+			for i, tk := range tickets {
+				meta, n, err, ok := p.Result(7, tk)
+				if !ok || err != nil || meta[0] != uint64(i) || meta[3] != 4 {
+					t.Fatalf("frame %d: ok %v err %v meta %v", i, ok, err, meta)
+				}
+				if got := tc.name; n != len(frames[i]) {
+					t.Fatalf("%s: frame %d: %d bytes, want %d", got, i, n, len(frames[i]))
+				}
+			}
+		})
+	}
+}
+
+func TestStreamsAreIndependent(t *testing.T) {
+	p := NewPeer()
+	a := p.Post(1, make([]byte, 8))
+	send(p, 2, [4]uint64{}, []byte("two"), 8) // early on stream 2
+	if _, _, _, ok := p.Result(1, a); ok {
+		t.Fatal("stream 1's receive was filled by stream 2's frame")
+	}
+	send(p, 1, [4]uint64{}, []byte("one"), 8)
+	buf := make([]byte, 8)
+	b := p.Post(2, buf)
+	if _, n, err, ok := p.Result(2, b); !ok || err != nil || string(buf[:n]) != "two" {
+		t.Fatalf("stream 2: %q %v %v", buf[:n], err, ok)
+	}
+	if _, n, err, ok := p.Result(1, a); !ok || err != nil || n != 3 {
+		t.Fatalf("stream 1: %d %v %v", n, err, ok)
+	}
+}
+
+func TestReceivingFrameStillArriving(t *testing.T) {
+	p := NewPeer()
+	h := Header{Stream: 3, Flags: First, Total: 6, N: 3}
+	p.Deliver(&h, []byte("abc"))
+	buf := make([]byte, 6)
+	tk := p.Post(3, buf)
+	if _, _, _, ok := p.Result(3, tk); ok {
+		t.Fatal("receive done before the frame's last fragment")
+	}
+	h = Header{Stream: 3, Flags: Last, N: 3}
+	p.Deliver(&h, []byte("def"))
+	if _, n, err, ok := p.Result(3, tk); !ok || err != nil || string(buf[:n]) != "abcdef" {
+		t.Fatalf("got %q %v %v", buf[:n], err, ok)
+	}
+}
+
+func TestBadFrames(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		early bool
+		deliv func(p *Peer)
+		want  string
+	}{
+		{"larger than the receive", false, func(p *Peer) { send(p, 0, [4]uint64{}, make([]byte, 5000), 1000) }, "5000 bytes arrived for a 100-byte receive"},
+		{"larger than the receive, early", true, func(p *Peer) { send(p, 0, [4]uint64{}, make([]byte, 5000), 1000) }, "5000 bytes arrived for a 100-byte receive"},
+		{"fragments overflow the declared length", false, func(p *Peer) {
+			p.Deliver(&Header{Flags: First, Total: 10, N: 8}, make([]byte, 8))
+			p.Deliver(&Header{Flags: Last, N: 8}, make([]byte, 8))
+		}, "a 8-byte fragment after 8 bytes of a 10-byte frame"},
+		{"fragments overflow, early", true, func(p *Peer) {
+			p.Deliver(&Header{Flags: First | Last, Total: 4, N: 9}, make([]byte, 9))
+		}, "a 9-byte fragment after 0 bytes of a 4-byte frame"},
+		{"fragment longer than its slot", false, func(p *Peer) {
+			p.Deliver(&Header{Flags: First | Last, Total: 50, N: 50}, make([]byte, 20))
+		}, "slot of 20 bytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := NewPeer()
+			var tk uint64
+			if !tc.early {
+				tk = p.Post(0, make([]byte, 100))
+			}
+			tc.deliv(p)
+			if tc.early {
+				tk = p.Post(0, make([]byte, 100))
+			}
+			_, _, err, ok := p.Result(0, tk)
+			if !ok || err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got ok %v err %v, want an error containing %q", ok, err, tc.want)
+			}
+			if strings.Contains(tc.want, "arrived for") && !errors.Is(err, ErrFrameTooLarge) {
+				t.Fatalf("%v does not wrap ErrFrameTooLarge", err)
+			}
+			// The mailbox goes on working.
+			buf := make([]byte, 100)
+			tk = p.Post(0, buf)
+			send(p, 0, [4]uint64{}, []byte("after"), 3)
+			if _, n, err, ok := p.Result(0, tk); !ok || err != nil || string(buf[:n]) != "after" {
+				t.Fatalf("next frame: %q %v %v", buf[:n], err, ok)
+			}
+		})
+	}
+}
+
+func TestUnknownTicket(t *testing.T) {
+	p := NewPeer()
+	if _, _, err, ok := p.Result(9, 42); !ok || err == nil || !strings.Contains(err.Error(), "unknown ticket 42") {
+		t.Fatalf("got %v %v", err, ok)
+	}
+}
+
+func TestSteadyStateAllocatesNothing(t *testing.T) {
+	p := NewPeer()
+	buf, frame := make([]byte, 64), make([]byte, 64)
+	h := Header{Stream: 1, Flags: First | Last, Total: 64, N: 64}
+	allocs := testing.AllocsPerRun(100, func() {
+		tk := p.Post(1, buf)
+		p.Deliver(&h, frame)
+		if _, _, _, ok := p.Result(1, tk); !ok {
+			t.Fatal("not received")
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocations per posted frame, want 0", allocs)
+	}
+}
