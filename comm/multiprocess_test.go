@@ -104,12 +104,17 @@ func TestCollectivesMultiProcess(t *testing.T) {
 }
 
 // TestRankKilledMidAllReduce kills one rank with SIGKILL in the middle of a
-// stream of 16 MiB all-reduces, over shared memory and over TCP: every
-// survivor must fail within 10 s with an error naming it, and the launcher
-// must name it as the first failure.
+// stream of 16 MiB all-reduces, over shared memory and over TCP (and over
+// RDMA where this machine has a device): every survivor must fail within
+// 10 s with an error naming it, and the launcher must name it as the
+// first failure.
 func TestRankKilledMidAllReduce(t *testing.T) {
 	const np, victim = 4, 2
-	for _, transport := range []string{"auto", "tcp"} {
+	transports := []string{"auto", "tcp"}
+	if entries, _ := os.ReadDir("/sys/class/infiniband"); len(entries) > 0 {
+		transports = append(transports, "rdma")
+	}
+	for _, transport := range transports {
 		t.Run(transport, func(t *testing.T) {
 			res, out := runJob(t, np, "kill", "VICTIM="+strconv.Itoa(victim), "GORUN_TRANSPORT="+transport)
 			if res.First == nil || res.First.Rank != victim || res.First.Signal != syscall.SIGKILL {

@@ -48,8 +48,6 @@ func (d *dataPath) link(peer int) ring.Transport {
 	return d.links[peer]
 }
 
-func (d *dataPath) local(peer int) bool { return d.shm != nil && d.link(peer) == ring.Transport(d.shm) }
-
 func (d *dataPath) Send(ctx context.Context, peer int, stream uint32, meta [4]uint64, payload []byte) error {
 	return d.link(peer).Send(ctx, peer, stream, meta, payload)
 }

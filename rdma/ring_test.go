@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/rdma"
+	"github.com/gorun/gorun/rdma/rdmatest"
 	"github.com/gorun/gorun/ring"
 )
 
@@ -19,7 +20,7 @@ func TestCollectivesOverRDMA(t *testing.T) {
 	for _, np := range []int{2, 3, 4} {
 		for _, count := range []int{0, 1, np + 1, 4097, 70001} {
 			t.Run(fmt.Sprintf("np=%d/count=%d", np, count), func(t *testing.T) {
-				ts := rdma.Mesh(t, rdma.NewFakeFabric(uint64(np*count+1), true), np, rdma.Config{Slots: 4, SlotBytes: 4096, Timeout: 20 * time.Second})
+				ts, _ := rdmatest.Mesh(t, rdmatest.NewFabric(uint64(np*count+1), true), np, rdma.Config{Slots: 4, SlotBytes: 4096, Timeout: 20 * time.Second})
 				input := func(r, i int) float32 { return float32((r+1)*(i%97)) - 3*float32(r) }
 				wantSum := make([]float32, count)
 				wantMax := make([]float32, count)

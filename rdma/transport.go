@@ -454,10 +454,12 @@ func (t *Transport) poll() {
 				t.fail(&PeerError{Rank: p.rank, Err: fmt.Errorf("fragment %d arrived as number %d: the rings are out of step", seq, wc.Imm)})
 				continue
 			}
-			p.arrived.Add(1)
+			// Repost first: once arrived counts it, a drain may hand the
+			// slot back, and the peer's next write needs the receive.
 			if err := t.v.PostRecv(p.qpn, p.recvID); err != nil {
 				t.fail(&PeerError{Rank: p.rank, Err: fmt.Errorf("posting a receive: %w", err)})
 			}
+			p.arrived.Add(1)
 		}
 		m, err := t.v.PollSend(t.wcs[:])
 		if err != nil {

@@ -1,4 +1,4 @@
-package rdma
+package rdma_test
 
 import (
 	"bytes"
@@ -10,55 +10,10 @@ import (
 	"sync"
 	"testing"
 	"time"
-)
 
-// Mesh connects size transports on fab, every rank with every other,
-// passing the endpoints through their binary encoding as comm does.
-func Mesh(t testing.TB, fab *FakeFabric, size int, cfg Config) []*Transport {
-	t.Helper()
-	ts := make([]*Transport, size)
-	for r := range size {
-		var peers []int
-		for q := range size {
-			if q != r {
-				peers = append(peers, q)
-			}
-		}
-		c := cfg
-		c.Rank, c.Size = r, size
-		var err error
-		if ts[r], err = New(c, fab.NIC(fmt.Sprintf("fake_%d", r)), peers); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for r, tr := range ts {
-		for q := range size {
-			if q == r {
-				continue
-			}
-			ep, err := ts[q].Endpoint(r)
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, _ := ep.MarshalBinary()
-			var got Endpoint
-			if err := got.UnmarshalBinary(b); err != nil {
-				t.Fatal(err)
-			}
-			if err := tr.Connect(q, got); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	t.Cleanup(func() {
-		for _, tr := range ts {
-			if err := tr.Close(); err != nil {
-				t.Errorf("close: %v", err)
-			}
-		}
-	})
-	return ts
-}
+	"github.com/gorun/gorun/rdma"
+	"github.com/gorun/gorun/rdma/rdmatest"
+)
 
 func pattern(seed, n int) []byte {
 	b := make([]byte, n)
@@ -75,12 +30,12 @@ func pattern(seed, n int) []byte {
 // metadata, whether the device carries writes out at once or late.
 func TestFramesBothWays(t *testing.T) {
 	const slotB = 256
-	room := slotB - slotHeader
+	room := slotB - 64 // each slot starts with a 64-byte header
 	sizes := []int{0, 1, room - 1, room, room + 1, 3*room + 5, 40 * room, 7}
 	for _, deferred := range []bool{false, true} {
 		for _, postFirst := range []bool{true, false} {
 			t.Run(fmt.Sprintf("deferred=%v/postFirst=%v", deferred, postFirst), func(t *testing.T) {
-				ts := Mesh(t, NewFakeFabric(1, deferred), 2, Config{Slots: 4, SlotBytes: slotB, Timeout: 10 * time.Second})
+				ts, _ := rdmatest.Mesh(t, rdmatest.NewFabric(1, deferred), 2, rdma.Config{Slots: 4, SlotBytes: slotB, Timeout: 10 * time.Second})
 				ctx := context.Background()
 				var wg sync.WaitGroup
 				errs := make(chan error, 4)
@@ -145,8 +100,8 @@ func TestFramesBothWays(t *testing.T) {
 // device has read it, so overwriting it after Send cannot change what
 // arrives (the deferred fabric reads memory late, as a device does).
 func TestRegisteredPayloadIsWrittenInPlace(t *testing.T) {
-	fab := NewFakeFabric(7, true)
-	ts := Mesh(t, fab, 2, Config{Slots: 3, SlotBytes: 1024, Timeout: 10 * time.Second})
+	fab := rdmatest.NewFabric(7, true)
+	ts, _ := rdmatest.Mesh(t, fab, 2, rdma.Config{Slots: 3, SlotBytes: 1024, Timeout: 10 * time.Second})
 	pinned := make([]byte, 10000)
 	if err := ts[0].Register(pinned); err != nil {
 		t.Fatal(err)
@@ -155,10 +110,18 @@ func TestRegisteredPayloadIsWrittenInPlace(t *testing.T) {
 		t.Fatal("registering an overlapping range succeeded")
 	}
 	ctx := context.Background()
+	// Unregistered, a payload is copied into the ring.
+	tk, _ := ts[1].Post(0, 1, make([]byte, 2000)) // fits the ring: no reader needed yet
+	if err := ts[0].Send(ctx, 1, 1, [4]uint64{}, make([]byte, 2000)); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := ts[1].Wait(ctx, 0, 1, tk); err != nil {
+		t.Fatal(err)
+	}
 	want := pattern(3, 9000)
 	copy(pinned[500:], want)
 	got := make([]byte, 9000)
-	tk, _ := ts[1].Post(0, 1, got)
+	tk, _ = ts[1].Post(0, 1, got)
 	done := make(chan error, 1)
 	go func() {
 		_, n, err := ts[1].Wait(ctx, 0, 1, tk)
@@ -177,8 +140,11 @@ func TestRegisteredPayloadIsWrittenInPlace(t *testing.T) {
 	if !bytes.Equal(got, want) {
 		t.Fatal("the payload changed in flight: Send returned before the device read it")
 	}
-	// The writes were gathered from pinned directly: 9000 bytes in 1024-byte
-	// slots of 960 payload bytes is 10 fragment writes; credits add a few.
+	// 9000 bytes in 1024-byte slots of 960 payload bytes: 10 writes, each
+	// gathering its fragment from pinned itself.
+	if n := fab.GatheredFrom(pinned); n != 10 {
+		t.Fatalf("%d writes gathered from the registered payload, want 10", n)
+	}
 	if err := ts[0].Unregister(pinned); err != nil {
 		t.Fatal(err)
 	}
@@ -190,16 +156,16 @@ func TestRegisteredPayloadIsWrittenInPlace(t *testing.T) {
 // TestDeadPeerIsNamed: when the peer's device stops answering, the
 // failed write's completion fails the waiting call with the peer's rank.
 func TestDeadPeerIsNamed(t *testing.T) {
-	fab := NewFakeFabric(1, false)
-	ts := Mesh(t, fab, 3, Config{Slots: 2, SlotBytes: 128, Timeout: 10 * time.Second})
-	ts[2].v.(*FakeNIC).Kill()
+	fab := rdmatest.NewFabric(1, false)
+	ts, nics := rdmatest.Mesh(t, fab, 3, rdma.Config{Slots: 2, SlotBytes: 128, Timeout: 10 * time.Second})
+	nics[2].Kill()
 	ctx := context.Background()
 	if err := ts[0].Send(ctx, 2, 1, [4]uint64{}, []byte("hello")); err != nil {
 		t.Fatalf("posting the write failed at once: %v", err)
 	}
 	tk, _ := ts[0].Post(1, 1, make([]byte, 8))
 	_, _, err := ts[0].Wait(ctx, 1, 1, tk)
-	var pe *PeerError
+	var pe *rdma.PeerError
 	if !errors.As(err, &pe) || pe.Rank != 2 || !strings.Contains(err.Error(), "transport retry counter exceeded") || !strings.Contains(err.Error(), "stopped answering") {
 		t.Fatalf("got %v, want a PeerError naming rank 2 and the retry status", err)
 	}
@@ -211,21 +177,21 @@ func TestDeadPeerIsNamed(t *testing.T) {
 func TestWaitsEnd(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		cfg  Config
+		cfg  rdma.Config
 		ctx  func() (context.Context, context.CancelFunc)
 		want string
 	}{
-		{"transport timeout", Config{Timeout: 30 * time.Millisecond}, func() (context.Context, context.CancelFunc) { return context.Background(), func() {} },
+		{"transport timeout", rdma.Config{Timeout: 30 * time.Millisecond}, func() (context.Context, context.CancelFunc) { return context.Background(), func() {} },
 			"rank 1 (RDMA): waiting for data: nothing moved within 30ms"},
-		{"context deadline", Config{}, func() (context.Context, context.CancelFunc) {
+		{"context deadline", rdma.Config{}, func() (context.Context, context.CancelFunc) {
 			return context.WithTimeout(context.Background(), 20*time.Millisecond)
 		},
 			"rank 1 (RDMA): waiting for data: context deadline exceeded"},
-		{"failure elsewhere", Config{Failed: func() error { return errors.New("rank 1 died (seen over TCP)") }},
+		{"failure elsewhere", rdma.Config{Failed: func() error { return errors.New("rank 1 died (seen over TCP)") }},
 			func() (context.Context, context.CancelFunc) { return context.Background(), func() {} }, "rank 1 died (seen over TCP)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ts := Mesh(t, NewFakeFabric(1, false), 2, tc.cfg)
+			ts, _ := rdmatest.Mesh(t, rdmatest.NewFabric(1, false), 2, tc.cfg)
 			ctx, cancel := tc.ctx()
 			defer cancel()
 			tk, _ := ts[0].Post(1, 1, make([]byte, 8))
@@ -244,8 +210,8 @@ func TestWaitsEnd(t *testing.T) {
 // TestSendBlocksOnFullRingUntilDrained: with the peer not draining, a
 // sender stops after one ring of fragments and resumes when it drains.
 func TestSendBlocksOnFullRingUntilDrained(t *testing.T) {
-	fab := NewFakeFabric(1, false)
-	ts := Mesh(t, fab, 2, Config{Slots: 2, SlotBytes: 128, Timeout: 10 * time.Second})
+	fab := rdmatest.NewFabric(1, false)
+	ts, _ := rdmatest.Mesh(t, fab, 2, rdma.Config{Slots: 2, SlotBytes: 128, Timeout: 10 * time.Second})
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	err := ts[0].Send(ctx, 1, 1, [4]uint64{}, make([]byte, 5*64))
@@ -258,13 +224,13 @@ func TestSendBlocksOnFullRingUntilDrained(t *testing.T) {
 }
 
 func TestMismatchedRingsAreRefused(t *testing.T) {
-	fab := NewFakeFabric(1, false)
-	a, err := New(Config{Rank: 0, Size: 2, Slots: 4, SlotBytes: 256}, fab.NIC("a"), []int{1})
+	fab := rdmatest.NewFabric(1, false)
+	a, err := rdma.New(rdma.Config{Rank: 0, Size: 2, Slots: 4, SlotBytes: 256}, fab.NIC("a"), []int{1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	b, err := New(Config{Rank: 1, Size: 2, Slots: 8, SlotBytes: 256}, fab.NIC("b"), []int{0})
+	b, err := rdma.New(rdma.Config{Rank: 1, Size: 2, Slots: 8, SlotBytes: 256}, fab.NIC("b"), []int{0})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,23 +240,23 @@ func TestMismatchedRingsAreRefused(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 	for _, tc := range []struct {
-		cfg   Config
+		cfg   rdma.Config
 		peers []int
 		want  string
 	}{
-		{Config{Rank: 0, Size: 2, SlotBytes: 100}, []int{1}, "slot size 100"},
-		{Config{Rank: 0, Size: 2}, []int{0}, "peer rank 0"},
-		{Config{Rank: 0, Size: 2}, []int{2}, "peer rank 2"},
-		{Config{Rank: 0, Size: 3}, []int{1, 1}, "peer rank 1"},
+		{rdma.Config{Rank: 0, Size: 2, SlotBytes: 100}, []int{1}, "slot size 100"},
+		{rdma.Config{Rank: 0, Size: 2}, []int{0}, "peer rank 0"},
+		{rdma.Config{Rank: 0, Size: 2}, []int{2}, "peer rank 2"},
+		{rdma.Config{Rank: 0, Size: 3}, []int{1, 1}, "peer rank 1"},
 	} {
-		if _, err := New(tc.cfg, fab.NIC("c"), tc.peers); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("New(%+v, %v): got %v, want %q", tc.cfg, tc.peers, err, tc.want)
+		if _, err := rdma.New(tc.cfg, fab.NIC("c"), tc.peers); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("rdma.New(%+v, %v): got %v, want %q", tc.cfg, tc.peers, err, tc.want)
 		}
 	}
 }
 
 func TestSteadyStateAllocatesNothing(t *testing.T) {
-	ts := Mesh(t, NewFakeFabric(1, false), 2, Config{Slots: 4, SlotBytes: 4096})
+	ts, _ := rdmatest.Mesh(t, rdmatest.NewFabric(1, false), 2, rdma.Config{Slots: 4, SlotBytes: 4096})
 	ctx := context.Background()
 	out, in := make([]byte, 10000), make([]byte, 10000)
 	step := func() {

@@ -36,6 +36,7 @@ const workerEnv = "GORUN_BENCH_WORKER_OUT"
 var variants = map[string][]string{
 	"default": nil,                                 // shared memory between ranks of one machine
 	"tcp":     {"GORUN_TRANSPORT=tcp"},             // loopback TCP instead
+	"rdma":    {"GORUN_TRANSPORT=rdma"},            // RDMA between every pair, where a device allows (else as default)
 	"ring":    {"GORUN_SMALL_BYTES=-1"},            // ring algorithms at every size
 	"small":   {"GORUN_SMALL_BYTES=1099511627776"}, // recursive doubling / trees at every size
 	"s2":      {"GORUN_COMPRESS=s2"},               // S2 compression of payloads

@@ -1,4 +1,6 @@
-package rdma
+// Package rdmatest provides a verbs layer in memory for testing code that
+// runs on rdma transports without an RDMA device.
+package rdmatest
 
 import (
 	"encoding/binary"
@@ -8,46 +10,49 @@ import (
 	"sync"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/gorun/gorun/rdma"
 )
 
-// FakeFabric is a verbs layer in memory, for tests: NICs on one fabric
+// Fabric is a verbs layer in memory, for tests: NICs on one fabric
 // whose queue pairs carry RDMA writes between the NICs' registered
 // memory, checking everything a device checks (queue-pair states, keys,
 // bounds, posted receives, queue depths). Deferred, a write is carried
 // out not when it is posted but on some later poll of any NIC, as a real
 // device reads the memory it sends when it gets to it: a transport that
 // reuses a buffer before its write completes sends the wrong bytes.
-type FakeFabric struct {
+type Fabric struct {
 	mu       sync.Mutex
 	rng      *rand.Rand
 	deferred bool
-	nics     map[uint16]*FakeNIC
+	nics     map[uint16]*NIC
 	nextQPN  uint32
 	nextKey  uint32
 	queue    []fakeOp
-	writes   int // writes carried out
+	writes   int            // writes carried out
+	gathered map[uint32]int // writes that gathered from each local key
 }
 
-// NewFakeFabric returns an empty fabric; seed drives the deferral.
-func NewFakeFabric(seed uint64, deferred bool) *FakeFabric {
-	return &FakeFabric{rng: rand.New(rand.NewPCG(seed, 1)), deferred: deferred, nics: map[uint16]*FakeNIC{}, nextQPN: 100, nextKey: 1000}
+// NewFabric returns an empty fabric; seed drives the deferral.
+func NewFabric(seed uint64, deferred bool) *Fabric {
+	return &Fabric{rng: rand.New(rand.NewPCG(seed, 1)), deferred: deferred, nics: map[uint16]*NIC{}, gathered: map[uint32]int{}, nextQPN: 100, nextKey: 1000}
 }
 
-// FakeNIC is one port on a FakeFabric; it implements Verbs.
-type FakeNIC struct {
-	fab     *FakeFabric
-	port    Port
+// NIC is one port on a Fabric; it implements Verbs.
+type NIC struct {
+	fab     *Fabric
+	port    rdma.Port
 	regions map[uint32]fakeRegion // by key
 	qps     map[uint32]*fakeQP
-	sendCQ  []Completion
-	recvCQ  []Completion
+	sendCQ  []rdma.Completion
+	recvCQ  []rdma.Completion
 	dead    bool
 	closed  bool
 }
 
 type fakeRegion struct {
 	mem  []byte
-	keys Keys
+	keys rdma.Keys
 }
 
 type fakeQP struct {
@@ -61,18 +66,18 @@ type fakeQP struct {
 }
 
 type fakeOp struct {
-	nic *FakeNIC
+	nic *NIC
 	qp  *fakeQP
-	w   Write
+	w   rdma.Write
 }
 
 // NIC adds a port to the fabric.
-func (f *FakeFabric) NIC(name string) *FakeNIC {
+func (f *Fabric) NIC(name string) *NIC {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	lid := uint16(len(f.nics) + 1)
-	n := &FakeNIC{fab: f, regions: map[uint32]fakeRegion{}, qps: map[uint32]*fakeQP{}}
-	n.port = Port{Device: name, Num: 1, LinkLayer: LinkInfiniBand, LID: lid, MTU: 5}
+	n := &NIC{fab: f, regions: map[uint32]fakeRegion{}, qps: map[uint32]*fakeQP{}}
+	n.port = rdma.Port{Device: name, Num: 1, LinkLayer: rdma.LinkInfiniBand, LID: lid, MTU: 5}
 	binary.BigEndian.PutUint64(n.port.GID[:8], 0xfe80000000000000)
 	binary.BigEndian.PutUint64(n.port.GID[8:], uint64(lid))
 	f.nics[lid] = n
@@ -80,36 +85,55 @@ func (f *FakeFabric) NIC(name string) *FakeNIC {
 }
 
 // Kill makes the NIC stop answering, as when its host dies.
-func (n *FakeNIC) Kill() {
+func (n *NIC) Kill() {
 	n.fab.mu.Lock()
 	n.dead = true
 	n.fab.mu.Unlock()
 }
 
 // Writes returns the number of writes the fabric carried out.
-func (f *FakeFabric) Writes() int {
+func (f *Fabric) Writes() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.writes
 }
 
+// GatheredFrom returns how many writes carried out so far read from the
+// registration that starts at mem.
+func (f *Fabric) GatheredFrom(mem []byte) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	a := addr(mem)
+	for _, n := range f.nics {
+		for key, r := range n.regions {
+			if r.keys.Addr == a {
+				return f.gathered[key]
+			}
+		}
+	}
+	return 0
+}
+
 var errFake = errors.New("fake verbs")
 
-func (n *FakeNIC) Port() Port { return n.port }
+// Port implements rdma.Verbs.
+func (n *NIC) Port() rdma.Port { return n.port }
 
-func (n *FakeNIC) Register(mem []byte) (Keys, error) {
+// Register implements rdma.Verbs.
+func (n *NIC) Register(mem []byte) (rdma.Keys, error) {
 	n.fab.mu.Lock()
 	defer n.fab.mu.Unlock()
 	if len(mem) == 0 {
-		return Keys{}, fmt.Errorf("%w: empty registration", errFake)
+		return rdma.Keys{}, fmt.Errorf("%w: empty registration", errFake)
 	}
 	n.fab.nextKey++
-	k := Keys{Addr: addr(mem), Len: uint64(len(mem)), LKey: n.fab.nextKey, RKey: n.fab.nextKey}
+	k := rdma.Keys{Addr: addr(mem), Len: uint64(len(mem)), LKey: n.fab.nextKey, RKey: n.fab.nextKey}
 	n.regions[k.LKey] = fakeRegion{mem: mem, keys: k}
 	return k, nil
 }
 
-func (n *FakeNIC) Deregister(k Keys) error {
+// Deregister implements rdma.Verbs.
+func (n *NIC) Deregister(k rdma.Keys) error {
 	n.fab.mu.Lock()
 	defer n.fab.mu.Unlock()
 	if _, ok := n.regions[k.LKey]; !ok {
@@ -119,7 +143,8 @@ func (n *FakeNIC) Deregister(k Keys) error {
 	return nil
 }
 
-func (n *FakeNIC) CreateQP(sendDepth, recvDepth int) (uint32, error) {
+// CreateQP implements rdma.Verbs.
+func (n *NIC) CreateQP(sendDepth, recvDepth int) (uint32, error) {
 	n.fab.mu.Lock()
 	defer n.fab.mu.Unlock()
 	n.fab.nextQPN++
@@ -128,7 +153,8 @@ func (n *FakeNIC) CreateQP(sendDepth, recvDepth int) (uint32, error) {
 	return q.num, nil
 }
 
-func (n *FakeNIC) Connect(qpn uint32, local, remote Endpoint) error {
+// Connect implements rdma.Verbs.
+func (n *NIC) Connect(qpn uint32, local, remote rdma.Endpoint) error {
 	n.fab.mu.Lock()
 	defer n.fab.mu.Unlock()
 	q := n.qps[qpn]
@@ -144,7 +170,8 @@ func (n *FakeNIC) Connect(qpn uint32, local, remote Endpoint) error {
 	return nil
 }
 
-func (n *FakeNIC) DestroyQP(qpn uint32) error {
+// DestroyQP implements rdma.Verbs.
+func (n *NIC) DestroyQP(qpn uint32) error {
 	n.fab.mu.Lock()
 	defer n.fab.mu.Unlock()
 	if n.qps[qpn] == nil {
@@ -154,7 +181,8 @@ func (n *FakeNIC) DestroyQP(qpn uint32) error {
 	return nil
 }
 
-func (n *FakeNIC) PostRecv(qpn uint32, id uint64) error {
+// PostRecv implements rdma.Verbs.
+func (n *NIC) PostRecv(qpn uint32, id uint64) error {
 	n.fab.mu.Lock()
 	defer n.fab.mu.Unlock()
 	q := n.qps[qpn]
@@ -169,7 +197,7 @@ func (n *FakeNIC) PostRecv(qpn uint32, id uint64) error {
 }
 
 // local returns the bytes of a local piece, checked against its key.
-func (n *FakeNIC) local(p Piece) ([]byte, error) {
+func (n *NIC) local(p rdma.Piece) ([]byte, error) {
 	r, ok := n.regions[p.LKey]
 	if !ok {
 		return nil, fmt.Errorf("%w: unknown local key %d", errFake, p.LKey)
@@ -181,7 +209,8 @@ func (n *FakeNIC) local(p Piece) ([]byte, error) {
 	return r.mem[off : off+uint64(p.Len)], nil
 }
 
-func (n *FakeNIC) PostWrite(qpn uint32, w *Write) error {
+// PostWrite implements rdma.Verbs.
+func (n *NIC) PostWrite(qpn uint32, w *rdma.Write) error {
 	f := n.fab
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -212,30 +241,30 @@ func (n *FakeNIC) PostWrite(qpn uint32, w *Write) error {
 }
 
 // execute carries out one write; the caller holds f.mu.
-func (f *FakeFabric) execute(op fakeOp) {
+func (f *Fabric) execute(op fakeOp) {
 	n, q, w := op.nic, op.qp, op.w
-	status := func(s Status) {
-		if s != StatusSuccess {
+	status := func(s rdma.Status) {
+		if s != rdma.StatusSuccess {
 			q.state = "ERR"
 		}
-		if w.Signaled || s != StatusSuccess {
-			n.sendCQ = append(n.sendCQ, Completion{ID: w.ID, Status: s, QPN: q.num})
+		if w.Signaled || s != rdma.StatusSuccess {
+			n.sendCQ = append(n.sendCQ, rdma.Completion{ID: w.ID, Status: s, QPN: q.num})
 		} else {
 			q.outstanding--
 		}
 	}
 	if q.state == "ERR" || n.dead {
-		status(StatusFlushed)
+		status(rdma.StatusFlushed)
 		return
 	}
 	peer := f.nics[q.remoteLID]
 	if peer == nil || peer.dead || peer.closed {
-		status(StatusRetryExc)
+		status(rdma.StatusRetryExc)
 		return
 	}
 	rq := peer.qps[q.remoteQPN]
 	if rq == nil || rq.state != "RTS" || rq.remoteLID != n.port.LID || rq.remoteQPN != q.num {
-		status(StatusRetryExc)
+		status(rdma.StatusRetryExc)
 		return
 	}
 	var local [2][]byte
@@ -244,19 +273,20 @@ func (f *FakeFabric) execute(op fakeOp) {
 		if p.Len > 0 {
 			b, err := n.local(p)
 			if err != nil { // deregistered since it was posted
-				status(4) // local protection error
+				status(4) // IBV_WC_LOC_PROT_ERR
 				return
 			}
 			local[i], size = b, size+len(b)
+			f.gathered[p.LKey]++
 		}
 	}
 	r, ok := peer.regions[w.RKey]
 	if !ok || w.RemoteAddr < r.keys.Addr || w.RemoteAddr+uint64(size) > r.keys.Addr+r.keys.Len {
-		status(StatusRemoteAccess)
+		status(rdma.StatusRemoteAccess)
 		return
 	}
 	if w.WithImm && len(rq.recvs) == 0 {
-		status(StatusRNRRetryExc)
+		status(rdma.StatusRNRRetryExc)
 		return
 	}
 	dst := r.mem[w.RemoteAddr-r.keys.Addr:][:size]
@@ -270,13 +300,13 @@ func (f *FakeFabric) execute(op fakeOp) {
 	if w.WithImm {
 		id := rq.recvs[0]
 		rq.recvs = append(rq.recvs[:0], rq.recvs[1:]...)
-		peer.recvCQ = append(peer.recvCQ, Completion{ID: id, QPN: rq.num, Imm: w.Imm, Len: uint32(size)})
+		peer.recvCQ = append(peer.recvCQ, rdma.Completion{ID: id, QPN: rq.num, Imm: w.Imm, Len: uint32(size)})
 	}
-	status(StatusSuccess)
+	status(rdma.StatusSuccess)
 }
 
 // advance carries out some of the deferred writes, oldest first.
-func (f *FakeFabric) advance() {
+func (f *Fabric) advance() {
 	if len(f.queue) == 0 {
 		return
 	}
@@ -287,7 +317,7 @@ func (f *FakeFabric) advance() {
 	f.queue = append(f.queue[:0], f.queue[k:]...)
 }
 
-func (n *FakeNIC) poll(cq *[]Completion, wc []Completion, sends bool) (int, error) {
+func (n *NIC) poll(cq *[]rdma.Completion, wc []rdma.Completion, sends bool) (int, error) {
 	f := n.fab
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -309,10 +339,14 @@ func (n *FakeNIC) poll(cq *[]Completion, wc []Completion, sends bool) (int, erro
 	return k, nil
 }
 
-func (n *FakeNIC) PollSend(wc []Completion) (int, error) { return n.poll(&n.sendCQ, wc, true) }
-func (n *FakeNIC) PollRecv(wc []Completion) (int, error) { return n.poll(&n.recvCQ, wc, false) }
+// PollSend implements rdma.Verbs.
+func (n *NIC) PollSend(wc []rdma.Completion) (int, error) { return n.poll(&n.sendCQ, wc, true) }
 
-func (n *FakeNIC) Close() error {
+// PollRecv implements rdma.Verbs.
+func (n *NIC) PollRecv(wc []rdma.Completion) (int, error) { return n.poll(&n.recvCQ, wc, false) }
+
+// Close implements rdma.Verbs.
+func (n *NIC) Close() error {
 	n.fab.mu.Lock()
 	defer n.fab.mu.Unlock()
 	if len(n.qps) > 0 || len(n.regions) > 0 {
@@ -321,3 +355,6 @@ func (n *FakeNIC) Close() error {
 	n.closed = true
 	return nil
 }
+
+// addr returns the address of b's first byte (b is not empty).
+func addr(b []byte) uint64 { return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(b)))) }

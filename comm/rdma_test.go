@@ -1,0 +1,130 @@
+package comm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorun/gorun/comm/rendezvous"
+	"github.com/gorun/gorun/rdma"
+	"github.com/gorun/gorun/rdma/rdmatest"
+)
+
+// TestRDMASetupThroughStore runs the RDMA rounds of the rendezvous for
+// ranks in goroutines, with a real store and a fake fabric: the pairs that
+// should use RDMA get connected queue pairs and carry a frame each way,
+// the others do not, and the reason reported names the pair and the cause.
+func TestRDMASetupThroughStore(t *testing.T) {
+	const size = 4
+	for _, tc := range []struct {
+		name     string
+		mode     string
+		noDevice int // rank without a device (-1: none)
+		rdma     func(a, b int) bool
+		without  string
+	}{
+		{"every pair", "rdma", -1, func(a, b int) bool { return true }, ""},
+		{"rank 2 has no device", "rdma", 2, func(a, b int) bool { return a != 2 && b != 2 }, "ranks 0 and 2: fake: no device on rank 2"},
+		{"auto on one host: shared memory's job", "auto", -1, func(a, b int) bool { return false }, ""},
+		{"tcp", "tcp", -1, func(a, b int) bool { return false }, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			token := []byte("job-token")
+			srv := rendezvous.Serve(ln, token, size)
+			defer srv.Close()
+			fab := rdmatest.NewFabric(3, true)
+			var mu sync.Mutex
+			open := func(s *Settings) (rdma.Verbs, error) {
+				if s.Rank == tc.noDevice {
+					return nil, fmt.Errorf("fake: no device on rank %d", s.Rank)
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				return fab.NIC(fmt.Sprintf("fake_%d", s.Rank)), nil
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			setups := make([]*rdmaSetup, size)
+			var wg sync.WaitGroup
+			errs := make(chan error, size)
+			for r := range size {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					store, err := rendezvous.Dial(ctx, ln.Addr().String(), token, r, size)
+					if err != nil {
+						errs <- err
+						return
+					}
+					defer store.Close()
+					s := &Settings{Rank: r, Size: size, Transport: tc.mode, Timeout: 10 * time.Second}
+					if setups[r], err = setupRDMA(ctx, store, s, open, func() error { return nil }); err != nil {
+						errs <- fmt.Errorf("rank %d: %w", r, err)
+					}
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Fatal(err)
+			}
+			defer func() {
+				for _, s := range setups {
+					if s.t != nil {
+						s.t.Close()
+					}
+				}
+			}()
+			if got := setups[0].without; got != tc.without && !strings.Contains(got, tc.without) || (tc.without == "") != (got == "") {
+				t.Errorf("rank 0 says RDMA is not used between %q, want %q", got, tc.without)
+			}
+			for a := range size {
+				for b := range size {
+					if a == b {
+						continue
+					}
+					has := setups[a].t != nil && setups[a].t.Has(b)
+					if has != tc.rdma(a, b) {
+						t.Fatalf("rank %d reaches rank %d over RDMA: %v, want %v", a, b, has, tc.rdma(a, b))
+					}
+					if !has {
+						continue
+					}
+					// One frame from a to b.
+					buf := make([]byte, 16)
+					tk, err := setups[b].t.Post(a, 9, buf)
+					if err != nil {
+						t.Fatal(err)
+					}
+					msg := fmt.Sprintf("from %d to %d", a, b)
+					if err := setups[a].t.Send(ctx, b, 9, [4]uint64{}, []byte(msg)); err != nil {
+						t.Fatal(err)
+					}
+					if _, n, err := setups[b].t.Wait(ctx, a, 9, tk); err != nil || string(buf[:n]) != msg {
+						t.Fatalf("%s: got %q, %v", msg, buf[:n], err)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestRDMADeviceSetting: GORUN_RDMA_DEVICE's port part is checked.
+func TestRDMADeviceSetting(t *testing.T) {
+	_, err := openDevice(&Settings{Size: 2, RDMADevice: "mlx5_0:x"})
+	if err == nil || !strings.Contains(err.Error(), `GORUN_RDMA_DEVICE="mlx5_0:x": the port after the colon must be a number from 1`) {
+		t.Fatalf("got %v", err)
+	}
+	if _, err := openDevice(&Settings{Size: 2, RDMADevice: "mlx5_0:1"}); err != nil && !errors.Is(err, rdma.ErrNoDevice) {
+		t.Fatalf("got %v, want ErrNoDevice on a machine without the device", err)
+	}
+}
