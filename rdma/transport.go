@@ -187,7 +187,7 @@ func (t *Transport) Connect(rank int, remote Endpoint) error {
 		return err
 	}
 	if remote.Slots != p.local.Slots || remote.SlotBytes != p.local.SlotBytes {
-		return &PeerError{Rank: rank, Err: fmt.Errorf("its rings have %d slots of %d bytes, this rank's %d of %d (GORUN_RDMA_SLOTS and GORUN_RDMA_SLOT_BYTES must agree)",
+		return &PeerError{Rank: rank, Err: fmt.Errorf("its rings have %d slots of %d bytes, this rank's %d of %d (every rank must run the same gorun build)",
 			remote.Slots, remote.SlotBytes, p.local.Slots, p.local.SlotBytes)}
 	}
 	if err := t.v.Connect(p.qpn, p.local, remote); err != nil {
