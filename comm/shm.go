@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/gorun/gorun/comm/mailbox"
 	"github.com/gorun/gorun/rdma"
 	"github.com/gorun/gorun/ring"
 	"github.com/gorun/gorun/shm"
@@ -54,6 +55,20 @@ func (d *dataPath) Send(ctx context.Context, peer int, stream uint32, meta [4]ui
 
 func (d *dataPath) Post(peer int, stream uint32, buf []byte) (uint64, error) {
 	return d.link(peer).Post(peer, stream, buf)
+}
+
+// PostCombine implements ring.Combiner for the peers reached through
+// shared memory or RDMA, whose frames are folded in straight from the
+// slots they land in.
+func (d *dataPath) PostCombine(peer int, stream uint32, buf []byte, combine func(dst, src []byte)) (uint64, bool, error) {
+	l, ok := d.link(peer).(interface {
+		PostCombine(int, uint32, []byte, mailbox.Combine) (uint64, error)
+	})
+	if !ok {
+		return 0, false, nil
+	}
+	t, err := l.PostCombine(peer, stream, buf, combine)
+	return t, err == nil, err
 }
 
 func (d *dataPath) Wait(ctx context.Context, peer int, stream uint32, ticket uint64) ([4]uint64, int, error) {

@@ -374,13 +374,19 @@ func (t *Transport) Send(ctx context.Context, rank int, stream uint32, meta [4]u
 // Post registers buf for the next frame from rank on stream and returns a
 // ticket for Wait. A frame that already arrived is copied in at once.
 func (t *Transport) Post(rank int, stream uint32, buf []byte) (uint64, error) {
+	return t.PostCombine(rank, stream, buf, nil)
+}
+
+// PostCombine is Post with the frame folded into buf by combine, straight
+// from the slots it arrives in, instead of copied (nil: copied).
+func (t *Transport) PostCombine(rank int, stream uint32, buf []byte, combine mailbox.Combine) (uint64, error) {
 	p, err := t.peer(rank)
 	if err != nil {
 		return 0, err
 	}
 	p.rxMu.Lock()
 	defer p.rxMu.Unlock()
-	return p.boxes.Post(stream, buf), nil
+	return p.boxes.PostCombine(stream, buf, combine), nil
 }
 
 // Wait blocks until the frame for ticket has arrived and returns its

@@ -75,7 +75,12 @@ func ringAllReduce[T Elem](ctx context.Context, c *Comm, call Call, buf []T, op 
 	}
 	diagonals := maxChunks + steps
 
-	// Post in the left neighbour's send order: diagonal by diagonal, step by step.
+	// Post in the left neighbour's send order: diagonal by diagonal, step by
+	// step. Where the transport can, reduce-scatter frames are folded into
+	// buf as they arrive instead of landing in tmp.
+	combine := combineOf[T](c, op)
+	combined := c.combined[:0]
+	defer func() { c.combined = combined }()
 	for d := range diagonals {
 		for t := 0; t < steps; t++ {
 			j := d - t
@@ -85,13 +90,16 @@ func ringAllReduce[T Elem](ctx context.Context, c *Comm, call Call, buf []T, op 
 			}
 			lo, hi := segment(seg, n, count)
 			a, b := sub(lo, hi, ce, j)
-			dst := buf[a:b]
+			folded := false
 			if t < n-1 {
-				dst = tmp[a:b]
-			}
-			if err := c.post(left, AsBytes(dst)); err != nil {
+				var err error
+				if folded, err = c.postCombine(left, AsBytes(buf[a:b]), combine, AsBytes(tmp[a:b])); err != nil {
+					return err
+				}
+			} else if err := c.post(left, AsBytes(buf[a:b])); err != nil {
 				return err
 			}
+			combined = append(combined, folded)
 		}
 	}
 
@@ -118,7 +126,9 @@ func ringAllReduce[T Elem](ctx context.Context, c *Comm, call Call, buf []T, op 
 				if err := c.wait(ctx, left, k, call, t-1, j, len(AsBytes(tmp[a:b]))); err != nil {
 					return err
 				}
-				Reduce(op, buf[a:b], buf[a:b], tmp[a:b])
+				if !combined[k] {
+					Reduce(op, buf[a:b], buf[a:b], tmp[a:b])
+				}
 				if t-1 == n-2 && op == Avg { // this rank's segment is complete
 					Divide(buf[a:b], n)
 				}

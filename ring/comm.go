@@ -54,9 +54,23 @@ type Comm struct {
 	// ChunkBytes is the pipelining granularity of the ring algorithms.
 	ChunkBytes int
 
-	seq     uint64
-	scratch []byte
-	tickets []uint64
+	seq      uint64
+	scratch  []byte
+	tickets  []uint64
+	combined []bool // per posted receive of a ring all-reduce: folded in by the transport
+
+	combineFn func(dst, src []byte) // the last combine function made, for combineOp on combineDT
+	combineOp Op
+	combineDT DType
+}
+
+// Combiner is implemented by transports that can fold an arriving frame
+// into the posted buffer straight from where it lands (shared memory,
+// registered memory), which saves copying it into scratch and a separate
+// pass of the reduction. ok is false when frames from that peer cannot be
+// combined; nothing was posted then.
+type Combiner interface {
+	PostCombine(peer int, stream uint32, buf []byte, combine func(dst, src []byte)) (ticket uint64, ok bool, err error)
 }
 
 // Size returns the number of members.
@@ -80,6 +94,46 @@ func (c *Comm) post(from int, b []byte) error {
 	}
 	c.tickets = append(c.tickets, t)
 	return nil
+}
+
+// postCombine posts into for a frame that fn folds into it, when the
+// transport can, and reports that it did; else it posts otherwise for a
+// plain copy.
+func (c *Comm) postCombine(from int, into []byte, fn func(dst, src []byte), otherwise []byte) (bool, error) {
+	if cb, ok := c.T.(Combiner); ok {
+		t, ok, err := cb.PostCombine(c.peer(from), c.Stream, into, fn)
+		if err != nil {
+			return false, err
+		}
+		if ok {
+			c.tickets = append(c.tickets, t)
+			return true, nil
+		}
+	}
+	return false, c.post(from, otherwise)
+}
+
+// combineOf returns the function that folds a frame of T into a buffer
+// with op, reusing the last one made.
+func combineOf[T Elem](c *Comm, op Op) func(dst, src []byte) {
+	dt := DTypeOf[T]()
+	if c.combineFn == nil || c.combineOp != op || c.combineDT != dt {
+		c.combineFn = func(dst, src []byte) {
+			d := fromBytes[T](dst)
+			Reduce(op, d, d, fromBytes[T](src))
+		}
+		c.combineOp, c.combineDT = op, dt
+	}
+	return c.combineFn
+}
+
+// fromBytes views b as elements, without copying.
+func fromBytes[T Elem](b []byte) []T {
+	var zero T
+	if len(b) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(b))), len(b)/int(unsafe.Sizeof(zero)))
 }
 
 func (c *Comm) send(ctx context.Context, to int, call Call, step, chunk int, b []byte) error {

@@ -68,12 +68,18 @@ type box struct {
 }
 
 type recv struct {
-	buf  []byte
-	meta [4]uint64
-	n    int
-	err  error
-	done bool
+	buf     []byte
+	combine Combine // nil: copy
+	meta    [4]uint64
+	n       int
+	err     error
+	done    bool
 }
+
+// Combine folds arriving bytes into a posted buffer instead of copying
+// them over it (a reduction): dst and src have the same length, a
+// multiple of 8 bytes except at a frame's end.
+type Combine func(dst, src []byte)
 
 // early is a frame that came before its receive; recv is set when the
 // receive is posted while the frame is still arriving.
@@ -110,7 +116,12 @@ func (p *Peer) box(stream uint32) *box {
 
 // Post registers buf for the next frame on stream not yet claimed and
 // returns its ticket. A frame that already arrived is copied in at once.
-func (p *Peer) Post(stream uint32, buf []byte) uint64 {
+func (p *Peer) Post(stream uint32, buf []byte) uint64 { return p.PostCombine(stream, buf, nil) }
+
+// PostCombine is Post with the frame folded into buf by combine as its
+// fragments arrive, instead of copied. Fragments other than the last must
+// be multiples of 8 bytes.
+func (p *Peer) PostCombine(stream uint32, buf []byte, combine Combine) uint64 {
 	m := p.box(stream)
 	var r *recv
 	if n := len(m.free); n > 0 {
@@ -118,7 +129,7 @@ func (p *Peer) Post(stream uint32, buf []byte) uint64 {
 	} else {
 		r = &recv{}
 	}
-	*r = recv{buf: buf}
+	*r = recv{buf: buf, combine: combine}
 	t := m.next
 	m.next++
 	m.recvs[t] = r
@@ -142,6 +153,9 @@ func (r *recv) fillFrom(e *early) {
 		r.err = e.err
 	} else if len(e.data) > len(r.buf) {
 		r.err = fmt.Errorf("%w: %d bytes arrived for a %d-byte receive", ErrFrameTooLarge, len(e.data), len(r.buf))
+	} else if r.combine != nil {
+		r.combine(r.buf[:len(e.data)], e.data)
+		r.n = len(e.data)
 	} else {
 		r.n = copy(r.buf, e.data)
 	}
@@ -176,6 +190,8 @@ func (p *Peer) Deliver(h *Header, data []byte) {
 	if c.active && !c.tooBig {
 		if c.got+int(h.N) > len(c.dst) || int(h.N) > len(data) {
 			p.overflow(h, len(data))
+		} else if c.recv != nil && c.recv.combine != nil {
+			c.recv.combine(c.dst[c.got:c.got+int(h.N)], data[:h.N])
 		} else {
 			copy(c.dst[c.got:], data[:h.N])
 		}

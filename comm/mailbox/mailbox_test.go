@@ -169,3 +169,46 @@ func TestSteadyStateAllocatesNothing(t *testing.T) {
 		t.Fatalf("%v allocations per posted frame, want 0", allocs)
 	}
 }
+
+// TestCombine: a receive posted with a combine function folds the frame
+// into its buffer, fragment by fragment, whether the frame arrives after
+// the post or before it.
+func TestCombine(t *testing.T) {
+	add := func(dst, src []byte) {
+		for i := range dst {
+			dst[i] += src[i]
+		}
+	}
+	for _, early := range []bool{false, true} {
+		p := NewPeer()
+		buf := bytes.Repeat([]byte{10}, 20)
+		frame := make([]byte, 20)
+		for i := range frame {
+			frame[i] = byte(i)
+		}
+		var tk uint64
+		if !early {
+			tk = p.PostCombine(1, buf, add)
+		}
+		send(p, 1, [4]uint64{7}, frame, 8)
+		if early {
+			tk = p.PostCombine(1, buf, add)
+		}
+		meta, n, err, ok := p.Result(1, tk)
+		if !ok || err != nil || n != 20 || meta[0] != 7 {
+			t.Fatalf("early %v: %v %d %v %v", early, ok, n, err, meta)
+		}
+		for i, b := range buf {
+			if b != byte(10+i) {
+				t.Fatalf("early %v: buf[%d] = %d, want %d", early, i, b, 10+i)
+			}
+		}
+		// A later plain receive copies again.
+		plain := make([]byte, 3)
+		tk = p.Post(1, plain)
+		send(p, 1, [4]uint64{}, []byte{1, 2, 3}, 8)
+		if _, _, _, ok := p.Result(1, tk); !ok || !bytes.Equal(plain, []byte{1, 2, 3}) {
+			t.Fatalf("plain receive after a combining one: %v", plain)
+		}
+	}
+}
