@@ -284,12 +284,21 @@ func (s *Settings) validate() error {
 	return nil
 }
 
-// derivePort maps a job identity to a port in [20000, 60000), so two jobs on
+// Derived rendezvous ports lie in [derivedPortBase, derivedPortBase+derivedPorts):
+// below Linux's default ephemeral range (32768-60999), so the kernel never
+// hands the port to some process's outgoing connection just before rank 0
+// listens on it, and above the well-known services.
+const (
+	derivedPortBase = 16384
+	derivedPorts    = 16384
+)
+
+// derivePort maps a job identity to a port in [16384, 32768), so two jobs on
 // one node rarely pick the same one; MASTER_PORT overrides it.
 func derivePort(id string) int {
 	h := fnv.New32a()
 	h.Write([]byte(id))
-	return 20000 + int(h.Sum32()%40000)
+	return derivedPortBase + int(h.Sum32()%derivedPorts)
 }
 
 // expandTasksPerNode expands Slurm's "2(x3),1" into [2 2 2 1].

@@ -1,6 +1,7 @@
 package comm
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -71,4 +72,24 @@ func TestResolveSettingsTuning(t *testing.T) {
 	if s.Timeout != 90*time.Second || s.JoinTimeout != 2*time.Minute || s.SmallBytes != -1 || s.ChunkBytes != 4096 || !s.Compress || string(s.Token) != "abc" {
 		t.Errorf("got %+v", s)
 	}
+}
+
+// TestDerivePortAvoidsEphemeralRange checks that derived rendezvous ports stay
+// below Linux's default ephemeral range (32768-60999), where an outgoing
+// connection of any process on the node could already hold them, and that
+// consecutive Slurm jobs spread over the range.
+func TestDerivePortAvoidsEphemeralRange(t *testing.T) {
+	seen := map[int]bool{}
+	for job := range 2000 {
+		id := strconv.Itoa(100000+job) + ".0"
+		p := derivePort(id)
+		if p < 1024 || p >= 32768 {
+			t.Fatalf("derivePort(%q) = %d, outside [1024, 32768)", id, p)
+		}
+		seen[p] = true
+	}
+	if len(seen) < 1800 { // a uniform hash gives about 1880
+		t.Errorf("2000 job ids map to only %d distinct ports", len(seen))
+	}
+	t.Logf("2000 job ids, %d distinct ports", len(seen))
 }
