@@ -119,7 +119,7 @@ func runAll(t *testing.T, gs []*comm.Group, cfg Config) []Result {
 // and a planted broken reduction is counted in #wrong.
 func TestHarness(t *testing.T) {
 	gs := groups(t, 3)
-	cfg := Config{Ops: Ops, Sizes: []int64{24, 96, 4 << 10}, Warmup: 1, Iters: 2}
+	cfg := Config{Ops: Ops, Sizes: []int64{24, 96, 4 << 10}, Warmup: 1, WarmupTime: 10 * time.Millisecond, Iters: 2}
 	res := runAll(t, gs, cfg)
 	if len(res) != len(Ops)*len(cfg.Sizes) {
 		t.Fatalf("%d results", len(res))

@@ -20,7 +20,14 @@ import (
 //
 //	header (64 B): magic, ranks, slots, slot bytes
 //	doorbell line (64 B): bell (futex word), sleepers
-//	ring[0..local ranks): head line, tail line, slots × (64 B slot header + slot bytes)
+//	ring[0..local ranks): tail line, slots × (64 B slot header + slot bytes)
+//
+// A slot header holds a fragment's mailbox.Header and, in its last word,
+// the slot's sequence number: the sender publishes its i-th slot by
+// storing i+1 there once the header and data are written. The receiver
+// polls that word, so a fragment costs it the slot's own cache lines and
+// no shared head counter; the sender keeps its head to itself and reads
+// the receiver's tail only when its cached copy says the ring is full.
 type segment struct {
 	mem   []byte
 	fd    int // -1 once closed (the mapping stays)
@@ -36,7 +43,11 @@ const (
 	slotHeader = lineBytes
 )
 
-func ringBytes(slots, slotB int) int { return 2*lineBytes + slots*(slotHeader+slotB) }
+// seqWord is the index of the sequence word in a slot header, after the
+// mailbox header.
+const seqWord = slotHeader/8 - 1
+
+func ringBytes(slots, slotB int) int { return lineBytes + slots*(slotHeader+slotB) }
 
 func segmentBytes(ranks, slots, slotB int) int { return headerSize + ranks*ringBytes(slots, slotB) }
 
@@ -106,18 +117,22 @@ func (s *segment) sleepers() *atomic.Uint32 {
 func (s *segment) ring(from int) *ring {
 	off := headerSize + from*ringBytes(s.slots, s.slotB)
 	return &ring{
-		head:  (*atomic.Uint64)(unsafe.Pointer(&s.mem[off])),
-		tail:  (*atomic.Uint64)(unsafe.Pointer(&s.mem[off+lineBytes])),
-		slots: s.mem[off+2*lineBytes : off+ringBytes(s.slots, s.slotB)],
+		tail:  (*atomic.Uint64)(unsafe.Pointer(&s.mem[off])),
+		slots: s.mem[off+lineBytes : off+ringBytes(s.slots, s.slotB)],
 		n:     uint64(s.slots),
 		slotB: s.slotB,
 	}
 }
 
-// ring rings the segment's doorbell: whoever sleeps on it re-checks.
+// ringBell wakes whoever sleeps on the segment's doorbell, after the
+// caller published something (with an atomic store). It touches the bell
+// only when someone sleeps: a sleeper announces itself in sleepers before
+// it re-checks and sleeps, and atomics are sequentially consistent, so
+// either this load sees the sleeper or the sleeper's check sees what was
+// published.
 func (s *segment) ringBell() {
-	s.bell().Add(1)
 	if s.sleepers().Load() > 0 {
+		s.bell().Add(1)
 		futexWakeAll(s.bell())
 	}
 }
@@ -138,14 +153,15 @@ func (s *segment) unmap() {
 	}
 }
 
-// ring is a single-producer single-consumer queue of fixed slots. head
-// counts slots published by the sender, tail slots released by the
-// receiver; both only grow.
+// ring is a single-producer single-consumer queue of fixed slots. Slot i
+// (of all slots ever sent) sits at i mod n and is published when its
+// sequence word holds i+1; tail counts the slots the receiver released.
+// Both only grow.
 type ring struct {
-	head, tail *atomic.Uint64
-	slots      []byte
-	n          uint64
-	slotB      int
+	tail  *atomic.Uint64
+	slots []byte
+	n     uint64
+	slotB int
 }
 
 func (r *ring) slot(i uint64) (hdr []uint64, data []byte) {
@@ -153,3 +169,12 @@ func (r *ring) slot(i uint64) (hdr []uint64, data []byte) {
 	b := r.slots[off : off+slotHeader+r.slotB]
 	return unsafe.Slice((*uint64)(unsafe.Pointer(&b[0])), slotHeader/8), b[slotHeader:]
 }
+
+// seq returns the sequence word of slot i.
+func (r *ring) seq(i uint64) *atomic.Uint64 {
+	off := int(i%r.n)*(slotHeader+r.slotB) + seqWord*8
+	return (*atomic.Uint64)(unsafe.Pointer(&r.slots[off]))
+}
+
+// published reports whether slot i holds a fragment to read.
+func (r *ring) published(i uint64) bool { return r.seq(i).Load() == i+1 }

@@ -20,6 +20,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorun/gorun/comm/mailbox"
@@ -39,6 +40,10 @@ const (
 	// yieldPhase is how long a wait polls with sched_yield after its spin,
 	// before it sleeps on the doorbell.
 	yieldPhase = 200 * time.Microsecond
+	// spinChecks: while spinning, a wait looks at the clock, its context
+	// and failures seen elsewhere only every spinChecks polls (reading the
+	// clock costs about 50 ns on a VM, as much as a poll of the rings).
+	spinChecks = 32
 )
 
 // Config describes this rank among the job's ranks.
@@ -69,6 +74,9 @@ type Info struct {
 // larger than the posted buffer.
 var ErrFrameTooLarge = mailbox.ErrFrameTooLarge
 
+// The sequence word follows the mailbox header in a slot's header line.
+const _ = uint(seqWord - mailbox.HeaderWords)
+
 // PeerError is a failure while talking to one rank.
 type PeerError struct {
 	Rank int
@@ -83,6 +91,9 @@ type Transport struct {
 	cfg   Config
 	own   *segment
 	peers []*peer // nil where a rank is not reached through shared memory
+	// delivered counts drains that moved fragments into mailboxes; waits
+	// look at their mailbox again only when it changed.
+	delivered atomic.Uint64
 }
 
 type peer struct {
@@ -91,6 +102,8 @@ type peer struct {
 	out    *ring
 	in     *ring // in this rank's segment, written by the peer
 	sendMu sync.Mutex
+	head   uint64 // slots this rank published in out; under sendMu
+	freed  uint64 // out's tail as last read; under sendMu
 
 	rxMu  sync.Mutex // held while draining in and touching the mailboxes
 	boxes *mailbox.Peer
@@ -183,24 +196,23 @@ type waiter struct {
 	ctx      context.Context
 	rank     int
 	what     string
-	start    time.Time
+	start    time.Time // of the first check; zero before it
 	deadline time.Time
-	spins    int
+	polls    int
+	spinning bool
 }
 
 func (t *Transport) waiter(ctx context.Context, rank int, what string) waiter {
-	w := waiter{t: t, ctx: ctx, rank: rank, what: what, start: time.Now()}
-	w.deadline = w.start.Add(t.cfg.Timeout)
-	if d, ok := ctx.Deadline(); ok {
-		w.deadline = d
-	}
-	return w
+	return waiter{t: t, ctx: ctx, rank: rank, what: what}
 }
 
 // pause waits a little for the doorbell (after the spin phase) and
 // returns an error when the call must give up. ready re-checks the
 // condition after announcing the sleep, so no ring of the bell is lost.
 func (w *waiter) pause(ready func() bool) error {
+	if w.polls++; w.spinning && w.polls%spinChecks != 0 {
+		return nil
+	}
 	if f := w.t.cfg.Failed; f != nil {
 		if err := f(); err != nil {
 			return err
@@ -210,6 +222,12 @@ func (w *waiter) pause(ready func() bool) error {
 		return &PeerError{Rank: w.rank, Err: fmt.Errorf("%s: %w", w.what, err)}
 	}
 	now := time.Now()
+	if w.start.IsZero() {
+		w.start, w.deadline = now, now.Add(w.t.cfg.Timeout)
+		if d, ok := w.ctx.Deadline(); ok {
+			w.deadline = d
+		}
+	}
 	if now.After(w.deadline) {
 		if _, ok := w.ctx.Deadline(); ok {
 			return &PeerError{Rank: w.rank, Err: fmt.Errorf("%s: %w", w.what, context.DeadlineExceeded)}
@@ -217,9 +235,9 @@ func (w *waiter) pause(ready func() bool) error {
 		return &PeerError{Rank: w.rank, Err: fmt.Errorf("%s: nothing moved within %v (the transport's timeout)", w.what, w.t.cfg.Timeout)}
 	}
 	waited := now.Sub(w.start)
-	if waited < w.t.cfg.Spin {
+	if w.spinning = waited < w.t.cfg.Spin; w.spinning {
 		// Poll; let other goroutines of this process in now and then.
-		if w.spins++; w.spins%64 == 0 {
+		if w.polls%(2*spinChecks) == 0 {
 			runtime.Gosched()
 		}
 		return nil
@@ -263,8 +281,11 @@ func (t *Transport) Send(ctx context.Context, rank int, stream uint32, meta [4]u
 	var w waiter
 	h := mailbox.Header{Stream: stream, Flags: mailbox.First, Total: uint64(len(payload)), Meta: meta}
 	for off := 0; off == 0 || off < len(payload); {
-		head := r.head.Load()
-		if head-r.tail.Load() >= r.n {
+		head := p.head
+		if head-p.freed >= r.n {
+			if p.freed = r.tail.Load(); head-p.freed < r.n {
+				continue
+			}
 			if w.t == nil {
 				w = t.waiter(ctx, rank, "sending (its ring stayed full)")
 			}
@@ -275,14 +296,15 @@ func (t *Transport) Send(ctx context.Context, rank int, stream uint32, meta [4]u
 			continue
 		}
 		hdr, data := r.slot(head)
-		n := copy(data, payload[off:])
+		n := copyToPeer(data, payload[off:])
 		off += n
 		h.N = uint32(n)
 		if off == len(payload) {
 			h.Flags |= mailbox.Last
 		}
 		h.Put(hdr)
-		r.head.Store(head + 1)
+		p.head = head + 1
+		r.seq(head).Store(head + 1)
 		p.seg.ringBell()
 		h.Flags = 0
 		if len(payload) == 0 {
@@ -318,16 +340,21 @@ func (t *Transport) Wait(ctx context.Context, rank int, stream uint32, ticket ui
 		return [4]uint64{}, 0, err
 	}
 	var w waiter
-	for {
+	for seen := t.delivered.Load() - 1; ; {
 		t.progress()
-		p.rxMu.Lock()
-		meta, n, err, ok := p.boxes.Result(stream, ticket)
-		p.rxMu.Unlock()
-		if ok {
-			if err != nil {
-				err = &PeerError{Rank: rank, Err: err}
+		// Look at the mailbox only when something was delivered since the
+		// last look (by this goroutine or another).
+		if d := t.delivered.Load(); d != seen {
+			seen = d
+			p.rxMu.Lock()
+			meta, n, err, ok := p.boxes.Result(stream, ticket)
+			p.rxMu.Unlock()
+			if ok {
+				if err != nil {
+					err = &PeerError{Rank: rank, Err: err}
+				}
+				return meta, n, err
 			}
-			return meta, n, err
 		}
 		if w.t == nil {
 			w = t.waiter(ctx, rank, "waiting for data")
@@ -341,7 +368,7 @@ func (t *Transport) Wait(ctx context.Context, rank int, stream uint32, ticket ui
 // pending reports whether any of this rank's rings holds a slot.
 func (t *Transport) pending() bool {
 	for _, p := range t.peers {
-		if p != nil && p.in.head.Load() != p.in.tail.Load() {
+		if p != nil && p.in.published(p.in.tail.Load()) {
 			return true
 		}
 	}
@@ -351,10 +378,11 @@ func (t *Transport) pending() bool {
 // progress drains every ring that no other goroutine is draining.
 func (t *Transport) progress() {
 	for _, p := range t.peers {
-		if p == nil || p.in.head.Load() == p.in.tail.Load() || !p.rxMu.TryLock() {
+		if p == nil || !p.in.published(p.in.tail.Load()) || !p.rxMu.TryLock() {
 			continue
 		}
 		if p.drain() {
+			t.delivered.Add(1)
 			p.seg.ringBell() // its sender may be waiting for room
 		}
 		p.rxMu.Unlock()

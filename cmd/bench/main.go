@@ -81,6 +81,7 @@ func collectives(args []string, stdout io.Writer) error {
 	ops := fs.String("ops", strings.Join(bench.Ops, ","), "collectives")
 	vars := fs.String("variants", "default", "algorithm variants side by side: default, ring, small, s2")
 	warmup := fs.Int("warmup", 5, "untimed iterations per size")
+	warmupTime := fs.Duration("warmup-time", 200*time.Millisecond, "how long the job warms up before the first size")
 	iters := fs.Int("iters", 20, "timed iterations per size")
 	csvPath := fs.String("csv", "", "also write the results as CSV here")
 	jsonPath := fs.String("json", "", "also write the results as JSON here")
@@ -92,7 +93,7 @@ func collectives(args []string, stdout io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	cfg := bench.Config{Ops: strings.Split(*ops, ","), Warmup: *warmup, Iters: *iters, Break: *brk}
+	cfg := bench.Config{Ops: strings.Split(*ops, ","), Warmup: *warmup, WarmupTime: *warmupTime, Iters: *iters, Break: *brk}
 	var err error
 	if cfg.Sizes, err = bench.ParseSizes(*sizes); err != nil {
 		return err

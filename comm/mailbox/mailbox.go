@@ -56,7 +56,17 @@ func Get(w []uint64) Header {
 type Peer struct {
 	boxes map[uint32]*box
 	cur   incoming
+	spare []*early // consumed early frames kept for reuse, with their buffers
 }
+
+// Early frames are recycled, so that a peer that is often ahead of this
+// rank (a frame arriving before its receive is posted) costs no
+// allocation in steady state; buffers larger than maxSpareBytes are left
+// to the collector.
+const (
+	maxSpares     = 8
+	maxSpareBytes = 1 << 20
+)
 
 // box holds, for one stream, the posted receives and the frames that
 // arrived before theirs was posted. Frames fill receives in order.
@@ -135,11 +145,13 @@ func (p *Peer) PostCombine(stream uint32, buf []byte, combine Combine) uint64 {
 	m.recvs[t] = r
 	if len(m.early) > 0 {
 		e := m.early[0]
-		m.early[0] = nil
-		m.early = m.early[1:]
+		n := copy(m.early, m.early[1:]) // few are ever queued; keeps the array
+		m.early[n] = nil
+		m.early = m.early[:n]
 		m.fill++
 		if e.complete {
 			r.fillFrom(e)
+			p.recycle(e)
 		} else {
 			e.recv = r
 		}
@@ -218,9 +230,34 @@ func (p *Peer) begin(h *Header) {
 		c.dst = r.buf[:h.Total]
 		return
 	}
-	e := &early{meta: h.Meta, data: make([]byte, h.Total)}
+	e := p.newEarly(h.Total)
+	e.meta = h.Meta
 	m.early = append(m.early, e)
 	c.early, c.dst = e, e.data
+}
+
+// newEarly returns an early frame with a buffer of n bytes, reusing a
+// spare one when it is large enough.
+func (p *Peer) newEarly(n uint64) *early {
+	if k := len(p.spare); k > 0 {
+		e := p.spare[k-1]
+		if uint64(cap(e.data)) >= n {
+			p.spare[k-1] = nil
+			p.spare = p.spare[:k-1]
+			e.data = e.data[:n]
+			return e
+		}
+	}
+	return &early{data: make([]byte, n)}
+}
+
+// recycle keeps a consumed early frame for reuse.
+func (p *Peer) recycle(e *early) {
+	if len(p.spare) >= maxSpares || cap(e.data) > maxSpareBytes {
+		return
+	}
+	*e = early{data: e.data[:0]}
+	p.spare = append(p.spare, e)
 }
 
 // overflow fails the frame being reassembled: its fragments carry more
@@ -245,10 +282,12 @@ func (p *Peer) end() {
 			c.recv.n = 0
 		}
 	case c.early != nil:
-		c.early.complete = true
-		if c.early.recv != nil {
-			c.early.recv.fillFrom(c.early)
-			c.early.data = nil
+		e := c.early
+		e.complete = true
+		e.data = e.data[:min(c.got, len(e.data))] // a frame cut short delivers what came
+		if e.recv != nil {
+			e.recv.fillFrom(e)
+			p.recycle(e)
 		}
 	}
 	*c = incoming{}
