@@ -31,6 +31,11 @@ type Settings struct {
 	SmallBytes int
 	// ChunkBytes is the ring algorithms' pipelining chunk.
 	ChunkBytes int
+	// OneShotBytes is the all-reduce size up to which a group of more than
+	// two ranks, all on one machine and talking through shared memory,
+	// sends every rank's buffer to every other at once (GORUN_ONESHOT_BYTES;
+	// 0: DefaultOneShotBytes, -1: never).
+	OneShotBytes int
 	// Compress sends large payloads compressed with S2.
 	Compress bool
 	// Addr is the address peers reach this rank's data port by; empty: the
@@ -63,6 +68,10 @@ const (
 	DefaultJoinTimeout = 60 * time.Second
 	DefaultTimeout     = 5 * time.Minute
 	DefaultSpin        = 50 * time.Microsecond
+	// DefaultOneShotBytes: up to 4 KiB the one-shot all-reduce beat
+	// recursive doubling through shared memory at 3, 4 and 8 ranks on the
+	// 2-core test machine; at 16 KiB it lost (BENCHMARKS.md).
+	DefaultOneShotBytes = 4 << 10
 )
 
 // Option overrides one setting; options win over the environment.
@@ -94,6 +103,10 @@ func WithTimeout(d time.Duration) Option { return func(s *Settings) { s.Timeout 
 
 // WithSmallBytes sets the crossover to the latency-optimal algorithms; -1 disables them.
 func WithSmallBytes(n int) Option { return func(s *Settings) { s.SmallBytes = n } }
+
+// WithOneShotBytes sets the size up to which all-reduces among ranks that
+// share a machine send every buffer to every rank at once; -1 disables it.
+func WithOneShotBytes(n int) Option { return func(s *Settings) { s.OneShotBytes = n } }
 
 // WithChunkBytes sets the pipelining chunk of the ring algorithms.
 func WithChunkBytes(n int) Option { return func(s *Settings) { s.ChunkBytes = n } }
@@ -201,6 +214,7 @@ func ResolveSettings(getenv func(string) string, opts ...Option) (Settings, erro
 	s.Timeout = e.duration("GORUN_TIMEOUT", s.Timeout)
 	s.SmallBytes = e.int("GORUN_SMALL_BYTES", 0)
 	s.ChunkBytes = e.int("GORUN_CHUNK_BYTES", 0)
+	s.OneShotBytes = e.int("GORUN_ONESHOT_BYTES", 0)
 	switch c := getenv("GORUN_COMPRESS"); c {
 	case "", "0", "none", "off":
 	case "1", "s2", "on":

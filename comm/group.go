@@ -197,11 +197,30 @@ func newGroup(w *world, id uint32, peers []int, rank int) *Group {
 		w:  w,
 		id: id,
 		ring: ring.Comm{T: w.data, Peers: peers, Rank: rank, Stream: id << 16,
-			SmallBytes: s.SmallBytes, ChunkBytes: s.ChunkBytes},
+			SmallBytes: s.SmallBytes, ChunkBytes: s.ChunkBytes, OneShotBytes: oneShotBytes(w, peers)},
 		sendSeq: map[[2]int]uint64{},
 		recvSeq: map[[2]int]uint64{},
 		senders: map[int]chan queued{},
 	}
+}
+
+// oneShotBytes is the one-shot all-reduce's crossover for a group of
+// peers: the setting when every member is reached through shared memory
+// (every member computes the same answer: they share one machine), else 0.
+func oneShotBytes(w *world, peers []int) int {
+	n := w.settings.OneShotBytes
+	switch {
+	case n < 0 || w.data.shm == nil:
+		return 0
+	case n == 0:
+		n = DefaultOneShotBytes
+	}
+	for _, p := range peers {
+		if p != w.settings.Rank && !w.data.shm.Has(p) {
+			return 0
+		}
+	}
+	return n
 }
 
 // connect runs the rendezvous and builds the mesh of data connections:

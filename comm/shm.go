@@ -206,11 +206,20 @@ func describePaths(d *dataPath, rank, size int) string {
 			remote = append(remote, r)
 		}
 	}
-	msg := fmt.Sprintf("comm: rank %d reaches %d ranks through shared memory %v", rank, len(local), local)
-	if len(fabric) > 0 {
-		msg += fmt.Sprintf(", %d over RDMA %v (%v)", len(fabric), fabric, d.port)
+	var paths []string
+	if len(local) > 0 {
+		paths = append(paths, fmt.Sprintf("ranks %v through shared memory", local))
 	}
-	msg += fmt.Sprintf(" and %d over TCP %v (GORUN_TRANSPORT=tcp: TCP only)", len(remote), remote)
+	if len(fabric) > 0 {
+		paths = append(paths, fmt.Sprintf("ranks %v over RDMA (%v)", fabric, d.port))
+	}
+	if len(remote) > 0 {
+		paths = append(paths, fmt.Sprintf("ranks %v over TCP", remote))
+	}
+	msg := fmt.Sprintf("comm: rank %d reaches %s", rank, strings.Join(paths, " and "))
+	if len(remote) < size-1 {
+		msg += " (GORUN_TRANSPORT=tcp forces TCP)"
+	}
 	if d.rdmaW != "" {
 		msg += "; RDMA not used between " + d.rdmaW
 	}

@@ -6,14 +6,18 @@ import (
 )
 
 // AllReduce reduces buf element-wise across the group, in place: afterwards
-// every rank holds the same bits. Messages of at most SmallBytes use
-// recursive doubling; larger ones the pipelined ring.
+// every rank holds the same bits. Messages of at most OneShotBytes, among
+// more than two ranks, go to every rank at once; messages of at most
+// SmallBytes use recursive doubling; larger ones the pipelined ring.
 func AllReduce[T Elem](ctx context.Context, c *Comm, buf []T, op Op) error {
 	if err := ValidOp[T](op); err != nil {
 		return err
 	}
 	algo := AlgoRing
-	if len(AsBytes(buf)) <= c.smallBytes() {
+	switch bytes := len(AsBytes(buf)); {
+	case c.Size() > 2 && bytes <= c.OneShotBytes:
+		algo = AlgoOneShot
+	case bytes <= c.smallBytes():
 		algo = AlgoDoubling
 	}
 	call := c.begin(KindAllReduce, DTypeOf[T](), op, algo, 0, len(buf))
@@ -21,6 +25,8 @@ func AllReduce[T Elem](ctx context.Context, c *Comm, buf []T, op Op) error {
 	switch {
 	case c.Size() == 1:
 		return nil
+	case algo == AlgoOneShot:
+		return oneShotAllReduce(ctx, c, call, buf, op)
 	case algo == AlgoDoubling:
 		return doublingAllReduce(ctx, c, call, buf, op)
 	default:
@@ -211,6 +217,44 @@ func doublingAllReduce[T Elem](ctx context.Context, c *Comm, call Call, buf []T,
 	}
 	if r < 2*rem {
 		return c.send(ctx, r-1, call, final, 0, AsBytes(buf))
+	}
+	return nil
+}
+
+// oneShotAllReduce sends the whole buffer to every other rank and reduces
+// the n contributions locally: one round of messages where recursive
+// doubling needs log2(n), at the price of n−1 sends per rank. Every rank
+// combines the contributions in rank order, so all end with the same bits.
+func oneShotAllReduce[T Elem](ctx context.Context, c *Comm, call Call, buf []T, op Op) error {
+	n, r, m := c.Size(), c.Rank, len(buf)
+	bytes := len(AsBytes(buf))
+	// One scratch slot per rank, indexed by rank; this rank's slot keeps
+	// its own contribution, which buf loses once the combining starts.
+	all := scratchOf[T](c, n*m)
+	slot := func(k int) []T { return all[k*m : (k+1)*m : (k+1)*m] }
+	for i := 1; i < n; i++ {
+		from := mod(r-i, n)
+		if err := c.post(from, AsBytes(slot(from))); err != nil {
+			return err
+		}
+	}
+	for i := 1; i < n; i++ {
+		if err := c.send(ctx, mod(r+i, n), call, 0, 0, AsBytes(buf)); err != nil {
+			return err
+		}
+	}
+	copy(slot(r), buf)
+	for i := 1; i < n; i++ {
+		if err := c.wait(ctx, mod(r-i, n), i-1, call, 0, 0, bytes); err != nil {
+			return err
+		}
+	}
+	Reduce(op, buf, slot(0), slot(1))
+	for k := 2; k < n; k++ {
+		Reduce(op, buf, buf, slot(k))
+	}
+	if op == Avg {
+		Divide(buf, n)
 	}
 	return nil
 }

@@ -72,9 +72,10 @@ const (
 	AlgoTree
 	AlgoChain
 	AlgoDissemination
+	AlgoOneShot
 )
 
-var algoNames = [...]string{"-", "ring", "recursive-doubling", "binomial-tree", "chain", "dissemination"}
+var algoNames = [...]string{"-", "ring", "recursive-doubling", "binomial-tree", "chain", "dissemination", "one-shot"}
 
 func (a Algo) String() string {
 	if int(a) < len(algoNames) {
@@ -142,8 +143,17 @@ type MismatchError struct {
 	Peer   int
 	Local  Call
 	Remote Call
+	// Earlier, when this rank is past the peer's call (a call that needed
+	// nothing from that peer, such as a broadcast's root, completed here),
+	// is the call this rank made with the peer's sequence number; its Kind
+	// is zero when unknown.
+	Earlier Call
 }
 
 func (e *MismatchError) Error() string {
+	if e.Earlier.Kind != 0 {
+		return fmt.Sprintf("collective mismatch: group rank %d called %v where this rank called %v (completed here; this rank is now in %v)",
+			e.Peer, e.Remote, e.Earlier, e.Local)
+	}
 	return fmt.Sprintf("collective mismatch: this rank called %v but group rank %d called %v", e.Local, e.Peer, e.Remote)
 }

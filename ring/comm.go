@@ -53,8 +53,15 @@ type Comm struct {
 	SmallBytes int
 	// ChunkBytes is the pipelining granularity of the ring algorithms.
 	ChunkBytes int
+	// OneShotBytes: all-reduces of at most this many bytes among more than
+	// two ranks send the whole buffer to every rank in one round (0: never).
+	// It pays where a message costs little next to a round's latency
+	// (shared memory, and above all more ranks than cores). All ranks must
+	// use the same value.
+	OneShotBytes int
 
 	seq      uint64
+	history  [historyCalls]Call // the latest calls, by Seq mod historyCalls
 	scratch  []byte
 	tickets  []uint64
 	combined []bool // per posted receive of a ring all-reduce: folded in by the transport
@@ -81,6 +88,7 @@ func (c *Comm) Seq() uint64 { return c.seq }
 
 func (c *Comm) begin(kind Kind, dt DType, op Op, algo Algo, root, count int) Call {
 	call := Call{Seq: c.seq, Kind: kind, DType: dt, Op: op, Algo: algo, Root: root, Count: count}
+	c.history[c.seq%historyCalls] = call
 	c.seq++
 	return call
 }
@@ -147,8 +155,18 @@ func (c *Comm) wait(ctx context.Context, from int, k int, call Call, step, chunk
 		return fmt.Errorf("ring: internal error in %v: receive %d from group rank %d waited for before it was posted", call, k, from)
 	}
 	meta, n, err := c.T.Wait(ctx, c.peer(from), c.Stream, c.tickets[k])
-	return Check(from, call, step, chunk, bytes, meta, n, err)
+	err = Check(from, call, step, chunk, bytes, meta, n, err)
+	if m, ok := err.(*MismatchError); ok && m.Remote.Seq < call.Seq && call.Seq-m.Remote.Seq < historyCalls {
+		if h := c.history[m.Remote.Seq%historyCalls]; h.Seq == m.Remote.Seq {
+			m.Earlier = h
+		}
+	}
+	return err
 }
+
+// historyCalls is how many of its latest calls a Comm remembers, to name
+// its side of a mismatch found only in a later call.
+const historyCalls = 16
 
 // Check validates an arrived frame against the call this rank is in. A frame
 // from another call gives a *MismatchError naming both calls, even when the

@@ -102,7 +102,7 @@ func TestMultiNodeAcrossNamespaces(t *testing.T) {
 	}
 	// Node 0's rank 0 reports how it reaches the others: rank 1 through
 	// shared memory, ranks 2 and 3 (the other namespace) over TCP.
-	if !strings.Contains(outs[0], "through shared memory [1] and 2 over TCP [2 3]") {
+	if !strings.Contains(outs[0], "reaches ranks [1] through shared memory and ranks [2 3] over TCP") {
 		t.Errorf("rank 0 did not reach ranks 2 and 3 over TCP:\n%s", outs[0])
 	}
 }
