@@ -60,9 +60,21 @@ func ValidOp[T Elem](op Op) error {
 }
 
 // Reduce sets dst[i] = a[i] op b[i]. Avg reduces like Sum (the division by
-// the group size happens once, at the end). dst may alias a or b. It is the
-// hot loop of the reductions: unrolled by eight, bounds checks hoisted.
+// the group size happens once, at the end). dst may be a or b (the same
+// slice, not a shifted one). It is the hot loop of the reductions: sums and
+// products of floating-point elements run in vector kernels where the
+// processor has them (reduce_amd64.s, the same bits as the scalar loop),
+// the rest in reduceScalar.
 func Reduce[T Elem](op Op, dst, a, b []T) {
+	n := len(dst)
+	a, b = a[:n], b[:n]
+	i := reduceVector(op, dst, a, b)
+	reduceScalar(op, dst[i:], a[i:], b[i:])
+}
+
+// reduceScalar is Reduce in Go: unrolled by eight, bounds checks hoisted.
+// a and b are at least as long as dst.
+func reduceScalar[T Elem](op Op, dst, a, b []T) {
 	n := len(dst)
 	a, b = a[:n], b[:n]
 	switch op {

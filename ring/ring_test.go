@@ -154,12 +154,3 @@ func TestChunking(t *testing.T) {
 		}
 	}
 }
-
-func BenchmarkReduceSum(b *testing.B) {
-	n := 1 << 20
-	a, c := make([]float32, n), make([]float32, n)
-	b.SetBytes(int64(4 * n))
-	for b.Loop() {
-		Reduce(Sum, a, a, c)
-	}
-}
