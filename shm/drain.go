@@ -18,6 +18,9 @@ func (p *peer) drain() bool {
 	}
 	hdr, data := r.slot(tail)
 	h := mailbox.Get(hdr)
+	if h.N <= inlineBytes {
+		data = inline(hdr)
+	}
 	p.boxes.Deliver(&h, data)
 	r.tail.Store(tail + 1)
 	return true

@@ -2,6 +2,8 @@ package shm
 
 import (
 	"fmt"
+
+	"github.com/gorun/gorun/comm/mailbox"
 	"os"
 	"sync/atomic"
 	"unsafe"
@@ -22,9 +24,11 @@ import (
 //	doorbell line (64 B): bell (futex word), sleepers
 //	ring[0..local ranks): tail line, slots × (64 B slot header + slot bytes)
 //
-// A slot header holds a fragment's mailbox.Header and, in its last word,
-// the slot's sequence number: the sender publishes its i-th slot by
-// storing i+1 there once the header and data are written. The receiver
+// A slot header holds a fragment's mailbox.Header, then a word that
+// carries fragments of up to inlineBytes in place of the slot's data (a
+// scalar all-reduce then costs the receiver one cache line, not two), and
+// in its last word the slot's sequence number: the sender publishes its
+// i-th slot by storing i+1 there once the header and data are written. The receiver
 // polls that word, so a fragment costs it the slot's own cache lines and
 // no shared head counter; the sender keeps its head to itself and reads
 // the receiver's tail only when its cached copy says the ring is full.
@@ -43,9 +47,18 @@ const (
 	slotHeader = lineBytes
 )
 
-// seqWord is the index of the sequence word in a slot header, after the
-// mailbox header.
-const seqWord = slotHeader/8 - 1
+// inlineWord, in a slot header, follows the mailbox header and holds a
+// fragment of at most inlineBytes; seqWord, the header line's last word,
+// is the slot's sequence number.
+const (
+	inlineWord  = mailbox.HeaderWords
+	inlineBytes = 8
+	seqWord     = slotHeader/8 - 1
+)
+
+// The mailbox header, the inline word and the sequence word share the
+// slot's header line.
+const _ = uint(seqWord - inlineWord - 1)
 
 func ringBytes(slots, slotB int) int { return lineBytes + slots*(slotHeader+slotB) }
 
@@ -178,3 +191,8 @@ func (r *ring) seq(i uint64) *atomic.Uint64 {
 
 // published reports whether slot i holds a fragment to read.
 func (r *ring) published(i uint64) bool { return r.seq(i).Load() == i+1 }
+
+// inline returns the bytes of a slot header's inline word.
+func inline(hdr []uint64) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(&hdr[inlineWord])), inlineBytes)
+}

@@ -74,9 +74,6 @@ type Info struct {
 // larger than the posted buffer.
 var ErrFrameTooLarge = mailbox.ErrFrameTooLarge
 
-// The sequence word follows the mailbox header in a slot's header line.
-const _ = uint(seqWord - mailbox.HeaderWords)
-
 // PeerError is a failure while talking to one rank.
 type PeerError struct {
 	Rank int
@@ -118,8 +115,8 @@ func New(cfg Config) (*Transport, Info, error) {
 	if cfg.SlotBytes <= 0 {
 		cfg.SlotBytes = DefaultSlotBytes
 	}
-	if cfg.SlotBytes%8 != 0 {
-		return nil, Info{}, fmt.Errorf("shm: slot size %d is not a multiple of 8", cfg.SlotBytes)
+	if cfg.SlotBytes%8 != 0 || cfg.SlotBytes > mailbox.MaxFragment {
+		return nil, Info{}, fmt.Errorf("shm: slot size %d is not a multiple of 8 below 1 GiB", cfg.SlotBytes)
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 5 * time.Minute
@@ -296,6 +293,9 @@ func (t *Transport) Send(ctx context.Context, rank int, stream uint32, meta [4]u
 			continue
 		}
 		hdr, data := r.slot(head)
+		if len(payload)-off <= inlineBytes {
+			data = inline(hdr)
+		}
 		n := copyToPeer(data, payload[off:])
 		off += n
 		h.N = uint32(n)

@@ -47,7 +47,8 @@ func payload(seed uint64, n int) []byte {
 	return b
 }
 
-// TestFramesArriveInOrder sends frames of sizes around the slot size on
+// TestFramesArriveInOrder sends frames of sizes around the slot size and
+// the inline word's (whole frames, and last fragments, of up to 8 bytes) on
 // three streams, some received into buffers posted before they were sent
 // and some after they arrived: every frame lands whole, in order per
 // stream, with its metadata.
@@ -55,7 +56,7 @@ func TestFramesArriveInOrder(t *testing.T) {
 	const slotB = 4096
 	a, b := pair(t, 4, slotB)
 	ctx := context.Background()
-	sizes := []int{0, 1, 7, slotB - 1, slotB, slotB + 1, 3*slotB + 5, 9 * slotB}
+	sizes := []int{0, 1, 7, 8, 9, 16, slotB - 1, slotB, slotB + 1, slotB + 8, slotB + 9, 3*slotB + 5, 9 * slotB}
 	type sent struct {
 		stream uint32
 		data   []byte

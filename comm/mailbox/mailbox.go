@@ -26,29 +26,33 @@ const (
 )
 
 // HeaderWords is the size of an encoded Header in 64-bit words.
-const HeaderWords = 7
+const HeaderWords = 6
+
+// MaxFragment bounds a fragment's length (the encoded header keeps it in
+// 30 bits); transports cut frames into fragments no longer than this.
+const MaxFragment = 1<<30 - 1
 
 // Header describes one fragment of a frame.
 type Header struct {
 	Stream uint32
-	Flags  uint32    // First, Last
+	Flags  uint32    // First, Last (two bits)
 	Total  uint64    // the whole frame's length (read from the first fragment)
-	N      uint32    // this fragment's length
+	N      uint32    // this fragment's length, at most MaxFragment
 	Meta   [4]uint64 // the frame's metadata (read from the first fragment)
 }
 
-// Put encodes h into the first HeaderWords words of w.
+// Put encodes h into the first HeaderWords words of w: the stream, the
+// flags and the fragment's length share the first.
 func (h *Header) Put(w []uint64) {
-	w[0] = uint64(h.Stream) | uint64(h.Flags)<<32
+	w[0] = uint64(h.Stream) | uint64(h.Flags&(First|Last))<<32 | uint64(h.N&MaxFragment)<<34
 	w[1] = h.Total
-	w[2] = uint64(h.N)
-	w[3], w[4], w[5], w[6] = h.Meta[0], h.Meta[1], h.Meta[2], h.Meta[3]
+	w[2], w[3], w[4], w[5] = h.Meta[0], h.Meta[1], h.Meta[2], h.Meta[3]
 }
 
 // Get decodes a Header from the first HeaderWords words of w.
 func Get(w []uint64) Header {
-	return Header{Stream: uint32(w[0]), Flags: uint32(w[0] >> 32), Total: w[1], N: uint32(w[2]),
-		Meta: [4]uint64{w[3], w[4], w[5], w[6]}}
+	return Header{Stream: uint32(w[0]), Flags: uint32(w[0]>>32) & (First | Last), Total: w[1], N: uint32(w[0] >> 34),
+		Meta: [4]uint64{w[2], w[3], w[4], w[5]}}
 }
 
 // Peer holds the mailboxes of one peer, one per stream, and the frame
