@@ -124,8 +124,8 @@ func New(cfg Config, v Verbs, peers []int) (*Transport, error) {
 	if cfg.SlotBytes <= 0 {
 		cfg.SlotBytes = DefaultSlotBytes
 	}
-	if cfg.SlotBytes%64 != 0 || cfg.SlotBytes <= slotHeader {
-		return nil, fmt.Errorf("rdma: slot size %d: want a multiple of 64 above %d", cfg.SlotBytes, slotHeader)
+	if cfg.SlotBytes%64 != 0 || cfg.SlotBytes <= slotHeader || cfg.SlotBytes > mailbox.MaxFragment {
+		return nil, fmt.Errorf("rdma: slot size %d: want a multiple of 64 above %d and below 1 GiB", cfg.SlotBytes, slotHeader)
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 5 * time.Minute
