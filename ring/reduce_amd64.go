@@ -33,27 +33,37 @@ func mulF64(dst, a, b *float64, n int)
 // returns its length; the scalar loop does the rest. a and b are at least
 // as long as dst.
 func reduceVector[T Elem](op Op, dst, a, b []T) int {
-	if !haveAVX2 || len(dst) == 0 {
+	if !haveAVX2 || (op != Sum && op != Avg && op != Prod) {
 		return 0
 	}
-	p := func(s []T) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(s)) }
-	switch dt, n := DTypeOf[T](), len(dst); {
-	case dt == Float32 && n >= 8 && (op == Sum || op == Avg):
-		n &^= 7
-		addF32((*float32)(p(dst)), (*float32)(p(a)), (*float32)(p(b)), n)
+	switch DTypeOf[T]() {
+	case Float32:
+		d, x, y := as[float32](dst), as[float32](a), as[float32](b)
+		n := len(d) &^ 7 // whole vectors of eight
+		switch {
+		case n == 0:
+		case op == Prod:
+			mulF32(&d[0], &x[0], &y[0], n)
+		default:
+			addF32(&d[0], &x[0], &y[0], n)
+		}
 		return n
-	case dt == Float32 && n >= 8 && op == Prod:
-		n &^= 7
-		mulF32((*float32)(p(dst)), (*float32)(p(a)), (*float32)(p(b)), n)
-		return n
-	case dt == Float64 && n >= 4 && (op == Sum || op == Avg):
-		n &^= 3
-		addF64((*float64)(p(dst)), (*float64)(p(a)), (*float64)(p(b)), n)
-		return n
-	case dt == Float64 && n >= 4 && op == Prod:
-		n &^= 3
-		mulF64((*float64)(p(dst)), (*float64)(p(a)), (*float64)(p(b)), n)
+	case Float64:
+		d, x, y := as[float64](dst), as[float64](a), as[float64](b)
+		n := len(d) &^ 3 // whole vectors of four
+		switch {
+		case n == 0:
+		case op == Prod:
+			mulF64(&d[0], &x[0], &y[0], n)
+		default:
+			addF64(&d[0], &x[0], &y[0], n)
+		}
 		return n
 	}
 	return 0
+}
+
+// as views s, whose elements are already E, as a []E.
+func as[E Elem, T Elem](s []T) []E {
+	return unsafe.Slice((*E)(unsafe.Pointer(unsafe.SliceData(s))), len(s))
 }

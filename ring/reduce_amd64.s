@@ -1,3 +1,5 @@
+//go:build amd64 && !purego
+
 #include "textflag.h"
 
 // Element-wise dst[i] = a[i] OP b[i] for i < n with AVX2, where n is a

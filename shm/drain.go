@@ -18,10 +18,7 @@ func (p *peer) drain() bool {
 	}
 	hdr, data := r.slot(tail)
 	h := mailbox.Get(hdr)
-	if h.N <= inlineBytes {
-		data = inline(hdr)
-	}
-	p.boxes.Deliver(&h, data)
+	p.boxes.Deliver(&h, fragment(hdr, data, int(h.N)))
 	r.tail.Store(tail + 1)
 	return true
 }

@@ -12,8 +12,8 @@ import (
 )
 
 // A segment is one rank's shared memory: a header with its doorbell, and
-// one ring per rank of the machine (indexed by its place among them), which only that sender writes frames into
-// and only this rank reads. The memory is an anonymous memfd: it has no
+// one ring per rank of the machine (indexed by its place among them),
+// which only that sender writes frames into and only this rank reads. The memory is an anonymous memfd: it has no
 // name under /dev/shm, so nothing outlives the processes that map it,
 // however they end. Peers map it by opening /proc/PID/fd/FD while the
 // owner still holds the descriptor.
@@ -28,10 +28,11 @@ import (
 // carries fragments of up to inlineBytes in place of the slot's data (a
 // scalar all-reduce then costs the receiver one cache line, not two), and
 // in its last word the slot's sequence number: the sender publishes its
-// i-th slot by storing i+1 there once the header and data are written. The receiver
-// polls that word, so a fragment costs it the slot's own cache lines and
-// no shared head counter; the sender keeps its head to itself and reads
-// the receiver's tail only when its cached copy says the ring is full.
+// i-th slot by storing i+1 there once the header and data are written.
+// The receiver polls that word, so a fragment costs it the slot's own
+// cache lines and no shared head counter; the sender keeps its head to
+// itself and reads the receiver's tail only when its cached copy says the
+// ring is full.
 type segment struct {
 	mem   []byte
 	fd    int // -1 once closed (the mapping stays)
@@ -192,7 +193,12 @@ func (r *ring) seq(i uint64) *atomic.Uint64 {
 // published reports whether slot i holds a fragment to read.
 func (r *ring) published(i uint64) bool { return r.seq(i).Load() == i+1 }
 
-// inline returns the bytes of a slot header's inline word.
-func inline(hdr []uint64) []byte {
-	return unsafe.Slice((*byte)(unsafe.Pointer(&hdr[inlineWord])), inlineBytes)
+// fragment returns where a fragment of n bytes lies in a slot: the header
+// line's inline word when n is at most inlineBytes, else the slot's data.
+// Sender and receiver both ask it, so they agree.
+func fragment(hdr []uint64, data []byte, n int) []byte {
+	if n <= inlineBytes {
+		return unsafe.Slice((*byte)(unsafe.Pointer(&hdr[inlineWord])), inlineBytes)
+	}
+	return data
 }

@@ -1,3 +1,5 @@
+//go:build amd64 && !purego
+
 package shm
 
 // stream64 copies n bytes, a positive multiple of 64, from src to dst

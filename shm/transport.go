@@ -293,10 +293,7 @@ func (t *Transport) Send(ctx context.Context, rank int, stream uint32, meta [4]u
 			continue
 		}
 		hdr, data := r.slot(head)
-		if len(payload)-off <= inlineBytes {
-			data = inline(hdr)
-		}
-		n := copyToPeer(data, payload[off:])
+		n := copyToPeer(fragment(hdr, data, min(len(payload)-off, len(data))), payload[off:])
 		off += n
 		h.N = uint32(n)
 		if off == len(payload) {

@@ -53,7 +53,13 @@ func payload(seed uint64, n int) []byte {
 // and some after they arrived: every frame lands whole, in order per
 // stream, with its metadata.
 func TestFramesArriveInOrder(t *testing.T) {
-	const slotB = 4096
+	// Slots of 8 bytes: every fragment of every frame fits the inline word.
+	for _, slotB := range []int{4096, 8} {
+		t.Run(fmt.Sprintf("slot=%d", slotB), func(t *testing.T) { testFramesArriveInOrder(t, slotB) })
+	}
+}
+
+func testFramesArriveInOrder(t *testing.T, slotB int) {
 	a, b := pair(t, 4, slotB)
 	ctx := context.Background()
 	sizes := []int{0, 1, 7, 8, 9, 16, slotB - 1, slotB, slotB + 1, slotB + 8, slotB + 9, 3*slotB + 5, 9 * slotB}
