@@ -159,11 +159,11 @@ func (t *Transport) beginFrame(p *peer, h Header) error {
 		return nil
 	}
 	rs.box = p.box(h.Stream)
-	rs.slot, rs.early = rs.box.claim()
+	rs.slot, rs.early = rs.box.claim(int(h.RawLen))
 	var out []byte
 	switch {
 	case rs.slot == nil:
-		out = make([]byte, h.RawLen)
+		out = rs.early.data
 	case h.RawLen > uint64(len(rs.slot.buf)):
 		rs.discard = true
 	default:
