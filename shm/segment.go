@@ -2,21 +2,20 @@ package shm
 
 import (
 	"fmt"
-
-	"github.com/gorun/gorun/comm/mailbox"
 	"os"
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/gorun/gorun/comm/mailbox"
 	"golang.org/x/sys/unix"
 )
 
 // A segment is one rank's shared memory: a header with its doorbell, and
 // one ring per rank of the machine (indexed by its place among them),
-// which only that sender writes frames into and only this rank reads. The memory is an anonymous memfd: it has no
-// name under /dev/shm, so nothing outlives the processes that map it,
-// however they end. Peers map it by opening /proc/PID/fd/FD while the
-// owner still holds the descriptor.
+// which only that sender writes frames into and only this rank reads. The
+// memory is an anonymous memfd: it has no name under /dev/shm, so nothing
+// outlives the processes that map it, however they end. Peers map it by
+// opening /proc/PID/fd/FD while the owner still holds the descriptor.
 //
 // Layout (all offsets multiples of 64, so counters own their cache lines):
 //

@@ -301,7 +301,10 @@ func TestEarlyFramesAllocateNothing(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			for !arrived(2) {
+			for deadline := time.Now().Add(10 * time.Second); !arrived(2); {
+				if time.Now().After(deadline) {
+					t.Fatalf("%d-byte frames: not both read by rank 1's transport within 10 s", size)
+				}
 				time.Sleep(10 * time.Microsecond)
 			}
 			for i, buf := range [][]byte{bufA, bufB} {
