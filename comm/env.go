@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gorun/gorun/tcp"
 )
 
 // Settings is everything Init needs to join a job. ResolveSettings fills it
@@ -226,6 +228,9 @@ func ResolveSettings(getenv func(string) string, opts ...Option) (Settings, erro
 	}
 	s.Addr = getenv("GORUN_ADDR")
 	s.SocketBuffer = e.int("GORUN_SOCKET_BUFFER", 0)
+	if s.SocketBuffer != 0 && s.SocketBuffer < tcp.MinSocketBuffer && e.err == nil {
+		e.err = fmt.Errorf("GORUN_SOCKET_BUFFER=%d: below the %d-byte minimum (smaller buffers stall loopback TCP); unset it to keep the kernel's auto-tuning", s.SocketBuffer, tcp.MinSocketBuffer)
+	}
 	s.Spin = e.duration("GORUN_SPIN", -1)
 	s.StoreFD = e.int("GORUN_STORE_FD", 0)
 	switch v := getenv("GORUN_TRANSPORT"); v {

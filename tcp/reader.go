@@ -88,7 +88,17 @@ var errBye = errors.New("bye")
 func (rs *recvState) readInto(fd int, b []byte) (int, error) {
 	for {
 		rs.order.acquire()
-		n, err := unix.Read(fd, b)
+		// Reads into the staging buffer are short and frequent (a spinning
+		// wait makes one per turn): they skip the runtime's syscall
+		// bookkeeping. Long copies straight into a destination go through
+		// it, so that the scheduler may run others meanwhile.
+		var n int
+		var err error
+		if len(b) <= stageSize {
+			n, err = rawRead(fd, b)
+		} else {
+			n, err = unix.Read(fd, b)
+		}
 		switch {
 		case err == syscall.EINTR:
 			continue
@@ -245,6 +255,23 @@ func (t *Transport) read(p *peer) {
 // per connection, so that pumping allocates nothing.
 func (t *Transport) bindReader(p *peer) {
 	p.pumpFn = func(fd uintptr) { t.pump(p, int(fd)) }
+	p.pollFn = func(fd uintptr) { p.readable.Store(rawReadable(int(fd))) }
+	p.writeFn = func(fd uintptr) bool {
+		for len(p.wpend) > 0 {
+			n, err := rawWrite(int(fd), p.wpend)
+			switch {
+			case err == syscall.EINTR:
+			case err == syscall.EAGAIN:
+				return false
+			case err != nil:
+				p.werr = err
+				return true
+			default:
+				p.wpend = p.wpend[n:]
+			}
+		}
+		return true
+	}
 	p.readFn = func(fd uintptr) bool {
 		if !p.rmu.TryLock() {
 			p.missed.Store(true)

@@ -341,3 +341,60 @@ func TestWaitWithoutDeadlineTimesOut(t *testing.T) {
 		t.Errorf("took %v", d)
 	}
 }
+
+// TestSmallFramesThroughAFullSocket: with the smallest socket buffers,
+// frames up to smallFrame (written with one write(2) each) are cut short
+// and meet a full socket again and again; every byte must still arrive, in
+// order, whether the receive was posted first or not.
+func TestSmallFramesThroughAFullSocket(t *testing.T) {
+	ts := mesh(t, 2, Config{SocketBuffer: MinSocketBuffer, Spin: 20 * time.Microsecond}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sizes := []int{1, smallFrame, 100, smallFrame - HeaderSize, 4096, 0, 20000}
+	const frames = 300
+	payload := func(i int) []byte {
+		b := make([]byte, sizes[i%len(sizes)])
+		for j := range b {
+			b[j] = byte(i*7 + j*13)
+		}
+		return b
+	}
+	sent := make(chan error, 1)
+	go func() {
+		for i := range frames {
+			if err := ts[0].Send(ctx, 1, 9, [4]uint64{uint64(i)}, payload(i)); err != nil {
+				sent <- fmt.Errorf("frame %d: %w", i, err)
+				return
+			}
+		}
+		sent <- nil
+	}()
+	for i := range frames {
+		want := payload(i)
+		buf := make([]byte, len(want))
+		ticket, err := ts[1].Post(0, 9, buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		meta, n, err := ts[1].Wait(ctx, 0, 9, ticket)
+		if err != nil || n != len(want) || meta[0] != uint64(i) || !bytes.Equal(buf, want) {
+			t.Fatalf("frame %d (%d bytes): got %d bytes, meta %v, err %v, contents equal %v",
+				i, len(want), n, meta, err, bytes.Equal(buf, want))
+		}
+	}
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestTinySocketBufferRefused(t *testing.T) {
+	ln, err := Listen("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Rank: 0, Size: 2, SocketBuffer: 4096}
+	_, err = Connect(context.Background(), cfg, ln, []string{ln.Addr().String(), "127.0.0.1:1"})
+	if err == nil || !strings.Contains(err.Error(), "below the 65536-byte minimum") {
+		t.Fatalf("Connect with a 4096-byte socket buffer: %v, want the minimum named", err)
+	}
+}
