@@ -6,15 +6,17 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The calls below go to the kernel without the runtime's syscall
-// bookkeeping (entersyscall/exitsyscall). They are for non-blocking sockets
-// and short transfers only: the call never sleeps, and a thread that enters
-// the runtime's syscall state lets sysmon hand its P to another thread. On
-// a rank that does nothing but small reads and writes, that handoff woke a
-// second thread every few tens of microseconds and doubled the 8-byte
-// all-reduce time (see BENCHMARKS.md, "Raw socket calls").
+// The transport's socket calls go to the kernel without the runtime's
+// syscall bookkeeping (entersyscall/exitsyscall). The sockets are
+// non-blocking, so no call sleeps, and each moves at most what the socket's
+// buffers hold. A goroutine that enters the runtime's syscall state lets
+// sysmon hand its P to another thread once the call passes 20 µs; on a rank
+// with GOMAXPROCS=1 that meant a second thread woken every few tens of
+// microseconds, and a P shuttled between threads during every large copy:
+// the raw calls halved the 8-byte all-reduce time and cut the 64 MiB one by
+// a fifth (BENCHMARKS.md, "Raw socket calls").
 
-// rawRead is read(2) on a non-blocking fd.
+// rawRead is read(2).
 func rawRead(fd int, b []byte) (int, error) {
 	var p unsafe.Pointer
 	if len(b) > 0 {
@@ -27,9 +29,18 @@ func rawRead(fd int, b []byte) (int, error) {
 	return int(n), nil
 }
 
-// rawWrite is write(2) of a non-empty b on a non-blocking fd.
-func rawWrite(fd int, b []byte) (int, error) {
-	n, _, e := unix.RawSyscall(unix.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
+// rawWritev is writev(2) of the non-empty slices among bufs.
+func rawWritev(fd int, bufs *[2][]byte) (int, error) {
+	var iov [2]unix.Iovec
+	k := 0
+	for _, b := range bufs {
+		if len(b) > 0 {
+			iov[k].Base = &b[0]
+			iov[k].SetLen(len(b))
+			k++
+		}
+	}
+	n, _, e := unix.RawSyscall(unix.SYS_WRITEV, uintptr(fd), uintptr(unsafe.Pointer(&iov[0])), uintptr(k))
 	if e != 0 {
 		return 0, e
 	}

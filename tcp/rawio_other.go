@@ -5,11 +5,19 @@ package tcp
 import "golang.org/x/sys/unix"
 
 // Elsewhere than Linux the socket calls go through the runtime's syscall
-// bookkeeping; see rawio_linux.go for why Linux skips it.
+// bookkeeping; rawio_linux.go says why Linux skips it.
 
 func rawRead(fd int, b []byte) (int, error) { return unix.Read(fd, b) }
 
-func rawWrite(fd int, b []byte) (int, error) { return unix.Write(fd, b) }
+func rawWritev(fd int, bufs *[2][]byte) (int, error) {
+	if len(bufs[1]) == 0 {
+		return unix.Write(fd, bufs[0])
+	}
+	if len(bufs[0]) == 0 {
+		return unix.Write(fd, bufs[1])
+	}
+	return unix.Writev(fd, bufs[:])
+}
 
 func rawReadable(fd int) bool {
 	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}

@@ -7,7 +7,6 @@ import (
 	"syscall"
 
 	"github.com/klauspost/compress/s2"
-	"golang.org/x/sys/unix"
 )
 
 // The receive side of a connection is a state machine driven by pump, which
@@ -88,17 +87,7 @@ var errBye = errors.New("bye")
 func (rs *recvState) readInto(fd int, b []byte) (int, error) {
 	for {
 		rs.order.acquire()
-		// Reads into the staging buffer are short and frequent (a spinning
-		// wait makes one per turn): they skip the runtime's syscall
-		// bookkeeping. Long copies straight into a destination go through
-		// it, so that the scheduler may run others meanwhile.
-		var n int
-		var err error
-		if len(b) <= stageSize {
-			n, err = rawRead(fd, b)
-		} else {
-			n, err = unix.Read(fd, b)
-		}
+		n, err := rawRead(fd, b)
 		switch {
 		case err == syscall.EINTR:
 			continue
@@ -257,8 +246,8 @@ func (t *Transport) bindReader(p *peer) {
 	p.pumpFn = func(fd uintptr) { t.pump(p, int(fd)) }
 	p.pollFn = func(fd uintptr) { p.readable.Store(rawReadable(int(fd))) }
 	p.writeFn = func(fd uintptr) bool {
-		for len(p.wpend) > 0 {
-			n, err := rawWrite(int(fd), p.wpend)
+		for len(p.iov[0])+len(p.iov[1]) > 0 {
+			n, err := rawWritev(int(fd), &p.iov)
 			switch {
 			case err == syscall.EINTR:
 			case err == syscall.EAGAIN:
@@ -267,7 +256,9 @@ func (t *Transport) bindReader(p *peer) {
 				p.werr = err
 				return true
 			default:
-				p.wpend = p.wpend[n:]
+				h := min(n, len(p.iov[0]))
+				p.iov[0] = p.iov[0][h:]
+				p.iov[1] = p.iov[1][n-h:]
 			}
 		}
 		return true

@@ -137,16 +137,17 @@ type peer struct {
 	boxMu sync.Mutex
 	boxes map[uint32]*mailbox
 
-	wmu     sync.Mutex // one frame at a time on the wire
-	order   *ioOrder   // the transport's, released before every write
-	whdr    [HeaderSize]byte
-	wbuf    []byte                // header plus small payload
-	wpend   []byte                // the part of wbuf not yet written
-	werr    error                 // why writeFn stopped
-	writeFn func(fd uintptr) bool // writes wpend, for RawConn.Write
-	iov     [2][]byte             // writev vectors
-	bufs    net.Buffers           // view of iov handed to WriteTo
-	zbuf    []byte                // compressed payload being sent
+	wmu      sync.Mutex // one frame at a time on the wire
+	order    *ioOrder   // the transport's, released before every write
+	whdr     [HeaderSize]byte
+	wbuf     []byte                // header plus small payload
+	wpend    []byte                // the part of wbuf not yet written
+	werr     error                 // why writeFn stopped
+	writeFn  func(fd uintptr) bool // writes wpend, for RawConn.Write
+	writevFn func(fd uintptr) bool // writes iov, for RawConn.Write
+	iov      [2][]byte             // writev vectors
+	bufs     net.Buffers           // view of iov handed to WriteTo
+	zbuf     []byte                // compressed payload being sent
 
 	rz  []byte // compressed or discarded payload being received
 	bye atomic.Bool
@@ -259,21 +260,18 @@ func (p *peer) write(h *Header, payload []byte) error {
 		b := p.wbuf[:need]
 		h.Encode(b)
 		copy(b[HeaderSize:], payload)
-		p.order.released()
-		p.wpend, p.werr = b, nil
-		err := p.rc.Write(p.writeFn)
-		p.wpend = nil
-		if err == nil {
-			err = p.werr
-		}
-		return err
+		p.iov[0], p.iov[1] = b, nil
+	} else {
+		h.Encode(p.whdr[:])
+		p.iov[0], p.iov[1] = p.whdr[:], payload
 	}
-	h.Encode(p.whdr[:])
-	p.iov[0], p.iov[1] = p.whdr[:], payload
-	p.bufs = p.iov[:]
 	p.order.released()
-	_, err := p.bufs.WriteTo(p.conn)
-	p.iov[1] = nil
+	p.werr = nil
+	err := p.rc.Write(p.writeFn)
+	p.iov[0], p.iov[1] = nil, nil
+	if err == nil {
+		err = p.werr
+	}
 	return err
 }
 
