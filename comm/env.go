@@ -38,6 +38,11 @@ type Settings struct {
 	// sends every rank's buffer to every other at once (GORUN_ONESHOT_BYTES;
 	// 0: DefaultOneShotBytes, -1: never).
 	OneShotBytes int
+	// HalvingBytes is the all-reduce size up to which a group of more than
+	// two ranks, not all talking through shared memory, uses
+	// halving-doubling above SmallBytes; the ring runs above it
+	// (GORUN_HALVING_BYTES; 0: DefaultHalvingBytes, -1: never).
+	HalvingBytes int
 	// Compress sends large payloads compressed with S2.
 	Compress bool
 	// Addr is the address peers reach this rank's data port by; empty: the
@@ -74,6 +79,12 @@ const (
 	// recursive doubling through shared memory at 3, 4 and 8 ranks on the
 	// 2-core test machine; at 16 KiB it lost (BENCHMARKS.md).
 	DefaultOneShotBytes = 4 << 10
+	// DefaultHalvingBytes: up to 4 MiB halving-doubling beat the ring over
+	// loopback TCP at 3 and 4 ranks on the 2-core test machine (512 KiB:
+	// 1.5×, 1 MiB np=4: 1.6×); at 8 MiB it lost. Through shared memory the
+	// ring, which folds frames in as they land, wins at every size, so
+	// groups whose members all share memory never use it (BENCHMARKS.md).
+	DefaultHalvingBytes = 4 << 20
 )
 
 // Option overrides one setting; options win over the environment.
@@ -109,6 +120,10 @@ func WithSmallBytes(n int) Option { return func(s *Settings) { s.SmallBytes = n 
 // WithOneShotBytes sets the size up to which all-reduces among ranks that
 // share a machine send every buffer to every rank at once; -1 disables it.
 func WithOneShotBytes(n int) Option { return func(s *Settings) { s.OneShotBytes = n } }
+
+// WithHalvingBytes sets the size up to which all-reduces among more than
+// two ranks use halving-doubling instead of the ring; -1 disables it.
+func WithHalvingBytes(n int) Option { return func(s *Settings) { s.HalvingBytes = n } }
 
 // WithChunkBytes sets the pipelining chunk of the ring algorithms.
 func WithChunkBytes(n int) Option { return func(s *Settings) { s.ChunkBytes = n } }
@@ -217,6 +232,7 @@ func ResolveSettings(getenv func(string) string, opts ...Option) (Settings, erro
 	s.SmallBytes = e.int("GORUN_SMALL_BYTES", 0)
 	s.ChunkBytes = e.int("GORUN_CHUNK_BYTES", 0)
 	s.OneShotBytes = e.int("GORUN_ONESHOT_BYTES", 0)
+	s.HalvingBytes = e.int("GORUN_HALVING_BYTES", 0)
 	switch c := getenv("GORUN_COMPRESS"); c {
 	case "", "0", "none", "off":
 	case "1", "s2", "on":

@@ -197,11 +197,40 @@ func newGroup(w *world, id uint32, peers []int, rank int) *Group {
 		w:  w,
 		id: id,
 		ring: ring.Comm{T: w.data, Peers: peers, Rank: rank, Stream: id << 16,
-			SmallBytes: s.SmallBytes, ChunkBytes: s.ChunkBytes, OneShotBytes: oneShotBytes(w, peers)},
+			SmallBytes: s.SmallBytes, ChunkBytes: s.ChunkBytes, OneShotBytes: oneShotBytes(w, peers),
+			HalvingBytes: halvingBytes(w, peers)},
 		sendSeq: map[[2]int]uint64{},
 		recvSeq: map[[2]int]uint64{},
 		senders: map[int]chan queued{},
 	}
+}
+
+// halvingBytes is the halving-doubling crossover for a group of peers: 0
+// when every member is reached through shared memory, where the ring wins,
+// else the setting. Every member computes the same answer.
+func halvingBytes(w *world, peers []int) int {
+	n := w.settings.HalvingBytes
+	switch {
+	case n < 0 || allShared(w, peers):
+		return 0
+	case n == 0:
+		return DefaultHalvingBytes
+	}
+	return n
+}
+
+// allShared tells whether this rank reaches every other member of peers
+// through shared memory.
+func allShared(w *world, peers []int) bool {
+	if w.data.shm == nil {
+		return false
+	}
+	for _, p := range peers {
+		if p != w.settings.Rank && !w.data.shm.Has(p) {
+			return false
+		}
+	}
+	return true
 }
 
 // oneShotBytes is the one-shot all-reduce's crossover for a group of
@@ -210,15 +239,10 @@ func newGroup(w *world, id uint32, peers []int, rank int) *Group {
 func oneShotBytes(w *world, peers []int) int {
 	n := w.settings.OneShotBytes
 	switch {
-	case n < 0 || w.data.shm == nil:
+	case n < 0 || !allShared(w, peers):
 		return 0
 	case n == 0:
-		n = DefaultOneShotBytes
-	}
-	for _, p := range peers {
-		if p != w.settings.Rank && !w.data.shm.Has(p) {
-			return 0
-		}
+		return DefaultOneShotBytes
 	}
 	return n
 }

@@ -80,6 +80,7 @@ func TestCollectivesMultiProcess(t *testing.T) {
 		{"ring-only-small-chunks", []string{"GORUN_SMALL_BYTES=-1", "GORUN_CHUNK_BYTES=4096"}},
 		{"latency-algorithms-only", []string{"GORUN_SMALL_BYTES=1073741824"}},
 		{"one-shot-all-sizes", []string{"GORUN_ONESHOT_BYTES=1073741824"}},
+		{"tcp-halving-all-sizes", []string{"GORUN_TRANSPORT=tcp", "GORUN_SMALL_BYTES=-1", "GORUN_HALVING_BYTES=1073741824", "GORUN_CHUNK_BYTES=4096"}},
 		{"compressed", []string{"GORUN_COMPRESS=s2"}},
 	}
 	for _, np := range []int{1, 2, 3, 4, 5, 8} {
@@ -89,11 +90,11 @@ func TestCollectivesMultiProcess(t *testing.T) {
 				// variant whose buffers the transport fills the most.
 				continue
 			}
-			if np == 8 && (v.name == "compressed" || v.name == "one-shot-all-sizes") {
+			if np == 8 && (v.name == "compressed" || v.name == "one-shot-all-sizes" || v.name == "tcp-halving-all-sizes") {
 				continue // covered at np 2..5; keeps CI within budget on 2 cores
 			}
-			if np <= 2 && v.name == "one-shot-all-sizes" {
-				continue // the one-shot algorithm needs three ranks or more
+			if np <= 2 && (v.name == "one-shot-all-sizes" || v.name == "tcp-halving-all-sizes") {
+				continue // these algorithms need three ranks or more
 			}
 			if np == 8 && raceEnabled {
 				// Eight instrumented processes on CI's 2 cores; np=8 runs

@@ -8,7 +8,9 @@ import (
 // AllReduce reduces buf element-wise across the group, in place: afterwards
 // every rank holds the same bits. Messages of at most OneShotBytes, among
 // more than two ranks, go to every rank at once; messages of at most
-// SmallBytes use recursive doubling; larger ones the pipelined ring.
+// SmallBytes use recursive doubling; among more than two ranks, messages
+// of at most HalvingBytes use halving-doubling; larger ones the pipelined
+// ring.
 func AllReduce[T Elem](ctx context.Context, c *Comm, buf []T, op Op) error {
 	if err := ValidOp[T](op); err != nil {
 		return err
@@ -19,6 +21,8 @@ func AllReduce[T Elem](ctx context.Context, c *Comm, buf []T, op Op) error {
 		algo = AlgoOneShot
 	case bytes <= c.smallBytes():
 		algo = AlgoDoubling
+	case c.Size() > 2 && bytes <= c.HalvingBytes:
+		algo = AlgoHalving
 	}
 	call := c.begin(KindAllReduce, DTypeOf[T](), op, algo, 0, len(buf))
 	c.tickets = c.tickets[:0]
@@ -29,6 +33,8 @@ func AllReduce[T Elem](ctx context.Context, c *Comm, buf []T, op Op) error {
 		return oneShotAllReduce(ctx, c, call, buf, op)
 	case algo == AlgoDoubling:
 		return doublingAllReduce(ctx, c, call, buf, op)
+	case algo == AlgoHalving:
+		return halvingAllReduce(ctx, c, call, buf, op)
 	default:
 		return ringAllReduce(ctx, c, call, buf, op)
 	}

@@ -73,9 +73,10 @@ const (
 	AlgoChain
 	AlgoDissemination
 	AlgoOneShot
+	AlgoHalving
 )
 
-var algoNames = [...]string{"-", "ring", "recursive-doubling", "binomial-tree", "chain", "dissemination", "one-shot"}
+var algoNames = [...]string{"-", "ring", "recursive-doubling", "binomial-tree", "chain", "dissemination", "one-shot", "halving-doubling"}
 
 func (a Algo) String() string {
 	if int(a) < len(algoNames) {

@@ -59,6 +59,10 @@ type Comm struct {
 	// (shared memory, and above all more ranks than cores). All ranks must
 	// use the same value.
 	OneShotBytes int
+	// HalvingBytes: all-reduces above SmallBytes and of at most this many
+	// bytes among more than two ranks use halving-doubling (0: never). All
+	// ranks must use the same value.
+	HalvingBytes int
 
 	seq      uint64
 	history  [historyCalls]Call // the latest calls, by Seq mod historyCalls

@@ -132,19 +132,24 @@ func TestOneShotAllReduce(t *testing.T) {
 }
 
 // TestAllReduceAlgorithmChoice: one-shot only up to OneShotBytes and only
-// among more than two ranks; recursive doubling up to SmallBytes; the ring
+// among more than two ranks; recursive doubling up to SmallBytes;
+// halving-doubling up to HalvingBytes among more than two ranks; the ring
 // above.
 func TestAllReduceAlgorithmChoice(t *testing.T) {
 	tests := []struct {
-		n, bytes, oneShot, small int
-		want                     Algo
+		n, bytes, oneShot, small, halving int
+		want                              Algo
 	}{
-		{3, 4096, 4096, 0, AlgoOneShot},
-		{3, 4100, 4096, 0, AlgoDoubling},
-		{2, 8, 4096, 0, AlgoDoubling},
-		{4, 8, 0, 0, AlgoDoubling},
-		{4, 8, 1 << 20, -1, AlgoOneShot},
-		{4, 1 << 20, 4096, 0, AlgoRing},
+		{3, 4096, 4096, 0, 0, AlgoOneShot},
+		{3, 4100, 4096, 0, 0, AlgoDoubling},
+		{2, 8, 4096, 0, 0, AlgoDoubling},
+		{4, 8, 0, 0, 0, AlgoDoubling},
+		{4, 8, 1 << 20, -1, 0, AlgoOneShot},
+		{4, 1 << 20, 4096, 0, 0, AlgoRing},
+		{4, 1 << 20, 4096, 0, 1 << 20, AlgoHalving},
+		{3, 1<<20 + 4, 4096, 0, 1 << 20, AlgoRing},
+		{2, 1 << 20, 4096, 0, 1 << 20, AlgoRing},
+		{5, 8, 0, 0, 1 << 20, AlgoDoubling},
 	}
 	for _, tc := range tests {
 		t.Run(fmt.Sprintf("%+v", tc), func(t *testing.T) {
@@ -154,7 +159,7 @@ func TestAllReduceAlgorithmChoice(t *testing.T) {
 				in[r] = make([]float32, count)
 			}
 			net := newMemNet(tc.n)
-			runGroupWith(t, net, tc.n, func(c *Comm) { c.OneShotBytes, c.SmallBytes = tc.oneShot, tc.small }, in, Sum)
+			runGroupWith(t, net, tc.n, func(c *Comm) { c.OneShotBytes, c.SmallBytes, c.HalvingBytes = tc.oneShot, tc.small, tc.halving }, in, Sum)
 			if _, ok := net.algos[tc.want]; !ok || len(net.algos) != 1 {
 				t.Fatalf("frames carried %v, want only %v", net.algos, tc.want)
 			}

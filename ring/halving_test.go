@@ -1,0 +1,57 @@
+package ring
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+)
+
+// TestHalvingAllReduce runs halving-doubling in process for powers of two
+// and the sizes between them, with chunks small enough that every step
+// carries several, and checks every rank's result against a sequential
+// reduction. Inputs are small integers (and powers of two for Prod), so
+// every order of combining is exact and the reference must match bit for
+// bit; all frames must have carried halving-doubling.
+func TestHalvingAllReduce(t *testing.T) {
+	for _, n := range []int{3, 4, 5, 6, 7, 8} {
+		for _, count := range []int{1, 7, 1000, 4097} { // an empty buffer always takes recursive doubling
+			for _, op := range []Op{Sum, Avg, Max, Min, Prod} {
+				t.Run(fmt.Sprintf("n=%d/count=%d/%v", n, count, op), func(t *testing.T) {
+					rng := rand.New(rand.NewPCG(uint64(n), uint64(count)))
+					in := make([][]float32, n)
+					for r := range in {
+						in[r] = make([]float32, count)
+						for i := range in[r] {
+							if op == Prod {
+								in[r][i] = []float32{0.5, 1, 2, -1}[rng.IntN(4)]
+							} else {
+								in[r][i] = float32(rng.IntN(9) - 4)
+							}
+						}
+					}
+					want := append([]float32(nil), in[0]...)
+					for r := 1; r < n; r++ {
+						Reduce(op, want, want, in[r])
+					}
+					if op == Avg {
+						Divide(want, n)
+					}
+					net := newMemNet(n)
+					out := runGroupWith(t, net, n, func(c *Comm) {
+						c.SmallBytes, c.OneShotBytes, c.HalvingBytes, c.ChunkBytes = -1, -1, 1<<30, 256
+					}, in, op)
+					for r := range n {
+						for i := range want {
+							if out[r][i] != want[i] {
+								t.Fatalf("rank %d element %d: %v, want %v", r, i, out[r][i], want[i])
+							}
+						}
+					}
+					if _, ok := net.algos[AlgoHalving]; !ok || len(net.algos) != 1 {
+						t.Fatalf("frames carried %v, want halving-doubling only", net.algos)
+					}
+				})
+			}
+		}
+	}
+}
