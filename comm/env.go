@@ -79,11 +79,12 @@ const (
 	// recursive doubling through shared memory at 3, 4 and 8 ranks on the
 	// 2-core test machine; at 16 KiB it lost (BENCHMARKS.md).
 	DefaultOneShotBytes = 4 << 10
-	// DefaultHalvingBytes: up to 4 MiB halving-doubling beat the ring over
-	// loopback TCP at 3 and 4 ranks on the 2-core test machine (512 KiB:
-	// 1.5×, 1 MiB np=4: 1.6×); at 8 MiB it lost. Through shared memory the
-	// ring, which folds frames in as they land, wins at every size, so
-	// groups whose members all share memory never use it (BENCHMARKS.md).
+	// DefaultHalvingBytes: over loopback TCP on the 2-core test machine
+	// halving-doubling beat the ring at 3 ranks up to 4 MiB and at 4 ranks
+	// up to 2 MiB (512 KiB: 1.5×, 1 MiB np=4: 1.6×), tied at 4 ranks and
+	// 4 MiB, and lost at 8 MiB. Through shared memory the ring, which folds
+	// frames in as they land, wins at every size, so groups whose members
+	// all share memory never use it (BENCHMARKS.md).
 	DefaultHalvingBytes = 4 << 20
 )
 

@@ -32,46 +32,59 @@ func halvingAllReduce[T Elem](ctx context.Context, c *Comm, call Call, buf []T, 
 	tmp := scratchOf[T](c, count)
 	ce := c.chunkElems(elemSize[T]())
 
-	sendAll := func(to, step int) error {
-		for j := range subchunks(0, count, ce) {
-			a, b := sub(0, count, ce, j)
+	// sendRange sends elements [lo, hi) of buf in chunks; postRange posts
+	// dst's chunks of that range; waitRange waits for the chunks posted
+	// from ticket first on, calling each(j, a, b) as chunk j, [a, b), lands.
+	sendRange := func(to, step, lo, hi int) error {
+		for j := range subchunks(lo, hi, ce) {
+			a, b := sub(lo, hi, ce, j)
 			if err := c.send(ctx, to, call, step, j, AsBytes(buf[a:b])); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
-	// recvAll posts buf's chunks into dst and waits for them, calling
-	// each(a, b) as chunk [a, b) lands.
-	recvAll := func(from, step int, dst []T, each func(a, b int)) error {
-		first := len(c.tickets)
-		for j := range subchunks(0, count, ce) {
-			a, b := sub(0, count, ce, j)
+	postRange := func(from, lo, hi int, dst []T) error {
+		for j := range subchunks(lo, hi, ce) {
+			a, b := sub(lo, hi, ce, j)
 			if err := c.post(from, AsBytes(dst[a:b])); err != nil {
 				return err
 			}
 		}
-		for j := range subchunks(0, count, ce) {
-			a, b := sub(0, count, ce, j)
-			if err := c.wait(ctx, from, first+j, call, step, j, len(AsBytes(dst[a:b]))); err != nil {
+		return nil
+	}
+	waitRange := func(from, first, step, lo, hi int, each func(j, a, b int)) error {
+		for j := range subchunks(lo, hi, ce) {
+			a, b := sub(lo, hi, ce, j)
+			if err := c.wait(ctx, from, first+j, call, step, j, len(AsBytes(buf[a:b]))); err != nil {
 				return err
 			}
-			each(a, b)
+			if each != nil {
+				each(j, a, b)
+			}
 		}
 		return nil
 	}
+	reduceChunk := func(_, a, b int) { Reduce(op, buf[a:b], buf[a:b], tmp[a:b]) }
 
 	// The ranks that sit out hand their buffer over and get the result.
 	var vr int
 	switch {
 	case r < 2*rem && r%2 == 0:
-		if err := sendAll(r+1, 0); err != nil {
+		if err := sendRange(r+1, 0, 0, count); err != nil {
 			return err
 		}
-		return recvAll(r+1, final, buf, func(int, int) {})
+		first := len(c.tickets)
+		if err := postRange(r+1, 0, count, buf); err != nil {
+			return err
+		}
+		return waitRange(r+1, first, final, 0, count, nil)
 	case r < 2*rem:
-		err := recvAll(r-1, 0, tmp, func(a, b int) { Reduce(op, buf[a:b], buf[a:b], tmp[a:b]) })
-		if err != nil {
+		first := len(c.tickets)
+		if err := postRange(r-1, 0, count, tmp); err != nil {
+			return err
+		}
+		if err := waitRange(r-1, first, 0, 0, count, reduceChunk); err != nil {
 			return err
 		}
 		vr = r / 2
@@ -104,10 +117,9 @@ func halvingAllReduce[T Elem](ctx context.Context, c *Comm, call Call, buf []T, 
 		}
 		klo, khi := elems(keepLo, keepHi)
 		slo, shi := elems(sendLo, sendHi)
-		kchunks, schunks := subchunks(klo, khi, ce), subchunks(slo, shi, ce)
 		first := len(c.tickets)
 		combined := c.combined[:0]
-		for j := range kchunks {
+		for j := range subchunks(klo, khi, ce) {
 			a, b := sub(klo, khi, ce, j)
 			folded, err := c.postCombine(partner, AsBytes(buf[a:b]), combine, AsBytes(tmp[a:b]))
 			if err != nil {
@@ -116,20 +128,16 @@ func halvingAllReduce[T Elem](ctx context.Context, c *Comm, call Call, buf []T, 
 			combined = append(combined, folded)
 		}
 		c.combined = combined
-		for j := range schunks {
-			a, b := sub(slo, shi, ce, j)
-			if err := c.send(ctx, partner, call, step, j, AsBytes(buf[a:b])); err != nil {
-				return err
-			}
+		if err := sendRange(partner, step, slo, shi); err != nil {
+			return err
 		}
-		for j := range kchunks {
-			a, b := sub(klo, khi, ce, j)
-			if err := c.wait(ctx, partner, first+j, call, step, j, len(AsBytes(buf[a:b]))); err != nil {
-				return err
+		err := waitRange(partner, first, step, klo, khi, func(j, a, b int) {
+			if !combined[j] {
+				reduceChunk(j, a, b)
 			}
-			if !c.combined[j] {
-				Reduce(op, buf[a:b], buf[a:b], tmp[a:b])
-			}
+		})
+		if err != nil {
+			return err
 		}
 		wlo, whi = keepLo, keepHi
 	}
@@ -149,30 +157,20 @@ func halvingAllReduce[T Elem](ctx context.Context, c *Comm, call Call, buf []T, 
 		}
 		mlo, mhi := elems(wlo, whi)
 		plo, phi := elems(olo, ohi)
-		pchunks, mchunks := subchunks(plo, phi, ce), subchunks(mlo, mhi, ce)
 		first := len(c.tickets)
-		for j := range pchunks {
-			a, b := sub(plo, phi, ce, j)
-			if err := c.post(partner, AsBytes(buf[a:b])); err != nil {
-				return err
-			}
+		if err := postRange(partner, plo, phi, buf); err != nil {
+			return err
 		}
-		for j := range mchunks {
-			a, b := sub(mlo, mhi, ce, j)
-			if err := c.send(ctx, partner, call, step, j, AsBytes(buf[a:b])); err != nil {
-				return err
-			}
+		if err := sendRange(partner, step, mlo, mhi); err != nil {
+			return err
 		}
-		for j := range pchunks {
-			a, b := sub(plo, phi, ce, j)
-			if err := c.wait(ctx, partner, first+j, call, step, j, len(AsBytes(buf[a:b]))); err != nil {
-				return err
-			}
+		if err := waitRange(partner, first, step, plo, phi, nil); err != nil {
+			return err
 		}
 		wlo, whi = min(wlo, olo), max(whi, ohi)
 	}
 	if r < 2*rem {
-		return sendAll(r-1, final)
+		return sendRange(r-1, final, 0, count)
 	}
 	return nil
 }

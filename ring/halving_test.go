@@ -29,24 +29,12 @@ func TestHalvingAllReduce(t *testing.T) {
 							}
 						}
 					}
-					want := append([]float32(nil), in[0]...)
-					for r := 1; r < n; r++ {
-						Reduce(op, want, want, in[r])
-					}
-					if op == Avg {
-						Divide(want, n)
-					}
+					want := sequential(op, in)
 					net := newMemNet(n)
 					out := runGroupWith(t, net, n, func(c *Comm) {
 						c.SmallBytes, c.OneShotBytes, c.HalvingBytes, c.ChunkBytes = -1, -1, 1<<30, 256
 					}, in, op)
-					for r := range n {
-						for i := range want {
-							if out[r][i] != want[i] {
-								t.Fatalf("rank %d element %d: %v, want %v", r, i, out[r][i], want[i])
-							}
-						}
-					}
+					checkEveryRank(t, out, want)
 					if _, ok := net.algos[AlgoHalving]; !ok || len(net.algos) != 1 {
 						t.Fatalf("frames carried %v, want halving-doubling only", net.algos)
 					}

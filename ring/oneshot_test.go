@@ -106,22 +106,10 @@ func TestOneShotAllReduce(t *testing.T) {
 							in[r][i] = rng.Float32()*2 - 0.5
 						}
 					}
-					want := append([]float32(nil), in[0]...)
-					for r := 1; r < n; r++ {
-						Reduce(op, want, want, in[r])
-					}
-					if op == Avg {
-						Divide(want, n)
-					}
+					want := sequential(op, in)
 					net := newMemNet(n)
 					out := runGroup(t, net, n, 4*count, in, op)
-					for r := range n {
-						for i := range want {
-							if out[r][i] != want[i] {
-								t.Fatalf("rank %d element %d: %v, want %v", r, i, out[r][i], want[i])
-							}
-						}
-					}
+					checkEveryRank(t, out, want)
 					if net.algos[AlgoOneShot] != n*(n-1) || len(net.algos) != 1 {
 						t.Fatalf("frames carried %v, want %d one-shot frames only", net.algos, n*(n-1))
 					}
@@ -164,6 +152,31 @@ func TestAllReduceAlgorithmChoice(t *testing.T) {
 				t.Fatalf("frames carried %v, want only %v", net.algos, tc.want)
 			}
 		})
+	}
+}
+
+// sequential reduces in[0], in[1], … in rank order: the reference the
+// algorithms are checked against.
+func sequential(op Op, in [][]float32) []float32 {
+	want := append([]float32(nil), in[0]...)
+	for r := 1; r < len(in); r++ {
+		Reduce(op, want, want, in[r])
+	}
+	if op == Avg {
+		Divide(want, len(in))
+	}
+	return want
+}
+
+// checkEveryRank fails unless every rank's result equals want bit for bit.
+func checkEveryRank(t *testing.T, out [][]float32, want []float32) {
+	t.Helper()
+	for r := range out {
+		for i := range want {
+			if out[r][i] != want[i] {
+				t.Fatalf("rank %d element %d: %v, want %v", r, i, out[r][i], want[i])
+			}
+		}
 	}
 }
 
