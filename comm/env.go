@@ -245,8 +245,8 @@ func ResolveSettings(getenv func(string) string, opts ...Option) (Settings, erro
 	}
 	s.Addr = getenv("GORUN_ADDR")
 	s.SocketBuffer = e.int("GORUN_SOCKET_BUFFER", 0)
-	if s.SocketBuffer != 0 && s.SocketBuffer < tcp.MinSocketBuffer && e.err == nil {
-		e.err = fmt.Errorf("GORUN_SOCKET_BUFFER=%d: below the %d-byte minimum (smaller buffers stall loopback TCP); unset it to keep the kernel's auto-tuning", s.SocketBuffer, tcp.MinSocketBuffer)
+	if err := tcp.CheckSocketBuffer(s.SocketBuffer); err != nil && e.err == nil {
+		e.err = fmt.Errorf("GORUN_SOCKET_BUFFER=%d: %w", s.SocketBuffer, err)
 	}
 	s.Spin = e.duration("GORUN_SPIN", -1)
 	s.StoreFD = e.int("GORUN_STORE_FD", 0)

@@ -40,7 +40,7 @@ func TestResolveSettings(t *testing.T) {
 		{name: "slurm bad nodelist", env: map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": "n[1-"}, wantErr: "SLURM_JOB_NODELIST"},
 		{name: "open mpi across nodes needs MASTER_ADDR", env: map[string]string{"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}, wantErr: "Open MPI spans several nodes"},
 		{name: "bad timeout", env: map[string]string{"GORUN_TIMEOUT": "soon"}, wantErr: `GORUN_TIMEOUT="soon"`},
-		{name: "socket buffer too small", env: map[string]string{"GORUN_SOCKET_BUFFER": "4096"}, wantErr: "GORUN_SOCKET_BUFFER=4096: below the 65536-byte minimum"},
+		{name: "socket buffer too small", env: map[string]string{"GORUN_SOCKET_BUFFER": "4096"}, wantErr: "GORUN_SOCKET_BUFFER=4096: 4096 bytes is below the 65536-byte minimum"},
 		{name: "bad compression", env: map[string]string{"GORUN_COMPRESS": "zip"}, wantErr: `GORUN_COMPRESS="zip"`},
 	}
 	for _, tc := range tests {

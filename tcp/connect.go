@@ -56,8 +56,8 @@ func Connect(ctx context.Context, cfg Config, ln *net.TCPListener, addrs []strin
 	if len(addrs) != cfg.Size {
 		return nil, fmt.Errorf("tcp: %d addresses for %d ranks", len(addrs), cfg.Size)
 	}
-	if cfg.SocketBuffer != 0 && cfg.SocketBuffer < MinSocketBuffer {
-		return nil, fmt.Errorf("tcp: socket buffer of %d bytes is below the %d-byte minimum (smaller buffers stall loopback TCP; 0 leaves the kernel's auto-tuning on)", cfg.SocketBuffer, MinSocketBuffer)
+	if err := CheckSocketBuffer(cfg.SocketBuffer); err != nil {
+		return nil, fmt.Errorf("tcp: Config.SocketBuffer: %w", err)
 	}
 	t := &Transport{cfg: cfg, peers: make([]*peer, cfg.Size), failed: make(chan struct{})}
 	if cfg.Size == 1 {

@@ -14,7 +14,7 @@ import (
 // with GOMAXPROCS=1 that meant a second thread woken every few tens of
 // microseconds, and a P shuttled between threads during every large copy:
 // the raw calls halved the 8-byte all-reduce time and cut the 64 MiB one by
-// a fifth (BENCHMARKS.md, "Raw socket calls").
+// a fifth (BENCHMARKS.md, "TCP: raw socket calls and halving-doubling").
 
 // rawRead is read(2).
 func rawRead(fd int, b []byte) (int, error) {

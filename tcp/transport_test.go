@@ -348,8 +348,8 @@ func TestWaitWithoutDeadlineTimesOut(t *testing.T) {
 	}
 }
 
-// TestSmallFramesThroughAFullSocket: with the smallest socket buffers,
-// frames up to smallFrame (written with one write(2) each) are cut short
+// TestSmallFramesThroughAFullSocket: with the smallest socket buffers
+// accepted, frames up to smallFrame (header and payload in one buffer) are cut short
 // and meet a full socket again and again; every byte must still arrive, in
 // order, whether the receive was posted first or not.
 func TestSmallFramesThroughAFullSocket(t *testing.T) {
@@ -400,7 +400,7 @@ func TestTinySocketBufferRefused(t *testing.T) {
 	}
 	cfg := Config{Rank: 0, Size: 2, SocketBuffer: 4096}
 	_, err = Connect(context.Background(), cfg, ln, []string{ln.Addr().String(), "127.0.0.1:1"})
-	if err == nil || !strings.Contains(err.Error(), "below the 65536-byte minimum") {
+	if err == nil || !strings.Contains(err.Error(), "Config.SocketBuffer: 4096 bytes is below the 65536-byte minimum") {
 		t.Fatalf("Connect with a 4096-byte socket buffer: %v, want the minimum named", err)
 	}
 }
