@@ -1,9 +1,6 @@
 package ring
 
-import (
-	"context"
-	"math/bits"
-)
+import "context"
 
 // AllReduce reduces buf element-wise across the group, in place: afterwards
 // every rank holds the same bits. Messages of at most OneShotBytes, among
@@ -159,53 +156,21 @@ func ringAllReduce[T Elem](ctx context.Context, c *Comm, call Call, buf []T, op 
 }
 
 // doublingAllReduce exchanges the whole buffer with partners at distance
-// 1, 2, 4, ...: log2(n) latency-bound steps. For n not a power of two the
-// first 2·rem ranks pair up and the even one of each pair sits the doubling
-// out, receiving the result at the end (as MPICH does). Each pairwise
-// combination is commutative, so all ranks end with identical bits.
+// 1, 2, 4, ...: log2(n) latency-bound steps, ranks beyond a power of two
+// paired up first (fold). Each pairwise combination is commutative, so all
+// ranks end with identical bits.
 func doublingAllReduce[T Elem](ctx context.Context, c *Comm, call Call, buf []T, op Op) error {
-	n, r := c.Size(), c.Rank
-	p2 := 1 << (bits.Len(uint(n)) - 1)
-	rem := n - p2
-	levels := bits.Len(uint(p2)) - 1
-	final := levels + 1
+	n := c.Size()
+	f := newFold(n)
+	final := f.levels() + 1
 	tmp := scratchOf[T](c, len(buf))
 	bytes := len(AsBytes(buf))
-
-	var vr int
-	switch {
-	case r < 2*rem && r%2 == 0:
-		// Hand our data to r+1 and wait for the result (into tmp: buf is
-		// still being sent when the receive is posted).
-		if err := c.post(r+1, AsBytes(tmp)); err != nil {
-			return err
-		}
-		if err := c.send(ctx, r+1, call, 0, 0, AsBytes(buf)); err != nil {
-			return err
-		}
-		if err := c.wait(ctx, r+1, 0, call, final, 0, bytes); err != nil {
-			return err
-		}
-		copy(buf, tmp)
-		return nil
-	case r < 2*rem:
-		if err := c.post(r-1, AsBytes(tmp)); err != nil {
-			return err
-		}
-		if err := c.wait(ctx, r-1, 0, call, 0, 0, bytes); err != nil {
-			return err
-		}
-		Reduce(op, buf, buf, tmp)
-		vr = r / 2
-	default:
-		vr = r - rem
+	vr, err := foldIn(ctx, c, call, f, buf, tmp, op, final)
+	if err != nil || vr < 0 {
+		return err
 	}
-	for lvl, mask := 1, 1; mask < p2; lvl, mask = lvl+1, mask<<1 {
-		pv := vr ^ mask
-		partner := pv + rem
-		if pv < rem {
-			partner = 2*pv + 1
-		}
+	for lvl, mask := 1, 1; mask < f.p2; lvl, mask = lvl+1, mask<<1 {
+		partner := f.real(vr ^ mask)
 		k := len(c.tickets)
 		if err := c.post(partner, AsBytes(tmp)); err != nil {
 			return err
@@ -221,10 +186,7 @@ func doublingAllReduce[T Elem](ctx context.Context, c *Comm, call Call, buf []T,
 	if op == Avg {
 		Divide(buf, n)
 	}
-	if r < 2*rem {
-		return c.send(ctx, r-1, call, final, 0, AsBytes(buf))
-	}
-	return nil
+	return foldOut(ctx, c, call, f, buf, final)
 }
 
 // oneShotAllReduce sends the whole buffer to every other rank and reduces

@@ -1,0 +1,129 @@
+package ring
+
+import (
+	"context"
+	"math/bits"
+)
+
+// fold maps n ranks onto the largest power of two p2 ≤ n, for the
+// algorithms that pair ranks across the bits of their rank (recursive
+// doubling, halving-doubling), as MPICH does: the first 2·rem ranks (rem =
+// n − p2) pair up, and the even one of each pair hands its buffer to the
+// odd one, sits the algorithm out, and receives the result at the end.
+type fold struct{ p2, rem int }
+
+func newFold(n int) fold {
+	p2 := 1 << (bits.Len(uint(n)) - 1)
+	return fold{p2: p2, rem: n - p2}
+}
+
+// levels is log2(p2): the steps across bits.
+func (f fold) levels() int { return bits.Len(uint(f.p2)) - 1 }
+
+// virtual returns rank r's place among the p2 that take part, or -1 when r
+// sits out.
+func (f fold) virtual(r int) int {
+	switch {
+	case r < 2*f.rem && r%2 == 0:
+		return -1
+	case r < 2*f.rem:
+		return r / 2
+	}
+	return r - f.rem
+}
+
+// real returns the rank at virtual place v.
+func (f fold) real(v int) int {
+	if v < f.rem {
+		return 2*v + 1
+	}
+	return v + f.rem
+}
+
+// foldIn runs the pairing before the algorithm and returns this rank's
+// virtual place. A rank that sits out hands buf over, waits for the result
+// (the frames of step final) and returns -1 with buf complete; its partner
+// reduces the buffer in (step 0). Frames are cut at ChunkBytes.
+func foldIn[T Elem](ctx context.Context, c *Comm, call Call, f fold, buf, tmp []T, op Op, final int) (int, error) {
+	r, count := c.Rank, len(buf)
+	vr := f.virtual(r)
+	switch {
+	case vr < 0:
+		// The result goes to tmp: buf is still being sent when it is posted.
+		first := len(c.tickets)
+		if err := postChunks(c, r+1, tmp, 0, count); err != nil {
+			return vr, err
+		}
+		if err := sendChunks(ctx, c, call, r+1, 0, buf, 0, count); err != nil {
+			return vr, err
+		}
+		if err := waitChunks(ctx, c, call, r+1, first, final, tmp, 0, count, nil); err != nil {
+			return vr, err
+		}
+		copy(buf, tmp)
+	case r < 2*f.rem:
+		first := len(c.tickets)
+		if err := postChunks(c, r-1, tmp, 0, count); err != nil {
+			return vr, err
+		}
+		err := waitChunks(ctx, c, call, r-1, first, 0, tmp, 0, count, func(_, a, b int) {
+			Reduce(op, buf[a:b], buf[a:b], tmp[a:b])
+		})
+		if err != nil {
+			return vr, err
+		}
+	}
+	return vr, nil
+}
+
+// foldOut hands the result to the partner that sat out, if any.
+func foldOut[T Elem](ctx context.Context, c *Comm, call Call, f fold, buf []T, final int) error {
+	if r := c.Rank; r < 2*f.rem {
+		return sendChunks(ctx, c, call, r-1, final, buf, 0, len(buf))
+	}
+	return nil
+}
+
+// sendChunks sends elements [lo, hi) of buf to group rank to, in frames of
+// at most ChunkBytes numbered from 0 (at least one frame, even when the
+// range is empty).
+func sendChunks[T Elem](ctx context.Context, c *Comm, call Call, to, step int, buf []T, lo, hi int) error {
+	ce := c.chunkElems(elemSize[T]())
+	for j := range subchunks(lo, hi, ce) {
+		a, b := sub(lo, hi, ce, j)
+		if err := c.send(ctx, to, call, step, j, AsBytes(buf[a:b])); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// postChunks posts dst's elements [lo, hi) for the frames sendChunks cuts
+// that range into.
+func postChunks[T Elem](c *Comm, from int, dst []T, lo, hi int) error {
+	ce := c.chunkElems(elemSize[T]())
+	for j := range subchunks(lo, hi, ce) {
+		a, b := sub(lo, hi, ce, j)
+		if err := c.post(from, AsBytes(dst[a:b])); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// waitChunks waits for the frames of range [lo, hi) of dst posted from
+// ticket first on, checking each against call and step, and calls each(j,
+// a, b), when not nil, as chunk j, elements [a, b), lands.
+func waitChunks[T Elem](ctx context.Context, c *Comm, call Call, from, first, step int, dst []T, lo, hi int, each func(j, a, b int)) error {
+	ce := c.chunkElems(elemSize[T]())
+	for j := range subchunks(lo, hi, ce) {
+		a, b := sub(lo, hi, ce, j)
+		if err := c.wait(ctx, from, first+j, call, step, j, len(AsBytes(dst[a:b]))); err != nil {
+			return err
+		}
+		if each != nil {
+			each(j, a, b)
+		}
+	}
+	return nil
+}
