@@ -82,9 +82,9 @@ const (
 	// DefaultHalvingBytes: over loopback TCP on the 2-core test machine
 	// halving-doubling beat the ring at 3 ranks up to 4 MiB and at 4 ranks
 	// up to 2 MiB (512 KiB: 1.5×, 1 MiB np=4: 1.6×), tied at 4 ranks and
-	// 4 MiB, and lost at 8 MiB. Through shared memory the ring, which folds
-	// frames in as they land, wins or ties at every size, so groups whose members
-	// all share memory never use it (BENCHMARKS.md).
+	// 4 MiB, and lost at 8 MiB. Through shared memory the ring, which
+	// folds frames in as they land, wins or ties at every size, so groups
+	// whose members all share memory never use it (BENCHMARKS.md).
 	DefaultHalvingBytes = 4 << 20
 )
 
