@@ -48,9 +48,11 @@ type Settings struct {
 	// Addr is the address peers reach this rank's data port by; empty: the
 	// address of the interface that reaches the master.
 	Addr string
-	// Spin is how long a waiting call busy-polls its socket before sleeping
-	// (GORUN_SPIN). Default: DefaultSpin when this host runs no more ranks
-	// than it has cores, else 0 (spinning would steal the other ranks' cores).
+	// Spin is how long a waiting call busy-polls its socket or rings
+	// (GORUN_SPIN); after it every transport polls a little longer giving
+	// the core away between looks, then sleeps. Default: DefaultSpin when
+	// this host runs no more ranks than it has cores, else 0 (spinning would
+	// steal the other ranks' cores).
 	Spin time.Duration
 	// SocketBuffer, when positive, sets the data sockets' kernel buffers (bytes).
 	SocketBuffer int

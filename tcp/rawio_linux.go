@@ -56,3 +56,7 @@ func rawReadable(fd int) bool {
 	n, _, e := unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&pfd)), 1, uintptr(unsafe.Pointer(&zero)), 0, 0, 0)
 	return e != 0 || n != 0
 }
+
+// rawYield is sched_yield(2): it gives this thread's core to another
+// runnable thread, if any, and returns at once otherwise.
+func rawYield() { unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }

@@ -24,3 +24,7 @@ func rawReadable(fd int) bool {
 	n, err := unix.Poll(pfd, 0)
 	return err != nil || n != 0
 }
+
+// rawYield does nothing here: sched_yield has no portable system call
+// number, and the caller has already yielded to this process's goroutines.
+func rawYield() {}

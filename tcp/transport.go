@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -71,10 +72,11 @@ type Config struct {
 	// Compress sends payloads of at least CompressMin bytes compressed with S2
 	// when that makes them smaller.
 	Compress bool
-	// Spin is how long a call waiting for data reads the socket itself in a
-	// busy loop before it sleeps. Spinning saves the wake-ups that dominate
-	// small-message latency, but steals the core from other ranks when the
-	// machine is oversubscribed; zero disables it.
+	// Spin is how long a call waiting for data polls the socket in a busy
+	// loop. Spinning saves the wake-ups that dominate small-message latency,
+	// but steals the core from other ranks when the machine is
+	// oversubscribed. After the spin a wait keeps polling for YieldPhase,
+	// giving its core away between looks, and only then sleeps.
 	Spin time.Duration
 	// SocketBuffer, when positive, sets SO_SNDBUF and SO_RCVBUF (bytes); zero
 	// leaves the kernel's auto-tuning on, which is best on most systems. It
@@ -97,6 +99,15 @@ func CheckSocketBuffer(n int) error {
 // 200 ms: with 8 KiB buffers 300 frames (3.8 MB) took about 20 s here, with
 // 4 KiB the transfer stalled.
 const MinSocketBuffer = 64 << 10
+
+// YieldPhase is how long a wait for data polls the socket after its spin,
+// giving the core away between looks (to this process's other goroutines and
+// to other processes), before it sleeps until the reader wakes it. With more
+// ranks than cores the rank a call waits for often needs the very core the
+// call holds, and waking a sleeping goroutine costs more than a few yields:
+// at np = 4 on two cores an 8-byte all-reduce took 102 µs sleeping at once
+// and 57 µs with this phase (BENCHMARKS.md, "TCP: yield before sleeping").
+const YieldPhase = 200 * time.Microsecond
 
 // CompressMin is the smallest payload considered for compression.
 const CompressMin = 4096
@@ -321,7 +332,7 @@ func (t *Transport) Wait(ctx context.Context, rank int, stream uint32, ticket ui
 		return [4]uint64{}, 0, err
 	}
 	m := p.box(stream)
-	var spinUntil time.Time
+	var start time.Time   // of the first poll that found nothing
 	var timer *time.Timer // bounds the wait when ctx has no deadline
 	var timeout <-chan time.Time
 	defer func() {
@@ -330,8 +341,8 @@ func (t *Transport) Wait(ctx context.Context, rank int, stream uint32, ticket ui
 			t.timers.Put(timer)
 		}
 	}()
-	for spinning, first := true, true; ; first = false {
-		if spinning && (first || t.readable(p)) {
+	for polling, first := true, true; ; first = false {
+		if polling && (first || t.readable(p)) {
 			t.progress(p)
 		}
 		s, meta, n, err, ok := m.result(ticket)
@@ -341,22 +352,24 @@ func (t *Transport) Wait(ctx context.Context, rank int, stream uint32, ticket ui
 			}
 			return meta, n, err
 		}
-		if spinning {
-			if t.cfg.Spin <= 0 {
-				spinning = false
-			} else if spinUntil.IsZero() {
-				spinUntil = time.Now().Add(t.cfg.Spin)
-				continue
-			} else if time.Now().Before(spinUntil) {
+		if polling {
+			now := time.Now()
+			if start.IsZero() {
+				start = now
+			}
+			if waited := now.Sub(start); waited < t.cfg.Spin+YieldPhase {
+				if waited >= t.cfg.Spin {
+					runtime.Gosched()
+					rawYield()
+				}
 				select {
 				case <-t.failed:
 				case <-ctx.Done():
 				default:
 					continue
 				}
-			} else {
-				spinning = false
 			}
+			polling = false
 		}
 		if _, ok := ctx.Deadline(); !ok && timer == nil {
 			timer = t.getTimer()
