@@ -31,7 +31,10 @@ type Settings struct {
 	Timeout time.Duration
 	// SmallBytes is the all-reduce/broadcast size up to which latency-optimal algorithms run.
 	SmallBytes int
-	// ChunkBytes is the ring algorithms' pipelining chunk.
+	// ChunkBytes is the ring algorithms' pipelining chunk (GORUN_CHUNK_BYTES;
+	// 0: DefaultNetChunkBytes for groups with a member across the network
+	// when no host runs more ranks than it has cores, else
+	// ring.DefaultChunkBytes). All ranks must use the same value.
 	ChunkBytes int
 	// OneShotBytes is the all-reduce size up to which a group of more than
 	// two ranks, all on one machine and talking through shared memory,
@@ -88,6 +91,14 @@ const (
 	// folds frames in as they land, wins or ties at every size, so groups
 	// whose members all share memory never use it (BENCHMARKS.md).
 	DefaultHalvingBytes = 4 << 20
+	// DefaultNetChunkBytes: over loopback TCP at np = 2, 128 KiB chunks
+	// all-reduced 16 MiB in 4.1–5.3 ms and 64 MiB in 17–19 ms where 1 MiB
+	// chunks took 7.8–8.1 and 28–30 (64 and 256 KiB were slower than 128):
+	// a chunk the kernel has just copied in is still in the core's cache
+	// when it is reduced or forwarded. With more ranks than cores every
+	// chunk handed over can cost a context switch, and there 1 MiB won
+	// (np = 4: 4 MiB in 5.9–6.2 ms against 13.4–13.7; BENCHMARKS.md).
+	DefaultNetChunkBytes = 128 << 10
 )
 
 // Option overrides one setting; options win over the environment.

@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -66,8 +67,11 @@ type world struct {
 	t        *tcp.Transport // connections, failures, aborts; data to other hosts
 	data     *dataPath      // where each peer's data goes: shared memory or t
 	settings Settings
-	mu       sync.Mutex
-	nextID   uint32 // lowest communicator id this rank has not used
+	// crowded: some host of the job runs more ranks than it has cores
+	// (agreed on by all ranks in Join).
+	crowded bool
+	mu      sync.Mutex
+	nextID  uint32 // lowest communicator id this rank has not used
 }
 
 // Group is a set of ranks that run collectives together. The world group
@@ -176,17 +180,25 @@ func Join(ctx context.Context, s Settings) (*Group, error) {
 		peers[i] = i
 	}
 	g := newGroup(w, 0, peers, s.Rank)
-	// Everyone is connected once everyone passes this barrier, and has
-	// mapped the segments it shares with its peers.
-	if err := g.Barrier(jctx); err != nil {
+	// Everyone is connected, and has mapped the segments it shares with
+	// its peers, once this all-reduce returns: it needs every rank's
+	// contribution. It also settles what ranks must agree on and cannot
+	// know alone: whether any host of the job runs more ranks than cores.
+	crowded := []float32{0}
+	if s.LocalSize > runtime.NumCPU() {
+		crowded[0] = 1
+	}
+	if err := g.AllReduce(jctx, crowded, Max); err != nil {
 		g.Close()
 		return nil, err
 	}
+	w.crowded = crowded[0] > 0
+	g.ring.ChunkBytes = chunkBytes(w, peers)
 	if w.data.shm != nil {
 		w.data.shm.Sealed()
 	}
 	if s.Rank == 0 && s.Size > 1 {
-		fmt.Fprintln(os.Stderr, describePaths(w.data, s.Rank, s.Size))
+		fmt.Fprintln(os.Stderr, describePaths(w.data, s.Rank, s.Size, g.ring.ChunkBytes))
 	}
 	return g, nil
 }
@@ -197,12 +209,26 @@ func newGroup(w *world, id uint32, peers []int, rank int) *Group {
 		w:  w,
 		id: id,
 		ring: ring.Comm{T: w.data, Peers: peers, Rank: rank, Stream: id << 16,
-			SmallBytes: s.SmallBytes, ChunkBytes: s.ChunkBytes, OneShotBytes: oneShotBytes(w, peers),
+			SmallBytes: s.SmallBytes, ChunkBytes: chunkBytes(w, peers), OneShotBytes: oneShotBytes(w, peers),
 			HalvingBytes: halvingBytes(w, peers)},
 		sendSeq: map[[2]int]uint64{},
 		recvSeq: map[[2]int]uint64{},
 		senders: map[int]chan queued{},
 	}
+}
+
+// chunkBytes is the ring algorithms' chunk for a group of peers: the
+// setting if there is one, else DefaultNetChunkBytes when some member is
+// reached over the network and no host of the job is crowded, else
+// ring.DefaultChunkBytes. Every member computes the same answer.
+func chunkBytes(w *world, peers []int) int {
+	switch {
+	case w.settings.ChunkBytes > 0:
+		return w.settings.ChunkBytes
+	case w.crowded || allShared(w, peers):
+		return ring.DefaultChunkBytes
+	}
+	return DefaultNetChunkBytes
 }
 
 // halvingBytes is the halving-doubling crossover for a group of peers: 0

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -12,7 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorun/gorun/comm"
 	"github.com/gorun/gorun/comm/launch"
+	"github.com/gorun/gorun/ring"
 )
 
 // runJob runs np copies of this test binary as the ranks of a job.
@@ -263,6 +266,58 @@ func slicesContains(s []string, x string) bool {
 		}
 	}
 	return false
+}
+
+// TestChunkChoice: the world group's ring chunk follows the documented
+// rule, every rank agrees on it (the job's all-reduces check out), and rank
+// 0 logs it once.
+func TestChunkChoice(t *testing.T) {
+	crowded := func(np int) bool { return np > runtime.NumCPU() }
+	netChunk := func(np int) int {
+		if crowded(np) {
+			return ring.DefaultChunkBytes
+		}
+		return comm.DefaultNetChunkBytes
+	}
+	for _, tc := range []struct {
+		name  string
+		np    int
+		env   []string
+		chunk int
+	}{
+		{"tcp np=2", 2, []string{"GORUN_TRANSPORT=tcp"}, netChunk(2)},
+		{"tcp np=4", 4, []string{"GORUN_TRANSPORT=tcp"}, netChunk(4)},
+		{"shared memory", 2, nil, ring.DefaultChunkBytes},
+		{"set", 2, []string{"GORUN_TRANSPORT=tcp", "GORUN_CHUNK_BYTES=65536"}, 65536},
+		{"set, not whole KiB", 3, []string{"GORUN_TRANSPORT=tcp", "GORUN_CHUNK_BYTES=100000"}, 100000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res, out := runJob(t, tc.np, "sum", tc.env...)
+			if err := res.Error(); err != nil {
+				t.Fatalf("job failed: %v\n%s", err, out)
+			}
+			want := fmt.Sprintf("; ring chunks of %d KiB", tc.chunk/1024)
+			if tc.chunk%1024 != 0 {
+				want = fmt.Sprintf("; ring chunks of %d bytes", tc.chunk)
+			}
+			var said []string
+			all := rankLines(out)
+			for r := range tc.np {
+				lines := all[r]
+				if !slices.Contains(lines, "OK") {
+					t.Errorf("rank %d did not report OK:\n%s", r, out)
+				}
+				for _, l := range lines {
+					if strings.Contains(l, "ring chunks") {
+						said = append(said, fmt.Sprintf("[%d] %s", r, l))
+					}
+				}
+			}
+			if len(said) != 1 || !strings.HasPrefix(said[0], "[0] comm: rank 0 reaches") || !strings.HasSuffix(said[0], want) {
+				t.Fatalf("want one line from rank 0 ending %q, got %q\n%s", want, said, out)
+			}
+		})
+	}
 }
 
 // TestRDMAFallsBack: asked for RDMA on a machine without a usable RDMA

@@ -191,9 +191,9 @@ func exchange(ctx context.Context, t *tcp.Transport, s *Settings, msg []byte, wi
 	return got, nil
 }
 
-// describePaths says, for the log, how this rank reaches its peers, and
-// why RDMA is not used where it was wanted.
-func describePaths(d *dataPath, rank, size int) string {
+// describePaths says, for the log, how this rank reaches its peers, why
+// RDMA is not used where it was wanted, and the world group's ring chunk.
+func describePaths(d *dataPath, rank, size, chunk int) string {
 	var local, fabric, remote []int
 	for r := range size {
 		switch l := d.link(r); {
@@ -222,6 +222,11 @@ func describePaths(d *dataPath, rank, size int) string {
 	}
 	if d.rdmaW != "" {
 		msg += "; RDMA not used between " + d.rdmaW
+	}
+	if chunk%1024 == 0 {
+		msg += fmt.Sprintf("; ring chunks of %d KiB", chunk/1024)
+	} else {
+		msg += fmt.Sprintf("; ring chunks of %d bytes", chunk)
 	}
 	return msg
 }
