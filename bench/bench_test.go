@@ -54,6 +54,21 @@ func TestBandwidths(t *testing.T) {
 	}
 }
 
+// TestIterations: the per-size call counts match the Open MPI helper's rule
+// (mpi_allreduce.c): 2e8 bytes' worth counting at least 1 KiB a call,
+// clamped to 20..20,000.
+func TestIterations(t *testing.T) {
+	cases := []struct {
+		bytes int64
+		want  int
+	}{{8, 20_000}, {1024, 20_000}, {4096, 20_000}, {65536, 3051}, {1 << 20, 190}, {16 << 20, 20}, {64 << 20, 20}}
+	for _, c := range cases {
+		if got := Iterations(c.bytes); got != c.want {
+			t.Errorf("Iterations(%d) = %d, want %d", c.bytes, got, c.want)
+		}
+	}
+}
+
 // group starts n ranks of a job in this process over loopback.
 func groups(t *testing.T, n int) []*comm.Group {
 	t.Helper()

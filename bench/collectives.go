@@ -29,7 +29,9 @@ type Config struct {
 	// otherwise pay for (an 8-byte all-reduce through shared memory: 2.3 µs
 	// measured first, 1.0 µs after 20,000 warm-up calls).
 	WarmupTime time.Duration
-	Iters      int
+	// Iters is how many timed calls each size gets; 0 or less picks them
+	// per size with Iterations, as the competitor helpers do.
+	Iters int
 	// Break makes the named collective compute the wrong thing (Max
 	// instead of Sum), so tests can see #wrong count it.
 	Break string
@@ -69,6 +71,16 @@ func BusFactor(op string, n int) float64 {
 func Bandwidths(op string, n int, bytes int64, t time.Duration) (algbw, busbw float64) {
 	algbw = float64(bytes) / t.Seconds() / 1e9
 	return algbw, algbw * BusFactor(op, n)
+}
+
+// Iterations is how many timed calls a message of the given size gets when
+// the caller does not say: enough for about 200 MB to move (counting at
+// least 1 KiB a call), at least 20 and at most 20,000. It is the rule of the
+// Open MPI helper (bench/competitors/mpi_allreduce.c), so the two sides of
+// a comparison average over the same number of calls: a run of 100 small
+// calls lasts a few milliseconds and one descheduling doubles its mean.
+func Iterations(bytes int64) int {
+	return int(min(max(200_000_000/max(bytes, 1024), 20), 20_000))
 }
 
 // ParseSizes reads "8B:256MB" (doubling from the first to the last) or a
@@ -243,7 +255,10 @@ func runOne(ctx context.Context, g *comm.Group, cfg Config, op string, bytes int
 	if err := g.Barrier(ctx); err != nil {
 		return res, err
 	}
-	iters := max(cfg.Iters, 1)
+	iters := cfg.Iters
+	if iters <= 0 {
+		iters = Iterations(bytes)
+	}
 	t0 := time.Now()
 	for range iters {
 		if err := call(); err != nil {

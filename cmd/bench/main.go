@@ -82,7 +82,7 @@ func collectives(args []string, stdout io.Writer) error {
 	vars := fs.String("variants", "default", "algorithm variants side by side: default, ring, small, s2")
 	warmup := fs.Int("warmup", 5, "untimed iterations per size")
 	warmupTime := fs.Duration("warmup-time", 200*time.Millisecond, "how long the job warms up before the first size")
-	iters := fs.Int("iters", 20, "timed iterations per size")
+	iters := fs.Int("iters", 0, "timed iterations per size (0: by size, 20 to 20,000, as the Open MPI helper counts them)")
 	csvPath := fs.String("csv", "", "also write the results as CSV here")
 	jsonPath := fs.String("json", "", "also write the results as JSON here")
 	competitors := fs.Bool("competitors", true, "also run gloo and Open MPI all-reduce at the same sizes, when installed")
