@@ -90,8 +90,9 @@ type Group struct {
 	startQ  sync.Once
 	closed  atomic.Bool
 
-	failMu sync.Mutex
-	err    error // the first error: the group is broken after it
+	// err holds the first error: the group is broken after it. An atomic
+	// pointer, not a lock, because every call checks it.
+	err atomic.Pointer[error]
 
 	p2pMu   sync.Mutex
 	sendSeq map[[2]int]uint64 // (peer, tag) → next sequence number
@@ -421,10 +422,8 @@ func (g *Group) Settings() Settings { return g.w.settings }
 
 // Err returns the error that broke the group, or nil.
 func (g *Group) Err() error {
-	g.failMu.Lock()
-	defer g.failMu.Unlock()
-	if g.err != nil {
-		return g.err
+	if err := g.err.Load(); err != nil {
+		return *err
 	}
 	if err := g.w.t.Err(); err != nil {
 		return g.wrap("", err)
@@ -441,12 +440,9 @@ func (g *Group) wrap(what string, err error) error {
 
 // fail records err as the group's error and tells every other rank.
 func (g *Group) fail(what string, err error) error {
-	g.failMu.Lock()
-	if g.err == nil {
-		g.err = g.wrap(what, err)
-	}
-	err = g.err
-	g.failMu.Unlock()
+	wrapped := g.wrap(what, err)
+	g.err.CompareAndSwap(nil, &wrapped)
+	err = *g.err.Load()
 	g.w.t.Abort(err)
 	return err
 }

@@ -19,6 +19,6 @@ func (p *peer) drain() bool {
 	hdr, data := r.slot(tail)
 	h := mailbox.Get(hdr)
 	p.boxes.Deliver(&h, fragment(hdr, data, int(h.N)))
-	r.tail.Store(tail + 1)
+	publish(r.tail, tail+1, p.plain)
 	return true
 }

@@ -91,6 +91,10 @@ type Transport struct {
 	// delivered counts drains that moved fragments into mailboxes; waits
 	// look at their mailbox again only when it changed.
 	delivered atomic.Uint64
+	// plain: this rank publishes slots and releases them with plain
+	// stores, and runs a barrier on every process before it sleeps (see
+	// publish).
+	plain bool
 }
 
 type peer struct {
@@ -101,6 +105,7 @@ type peer struct {
 	sendMu sync.Mutex
 	head   uint64 // slots this rank published in out; under sendMu
 	freed  uint64 // out's tail as last read; under sendMu
+	plain  bool   // publish with plain stores (Transport.plain)
 
 	rxMu  sync.Mutex // held while draining in and touching the mailboxes
 	boxes *mailbox.Peer
@@ -133,7 +138,8 @@ func New(cfg Config) (*Transport, Info, error) {
 	if err != nil {
 		return nil, Info{}, err
 	}
-	return &Transport{cfg: cfg, own: own, peers: make([]*peer, cfg.Size)}, Info{PID: os.Getpid(), FD: own.fd}, nil
+	t := &Transport{cfg: cfg, own: own, peers: make([]*peer, cfg.Size), plain: storesInOrder && registerBarriers()}
+	return t, Info{PID: os.Getpid(), FD: own.fd}, nil
 }
 
 // slot is the index of rank's ring in every segment: its place among the
@@ -156,7 +162,7 @@ func (t *Transport) Attach(rank int, info Info) error {
 	if err != nil {
 		return &PeerError{Rank: rank, Err: err}
 	}
-	t.peers[rank] = &peer{rank: rank, seg: seg, out: seg.ring(t.slot(t.cfg.Rank)), in: t.own.ring(t.slot(rank)), boxes: mailbox.NewPeer()}
+	t.peers[rank] = &peer{rank: rank, seg: seg, out: seg.ring(t.slot(t.cfg.Rank)), in: t.own.ring(t.slot(rank)), boxes: mailbox.NewPeer(), plain: t.plain}
 	return nil
 }
 
@@ -199,8 +205,12 @@ type waiter struct {
 	spinning bool
 }
 
+// A waiter starts in its spin phase (when there is one), so the first
+// look at the clock, the context and failures comes after spinChecks
+// polls: most waits of a small message end before that, and reading the
+// clock is a good part of such a wait's own cost.
 func (t *Transport) waiter(ctx context.Context, rank int, what string) waiter {
-	return waiter{t: t, ctx: ctx, rank: rank, what: what}
+	return waiter{t: t, ctx: ctx, rank: rank, what: what, spinning: t.cfg.Spin > 0}
 }
 
 // pause waits a little for the doorbell (after the spin phase) and
@@ -251,6 +261,9 @@ func (w *waiter) pause(ready func() bool) error {
 	}
 	own := w.t.own
 	own.sleepers().Add(1)
+	if w.t.plain {
+		barrierAll() // see publish
+	}
 	v := own.bell().Load()
 	if !ready() {
 		futexSleep(own.bell(), v, min(sleepSlice, w.deadline.Sub(now)))
@@ -286,7 +299,7 @@ func (t *Transport) Send(ctx context.Context, rank int, stream uint32, meta [4]u
 			if w.t == nil {
 				w = t.waiter(ctx, rank, "sending (its ring stayed full)")
 			}
-			t.progress()
+			t.progress(nil)
 			if err := w.pause(func() bool { return head-r.tail.Load() < r.n || t.pending() }); err != nil {
 				return err
 			}
@@ -301,7 +314,7 @@ func (t *Transport) Send(ctx context.Context, rank int, stream uint32, meta [4]u
 		}
 		h.Put(hdr)
 		p.head = head + 1
-		r.seq(head).Store(head + 1)
+		publish(r.seq(head), head+1, p.plain)
 		p.seg.ringBell()
 		h.Flags = 0
 		if len(payload) == 0 {
@@ -338,21 +351,28 @@ func (t *Transport) Wait(ctx context.Context, rank int, stream uint32, ticket ui
 	}
 	var w waiter
 	for seen := t.delivered.Load() - 1; ; {
-		t.progress()
-		// Look at the mailbox only when something was delivered since the
-		// last look (by this goroutine or another).
-		if d := t.delivered.Load(); d != seen {
-			seen = d
-			p.rxMu.Lock()
-			meta, n, err, ok := p.boxes.Result(stream, ticket)
-			p.rxMu.Unlock()
-			if ok {
-				if err != nil {
-					err = &PeerError{Rank: rank, Err: err}
-				}
-				return meta, n, err
+		// Drain rank's ring and look at the mailbox under one hold of its
+		// lock; the mailbox only when something was delivered since the
+		// last look (by this goroutine or another). Polls that find
+		// neither take no lock.
+		if (p.in.published(p.in.tail.Load()) || t.delivered.Load() != seen) && p.rxMu.TryLock() {
+			if p.drain() {
+				t.delivered.Add(1)
+				p.seg.ringBell() // its sender may be waiting for room
 			}
+			if d := t.delivered.Load(); d != seen {
+				seen = d
+				if meta, n, err, ok := p.boxes.Result(stream, ticket); ok {
+					p.rxMu.Unlock()
+					if err != nil {
+						err = &PeerError{Rank: rank, Err: err}
+					}
+					return meta, n, err
+				}
+			}
+			p.rxMu.Unlock()
 		}
+		t.progress(p)
 		if w.t == nil {
 			w = t.waiter(ctx, rank, "waiting for data")
 		}
@@ -372,10 +392,11 @@ func (t *Transport) pending() bool {
 	return false
 }
 
-// progress drains every ring that no other goroutine is draining.
-func (t *Transport) progress() {
+// progress drains every ring, but skip's, that no other goroutine is
+// draining.
+func (t *Transport) progress(skip *peer) {
 	for _, p := range t.peers {
-		if p == nil || !p.in.published(p.in.tail.Load()) || !p.rxMu.TryLock() {
+		if p == nil || p == skip || !p.in.published(p.in.tail.Load()) || !p.rxMu.TryLock() {
 			continue
 		}
 		if p.drain() {

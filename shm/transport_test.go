@@ -54,13 +54,29 @@ func payload(seed uint64, n int) []byte {
 // stream, with its metadata.
 func TestFramesArriveInOrder(t *testing.T) {
 	// Slots of 8 bytes: every fragment of every frame fits the inline word.
+	// Atomic stores for publishing as well as plain ones (where the
+	// process could register for membarrier).
 	for _, slotB := range []int{4096, 8} {
-		t.Run(fmt.Sprintf("slot=%d", slotB), func(t *testing.T) { testFramesArriveInOrder(t, slotB) })
+		for _, plain := range []bool{false, true} {
+			t.Run(fmt.Sprintf("slot=%d/plain=%v", slotB, plain), func(t *testing.T) { testFramesArriveInOrder(t, slotB, plain) })
+		}
 	}
 }
 
-func testFramesArriveInOrder(t *testing.T, slotB int) {
+// setPlain makes tr publish with plain stores or with atomic ones.
+func setPlain(tr *Transport, plain bool) {
+	tr.plain = plain
+	for _, p := range tr.peers {
+		if p != nil {
+			p.plain = plain
+		}
+	}
+}
+
+func testFramesArriveInOrder(t *testing.T, slotB int, plain bool) {
 	a, b := pair(t, 4, slotB)
+	setPlain(a, plain)
+	setPlain(b, plain)
 	ctx := context.Background()
 	sizes := []int{0, 1, 7, 8, 9, 16, slotB - 1, slotB, slotB + 1, slotB + 8, slotB + 9, 3*slotB + 5, 9 * slotB}
 	type sent struct {
@@ -198,6 +214,47 @@ func TestWaitsEnd(t *testing.T) {
 	b.cfg.Failed = func() error { return dead }
 	if _, _, err := b.Wait(context.Background(), 0, 1, tk); !errors.Is(err, dead) {
 		t.Fatalf("got %v, want the failure reported elsewhere", err)
+	}
+}
+
+// TestSleepersAreWoken: frames sent long after the receiver began
+// waiting (past its spin and yield phases, so it sleeps on the doorbell)
+// reach it, with atomic and with plain publishing stores (the latter
+// relying on the sleeper's membarrier).
+func TestSleepersAreWoken(t *testing.T) {
+	for _, plain := range []bool{false, true} {
+		t.Run(fmt.Sprintf("plain=%v", plain), func(t *testing.T) {
+			a, b := pair(t, 4, 1024)
+			setPlain(a, plain)
+			setPlain(b, plain)
+			ctx := context.Background()
+			const frames = 4
+			errc := make(chan error, 1)
+			go func() {
+				for i := range frames {
+					time.Sleep(2 * time.Millisecond)
+					if err := a.Send(ctx, 1, 1, [4]uint64{uint64(i)}, payload(uint64(i), 100)); err != nil {
+						errc <- err
+						return
+					}
+				}
+				errc <- nil
+			}()
+			for i := range frames {
+				buf := make([]byte, 100)
+				tk, err := b.Post(0, 1, buf)
+				if err != nil {
+					t.Fatal(err)
+				}
+				meta, n, err := b.Wait(ctx, 0, 1, tk)
+				if err != nil || meta[0] != uint64(i) || n != 100 || !bytes.Equal(buf, payload(uint64(i), 100)) {
+					t.Fatalf("frame %d: meta %v, %d bytes, %v", i, meta, n, err)
+				}
+			}
+			if err := <-errc; err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }
 

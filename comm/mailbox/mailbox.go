@@ -59,8 +59,12 @@ func Get(w []uint64) Header {
 // being reassembled from its fragments.
 type Peer struct {
 	boxes map[uint32]*box
-	cur   incoming
-	spare []*early // consumed early frames kept for reuse, with their buffers
+	// last is the box of stream lastStream, the one most recently looked
+	// up: a group's collectives keep to one stream.
+	last       *box
+	lastStream uint32
+	cur        incoming
+	spare      []*early // consumed early frames kept for reuse, with their buffers
 }
 
 // Early frames are recycled, so that a peer that is often ahead of this
@@ -76,9 +80,48 @@ const (
 // arrived before theirs was posted. Frames fill receives in order.
 type box struct {
 	next, fill uint64 // ticket of the next Post; ticket the next frame fills
-	recvs      map[uint64]*recv
-	free       []*recv // recycled: steady state allocates nothing
-	early      []*early
+	// base is the oldest ticket whose result was not yet taken; pending
+	// holds the receives of tickets base..next-1 at ticket mod its length
+	// (a power of two), nil where a result was taken out of order.
+	base    uint64
+	pending []*recv
+	free    []*recv // recycled: steady state allocates nothing
+	early   []*early
+}
+
+// minPending is the initial length of a box's pending ring.
+const minPending = 8
+
+// add registers r under ticket next, growing the ring when it is full.
+func (m *box) add(r *recv) uint64 {
+	if m.next-m.base == uint64(len(m.pending)) {
+		grown := make([]*recv, max(2*len(m.pending), minPending))
+		for t := m.base; t < m.next; t++ {
+			grown[t&uint64(len(grown)-1)] = m.pending[t&uint64(len(m.pending)-1)]
+		}
+		m.pending = grown
+	}
+	t := m.next
+	m.pending[t&uint64(len(m.pending)-1)] = r
+	m.next++
+	return t
+}
+
+// get returns the receive of ticket t; nil when t was never issued or
+// its result was already taken.
+func (m *box) get(t uint64) *recv {
+	if t < m.base || t >= m.next {
+		return nil
+	}
+	return m.pending[t&uint64(len(m.pending)-1)]
+}
+
+// forget drops ticket t, whose result was taken.
+func (m *box) forget(t uint64) {
+	m.pending[t&uint64(len(m.pending)-1)] = nil
+	for m.base < m.next && m.pending[m.base&uint64(len(m.pending)-1)] == nil {
+		m.base++
+	}
 }
 
 type recv struct {
@@ -120,11 +163,15 @@ type incoming struct {
 func NewPeer() *Peer { return &Peer{boxes: map[uint32]*box{}} }
 
 func (p *Peer) box(stream uint32) *box {
+	if p.last != nil && p.lastStream == stream {
+		return p.last
+	}
 	m := p.boxes[stream]
 	if m == nil {
-		m = &box{recvs: map[uint64]*recv{}}
+		m = &box{}
 		p.boxes[stream] = m
 	}
+	p.last, p.lastStream = m, stream
 	return m
 }
 
@@ -144,9 +191,7 @@ func (p *Peer) PostCombine(stream uint32, buf []byte, combine Combine) uint64 {
 		r = &recv{}
 	}
 	*r = recv{buf: buf, combine: combine}
-	t := m.next
-	m.next++
-	m.recvs[t] = r
+	t := m.add(r)
 	if len(m.early) > 0 {
 		e := m.early[0]
 		n := copy(m.early, m.early[1:]) // few are ever queued; keeps the array
@@ -182,7 +227,7 @@ func (r *recv) fillFrom(e *early) {
 // arrived (ok) and forgets the ticket.
 func (p *Peer) Result(stream uint32, ticket uint64) (meta [4]uint64, n int, err error, ok bool) {
 	m := p.box(stream)
-	r := m.recvs[ticket]
+	r := m.get(ticket)
 	if r == nil {
 		return meta, 0, fmt.Errorf("wait on unknown ticket %d of stream %#x", ticket, stream), true
 	}
@@ -190,7 +235,7 @@ func (p *Peer) Result(stream uint32, ticket uint64) (meta [4]uint64, n int, err 
 		return meta, 0, nil, false
 	}
 	meta, n, err = r.meta, r.n, r.err
-	delete(m.recvs, ticket)
+	m.forget(ticket)
 	*r = recv{}
 	m.free = append(m.free, r)
 	return meta, n, err, true
@@ -223,7 +268,7 @@ func (p *Peer) begin(h *Header) {
 	c := &p.cur
 	*c = incoming{active: true, meta: h.Meta}
 	if m.fill < m.next {
-		r := m.recvs[m.fill]
+		r := m.get(m.fill)
 		m.fill++
 		c.recv = r
 		if h.Total > uint64(len(r.buf)) {

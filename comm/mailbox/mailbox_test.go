@@ -154,6 +154,59 @@ func TestUnknownTicket(t *testing.T) {
 	}
 }
 
+// TestResultsInAnyOrder: results taken in any order, with more receives
+// outstanding than the pending ring first holds (so it grows, with holes
+// from results already taken), each return their own frame; a ticket
+// whose result was taken is unknown afterwards.
+func TestResultsInAnyOrder(t *testing.T) {
+	p := NewPeer()
+	const n = 40
+	bufs := make([][]byte, n)
+	tickets := make([]uint64, n)
+	post := func(i int) {
+		bufs[i] = make([]byte, 4)
+		tickets[i] = p.Post(5, bufs[i])
+	}
+	frame := func(i int) []byte { return []byte{byte(i), byte(i >> 8), 0xAB, byte(3 * i)} }
+	check := func(i int) {
+		t.Helper()
+		meta, got, err, ok := p.Result(5, tickets[i])
+		if !ok || err != nil || got != 4 || meta[0] != uint64(i) || !bytes.Equal(bufs[i], frame(i)) {
+			t.Fatalf("receive %d: ok=%v err=%v n=%d meta=%v buf=%v, want %v", i, ok, err, got, meta, bufs[i], frame(i))
+		}
+	}
+	// Ten posted and filled; every other result taken, leaving holes.
+	for i := range 10 {
+		post(i)
+		send(p, 5, [4]uint64{uint64(i)}, frame(i), 4)
+	}
+	for i := 1; i < 10; i += 2 {
+		check(i)
+	}
+	// Thirty more posted while those holes stand, then filled.
+	for i := 10; i < n; i++ {
+		post(i)
+	}
+	for i := 10; i < n; i++ {
+		send(p, 5, [4]uint64{uint64(i)}, frame(i), 4)
+	}
+	for i := n - 1; i >= 10; i-- {
+		check(i)
+	}
+	for i := 0; i < 10; i += 2 {
+		check(i)
+	}
+	for _, i := range []int{0, 7, 39} {
+		if _, _, err, ok := p.Result(5, tickets[i]); !ok || err == nil || !strings.Contains(err.Error(), "unknown ticket") {
+			t.Fatalf("ticket %d taken twice: ok=%v err=%v", tickets[i], ok, err)
+		}
+	}
+	// Still in step afterwards.
+	post(0)
+	send(p, 5, [4]uint64{0}, frame(0), 4)
+	check(0)
+}
+
 // TestSteadyStateAllocatesNothing: once warmed up, a frame costs no
 // allocation, whether its receive was posted before it came, after it
 // came, or while it was arriving.
@@ -238,6 +291,21 @@ func TestCombine(t *testing.T) {
 		send(p, 1, [4]uint64{}, []byte{1, 2, 3}, 8)
 		if _, _, _, ok := p.Result(1, tk); !ok || !bytes.Equal(plain, []byte{1, 2, 3}) {
 			t.Fatalf("plain receive after a combining one: %v", plain)
+		}
+	}
+}
+
+// BenchmarkSmallFrame is the mailbox's share of a scalar all-reduce: a
+// receive posted, an 8-byte frame delivered into it, its result taken.
+func BenchmarkSmallFrame(b *testing.B) {
+	p := NewPeer()
+	buf, frame := make([]byte, 8), []byte{1, 2, 3, 4, 5, 6, 7, 8}
+	h := Header{Stream: 3, Flags: First | Last, Total: 8, N: 8}
+	for b.Loop() {
+		tk := p.Post(3, buf)
+		p.Deliver(&h, frame)
+		if _, _, err, ok := p.Result(3, tk); !ok || err != nil {
+			b.Fatalf("ok=%v err=%v", ok, err)
 		}
 	}
 }
