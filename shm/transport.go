@@ -27,7 +27,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Defaults for Config. A slot as large as the ring algorithms' chunk
+// Defaults for Config. A fragment as large as the ring algorithms' chunk
 // (1 MiB) moves each chunk in one hand-off: measured against 16 slots of
 // 256 KiB (the same memory as 8 of 512 KiB would take), 64 MiB all-reduces
 // at np = 2 take 7.1–7.7 ms instead of 13.6–15.0 (BENCHMARKS.md).
@@ -53,8 +53,9 @@ type Config struct {
 	// one included: only they get a ring in the segment (all of them must
 	// pass the same list). Empty: every rank of the job.
 	Local []int
-	// Slots and SlotBytes size every ring (defaults DefaultSlots and
-	// DefaultSlotBytes); all ranks must agree.
+	// SlotBytes is the largest fragment a frame is cut into, and a ring
+	// holds Slots of them (defaults DefaultSlots and DefaultSlotBytes;
+	// see ringCap); all ranks must agree.
 	Slots, SlotBytes int
 	// Timeout bounds every wait whose context has no deadline.
 	Timeout time.Duration
@@ -103,9 +104,11 @@ type peer struct {
 	out    *ring
 	in     *ring // in this rank's segment, written by the peer
 	sendMu sync.Mutex
-	head   uint64 // slots this rank published in out; under sendMu
-	freed  uint64 // out's tail as last read; under sendMu
-	plain  bool   // publish with plain stores (Transport.plain)
+	head   uint64     // out's position after the records this rank published; under sendMu
+	freed  uint64     // out's tail as last read; under sendMu
+	dirty  dirtyLines // out's lines that may hold data; under sendMu
+	looked bool       // wrapEarly read the tail on this lap; under sendMu
+	plain  bool       // publish with plain stores (Transport.plain)
 
 	rxMu  sync.Mutex // held while draining in and touching the mailboxes
 	boxes *mailbox.Peer
@@ -162,7 +165,11 @@ func (t *Transport) Attach(rank int, info Info) error {
 	if err != nil {
 		return &PeerError{Rank: rank, Err: err}
 	}
-	t.peers[rank] = &peer{rank: rank, seg: seg, out: seg.ring(t.slot(t.cfg.Rank)), in: t.own.ring(t.slot(rank)), boxes: mailbox.NewPeer(), plain: t.plain}
+	seg.prefaultRing(t.slot(t.cfg.Rank))
+	t.own.prefaultRing(t.slot(rank))
+	out := seg.ring(t.slot(t.cfg.Rank))
+	t.peers[rank] = &peer{rank: rank, seg: seg, out: out, in: t.own.ring(t.slot(rank)), boxes: mailbox.NewPeer(),
+		dirty: newDirtyLines(out.size), plain: t.plain}
 	return nil
 }
 
@@ -292,36 +299,86 @@ func (t *Transport) Send(ctx context.Context, rank int, stream uint32, meta [4]u
 	h := mailbox.Header{Stream: stream, Flags: mailbox.First, Total: uint64(len(payload)), Meta: meta}
 	for off := 0; off == 0 || off < len(payload); {
 		head := p.head
-		if head-p.freed >= r.n {
-			if p.freed = r.tail.Load(); head-p.freed < r.n {
+		n := min(len(payload)-off, r.maxFrag)
+		rec := uint64(recordBytes(n))
+		wrap := rec > r.toEnd(head) || p.wrapEarly(head, rec)
+		if wrap {
+			rec = r.toEnd(head) // a wrap record fills the rest of the lap
+		}
+		// Room for the record and the next one's header line, whose
+		// sequence word may need a zero before this record is published.
+		if head+rec+lineBytes-p.freed > r.size {
+			if p.freed = r.tail.Load(); head+rec+lineBytes-p.freed <= r.size {
 				continue
 			}
 			if w.t == nil {
 				w = t.waiter(ctx, rank, "sending (its ring stayed full)")
 			}
 			t.progress(nil)
-			if err := w.pause(func() bool { return head-r.tail.Load() < r.n || t.pending() }); err != nil {
+			if err := w.pause(func() bool { return head+rec+lineBytes-r.tail.Load() <= r.size || t.pending() }); err != nil {
 				return err
 			}
 			continue
 		}
-		hdr, data := r.slot(head)
-		n := copyToPeer(fragment(hdr, data, min(len(payload)-off, len(data))), payload[off:])
-		off += n
-		h.N = uint32(n)
-		if off == len(payload) {
-			h.Flags |= mailbox.Last
+		hdr, at := r.header(head), head&(r.size-1)
+		p.dirty.header(at)
+		if wrap {
+			hdr[0] = wrapMark
+		} else {
+			data, _ := r.fragment(head, n)
+			copyToPeer(data, payload[off:off+n])
+			if n > inlineBytes {
+				p.dirty.data(at+recordHeader, (n+lineBytes-1)/lineBytes)
+			}
+			off += n
+			h.N = uint32(n)
+			if off == len(payload) {
+				h.Flags |= mailbox.Last
+			}
+			h.Put(hdr)
+			h.Flags = 0
 		}
-		h.Put(hdr)
-		p.head = head + 1
+		if next := (head + rec) & (r.size - 1); p.dirty.isData(next) {
+			publish(r.seq(next), 0, p.plain)
+			p.dirty.header(next)
+		}
+		p.head = head + rec
 		publish(r.seq(head), head+1, p.plain)
 		p.seg.ringBell()
-		h.Flags = 0
-		if len(payload) == 0 {
+		if len(payload) == 0 && !wrap {
 			break
 		}
 	}
 	return nil
+}
+
+// smallWindow bounds the part of a ring that a stream of frames the
+// receiver keeps up with goes round: every record takes whole pages (see
+// segment), and streams that walked all 2,048 pages of 8 MiB rings
+// measured slower where ranks talk to several peers (at np = 4, 8-byte
+// all-reduces took 12.5–13.6 µs so, 11.5–12.2 kept to the window; likely
+// TLB misses, one per frame).
+const smallWindow = 256 << 10
+
+// wrapEarly reports whether the record of rec bytes at head should start
+// the next lap instead: when head lies past smallWindow on its lap, the
+// receiver holds no more than that window's worth of records, and the
+// record fits at the lap's start short of where head lies (else it would
+// wait for the receiver to pass the wrap record: wrapping 1 MiB records
+// so took 1 MiB all-reduces from 60 to 104–124 µs at np = 2). The tail is
+// read for it once a lap, so a stream of large frames, which needs the
+// whole ring, keeps going round all of it. The caller holds sendMu.
+func (p *peer) wrapEarly(head, rec uint64) bool {
+	at := head & (p.out.size - 1)
+	if at == 0 {
+		p.looked = false
+	}
+	if at < smallWindow || rec+lineBytes > at || p.looked {
+		return false
+	}
+	p.looked = true
+	p.freed = p.out.tail.Load()
+	return head-p.freed <= smallWindow
 }
 
 // Post registers buf for the next frame from rank on stream and returns a

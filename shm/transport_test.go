@@ -3,6 +3,7 @@ package shm
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -133,6 +134,143 @@ func testFramesArriveInOrder(t *testing.T, slotB int, plain bool) {
 	}
 }
 
+// TestRingLaps: frames of mixed sizes, from empty to several fragments,
+// go round the ring many times (with wrap records wherever a record does
+// not fit before the end) and arrive whole and in order.
+func TestRingLaps(t *testing.T) {
+	for _, plain := range []bool{false, true} {
+		t.Run(fmt.Sprintf("plain=%v", plain), func(t *testing.T) {
+			const slotB = 1024
+			a, b := pair(t, 4, slotB)
+			setPlain(a, plain)
+			setPlain(b, plain)
+			size := b.peers[0].in.size
+			rng := rand.New(rand.NewPCG(3, 4))
+			var frames [][]byte
+			for total := 0; total < 5*int(size); {
+				n := rng.IntN(3*slotB + 2)
+				if rng.IntN(3) == 0 {
+					n = rng.IntN(inlineBytes + 1)
+				}
+				frames = append(frames, payload(uint64(len(frames)), n))
+				total += recordBytes(min(n, slotB)) * max(1, (n+slotB-1)/slotB)
+			}
+			exchange(t, a, b, frames)
+			if laps := b.peers[0].in.tail.Load() / size; laps < 4 {
+				t.Fatalf("the frames went round the ring %d times, want at least 4", laps)
+			}
+		})
+	}
+}
+
+// TestStaleRecordsIgnored: the first frame's data, left in the ring, looks
+// like records published on the ring's next lap (every word holds the
+// sequence number a record there would carry); small frames then fill the
+// lap, and on the next one the receiver waits before each frame is sent,
+// polling where the stale bytes lie. Only the zero a sender writes ahead
+// of each record keeps it from taking those bytes for records.
+func TestStaleRecordsIgnored(t *testing.T) {
+	const slotB = 2 * recordAlign // the first frame's data spans a record start
+	a, b := pair(t, 4, slotB)
+	size := b.peers[0].in.size
+	first := make([]byte, slotB)
+	for j := 0; j < slotB; j += 8 { // the data lies at ring offset 64
+		line := uint64(recordHeader+j) &^ (lineBytes - 1)
+		binary.LittleEndian.PutUint64(first[j:], size+line+1)
+	}
+	frames := [][]byte{first}
+	for range (int(size) - recordBytes(slotB)) / recordBytes(0) {
+		frames = append(frames, nil)
+	}
+	exchange(t, a, b, frames) // exactly one lap
+	ctx := context.Background()
+	for i := range 4 {
+		want := payload(uint64(i), 4)
+		got := make([]byte, 4)
+		tk, err := b.Post(0, 7, got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waited := make(chan error, 1)
+		go func() {
+			meta, n, err := b.Wait(ctx, 0, 7, tk)
+			if err == nil && (meta[0] != uint64(i) || n != 4 || !bytes.Equal(got, want)) {
+				err = fmt.Errorf("got meta %v, %d bytes %v, want %v", meta, n, got[:n], want)
+			}
+			waited <- err
+		}()
+		time.Sleep(time.Millisecond) // the receiver polls the stale bytes meanwhile
+		if err := a.Send(ctx, 1, 7, [4]uint64{uint64(i)}, want); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-waited; err != nil {
+			t.Fatalf("frame %d of the second lap: %v", i, err)
+		}
+	}
+}
+
+// TestSmallFramesStayInWindow: a stream of small frames that the
+// receiver keeps up with goes round the first smallWindow bytes of the
+// ring, not all of it, and arrives whole.
+func TestSmallFramesStayInWindow(t *testing.T) {
+	a, b := pair(t, 8, 1<<20)
+	out := a.peers[1].out
+	if out.size <= 2*smallWindow {
+		t.Fatalf("a ring of %d bytes cannot show the window of %d", out.size, smallWindow)
+	}
+	ctx := context.Background()
+	var furthest uint64
+	for i := range 3 * smallWindow / recordAlign {
+		want := payload(uint64(i), 64)
+		got := make([]byte, 64)
+		tk, err := b.Post(0, 7, got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Send(ctx, 1, 7, [4]uint64{uint64(i)}, want); err != nil {
+			t.Fatal(err)
+		}
+		furthest = max(furthest, (a.peers[1].head-1)&(out.size-1))
+		if meta, n, err := b.Wait(ctx, 0, 7, tk); err != nil || meta[0] != uint64(i) || n != 64 || !bytes.Equal(got, want) {
+			t.Fatalf("frame %d: meta %v, %d bytes, %v", i, meta, n, err)
+		}
+	}
+	if furthest >= smallWindow+recordAlign {
+		t.Fatalf("small frames reached ring offset %d, want below %d", furthest, smallWindow+recordAlign)
+	}
+}
+
+// exchange sends frames from a to b (rank 0 to rank 1) on one stream and
+// checks that each arrives whole, in order, with its metadata.
+func exchange(t *testing.T, a, b *Transport, frames [][]byte) {
+	t.Helper()
+	ctx := context.Background()
+	errc := make(chan error, 1)
+	go func() {
+		for i, f := range frames {
+			if err := a.Send(ctx, 1, 7, [4]uint64{uint64(i)}, f); err != nil {
+				errc <- err
+				return
+			}
+		}
+		errc <- nil
+	}()
+	for i, f := range frames {
+		buf := make([]byte, len(f))
+		tk, err := b.Post(0, 7, buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		meta, n, err := b.Wait(ctx, 0, 7, tk)
+		if err != nil || meta[0] != uint64(i) || n != len(f) || !bytes.Equal(buf, f) {
+			t.Fatalf("frame %d of %d bytes: meta %v, %d bytes, %v", i, len(f), meta, n, err)
+		}
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestBothSendLargeFirst: both ranks send 8 MiB to each other before
 // either posts a receive; the rings hold 64 KiB, so each sender must drain
 // its own ring while it waits for room, or the two would deadlock.
@@ -176,8 +314,8 @@ func TestFrameLargerThanReceive(t *testing.T) {
 	small := make([]byte, 100)
 	tk, _ := b.Post(0, 1, small)
 	sent := make(chan error, 1)
-	go func() { sent <- a.Send(ctx, 1, 1, [4]uint64{}, payload(1, 5000)) }() // more than the ring holds
-	if _, _, err := b.Wait(ctx, 0, 1, tk); !errors.Is(err, ErrFrameTooLarge) || !strings.Contains(err.Error(), "5000 bytes arrived for a 100-byte receive") {
+	go func() { sent <- a.Send(ctx, 1, 1, [4]uint64{}, payload(1, 20000)) }() // more than the ring holds
+	if _, _, err := b.Wait(ctx, 0, 1, tk); !errors.Is(err, ErrFrameTooLarge) || !strings.Contains(err.Error(), "20000 bytes arrived for a 100-byte receive") {
 		t.Fatalf("got %v, want ErrFrameTooLarge naming both sizes", err)
 	}
 	if err := <-sent; err != nil {
