@@ -187,7 +187,7 @@ func TestParseCompetitor(t *testing.T) {
 	var buf bytes.Buffer
 	got = append(got, Competitor{"mpi-shm", 2, 8, 45.125})
 	WriteComparison(&buf, []Result{{Op: "all_reduce", NP: 2, Bytes: 8, TimeUS: 90.25}}, got, "")
-	if !strings.Contains(buf.String(), "180.5   2.00x") || !strings.Contains(buf.String(), "45.1   0.50x") {
+	if !strings.Contains(buf.String(), "90.25     180.50   2.00x") || !strings.Contains(buf.String(), "45.12   0.50x") {
 		t.Fatalf("comparison:\n%s", buf.String())
 	}
 }

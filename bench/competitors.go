@@ -104,7 +104,7 @@ func WriteComparison(w io.Writer, ours []Result, theirs []Competitor, variant st
 		if !ok {
 			return fmt.Sprintf("%10s %7s", "-", "-")
 		}
-		return fmt.Sprintf("%10.1f %6.2fx", v, v/us)
+		return fmt.Sprintf("%10.2f %6.2fx", v, v/us)
 	}
 	for _, r := range ours {
 		if r.Op != "all_reduce" || r.Variant != variant {
@@ -113,6 +113,6 @@ func WriteComparison(w io.Writer, ours []Result, theirs []Competitor, variant st
 		g, gok := find("gloo", r.NP, r.Bytes)
 		m, mok := find("mpi-tcp", r.NP, r.Bytes)
 		v, vok := find("mpi-shm", r.NP, r.Bytes)
-		fmt.Fprintf(w, "  %3d %10d %10.1f %s %s %s\n", r.NP, r.Bytes, r.TimeUS, cell(g, gok, r.TimeUS), cell(m, mok, r.TimeUS), cell(v, vok, r.TimeUS))
+		fmt.Fprintf(w, "  %3d %10d %10.2f %s %s %s\n", r.NP, r.Bytes, r.TimeUS, cell(g, gok, r.TimeUS), cell(m, mok, r.TimeUS), cell(v, vok, r.TimeUS))
 	}
 }

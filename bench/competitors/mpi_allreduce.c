@@ -30,7 +30,7 @@ int main(int argc, char **argv) {
         for (long i = 0; i < iters; i++) MPI_Allreduce(MPI_IN_PLACE, buf, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
         double per = (MPI_Wtime() - start) / iters, worst;
         MPI_Reduce(&per, &worst, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
-        if (rank == 0) printf("mpi np=%d bytes=%ld us=%.1f\n", size, bytes, worst * 1e6);
+        if (rank == 0) printf("mpi np=%d bytes=%ld us=%.3f\n", size, bytes, worst * 1e6);
         fflush(stdout);
         free(buf);
     }
