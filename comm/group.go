@@ -431,6 +431,21 @@ func (g *Group) Err() error {
 	return nil
 }
 
+// failed returns the group's error. A failure the transport saw that no
+// call has reported yet (a peer's death noticed between calls) is
+// recorded and told to the other ranks first, as a call's failure is:
+// otherwise this rank would return, exit and leave its peers to blame its
+// own silent exit instead of the rank that really failed.
+func (g *Group) failed(what string) error {
+	if err := g.err.Load(); err != nil {
+		return *err
+	}
+	if err := g.w.t.Err(); err != nil {
+		return g.fail(what, err)
+	}
+	return nil
+}
+
 func (g *Group) wrap(what string, err error) error {
 	if what == "" {
 		return fmt.Errorf("comm: rank %d: %w", g.w.settings.Rank, err)
@@ -470,8 +485,12 @@ func (g *Group) exec(ctx context.Context, c call, run func(context.Context) erro
 	if g.closed.Load() {
 		return g.wrap(c.String(), errClosed)
 	}
-	if err := g.Err(); err != nil {
-		return err
+	// g.failed, with the call's name made only when needed.
+	if err := g.err.Load(); err != nil {
+		return *err
+	}
+	if err := g.w.t.Err(); err != nil {
+		return g.fail(c.String(), err)
 	}
 	if err := run(ctx); err != nil {
 		return g.fail(c.String(), err)
@@ -614,7 +633,7 @@ func (g *Group) Close() error {
 	}
 	g.senders = nil
 	g.p2pMu.Unlock()
-	failure := g.Err()
+	failure := g.failed("Close")
 	if g.id != 0 {
 		return failure
 	}

@@ -21,7 +21,7 @@ func (g *Group) checkPeer(what string, peer, tag int) error {
 	case tag < 0 || tag > MaxTag:
 		return g.wrap(what, fmt.Errorf("tag %d outside 0..%d", tag, MaxTag))
 	}
-	return g.Err()
+	return g.failed(what)
 }
 
 func (g *Group) p2pStream(tag int) uint32 { return g.id<<16 | uint32(tag+1) }
