@@ -99,10 +99,11 @@ func collectives(args []string, stdout io.Writer) error {
 		return err
 	}
 	if out := os.Getenv(workerEnv); out != "" {
-		return worker(cfg, out, nil)
+		return worker(cfg, out, nil, outputFiles{})
 	}
+	files := outputFiles{csv: *csvPath, json: *jsonPath, chart: *chart}
 	if *inJob {
-		return worker(cfg, "", stdout)
+		return worker(cfg, "", stdout, files)
 	}
 	worlds, err := parseInts(*nps)
 	if err != nil {
@@ -171,20 +172,8 @@ func collectives(args []string, stdout io.Writer) error {
 			}
 		}
 	}
-	if *chart != "" {
-		if err := writeFile(*chart, func(w io.Writer) error { return bench.WriteChartSVG(w, all, "all_reduce") }); err != nil {
-			return err
-		}
-	}
-	if *csvPath != "" {
-		if err := writeFile(*csvPath, func(w io.Writer) error { return bench.WriteCSV(w, all) }); err != nil {
-			return err
-		}
-	}
-	if *jsonPath != "" {
-		if err := writeFile(*jsonPath, func(w io.Writer) error { return bench.WriteJSON(w, all) }); err != nil {
-			return err
-		}
+	if err := files.write(all); err != nil {
+		return err
 	}
 	for _, r := range all {
 		if r.Wrong > 0 {
@@ -206,9 +195,10 @@ func writeFile(path string, fn func(io.Writer) error) error {
 	return f.Close()
 }
 
-// worker is one rank of a collectives job; rank 0 writes the results as
-// JSON to out, or as a table to table.
-func worker(cfg bench.Config, out string, table io.Writer) error {
+// worker runs one rank of the benchmark. Rank 0 writes the results as
+// JSON to out, or, in a job started outside bench, prints the table to
+// table and writes files.
+func worker(cfg bench.Config, out string, table io.Writer, files outputFiles) error {
 	ctx := context.Background()
 	g, err := comm.Init(ctx)
 	if err != nil {
@@ -225,9 +215,31 @@ func worker(cfg bench.Config, out string, table io.Writer) error {
 	if table != nil {
 		fmt.Fprintf(table, "# gorun collectives, %d ranks in a job started outside bench\n", g.Size())
 		bench.WriteTable(table, res)
-		return nil
+		return files.write(res)
 	}
 	return writeFile(out, func(w io.Writer) error { return bench.WriteJSON(w, res) })
+}
+
+// outputFiles are the files the results also go to ("": not written).
+type outputFiles struct{ csv, json, chart string }
+
+func (f outputFiles) write(res []bench.Result) error {
+	if f.chart != "" {
+		if err := writeFile(f.chart, func(w io.Writer) error { return bench.WriteChartSVG(w, res, "all_reduce") }); err != nil {
+			return err
+		}
+	}
+	if f.csv != "" {
+		if err := writeFile(f.csv, func(w io.Writer) error { return bench.WriteCSV(w, res) }); err != nil {
+			return err
+		}
+	}
+	if f.json != "" {
+		if err := writeFile(f.json, func(w io.Writer) error { return bench.WriteJSON(w, res) }); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 var epochLine = regexp.MustCompile(`(?m)^Epoch 1: train loss [0-9.]+, ([0-9.]+) s, ([0-9.]+) img/s`)

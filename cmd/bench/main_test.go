@@ -72,3 +72,29 @@ func TestCollectivesCommand(t *testing.T) {
 		}
 	}
 }
+
+// A rank of a job started outside bench (here a job of one) prints the
+// table and writes the files it was asked for.
+func TestInJobWritesFiles(t *testing.T) {
+	for _, v := range []string{"RANK", "WORLD_SIZE", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "GORUN_RANK"} {
+		t.Setenv(v, "")
+		os.Unsetenv(v)
+	}
+	dir := t.TempDir()
+	csv, js := filepath.Join(dir, "r.csv"), filepath.Join(dir, "r.json")
+	var out bytes.Buffer
+	err := run([]string{"collectives", "-in-job", "-sizes", "96B,192B", "-iters", "2", "-warmup", "1", "-ops", "all_reduce", "-csv", csv, "-json", js}, &out)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "1 ranks in a job started outside bench") {
+		t.Fatalf("no table:\n%s", out.String())
+	}
+	b, err := os.ReadFile(csv)
+	if err != nil || !strings.HasPrefix(string(b), "op,np,bytes") || !strings.Contains(string(b), "\nall_reduce,1,192,") || strings.Count(string(b), "\n") != 3 {
+		t.Fatalf("CSV: %v\n%s", err, b)
+	}
+	if b, err := os.ReadFile(js); err != nil || !strings.Contains(string(b), "192") {
+		t.Fatalf("JSON: %v\n%s", err, b)
+	}
+}
