@@ -171,14 +171,7 @@ func doublingAllReduce[T Elem](ctx context.Context, c *Comm, call Call, buf []T,
 	}
 	for lvl, mask := 1, 1; mask < f.p2; lvl, mask = lvl+1, mask<<1 {
 		partner := f.real(vr ^ mask)
-		k := len(c.tickets)
-		if err := c.post(partner, AsBytes(tmp)); err != nil {
-			return err
-		}
-		if err := c.send(ctx, partner, call, lvl, 0, AsBytes(buf)); err != nil {
-			return err
-		}
-		if err := c.wait(ctx, partner, k, call, lvl, 0, bytes); err != nil {
+		if err := c.sendRecv(ctx, call, lvl, 0, partner, AsBytes(buf), partner, AsBytes(tmp), bytes); err != nil {
 			return err
 		}
 		Reduce(op, buf, buf, tmp)

@@ -80,13 +80,7 @@ func Barrier(ctx context.Context, c *Comm) error {
 	n, r := c.Size(), c.Rank
 	for round, dist := 0, 1; dist < n; round, dist = round+1, dist*2 {
 		from, to := mod(r-dist, n), mod(r+dist, n)
-		if err := c.post(from, nil); err != nil {
-			return err
-		}
-		if err := c.send(ctx, to, call, round, 0, nil); err != nil {
-			return err
-		}
-		if err := c.wait(ctx, from, round, call, round, 0, 0); err != nil {
+		if err := c.sendRecv(ctx, call, round, 0, to, nil, from, nil, 0); err != nil {
 			return err
 		}
 	}

@@ -25,7 +25,45 @@ func (p *peer) drain() bool {
 		h := mailbox.Get(hdr)
 		data, rec := r.fragment(tail, int(h.N))
 		p.boxes.Deliver(&h, data)
+		p.noteUnclaimed()
 		publish(r.tail, tail+rec, p.plain)
 		return true
+	}
+}
+
+// What take did with the record at the ring's tail.
+const (
+	notYet = iota // nothing published there (another goroutine drained it)
+	taken         // copied into the caller's buffer and released
+	cannot        // left for drain: not a whole frame of the stream, or the mailbox holds frames of the stream
+)
+
+// take hands the next frame of p's ring straight to a caller that wants
+// the next frame on stream in buf, when the record at the tail holds that
+// whole frame, fits buf, and nothing of stream waits in the mailbox;
+// wrap records are passed over. The caller holds p.rxMu.
+func (p *peer) take(stream uint32, buf []byte) (meta [4]uint64, n int, got int) {
+	r := p.in
+	for {
+		tail := r.tail.Load()
+		if !r.published(tail) {
+			return meta, 0, notYet
+		}
+		hdr := r.header(tail)
+		if hdr[0] == wrapMark {
+			publish(r.tail, tail+r.toEnd(tail), p.plain)
+			continue
+		}
+		h := mailbox.Get(hdr)
+		if h.Stream != stream || h.Flags != mailbox.First|mailbox.Last || h.Total != uint64(h.N) || int(h.N) > len(buf) || !p.boxes.Idle(stream) {
+			return meta, 0, cannot
+		}
+		data, rec := r.fragment(tail, int(h.N))
+		if len(data) < int(h.N) {
+			return meta, 0, cannot // corrupt: the mailbox reports it
+		}
+		copy(buf, data[:h.N])
+		publish(r.tail, tail+rec, p.plain)
+		return h.Meta, int(h.N), taken
 	}
 }

@@ -564,3 +564,162 @@ func TestOnlyLocalRanksGetRings(t *testing.T) {
 		}
 	}
 }
+
+// TestSendRecv: SendRecv returns the frame a Post made before its Send
+// would have received — taken straight from the ring when it is the next
+// record and whole, through the mailbox when an earlier frame of the
+// stream waits there, another stream's frame comes first, the frame spans
+// several records or does not fit.
+func TestSendRecv(t *testing.T) {
+	type frame struct {
+		stream uint32
+		n      int
+	}
+	cases := []struct {
+		name string
+		sent []frame // sent by rank 0 before rank 1 calls SendRecv
+		// drained: how many of them rank 1 moves into its mailbox first
+		// (as another goroutine's wait would).
+		drained int
+		// preposted: rank 1 posted a receive on stream 1 before, which
+		// the first frame fills.
+		preposted bool
+		bufLen    int
+		want      int  // index into sent of the frame SendRecv returns
+		direct    bool // taken from the ring: no receive posted
+		tooBig    bool
+	}{
+		{name: "inline", sent: []frame{{1, 8}}, bufLen: 8, direct: true},
+		{name: "empty", sent: []frame{{1, 0}}, bufLen: 0, direct: true},
+		{name: "one record", sent: []frame{{1, 1000}}, bufLen: 1024, direct: true},
+		{name: "frame in the mailbox", sent: []frame{{1, 8}}, drained: 1, bufLen: 8},
+		{name: "earlier frame in the mailbox", sent: []frame{{1, 8}, {1, 16}}, drained: 1, bufLen: 16},
+		{name: "receive posted before", sent: []frame{{1, 8}, {1, 8}}, preposted: true, bufLen: 8, want: 1},
+		{name: "other stream first", sent: []frame{{2, 8}, {1, 8}}, bufLen: 8, want: 1},
+		{name: "several records", sent: []frame{{1, 3000}}, bufLen: 3000},
+		{name: "larger than the buffer", sent: []frame{{1, 100}}, bufLen: 10, tooBig: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := pair(t, 4, 1024)
+			ctx := context.Background()
+			for i, f := range tc.sent {
+				if err := a.Send(ctx, 1, f.stream, [4]uint64{uint64(i), 7}, payload(uint64(i), f.n)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var early []byte
+			var earlyTk uint64
+			if tc.preposted {
+				early = make([]byte, tc.sent[0].n)
+				earlyTk, _ = b.Post(0, 1, early)
+			}
+			p := b.peers[0]
+			for range tc.drained {
+				p.rxMu.Lock()
+				if !p.drain() {
+					t.Fatal("nothing to drain")
+				}
+				p.delivered.Add(1)
+				p.noteUnclaimed()
+				p.rxMu.Unlock()
+			}
+			buf := make([]byte, tc.bufLen)
+			meta, n, err := b.SendRecv(ctx, 0, 1, [4]uint64{99}, payload(99, 5), 0, buf)
+			if tc.tooBig {
+				if !errors.Is(err, ErrFrameTooLarge) {
+					t.Fatalf("got %v, want ErrFrameTooLarge", err)
+				}
+			} else {
+				want := tc.sent[tc.want]
+				if err != nil || meta != [4]uint64{uint64(tc.want), 7} || n != want.n || !bytes.Equal(buf[:n], payload(uint64(tc.want), want.n)) {
+					t.Fatalf("got meta %v, %d bytes, %v; want frame %d", meta, n, err, tc.want)
+				}
+			}
+			// Rank 0 got rank 1's frame, and every frame left is still
+			// received in order.
+			got := make([]byte, 5)
+			tk, _ := a.Post(1, 1, got)
+			if _, n, err := a.Wait(ctx, 1, 1, tk); err != nil || n != 5 || !bytes.Equal(got, payload(99, 5)) {
+				t.Fatalf("rank 0 received %d bytes, %v", n, err)
+			}
+			posted := uint64(0) // receives posted on stream 1 here
+			for i, f := range tc.sent {
+				if i == tc.want {
+					continue
+				}
+				buf, tk := early, earlyTk
+				if i > 0 || !tc.preposted {
+					buf = make([]byte, f.n)
+					tk, _ = b.Post(0, f.stream, buf)
+				}
+				if f.stream == 1 {
+					posted++
+				}
+				if meta, n, err := b.Wait(ctx, 0, f.stream, tk); err != nil || meta[0] != uint64(i) || !bytes.Equal(buf[:n], payload(uint64(i), f.n)) {
+					t.Fatalf("frame %d afterwards: meta %v, %d bytes, %v", i, meta, n, err)
+				}
+			}
+			// Tickets count the receives posted on the stream: SendRecv
+			// posted none when it took the frame from the ring.
+			if tk, _ := b.Post(0, 1, nil); (tk == posted) != tc.direct {
+				t.Errorf("taken from the ring: %v, want %v (next ticket %d, %d posted here)", tk == posted, tc.direct, tk, posted)
+			}
+		})
+	}
+}
+
+// TestSendRecvBesideOtherStreams: two ranks exchange frames of many sizes
+// with SendRecv while another goroutine on each side sends and receives
+// on a second stream, so that records of the first stream are sometimes
+// drained into the mailbox by the other goroutine: every frame arrives
+// whole and in order.
+func TestSendRecvBesideOtherStreams(t *testing.T) {
+	a, b := pair(t, 4, 1024)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const rounds = 2000
+	sizes := []int{0, 8, 9, 64, 1024, 1025, 5000}
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for _, tr := range []*Transport{a, b} {
+		me, peer := tr.cfg.Rank, 1-tr.cfg.Rank
+		wg.Add(2)
+		go func() { // stream 1: SendRecv
+			defer wg.Done()
+			buf := make([]byte, 5000)
+			for i := range rounds {
+				n := sizes[i%len(sizes)]
+				out := payload(uint64(me*rounds+i), n)
+				meta, got, err := tr.SendRecv(ctx, peer, 1, [4]uint64{uint64(i)}, out, peer, buf)
+				if err != nil || meta[0] != uint64(i) || got != n || !bytes.Equal(buf[:got], payload(uint64(peer*rounds+i), n)) {
+					errs <- fmt.Errorf("rank %d round %d: meta %v, %d bytes, %v", me, i, meta, got, err)
+					return
+				}
+			}
+		}()
+		go func() { // stream 2: Post, Send, Wait
+			defer wg.Done()
+			buf := make([]byte, 100)
+			for i := range rounds / 4 {
+				tk, err := tr.Post(peer, 2, buf)
+				if err == nil {
+					err = tr.Send(ctx, peer, 2, [4]uint64{uint64(i)}, payload(uint64(i), 100))
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				if meta, n, err := tr.Wait(ctx, peer, 2, tk); err != nil || meta[0] != uint64(i) || n != 100 || !bytes.Equal(buf, payload(uint64(i), 100)) {
+					errs <- fmt.Errorf("rank %d stream 2 frame %d: meta %v, %d bytes, %v", me, i, meta, n, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}

@@ -133,8 +133,8 @@ type Transport struct {
 	timers sync.Pool // *time.Timer bounding waits whose context has no deadline
 
 	failOnce sync.Once
-	failed   chan struct{} // closed when the transport failed
-	failErr  error
+	failed   chan struct{}         // closed when the transport failed
+	failErr  atomic.Pointer[error] // set before failed is closed
 	closing  atomic.Bool
 	readers  sync.WaitGroup
 	order    ioOrder // sends before later reads, for the race detector
@@ -196,14 +196,13 @@ func (t *Transport) PeerAddr(rank int) string {
 	return ""
 }
 
-// Err returns the error the transport failed with, or nil.
+// Err returns the error the transport failed with, or nil. Every
+// collective call asks, so it is one atomic load.
 func (t *Transport) Err() error {
-	select {
-	case <-t.failed:
-		return t.failErr
-	default:
-		return nil
+	if err := t.failErr.Load(); err != nil {
+		return *err
 	}
+	return nil
 }
 
 // Failed is closed once the transport has failed.
@@ -211,7 +210,7 @@ func (t *Transport) Failed() <-chan struct{} { return t.failed }
 
 func (t *Transport) fail(err error) {
 	t.failOnce.Do(func() {
-		t.failErr = err
+		t.failErr.Store(&err)
 		close(t.failed)
 	})
 }
@@ -308,7 +307,7 @@ func (t *Transport) sendFailure(p *peer, err error) error {
 		err = fmt.Errorf("send failed (%w): %w", ErrPeerDied, err)
 	}
 	t.fail(&PeerError{Rank: p.rank, Addr: p.addr, Err: err})
-	return t.failErr
+	return t.Err()
 }
 
 // Post registers buf to receive the next frame from rank on stream and
@@ -385,7 +384,7 @@ func (t *Transport) Wait(ctx context.Context, rank int, stream uint32, ticket ui
 			if _, meta, n, err, ok := m.result(ticket); ok && err == nil {
 				return meta, n, nil
 			}
-			return [4]uint64{}, 0, t.failErr
+			return [4]uint64{}, 0, t.Err()
 		case <-ctx.Done():
 			return [4]uint64{}, 0, &PeerError{Rank: p.rank, Addr: p.addr,
 				Err: fmt.Errorf("waiting for data from this rank: %w", ctx.Err())}

@@ -65,6 +65,7 @@ type Peer struct {
 	lastStream uint32
 	cur        incoming
 	spare      []*early // consumed early frames kept for reuse, with their buffers
+	unclaimed  int      // early frames not yet claimed by a Post, over all streams
 }
 
 // Early frames are recycled, so that a peer that is often ahead of this
@@ -151,6 +152,7 @@ type early struct {
 // incoming is the frame being reassembled.
 type incoming struct {
 	active bool
+	stream uint32
 	dst    []byte
 	got    int
 	recv   *recv  // the posted receive it fills, or
@@ -198,6 +200,7 @@ func (p *Peer) PostCombine(stream uint32, buf []byte, combine Combine) uint64 {
 		m.early[n] = nil
 		m.early = m.early[:n]
 		m.fill++
+		p.unclaimed--
 		if e.complete {
 			r.fillFrom(e)
 			p.recycle(e)
@@ -221,6 +224,23 @@ func (r *recv) fillFrom(e *early) {
 		r.n = copy(r.buf, e.data)
 	}
 	r.done = true
+}
+
+// Unclaimed returns how many frames wait in the mailboxes, whole or
+// arriving, for a receive that has not been posted.
+func (p *Peer) Unclaimed() int { return p.unclaimed }
+
+// Idle reports whether the next frame on stream would fill the next
+// receive posted on it: no receive is posted and waiting, no frame waits
+// for one, and no frame of stream is arriving. A transport may then hand
+// that frame, when it comes whole in one fragment, straight to its caller
+// instead of through Post, Deliver and Result.
+func (p *Peer) Idle(stream uint32) bool {
+	if p.cur.active && p.cur.stream == stream {
+		return false
+	}
+	m := p.box(stream)
+	return m.fill == m.next && len(m.early) == 0
 }
 
 // Result returns the outcome of a posted receive once its frame has fully
@@ -266,7 +286,7 @@ func (p *Peer) Deliver(h *Header, data []byte) {
 func (p *Peer) begin(h *Header) {
 	m := p.box(h.Stream)
 	c := &p.cur
-	*c = incoming{active: true, meta: h.Meta}
+	*c = incoming{active: true, stream: h.Stream, meta: h.Meta}
 	if m.fill < m.next {
 		r := m.get(m.fill)
 		m.fill++
@@ -282,6 +302,7 @@ func (p *Peer) begin(h *Header) {
 	e := p.newEarly(h.Total)
 	e.meta = h.Meta
 	m.early = append(m.early, e)
+	p.unclaimed++
 	c.early, c.dst = e, e.data
 }
 

@@ -309,3 +309,35 @@ func BenchmarkSmallFrame(b *testing.B) {
 		}
 	}
 }
+
+// TestIdleAndUnclaimed: a stream is idle while no receive on it waits for
+// a frame, no frame of it waits for a receive and none of it is arriving;
+// Unclaimed counts the frames that wait for a receive, over all streams.
+func TestIdleAndUnclaimed(t *testing.T) {
+	p := NewPeer()
+	state := func(when string, idle1, idle2 bool, unclaimed int) {
+		t.Helper()
+		if p.Idle(1) != idle1 || p.Idle(2) != idle2 || p.Unclaimed() != unclaimed {
+			t.Fatalf("%s: idle %v %v, unclaimed %d; want %v %v, %d", when, p.Idle(1), p.Idle(2), p.Unclaimed(), idle1, idle2, unclaimed)
+		}
+	}
+	state("new", true, true, 0)
+	buf := make([]byte, 8)
+	tk := p.Post(1, buf)
+	state("receive posted on 1", false, true, 0)
+	send(p, 1, [4]uint64{}, []byte("12345678"), 8)
+	state("its frame came", true, true, 0)
+	p.Result(1, tk)
+	send(p, 2, [4]uint64{}, []byte("early"), 8)
+	state("early frame on 2", true, false, 1)
+	h := Header{Stream: 1, Flags: First, Total: 16, N: 8}
+	p.Deliver(&h, []byte("abcdefgh"))
+	state("half a frame on 1", false, false, 2)
+	h = Header{Stream: 1, Flags: Last, N: 8}
+	p.Deliver(&h, []byte("ijklmnop"))
+	state("it came whole", false, false, 2)
+	p.Post(2, buf)
+	state("2's frame claimed", false, true, 1)
+	p.Post(1, make([]byte, 16))
+	state("1's frame claimed", true, true, 0)
+}
