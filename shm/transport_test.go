@@ -723,3 +723,53 @@ func TestSendRecvBesideOtherStreams(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// BenchmarkExchange is one step of recursive doubling between two
+// goroutines standing in for two ranks: each sends a frame to the other
+// and receives the other's, through SendRecv or through Post, Send and
+// Wait.
+func BenchmarkExchange(b *testing.B) {
+	for _, size := range []int{8, 64, 4 << 10} {
+		for _, how := range []string{"sendrecv", "post-send-wait"} {
+			b.Run(fmt.Sprintf("%d/%s", size, how), func(b *testing.B) {
+				x, y := pair(b, DefaultSlots, DefaultSlotBytes)
+				ctx := context.Background()
+				step := func(tr *Transport, out, in []byte) error {
+					peer := 1 - tr.cfg.Rank
+					if how == "sendrecv" {
+						_, _, err := tr.SendRecv(ctx, peer, 1, [4]uint64{}, out, peer, in)
+						return err
+					}
+					tk, err := tr.Post(peer, 1, in)
+					if err == nil {
+						err = tr.Send(ctx, peer, 1, [4]uint64{}, out)
+					}
+					if err == nil {
+						_, _, err = tr.Wait(ctx, peer, 1, tk)
+					}
+					return err
+				}
+				done := make(chan error, 1)
+				go func() {
+					out, in := make([]byte, size), make([]byte, size)
+					for range b.N {
+						if err := step(y, out, in); err != nil {
+							done <- err
+							return
+						}
+					}
+					done <- nil
+				}()
+				out, in := make([]byte, size), make([]byte, size)
+				for range b.N {
+					if err := step(x, out, in); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if err := <-done; err != nil {
+					b.Fatal(err)
+				}
+			})
+		}
+	}
+}
