@@ -422,6 +422,14 @@ func (t *Transport) Wait(ctx context.Context, rank int, stream uint32, ticket ui
 		return [4]uint64{}, 0, err
 	}
 	var w waiter
+	return t.wait(ctx, p, stream, ticket, &w)
+}
+
+// wait is Wait for p, bounded by w (started on the first pause when w is
+// zero), so that a call that already waited on its own, as SendRecv
+// does, keeps one deadline.
+func (t *Transport) wait(ctx context.Context, p *peer, stream uint32, ticket uint64, w *waiter) ([4]uint64, int, error) {
+	rank := p.rank
 	for seen := p.delivered.Load() - 1; ; {
 		// Drain rank's ring and look at the mailbox under one hold of its
 		// lock; the mailbox only when something was delivered since the
@@ -446,7 +454,7 @@ func (t *Transport) Wait(ctx context.Context, rank int, stream uint32, ticket ui
 		}
 		t.progress(p)
 		if w.t == nil {
-			w = t.waiter(ctx, rank, "waiting for data")
+			*w = t.waiter(ctx, rank, "waiting for data")
 		}
 		if err := w.pause(t.pending); err != nil {
 			return [4]uint64{}, 0, err
@@ -509,7 +517,7 @@ func (t *Transport) SendRecv(ctx context.Context, to int, stream uint32, meta [4
 				ticket := p.boxes.Post(stream, buf)
 				p.noteUnclaimed()
 				p.rxMu.Unlock()
-				return t.Wait(ctx, from, stream, ticket)
+				return t.wait(ctx, p, stream, ticket, &w)
 			}
 			p.rxMu.Unlock()
 		}
@@ -525,5 +533,5 @@ func (t *Transport) SendRecv(ctx context.Context, to int, stream uint32, meta [4
 	if err != nil {
 		return [4]uint64{}, 0, err
 	}
-	return t.Wait(ctx, from, stream, ticket)
+	return t.wait(ctx, p, stream, ticket, &w)
 }

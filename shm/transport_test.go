@@ -773,3 +773,35 @@ func BenchmarkExchange(b *testing.B) {
 		}
 	}
 }
+
+// TestSendRecvKeepsOneDeadline: a SendRecv that polls the ring for a
+// while and then has to go through the mailbox (a frame of another
+// stream was moved there meanwhile) still ends at the transport's
+// timeout, counted from its first wait, not from the switch.
+func TestSendRecvKeepsOneDeadline(t *testing.T) {
+	a, b := pair(t, 4, 1024)
+	const timeout, switchAfter = time.Second, 800 * time.Millisecond
+	b.cfg.Timeout = timeout
+	ctx := context.Background()
+	start := time.Now()
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := b.SendRecv(ctx, 0, 1, [4]uint64{}, nil, 0, make([]byte, 8))
+		done <- err
+	}()
+	time.Sleep(switchAfter)
+	if err := a.Send(ctx, 1, 2, [4]uint64{}, payload(1, 8)); err != nil {
+		t.Fatal(err)
+	}
+	// As another goroutine's wait would: stream 2's frame, which no
+	// receive was posted for, goes into the mailbox.
+	b.progress(nil)
+	err := <-done
+	if !strings.Contains(fmt.Sprint(err), "nothing moved within") {
+		t.Fatalf("got %v, want the transport's timeout", err)
+	}
+	// Counted from the switch it would end at switchAfter + timeout.
+	if d := time.Since(start); d > timeout+switchAfter/2 {
+		t.Fatalf("SendRecv gave up after %v; its timeout is %v", d, timeout)
+	}
+}
