@@ -75,21 +75,15 @@ func (d *dataPath) Wait(ctx context.Context, peer int, stream uint32, ticket uin
 	return d.link(peer).Wait(ctx, peer, stream, ticket)
 }
 
-// SendRecv implements ring.SendRecver: through the transport both peers
-// share when it has SendRecv (shared memory), else as Post, Send and Wait.
-func (d *dataPath) SendRecv(ctx context.Context, to int, stream uint32, meta [4]uint64, payload []byte, from int, buf []byte) ([4]uint64, int, error) {
-	l := d.link(from)
-	if sr, ok := l.(ring.SendRecver); ok && d.link(to) == l {
-		return sr.SendRecv(ctx, to, stream, meta, payload, from, buf)
+// SendRecv implements ring.SendRecver for pairs of peers both reached
+// through shared memory, whose frames SendRecv takes straight from the
+// ring; for others ok is false and the caller posts, sends and waits.
+func (d *dataPath) SendRecv(ctx context.Context, to int, stream uint32, meta [4]uint64, payload []byte, from int, buf []byte) ([4]uint64, int, bool, error) {
+	if d.shm == nil || d.link(to) != ring.Transport(d.shm) || d.link(from) != ring.Transport(d.shm) {
+		return [4]uint64{}, 0, false, nil
 	}
-	t, err := l.Post(from, stream, buf)
-	if err != nil {
-		return [4]uint64{}, 0, err
-	}
-	if err := d.Send(ctx, to, stream, meta, payload); err != nil {
-		return [4]uint64{}, 0, err
-	}
-	return l.Wait(ctx, from, stream, t)
+	rmeta, n, err := d.shm.SendRecv(ctx, to, stream, meta, payload, from, buf)
+	return rmeta, n, true, err
 }
 
 // setupStream carries the shared-memory handshake over TCP; no group uses

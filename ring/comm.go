@@ -89,9 +89,10 @@ type Combiner interface {
 // call, more cheaply than Post, Send and Wait: shared memory hands a
 // small frame from the ring it arrives in straight to the caller, with no
 // mailbox in between. The frame received must be the one a Post made
-// before the Send would have received.
+// before the Send would have received. ok is false when the transport
+// cannot do it for these peers; nothing was sent then.
 type SendRecver interface {
-	SendRecv(ctx context.Context, to int, stream uint32, meta [4]uint64, payload []byte, from int, buf []byte) (rmeta [4]uint64, n int, err error)
+	SendRecv(ctx context.Context, to int, stream uint32, meta [4]uint64, payload []byte, from int, buf []byte) (rmeta [4]uint64, n int, ok bool, err error)
 }
 
 // Size returns the number of members.
@@ -177,19 +178,20 @@ func (c *Comm) wait(ctx context.Context, from int, k int, call Call, step, chunk
 // buf, which must then hold bytes: Post, send and wait in one, through the
 // transport's SendRecv where it has one.
 func (c *Comm) sendRecv(ctx context.Context, call Call, step, chunk, to int, payload []byte, from int, buf []byte, bytes int) error {
-	sr, ok := c.T.(SendRecver)
-	if !ok {
-		k := len(c.tickets)
-		if err := c.post(from, buf); err != nil {
-			return err
+	if sr, ok := c.T.(SendRecver); ok {
+		meta, n, ok, err := sr.SendRecv(ctx, c.peer(to), c.Stream, call.meta(step, chunk), payload, c.peer(from), buf)
+		if ok || err != nil {
+			return c.check(from, call, step, chunk, bytes, meta, n, err)
 		}
-		if err := c.send(ctx, to, call, step, chunk, payload); err != nil {
-			return err
-		}
-		return c.wait(ctx, from, k, call, step, chunk, bytes)
 	}
-	meta, n, err := sr.SendRecv(ctx, c.peer(to), c.Stream, call.meta(step, chunk), payload, c.peer(from), buf)
-	return c.check(from, call, step, chunk, bytes, meta, n, err)
+	k := len(c.tickets)
+	if err := c.post(from, buf); err != nil {
+		return err
+	}
+	if err := c.send(ctx, to, call, step, chunk, payload); err != nil {
+		return err
+	}
+	return c.wait(ctx, from, k, call, step, chunk, bytes)
 }
 
 // check is Check, naming this rank's earlier call in a mismatch when the

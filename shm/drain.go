@@ -11,23 +11,32 @@ import "github.com/gorun/gorun/comm/mailbox"
 // all-reduce's sends and receives would no longer overlap (64 MiB,
 // np = 2: 9.5–10.1 ms draining everything, 6.8–7.0 ms one fragment a call).
 func (p *peer) drain() bool {
+	tail, h, ok := p.next()
+	if !ok {
+		return false
+	}
+	data, rec := p.in.fragment(tail, int(h.N))
+	p.boxes.Deliver(&h, data)
+	p.noteUnclaimed()
+	publish(p.in.tail, tail+rec, p.plain)
+	return true
+}
+
+// next returns the position and header of the next published record of
+// p's ring that carries a fragment, releasing the wrap records before it;
+// ok is false when none is published. The caller holds p.rxMu.
+func (p *peer) next() (tail uint64, h mailbox.Header, ok bool) {
 	r := p.in
 	for {
-		tail := r.tail.Load()
+		tail = r.tail.Load()
 		if !r.published(tail) {
-			return false
+			return tail, h, false
 		}
 		hdr := r.header(tail)
-		if hdr[0] == wrapMark {
-			publish(r.tail, tail+r.toEnd(tail), p.plain)
-			continue
+		if hdr[0] != wrapMark {
+			return tail, mailbox.Get(hdr), true
 		}
-		h := mailbox.Get(hdr)
-		data, rec := r.fragment(tail, int(h.N))
-		p.boxes.Deliver(&h, data)
-		p.noteUnclaimed()
-		publish(r.tail, tail+rec, p.plain)
-		return true
+		publish(r.tail, tail+r.toEnd(tail), p.plain)
 	}
 }
 
@@ -43,27 +52,18 @@ const (
 // whole frame, fits buf, and nothing of stream waits in the mailbox;
 // wrap records are passed over. The caller holds p.rxMu.
 func (p *peer) take(stream uint32, buf []byte) (meta [4]uint64, n int, got int) {
-	r := p.in
-	for {
-		tail := r.tail.Load()
-		if !r.published(tail) {
-			return meta, 0, notYet
-		}
-		hdr := r.header(tail)
-		if hdr[0] == wrapMark {
-			publish(r.tail, tail+r.toEnd(tail), p.plain)
-			continue
-		}
-		h := mailbox.Get(hdr)
-		if h.Stream != stream || h.Flags != mailbox.First|mailbox.Last || h.Total != uint64(h.N) || int(h.N) > len(buf) || !p.boxes.Idle(stream) {
-			return meta, 0, cannot
-		}
-		data, rec := r.fragment(tail, int(h.N))
-		if len(data) < int(h.N) {
-			return meta, 0, cannot // corrupt: the mailbox reports it
-		}
-		copy(buf, data[:h.N])
-		publish(r.tail, tail+rec, p.plain)
-		return h.Meta, int(h.N), taken
+	tail, h, ok := p.next()
+	if !ok {
+		return meta, 0, notYet
 	}
+	if h.Stream != stream || h.Flags != mailbox.First|mailbox.Last || h.Total != uint64(h.N) || int(h.N) > len(buf) || !p.boxes.Idle(stream) {
+		return meta, 0, cannot
+	}
+	data, rec := p.in.fragment(tail, int(h.N))
+	if len(data) < int(h.N) {
+		return meta, 0, cannot // corrupt: the mailbox reports it
+	}
+	copy(buf, data[:h.N])
+	publish(p.in.tail, tail+rec, p.plain)
+	return h.Meta, int(h.N), taken
 }

@@ -409,9 +409,14 @@ func (t *Transport) PostCombine(rank int, stream uint32, buf []byte, combine mai
 	}
 	p.rxMu.Lock()
 	defer p.rxMu.Unlock()
+	return p.post(stream, buf, combine), nil
+}
+
+// post registers buf in the mailbox of stream. The caller holds rxMu.
+func (p *peer) post(stream uint32, buf []byte, combine mailbox.Combine) uint64 {
 	ticket := p.boxes.PostCombine(stream, buf, combine)
 	p.noteUnclaimed()
-	return ticket, nil
+	return ticket
 }
 
 // Wait blocks until the frame for ticket has arrived and returns its
@@ -429,9 +434,8 @@ func (t *Transport) Wait(ctx context.Context, rank int, stream uint32, ticket ui
 // zero), so that a call that already waited on its own, as SendRecv
 // does, keeps one deadline.
 func (t *Transport) wait(ctx context.Context, p *peer, stream uint32, ticket uint64, w *waiter) ([4]uint64, int, error) {
-	rank := p.rank
 	for seen := p.delivered.Load() - 1; ; {
-		// Drain rank's ring and look at the mailbox under one hold of its
+		// Drain p's ring and look at the mailbox under one hold of its
 		// lock; the mailbox only when something was delivered since the
 		// last look (by this goroutine or another). Polls that find
 		// neither take no lock.
@@ -445,21 +449,27 @@ func (t *Transport) wait(ctx context.Context, p *peer, stream uint32, ticket uin
 				if meta, n, err, ok := p.boxes.Result(stream, ticket); ok {
 					p.rxMu.Unlock()
 					if err != nil {
-						err = &PeerError{Rank: rank, Err: err}
+						err = &PeerError{Rank: p.rank, Err: err}
 					}
 					return meta, n, err
 				}
 			}
 			p.rxMu.Unlock()
 		}
-		t.progress(p)
-		if w.t == nil {
-			*w = t.waiter(ctx, rank, "waiting for data")
-		}
-		if err := w.pause(t.pending); err != nil {
+		if err := t.idle(ctx, p, w); err != nil {
 			return [4]uint64{}, 0, err
 		}
 	}
+}
+
+// idle is what a wait for p's data does between two looks at its ring:
+// drain the other rings, then pause (w starts on the first call).
+func (t *Transport) idle(ctx context.Context, p *peer, w *waiter) error {
+	t.progress(p)
+	if w.t == nil {
+		*w = t.waiter(ctx, p.rank, "waiting for data")
+	}
+	return w.pause(t.pending)
 }
 
 // pending reports whether any of this rank's rings holds a slot.
@@ -514,18 +524,13 @@ func (t *Transport) SendRecv(ctx context.Context, to int, stream uint32, meta [4
 				p.seg.ringBell() // its sender may be waiting for room
 				return m, n, nil
 			case cannot:
-				ticket := p.boxes.Post(stream, buf)
-				p.noteUnclaimed()
+				ticket := p.post(stream, buf, nil)
 				p.rxMu.Unlock()
 				return t.wait(ctx, p, stream, ticket, &w)
 			}
 			p.rxMu.Unlock()
 		}
-		t.progress(p)
-		if w.t == nil {
-			w = t.waiter(ctx, from, "waiting for data")
-		}
-		if err := w.pause(t.pending); err != nil {
+		if err := t.idle(ctx, p, &w); err != nil {
 			return [4]uint64{}, 0, err
 		}
 	}
