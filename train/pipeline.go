@@ -24,7 +24,7 @@ const (
 // microbatch comes back (gradients of the activations sent back), the
 // stage's parameter gradients accumulating; then one optimizer step. Each
 // microbatch in flight has its own replica of the stage's layers
-// (nn.Replicate: shared parameters, own activations). The last stage
+// (Layer.Replica: shared parameters, own activations). The last stage
 // computes the loss, weighting each microbatch by its share of the batch,
 // so the gradients are those of the whole batch.
 type Pipeline struct {
@@ -95,10 +95,7 @@ func NewPipeline(g *comm.Group, be tensor.Backend, m *zoo.Model, layer nn.Layer,
 	for k := range slots {
 		r := p.layer
 		if k > 0 {
-			var err error
-			if r, err = nn.Replicate(p.layer); err != nil {
-				return nil, err
-			}
+			r = p.layer.Replica()
 		}
 		p.replicas = append(p.replicas, r)
 		p.inBufs = append(p.inBufs, &tensor.Tensor{})

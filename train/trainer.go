@@ -425,7 +425,7 @@ func (t *Trainer) trainEpoch(ctx context.Context, epoch int) (float64, int, erro
 	} else {
 		t.model.Net.SetTraining(true)
 	}
-	nn.ZeroGrad(t.be, t.trained())
+	t.opt.ZeroGrad()
 	sampler := data.Sampler{N: t.train.Len(), Shuffle: true, Seed: t.cfg.Seed, Rank: t.rank(), World: t.world()}
 	if err := sampler.Validate(); err != nil {
 		return 0, 0, err
@@ -466,7 +466,7 @@ func (t *Trainer) trainEpoch(ctx context.Context, epoch int) (float64, int, erro
 		t1 := time.Now()
 		if update {
 			t.opt.Step()
-			nn.ZeroGrad(t.be, t.trained())
+			t.opt.ZeroGrad()
 			t.step++
 		}
 		t2 := time.Now()

@@ -43,7 +43,7 @@ func gradCheck(t *testing.T, be tensor.Backend, l Layer, x *tensor.Tensor, reset
 	}
 	dy := tensor.New(y.Shape...)
 	copy(dy.Data, r)
-	ZeroGrad(be, l)
+	ZeroGrad(be, Params(l))
 	dx, err := l.Backward(dy)
 	if err != nil {
 		t.Fatal(err)

@@ -1,14 +1,8 @@
-// Package nn holds the layers: each computes its forward pass, and its
-// backward pass from the gradient of its output, through a tensor.Backend.
-//
-// Layers follow PyTorch's semantics and defaults, and name their parameters
-// and buffers as torch.nn does, so a model's State matches the state_dict of
-// the same PyTorch model key for key. Parameter gradients accumulate across
-// Backward calls until ZeroGrad, as in PyTorch.
 package nn
 
 import (
 	"fmt"
+	"math/rand/v2"
 
 	"github.com/gorun/gorun/model/tensor"
 )
@@ -29,6 +23,49 @@ type Layer interface {
 	// SetTraining switches between training (batch statistics, dropout) and
 	// evaluation behaviour.
 	SetTraining(training bool)
+	// Replica returns a layer that shares this one's parameters, gradients
+	// and buffers (running statistics, counters) but keeps its own
+	// activations. A pipeline stage keeps one replica per microbatch in
+	// flight, so each microbatch's Backward finds its own Forward's
+	// activations while all of them accumulate into the same gradients.
+	Replica() Layer
+}
+
+// Container is a layer made of other layers. Walk, and everything built on
+// it (device moves, per-layer hooks), reaches a container's children
+// through it; a container's own State, SetTraining and Replica cover its
+// children too.
+type Container interface {
+	Layer
+	// Children returns the layers inside, in forward order.
+	Children() []Layer
+}
+
+// InputGradSkipper is a layer that can stop computing the gradient of its
+// input: a network's first layer, whose input is data (PyTorch skips it
+// too, the data not requiring grad). Backward then returns nil.
+type InputGradSkipper interface {
+	SkipInputGrad()
+}
+
+// SkipInputGrad makes l skip the gradient of its input when it can, and
+// reports whether it did.
+func SkipInputGrad(l Layer) bool {
+	s, ok := l.(InputGradSkipper)
+	if ok {
+		s.SkipInputGrad()
+	}
+	return ok
+}
+
+// Walk calls fn for l and, depth first, every layer inside it.
+func Walk(l Layer, fn func(Layer)) {
+	fn(l)
+	if c, ok := l.(Container); ok {
+		for _, ch := range c.Children() {
+			Walk(ch, fn)
+		}
+	}
 }
 
 // Var is one named entry of a model's state: a parameter (Grad set), a
@@ -55,28 +92,33 @@ func Params(l Layer) []Var {
 	return ps
 }
 
-// ZeroGrad clears the gradients of l's parameters. It allocates nothing.
-func ZeroGrad(be tensor.Backend, l Layer) {
-	Walk(l, func(l Layer) {
-		switch l := l.(type) {
-		case *Conv2d:
-			be.Fill(l.WeightGrad, 0)
-			if l.BGrad != nil {
-				be.Fill(l.BGrad, 0)
-			}
-		case *Linear:
-			be.Fill(l.WeightGrad, 0)
-			be.Fill(l.BGrad, 0)
-		case *BatchNorm2d:
-			be.Fill(l.WeightGrad, 0)
-			be.Fill(l.BGrad, 0)
-		}
-	})
+// ZeroGrad clears the gradients of params (from Params, kept by the
+// caller: it allocates nothing), as PyTorch's optimizer.zero_grad().
+func ZeroGrad(be tensor.Backend, params []Var) {
+	for _, p := range params {
+		be.Fill(p.Grad, 0)
+	}
 }
 
 // param allocates a parameter and its gradient.
 func param(shape ...int) (*tensor.Tensor, *tensor.Tensor) {
 	return tensor.New(shape...), tensor.New(shape...)
+}
+
+// stateless provides the State and SetTraining of layers without state.
+type stateless struct{}
+
+// State implements Layer.
+func (stateless) State() []Var { return nil }
+
+// SetTraining implements Layer.
+func (stateless) SetTraining(bool) {}
+
+// uniformFill draws t uniformly from ±bound.
+func uniformFill(t *tensor.Tensor, bound float32, rng *rand.Rand) {
+	for i := range t.Data {
+		t.Data[i] = (2*rng.Float32() - 1) * bound
+	}
 }
 
 // prefixed returns state with every name prefixed by "name.".

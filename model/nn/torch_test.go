@@ -101,7 +101,7 @@ func TestLayersMatchPyTorch(t *testing.T) {
 				}
 				copy(v.Value.Data, fx.tensor(p+"param."+v.Name).Data)
 			}
-			ZeroGrad(be, c.layer)
+			ZeroGrad(be, Params(c.layer))
 			y, err := c.layer.Forward(fx.tensor(p + "x"))
 			if err != nil {
 				t.Fatal(err)

@@ -18,6 +18,9 @@ type Optimizer interface {
 	LR() float32
 	// SetLR changes the learning rate (schedules call it).
 	SetLR(lr float32)
+	// ZeroGrad clears the parameters' gradients, as
+	// torch.optim.Optimizer.zero_grad(). It allocates nothing.
+	ZeroGrad()
 	// State lists the optimizer's per-parameter buffers under stable names
 	// ("<param>.<buffer>") plus its step count, for checkpoints.
 	State() []nn.Var
@@ -26,14 +29,15 @@ type Optimizer interface {
 // slots are what every optimizer keeps: its parameters, named buffers
 // shaped like each parameter, and its step count.
 type slots struct {
+	be     tensor.Backend
 	params []nn.Var
 	names  []string           // buffer names, as torch.optim calls them
 	bufs   [][]*tensor.Tensor // bufs[i][k]: parameter i's buffer names[k]
 	steps  int64
 }
 
-func newSlots(params []nn.Var, names ...string) slots {
-	s := slots{params: params, names: names}
+func newSlots(be tensor.Backend, params []nn.Var, names ...string) slots {
+	s := slots{be: be, params: params, names: names}
 	for _, p := range params {
 		b := make([]*tensor.Tensor, len(names))
 		for k := range names {
@@ -43,6 +47,9 @@ func newSlots(params []nn.Var, names ...string) slots {
 	}
 	return s
 }
+
+// ZeroGrad implements Optimizer.
+func (s *slots) ZeroGrad() { nn.ZeroGrad(s.be, s.params) }
 
 // State implements Optimizer: "step", then "<param>.<buffer>" for every
 // parameter and buffer.
@@ -59,8 +66,7 @@ func (s *slots) State() []nn.Var {
 // SGD is torch.optim.SGD.
 type SGD struct {
 	slots
-	be tensor.Backend
-	O  tensor.SGDOptions
+	O tensor.SGDOptions
 }
 
 // NewSGD returns SGD over params.
@@ -68,7 +74,7 @@ func NewSGD(be tensor.Backend, params []nn.Var, o tensor.SGDOptions) (*SGD, erro
 	if o.Nesterov && (o.Momentum <= 0 || o.Dampening != 0) {
 		return nil, fmt.Errorf("optim: Nesterov momentum requires a momentum and zero dampening")
 	}
-	return &SGD{slots: newSlots(params, "momentum_buffer"), be: be, O: o}, nil
+	return &SGD{slots: newSlots(be, params, "momentum_buffer"), O: o}, nil
 }
 
 // Step implements Optimizer.
@@ -88,8 +94,7 @@ func (s *SGD) SetLR(lr float32) { s.O.LR = lr }
 // Adam is torch.optim.Adam (amsgrad off).
 type Adam struct {
 	slots
-	be tensor.Backend
-	O  tensor.AdamOptions
+	O tensor.AdamOptions
 }
 
 // NewAdam returns Adam over params; zero betas and eps take PyTorch's
@@ -101,7 +106,7 @@ func NewAdam(be tensor.Backend, params []nn.Var, o tensor.AdamOptions) *Adam {
 	if o.Eps == 0 {
 		o.Eps = 1e-8
 	}
-	return &Adam{slots: newSlots(params, "exp_avg", "exp_avg_sq"), be: be, O: o}
+	return &Adam{slots: newSlots(be, params, "exp_avg", "exp_avg_sq"), O: o}
 }
 
 // Step implements Optimizer.
@@ -121,8 +126,7 @@ func (a *Adam) SetLR(lr float32) { a.O.LR = lr }
 // Adadelta is torch.optim.Adadelta.
 type Adadelta struct {
 	slots
-	be tensor.Backend
-	O  tensor.AdadeltaOptions
+	O tensor.AdadeltaOptions
 }
 
 // NewAdadelta returns Adadelta over params; zero Rho and Eps take PyTorch's
@@ -134,7 +138,7 @@ func NewAdadelta(be tensor.Backend, params []nn.Var, o tensor.AdadeltaOptions) *
 	if o.Eps == 0 {
 		o.Eps = 1e-6
 	}
-	return &Adadelta{slots: newSlots(params, "square_avg", "acc_delta"), be: be, O: o}
+	return &Adadelta{slots: newSlots(be, params, "square_avg", "acc_delta"), O: o}
 }
 
 // Step implements Optimizer.

@@ -46,7 +46,7 @@ func newTrainStep(tb testing.TB, be tensor.Backend, m *Model, batch int, rng *ra
 	}
 	loss := m.NewLoss(be)
 	return func() {
-		nn.ZeroGrad(be, m.Net)
+		opt.ZeroGrad()
 		y, err := m.Net.Forward(x)
 		if err != nil {
 			tb.Fatal(err)

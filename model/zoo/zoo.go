@@ -137,25 +137,10 @@ func (s *Spec) BuildParts(be tensor.Backend, seed uint64, lo, hi int) *nn.Chain 
 	}
 	c := nn.NewChain(children...)
 	if lo == 0 && hi > 0 {
-		skipDataGrad(c)
+		// The first layer's input is data: nothing uses its gradient.
+		nn.SkipInputGrad(c)
 	}
 	return c
-}
-
-// skipDataGrad stops the network's first convolution from computing the
-// gradient of its input, which is data: nothing uses it (PyTorch skips it
-// the same way, the data not requiring grad).
-func skipDataGrad(l nn.Layer) {
-	for {
-		switch c := l.(type) {
-		case *nn.Chain:
-			l = c.Layers[0]
-			continue
-		case *nn.Conv2d:
-			c.NoInputGrad = true
-		}
-		return
-	}
 }
 
 func child(name string, l nn.Layer) nn.Child { return nn.Child{Name: name, Layer: l} }

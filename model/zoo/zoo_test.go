@@ -162,7 +162,7 @@ func TestModelsMatchPyTorch(t *testing.T) {
 				target = append(target, int32(v))
 			}
 			for step := 0; ; step++ {
-				nn.ZeroGrad(be, m.Net)
+				nn.ZeroGrad(be, params)
 				y, err := m.Net.Forward(x)
 				if err != nil {
 					t.Fatal(err)
@@ -337,7 +337,7 @@ func TestOverfitsOneBatch(t *testing.T) {
 	loss := m.NewLoss(be)
 	var first, last float32
 	for step := 0; step < 60; step++ {
-		nn.ZeroGrad(be, m.Net)
+		opt.ZeroGrad()
 		y, err := m.Net.Forward(x)
 		if err != nil {
 			t.Fatal(err)

@@ -79,6 +79,16 @@ func (b *BatchNorm2d) State() []Var {
 // SetTraining implements Layer.
 func (b *BatchNorm2d) SetTraining(training bool) { b.P.Training = training }
 
+// Replica implements Layer: it shares the parameters, running statistics
+// and batch counter.
+func (b *BatchNorm2d) Replica() Layer {
+	r := *b
+	r.x, r.y, r.dx = nil, nil, nil
+	r.mean, r.invStd = nil, nil
+	r.tracked = b.counter()
+	return &r
+}
+
 // counter is the batch count this layer advances: its own, or for a
 // replica its original's.
 func (b *BatchNorm2d) counter() *int64 {

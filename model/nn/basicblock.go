@@ -44,6 +44,32 @@ func NewBasicBlock(be tensor.Backend, in, out, stride int, rng *rand.Rand) *Basi
 
 func (b *BasicBlock) main() []Layer { return b.mainPath[:] }
 
+// Children implements Container: the main path, then the downsample.
+func (b *BasicBlock) Children() []Layer {
+	ch := append([]Layer(nil), b.main()...)
+	if b.Downsample != nil {
+		ch = append(ch, b.Downsample)
+	}
+	return ch
+}
+
+// Replica implements Layer.
+func (b *BasicBlock) Replica() Layer {
+	r := &BasicBlock{
+		be:    b.be,
+		Conv1: b.Conv1.Replica().(*Conv2d),
+		BN1:   b.BN1.Replica().(*BatchNorm2d),
+		Relu1: b.Relu1.Replica().(*ReLU),
+		Conv2: b.Conv2.Replica().(*Conv2d),
+		BN2:   b.BN2.Replica().(*BatchNorm2d),
+	}
+	if b.Downsample != nil {
+		r.Downsample = b.Downsample.Replica().(*Chain)
+	}
+	r.mainPath = [5]Layer{r.Conv1, r.BN1, r.Relu1, r.Conv2, r.BN2}
+	return r
+}
+
 // Forward implements Layer.
 func (b *BasicBlock) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 	h := x

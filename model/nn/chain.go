@@ -101,20 +101,23 @@ func (c *Chain) SetTraining(training bool) {
 	}
 }
 
-// Walk calls fn for l and, depth first, every layer inside it.
-func Walk(l Layer, fn func(Layer)) {
-	fn(l)
-	switch c := l.(type) {
-	case *Chain:
-		for _, ch := range c.Layers {
-			Walk(ch, fn)
-		}
-	case *BasicBlock:
-		for _, ch := range c.main() {
-			Walk(ch, fn)
-		}
-		if c.Downsample != nil {
-			Walk(c.Downsample, fn)
-		}
+// Children implements Container.
+func (c *Chain) Children() []Layer { return c.Layers }
+
+// Replica implements Layer: the children's replicas under the same names
+// (without the GradReady hook, which belongs to the original).
+func (c *Chain) Replica() Layer {
+	r := &Chain{Names: c.Names, Layers: make([]Layer, len(c.Layers))}
+	for i, l := range c.Layers {
+		r.Layers[i] = l.Replica()
+	}
+	return r
+}
+
+// SkipInputGrad implements InputGradSkipper: the chain's input is its
+// first child's.
+func (c *Chain) SkipInputGrad() {
+	if len(c.Layers) > 0 {
+		SkipInputGrad(c.Layers[0])
 	}
 }
