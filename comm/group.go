@@ -81,7 +81,7 @@ type world struct {
 type Group struct {
 	w    *world
 	id   uint32
-	ring ring.Comm
+	ring ring.Collectives
 
 	mu      sync.Mutex   // held while a collective runs
 	qmu     sync.RWMutex // guards sending on queue against Close
@@ -209,7 +209,7 @@ func newGroup(w *world, id uint32, peers []int, rank int) *Group {
 	return &Group{
 		w:  w,
 		id: id,
-		ring: ring.Comm{T: w.data, Peers: peers, Rank: rank, Stream: id << 16,
+		ring: ring.Collectives{T: w.data, Peers: peers, Rank: rank, Stream: id << 16,
 			SmallBytes: s.SmallBytes, ChunkBytes: chunkBytes(w, peers), OneShotBytes: oneShotBytes(w, peers),
 			HalvingBytes: halvingBytes(w, peers)},
 		sendSeq: map[[2]int]uint64{},

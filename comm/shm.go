@@ -7,7 +7,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/gorun/gorun/comm/mailbox"
+	"github.com/gorun/gorun/mailbox"
 	"github.com/gorun/gorun/rdma"
 	"github.com/gorun/gorun/ring"
 	"github.com/gorun/gorun/shm"

@@ -9,7 +9,7 @@
 // incoming ring of fixed slots that the peer writes into, an outgoing ring
 // of the same shape that stages this rank's frames, and a credit word. A
 // frame is cut into fragments of at most a slot (the format of
-// comm/mailbox, shared with shm); each fragment is copied into the next
+// the mailbox package, shared with shm); each fragment is copied into the next
 // outgoing slot and written into the same slot of the peer's incoming ring
 // with one RDMA write with immediate data, which also consumes one of the
 // receive requests the peer keeps posted and so tells it a slot is full.

@@ -51,7 +51,7 @@ func TestCollectivesOverRDMA(t *testing.T) {
 							if combine {
 								tr = combining{ts[r]}
 							}
-							c := &ring.Comm{T: tr, Peers: peers, Rank: r, Stream: 1 << 16, SmallBytes: 1024, ChunkBytes: 8192}
+							c := &ring.Collectives{T: tr, Peers: peers, Rank: r, Stream: 1 << 16, SmallBytes: 1024, ChunkBytes: 8192}
 							fail := func(what string, i int, got, want float32) {
 								errs <- fmt.Errorf("rank %d: %s[%d] = %v, want %v", r, what, i, got, want)
 							}

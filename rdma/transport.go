@@ -11,7 +11,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/gorun/gorun/comm/mailbox"
+	"github.com/gorun/gorun/mailbox"
 )
 
 // Defaults for Config.

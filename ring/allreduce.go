@@ -8,7 +8,7 @@ import "context"
 // SmallBytes use recursive doubling; among more than two ranks, messages
 // of at most HalvingBytes use halving-doubling; larger ones the pipelined
 // ring.
-func AllReduce[T Elem](ctx context.Context, c *Comm, buf []T, op Op) error {
+func AllReduce[T Elem](ctx context.Context, c *Collectives, buf []T, op Op) error {
 	if err := ValidOp[T](op); err != nil {
 		return err
 	}
@@ -59,7 +59,7 @@ func segment(k, n, count int) (int, int) {
 // (Posting each all-gather receive after that last use instead measured
 // 15% slower at 16–64 MiB, np=2: the neighbour's frame then often arrives
 // first and is staged in a fresh buffer and copied.)
-func ringAllReduce[T Elem](ctx context.Context, c *Comm, call Call, buf []T, op Op) error {
+func ringAllReduce[T Elem](ctx context.Context, c *Collectives, call Call, buf []T, op Op) error {
 	n, r := c.Size(), c.Rank
 	left, right := mod(r-1, n), mod(r+1, n)
 	count := len(buf)
@@ -151,71 +151,6 @@ func ringAllReduce[T Elem](ctx context.Context, c *Comm, call Call, buf []T, op 
 				}
 			}
 		}
-	}
-	return nil
-}
-
-// doublingAllReduce exchanges the whole buffer with partners at distance
-// 1, 2, 4, ...: log2(n) latency-bound steps, ranks beyond a power of two
-// paired up first (fold). Each pairwise combination is commutative, so all
-// ranks end with identical bits.
-func doublingAllReduce[T Elem](ctx context.Context, c *Comm, call Call, buf []T, op Op) error {
-	n := c.Size()
-	f := newFold(n)
-	final := f.levels() + 1
-	tmp := scratchOf[T](c, len(buf))
-	bytes := len(AsBytes(buf))
-	vr, err := foldIn(ctx, c, call, f, buf, tmp, op, final)
-	if err != nil || vr < 0 {
-		return err
-	}
-	for lvl, mask := 1, 1; mask < f.p2; lvl, mask = lvl+1, mask<<1 {
-		partner := f.real(vr ^ mask)
-		if err := c.sendRecv(ctx, call, lvl, 0, partner, AsBytes(buf), partner, AsBytes(tmp), bytes); err != nil {
-			return err
-		}
-		Reduce(op, buf, buf, tmp)
-	}
-	if op == Avg {
-		Divide(buf, n)
-	}
-	return foldOut(ctx, c, call, f, buf, final)
-}
-
-// oneShotAllReduce sends the whole buffer to every other rank and reduces
-// the n contributions locally: one round of messages where recursive
-// doubling needs log2(n), at the price of n−1 sends per rank. Every rank
-// combines the contributions in rank order, so all end with the same bits.
-func oneShotAllReduce[T Elem](ctx context.Context, c *Comm, call Call, buf []T, op Op) error {
-	n, r, m := c.Size(), c.Rank, len(buf)
-	bytes := len(AsBytes(buf))
-	// One scratch slot per rank, indexed by rank; this rank's slot keeps
-	// its own contribution, which buf loses once the combining starts.
-	all := scratchOf[T](c, n*m)
-	slot := func(k int) []T { return all[k*m : (k+1)*m : (k+1)*m] }
-	for i := 1; i < n; i++ {
-		from := mod(r-i, n)
-		if err := c.post(from, AsBytes(slot(from))); err != nil {
-			return err
-		}
-	}
-	for i := 1; i < n; i++ {
-		if err := c.send(ctx, mod(r+i, n), call, 0, 0, AsBytes(buf)); err != nil {
-			return err
-		}
-	}
-	copy(slot(r), buf)
-	for i := 1; i < n; i++ {
-		if err := c.wait(ctx, mod(r-i, n), i-1, call, 0, 0, bytes); err != nil {
-			return err
-		}
-	}
-	Reduce(op, buf, slot(0), slot(1))
-	for k := 2; k < n; k++ {
-		Reduce(op, buf, buf, slot(k))
-	}
-	if op == Avg {
-		Divide(buf, n)
 	}
 	return nil
 }

@@ -5,7 +5,7 @@ import "context"
 // Broadcast copies root's buf to every rank's buf. Small messages follow a
 // binomial tree (log2(n) steps); large ones a pipelined chain from the root,
 // chunk after chunk, so every link is busy at once.
-func Broadcast[T Elem](ctx context.Context, c *Comm, buf []T, root int) error {
+func Broadcast[T Elem](ctx context.Context, c *Collectives, buf []T, root int) error {
 	algo := AlgoChain
 	if len(AsBytes(buf)) <= c.smallBytes() {
 		algo = AlgoTree
@@ -74,7 +74,7 @@ func Broadcast[T Elem](ctx context.Context, c *Comm, buf []T, root int) error {
 
 // Barrier returns once every rank of the group has entered it: the
 // dissemination algorithm, ceil(log2(n)) rounds of empty messages.
-func Barrier(ctx context.Context, c *Comm) error {
+func Barrier(ctx context.Context, c *Collectives) error {
 	call := c.begin(KindBarrier, Uint8, 0, AlgoDissemination, 0, 0)
 	c.tickets = c.tickets[:0]
 	n, r := c.Size(), c.Rank

@@ -1,14 +1,3 @@
-// Package ring holds gorun's collective algorithms: ring reduce-scatter and
-// all-gather with pipelined chunks for large messages, recursive doubling
-// (with a fold for non-powers of two) and binomial trees for small ones,
-// and a dissemination barrier.
-//
-// The algorithms run over the small Transport interface declared here; the
-// transports (tcp, later shm and rdma) satisfy it without importing this
-// package. Every frame carries the identity of the call it belongs to
-// (sequence number, kind, element type, count, reduction, root, algorithm)
-// and the step within it, and every arrival is checked against what this
-// rank expects: ranks that make different calls get an error naming both.
 package ring
 
 import (
@@ -27,7 +16,7 @@ type Transport interface {
 	Wait(ctx context.Context, peer int, stream uint32, ticket uint64) (meta [4]uint64, n int, err error)
 }
 
-// Defaults for Comm's tuning knobs. DefaultSmallBytes was measured on a
+// Defaults for Collectives's tuning knobs. DefaultSmallBytes was measured on a
 // 2-core machine over loopback TCP (see BENCHMARKS.md): below it recursive
 // doubling's log2(n) exchanges of the whole buffer beat the ring's 2(n−1)
 // exchanges of a 1/n share.
@@ -36,10 +25,11 @@ const (
 	DefaultChunkBytes = 1 << 20
 )
 
-// Comm is one communicator's view of the transport: its members, this
+// Collectives is one group's view of the transport: its members, this
 // rank's place among them, its stream, and the state the algorithms reuse
-// from call to call. A Comm runs one collective at a time.
-type Comm struct {
+// from call to call. It runs one collective at a time. (comm.Group wraps
+// one; programs use the Group.)
+type Collectives struct {
 	T Transport
 	// Peers maps group ranks to transport ranks.
 	Peers []int
@@ -96,21 +86,21 @@ type SendRecver interface {
 }
 
 // Size returns the number of members.
-func (c *Comm) Size() int { return len(c.Peers) }
+func (c *Collectives) Size() int { return len(c.Peers) }
 
 // Seq returns the sequence number the next collective will carry.
-func (c *Comm) Seq() uint64 { return c.seq }
+func (c *Collectives) Seq() uint64 { return c.seq }
 
-func (c *Comm) begin(kind Kind, dt DType, op Op, algo Algo, root, count int) Call {
+func (c *Collectives) begin(kind Kind, dt DType, op Op, algo Algo, root, count int) Call {
 	call := Call{Seq: c.seq, Kind: kind, DType: dt, Op: op, Algo: algo, Root: root, Count: count}
 	c.history[c.seq%historyCalls] = call
 	c.seq++
 	return call
 }
 
-func (c *Comm) peer(groupRank int) int { return c.Peers[groupRank] }
+func (c *Collectives) peer(groupRank int) int { return c.Peers[groupRank] }
 
-func (c *Comm) post(from int, b []byte) error {
+func (c *Collectives) post(from int, b []byte) error {
 	t, err := c.T.Post(c.peer(from), c.Stream, b)
 	if err != nil {
 		return err
@@ -122,7 +112,7 @@ func (c *Comm) post(from int, b []byte) error {
 // postCombine posts into for a frame that fn folds into it, when the
 // transport can, and reports that it did; else it posts otherwise for a
 // plain copy.
-func (c *Comm) postCombine(from int, into []byte, fn func(dst, src []byte), otherwise []byte) (bool, error) {
+func (c *Collectives) postCombine(from int, into []byte, fn func(dst, src []byte), otherwise []byte) (bool, error) {
 	if cb, ok := c.T.(Combiner); ok {
 		t, ok, err := cb.PostCombine(c.peer(from), c.Stream, into, fn)
 		if err != nil {
@@ -138,7 +128,7 @@ func (c *Comm) postCombine(from int, into []byte, fn func(dst, src []byte), othe
 
 // combineOf returns the function that folds a frame of T into a buffer
 // with op, reusing the last one made.
-func combineOf[T Elem](c *Comm, op Op) func(dst, src []byte) {
+func combineOf[T Elem](c *Collectives, op Op) func(dst, src []byte) {
 	dt := DTypeOf[T]()
 	if c.combineFn == nil || c.combineOp != op || c.combineDT != dt {
 		c.combineFn = func(dst, src []byte) {
@@ -159,13 +149,13 @@ func fromBytes[T Elem](b []byte) []T {
 	return unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(b))), len(b)/int(unsafe.Sizeof(zero)))
 }
 
-func (c *Comm) send(ctx context.Context, to int, call Call, step, chunk int, b []byte) error {
+func (c *Collectives) send(ctx context.Context, to int, call Call, step, chunk int, b []byte) error {
 	return c.T.Send(ctx, c.peer(to), c.Stream, call.meta(step, chunk), b)
 }
 
 // wait completes the k-th posted receive and checks that it belongs to the
 // same call, step and chunk, with the expected number of bytes.
-func (c *Comm) wait(ctx context.Context, from int, k int, call Call, step, chunk, bytes int) error {
+func (c *Collectives) wait(ctx context.Context, from int, k int, call Call, step, chunk, bytes int) error {
 	if k >= len(c.tickets) {
 		return fmt.Errorf("ring: internal error in %v: receive %d from group rank %d waited for before it was posted", call, k, from)
 	}
@@ -177,7 +167,7 @@ func (c *Comm) wait(ctx context.Context, from int, k int, call Call, step, chunk
 // receives the frame of the same step and chunk from group rank from into
 // buf, which must then hold bytes: Post, send and wait in one, through the
 // transport's SendRecv where it has one.
-func (c *Comm) sendRecv(ctx context.Context, call Call, step, chunk, to int, payload []byte, from int, buf []byte, bytes int) error {
+func (c *Collectives) sendRecv(ctx context.Context, call Call, step, chunk, to int, payload []byte, from int, buf []byte, bytes int) error {
 	if sr, ok := c.T.(SendRecver); ok {
 		meta, n, ok, err := sr.SendRecv(ctx, c.peer(to), c.Stream, call.meta(step, chunk), payload, c.peer(from), buf)
 		if ok || err != nil {
@@ -196,7 +186,7 @@ func (c *Comm) sendRecv(ctx context.Context, call Call, step, chunk, to int, pay
 
 // check is Check, naming this rank's earlier call in a mismatch when the
 // peer is behind.
-func (c *Comm) check(from int, call Call, step, chunk, bytes int, meta [4]uint64, n int, err error) error {
+func (c *Collectives) check(from int, call Call, step, chunk, bytes int, meta [4]uint64, n int, err error) error {
 	err = Check(from, call, step, chunk, bytes, meta, n, err)
 	if m, ok := err.(*MismatchError); ok && m.Remote.Seq < call.Seq && call.Seq-m.Remote.Seq < historyCalls {
 		if h := c.history[m.Remote.Seq%historyCalls]; h.Seq == m.Remote.Seq {
@@ -206,7 +196,7 @@ func (c *Comm) check(from int, call Call, step, chunk, bytes int, meta [4]uint64
 	return err
 }
 
-// historyCalls is how many of its latest calls a Comm remembers, to name
+// historyCalls is how many of its latest calls a Collectives remembers, to name
 // its side of a mismatch found only in a later call.
 const historyCalls = 16
 
@@ -233,7 +223,7 @@ func Check(from int, call Call, step, chunk, bytes int, meta [4]uint64, n int, e
 }
 
 // scratchOf returns a scratch slice of n elements, reused across calls.
-func scratchOf[T Elem](c *Comm, n int) []T {
+func scratchOf[T Elem](c *Collectives, n int) []T {
 	var zero T
 	need := n * int(unsafe.Sizeof(zero))
 	if cap(c.scratch) < need {
@@ -254,7 +244,7 @@ func AsBytes[T Elem](s []T) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), len(s)*int(unsafe.Sizeof(zero)))
 }
 
-func (c *Comm) chunkElems(size uintptr) int {
+func (c *Collectives) chunkElems(size uintptr) int {
 	cb := c.ChunkBytes
 	if cb <= 0 {
 		cb = DefaultChunkBytes
@@ -265,7 +255,7 @@ func (c *Comm) chunkElems(size uintptr) int {
 	return 1
 }
 
-func (c *Comm) smallBytes() int {
+func (c *Collectives) smallBytes() int {
 	if c.SmallBytes < 0 {
 		return 0
 	}

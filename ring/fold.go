@@ -44,7 +44,7 @@ func (f fold) real(v int) int {
 // virtual place. A rank that sits out hands buf over, waits for the result
 // (the frames of step final) and returns -1 with buf complete; its partner
 // reduces the buffer in (step 0). Frames are cut at ChunkBytes.
-func foldIn[T Elem](ctx context.Context, c *Comm, call Call, f fold, buf, tmp []T, op Op, final int) (int, error) {
+func foldIn[T Elem](ctx context.Context, c *Collectives, call Call, f fold, buf, tmp []T, op Op, final int) (int, error) {
 	r, count := c.Rank, len(buf)
 	vr := f.virtual(r)
 	switch {
@@ -77,7 +77,7 @@ func foldIn[T Elem](ctx context.Context, c *Comm, call Call, f fold, buf, tmp []
 }
 
 // foldOut hands the result to the partner that sat out, if any.
-func foldOut[T Elem](ctx context.Context, c *Comm, call Call, f fold, buf []T, final int) error {
+func foldOut[T Elem](ctx context.Context, c *Collectives, call Call, f fold, buf []T, final int) error {
 	if r := c.Rank; r < 2*f.rem {
 		return sendChunks(ctx, c, call, r-1, final, buf, 0, len(buf))
 	}
@@ -87,7 +87,7 @@ func foldOut[T Elem](ctx context.Context, c *Comm, call Call, f fold, buf []T, f
 // sendChunks sends elements [lo, hi) of buf to group rank to, in frames of
 // at most ChunkBytes numbered from 0 (at least one frame, even when the
 // range is empty).
-func sendChunks[T Elem](ctx context.Context, c *Comm, call Call, to, step int, buf []T, lo, hi int) error {
+func sendChunks[T Elem](ctx context.Context, c *Collectives, call Call, to, step int, buf []T, lo, hi int) error {
 	ce := c.chunkElems(elemSize[T]())
 	for j := range subchunks(lo, hi, ce) {
 		a, b := sub(lo, hi, ce, j)
@@ -100,7 +100,7 @@ func sendChunks[T Elem](ctx context.Context, c *Comm, call Call, to, step int, b
 
 // postChunks posts dst's elements [lo, hi) for the frames sendChunks cuts
 // that range into.
-func postChunks[T Elem](c *Comm, from int, dst []T, lo, hi int) error {
+func postChunks[T Elem](c *Collectives, from int, dst []T, lo, hi int) error {
 	ce := c.chunkElems(elemSize[T]())
 	for j := range subchunks(lo, hi, ce) {
 		a, b := sub(lo, hi, ce, j)
@@ -114,7 +114,7 @@ func postChunks[T Elem](c *Comm, from int, dst []T, lo, hi int) error {
 // waitChunks waits for the frames of range [lo, hi) of dst posted from
 // ticket first on, checking each against call and step, and calls each(j,
 // a, b), when not nil, as chunk j, elements [a, b), lands.
-func waitChunks[T Elem](ctx context.Context, c *Comm, call Call, from, first, step int, dst []T, lo, hi int, each func(j, a, b int)) error {
+func waitChunks[T Elem](ctx context.Context, c *Collectives, call Call, from, first, step int, dst []T, lo, hi int, each func(j, a, b int)) error {
 	ce := c.chunkElems(elemSize[T]())
 	for j := range subchunks(lo, hi, ce) {
 		a, b := sub(lo, hi, ce, j)

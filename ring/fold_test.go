@@ -16,10 +16,10 @@ import (
 func TestFoldedAllReduces(t *testing.T) {
 	algos := []struct {
 		algo Algo
-		set  func(*Comm)
+		set  func(*Collectives)
 	}{
-		{AlgoDoubling, func(c *Comm) { c.SmallBytes, c.OneShotBytes, c.ChunkBytes = 1<<30, -1, 256 }},
-		{AlgoHalving, func(c *Comm) { c.SmallBytes, c.OneShotBytes, c.HalvingBytes, c.ChunkBytes = -1, -1, 1<<30, 256 }},
+		{AlgoDoubling, func(c *Collectives) { c.SmallBytes, c.OneShotBytes, c.ChunkBytes = 1<<30, -1, 256 }},
+		{AlgoHalving, func(c *Collectives) { c.SmallBytes, c.OneShotBytes, c.HalvingBytes, c.ChunkBytes = -1, -1, 1<<30, 256 }},
 	}
 	for _, a := range algos {
 		for _, n := range []int{3, 4, 5, 6, 7, 8} {

@@ -8,7 +8,7 @@ import (
 // AllGather concatenates every rank's send, in rank order, into recv on
 // every rank: len(recv) must be Size()·len(send). Ring algorithm, chunked,
 // with receives landing directly in recv.
-func AllGather[T Elem](ctx context.Context, c *Comm, send, recv []T) error {
+func AllGather[T Elem](ctx context.Context, c *Collectives, send, recv []T) error {
 	n, r := c.Size(), c.Rank
 	cnt := len(send)
 	if len(recv) != n*cnt {
@@ -61,7 +61,7 @@ func AllGather[T Elem](ctx context.Context, c *Comm, send, recv []T) error {
 // ReduceScatter reduces send (Size()·len(recv) elements) across the group
 // and leaves block Rank of the result in recv. Ring algorithm: partial sums
 // travel around the ring, each rank adding its contribution.
-func ReduceScatter[T Elem](ctx context.Context, c *Comm, send, recv []T, op Op) error {
+func ReduceScatter[T Elem](ctx context.Context, c *Collectives, send, recv []T, op Op) error {
 	if err := ValidOp[T](op); err != nil {
 		return err
 	}

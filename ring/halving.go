@@ -18,7 +18,7 @@ import "context"
 // bits. Every step's range goes out in chunks of ChunkBytes, all posted
 // before the first is waited for, so reducing one chunk overlaps receiving
 // the next.
-func halvingAllReduce[T Elem](ctx context.Context, c *Comm, call Call, buf []T, op Op) error {
+func halvingAllReduce[T Elem](ctx context.Context, c *Collectives, call Call, buf []T, op Op) error {
 	n, count := c.Size(), len(buf)
 	f := newFold(n)
 	p2, final := f.p2, 2*f.levels()+1

@@ -147,7 +147,7 @@ func TestAllReduceAlgorithmChoice(t *testing.T) {
 				in[r] = make([]float32, count)
 			}
 			net := newMemNet(tc.n)
-			runGroupWith(t, net, tc.n, func(c *Comm) { c.OneShotBytes, c.SmallBytes, c.HalvingBytes = tc.oneShot, tc.small, tc.halving }, in, Sum)
+			runGroupWith(t, net, tc.n, func(c *Collectives) { c.OneShotBytes, c.SmallBytes, c.HalvingBytes = tc.oneShot, tc.small, tc.halving }, in, Sum)
 			if _, ok := net.algos[tc.want]; !ok || len(net.algos) != 1 {
 				t.Fatalf("frames carried %v, want only %v", net.algos, tc.want)
 			}
@@ -181,12 +181,12 @@ func checkEveryRank(t *testing.T, out [][]float32, want []float32) {
 }
 
 func runGroup(t *testing.T, net *memNet, n, oneShot int, in [][]float32, op Op) [][]float32 {
-	return runGroupWith(t, net, n, func(c *Comm) { c.OneShotBytes = max(oneShot, 1) }, in, op)
+	return runGroupWith(t, net, n, func(c *Collectives) { c.OneShotBytes = max(oneShot, 1) }, in, op)
 }
 
 // runGroupWith all-reduces in[r] on rank r of an in-process group, each
 // rank in its own goroutine, and returns the results.
-func runGroupWith(t *testing.T, net *memNet, n int, set func(*Comm), in [][]float32, op Op) [][]float32 {
+func runGroupWith(t *testing.T, net *memNet, n int, set func(*Collectives), in [][]float32, op Op) [][]float32 {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -199,7 +199,7 @@ func runGroupWith(t *testing.T, net *memNet, n int, set func(*Comm), in [][]floa
 	var wg sync.WaitGroup
 	for r := range n {
 		out[r] = append([]float32(nil), in[r]...)
-		c := &Comm{T: net.end(r), Peers: peers, Rank: r}
+		c := &Collectives{T: net.end(r), Peers: peers, Rank: r}
 		set(c)
 		wg.Go(func() { errs[r] = AllReduce(ctx, c, out[r], op) })
 	}
@@ -224,7 +224,7 @@ func TestMismatchNamesEarlierCall(t *testing.T) {
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for r := range n {
-		c := &Comm{T: net.end(r), Peers: []int{0, 1, 2}, Rank: r, OneShotBytes: 1 << 20}
+		c := &Collectives{T: net.end(r), Peers: []int{0, 1, 2}, Rank: r, OneShotBytes: 1 << 20}
 		wg.Go(func() {
 			if r == 1 {
 				errs[r] = AllReduce(ctx, c, make([]float32, 1000), Sum)

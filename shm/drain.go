@@ -1,6 +1,6 @@
 package shm
 
-import "github.com/gorun/gorun/comm/mailbox"
+import "github.com/gorun/gorun/mailbox"
 
 // drain moves the next published record of p's ring, if any, into its
 // frame's destination and reports whether it did (wrap records are passed

@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
-	"github.com/gorun/gorun/comm/mailbox"
+	"github.com/gorun/gorun/mailbox"
 	"golang.org/x/sys/unix"
 )
 

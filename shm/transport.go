@@ -25,7 +25,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gorun/gorun/comm/mailbox"
+	"github.com/gorun/gorun/mailbox"
 	"golang.org/x/sys/unix"
 )
 
