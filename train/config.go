@@ -1,7 +1,3 @@
-// Package train is the trainer: it runs epochs of a zoo model over a
-// dataset (train/data), evaluates, reports progress (train/report), keeps
-// a breakdown of where the time goes, and saves and resumes checkpoints
-// (train/checkpoint).
 package train
 
 import (

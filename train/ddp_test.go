@@ -65,8 +65,8 @@ func noDropout(t *Trainer) {
 	for _, d := range t.dropouts {
 		d.P = 0
 	}
-	if t.pipe != nil { // every microbatch's replica has its own layers
-		for _, r := range t.pipe.replicas {
+	if s := t.stage(); s != nil { // every microbatch's replica has its own layers
+		for _, r := range s.pipe.replicas {
 			nn.Walk(r, func(l nn.Layer) {
 				if d, ok := l.(*nn.Dropout); ok {
 					d.P = 0
@@ -109,40 +109,32 @@ func runWorker(scenario string) error {
 	}
 	cfg, trainSet, testSet := ddpSetupModel(model, envInt("DDP_DATA_WORLD"), perRank, steps, epochs)
 	cfg.BatchSize = perRank
+	if scenario == "equiv-localbn" {
+		cfg.SyncBatchNorm = false
+	}
+	out := os.Getenv("DDP_OUT")
+	resume := ""
+	if scenario == "resume" || os.Getenv("PIPE_RESUME") != "" {
+		resume = out
+	}
+	if scenario == "pipe" {
+		cfg.Pipeline, cfg.Microbatches, cfg.Schedule = g.Size()/max(envInt("DDP_DATA_WORLD"), 1), envInt("PIPE_MICRO"), os.Getenv("PIPE_SCHEDULE")
+		cfg.Balance = os.Getenv("PIPE_BALANCE")
+		if resume != "" {
+			if cfg.Split, err = SavedSplit(out); err != nil {
+				return err
+			}
+		}
+	}
 	be := cpu.New(1)
 	defer be.Close()
-	t, err := New(cfg, be, trainSet, testSet)
+	t, err := New(ctx, cfg, be, trainSet, testSet, WithGroup(g), ResumeFrom(resume))
 	if err != nil {
 		return err
 	}
 	defer t.Close()
 	noDropout(t)
-	if scenario == "equiv-localbn" {
-		t.cfg.SyncBatchNorm = false
-	}
-	out := os.Getenv("DDP_OUT")
-	if scenario == "resume" {
-		if err := t.Resume(out); err != nil {
-			return err
-		}
-	}
 	if scenario == "pipe" {
-		t.cfg.Pipeline, t.cfg.Microbatches, t.cfg.Schedule = g.Size()/max(envInt("DDP_DATA_WORLD"), 1), envInt("PIPE_MICRO"), os.Getenv("PIPE_SCHEDULE")
-		t.cfg.Balance = os.Getenv("PIPE_BALANCE")
-		if os.Getenv("PIPE_RESUME") != "" {
-			if t.cfg.Split, err = SavedSplit(out); err != nil {
-				return err
-			}
-		}
-		if err := t.Pipe(ctx, g); err != nil {
-			return err
-		}
-		noDropout(t) // the stage's layers are new
-		if os.Getenv("PIPE_RESUME") != "" {
-			if err := t.Resume(out); err != nil {
-				return err
-			}
-		}
 		fmt.Printf("START rank %d epoch %d step %d\n", g.Rank(), t.Epoch()+1, t.step)
 		if os.Getenv("PIPE_KILL") != "" {
 			t.AfterStep = func(step int64) error {
@@ -165,9 +157,6 @@ func runWorker(scenario string) error {
 		}
 		fmt.Printf("DONE rank %d step %d\n", g.Rank(), t.step)
 		return nil
-	}
-	if err := t.Distribute(ctx, g); err != nil {
-		return err
 	}
 	// After every step all ranks must hold the same parameters.
 	t.AfterStep = func(step int64) error {

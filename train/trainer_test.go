@@ -2,6 +2,7 @@ package train
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -27,11 +28,11 @@ func synthetic(t *testing.T, f data.Format, nTrain, nTest int) (*data.Dataset, *
 	return train, test
 }
 
-func newTrainer(t *testing.T, cfg Config, train, test *data.Dataset) *Trainer {
+func newTrainer(t *testing.T, cfg Config, train, test *data.Dataset, opts ...Option) *Trainer {
 	t.Helper()
 	be := cpu.New(cfg.Threads)
 	t.Cleanup(be.Close)
-	tr, err := New(cfg, be, train, test)
+	tr, err := New(context.Background(), cfg, be, train, test, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,6 +43,19 @@ func newTrainer(t *testing.T, cfg Config, train, test *data.Dataset) *Trainer {
 // TestTrainingLearns trains the MNIST net with its default settings on
 // generated data and checks that it learns: test accuracy far above the
 // 10% of guessing and a falling loss.
+// resumeErr is the error of setting up cfg's run resumed from path.
+func resumeErr(cfg Config, train, test *data.Dataset, path string) error {
+	be := cpu.New(cfg.Threads)
+	defer be.Close()
+	tr, err := New(context.Background(), cfg, be, train, test, ResumeFrom(path))
+	if err == nil {
+		tr.Close()
+	} else if tr != nil {
+		return fmt.Errorf("New returned a trainer with the error %w", err)
+	}
+	return err
+}
+
 func TestTrainingLearns(t *testing.T) {
 	train, test := synthetic(t, data.FormatMNIST, 1536, 512)
 	cfg, _ := Defaults("mnist")
@@ -121,10 +135,7 @@ func TestResumeIsBitIdentical(t *testing.T) {
 			if err := a.Run(context.Background()); err != nil {
 				t.Fatal(err)
 			}
-			b := newTrainer(t, cfg, train, test)
-			if err := b.Resume(path); err != nil {
-				t.Fatal(err)
-			}
+			b := newTrainer(t, cfg, train, test, ResumeFrom(path))
 			if b.Epoch() != 1 || b.step != a.step {
 				t.Fatalf("resumed at epoch %d step %d, want 1 and %d", b.Epoch(), b.step, a.step)
 			}
@@ -165,46 +176,29 @@ func TestCheckpointErrors(t *testing.T) {
 
 	other := cfg
 	other.Optimizer = "sgd"
-	if err := newTrainer(t, other, train, test).Resume(path); err == nil || !strings.Contains(err.Error(), "optimizer") {
+	if err := resumeErr(other, train, test, path); err == nil || !strings.Contains(err.Error(), "optimizer") {
 		t.Fatalf("resuming Adadelta state into SGD: %v", err)
 	}
 	cifar, cifarTest := synthetic(t, data.FormatCIFAR10, 8, 8)
 	cc, _ := Defaults("cifarnet")
 	cc.Threads = 1
-	if err := newTrainer(t, cc, cifar, cifarTest).Resume(path); err == nil || !strings.Contains(err.Error(), "holds model mnist") {
+	if err := resumeErr(cc, cifar, cifarTest, path); err == nil || !strings.Contains(err.Error(), "holds model mnist") {
 		t.Fatalf("resuming mnist into cifarnet: %v", err)
 	}
-	// A damaged training state is refused and changes nothing.
+	// A damaged training state is refused.
 	b, _ := os.ReadFile(checkpoint.TrainPath(path))
 	os.WriteFile(checkpoint.TrainPath(path), b[:len(b)/2], 0o644)
-	fresh := newTrainer(t, cfg, train, test)
-	before := stateOf(fresh)
-	if err := fresh.Resume(path); err == nil || !strings.Contains(err.Error(), checkpoint.TrainPath(path)) {
+	if err := resumeErr(cfg, train, test, path); err == nil || !strings.Contains(err.Error(), checkpoint.TrainPath(path)) {
 		t.Fatalf("truncated training state: %v", err)
 	}
-	if after := stateOf(fresh); !mapsEqual(before, after) {
-		t.Fatal("a failed resume changed the model")
-	}
 	os.Remove(checkpoint.TrainPath(path))
-	if err := fresh.Resume(path); err == nil || !strings.Contains(err.Error(), "cannot resume") {
+	if err := resumeErr(cfg, train, test, path); err == nil || !strings.Contains(err.Error(), "cannot resume") {
 		t.Fatalf("missing training state: %v", err)
 	}
 	// Data of the wrong shape for the model is refused up front.
-	if _, err := New(cfg, cpu.New(1), cifar, nil); err == nil || !strings.Contains(err.Error(), "takes 1×28×28 images") {
+	if _, err := New(context.Background(), cfg, cpu.New(1), cifar, nil); err == nil || !strings.Contains(err.Error(), "takes 1×28×28 images") {
 		t.Fatalf("CIFAR data for the MNIST net: %v", err)
 	}
-}
-
-func mapsEqual(a, b map[string][]float32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if !slices.Equal(v, b[k]) {
-			return false
-		}
-	}
-	return true
 }
 
 // TestClassifier saves a trained model and classifies with the loaded

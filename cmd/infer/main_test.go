@@ -32,7 +32,7 @@ func TestInfer(t *testing.T) {
 	cfg.Epochs, cfg.Threads = 1, 1
 	be := cpu.New(1)
 	defer be.Close()
-	tr, err := train.New(cfg, be, trainSet, testSet)
+	tr, err := train.New(context.Background(), cfg, be, trainSet, testSet)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -58,6 +58,17 @@ func main() {
 }
 
 func run(args []string, stdout io.Writer) error {
+	cfg, o, err := parseFlags(args)
+	if err != nil {
+		return err
+	}
+	return runJob(cfg, o, stdout)
+}
+
+// parseFlags turns the command line into the run's configuration (flags
+// not given come from the checkpoint resumed, else the model's defaults)
+// and the other options.
+func parseFlags(args []string) (train.Config, options, error) {
 	fs := flag.NewFlagSet("train", flag.ContinueOnError)
 	var o options
 	var cfg train.Config
@@ -108,18 +119,19 @@ func run(args []string, stdout io.Writer) error {
 	fs.BoolVar(&cfg.SyncBatchNorm, "sync-bn", false, "in a distributed run, batch norm uses the statistics of the whole batch across ranks (SyncBatchNorm)")
 	fs.BoolVar(&o.verbose, "verbose", false, "in a distributed run, every rank prints its progress (default: rank 0 only)")
 	if err := fs.Parse(args); err != nil {
-		return err
+		return cfg, o, err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q (flags start with --)", fs.Args())
+		return cfg, o, fmt.Errorf("unexpected arguments %q (flags start with --)", fs.Args())
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	cfg, err := resolveConfig(cfg, set, o.resume)
-	if err != nil {
-		return err
-	}
+	return cfg, o, err
+}
 
+// runJob runs one training job: this process's rank of it.
+func runJob(cfg train.Config, o options, stdout io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// A single process unless the environment describes a job (gorun,
@@ -160,26 +172,13 @@ func run(args []string, stdout io.Writer) error {
 		fmt.Fprintln(stdout, dev.Note)
 	}
 	be := dev.Backend
-	t, err := train.New(cfg, be, trainSet, testSet)
+	t, err := train.New(ctx, cfg, be, trainSet, testSet, train.WithGroup(g), train.ResumeFrom(o.resume))
 	if err != nil {
 		return err
 	}
 	defer t.Close()
-	if cfg.Pipeline > 1 {
-		if err := t.Pipe(ctx, g); err != nil {
-			return err
-		}
-	}
 	if o.resume != "" {
-		if err := t.Resume(o.resume); err != nil {
-			return err
-		}
 		fmt.Fprintf(stdout, "Resumed from %s after epoch %d\n", o.resume, t.Epoch())
-	}
-	if cfg.Pipeline <= 1 {
-		if err := t.Distribute(ctx, g); err != nil {
-			return err
-		}
 	}
 	t.SavePath = o.save
 	if g.Rank() != reporter {
@@ -192,49 +191,17 @@ func run(args []string, stdout io.Writer) error {
 	t.Describe(stdout, be.Name())
 	runErr := t.Run(ctx)
 	t.Times().Print(stdout)
-	if runErr == nil {
-		idle, ideal, err := t.Bubble(ctx)
-		if err != nil {
-			return err
-		}
-		if o.timeline != "" {
-			if err := t.WriteTimeline(ctx, o.timeline, idle, ideal); err != nil {
-				return err
-			}
-			fmt.Fprintf(stdout, "Wrote the pipeline timeline to %s\n", o.timeline)
-		}
-		if idle != nil {
-			var parts []string
-			for s, f := range idle {
-				parts = append(parts, fmt.Sprintf("stage %d %.1f%%", s, 100*f))
-			}
-			fmt.Fprintf(stdout, "Pipeline idle time per stage: %s (GPipe bubble (p-1)/(m+p-1) = %.1f%%)\n", strings.Join(parts, ", "), 100*ideal)
-		}
-	}
-	if cfg.Pipeline > 1 && runErr == nil {
-		// Every stage's peak, on the reporting rank.
-		rss := make([]float64, g.Size())
-		rss[g.Rank()] = float64(train.PeakRSS()) / (1 << 20)
-		if err := comm.AllReduce(ctx, g, rss, comm.Sum); err != nil {
-			return err
-		}
-		var parts []string
-		for r, v := range rss {
-			if g.Size() == cfg.Pipeline {
-				parts = append(parts, fmt.Sprintf("stage %d %.0f MiB", r, v))
-			} else {
-				parts = append(parts, fmt.Sprintf("rank %d (pipeline %d stage %d) %.0f MiB", r, r/cfg.Pipeline, r%cfg.Pipeline, v))
-			}
-		}
-		fmt.Fprintf(stdout, "Peak memory (RSS) per stage: %s\n", strings.Join(parts, ", "))
-	} else if rss := train.PeakRSS(); rss > 0 {
-		fmt.Fprintf(stdout, "Peak memory (RSS) = %.0f MiB\n", float64(rss)/(1<<20))
-	}
 	if runErr != nil {
+		if rss := train.PeakRSS(); rss > 0 {
+			fmt.Fprintf(stdout, "Peak memory (RSS) = %.0f MiB\n", float64(rss)/(1<<20))
+		}
 		if errors.Is(runErr, context.Canceled) {
 			runErr = fmt.Errorf("interrupted during epoch %d (the last checkpoint, if any, is intact)", t.Epoch()+1)
 		}
 		return runErr
+	}
+	if err := t.Summarize(ctx, stdout, o.timeline); err != nil {
+		return err
 	}
 	if o.save != "" {
 		if cfg.Pipeline > 1 {

@@ -1,0 +1,92 @@
+package train
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/gorun/gorun/model/tensor"
+	"github.com/gorun/gorun/model/zoo"
+	"github.com/gorun/gorun/train/data"
+)
+
+// Evaluation is a model's result on a dataset.
+type Evaluation struct {
+	Loss    float64 // mean per sample
+	Correct int
+	Total   int
+	// Confusion[true][predicted] counts samples.
+	Confusion [][]int
+}
+
+// Accuracy returns Correct/Total.
+func (e Evaluation) Accuracy() float64 { return float64(e.Correct) / float64(max(e.Total, 1)) }
+
+// Evaluate runs m in evaluation mode over the images of ds at indices
+// (every image when nil) through loader, and leaves it in evaluation mode.
+func Evaluate(ctx context.Context, m *zoo.Model, be tensor.Backend, loader *data.Loader, ds *data.Dataset, indices []int) (Evaluation, error) {
+	m.Net.SetTraining(false)
+	var input *tensor.Tensor
+	forward := func(b *data.Batch) (*tensor.Tensor, error) { return m.Net.Forward(onDevice(be, b.X, &input)) }
+	return score(ctx, forward, m, be, loader, ds, indices)
+}
+
+// score runs every batch of the images of ds at indices (all when nil)
+// through forward and scores its outputs against the labels; a nil output
+// (a pipeline stage other than the last) scores nothing.
+func score(ctx context.Context, forward func(*data.Batch) (*tensor.Tensor, error), m *zoo.Model, be tensor.Backend, loader *data.Loader, ds *data.Dataset, indices []int) (Evaluation, error) {
+	ev := Evaluation{Confusion: make([][]int, m.Classes)}
+	for i := range ev.Confusion {
+		ev.Confusion[i] = make([]int, m.Classes)
+	}
+	loss := m.NewLoss(be)
+	if indices == nil {
+		indices = data.Sampler{N: ds.Len(), World: 1}.Indices(0)
+	}
+	if err := loader.Start(0, indices); err != nil {
+		return ev, err
+	}
+	defer loader.Stop()
+	var lossSum float64
+	var host []float32 // the scores on the host, from a device
+	for b, ok := loader.Next(); ok; b, ok = loader.Next() {
+		if err := ctx.Err(); err != nil {
+			return ev, err
+		}
+		y, err := forward(b)
+		if err != nil {
+			return ev, fmt.Errorf("evaluate: %w", err)
+		}
+		if y == nil {
+			continue
+		}
+		l, err := loss.Forward(y, b.Labels)
+		if err != nil {
+			return ev, fmt.Errorf("evaluate: %w", err)
+		}
+		if err := deviceErr(be); err != nil {
+			return ev, fmt.Errorf("evaluate: %w", err)
+		}
+		lossSum += float64(l) * float64(b.Len())
+		scores := hostRows(y, &host)
+		for i, label := range b.Labels {
+			pred := argmax(scores[i*m.Classes : (i+1)*m.Classes])
+			ev.Confusion[label][pred]++
+			if pred == int(label) {
+				ev.Correct++
+			}
+		}
+		ev.Total += b.Len()
+	}
+	ev.Loss = lossSum / float64(max(ev.Total, 1))
+	return ev, nil
+}
+
+func argmax(v []float32) int {
+	best := 0
+	for i, x := range v {
+		if x > v[best] {
+			best = i
+		}
+	}
+	return best
+}

@@ -1,0 +1,301 @@
+package train
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/gorun/gorun/comm"
+	"github.com/gorun/gorun/model/nn"
+	"github.com/gorun/gorun/model/tensor"
+	"github.com/gorun/gorun/train/checkpoint"
+	"github.com/gorun/gorun/train/data"
+)
+
+// A rank's way of training is two independent choices, each a strategy
+// the training loop calls where the ways differ:
+//
+//   - its compute: the whole model (wholeModel), or one stage of a
+//     pipeline (pipelineStage);
+//   - its gradient sync: none (alone), or DDP across the ranks that hold
+//     the same layers (dataParallel).
+//
+// Single process, DDP, pipeline and pipeline × data-parallel are the four
+// combinations; New picks them once, and the loop has no mode checks.
+
+// compute is how a rank runs its layers.
+type compute interface {
+	// layer is the layer whose parameters this rank trains.
+	layer() nn.Layer
+	// setTraining switches every layer (and replica) between training and
+	// evaluation behaviour.
+	setTraining(on bool)
+	// gradients runs one batch forward and backward, adding to the
+	// parameters' gradients, and returns the batch loss (0 on a pipeline
+	// stage that does not compute it). sync.beforeBackward is called once
+	// the forward is done.
+	gradients(ctx context.Context, t *Trainer, b *data.Batch, sync gradSync, update bool) (float32, error)
+	// evaluate scores the model on ds through loader.
+	evaluate(ctx context.Context, t *Trainer, loader *data.Loader, ds *data.Dataset, sync gradSync) (Evaluation, error)
+	// checkpointPath is where this rank's part of a checkpoint saved at
+	// path lives.
+	checkpointPath(path string) string
+	// stamp records in m what this rank's part is; check refuses a
+	// checkpoint saved for another part.
+	stamp(m *checkpoint.Meta)
+	check(path string, m *checkpoint.Meta) error
+	// params counts the model's parameters (all stages').
+	params() int
+	describe(w io.Writer)
+}
+
+// gradSync combines what the ranks that hold the same layers computed.
+type gradSync interface {
+	// rank and world place this rank among the replicas: the data is
+	// sharded over them.
+	rank() int
+	world() int
+	// beforeBackward prepares a batch's backward pass; update is false
+	// on the micro-steps of gradient accumulation.
+	beforeBackward(update bool)
+	// afterBackward finishes the batch's gradients (waits for their
+	// average across the replicas when they were combined).
+	afterBackward() error
+	// sum adds v up across the replicas.
+	sum(ctx context.Context, v []float64) error
+	commTimes() (busy, exposed time.Duration)
+	describe(w io.Writer, t *Trainer)
+	close()
+}
+
+// alone is the gradient sync of a rank that has no replicas.
+type alone struct{}
+
+func (alone) rank() int                                { return 0 }
+func (alone) world() int                               { return 1 }
+func (alone) beforeBackward(bool)                      {}
+func (alone) afterBackward() error                     { return nil }
+func (alone) sum(context.Context, []float64) error     { return nil }
+func (alone) commTimes() (busy, exposed time.Duration) { return 0, 0 }
+func (alone) describe(io.Writer, *Trainer)             {}
+func (alone) close()                                   {}
+
+// dataParallel averages gradients across the group with DDP. A whole
+// model's buckets are reduced during backward, on the batches that end an
+// accumulation; a pipeline stage's once after all its microbatches.
+type dataParallel struct {
+	g        *comm.Group
+	ddp      *DDP
+	perBatch bool // reduce every bucket after backward (pipeline stages)
+}
+
+func (d *dataParallel) rank() int  { return d.g.Rank() }
+func (d *dataParallel) world() int { return d.g.Size() }
+
+func (d *dataParallel) beforeBackward(update bool) {
+	d.ddp.BeginStep(update && !d.perBatch)
+}
+
+func (d *dataParallel) afterBackward() error {
+	var err error
+	if d.perBatch {
+		_, err = d.ddp.ReduceAll()
+	} else {
+		_, err = d.ddp.Finish()
+	}
+	return err
+}
+
+func (d *dataParallel) sum(ctx context.Context, v []float64) error {
+	return comm.AllReduce(ctx, d.g, v, comm.Sum)
+}
+
+func (d *dataParallel) commTimes() (busy, exposed time.Duration) { return d.ddp.CommTimes() }
+
+func (d *dataParallel) describe(w io.Writer, t *Trainer) {
+	bn := ""
+	if !d.perBatch {
+		nn.Walk(t.compute.layer(), func(l nn.Layer) {
+			if _, ok := l.(*nn.BatchNorm2d); ok {
+				bn = ", per-rank batch norm statistics"
+				if t.cfg.SyncBatchNorm {
+					bn = ", synchronised batch norm"
+				}
+			}
+		})
+	}
+	fmt.Fprintf(w, "Data parallel over %d ranks: batch %d per rank (%d in all), gradients averaged in %d buckets of %v elements%s\n",
+		d.world(), t.cfg.BatchSize, t.cfg.BatchSize*d.world(), len(d.ddp.Buckets()), d.ddp.Buckets(), bn)
+}
+
+func (d *dataParallel) close() { d.ddp.Close() }
+
+// wholeModel runs the whole network on this rank.
+type wholeModel struct {
+	net     nn.Layer
+	loss    *nn.Loss
+	input   *tensor.Tensor // the batch on the device, for a GPU backend
+	syncErr error          // the first failure of a SyncBatchNorm all-reduce
+}
+
+func (w *wholeModel) layer() nn.Layer     { return w.net }
+func (w *wholeModel) setTraining(on bool) { w.net.SetTraining(on) }
+
+func (w *wholeModel) gradients(_ context.Context, t *Trainer, b *data.Batch, sync gradSync, update bool) (float32, error) {
+	t0 := time.Now()
+	y, err := w.net.Forward(onDevice(t.be, b.X, &w.input))
+	if err != nil {
+		return 0, fmt.Errorf("forward: %w", err)
+	}
+	loss, err := w.loss.Forward(y, b.Labels)
+	if err == nil {
+		err = w.syncErr
+	}
+	if err == nil {
+		err = deviceErr(t.be)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("loss: %w", err)
+	}
+	if math.IsNaN(float64(loss)) || math.IsInf(float64(loss), 0) {
+		return 0, fmt.Errorf("the loss is %v (learning rate %g too high?)", loss, t.opt.LR())
+	}
+	t1 := time.Now()
+	t.times.Forward += t1.Sub(t0)
+	sync.beforeBackward(update)
+	dy, err := w.loss.Backward()
+	if err == nil {
+		_, err = w.net.Backward(dy)
+	}
+	if err == nil {
+		err = w.syncErr
+	}
+	if err != nil {
+		return 0, fmt.Errorf("backward: %w", err)
+	}
+	t.times.Backward += time.Since(t1)
+	if err := sync.afterBackward(); err != nil {
+		return 0, err
+	}
+	if err := deviceErr(t.be); err != nil {
+		return 0, err
+	}
+	return loss, nil
+}
+
+// evaluate scores ds; with replicas, each evaluates every world-th image
+// (no padding, so every image counts once) and the sums are combined.
+func (w *wholeModel) evaluate(ctx context.Context, t *Trainer, loader *data.Loader, ds *data.Dataset, sync gradSync) (Evaluation, error) {
+	if sync.world() == 1 {
+		return Evaluate(ctx, t.model, t.be, loader, ds, nil)
+	}
+	var mine []int
+	for i := sync.rank(); i < ds.Len(); i += sync.world() {
+		mine = append(mine, i)
+	}
+	ev, err := Evaluate(ctx, t.model, t.be, loader, ds, mine)
+	if err != nil {
+		return ev, err
+	}
+	k := len(ev.Confusion)
+	sums := make([]float64, 3+k*k)
+	sums[0], sums[1], sums[2] = ev.Loss*float64(ev.Total), float64(ev.Correct), float64(ev.Total)
+	for i, row := range ev.Confusion {
+		for j, n := range row {
+			sums[3+i*k+j] = float64(n)
+		}
+	}
+	if err := sync.sum(ctx, sums); err != nil {
+		return ev, fmt.Errorf("evaluate: combining ranks' results: %w", err)
+	}
+	ev.Correct, ev.Total = int(sums[1]), int(sums[2])
+	ev.Loss = sums[0] / float64(max(ev.Total, 1))
+	for i, row := range ev.Confusion {
+		for j := range row {
+			row[j] = int(sums[3+i*k+j])
+		}
+	}
+	return ev, nil
+}
+
+func (w *wholeModel) checkpointPath(path string) string { return path }
+func (w *wholeModel) stamp(*checkpoint.Meta)            {}
+func (w *wholeModel) check(string, *checkpoint.Meta) error {
+	return nil
+}
+
+func (w *wholeModel) params() int {
+	n := 0
+	for _, p := range nn.Params(w.net) {
+		n += p.Value.Len()
+	}
+	return n
+}
+
+func (w *wholeModel) describe(io.Writer) {}
+
+// pipelineStage runs this rank's stage of a pipeline.
+type pipelineStage struct {
+	pipe *Pipeline
+	plan *StagePlan
+}
+
+func (s *pipelineStage) layer() nn.Layer     { return s.pipe.Layer() }
+func (s *pipelineStage) setTraining(on bool) { s.pipe.SetTraining(on) }
+
+func (s *pipelineStage) gradients(ctx context.Context, t *Trainer, b *data.Batch, sync gradSync, update bool) (float32, error) {
+	sync.beforeBackward(update)
+	loss, err := s.pipe.Step(ctx, b.X, b.Labels)
+	if err != nil {
+		return 0, err
+	}
+	for _, e := range s.pipe.Events {
+		if e.Backward {
+			t.times.Backward += e.End.Sub(e.Start)
+		} else {
+			t.times.Forward += e.End.Sub(e.Start)
+		}
+	}
+	if err := sync.afterBackward(); err != nil {
+		return 0, err
+	}
+	return loss, nil
+}
+
+// evaluate runs the test set through the pipeline, one batch at a time;
+// the results are the last stage's (zero elsewhere).
+func (s *pipelineStage) evaluate(ctx context.Context, t *Trainer, loader *data.Loader, ds *data.Dataset, _ gradSync) (Evaluation, error) {
+	s.pipe.SetTraining(false)
+	defer s.pipe.SetTraining(true)
+	forward := func(b *data.Batch) (*tensor.Tensor, error) { return s.pipe.Forward(ctx, b.X, b.Len()) }
+	return score(ctx, forward, t.model, t.be, loader, ds, nil)
+}
+
+func (s *pipelineStage) checkpointPath(path string) string { return StagePath(path, s.pipe.stage) }
+
+func (s *pipelineStage) stamp(m *checkpoint.Meta) {
+	m.Stage, m.Stages, m.Split = s.pipe.stage, s.pipe.stages, s.plan.Split
+}
+
+func (s *pipelineStage) check(path string, m *checkpoint.Meta) error {
+	if m.Stages != s.pipe.stages || m.Stage != s.pipe.stage {
+		return fmt.Errorf("checkpoint %s is stage %d of %d; this run has %d stages", path, m.Stage, m.Stages, s.pipe.stages)
+	}
+	if !slices.Equal(m.Split, s.plan.Split) {
+		return fmt.Errorf("checkpoint %s was cut into stages at layers %v; this run cuts at %v (resume with the saved split: train --resume does)", path, m.Split, s.plan.Split)
+	}
+	return nil
+}
+
+func (s *pipelineStage) params() int {
+	n := 0
+	for _, p := range s.plan.Params {
+		n += p
+	}
+	return n
+}
+
+func (s *pipelineStage) describe(w io.Writer) { fmt.Fprintln(w, s.plan.Describe()) }
