@@ -51,33 +51,43 @@ func TestSynchronousCollectivesAllocateNothing(t *testing.T) {
 		groups[0].Close()
 		<-done
 	}()
-	for _, n := range []int{2, 1 << 18} { // recursive doubling, then ring
-		bufs := [][]float32{make([]float32, n), make([]float32, n)}
-		peer := make(chan error, 1)
-		round := func() {
-			go func() { peer <- groups[1].AllReduce(ctx, bufs[1], comm.Sum) }()
-			if err := groups[0].AllReduce(ctx, bufs[0], comm.Sum); err != nil {
-				t.Fatal(err)
+	type collective struct {
+		name string
+		call func(g *comm.Group, buf []float32) error
+	}
+	collectives := []collective{
+		{"AllReduce", func(g *comm.Group, buf []float32) error { return g.AllReduce(ctx, buf, comm.Sum) }},
+		{"Broadcast", func(g *comm.Group, buf []float32) error { return g.Broadcast(ctx, buf, 0) }},
+		{"Barrier", func(g *comm.Group, _ []float32) error { return g.Barrier(ctx) }},
+	}
+	for _, c := range collectives {
+		for _, n := range []int{2, 1 << 18} { // latency-bound, then pipelined algorithms
+			bufs := [][]float32{make([]float32, n), make([]float32, n)}
+			peer := make(chan error, 1)
+			round := func() {
+				go func() { peer <- c.call(groups[1], bufs[1]) }()
+				if err := c.call(groups[0], bufs[0]); err != nil {
+					t.Fatal(err)
+				}
+				if err := <-peer; err != nil {
+					t.Fatal(err)
+				}
 			}
-			if err := <-peer; err != nil {
-				t.Fatal(err)
+			for range 5 {
+				round()
 			}
-		}
-		for range 5 {
-			round()
-		}
-		// The helper goroutine for rank 1 costs a fixed amount; measure
-		// rank 0 alone by subtracting a round of just that.
-		base := testing.AllocsPerRun(50, func() {
-			go func() { peer <- nil }()
-			<-peer
-		})
-		if got := testing.AllocsPerRun(50, round) - base; got > 0.5 {
-			t.Errorf("AllReduce of %d floats: %.1f allocations per call pair beyond the test's own, want 0", n, got)
+			// The helper goroutine for rank 1 costs a fixed amount; measure
+			// rank 0 alone by subtracting a round of just that.
+			base := testing.AllocsPerRun(50, func() {
+				go func() { peer <- nil }()
+				<-peer
+			})
+			if got := testing.AllocsPerRun(50, round) - base; got > 0.5 {
+				t.Errorf("%s of %d floats: %.1f allocations per call pair beyond the test's own, want 0", c.name, n, got)
+			}
 		}
 	}
 }
-
 func mustSettings(t *testing.T, rank, port int) comm.Settings {
 	t.Helper()
 	s, err := comm.ResolveSettings(func(string) string { return "" },

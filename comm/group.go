@@ -500,10 +500,6 @@ func (g *Group) exec(ctx context.Context, c call, run func(context.Context) erro
 
 // hasQueued reports whether asynchronous calls are pending; a synchronous
 // call must then queue behind them to keep the order all ranks agreed on.
-//
-// Each collective below writes its closure twice, once for exec and once
-// for enqueue: a closure that may reach the queue escapes to the heap, so
-// sharing one would make every synchronous call allocate.
 func (g *Group) hasQueued() bool { return g.pending.Load() > 0 }
 
 var errClosed = errors.New("group closed")
@@ -532,52 +528,77 @@ func (g *Group) enqueue(ctx context.Context, c call, run func(context.Context) e
 	return w
 }
 
+// collective is one collective call's arguments: what dispatch runs.
+type collective[T Elem] struct {
+	kind      string // AllReduce, Broadcast, AllGather, ReduceScatter, Barrier
+	buf, recv []T    // buf is send for AllGather and ReduceScatter
+	op        Op
+	root      int
+	count     int // the call's element count, for errors; -1 for none
+}
+
+func (c *collective[T]) call() call { return call{c.kind, c.count} }
+
+func (c *collective[T]) run(ctx context.Context, r *ring.Collectives) error {
+	switch c.kind {
+	case "AllReduce":
+		return ring.AllReduce(ctx, r, c.buf, c.op)
+	case "Broadcast":
+		return ring.Broadcast(ctx, r, c.buf, c.root)
+	case "AllGather":
+		return ring.AllGather(ctx, r, c.buf, c.recv)
+	case "ReduceScatter":
+		return ring.ReduceScatter(ctx, r, c.buf, c.recv, c.op)
+	case "Barrier":
+		return ring.Barrier(ctx, r)
+	}
+	return fmt.Errorf("comm: unknown collective %q", c.kind)
+}
+
+// dispatch runs c now, or behind the asynchronous calls still queued (the
+// order all ranks agreed on). Each path has its own copy of c: the queued
+// one escapes to the heap, and sharing it would make every synchronous
+// call allocate.
+func dispatch[T Elem](ctx context.Context, g *Group, c collective[T]) error {
+	if g.hasQueued() {
+		return dispatchAsync(ctx, g, c).Wait()
+	}
+	return g.exec(ctx, c.call(), func(ctx context.Context) error { return c.run(ctx, &g.ring) })
+}
+
+// dispatchAsync queues c and returns at once.
+func dispatchAsync[T Elem](ctx context.Context, g *Group, c collective[T]) *Work {
+	q := &c
+	return g.enqueue(ctx, q.call(), func(ctx context.Context) error { return q.run(ctx, &g.ring) })
+}
+
 // AllReduce reduces buf across the group in place; every rank ends with the same result.
 func AllReduce[T Elem](ctx context.Context, g *Group, buf []T, op Op) error {
-	if g.hasQueued() {
-		return AllReduceAsync(ctx, g, buf, op).Wait()
-	}
-	return g.exec(ctx, call{"AllReduce", len(buf)}, func(ctx context.Context) error {
-		return ring.AllReduce(ctx, &g.ring, buf, op)
-	})
+	return dispatch(ctx, g, collective[T]{kind: "AllReduce", buf: buf, op: op, count: len(buf)})
 }
 
 // AllReduceAsync starts AllReduce and returns at once; buf must not be
 // touched until the Work's Wait returns.
 func AllReduceAsync[T Elem](ctx context.Context, g *Group, buf []T, op Op) *Work {
-	return g.enqueue(ctx, call{"AllReduce", len(buf)}, func(ctx context.Context) error {
-		return ring.AllReduce(ctx, &g.ring, buf, op)
-	})
+	return dispatchAsync(ctx, g, collective[T]{kind: "AllReduce", buf: buf, op: op, count: len(buf)})
 }
 
 // Broadcast copies root's buf into every rank's buf.
 func Broadcast[T Elem](ctx context.Context, g *Group, buf []T, root int) error {
-	c := call{"Broadcast", len(buf)}
 	if root < 0 || root >= g.Size() {
-		return g.wrap(c.String(), fmt.Errorf("root %d outside the group of %d", root, g.Size()))
+		return g.wrap(call{"Broadcast", len(buf)}.String(), fmt.Errorf("root %d outside the group of %d", root, g.Size()))
 	}
-	if g.hasQueued() {
-		return g.enqueue(ctx, c, func(ctx context.Context) error { return ring.Broadcast(ctx, &g.ring, buf, root) }).Wait()
-	}
-	return g.exec(ctx, c, func(ctx context.Context) error { return ring.Broadcast(ctx, &g.ring, buf, root) })
+	return dispatch(ctx, g, collective[T]{kind: "Broadcast", buf: buf, root: root, count: len(buf)})
 }
 
 // AllGather gathers every rank's send, in rank order, into recv (Size()·len(send) elements).
 func AllGather[T Elem](ctx context.Context, g *Group, send, recv []T) error {
-	c := call{"AllGather", len(send)}
-	if g.hasQueued() {
-		return g.enqueue(ctx, c, func(ctx context.Context) error { return ring.AllGather(ctx, &g.ring, send, recv) }).Wait()
-	}
-	return g.exec(ctx, c, func(ctx context.Context) error { return ring.AllGather(ctx, &g.ring, send, recv) })
+	return dispatch(ctx, g, collective[T]{kind: "AllGather", buf: send, recv: recv, count: len(send)})
 }
 
 // ReduceScatter reduces send (Size()·len(recv) elements) and leaves this rank's block in recv.
 func ReduceScatter[T Elem](ctx context.Context, g *Group, send, recv []T, op Op) error {
-	c := call{"ReduceScatter", len(recv)}
-	if g.hasQueued() {
-		return g.enqueue(ctx, c, func(ctx context.Context) error { return ring.ReduceScatter(ctx, &g.ring, send, recv, op) }).Wait()
-	}
-	return g.exec(ctx, c, func(ctx context.Context) error { return ring.ReduceScatter(ctx, &g.ring, send, recv, op) })
+	return dispatch(ctx, g, collective[T]{kind: "ReduceScatter", buf: send, recv: recv, op: op, count: len(recv)})
 }
 
 // AllReduce is AllReduce on float32.
@@ -607,11 +628,7 @@ func (g *Group) ReduceScatter(ctx context.Context, send, recv []float32, op Op) 
 
 // Barrier returns once every rank of the group has called it.
 func (g *Group) Barrier(ctx context.Context) error {
-	c := call{"Barrier", -1}
-	if g.hasQueued() {
-		return g.enqueue(ctx, c, func(ctx context.Context) error { return ring.Barrier(ctx, &g.ring) }).Wait()
-	}
-	return g.exec(ctx, c, func(ctx context.Context) error { return ring.Barrier(ctx, &g.ring) })
+	return dispatch(ctx, g, collective[uint8]{kind: "Barrier", count: -1})
 }
 
 // Close leaves the job. Closing the world group says goodbye to every peer

@@ -1,0 +1,156 @@
+package comm
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/gorun/gorun/mailbox"
+	"github.com/gorun/gorun/rdma"
+	"github.com/gorun/gorun/ring"
+	"github.com/gorun/gorun/shm"
+	"github.com/gorun/gorun/tcp"
+)
+
+// peerTransport is a transport that reaches some of the peers: shared
+// memory those on this machine, RDMA those a verbs device connects.
+type peerTransport interface {
+	ring.Transport
+	Has(rank int) bool
+}
+
+// fastPath is one transport registered for the peers it reaches, ahead of
+// TCP, which reaches every peer.
+type fastPath struct {
+	t    peerTransport
+	name string // how the log names it: "through shared memory"
+}
+
+// dataPath routes each peer's frames through the first registered
+// transport that reaches it (RDMA, then shared memory), over TCP
+// otherwise. It has the transport methods the ring algorithms and
+// point-to-point calls use, and passes on the optional ones (ring.Combiner,
+// ring.SendRecver) where the peer's transport has them. A new transport is
+// one more fastPath in register's list.
+type dataPath struct {
+	tcp   *tcp.Transport
+	shm   *shm.Transport  // nil: no peer on this machine, or TCP forced
+	rdma  *rdma.Transport // nil: no peer over RDMA
+	fast  []fastPath
+	links []ring.Transport
+	rdmaW string // why a pair that wanted RDMA has none ("" when none did)
+	port  rdma.Port
+}
+
+// register lists the transports set up, in order of preference.
+func (d *dataPath) register() {
+	d.fast = d.fast[:0]
+	if d.rdma != nil {
+		d.fast = append(d.fast, fastPath{d.rdma, fmt.Sprintf("over RDMA (%v)", d.port)})
+	}
+	if d.shm != nil {
+		d.fast = append(d.fast, fastPath{d.shm, "through shared memory"})
+	}
+}
+
+// route fixes, for each peer, which transport carries its frames.
+func (d *dataPath) route(size int) {
+	d.register()
+	d.links = make([]ring.Transport, size)
+	for r := range d.links {
+		d.links[r] = d.tcp
+		for _, f := range d.fast {
+			if f.t.Has(r) {
+				d.links[r] = f.t
+				break
+			}
+		}
+	}
+}
+
+func (d *dataPath) link(peer int) ring.Transport {
+	if peer < 0 || peer >= len(d.links) {
+		return d.tcp // reports the bad rank
+	}
+	return d.links[peer]
+}
+
+func (d *dataPath) Send(ctx context.Context, peer int, stream uint32, meta [4]uint64, payload []byte) error {
+	return d.link(peer).Send(ctx, peer, stream, meta, payload)
+}
+
+func (d *dataPath) Post(peer int, stream uint32, buf []byte) (uint64, error) {
+	return d.link(peer).Post(peer, stream, buf)
+}
+
+// PostCombine implements ring.Combiner for the peers whose transport folds
+// frames in straight from where they land (shared memory, RDMA).
+func (d *dataPath) PostCombine(peer int, stream uint32, buf []byte, combine func(dst, src []byte)) (uint64, bool, error) {
+	l, ok := d.link(peer).(interface {
+		PostCombine(int, uint32, []byte, mailbox.Combine) (uint64, error)
+	})
+	if !ok {
+		return 0, false, nil
+	}
+	t, err := l.PostCombine(peer, stream, buf, combine)
+	return t, err == nil, err
+}
+
+func (d *dataPath) Wait(ctx context.Context, peer int, stream uint32, ticket uint64) ([4]uint64, int, error) {
+	return d.link(peer).Wait(ctx, peer, stream, ticket)
+}
+
+// SendRecv implements ring.SendRecver for pairs of peers reached through
+// one transport that exchanges in one step (shared memory takes the frame
+// straight from its ring); for others ok is false and the caller posts,
+// sends and waits.
+func (d *dataPath) SendRecv(ctx context.Context, to int, stream uint32, meta [4]uint64, payload []byte, from int, buf []byte) ([4]uint64, int, bool, error) {
+	l := d.link(to)
+	if d.link(from) != l {
+		return [4]uint64{}, 0, false, nil
+	}
+	sr, ok := l.(interface {
+		SendRecv(ctx context.Context, to int, stream uint32, meta [4]uint64, payload []byte, from int, buf []byte) ([4]uint64, int, error)
+	})
+	if !ok {
+		return [4]uint64{}, 0, false, nil
+	}
+	rmeta, n, err := sr.SendRecv(ctx, to, stream, meta, payload, from, buf)
+	return rmeta, n, true, err
+}
+
+// describePaths says, for the log, how this rank reaches its peers, why
+// RDMA is not used where it was wanted, and the world group's ring chunk.
+func describePaths(d *dataPath, rank, size, chunk int) string {
+	var paths []string
+	reached := 0
+	add := func(t ring.Transport, name string) int {
+		var ranks []int
+		for r := range size {
+			if r != rank && d.link(r) == t {
+				ranks = append(ranks, r)
+			}
+		}
+		if len(ranks) > 0 {
+			paths = append(paths, fmt.Sprintf("ranks %v %s", ranks, name))
+		}
+		return len(ranks)
+	}
+	for _, f := range d.fast {
+		reached += add(f.t, f.name)
+	}
+	add(d.tcp, "over TCP")
+	msg := fmt.Sprintf("comm: rank %d reaches %s", rank, strings.Join(paths, " and "))
+	if reached > 0 {
+		msg += " (GORUN_TRANSPORT=tcp forces TCP)"
+	}
+	if d.rdmaW != "" {
+		msg += "; RDMA not used between " + d.rdmaW
+	}
+	if chunk%1024 == 0 {
+		msg += fmt.Sprintf("; ring chunks of %d KiB", chunk/1024)
+	} else {
+		msg += fmt.Sprintf("; ring chunks of %d bytes", chunk)
+	}
+	return msg
+}
