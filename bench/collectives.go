@@ -26,8 +26,8 @@ type Config struct {
 	// WarmupTime is how long the job warms up before the first size
 	// (small all-reduces): freshly started processes run their first
 	// thousands of calls slower, which the first size measured would
-	// otherwise pay for (an 8-byte all-reduce through shared memory: 2.3 µs
-	// measured first, 1.0 µs after 20,000 warm-up calls).
+	// otherwise pay for (small all-reduces through shared memory measured
+	// first took about twice as long as after 20,000 warm-up calls).
 	WarmupTime time.Duration
 	// Iters is how many timed calls each size gets; 0 or less picks them
 	// per size with Iterations, as the competitor helpers do.

@@ -82,22 +82,20 @@ const (
 	DefaultSpin        = 50 * time.Microsecond
 	// DefaultOneShotBytes: up to 4 KiB the one-shot all-reduce beat
 	// recursive doubling through shared memory at 3, 4 and 8 ranks on the
-	// 2-core test machine; at 16 KiB it lost (BENCHMARKS.md).
+	// 2-core test machine; at 16 KiB it lost (bench/results/HISTORY.md).
 	DefaultOneShotBytes = 4 << 10
 	// DefaultHalvingBytes: over loopback TCP on the 2-core test machine
 	// halving-doubling beat the ring at 3 ranks up to 4 MiB and at 4 ranks
-	// up to 2 MiB (512 KiB: 1.5×, 1 MiB np=4: 1.6×), tied at 4 ranks and
-	// 4 MiB, and lost at 8 MiB. Through shared memory the ring, which
+	// up to 2 MiB, tied at 4 ranks and 4 MiB, and lost at 8 MiB. Through shared memory the ring, which
 	// folds frames in as they land, wins or ties at every size, so groups
-	// whose members all share memory never use it (BENCHMARKS.md).
+	// whose members all share memory never use it (bench/results/HISTORY.md).
 	DefaultHalvingBytes = 4 << 20
 	// DefaultNetChunkBytes: over loopback TCP at np = 2, 128 KiB chunks
-	// all-reduced 16 MiB in 4.1–5.3 ms and 64 MiB in 17–19 ms where 1 MiB
-	// chunks took 7.8–8.1 and 28–30 (64 and 256 KiB were slower than 128):
-	// a chunk the kernel has just copied in is still in the core's cache
-	// when it is reduced or forwarded. With more ranks than cores every
-	// chunk handed over can cost a context switch, and there 1 MiB won
-	// (np = 4: 4 MiB in 5.9–6.2 ms against 13.4–13.7; BENCHMARKS.md).
+	// were faster for large all-reduces than 1 MiB ones (and than 64 or
+	// 256 KiB): a chunk the kernel has just copied in is still in the
+	// core's cache when it is reduced or forwarded. With more ranks than
+	// cores every chunk handed over can cost a context switch, and there
+	// 1 MiB won (bench/results/HISTORY.md, "TCP: 128 KiB ring chunks").
 	DefaultNetChunkBytes = 128 << 10
 )
 

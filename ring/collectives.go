@@ -17,7 +17,7 @@ type Transport interface {
 }
 
 // Defaults for Collectives's tuning knobs. DefaultSmallBytes was measured on a
-// 2-core machine over loopback TCP (see BENCHMARKS.md): below it recursive
+// 2-core machine over loopback TCP (see bench/results/HISTORY.md): below it recursive
 // doubling's log2(n) exchanges of the whole buffer beat the ring's 2(n−1)
 // exchanges of a 1/n share.
 const (

@@ -8,8 +8,8 @@ import "github.com/gorun/gorun/mailbox"
 //
 // One fragment per call: a rank that drained for as long as its peer kept
 // publishing would stop sending its own chunks meanwhile, and the ring
-// all-reduce's sends and receives would no longer overlap (64 MiB,
-// np = 2: 9.5–10.1 ms draining everything, 6.8–7.0 ms one fragment a call).
+// all-reduce's sends and receives would no longer overlap (measured
+// slower at 64 MiB; the figures are in bench/results/HISTORY.md).
 func (p *peer) drain() bool {
 	tail, h, ok := p.next()
 	if !ok {

@@ -32,9 +32,8 @@ import (
 // boundaries because a receiver walking records packed line after line
 // has the CPU's stream prefetcher fetch the lines the sender is about to
 // write, and every one of them must then be taken back from the
-// receiver's core: packed records of 64-byte fragments took 0.58–0.61 µs
-// a 64-byte all-reduce at np = 2, page-aligned ones 0.50–0.52 (prefetchers
-// stay within a page). The sender publishes the record at ring position
+// receiver's core, which made small all-reduces measurably slower
+// (prefetchers stay within a page; bench/results/HISTORY.md). The sender publishes the record at ring position
 // pos (bytes sent before it, counting from the ring's creation) by storing
 // pos+1 in its sequence word, once the header and the data are written,
 // and, where an earlier lap left data at the next record's spot (see
@@ -165,11 +164,10 @@ func openSegment(pid, fd, ranks, slots, slotB int) (*segment, error) {
 
 // prefault maps every page of mem writable in this process and touches
 // it, so that no frame pays for the first use of a page. MAP_POPULATE maps
-// a shared mapping's pages for reading only: on the VM the benchmarks ran
-// on, the first write to each page of a peer's 8 MiB ring then took 10.7
-// ms in all, and even after MADV_POPULATE_WRITE (Linux 5.14 and later;
-// older kernels refuse it) a first pass still cost 4 ms writing and 2 ms
-// reading, against 25 µs for the next. The touch adds zero atomically, so
+// a shared mapping's pages for reading only, so the first write to each
+// page of a peer's ring still faulted, and even after MADV_POPULATE_WRITE
+// (Linux 5.14 and later; older kernels refuse it) a first pass over the
+// ring cost far more than the next one (bench/results/HISTORY.md). The touch adds zero atomically, so
 // it changes nothing even where a peer already uses the page.
 func prefault(mem []byte) {
 	unix.Madvise(mem, unix.MADV_POPULATE_WRITE)

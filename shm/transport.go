@@ -30,9 +30,9 @@ import (
 )
 
 // Defaults for Config. A fragment as large as the ring algorithms' chunk
-// (1 MiB) moves each chunk in one hand-off: measured against 16 slots of
-// 256 KiB (the same memory as 8 of 512 KiB would take), 64 MiB all-reduces
-// at np = 2 take 7.1–7.7 ms instead of 13.6–15.0 (BENCHMARKS.md).
+// (1 MiB) moves each chunk in one hand-off, which measured faster for large
+// all-reduces than more, smaller slots in the same memory
+// (bench/results/HISTORY.md).
 const (
 	DefaultSlots     = 8
 	DefaultSlotBytes = 1 << 20
@@ -44,7 +44,7 @@ const (
 	yieldPhase = 200 * time.Microsecond
 	// spinChecks: while spinning, a wait looks at the clock, its context
 	// and failures seen elsewhere only every spinChecks polls (reading the
-	// clock costs about 50 ns on a VM, as much as a poll of the rings).
+	// clock on a VM costs as much as a poll of the rings).
 	spinChecks = 32
 )
 
@@ -367,18 +367,17 @@ func (t *Transport) Send(ctx context.Context, rank int, stream uint32, meta [4]u
 
 // smallWindow bounds the part of a ring that a stream of frames the
 // receiver keeps up with goes round: every record takes whole pages (see
-// segment), and streams that walked all 2,048 pages of 8 MiB rings
-// measured slower where ranks talk to several peers (at np = 4, 8-byte
-// all-reduces took 12.5–13.6 µs so, 11.5–12.2 kept to the window; likely
-// TLB misses, one per frame).
+// segment), and streams that walked every page of the ring measured
+// slower where ranks talk to several peers (likely a TLB miss per frame;
+// bench/results/HISTORY.md).
 const smallWindow = 256 << 10
 
 // wrapEarly reports whether the record of rec bytes at head should start
 // the next lap instead: when head lies past smallWindow on its lap, the
 // receiver holds no more than that window's worth of records, and the
 // record fits at the lap's start short of where head lies (else it would
-// wait for the receiver to pass the wrap record: wrapping 1 MiB records
-// so took 1 MiB all-reduces from 60 to 104–124 µs at np = 2). The tail is
+// wait for the receiver to pass the wrap record, which made large frames
+// much slower when they were wrapped early). The tail is
 // read for it once a lap, so a stream of large frames, which needs the
 // whole ring, keeps going round all of it. The caller holds sendMu.
 func (p *peer) wrapEarly(head, rec uint64) bool {
@@ -501,9 +500,9 @@ func (t *Transport) progress(skip *peer) {
 // frame from rank from on stream into buf: Send, Post and Wait in one
 // call. A frame that arrives whole in one record while from's mailboxes
 // hold nothing of stream is copied from the ring straight into buf, with
-// no receive posted and no mailbox in between (np = 2 all-reduces of 8
-// bytes took 0.46 µs so, 0.49 through the mailbox, in alternated runs;
-// BENCHMARKS.md); any other goes through Post and Wait.
+// no receive posted and no mailbox in between, which is what lets the
+// smallest all-reduces keep up with Open MPI's shared memory
+// (BENCHMARKS.md); any other goes through Post and Wait.
 func (t *Transport) SendRecv(ctx context.Context, to int, stream uint32, meta [4]uint64, payload []byte, from int, buf []byte) ([4]uint64, int, error) {
 	p, err := t.peer(from)
 	if err != nil {

@@ -10,11 +10,11 @@ import (
 // syscall bookkeeping (entersyscall/exitsyscall). The sockets are
 // non-blocking, so no call sleeps, and each moves at most what the socket's
 // buffers hold. A goroutine that enters the runtime's syscall state lets
-// sysmon hand its P to another thread once the call passes 20 µs; on a rank
+// sysmon hand its P to another thread once the call passes a sysmon tick; on a rank
 // with GOMAXPROCS=1 that meant a second thread woken every few tens of
 // microseconds, and a P shuttled between threads during every large copy:
-// the raw calls halved the 8-byte all-reduce time and cut the 64 MiB one by
-// a fifth (BENCHMARKS.md, "TCP: raw socket calls and halving-doubling").
+// the raw calls made small and large all-reduces markedly faster
+// (bench/results/HISTORY.md, "TCP: raw socket calls and halving-doubling").
 
 // rawRead is read(2).
 func rawRead(fd int, b []byte) (int, error) {

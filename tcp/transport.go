@@ -95,18 +95,18 @@ func CheckSocketBuffer(n int) error {
 
 // MinSocketBuffer is the smallest Config.SocketBuffer accepted. Below about
 // 16 KiB, Linux's loopback (whose segments are 64 KiB) advertises a receive
-// window smaller than a segment and the sender falls back to probing it every
-// 200 ms: with 8 KiB buffers 300 frames (3.8 MB) took about 20 s here, with
-// 4 KiB the transfer stalled.
+// window smaller than a segment and the sender falls back to probing it on
+// a timer of hundreds of milliseconds: small buffers made a transfer crawl,
+// and the smallest stalled it (TestSmallFramesThroughAFullSocket).
 const MinSocketBuffer = 64 << 10
 
 // YieldPhase is how long a wait for data polls the socket after its spin,
 // giving the core away between looks (to this process's other goroutines and
 // to other processes), before it sleeps until the reader wakes it. With more
 // ranks than cores the rank a call waits for often needs the very core the
-// call holds, and waking a sleeping goroutine costs more than a few yields:
-// at np = 4 on two cores an 8-byte all-reduce took 102 µs sleeping at once
-// and 57 µs with this phase (BENCHMARKS.md, "TCP: yield before sleeping").
+// call holds, and waking a sleeping goroutine costs more than a few yields
+// (with more ranks than cores, small all-reduces took nearly twice as long
+// sleeping at once: bench/results/HISTORY.md, "TCP: yield before sleeping").
 const YieldPhase = 200 * time.Microsecond
 
 // CompressMin is the smallest payload considered for compression.
