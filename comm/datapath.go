@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/gorun/gorun/comm/rendezvous"
 	"github.com/gorun/gorun/mailbox"
 	"github.com/gorun/gorun/rdma"
 	"github.com/gorun/gorun/ring"
@@ -40,6 +41,39 @@ type dataPath struct {
 	links []ring.Transport
 	rdmaW string // why a pair that wanted RDMA has none ("" when none did)
 	port  rdma.Port
+}
+
+// setUp sets up the transports beside TCP, during the rendezvous: RDMA
+// for the pairs of ranks whose devices reach each other (its queue pairs
+// are exchanged through the store), then shared memory for the ranks of
+// this machine (GORUN_TRANSPORT=tcp skips both). On failure it closes
+// what it set up.
+func (d *dataPath) setUp(ctx context.Context, store *rendezvous.Client, s *Settings) error {
+	rd, err := setupRDMA(ctx, store, s, openDevice, d.tcp.Err)
+	if err != nil {
+		return fmt.Errorf("RDMA set-up: %w", err)
+	}
+	if rd != nil {
+		d.rdma, d.rdmaW, d.port = rd.t, rd.without, rd.port
+	}
+	if s.Transport != "tcp" {
+		if d.shm, err = setupSharedMemory(ctx, d.tcp, s); err != nil {
+			d.close()
+			return err
+		}
+	}
+	d.route(s.Size)
+	return nil
+}
+
+// close closes the transports beside TCP.
+func (d *dataPath) close() {
+	if d.shm != nil {
+		d.shm.Close()
+	}
+	if d.rdma != nil {
+		d.rdma.Close()
+	}
 }
 
 // register lists the transports set up, in order of preference.

@@ -157,25 +157,11 @@ func Join(ctx context.Context, s Settings) (*Group, error) {
 	}
 	jctx, cancel := context.WithTimeout(ctx, s.JoinTimeout)
 	defer cancel()
-	t, rd, err := connect(jctx, &s)
+	data, err := connect(jctx, &s)
 	if err != nil {
 		return nil, fmt.Errorf("comm: rank %d of %d: %w", s.Rank, s.Size, err)
 	}
-	w := &world{t: t, settings: s, nextID: 1, data: &dataPath{tcp: t}}
-	if rd != nil {
-		w.data.rdma, w.data.rdmaW, w.data.port = rd.t, rd.without, rd.port
-	}
-	if s.Size > 1 && s.Transport != "tcp" {
-		if w.data.shm, err = setupSharedMemory(jctx, t, &s); err != nil {
-			t.Abort(err)
-			t.Close(ctx)
-			if w.data.rdma != nil {
-				w.data.rdma.Close()
-			}
-			return nil, fmt.Errorf("comm: rank %d of %d: %w", s.Rank, s.Size, err)
-		}
-	}
-	w.data.route(s.Size)
+	w := &world{t: data.tcp, settings: s, nextID: 1, data: data}
 	peers := make([]int, s.Size)
 	for i := range peers {
 		peers[i] = i
@@ -274,20 +260,26 @@ func oneShotBytes(w *world, peers []int) int {
 	return n
 }
 
-// connect runs the rendezvous and builds the mesh of data connections:
-// TCP to every rank, and the queue pairs of the ranks that reach each
-// other over RDMA.
-func connect(ctx context.Context, s *Settings) (t *tcp.Transport, rd *rdmaSetup, err error) {
+// connect runs the rendezvous and builds the data path: TCP to every
+// rank, then each faster transport for the peers it reaches (the queue
+// pairs of the ranks that reach each other over RDMA, the shared-memory
+// rings of the ranks on this machine), routed (dataPath.route).
+func connect(ctx context.Context, s *Settings) (d *dataPath, err error) {
 	cfg := tcp.Config{Rank: s.Rank, Size: s.Size, Token: s.Token, Timeout: s.Timeout, Compress: s.Compress, SocketBuffer: s.SocketBuffer, Spin: s.Spin}
 	if s.Size == 1 {
-		t, err = tcp.Connect(ctx, cfg, nil, []string{""})
-		return t, nil, err
+		t, err := tcp.Connect(ctx, cfg, nil, []string{""})
+		if err != nil {
+			return nil, err
+		}
+		d = &dataPath{tcp: t}
+		d.route(s.Size)
+		return d, nil
 	}
 	master := net.JoinHostPort(s.MasterAddr, strconv.Itoa(s.MasterPort))
 	if s.Rank == 0 {
 		storeLn, lerr := storeListener(s)
 		if lerr != nil {
-			return nil, nil, lerr
+			return nil, lerr
 		}
 		srv := rendezvous.Serve(storeLn, s.Token, s.Size)
 		// The store is needed only until everyone is connected. After a
@@ -302,7 +294,7 @@ func connect(ctx context.Context, s *Settings) (t *tcp.Transport, rd *rdmaSetup,
 	}
 	store, err := rendezvous.Dial(ctx, master, s.Token, s.Rank, s.Size)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	defer store.Close()
 
@@ -312,30 +304,31 @@ func connect(ctx context.Context, s *Settings) (t *tcp.Transport, rd *rdmaSetup,
 	}
 	ln, err := tcp.Listen(host)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if err := store.Set(ctx, addrKey(s.Rank), []byte(ln.Addr().String())); err != nil {
 		ln.Close()
-		return nil, nil, err
+		return nil, err
 	}
 	addrs, err := gatherAddrs(ctx, store, s, master)
 	if err != nil {
 		ln.Close()
-		return nil, nil, err
+		return nil, err
 	}
 	// The data connections, then one last store round so that rank 0 keeps
 	// the store up until every rank is past the rendezvous.
-	t, err = tcp.Connect(ctx, cfg, ln, addrs)
+	t, err := tcp.Connect(ctx, cfg, ln, addrs)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	if rd, err = setupRDMA(ctx, store, s, openDevice, t.Err); err != nil {
+	d = &dataPath{tcp: t}
+	if err := d.setUp(ctx, store, s); err != nil {
 		t.Abort(err)
 		t.Close(ctx)
-		return nil, nil, fmt.Errorf("RDMA set-up: %w", err)
+		return nil, err
 	}
 	if err := store.Set(ctx, doneKey(s.Rank), nil); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if s.Rank == 0 {
 		for r := 1; r < s.Size; r++ {
@@ -345,7 +338,7 @@ func connect(ctx context.Context, s *Settings) (t *tcp.Transport, rd *rdmaSetup,
 			}
 		}
 	}
-	return t, rd, nil
+	return d, nil
 }
 
 func addrKey(r int) string { return "addr/" + strconv.Itoa(r) }
@@ -657,12 +650,7 @@ func (g *Group) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	err := g.w.t.Close(ctx)
-	if g.w.data.shm != nil {
-		g.w.data.shm.Close()
-	}
-	if g.w.data.rdma != nil {
-		g.w.data.rdma.Close()
-	}
+	g.w.data.close()
 	if err != nil && failure == nil {
 		return g.wrap("Close", err)
 	}
