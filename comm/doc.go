@@ -1,0 +1,17 @@
+// Package comm is what gorun programs use to talk to each other: a Group of
+// ranks with collectives (AllReduce, Broadcast, AllGather, ReduceScatter,
+// Barrier), point-to-point Send and Recv, asynchronous forms, and Split into
+// sub-groups.
+//
+// Init joins the job described by the environment (gorun, torchrun, Slurm
+// or Open MPI variables; see ResolveSettings): rank 0 serves a rendezvous
+// store at MASTER_ADDR:MASTER_PORT, every rank publishes its data address
+// there, and the ranks connect to each other over TCP, authenticated with
+// the job token.
+//
+// Failures are loud and fast. Every wait for a peer has a deadline. A rank that dies is
+// noticed by every other rank at once and named in their errors. Ranks that
+// make different calls get an error naming both calls. After any error the
+// group is broken (like an aborted NCCL communicator): every later call
+// returns the first error, and the other ranks are told so they stop too.
+package comm
