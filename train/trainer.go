@@ -155,12 +155,11 @@ func New(ctx context.Context, cfg Config, be tensor.Backend, train, test *data.D
 // dg groups the ranks that hold the same stage in the other pipelines.
 func newPipelineStage(ctx context.Context, g *comm.Group, cfg Config, be tensor.Backend, spec *zoo.Spec, m *zoo.Model) (_ *pipelineStage, dg *comm.Group, err error) {
 	p := cfg.Pipeline
-	if g == nil || g.Size()%p != 0 {
-		size := 1
-		if g != nil {
-			size = g.Size()
-		}
-		return nil, nil, fmt.Errorf("pipeline: %d ranks cannot form pipelines of %d stages", size, p)
+	if g == nil {
+		return nil, nil, fmt.Errorf("pipeline: %d stages need a job of at least as many ranks (train.WithGroup)", p)
+	}
+	if g.Size()%p != 0 {
+		return nil, nil, fmt.Errorf("pipeline: %d ranks cannot form pipelines of %d stages", g.Size(), p)
 	}
 	replica, stage := g.Rank()/p, g.Rank()%p
 	pg, err := g.Split(ctx, replica, stage)

@@ -270,3 +270,17 @@ func argmaxRow(t *testing.T, tr *Trainer, ds *data.Dataset, i int) int {
 	}
 	return argmax(y.Data)
 }
+
+// TestPipelineNeedsAJob: a pipeline configuration without the job's
+// group is refused before anything is built.
+func TestPipelineNeedsAJob(t *testing.T) {
+	train, test := synthetic(t, data.FormatMNIST, 64, 32)
+	cfg, _ := Defaults("mnist")
+	cfg.Threads, cfg.Pipeline, cfg.Microbatches = 1, 2, 2
+	be := cpu.New(1)
+	defer be.Close()
+	tr, err := New(context.Background(), cfg, be, train, test)
+	if err == nil || tr != nil || !strings.Contains(err.Error(), "2 stages need a job") {
+		t.Fatalf("a 2-stage pipeline alone: %v", err)
+	}
+}
