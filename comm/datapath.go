@@ -23,8 +23,9 @@ type peerTransport interface {
 // fastPath is one transport registered for the peers it reaches, ahead of
 // TCP, which reaches every peer.
 type fastPath struct {
-	t    peerTransport
-	name string // how the log names it: "through shared memory"
+	t     peerTransport
+	name  string // how the log names it: "through shared memory"
+	close func()
 }
 
 // dataPath routes each peer's frames through the first registered
@@ -32,22 +33,30 @@ type fastPath struct {
 // otherwise. It has the transport methods the ring algorithms and
 // point-to-point calls use, and passes on the optional ones (ring.Combiner,
 // ring.SendRecver) where the peer's transport has them. A new transport is
-// one more fastPath in register's list.
+// its set-up call in setUp and one add.
 type dataPath struct {
 	tcp   *tcp.Transport
-	shm   *shm.Transport  // nil: no peer on this machine, or TCP forced
-	rdma  *rdma.Transport // nil: no peer over RDMA
-	fast  []fastPath
+	fast  []fastPath // in order of preference
 	links []ring.Transport
-	rdmaW string // why a pair that wanted RDMA has none ("" when none did)
+
+	// What the group needs of particular transports beyond moving frames.
+	shm   *shm.Transport  // nil: no peer on this machine, or TCP forced
+	rdma  *rdma.Transport // nil: no peer over RDMA; staged GPU buffers register with it
+	rdmaW string          // why a pair that wanted RDMA has none ("" when none did)
 	port  rdma.Port
 }
 
-// setUp sets up the transports beside TCP, during the rendezvous: RDMA
-// for the pairs of ranks whose devices reach each other (its queue pairs
-// are exchanged through the store), then shared memory for the ranks of
-// this machine (GORUN_TRANSPORT=tcp skips both). On failure it closes
-// what it set up.
+// add registers t for the peers it reaches, after those registered
+// before it; close releases it with the group.
+func (d *dataPath) add(t peerTransport, name string, close func()) {
+	d.fast = append(d.fast, fastPath{t: t, name: name, close: close})
+}
+
+// setUp sets up the transports beside TCP, during the rendezvous, in
+// order of preference: RDMA for the pairs of ranks whose devices reach
+// each other (its queue pairs are exchanged through the store), then
+// shared memory for the ranks of this machine (GORUN_TRANSPORT=tcp skips
+// both). On failure it closes what it set up.
 func (d *dataPath) setUp(ctx context.Context, store *rendezvous.Client, s *Settings) error {
 	rd, err := setupRDMA(ctx, store, s, openDevice, d.tcp.Err)
 	if err != nil {
@@ -56,10 +65,16 @@ func (d *dataPath) setUp(ctx context.Context, store *rendezvous.Client, s *Setti
 	if rd != nil {
 		d.rdma, d.rdmaW, d.port = rd.t, rd.without, rd.port
 	}
+	if d.rdma != nil {
+		d.add(d.rdma, fmt.Sprintf("over RDMA (%v)", d.port), func() { d.rdma.Close() })
+	}
 	if s.Transport != "tcp" {
 		if d.shm, err = setupSharedMemory(ctx, d.tcp, s); err != nil {
 			d.close()
 			return err
+		}
+		if d.shm != nil {
+			d.add(d.shm, "through shared memory", d.shm.Close)
 		}
 	}
 	d.route(s.Size)
@@ -68,28 +83,14 @@ func (d *dataPath) setUp(ctx context.Context, store *rendezvous.Client, s *Setti
 
 // close closes the transports beside TCP.
 func (d *dataPath) close() {
-	if d.shm != nil {
-		d.shm.Close()
+	for _, f := range d.fast {
+		f.close()
 	}
-	if d.rdma != nil {
-		d.rdma.Close()
-	}
-}
-
-// register lists the transports set up, in order of preference.
-func (d *dataPath) register() {
-	d.fast = d.fast[:0]
-	if d.rdma != nil {
-		d.fast = append(d.fast, fastPath{d.rdma, fmt.Sprintf("over RDMA (%v)", d.port)})
-	}
-	if d.shm != nil {
-		d.fast = append(d.fast, fastPath{d.shm, "through shared memory"})
-	}
+	d.fast = nil
 }
 
 // route fixes, for each peer, which transport carries its frames.
 func (d *dataPath) route(size int) {
-	d.register()
 	d.links = make([]ring.Transport, size)
 	for r := range d.links {
 		d.links[r] = d.tcp
