@@ -35,8 +35,8 @@ type compute interface {
 	setTraining(on bool)
 	// gradients runs one batch forward and backward, adding to the
 	// parameters' gradients, and returns the batch loss (0 on a pipeline
-	// stage that does not compute it). sync.beforeBackward is called once
-	// the forward is done.
+	// stage that does not compute it). It calls sync.beforeBackward before
+	// the batch's first backward and sync.afterBackward after its last.
 	gradients(ctx context.Context, t *Trainer, b *data.Batch, sync gradSync, update bool) (float32, error)
 	// evaluate scores the model on ds through loader.
 	evaluate(ctx context.Context, t *Trainer, loader *data.Loader, ds *data.Dataset, sync gradSync) (Evaluation, error)
