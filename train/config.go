@@ -2,6 +2,7 @@ package train
 
 import (
 	"fmt"
+	"math"
 	"strings"
 
 	"github.com/gorun/gorun/model/nn"
@@ -77,25 +78,58 @@ func Defaults(model string) (Config, error) {
 
 // Validate reports settings that cannot work, naming the setting.
 func (c Config) Validate() error {
+	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
 	switch {
 	case c.Epochs < 1:
-		return fmt.Errorf("epochs %d: want at least 1", c.Epochs)
+		return fmt.Errorf("--epochs %d: want at least 1", c.Epochs)
 	case c.BatchSize < 1:
-		return fmt.Errorf("batch size %d: want at least 1", c.BatchSize)
+		return fmt.Errorf("--batch-size %d: want at least 1", c.BatchSize)
 	case c.TestBatchSize < 1:
-		return fmt.Errorf("test batch size %d: want at least 1", c.TestBatchSize)
-	case !(c.LR > 0):
-		return fmt.Errorf("learning rate %v: want a positive number", c.LR)
-	case c.StepSize < 1 && c.Scheduler == "step":
-		return fmt.Errorf("step size %d: want at least 1", c.StepSize)
+		return fmt.Errorf("--test-batch-size %d: want at least 1", c.TestBatchSize)
+	case !(c.LR > 0) || !finite(c.LR):
+		return fmt.Errorf("--lr %v: want a positive, finite learning rate", c.LR)
+	case !(c.Momentum >= 0) || !finite(c.Momentum):
+		return fmt.Errorf("--momentum %v: want a finite number, 0 or more", c.Momentum)
+	case !(c.WeightDecay >= 0) || !finite(c.WeightDecay):
+		return fmt.Errorf("--weight-decay %v: want a finite number, 0 or more", c.WeightDecay)
+	case !validName(c.Optimizer, "sgd", "adam", "adadelta"):
+		return fmt.Errorf("--optimizer %q: want sgd, adam or adadelta", c.Optimizer)
+	case !validName(c.Scheduler, "", "none", "step", "cosine"):
+		return fmt.Errorf("--scheduler %q: want none, step or cosine", c.Scheduler)
+	case c.StepSize < 1 && strings.EqualFold(c.Scheduler, "step"):
+		return fmt.Errorf("--step-size %d: want at least 1", c.StepSize)
+	case !finite(c.Gamma) || (strings.EqualFold(c.Scheduler, "step") && !(c.Gamma > 0)):
+		return fmt.Errorf("--gamma %v: want a positive, finite factor", c.Gamma)
+	case c.Threads < 0:
+		return fmt.Errorf("--threads %d: want 0 (all the cores this rank has) or more", c.Threads)
+	case c.LogInterval < 0:
+		return fmt.Errorf("--log-interval %d: want 0 (the default) or more", c.LogInterval)
+	case c.Accumulate < 0:
+		return fmt.Errorf("--accumulate %d: want 1 or more (0: 1)", c.Accumulate)
+	case c.Pipeline < 0:
+		return fmt.Errorf("--pipeline %d: want 2 or more stages (0 or 1: none)", c.Pipeline)
+	case c.Microbatches < 0:
+		return fmt.Errorf("--microbatches %d: want 1 or more", c.Microbatches)
+	case c.Schedule != "" && c.Schedule != "gpipe" && c.Schedule != "1f1b":
+		return fmt.Errorf("--schedule %q: want gpipe or 1f1b", c.Schedule)
 	case c.Balance != "" && c.Balance != "time" && c.Balance != "params":
-		return fmt.Errorf("balance %q: want time or params", c.Balance)
+		return fmt.Errorf("--balance %q: want time or params", c.Balance)
 	case len(c.Split) > 0 && len(c.Split) != c.Pipeline-1:
-		return fmt.Errorf("split %v: a pipeline of %d stages needs %d split points", c.Split, c.Pipeline, max(c.Pipeline-1, 0))
+		return fmt.Errorf("--split %v: a pipeline of %d stages needs %d split points", c.Split, c.Pipeline, max(c.Pipeline-1, 0))
 	case c.Pipeline > 1 && c.Accumulate > 1:
-		return fmt.Errorf("accumulate %d with a pipeline: the microbatches already accumulate; raise the batch size instead", c.Accumulate)
+		return fmt.Errorf("--accumulate %d with a pipeline: the microbatches already accumulate; raise the batch size instead", c.Accumulate)
 	}
 	return nil
+}
+
+// validName reports whether v is one of names, ignoring case.
+func validName(v string, names ...string) bool {
+	for _, n := range names {
+		if strings.EqualFold(v, n) {
+			return true
+		}
+	}
+	return false
 }
 
 // newOptimizer builds the configured optimizer over params.

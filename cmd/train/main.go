@@ -126,6 +126,11 @@ func parseFlags(args []string) (train.Config, options, error) {
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	for name, n := range map[string]int{"train-samples": o.trainSamples, "test-samples": o.testSamples} {
+		if n < 0 {
+			return cfg, o, fmt.Errorf("--%s %d: want 0 (all) or more", name, n)
+		}
+	}
 	cfg, err := resolveConfig(cfg, set, o.resume)
 	return cfg, o, err
 }
@@ -259,6 +264,9 @@ func resolveConfig(flags train.Config, set map[string]bool, resume string) (trai
 		if set[name] {
 			apply()
 		}
+	}
+	if err := base.Validate(); err != nil {
+		return base, fmt.Errorf("invalid settings: %w", err)
 	}
 	if resume != "" && !set["threads"] {
 		base.Threads = 0 // the saved count fits the machine it was saved on
