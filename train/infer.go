@@ -89,6 +89,9 @@ type Prediction struct {
 // Classify returns, for each image (bytes shaped as the model's input),
 // the top k classes by probability.
 func (c *Classifier) Classify(images [][]byte, k int) ([][]Prediction, error) {
+	if k < 1 {
+		return nil, fmt.Errorf("classify: the top %d classes: want 1 or more", k)
+	}
 	in := c.Model.Input
 	ds := &data.Dataset{Shape: [3]int(in), Classes: c.Classes, Mean: c.Mean, Std: c.Std, Labels: make([]uint8, len(images))}
 	for i, img := range images {

@@ -237,6 +237,11 @@ func TestClassifier(t *testing.T) {
 	for i := range 10 {
 		images = append(images, test.Image(i))
 	}
+	for _, k := range []int{0, -5} {
+		if _, err := c.Classify(images, k); err == nil || !strings.Contains(err.Error(), "want 1 or more") {
+			t.Fatalf("the top %d classes: %v", k, err)
+		}
+	}
 	preds, err := c.Classify(images, 3)
 	if err != nil {
 		t.Fatal(err)

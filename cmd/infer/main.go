@@ -44,6 +44,11 @@ func run(args []string, stdout io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	for name, v := range map[string]int{"top": *top, "threads": *threads, "batch-size": *batch} {
+		if v < 1 {
+			return fmt.Errorf("--%s %d: want 1 or more", name, v)
+		}
+	}
 	if *weights == "" {
 		return fmt.Errorf("--weights is required")
 	}

@@ -102,6 +102,30 @@ func TestInfer(t *testing.T) {
 	}
 }
 
+// TestInferFlagErrors: values that cannot work are refused before
+// anything is loaded, naming the flag and the value.
+func TestInferFlagErrors(t *testing.T) {
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--weights", "w.safetensors", "--top", "-5", "a.png"}, "--top -5"},
+		{[]string{"--weights", "w.safetensors", "--top", "0", "a.png"}, "--top 0"},
+		{[]string{"--weights", "w.safetensors", "--threads", "0", "a.png"}, "--threads 0"},
+		{[]string{"--weights", "w.safetensors", "--batch-size", "-1", "--data", "d"}, "--batch-size -1"},
+	}
+	for _, c := range cases {
+		var out bytes.Buffer
+		err := run(c.args, &out)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("infer %v: error %v, want %q", c.args, err, c.want)
+		}
+		if out.Len() > 0 {
+			t.Errorf("infer %v printed %q", c.args, out.String())
+		}
+	}
+}
+
 func writeImage(t *testing.T, dir string, i int, img image.Image, asJPEG bool) string {
 	t.Helper()
 	name := filepath.Join(dir, fmt.Sprintf("img%d.png", i))
