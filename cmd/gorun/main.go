@@ -18,6 +18,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -78,7 +79,18 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return res.First.Status()
 	case res.Err != nil:
 		fmt.Fprintf(stderr, "gorun: %v\n", res.Err)
-		return 124
+		return exitStatus(res.Err)
 	}
 	return 0
+}
+
+// exitStatus is gorun's exit code for a job stopped from outside: 128 plus
+// the signal's number for a signal (as shells and Slurm report it), 124
+// for the timeout (as timeout(1)) and anything else.
+func exitStatus(err error) int {
+	var ie *launch.InterruptError
+	if errors.As(err, &ie) {
+		return ie.Status()
+	}
+	return 124
 }

@@ -17,6 +17,9 @@ func TestExitStatusAndMessage(t *testing.T) {
 		{"a rank fails", []string{"-np", "3", "-grace", "200ms", "sh", "-c", `[ "$RANK" = 2 ] && exit 5; exec sleep 30`}, 5, []string{"rank 2 (pid", "exited with status 5", "job failed"}},
 		{"a rank is killed", []string{"-np", "2", "-grace", "200ms", "sh", "-c", `[ "$RANK" = 1 ] && kill -9 $$; exec sleep 30`}, 137, []string{"rank 1 (pid", "killed by signal 9"}},
 		{"timeout", []string{"-np", "2", "-timeout", "200ms", "-grace", "200ms", "sleep", "30"}, 124, []string{"timed out after 200ms"}},
+		// Rank 0 sends SIGINT to gorun (its parent: run is in this process),
+		// as a user's Ctrl-C would: forwarded, and 128 + 2 as shells report it.
+		{"interrupted", []string{"-np", "2", "-grace", "500ms", "sh", "-c", `[ "$RANK" = 0 ] && sleep 0.5 && kill -INT $PPID; exec sleep 30`}, 130, []string{"interrupted by interrupt"}},
 		{"no program", []string{"-np", "2"}, 2, []string{"usage: gorun"}},
 		{"bad np", []string{"-np", "0", "true"}, 2, []string{"need at least one rank"}},
 	}

@@ -91,6 +91,18 @@ func (e *RankError) Status() int {
 // ErrTimeout is returned (wrapped) when the job outlives Config.Timeout.
 var ErrTimeout = errors.New("job timed out")
 
+// InterruptError is Result.Err when a signal (SIGINT, SIGTERM) stopped the
+// job; with Config.ForwardSignals it was passed on to every rank.
+type InterruptError struct {
+	Signal syscall.Signal
+}
+
+func (e *InterruptError) Error() string { return fmt.Sprintf("interrupted by %v", e.Signal) }
+
+// Status is the exit code a launcher should end with, as shells and Slurm
+// report a process killed by the signal: 128 + its number.
+func (e *InterruptError) Status() int { return 128 + int(e.Signal) }
+
 // Result tells how a job ended.
 type Result struct {
 	// First is the failure that most likely caused the others (nil when all
@@ -322,7 +334,7 @@ func (j *job) run(ctx context.Context) (*Result, error) {
 		case s := <-sigs:
 			interrupts++
 			if res.Err == nil {
-				res.Err = fmt.Errorf("interrupted by %v", s)
+				res.Err = &InterruptError{Signal: s.(syscall.Signal)}
 			}
 			j.markStopped()
 			if interrupts > 1 {
