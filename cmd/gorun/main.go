@@ -37,8 +37,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	np := fs.Int("np", 1, "number of ranks to start")
 	noPrefix := fs.Bool("no-prefix", false, "do not label output lines with \"[rank] \"")
-	timeout := fs.Duration("timeout", 0, "stop the whole job after this long (0: no limit)")
-	grace := fs.Duration("grace", 3*time.Second, "after a rank fails, how long the others get to exit before SIGTERM (and again before SIGKILL)")
+	timeout := durationFlag(fs, "timeout", 0, "stop the whole job after this long, e.g. 90s or 2h (0: no limit)")
+	grace := durationFlag(fs, "grace", 3*time.Second, "after a rank fails, how long the others get to exit before SIGTERM (and again before SIGKILL)")
 	nnodes := fs.Int("nnodes", 1, "machines in the job, each running gorun with the same -np, -nnodes, -master and GORUN_TOKEN (as torchrun --nnodes)")
 	nodeRank := fs.Int("node-rank", 0, "with -nnodes: this machine's number, 0 … nnodes−1 (its ranks are node-rank·np … node-rank·np+np−1)")
 	master := fs.String("master", "", "with -nnodes: HOST:PORT where node 0 serves the rendezvous store (an address of node 0 the others reach)")
@@ -93,4 +93,22 @@ func exitStatus(err error) int {
 		return ie.Status()
 	}
 	return 124
+}
+
+// durationFlag is fs.Duration with an error that says what a duration
+// looks like: flag.Duration answers a bare number with "parse error".
+func durationFlag(fs *flag.FlagSet, name string, value time.Duration, usage string) *time.Duration {
+	d := value
+	fs.Func(name, fmt.Sprintf("%s (default %v)", usage, value), func(v string) error {
+		parsed, err := time.ParseDuration(v)
+		if err != nil {
+			return fmt.Errorf("%q is not a duration: want a number with a unit, such as 30s, 5m or 1h30m", v)
+		}
+		if parsed < 0 {
+			return fmt.Errorf("%v: want 0 or more", parsed)
+		}
+		d = parsed
+		return nil
+	})
+	return &d
 }

@@ -21,6 +21,8 @@ func TestExitStatusAndMessage(t *testing.T) {
 		// as a user's Ctrl-C would: forwarded, and 128 + 2 as shells report it.
 		{"interrupted", []string{"-np", "2", "-grace", "500ms", "sh", "-c", `[ "$RANK" = 0 ] && sleep 0.5 && kill -INT $PPID; exec sleep 30`}, 130, []string{"interrupted by interrupt"}},
 		{"no program", []string{"-np", "2"}, 2, []string{"usage: gorun"}},
+		{"timeout without a unit", []string{"-timeout", "2", "true"}, 2, []string{`"2" is not a duration`, "such as 30s"}},
+		{"negative grace", []string{"-grace", "-1s", "true"}, 2, []string{"-1s: want 0 or more"}},
 		{"bad np", []string{"-np", "0", "true"}, 2, []string{"need at least one rank"}},
 	}
 	for _, tc := range tests {
