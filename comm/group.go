@@ -505,31 +505,42 @@ func (g *Group) enqueue(ctx context.Context, c call, run func(context.Context) e
 	return w
 }
 
+// collectiveKind names the collectives dispatch runs.
+type collectiveKind uint8
+
+const (
+	allReduce collectiveKind = iota
+	broadcast
+	allGather
+	reduceScatter
+	barrier
+)
+
+var collectiveNames = [...]string{allReduce: "AllReduce", broadcast: "Broadcast", allGather: "AllGather", reduceScatter: "ReduceScatter", barrier: "Barrier"}
+
 // collective is one collective call's arguments: what dispatch runs.
 type collective[T Elem] struct {
-	kind      string // AllReduce, Broadcast, AllGather, ReduceScatter, Barrier
-	buf, recv []T    // buf is send for AllGather and ReduceScatter
+	kind      collectiveKind
+	buf, recv []T // buf is send for AllGather and ReduceScatter
 	op        Op
 	root      int
 	count     int // the call's element count, for errors; -1 for none
 }
 
-func (c *collective[T]) call() call { return call{c.kind, c.count} }
+func (c *collective[T]) call() call { return call{collectiveNames[c.kind], c.count} }
 
 func (c *collective[T]) run(ctx context.Context, r *ring.Collectives) error {
 	switch c.kind {
-	case "AllReduce":
+	case allReduce:
 		return ring.AllReduce(ctx, r, c.buf, c.op)
-	case "Broadcast":
+	case broadcast:
 		return ring.Broadcast(ctx, r, c.buf, c.root)
-	case "AllGather":
+	case allGather:
 		return ring.AllGather(ctx, r, c.buf, c.recv)
-	case "ReduceScatter":
+	case reduceScatter:
 		return ring.ReduceScatter(ctx, r, c.buf, c.recv, c.op)
-	case "Barrier":
-		return ring.Barrier(ctx, r)
 	}
-	return fmt.Errorf("comm: unknown collective %q", c.kind)
+	return ring.Barrier(ctx, r)
 }
 
 // dispatch runs c now, or behind the asynchronous calls still queued (the
@@ -551,13 +562,13 @@ func dispatchAsync[T Elem](ctx context.Context, g *Group, c collective[T]) *Work
 
 // AllReduce reduces buf across the group in place; every rank ends with the same result.
 func AllReduce[T Elem](ctx context.Context, g *Group, buf []T, op Op) error {
-	return dispatch(ctx, g, collective[T]{kind: "AllReduce", buf: buf, op: op, count: len(buf)})
+	return dispatch(ctx, g, collective[T]{kind: allReduce, buf: buf, op: op, count: len(buf)})
 }
 
 // AllReduceAsync starts AllReduce and returns at once; buf must not be
 // touched until the Work's Wait returns.
 func AllReduceAsync[T Elem](ctx context.Context, g *Group, buf []T, op Op) *Work {
-	return dispatchAsync(ctx, g, collective[T]{kind: "AllReduce", buf: buf, op: op, count: len(buf)})
+	return dispatchAsync(ctx, g, collective[T]{kind: allReduce, buf: buf, op: op, count: len(buf)})
 }
 
 // Broadcast copies root's buf into every rank's buf.
@@ -565,17 +576,17 @@ func Broadcast[T Elem](ctx context.Context, g *Group, buf []T, root int) error {
 	if root < 0 || root >= g.Size() {
 		return g.wrap(call{"Broadcast", len(buf)}.String(), fmt.Errorf("root %d outside the group of %d", root, g.Size()))
 	}
-	return dispatch(ctx, g, collective[T]{kind: "Broadcast", buf: buf, root: root, count: len(buf)})
+	return dispatch(ctx, g, collective[T]{kind: broadcast, buf: buf, root: root, count: len(buf)})
 }
 
 // AllGather gathers every rank's send, in rank order, into recv (Size()·len(send) elements).
 func AllGather[T Elem](ctx context.Context, g *Group, send, recv []T) error {
-	return dispatch(ctx, g, collective[T]{kind: "AllGather", buf: send, recv: recv, count: len(send)})
+	return dispatch(ctx, g, collective[T]{kind: allGather, buf: send, recv: recv, count: len(send)})
 }
 
 // ReduceScatter reduces send (Size()·len(recv) elements) and leaves this rank's block in recv.
 func ReduceScatter[T Elem](ctx context.Context, g *Group, send, recv []T, op Op) error {
-	return dispatch(ctx, g, collective[T]{kind: "ReduceScatter", buf: send, recv: recv, op: op, count: len(recv)})
+	return dispatch(ctx, g, collective[T]{kind: reduceScatter, buf: send, recv: recv, op: op, count: len(recv)})
 }
 
 // AllReduce is AllReduce on float32.
@@ -605,7 +616,7 @@ func (g *Group) ReduceScatter(ctx context.Context, send, recv []float32, op Op) 
 
 // Barrier returns once every rank of the group has called it.
 func (g *Group) Barrier(ctx context.Context) error {
-	return dispatch(ctx, g, collective[uint8]{kind: "Barrier", count: -1})
+	return dispatch(ctx, g, collective[uint8]{kind: barrier, count: -1})
 }
 
 // Close leaves the job. Closing the world group says goodbye to every peer
