@@ -3,14 +3,13 @@ package bench
 import (
 	"bytes"
 	"context"
-	"net"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/gorun/gorun/comm"
+	"github.com/gorun/gorun/comm/commtest"
 )
 
 func TestParseSizes(t *testing.T) {
@@ -69,63 +68,15 @@ func TestIterations(t *testing.T) {
 	}
 }
 
-// group starts n ranks of a job in this process over loopback.
-func groups(t *testing.T, n int) []*comm.Group {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	gs := make([]*comm.Group, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			gs[r], errs[r] = comm.Init(context.Background(), comm.WithRank(r, n), comm.WithMaster("127.0.0.1", port),
-				comm.WithToken("bench-test"), comm.WithJoinTimeout(20*time.Second))
-		}()
-	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
-	t.Cleanup(func() {
-		// Every rank closes at once, as separate processes would.
-		var wg sync.WaitGroup
-		for _, g := range gs {
-			wg.Add(1)
-			go func() { defer wg.Done(); g.Close() }()
-		}
-		wg.Wait()
-	})
-	return gs
-}
-
 // runAll runs cfg on every rank and returns rank 0's results.
 func runAll(t *testing.T, gs []*comm.Group, cfg Config) []Result {
 	t.Helper()
 	res := make([][]Result, len(gs))
-	errs := make([]error, len(gs))
-	var wg sync.WaitGroup
-	for r, g := range gs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			res[r], errs[r] = Run(context.Background(), g, cfg)
-		}()
-	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
+	commtest.EachRank(t, gs, func(g *comm.Group) error {
+		var err error
+		res[g.Rank()], err = Run(context.Background(), g, cfg)
+		return err
+	})
 	return res[0]
 }
 
@@ -133,7 +84,7 @@ func runAll(t *testing.T, gs []*comm.Group, cfg Config) []Result {
 // results correct, the table has one line per size in nccl-tests' columns,
 // and a planted broken reduction is counted in #wrong.
 func TestHarness(t *testing.T) {
-	gs := groups(t, 3)
+	gs := commtest.Groups(t, 3)
 	cfg := Config{Ops: Ops, Sizes: []int64{24, 96, 4 << 10}, Warmup: 1, WarmupTime: 10 * time.Millisecond, Iters: 2}
 	res := runAll(t, gs, cfg)
 	if len(res) != len(Ops)*len(cfg.Sizes) {

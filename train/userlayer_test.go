@@ -10,13 +10,12 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"net"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/gorun/gorun/comm"
+	"github.com/gorun/gorun/comm/commtest"
 	"github.com/gorun/gorun/model/cpu"
 	"github.com/gorun/gorun/model/nn"
 	"github.com/gorun/gorun/model/tensor"
@@ -316,56 +315,6 @@ func TestUserLayerInNN(t *testing.T) {
 	})
 }
 
-// localGroups starts n ranks of a job in this process over loopback.
-func localGroups(t *testing.T, n int) []*comm.Group {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	gs := make([]*comm.Group, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Go(func() {
-			gs[r], errs[r] = comm.Init(context.Background(), comm.WithRank(r, n), comm.WithMaster("127.0.0.1", port),
-				comm.WithToken("user-layer"), comm.WithJoinTimeout(20*time.Second), comm.WithTimeout(30*time.Second))
-		})
-	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
-	t.Cleanup(func() {
-		var wg sync.WaitGroup
-		for _, g := range gs {
-			wg.Go(func() { g.Close() })
-		}
-		wg.Wait()
-	})
-	return gs
-}
-
-// eachRank runs fn for every rank at once and fails on the first error.
-func eachRank(t *testing.T, gs []*comm.Group, fn func(g *comm.Group) error) {
-	t.Helper()
-	errs := make([]error, len(gs))
-	var wg sync.WaitGroup
-	for r, g := range gs {
-		wg.Go(func() { errs[r] = fn(g) })
-	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
-}
-
 // TestUserLayerDDP: two ranks, each with half the batch and its own initial
 // weights (DDP takes rank 0's), must end with the whole batch's gradients
 // of one process.
@@ -375,9 +324,9 @@ func TestUserLayerDDP(t *testing.T) {
 	defer refBE.Close()
 	want := gradsOf(t, refBE, userNet(refBE, 1), x, labels)
 
-	gs := localGroups(t, 2)
+	gs := commtest.Groups(t, 2, comm.WithTimeout(30*time.Second))
 	got := make([]map[string][]float32, 2)
-	eachRank(t, gs, func(g *comm.Group) error {
+	commtest.EachRank(t, gs, func(g *comm.Group) error {
 		be := cpu.New(1)
 		defer be.Close()
 		net := userNet(be, uint64(1+10*g.Rank()))
@@ -424,9 +373,9 @@ func TestUserLayerPipeline(t *testing.T) {
 
 	for _, schedule := range []string{"gpipe", "1f1b"} {
 		t.Run(schedule, func(t *testing.T) {
-			gs := localGroups(t, 2)
+			gs := commtest.Groups(t, 2, comm.WithTimeout(30*time.Second))
 			got := make([]map[string][]float32, 2)
-			eachRank(t, gs, func(g *comm.Group) error {
+			commtest.EachRank(t, gs, func(g *comm.Group) error {
 				be := cpu.New(1)
 				defer be.Close()
 				whole := userNet(be, 1)

@@ -1,0 +1,68 @@
+// Package commtest starts the ranks of a job inside one test process,
+// over loopback, for tests that need real groups without starting
+// processes.
+package commtest
+
+import (
+	"context"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorun/gorun/comm"
+)
+
+// Groups joins n ranks of a job in this process over loopback and closes
+// them all at once when the test ends, as separate processes would. opts
+// are added to each rank's settings (say comm.WithTimeout).
+func Groups(t testing.TB, n int, opts ...comm.Option) []*comm.Group {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	gs := make([]*comm.Group, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Go(func() {
+			all := append([]comm.Option{comm.WithRank(r, n), comm.WithMaster("127.0.0.1", port),
+				comm.WithToken("commtest"), comm.WithJoinTimeout(20 * time.Second)}, opts...)
+			gs[r], errs[r] = comm.Init(context.Background(), all...)
+		})
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	t.Cleanup(func() {
+		var wg sync.WaitGroup
+		for _, g := range gs {
+			wg.Go(func() { g.Close() })
+		}
+		wg.Wait()
+	})
+	return gs
+}
+
+// EachRank runs fn for every group at once and fails the test on the
+// first error, naming the rank.
+func EachRank(t testing.TB, gs []*comm.Group, fn func(g *comm.Group) error) {
+	t.Helper()
+	errs := make([]error, len(gs))
+	var wg sync.WaitGroup
+	for r, g := range gs {
+		wg.Go(func() { errs[r] = fn(g) })
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+}
