@@ -12,7 +12,8 @@ set -euo pipefail
 old=$1 new=$2 rounds=${3:-3} sizes=${4:-8B,4KB,64KB,1MB,16MB}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-echo "# $(date -u +%FT%TZ) $(lscpu | sed -n 's/^Model name: *//p') ($(nproc) cores); sizes $sizes"
+cpu="$(lscpu | sed -n 's/^Model name: *//p'), family $(lscpu | sed -n 's/^CPU family: *//p') model $(lscpu | sed -n 's/^Model: *//p')"
+echo "# $(date -u +%FT%TZ) $cpu ($(nproc) cores); sizes $sizes"
 for round in $(seq "$rounds"); do
   for build in "old $old" "new $new"; do
     set -- $build
