@@ -312,6 +312,9 @@ func connect(ctx context.Context, s *Settings) (d *dataPath, err error) {
 		return nil, err
 	}
 	if err := store.Set(ctx, doneKey(s.Rank), nil); err != nil {
+		d.close()
+		t.Abort(err)
+		t.Close(ctx)
 		return nil, err
 	}
 	if s.Rank == 0 {
