@@ -58,7 +58,7 @@ func (d *dataPath) add(t peerTransport, name string, close func()) {
 // shared memory for the ranks of this machine (GORUN_TRANSPORT=tcp skips
 // both). On failure it closes what it set up.
 func (d *dataPath) setUp(ctx context.Context, store *rendezvous.Client, s *Settings) error {
-	rd, err := setupRDMA(ctx, store, s, openDevice, d.tcp.Err)
+	rd, err := setupRDMA(ctx, store, s, openDevice, d.tcp.Err, d.tcp.Left)
 	if err != nil {
 		return fmt.Errorf("RDMA set-up: %w", err)
 	}

@@ -68,6 +68,7 @@ type Group struct {
 	ring ring.Collectives
 
 	mu      sync.Mutex   // held while a collective runs
+	act     activity     // the running or last collective, for farewells and stall reports
 	qmu     sync.RWMutex // guards sending on queue against Close
 	pending atomic.Int64
 	queue   chan queued
@@ -433,26 +434,18 @@ func (g *Group) wrap(what string, err error) error {
 	return fmt.Errorf("comm: rank %d: %s: %w", g.w.settings.Rank, what, err)
 }
 
-// fail records err as the group's error and tells every other rank.
+// fail records err as the group's error and tells every other rank. A
+// peer that closed its group while this rank waits for it is named first,
+// with where each of them was: the ranks disagree about the calls to make.
 func (g *Group) fail(what string, err error) error {
 	wrapped := g.wrap(what, err)
+	if left := (*tcp.LeftError)(nil); errors.As(err, &left) {
+		wrapped = fmt.Errorf("comm: rank %d: %w while this rank waits in %s", g.w.settings.Rank, left, what)
+	}
 	g.err.CompareAndSwap(nil, &wrapped)
 	err = *g.err.Load()
 	g.w.t.Abort(err)
 	return err
-}
-
-// call names a collective call in errors.
-type call struct {
-	kind  string
-	count int
-}
-
-func (c call) String() string {
-	if c.count < 0 {
-		return c.kind
-	}
-	return fmt.Sprintf("%s of %d elements", c.kind, c.count)
 }
 
 // exec runs one collective now, on this goroutine, holding the group. The
@@ -469,11 +462,15 @@ func (g *Group) exec(ctx context.Context, c call, run func(context.Context) erro
 	if err := g.err.Load(); err != nil {
 		return *err
 	}
+	seq := g.ring.Seq()
 	if err := g.w.t.Err(); err != nil {
-		return g.fail(c.String(), err)
+		return g.fail(c.numbered(seq), err)
 	}
-	if err := run(ctx); err != nil {
-		return g.fail(c.String(), err)
+	g.act.begin(seq, c)
+	err := run(ctx)
+	g.act.end()
+	if err != nil {
+		return g.fail(c.numbered(seq), err)
 	}
 	return nil
 }
@@ -530,7 +527,12 @@ type collective[T Elem] struct {
 	count     int // the call's element count, for errors; -1 for none
 }
 
-func (c *collective[T]) call() call { return call{collectiveNames[c.kind], c.count} }
+func (c *collective[T]) call() call {
+	if c.kind == barrier {
+		return call{kind: collectiveNames[c.kind], count: -1}
+	}
+	return call{collectiveNames[c.kind], c.count, ring.DTypeOf[T]()}
+}
 
 func (c *collective[T]) run(ctx context.Context, r *ring.Collectives) error {
 	switch c.kind {
@@ -577,7 +579,7 @@ func AllReduceAsync[T Elem](ctx context.Context, g *Group, buf []T, op Op) *Work
 // Broadcast copies root's buf into every rank's buf.
 func Broadcast[T Elem](ctx context.Context, g *Group, buf []T, root int) error {
 	if root < 0 || root >= g.Size() {
-		return g.wrap(call{"Broadcast", len(buf)}.String(), fmt.Errorf("root %d outside the group of %d", root, g.Size()))
+		return g.wrap(call{"Broadcast", len(buf), ring.DTypeOf[T]()}.String(), fmt.Errorf("root %d outside the group of %d", root, g.Size()))
 	}
 	return dispatch(ctx, g, collective[T]{kind: broadcast, buf: buf, root: root, count: len(buf)})
 }
@@ -647,7 +649,7 @@ func (g *Group) Close() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	err := g.w.t.Close(ctx)
+	err := g.w.t.CloseWith(ctx, g.act.farewell())
 	g.w.data.close()
 	if err != nil && failure == nil {
 		return g.wrap("Close", err)

@@ -362,3 +362,41 @@ func TestRDMAFallsBack(t *testing.T) {
 		})
 	}
 }
+
+// TestRankClosingEarlyNamed: the last rank makes one all-reduce fewer than
+// the others and closes its group. On every transport the others fail
+// within a second with an error naming it, its last call and theirs
+// (before, shared memory waited out GORUN_TIMEOUT and TCP reported a
+// mismatch between two identical calls).
+func TestRankClosingEarlyNamed(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		np   int
+		env  []string
+	}{
+		{"tcp", 2, []string{"GORUN_TRANSPORT=tcp"}},
+		{"shm", 2, nil},
+		{"shm-np3", 3, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res, out := runJob(t, tc.np, "early", tc.env...)
+			if res.Error() == nil {
+				t.Fatalf("job succeeded:\n%s", out)
+			}
+			lines := rankLines(out)
+			want := fmt.Sprintf("rank %d closed its group after its call #13 (AllReduce, 103 × float64) while this rank waits in call #14 (AllReduce, 103 × float64)", tc.np-1)
+			for r := range tc.np - 1 {
+				text := strings.Join(lines[r], "\n")
+				if !strings.Contains(text, want) {
+					t.Errorf("rank %d does not say %q:\n%s", r, want, out)
+					continue
+				}
+				if m := regexp.MustCompile(`after (\d+)ms`).FindStringSubmatch(text); m == nil {
+					t.Errorf("rank %d does not say how long it took:\n%s", r, text)
+				} else if ms, _ := strconv.Atoi(m[1]); ms > 1000 {
+					t.Errorf("rank %d took %d ms to notice", r, ms)
+				}
+			}
+		})
+	}
+}

@@ -60,7 +60,7 @@ func wantsRDMA(mode string, a, b *rdma.Offer) bool {
 // endpoint for each other; each rank connects its queue pairs and
 // publishes which came up, and a pair uses RDMA only when both ends did.
 // Nothing here fails the job: whatever goes wrong, the pair uses TCP.
-func setupRDMA(ctx context.Context, store *rendezvous.Client, s *Settings, open openVerbs, failed func() error) (*rdmaSetup, error) {
+func setupRDMA(ctx context.Context, store *rendezvous.Client, s *Settings, open openVerbs, failed func() error, left func(int) error) (*rdmaSetup, error) {
 	host, err := hostIdentity()
 	if err != nil {
 		host = fmt.Sprintf("unknown-%d", s.Rank)
@@ -126,7 +126,7 @@ func setupRDMA(ctx context.Context, store *rendezvous.Client, s *Settings, open 
 	}
 	// Round 2: an endpoint for each peer (empty when this rank could not
 	// make its queue pairs).
-	t, newErr := rdma.New(rdma.Config{Rank: s.Rank, Size: s.Size, Timeout: s.Timeout, Spin: s.Spin, Failed: failed}, dev, peers)
+	t, newErr := rdma.New(rdma.Config{Rank: s.Rank, Size: s.Size, Timeout: s.Timeout, Spin: s.Spin, Failed: failed, Left: left}, dev, peers)
 	if newErr != nil {
 		closeDev()
 		if setup.without == "" {

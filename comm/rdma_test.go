@@ -67,7 +67,7 @@ func TestRDMASetupThroughStore(t *testing.T) {
 					}
 					defer store.Close()
 					s := &Settings{Rank: r, Size: size, Transport: tc.mode, Timeout: 10 * time.Second}
-					if setups[r], err = setupRDMA(ctx, store, s, open, func() error { return nil }); err != nil {
+					if setups[r], err = setupRDMA(ctx, store, s, open, func() error { return nil }, nil); err != nil {
 						errs <- fmt.Errorf("rank %d: %w", r, err)
 					}
 				}()

@@ -61,7 +61,7 @@ func setupSharedMemory(ctx context.Context, t *tcp.Transport, s *Settings) (*shm
 	if len(local) < 2 {
 		return nil, nil
 	}
-	st, info, err := shm.New(shm.Config{Rank: s.Rank, Size: s.Size, Local: local, Timeout: s.Timeout, Spin: s.Spin, Failed: t.Err})
+	st, info, err := shm.New(shm.Config{Rank: s.Rank, Size: s.Size, Local: local, Timeout: s.Timeout, Spin: s.Spin, Failed: t.Err, Left: t.Left})
 	if err != nil {
 		return nil, err
 	}

@@ -65,6 +65,8 @@ func runWorker(scenario string) int {
 		err = benchScenario(ctx, g)
 	case "staged":
 		err = stagedScenario(ctx, g)
+	case "early":
+		err = earlyScenario(ctx, g)
 	case "mismatch":
 		if g.Rank() == 1 {
 			err = g.AllReduce(ctx, make([]float32, 1000), comm.Sum)
@@ -454,4 +456,24 @@ func containsAll(s string, subs ...string) bool {
 		}
 	}
 	return true
+}
+
+// earlyScenario: the last rank makes one all-reduce fewer than the others
+// and closes its group; the others must fail fast, naming it and the calls.
+func earlyScenario(ctx context.Context, g *comm.Group) error {
+	calls := 14
+	if g.Rank() == g.Size()-1 {
+		calls = 13
+	}
+	buf := make([]float64, 103)
+	start := time.Now()
+	for range calls {
+		if err := comm.AllReduce(ctx, g, buf, comm.Sum); err != nil {
+			return fmt.Errorf("after %v: %w", time.Since(start).Round(time.Millisecond), err)
+		}
+	}
+	if g.Rank() == g.Size()-1 {
+		return g.Close()
+	}
+	return errors.New("the extra all-reduce succeeded")
 }

@@ -43,6 +43,10 @@ type Config struct {
 	// Failed, when set, reports a failure detected elsewhere (a peer's TCP
 	// connection breaking): waits and sends return it.
 	Failed func() error
+	// Left, when set, reports that a rank closed its end on purpose (its
+	// goodbye comes elsewhere, over TCP): waits for that rank's data and
+	// sends to it return the error, after one last look at what it sent.
+	Left func(rank int) error
 }
 
 // PeerError is a failure while talking to one rank.
@@ -543,6 +547,7 @@ type waiter struct {
 	deadline time.Time
 	spins    int
 	sleep    time.Duration
+	looks    int // last looks taken since the peer left
 }
 
 func (t *Transport) waiter(ctx context.Context, rank int, what string) waiter {
@@ -559,6 +564,15 @@ func (t *Transport) waiter(ctx context.Context, rank int, what string) waiter {
 func (w *waiter) pause() error {
 	if err := w.t.failure(); err != nil {
 		return err
+	}
+	if l := w.t.cfg.Left; l != nil {
+		if err := l(w.rank); err != nil {
+			// What the rank wrote before it said goodbye has landed: one
+			// more look takes it.
+			if w.looks++; w.looks > 2 {
+				return err
+			}
+		}
 	}
 	if err := w.ctx.Err(); err != nil {
 		return &PeerError{Rank: w.rank, Err: fmt.Errorf("%s: %w", w.what, err)}

@@ -51,6 +51,10 @@ type Config struct {
 	// Failed, when set, reports a failure detected elsewhere (a peer's TCP
 	// connection breaking): waits and sends return it.
 	Failed func() error
+	// Left, when set, reports that a rank closed its end on purpose (its
+	// goodbye comes elsewhere, over TCP): waits for that rank's data and
+	// sends to it return the error, after one last look at what it sent.
+	Left func(rank int) error
 }
 
 // Info is what a peer needs to map this rank's segment.
@@ -208,6 +212,7 @@ type waiter struct {
 	deadline time.Time
 	polls    int
 	spinning bool
+	looks    int // last looks taken since the peer left
 }
 
 // A waiter starts in its spin phase (when there is one), so the first
@@ -229,6 +234,9 @@ func (w *waiter) pause(ready func() bool) error {
 		if err := f(); err != nil {
 			return err
 		}
+	}
+	if err := w.left(); err != nil {
+		return err
 	}
 	if err := w.ctx.Err(); err != nil {
 		return &PeerError{Rank: w.rank, Err: fmt.Errorf("%s: %w", w.what, err)}
@@ -276,6 +284,27 @@ func (w *waiter) pause(ready func() bool) error {
 	own.sleepers().Add(^uint32(0))
 	return nil
 }
+
+// left returns the error Config.Left reports for the waiter's rank once
+// the wait has taken lastLooks more looks after it left: what the rank sent
+// before it said goodbye is in its ring by then, and must still arrive.
+func (w *waiter) left() error {
+	if w.t.cfg.Left == nil {
+		return nil
+	}
+	err := w.t.cfg.Left(w.rank)
+	if err == nil {
+		return nil
+	}
+	if w.looks++; w.looks <= lastLooks {
+		return nil
+	}
+	return err
+}
+
+// lastLooks is how many looks a wait takes after its peer left before it
+// gives up (one could miss the ring held by another goroutine draining it).
+const lastLooks = 3
 
 // Send copies payload into rank's ring as one frame, blocking while the
 // ring is full (draining this rank's own rings meanwhile, so two ranks

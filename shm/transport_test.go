@@ -411,6 +411,48 @@ func TestWaitsEnd(t *testing.T) {
 	}
 }
 
+// TestLeftPeer: once Config.Left reports that a rank left, a wait for its
+// data still gets the frames it sent before leaving, then fails at once
+// with the reported error (not at the timeout); so does a send to it
+// blocked on a full ring.
+func TestLeftPeer(t *testing.T) {
+	a, b := pair(t, 4, 1024)
+	ctx := context.Background()
+	sent := payload(1, 100)
+	if err := a.Send(ctx, 1, 1, [4]uint64{7}, sent); err != nil {
+		t.Fatal(err)
+	}
+	gone := errors.New("rank 0 closed its group after its call #13")
+	b.cfg.Left = func(rank int) error {
+		if rank == 0 {
+			return gone
+		}
+		return nil
+	}
+	got := make([]byte, 100)
+	tk, _ := b.Post(0, 1, got)
+	if meta, n, err := b.Wait(ctx, 0, 1, tk); err != nil || meta[0] != 7 || !bytes.Equal(got[:n], sent) {
+		t.Fatalf("the frame sent before leaving: meta %v, %d bytes, err %v", meta, n, err)
+	}
+	tk, _ = b.Post(0, 1, got)
+	start := time.Now()
+	if _, _, err := b.Wait(ctx, 0, 1, tk); !errors.Is(err, gone) {
+		t.Fatalf("wait: got %v, want the farewell", err)
+	}
+	for i := 0; ; i++ { // fill rank 0's ring, then one more
+		err := b.Send(ctx, 0, 2, [4]uint64{}, payload(2, 1024))
+		if err != nil {
+			if !errors.Is(err, gone) {
+				t.Fatalf("send %d: got %v, want the farewell", i, err)
+			}
+			break
+		}
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("giving up took %v", d)
+	}
+}
+
 // TestSleepersAreWoken: frames sent long after the receiver began
 // waiting (past its spin and yield phases, so it sleeps on the doorbell)
 // reach it, with atomic and with plain publishing stores (the latter

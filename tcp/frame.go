@@ -24,7 +24,8 @@ const (
 	KindData Kind = 1
 	// KindAbort carries the text of an error that made the sender abort the job.
 	KindAbort Kind = 2
-	// KindBye says the sender closes the connection on purpose.
+	// KindBye says the sender closes the connection on purpose; its
+	// payload, when any, says where the sender was (its farewell).
 	KindBye Kind = 3
 )
 
@@ -104,8 +105,8 @@ func DecodeHeader(b []byte) (Header, error) {
 			return h, fmt.Errorf("frame header: abort text of %d bytes exceeds %d", h.Len, maxAbortText)
 		}
 	case KindBye:
-		if h.Len != 0 {
-			return h, fmt.Errorf("frame header: bye frame with %d payload bytes", h.Len)
+		if h.Len > maxAbortText {
+			return h, fmt.Errorf("frame header: farewell of %d bytes exceeds %d", h.Len, maxAbortText)
 		}
 	default:
 		return h, fmt.Errorf("frame header: unknown kind %d", uint8(h.Kind))

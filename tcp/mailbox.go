@@ -69,7 +69,7 @@ func (m *mailbox) post(buf []byte) uint64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s := m.getSlot()
-	s.buf, s.n, s.err, s.done = buf, 0, nil, false
+	s.buf, s.meta, s.n, s.err, s.done = buf, [4]uint64{}, 0, nil, false
 	t := m.nextTicket
 	m.nextTicket++
 	m.slots[t] = s

@@ -150,10 +150,7 @@ func (t *Transport) beginFrame(p *peer, h Header) error {
 	rs.hdr, rs.inFrame, rs.got, rs.discard = h, true, 0, false
 	rs.slot, rs.early, rs.box = nil, nil, nil
 	switch h.Kind {
-	case KindBye:
-		rs.dst = nil
-		return nil
-	case KindAbort:
+	case KindBye, KindAbort:
 		rs.dst = make([]byte, h.Len)
 		return nil
 	}
@@ -187,8 +184,9 @@ func (t *Transport) endFrame(p *peer) error {
 	h := &rs.hdr
 	switch h.Kind {
 	case KindBye:
+		err := &LeftError{Rank: p.rank, Farewell: string(rs.dst)}
+		p.left.Store(err)
 		p.bye.Store(true)
-		err := &PeerError{Rank: p.rank, Addr: p.addr, Err: errors.New("the peer closed its group (called Close) while this rank still expects data from it")}
 		p.boxMu.Lock()
 		for _, m := range p.boxes {
 			m.close(err)

@@ -40,6 +40,23 @@ func (e *PeerError) Unwrap() error { return e.Err }
 // ends without the goodbye a clean Close sends.
 var ErrPeerDied = errors.New("connection lost without goodbye: the process died, was killed, or its host is unreachable")
 
+// LeftError says that a peer closed the transport on purpose (its
+// program closed its group) while this rank still expected data from it:
+// the ranks disagree about how many calls the job makes. Farewell is what
+// the peer said about where it was ("after its call #13 (AllReduce, 103 ×
+// float64)").
+type LeftError struct {
+	Rank     int
+	Farewell string
+}
+
+func (e *LeftError) Error() string {
+	if e.Farewell == "" {
+		return fmt.Sprintf("rank %d closed its group", e.Rank)
+	}
+	return fmt.Sprintf("rank %d closed its group %s", e.Rank, e.Farewell)
+}
+
 // AbortError carries the error a peer aborted the job with.
 type AbortError struct {
 	Rank int
@@ -157,8 +174,9 @@ type peer struct {
 	writeFn func(fd uintptr) bool // writes iov, for RawConn.Write
 	zbuf    []byte                // compressed payload being sent
 
-	rz  []byte // compressed or discarded payload being received
-	bye atomic.Bool
+	rz   []byte // compressed or discarded payload being received
+	bye  atomic.Bool
+	left atomic.Pointer[LeftError] // set with bye
 }
 
 func (p *peer) box(stream uint32) *mailbox {
@@ -191,6 +209,18 @@ func (t *Transport) PeerAddr(rank int) string {
 func (t *Transport) Err() error {
 	if err := t.failErr.Load(); err != nil {
 		return *err
+	}
+	return nil
+}
+
+// Left returns a *LeftError when rank has closed its end on purpose (said
+// goodbye), else nil. Transports beside this one ask it while they wait
+// for that rank's data: the goodbye comes only over TCP.
+func (t *Transport) Left(rank int) error {
+	if rank >= 0 && rank < len(t.peers) && t.peers[rank] != nil {
+		if e := t.peers[rank].left.Load(); e != nil {
+			return e
+		}
 	}
 	return nil
 }
@@ -452,7 +482,14 @@ const closeWait = 10 * time.Second
 // Close says goodbye to every peer, waits (bounded by ctx and closeWait) until each has
 // said goodbye too, and closes the connections. Errors from several peers are
 // gathered into one.
-func (t *Transport) Close(ctx context.Context) error {
+func (t *Transport) Close(ctx context.Context) error { return t.CloseWith(ctx, "") }
+
+// CloseWith is Close with a farewell: a peer still waiting for this rank's
+// data fails with a *LeftError carrying it (at most 64 KiB are sent).
+func (t *Transport) CloseWith(ctx context.Context, farewell string) error {
+	if len(farewell) > maxAbortText {
+		farewell = farewell[:maxAbortText]
+	}
 	if t.closing.Swap(true) {
 		return nil
 	}
@@ -464,8 +501,8 @@ func (t *Transport) Close(ctx context.Context) error {
 		}
 		if healthy && tryLock(&p.wmu, time.Second) {
 			p.conn.SetWriteDeadline(t.deadline(ctx))
-			h := Header{Kind: KindBye}
-			if err := p.write(&h, nil); err != nil {
+			h := Header{Kind: KindBye, Len: uint64(len(farewell)), RawLen: uint64(len(farewell))}
+			if err := p.write(&h, []byte(farewell)); err != nil {
 				errs = multierror.Append(errs, &PeerError{Rank: p.rank, Addr: p.addr, Err: fmt.Errorf("goodbye: %w", err)})
 			}
 			p.conn.CloseWrite()

@@ -220,6 +220,46 @@ func TestCleanCloseIsNotDeath(t *testing.T) {
 	}
 }
 
+// TestFarewellReachesWaiters: a rank that closes with a farewell fails the
+// receives still waiting for it with a LeftError carrying the farewell,
+// also one posted after it left; the frames it sent before closing are
+// still delivered, and no receive reports the metadata of an earlier frame
+// (a recycled receive once did, which read as a mismatch between two
+// identical calls).
+func TestFarewellReachesWaiters(t *testing.T) {
+	ts := mesh(t, 2, Config{}, nil)
+	ctx := context.Background()
+	sent := [4]uint64{13, 1, 103, 0}
+	first, _ := ts[0].Post(1, 0, make([]byte, 8))
+	if err := ts[1].Send(ctx, 0, 0, sent, make([]byte, 8)); err != nil {
+		t.Fatal(err)
+	}
+	if meta, _, err := ts[0].Wait(ctx, 1, 0, first); err != nil || meta != sent {
+		t.Fatalf("first frame: meta %v, err %v", meta, err)
+	}
+	pending, _ := ts[0].Post(1, 0, make([]byte, 8))
+	go ts[1].CloseWith(ctx, "after its call #13")
+	for _, ticket := range []uint64{pending, 0} {
+		if ticket == 0 {
+			ticket, _ = ts[0].Post(1, 0, make([]byte, 8))
+		}
+		meta, _, err := ts[0].Wait(ctx, 1, 0, ticket)
+		var left *LeftError
+		if !errors.As(err, &left) || left.Rank != 1 || err.Error() == "" || !strings.Contains(err.Error(), "rank 1 closed its group after its call #13") {
+			t.Fatalf("got %v, want rank 1's farewell", err)
+		}
+		if meta != ([4]uint64{}) {
+			t.Errorf("a receive that got no frame reports metadata %v", meta)
+		}
+	}
+	if err := ts[0].Left(1); err == nil {
+		t.Error("Left(1) = nil after rank 1 said goodbye")
+	}
+	if err := ts[1].Left(0); err != nil {
+		t.Errorf("Left(0) on the rank that left = %v", err)
+	}
+}
+
 func TestWaitHonoursContext(t *testing.T) {
 	ts := mesh(t, 2, Config{}, nil)
 	ticket, _ := ts[0].Post(1, 0, nil)
