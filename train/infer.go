@@ -76,7 +76,32 @@ func LoadClassifier(path, model, labels string, be tensor.Backend) (*Classifier,
 	if len(c.Classes) != m.Classes {
 		return nil, fmt.Errorf("%s: %d class names for a model with %d outputs", path, len(c.Classes), m.Classes)
 	}
+	if err := checkNormalization(c.Mean, c.Std, m.Input[0]); err != nil {
+		return nil, fmt.Errorf("%s: checkpoint metadata: %w", path, err)
+	}
+	if meta != nil && meta.Input != nil && !slices.Equal(meta.Input, m.Input[:]) {
+		return nil, fmt.Errorf("%s: checkpoint metadata: input %v for model %s, whose input is %v", path, meta.Input, model, m.Input)
+	}
 	return c, nil
+}
+
+// checkNormalization refuses an input normalisation that would make every
+// prediction silently wrong: one mean and one standard deviation per
+// input channel, all finite, every deviation positive.
+func checkNormalization(mean, std []float32, channels int) error {
+	if len(mean) != channels || len(std) != channels {
+		return fmt.Errorf("mean %v and std %v for a model with %d input channels: want one of each per channel", mean, std, channels)
+	}
+	for i := range channels {
+		m, s := float64(mean[i]), float64(std[i])
+		if math.IsNaN(m) || math.IsInf(m, 0) {
+			return fmt.Errorf("mean %v: channel %d is not finite", mean, i)
+		}
+		if !(s > 0) || math.IsInf(s, 0) {
+			return fmt.Errorf("std %v: channel %d is not a positive, finite number", std, i)
+		}
+	}
+	return nil
 }
 
 // Prediction is one class and its probability.

@@ -308,8 +308,15 @@ func (t *Trainer) Describe(w io.Writer, backend string) {
 }
 
 // Run trains the remaining epochs, evaluating after each, reporting, and
-// saving a checkpoint after each when SavePath is set.
+// saving a checkpoint after each when SavePath is set (checked first: a
+// checkpoint that cannot be written fails the run before it trains).
 func (t *Trainer) Run(ctx context.Context) error {
+	if t.SavePath != "" && t.sync.rank() == 0 && t.epoch < t.cfg.Epochs {
+		// Before an epoch is spent, not after it.
+		if err := checkpoint.Probe(t.compute.checkpointPath(t.SavePath)); err != nil {
+			return err
+		}
+	}
 	start := time.Now()
 	defer func() { t.times.Total += time.Since(start) }()
 	for t.epoch < t.cfg.Epochs {

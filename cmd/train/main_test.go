@@ -91,3 +91,49 @@ func TestTrainCommandErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestSaveCheckedBeforeTraining: a --save path that cannot be written
+// fails the run before its first epoch, naming the path, and leaves
+// nothing behind (a directory path used to cost an epoch and leave a stray
+// PATH.train).
+func TestSaveCheckedBeforeTraining(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sub := filepath.Join(dir, "sub")
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name, save, want string
+	}{
+		{"missing directory", filepath.Join(dir, "nope", "net.safetensors"), "does not exist"},
+		{"a directory", sub, "it is a directory"},
+		{"under a file", filepath.Join(file, "net.safetensors"), "is not a directory"},
+		{"read-only file system", "/proc/net.safetensors", "/proc/net.safetensors"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var out bytes.Buffer
+			err := run([]string{"--synthetic", "--train-samples", "64", "--test-samples", "0", "--epochs", "1", "--threads", "1", "--save", c.save}, &out)
+			if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), c.save) {
+				t.Fatalf("error %v, want one naming %s and saying %q", err, c.save, c.want)
+			}
+			if strings.Contains(out.String(), "Train Epoch") {
+				t.Errorf("trained before failing:\n%s", out.String())
+			}
+		})
+	}
+	var left []string
+	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if p != dir && p != file && p != sub {
+			left = append(left, p)
+		}
+		return nil
+	})
+	if len(left) > 0 {
+		t.Errorf("left behind: %v", left)
+	}
+}

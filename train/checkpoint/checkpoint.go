@@ -17,7 +17,10 @@ package checkpoint
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 
 	"github.com/gorun/gorun/model/nn"
 	"github.com/gorun/gorun/model/optim"
@@ -68,10 +71,44 @@ type Meta struct {
 // TrainPath is where the training state of the checkpoint at path lives.
 func TrainPath(path string) string { return path + ".train" }
 
+// Probe checks, before any training, that a checkpoint can be saved at
+// path: neither path nor TrainPath(path) is a directory, and a file can be
+// created in path's directory (it exists, is a directory, is writable,
+// and its file system has room for a probe). It leaves nothing behind.
+func Probe(path string) error {
+	for _, p := range []string{path, TrainPath(path)} {
+		if fi, err := os.Stat(p); err == nil && fi.IsDir() {
+			return fmt.Errorf("checkpoint: cannot save to %s: it is a directory (give a file name, e.g. %s)", p, filepath.Join(path, "model.safetensors"))
+		}
+	}
+	dir := filepath.Dir(path)
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("checkpoint: cannot save to %s: directory %s does not exist", path, dir)
+	case err != nil:
+		return fmt.Errorf("checkpoint: cannot save to %s: %w", path, err)
+	case !fi.IsDir():
+		return fmt.Errorf("checkpoint: cannot save to %s: %s is not a directory", path, dir)
+	}
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".probe*")
+	if err != nil {
+		return fmt.Errorf("checkpoint: cannot save to %s: %w", path, err)
+	}
+	_, werr := f.Write(make([]byte, 4096))
+	if err := errors.Join(werr, f.Sync(), f.Close(), os.Remove(f.Name())); err != nil {
+		return fmt.Errorf("checkpoint: cannot save to %s: %w", path, err)
+	}
+	return nil
+}
+
 // Save writes net's weights to path and the resumable training state
 // (weights, opt's state, meta) to TrainPath(path). opt may be nil to save
 // weights and metadata only.
 func Save(path string, net nn.Layer, opt optim.Optimizer, meta Meta) error {
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return fmt.Errorf("checkpoint: cannot save to %s: it is a directory", path)
+	}
 	meta.Format = FormatVersion
 	mj, err := json.Marshal(meta)
 	if err != nil {
