@@ -72,6 +72,10 @@ type Settings struct {
 	RDMAGIDIndex int
 	// StoreFD, when positive, is an inherited listening socket rank 0 serves the store on (set by gorun).
 	StoreFD int
+	// LauncherPID, when positive, is the launcher that started this rank
+	// (GORUN_LAUNCHER_PID, set by gorun): when it is gone the rank exits,
+	// also where it is not the launcher's child (a wrapper script, go run).
+	LauncherPID int
 }
 
 // Defaults for Settings.
@@ -261,6 +265,7 @@ func ResolveSettings(getenv func(string) string, opts ...Option) (Settings, erro
 	}
 	s.Spin = e.duration("GORUN_SPIN", -1)
 	s.StoreFD = e.int("GORUN_STORE_FD", 0)
+	s.LauncherPID = e.int("GORUN_LAUNCHER_PID", 0)
 	switch v := getenv("GORUN_TRANSPORT"); v {
 	case "", "auto":
 		s.Transport = "auto"

@@ -56,6 +56,8 @@ type world struct {
 	crowded bool
 	mu      sync.Mutex
 	nextID  uint32 // lowest communicator id this rank has not used
+	// stopWatch stops watching the launcher (GORUN_LAUNCHER_PID).
+	stopWatch func()
 }
 
 // Group is a set of ranks that run collectives together. The world group
@@ -146,7 +148,7 @@ func Join(ctx context.Context, s Settings) (*Group, error) {
 	if err != nil {
 		return nil, fmt.Errorf("comm: rank %d of %d: %w", s.Rank, s.Size, err)
 	}
-	w := &world{t: data.tcp, settings: s, nextID: 1, data: data}
+	w := &world{t: data.tcp, settings: s, nextID: 1, data: data, stopWatch: func() {}}
 	peers := make([]int, s.Size)
 	for i := range peers {
 		peers[i] = i
@@ -172,8 +174,22 @@ func Join(ctx context.Context, s Settings) (*Group, error) {
 	if s.Rank == 0 && s.Size > 1 {
 		fmt.Fprintln(os.Stderr, describePaths(w.data, s.Rank, s.Size, g.ring.ChunkBytes))
 	}
+	if s.LauncherPID > 0 {
+		w.stopWatch = watchLauncher(s.LauncherPID, func(err error) {
+			// Tell the others why, then go: whatever this rank was doing
+			// (computing, or blocked outside comm) must not outlive the job.
+			err = g.wrap("", err)
+			fmt.Fprintln(os.Stderr, err)
+			g.w.t.Abort(err)
+			os.Exit(exitLauncherGone)
+		})
+	}
 	return g, nil
 }
+
+// exitLauncherGone is a rank's exit status when its launcher is gone: 128
+// + SIGHUP, as a terminal's processes get when it closes.
+const exitLauncherGone = 129
 
 func newGroup(w *world, id uint32, peers []int, rank int) *Group {
 	s := &w.settings
@@ -647,6 +663,7 @@ func (g *Group) Close() error {
 	if g.id != 0 {
 		return failure
 	}
+	g.w.stopWatch()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	err := g.w.t.CloseWith(ctx, g.act.farewell())

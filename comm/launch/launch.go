@@ -177,6 +177,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			"MASTER_ADDR="+masterAddr,
 			"MASTER_PORT="+strconv.Itoa(port),
 			"GORUN_TOKEN="+token,
+			"GORUN_LAUNCHER_PID="+strconv.Itoa(os.Getpid()),
 		)
 		if os.Getenv("GOMAXPROCS") == "" {
 			// Like torchrun's OMP_NUM_THREADS: ranks that each assume the
@@ -189,7 +190,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			cmd.Stdin = cfg.Stdin
 		}
 		cmd.Env = append(cmd.Env, cfg.Env...)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		// Its own process group, so that stopping it reaches what it
+		// started; killed by the kernel if the launcher dies, even by
+		// SIGKILL (ranks that are not its children, behind a wrapper,
+		// watch GORUN_LAUNCHER_PID: comm.Init).
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 		prefix := ""
 		if !cfg.NoPrefix {
 			prefix = "[" + strconv.Itoa(global) + "] "
