@@ -238,6 +238,11 @@ func TestStrangerCannotJoin(t *testing.T) {
 	if strings.Contains(out, "STRANGER-ACCEPTED") {
 		t.Fatalf("a connection with the wrong token was accepted:\n%s", out)
 	}
+	// Each probe must provably have reached the store, or the test
+	// proves nothing.
+	if !strings.Contains(out, "STRANGER-PROBES refused=5 dropped=5 idle=5") {
+		t.Fatalf("not every probe reached the store:\n%s", out)
+	}
 	lines := rankLines(out)
 	for r := range 3 {
 		if !slicesContains(lines[r], "OK") {

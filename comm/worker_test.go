@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -37,15 +38,18 @@ func TestMain(m *testing.M) {
 
 func runWorker(scenario string) int {
 	ctx := context.Background()
-	if scenario == "stranger" && os.Getenv("RANK") == "1" {
-		go stranger(os.Getenv("MASTER_ADDR") + ":" + os.Getenv("MASTER_PORT"))
+	if (scenario == "stranger" || scenario == "absent-stranger") && os.Getenv("RANK") == "1" {
+		// Before joining, so that the others wait in the join meanwhile;
+		// the idle connections stay open through this rank's join.
+		defer stranger(os.Getenv("MASTER_ADDR") + ":" + os.Getenv("MASTER_PORT"))()
 	}
-	if scenario == "absent" && os.Getenv("RANK") == "2" {
+	if strings.HasPrefix(scenario, "absent") && os.Getenv("RANK") == "2" {
 		return 0 // never joins
 	}
+	start := time.Now()
 	g, err := comm.Init(ctx)
 	if err != nil {
-		fmt.Printf("INIT-ERROR %v\n", err)
+		fmt.Printf("INIT-ERROR after %v: %v\n", time.Since(start).Round(time.Millisecond), err)
 		return 3
 	}
 	defer g.Close()
@@ -95,26 +99,44 @@ func runWorker(scenario string) int {
 }
 
 // stranger pokes the rendezvous store without the token: with a wrong one,
-// with garbage, and by connecting and saying nothing.
-func stranger(addr string) {
+// with garbage, and by connecting and saying nothing. It prints how many
+// probes of each kind provably reached the store: the wrong token was
+// refused by a store that answered, the garbage was dropped (the store
+// closed the connection), the idle connection was accepted. It returns a
+// function closing the idle connections.
+func stranger(addr string) (closeIdle func()) {
+	var refused, dropped, idle int
+	var idles []net.Conn
 	for range 5 {
 		if c, err := net.Dial("tcp", addr); err == nil {
 			err := tcp.DialHandshake(c, []byte("wrong token"), tcp.Identity{Purpose: tcp.PurposeStore, From: 0, To: -1, Size: 3}, 2*time.Second)
-			if err == nil {
+			switch {
+			case err == nil:
 				fmt.Println("STRANGER-ACCEPTED")
+			case errors.Is(err, tcp.ErrAuth):
+				refused++
 			}
 			c.Close()
 		}
 		if c, err := net.Dial("tcp", addr); err == nil {
 			c.Write([]byte("GET / HTTP/1.0\r\n\r\n"))
-			defer c.Close()
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			if _, err := c.Read(make([]byte, 64)); errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) {
+				dropped++
+			}
+			c.Close()
 		}
 		if c, err := net.Dial("tcp", addr); err == nil {
-			defer c.Close() // idle: must not stall the job
+			idle++
+			idles = append(idles, c) // idle: must not stall the job
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
-	time.Sleep(3 * time.Second)
+	fmt.Printf("STRANGER-PROBES refused=%d dropped=%d idle=%d\n", refused, dropped, idle)
+	return func() {
+		for _, c := range idles {
+			c.Close()
+		}
+	}
 }
 
 func killScenario(ctx context.Context, g *comm.Group) error {

@@ -93,7 +93,7 @@ func Connect(ctx context.Context, cfg Config, ln *net.TCPListener, addrs []strin
 					}
 					return nil
 				}
-				id, err := AcceptHandshake(c, cfg.Token, check, cfg.HandshakeTimeout)
+				id, err := AcceptHandshake(c, cfg.Token, check, Within(ctx, cfg.HandshakeTimeout))
 				if err != nil {
 					// A stranger or a confused peer: drop it, keep waiting for the real ones.
 					c.Close()
@@ -184,7 +184,7 @@ func dial(ctx context.Context, cfg *Config, rank int, addr string) (*net.TCPConn
 		if err == nil {
 			tc := c.(*net.TCPConn)
 			id := Identity{Purpose: PurposeData, From: int32(cfg.Rank), To: int32(rank), Size: int32(cfg.Size)}
-			if err = DialHandshake(tc, cfg.Token, id, cfg.HandshakeTimeout); err == nil {
+			if err = DialHandshake(tc, cfg.Token, id, Within(ctx, cfg.HandshakeTimeout)); err == nil {
 				if err = tune(tc, cfg); err == nil {
 					return tc, nil
 				}

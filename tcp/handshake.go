@@ -1,6 +1,7 @@
 package tcp
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -63,6 +64,18 @@ func proof(token []byte, role byte, id Identity, first, second []byte) []byte {
 	m.Write(first)
 	m.Write(second)
 	return m.Sum(nil)
+}
+
+// Within returns d, or less when ctx's deadline comes sooner (at least
+// a millisecond): a handshake's timeout that does not outlast the wait it
+// belongs to.
+func Within(ctx context.Context, d time.Duration) time.Duration {
+	if dl, ok := ctx.Deadline(); ok {
+		if u := time.Until(dl); u < d {
+			return max(u, time.Millisecond)
+		}
+	}
+	return d
 }
 
 // DialHandshake runs the dialing side of the handshake on a fresh connection:
@@ -139,12 +152,17 @@ func AcceptHandshake(conn net.Conn, token []byte, check func(Identity) error, ti
 		return id, err
 	}
 	defer conn.SetDeadline(time.Time{})
+	// The magic first: a stranger speaking another protocol is dropped
+	// on its first 8 bytes, not held until the timeout.
 	hello := make([]byte, helloSize)
-	if _, err := io.ReadFull(conn, hello); err != nil {
+	if _, err := io.ReadFull(conn, hello[:8]); err != nil {
 		return id, fmt.Errorf("handshake: read hello: %w", err)
 	}
 	if m := binary.LittleEndian.Uint64(hello); m != helloMagic {
 		return id, fmt.Errorf("handshake: bad magic %#x (not a gorun peer, or other byte order)", m)
+	}
+	if _, err := io.ReadFull(conn, hello[8:]); err != nil {
+		return id, fmt.Errorf("handshake: read hello: %w", err)
 	}
 	id = Identity{
 		Purpose: binary.LittleEndian.Uint32(hello[8:]),

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/gorun/gorun/train/checkpoint"
+	"github.com/gorun/gorun/train/data"
 )
 
 // TestTrainCommand runs the command on generated data with every output
@@ -56,6 +57,11 @@ func TestTrainCommand(t *testing.T) {
 
 func TestTrainCommandErrors(t *testing.T) {
 	empty := t.TempDir()
+	emptyIDX := filepath.Join(t.TempDir(), "digits")
+	none := &data.Dataset{Shape: [3]int{1, 28, 28}}
+	if err := data.WriteMNIST(emptyIDX, none, none); err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		args []string
 		want string
@@ -82,12 +88,16 @@ func TestTrainCommandErrors(t *testing.T) {
 		{[]string{"--synthetic", "--data", empty}, "choose one"},
 		{[]string{"--resume", filepath.Join(empty, "none.safetensors")}, "cannot resume"},
 		{[]string{"extra"}, "unexpected arguments"},
+		{[]string{"--data", emptyIDX}, filepath.Join(emptyIDX, "train-images-idx3-ubyte.gz") + ": 0 images"},
 	}
 	for _, c := range cases {
 		var out bytes.Buffer
 		err := run(c.args, &out)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("train %v: error %v, want %q", c.args, err, c.want)
+		}
+		if strings.Contains(out.String(), "Training ") {
+			t.Errorf("train %v: printed the banner before failing:\n%s", c.args, out.String())
 		}
 	}
 }

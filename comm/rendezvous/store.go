@@ -216,7 +216,9 @@ func Dial(ctx context.Context, addr string, token []byte, rank, size int) (*Clie
 		c, err := d.DialContext(ctx, "tcp", addr)
 		if err == nil {
 			id := tcp.Identity{Purpose: tcp.PurposeStore, From: int32(rank), To: -1, Size: int32(size)}
-			if err = tcp.DialHandshake(c, token, id, 10*time.Second); err == nil {
+			// A listener that accepts and says nothing (not a gorun
+			// store) must not hold the join past its deadline.
+			if err = tcp.DialHandshake(c, token, id, tcp.Within(ctx, 10*time.Second)); err == nil {
 				return &Client{conn: c, r: bufio.NewReader(c), addr: addr}, nil
 			}
 			c.Close()

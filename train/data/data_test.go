@@ -113,6 +113,16 @@ func TestMNISTRoundTrip(t *testing.T) {
 		t.Fatalf("a directory named fashion-mnist should load as Fashion-MNIST, got %q", gotTrain.Name)
 	}
 
+	// An empty images file is refused, naming it.
+	writeFile(t, dir, "train-images-idx3-ubyte.gz", gz(t, idxBytes([]int{0, 28, 28}, nil)))
+	writeFile(t, dir, "train-labels-idx1-ubyte.gz", gz(t, idxBytes([]int{0}, nil)))
+	if _, _, err := Load(dir); err == nil || !strings.Contains(err.Error(), "train-images-idx3-ubyte.gz: 0 images of 28×28 pixels") {
+		t.Fatalf("empty images file: %v", err)
+	}
+	if err := WriteMNIST(dir, train, test); err != nil {
+		t.Fatal(err)
+	}
+
 	// Labels and images that disagree in count are named.
 	writeFile(t, dir, "t10k-labels-idx1-ubyte.gz", gz(t, idxBytes([]int{19}, test.Labels[:19])))
 	if _, _, err := Load(dir); err == nil || !strings.Contains(err.Error(), "has 20 images but") {

@@ -180,6 +180,9 @@ func LoadMNIST(dir string) (train, test *Dataset, err error) {
 		if len(labels.Dims) != 1 {
 			return nil, fmt.Errorf("%s: labels have dimensions %v, want [count]", lp, labels.Dims)
 		}
+		if images.Dims[0] == 0 || images.Dims[1] == 0 || images.Dims[2] == 0 {
+			return nil, fmt.Errorf("%s: %d images of %d×%d pixels: an empty data set", ip, images.Dims[0], images.Dims[1], images.Dims[2])
+		}
 		if images.Dims[0] != labels.Dims[0] {
 			return nil, fmt.Errorf("%s has %d images but %s has %d labels", ip, images.Dims[0], lp, labels.Dims[0])
 		}
