@@ -56,11 +56,13 @@ type activity struct {
 	any     bool      // some call has run
 }
 
-func (a *activity) begin(seq uint64, c call) {
+// begin records that call c, numbered seq, starts now, and returns now.
+func (a *activity) begin(seq uint64, c call) time.Time {
 	now := time.Now()
 	a.mu.Lock()
 	a.running, a.seq, a.c, a.since, a.any = true, seq, c, now, true
 	a.mu.Unlock()
+	return now
 }
 
 func (a *activity) end() {
@@ -82,4 +84,30 @@ func (a *activity) farewell() string {
 		return "during its " + a.c.numbered(a.seq)
 	}
 	return "after its " + a.c.numbered(a.seq)
+}
+
+// place is a snapshot of an activity: where a rank is.
+type place struct {
+	running bool // in call seq
+	any     bool // some call has run (else seq means nothing)
+	seq     uint64
+	since   time.Time // when the call started, or the last one ended
+	text    string    // "in call #3 (AllReduce, 1000 × float32) for 5.0s"
+}
+
+// where returns where the group's collectives stand at now.
+func (a *activity) where(now time.Time) place {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	p := place{running: a.running, any: a.any, seq: a.seq, since: a.since}
+	d := now.Sub(a.since).Round(100 * time.Millisecond)
+	switch {
+	case !a.any:
+		p.text = "has made no collective call yet"
+	case a.running:
+		p.text = fmt.Sprintf("in %s for %v", a.c.numbered(a.seq), d)
+	default:
+		p.text = fmt.Sprintf("computing since %s ended %v ago", a.c.numbered(a.seq), d)
+	}
+	return p
 }

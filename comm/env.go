@@ -29,6 +29,11 @@ type Settings struct {
 	// Timeout bounds each wait for a peer's data and each send, when the
 	// call's context has no deadline.
 	Timeout time.Duration
+	// StallAfter is how long a collective may wait before every waiting
+	// rank logs where each rank of the job is (GORUN_STALL, default
+	// DefaultStallAfter; 0 disables), and again after twice as long, and so
+	// on. A call that then fails carries the same table in its error.
+	StallAfter time.Duration
 	// SmallBytes is the all-reduce/broadcast size up to which latency-optimal algorithms run.
 	SmallBytes int
 	// ChunkBytes is the ring algorithms' pipelining chunk (GORUN_CHUNK_BYTES;
@@ -83,6 +88,7 @@ const (
 	DefaultMasterPort  = 29500
 	DefaultJoinTimeout = 60 * time.Second
 	DefaultTimeout     = 5 * time.Minute
+	DefaultStallAfter  = 30 * time.Second
 	DefaultSpin        = 50 * time.Microsecond
 	// DefaultOneShotBytes: up to 4 KiB the one-shot all-reduce beat
 	// recursive doubling through shared memory at 3, 4 and 8 ranks on the
@@ -130,6 +136,9 @@ func WithJoinTimeout(d time.Duration) Option { return func(s *Settings) { s.Join
 // WithTimeout bounds every wait and send whose context has no deadline.
 func WithTimeout(d time.Duration) Option { return func(s *Settings) { s.Timeout = d } }
 
+// WithStallAfter sets Settings.StallAfter (0 disables stall reports).
+func WithStallAfter(d time.Duration) Option { return func(s *Settings) { s.StallAfter = d } }
+
 // WithSmallBytes sets the crossover to the latency-optimal algorithms; -1 disables them.
 func WithSmallBytes(n int) Option { return func(s *Settings) { s.SmallBytes = n } }
 
@@ -172,7 +181,7 @@ func ResolveSettings(getenv func(string) string, opts ...Option) (Settings, erro
 		getenv = os.Getenv
 	}
 	s := Settings{Rank: 0, Size: 1, LocalRank: 0, LocalSize: 1, Source: "single",
-		JoinTimeout: DefaultJoinTimeout, Timeout: DefaultTimeout}
+		JoinTimeout: DefaultJoinTimeout, Timeout: DefaultTimeout, StallAfter: DefaultStallAfter}
 	e := envReader{getenv: getenv}
 	var defaultMaster func() (string, int, error)
 
@@ -245,6 +254,7 @@ func ResolveSettings(getenv func(string) string, opts ...Option) (Settings, erro
 	s.Token = []byte(getenv("GORUN_TOKEN"))
 	s.JoinTimeout = e.duration("GORUN_JOIN_TIMEOUT", s.JoinTimeout)
 	s.Timeout = e.duration("GORUN_TIMEOUT", s.Timeout)
+	s.StallAfter = e.duration("GORUN_STALL", s.StallAfter)
 	s.SmallBytes = e.int("GORUN_SMALL_BYTES", 0)
 	s.ChunkBytes = e.int("GORUN_CHUNK_BYTES", 0)
 	s.OneShotBytes = e.int("GORUN_ONESHOT_BYTES", 0)
@@ -330,6 +340,8 @@ func (s *Settings) validate() error {
 		return fmt.Errorf("MASTER_PORT=%d is not a TCP port", s.MasterPort)
 	case s.JoinTimeout <= 0 || s.Timeout <= 0:
 		return fmt.Errorf("timeouts must be positive (join %v, call %v)", s.JoinTimeout, s.Timeout)
+	case s.StallAfter < 0:
+		return fmt.Errorf("GORUN_STALL=%v: want 0 (off) or a positive duration", s.StallAfter)
 	case s.Size > 1<<20:
 		return fmt.Errorf("world size %d is too large", s.Size)
 	}

@@ -58,6 +58,8 @@ type world struct {
 	nextID  uint32 // lowest communicator id this rank has not used
 	// stopWatch stops watching the launcher (GORUN_LAUNCHER_PID).
 	stopWatch func()
+	// stall answers where this rank is and reports stalled calls.
+	stall *stallWatch
 }
 
 // Group is a set of ranks that run collectives together. The world group
@@ -144,16 +146,18 @@ func Join(ctx context.Context, s Settings) (*Group, error) {
 	}
 	jctx, cancel := context.WithTimeout(ctx, s.JoinTimeout)
 	defer cancel()
-	data, err := connect(jctx, &s)
+	stall := newStallWatch(&s)
+	data, err := connect(jctx, &s, stall.control)
 	if err != nil {
 		return nil, fmt.Errorf("comm: rank %d of %d: %w", s.Rank, s.Size, err)
 	}
-	w := &world{t: data.tcp, settings: s, nextID: 1, data: data, stopWatch: func() {}}
+	w := &world{t: data.tcp, settings: s, nextID: 1, data: data, stopWatch: func() {}, stall: stall}
 	peers := make([]int, s.Size)
 	for i := range peers {
 		peers[i] = i
 	}
 	g := newGroup(w, 0, peers, s.Rank)
+	stall.start(w.t, &g.act)
 	// Everyone is connected, and has mapped the segments it shares with
 	// its peers, once this all-reduce returns: it needs every rank's
 	// contribution. It also settles what ranks must agree on and cannot
@@ -265,8 +269,8 @@ func oneShotBytes(w *world, peers []int) int {
 // rank, then each faster transport for the peers it reaches (the queue
 // pairs of the ranks that reach each other over RDMA, the shared-memory
 // rings of the ranks on this machine), routed (dataPath.route).
-func connect(ctx context.Context, s *Settings) (d *dataPath, err error) {
-	cfg := tcp.Config{Rank: s.Rank, Size: s.Size, Token: s.Token, Timeout: s.Timeout, Compress: s.Compress, SocketBuffer: s.SocketBuffer, Spin: s.Spin}
+func connect(ctx context.Context, s *Settings, control func(from int, msg []byte)) (d *dataPath, err error) {
+	cfg := tcp.Config{Rank: s.Rank, Size: s.Size, Token: s.Token, Timeout: s.Timeout, Compress: s.Compress, SocketBuffer: s.SocketBuffer, Spin: s.Spin, Control: control}
 	if s.Size == 1 {
 		t, err := tcp.Connect(ctx, cfg, nil, []string{""})
 		if err != nil {
@@ -482,8 +486,12 @@ func (g *Group) exec(ctx context.Context, c call, run func(context.Context) erro
 	if err := g.w.t.Err(); err != nil {
 		return g.fail(c.numbered(seq), err)
 	}
-	g.act.begin(seq, c)
+	started := g.act.begin(seq, c)
 	err := run(ctx)
+	if err != nil && g.id == 0 {
+		// While this rank still counts as in the call.
+		err = g.w.stall.failedAfterStall(err, seq, started)
+	}
 	g.act.end()
 	if err != nil {
 		return g.fail(c.numbered(seq), err)
@@ -664,6 +672,7 @@ func (g *Group) Close() error {
 		return failure
 	}
 	g.w.stopWatch()
+	g.w.stall.close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	err := g.w.t.CloseWith(ctx, g.act.farewell())

@@ -71,6 +71,8 @@ func runWorker(scenario string) int {
 		err = stagedScenario(ctx, g)
 	case "early":
 		err = earlyScenario(ctx, g)
+	case "stall":
+		err = stallScenario(ctx, g)
 	case "mismatch":
 		if g.Rank() == 1 {
 			err = g.AllReduce(ctx, make([]float32, 1000), comm.Sum)
@@ -498,4 +500,23 @@ func earlyScenario(ctx context.Context, g *comm.Group) error {
 		return g.Close()
 	}
 	return errors.New("the extra all-reduce succeeded")
+}
+
+// stallScenario: rank 2 computes (sleeps) STALL_SLEEP before its third
+// all-reduce while the others wait in it.
+func stallScenario(ctx context.Context, g *comm.Group) error {
+	pause, err := time.ParseDuration(os.Getenv("STALL_SLEEP"))
+	if err != nil {
+		return err
+	}
+	buf := make([]float32, 1000)
+	for i := range 4 {
+		if i == 2 && g.Rank() == 2 {
+			time.Sleep(pause)
+		}
+		if err := g.AllReduce(ctx, buf, comm.Sum); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -27,6 +27,9 @@ const (
 	// KindBye says the sender closes the connection on purpose; its
 	// payload, when any, says where the sender was (its farewell).
 	KindBye Kind = 3
+	// KindControl carries a small message for the transport's user beside
+	// the data (Config.Control): a question about where a rank is.
+	KindControl Kind = 4
 )
 
 func (k Kind) String() string {
@@ -37,6 +40,8 @@ func (k Kind) String() string {
 		return "abort"
 	case KindBye:
 		return "bye"
+	case KindControl:
+		return "control"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
@@ -104,9 +109,9 @@ func DecodeHeader(b []byte) (Header, error) {
 		if h.Len > maxAbortText {
 			return h, fmt.Errorf("frame header: abort text of %d bytes exceeds %d", h.Len, maxAbortText)
 		}
-	case KindBye:
+	case KindBye, KindControl:
 		if h.Len > maxAbortText {
-			return h, fmt.Errorf("frame header: farewell of %d bytes exceeds %d", h.Len, maxAbortText)
+			return h, fmt.Errorf("frame header: %v frame of %d bytes exceeds %d", h.Kind, h.Len, maxAbortText)
 		}
 	default:
 		return h, fmt.Errorf("frame header: unknown kind %d", uint8(h.Kind))

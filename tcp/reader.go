@@ -150,7 +150,7 @@ func (t *Transport) beginFrame(p *peer, h Header) error {
 	rs.hdr, rs.inFrame, rs.got, rs.discard = h, true, 0, false
 	rs.slot, rs.early, rs.box = nil, nil, nil
 	switch h.Kind {
-	case KindBye, KindAbort:
+	case KindBye, KindAbort, KindControl:
 		rs.dst = make([]byte, h.Len)
 		return nil
 	}
@@ -195,6 +195,11 @@ func (t *Transport) endFrame(p *peer) error {
 		return errBye
 	case KindAbort:
 		t.fail(&AbortError{Rank: p.rank, Msg: string(rs.dst)})
+		return nil
+	case KindControl:
+		if f := t.cfg.Control; f != nil {
+			go f(p.rank, rs.dst) // never block the receive side
+		}
 		return nil
 	}
 	if rs.discard {

@@ -85,6 +85,9 @@ type Config struct {
 	// oversubscribed. After the spin a wait keeps polling for YieldPhase,
 	// giving its core away between looks, and only then sleeps.
 	Spin time.Duration
+	// Control, when set, receives the control messages peers send with
+	// SendControl, each on a goroutine of its own.
+	Control func(from int, msg []byte)
 	// SocketBuffer, when positive, sets SO_SNDBUF and SO_RCVBUF (bytes); zero
 	// leaves the kernel's auto-tuning on, which is best on most systems. It
 	// must be at least MinSocketBuffer.
@@ -463,6 +466,37 @@ func (t *Transport) Abort(err error) {
 		}(p)
 	}
 	wg.Wait()
+}
+
+// SendControl sends a small message (at most 64 KiB) to rank's
+// Config.Control, beside the data on the same connection: the peer's
+// reader takes it whatever calls the peer is in. It gives up within a
+// second when a data frame being sent holds the connection (a peer that
+// stopped reading).
+func (t *Transport) SendControl(rank int, msg []byte) error {
+	if len(msg) > maxAbortText {
+		return fmt.Errorf("tcp: control message of %d bytes exceeds %d", len(msg), maxAbortText)
+	}
+	if t.closing.Load() {
+		return ErrClosed
+	}
+	p, err := t.peer(rank)
+	if err != nil {
+		return err
+	}
+	if p.bye.Load() {
+		return p.left.Load()
+	}
+	if !tryLock(&p.wmu, time.Second) {
+		return &PeerError{Rank: rank, Addr: p.addr, Err: errors.New("control message: a data frame to this rank has been stuck for a second (it does not read)")}
+	}
+	defer p.wmu.Unlock()
+	p.conn.SetWriteDeadline(time.Now().Add(time.Second))
+	h := Header{Kind: KindControl, Len: uint64(len(msg)), RawLen: uint64(len(msg))}
+	if err := p.write(&h, msg); err != nil {
+		return &PeerError{Rank: rank, Addr: p.addr, Err: fmt.Errorf("control message: %w", err)}
+	}
+	return nil
 }
 
 func tryLock(mu *sync.Mutex, within time.Duration) bool {

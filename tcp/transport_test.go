@@ -260,6 +260,41 @@ func TestFarewellReachesWaiters(t *testing.T) {
 	}
 }
 
+// TestControlBesideData: control messages reach the peer's handler while
+// it waits for data that has not come on a stream, and in between data
+// frames, without disturbing them.
+func TestControlBesideData(t *testing.T) {
+	got := make(chan string, 4)
+	ts := mesh(t, 2, Config{Control: func(from int, msg []byte) { got <- fmt.Sprintf("%d:%s", from, msg) }}, nil)
+	ctx := context.Background()
+	ticket, _ := ts[1].Post(0, 5, make([]byte, 4))
+	if err := ts[0].SendControl(1, []byte("where are you?")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-got:
+		if m != "0:where are you?" {
+			t.Fatalf("handler got %q", m)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the control message did not arrive while the peer waited for data")
+	}
+	ts[0].Send(ctx, 1, 5, [4]uint64{1}, []byte("data"))
+	ts[1].SendControl(0, []byte("here"))
+	buf := make([]byte, 4)
+	t2, _ := ts[1].Post(0, 5, buf)
+	ts[0].Send(ctx, 1, 5, [4]uint64{2}, []byte("more"))
+	if meta, n, err := ts[1].Wait(ctx, 0, 5, ticket); err != nil || meta[0] != 1 || n != 4 {
+		t.Fatalf("first data frame: %v %d %v", meta, n, err)
+	}
+	if meta, _, err := ts[1].Wait(ctx, 0, 5, t2); err != nil || meta[0] != 2 || string(buf) != "more" {
+		t.Fatalf("second data frame: %v %q %v", meta, buf, err)
+	}
+	if m := <-got; m != "1:here" {
+		t.Fatalf("handler got %q", m)
+	}
+}
+
 func TestWaitHonoursContext(t *testing.T) {
 	ts := mesh(t, 2, Config{}, nil)
 	ticket, _ := ts[0].Post(1, 0, nil)

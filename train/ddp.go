@@ -41,6 +41,7 @@ type DDP struct {
 
 	// Per-run accounting.
 	busy, exposed time.Duration
+	steps         int // Finish calls that reduced
 }
 
 type bucket struct {
@@ -226,6 +227,7 @@ func (d *DDP) Finish() (time.Duration, error) {
 		start, end := b.work.Span()
 		d.busy += end.Sub(start)
 	}
+	d.steps++
 	waited := time.Since(t0)
 	d.exposed += waited
 	return waited, nil
@@ -240,6 +242,29 @@ func (d *DDP) ReduceAll() (time.Duration, error) {
 		b.work = nil
 	}
 	return d.Finish()
+}
+
+// ArrivalDelays returns, for each rank of the group, how late it came to
+// the gradient all-reduces on average per step: how long the others
+// waited for it. A rank that arrives late waits least in the reduction,
+// so its delay is the longest mean reduction time of any rank less its
+// own (no clocks are compared: ranks on different hosts need not agree).
+// Every rank must call it.
+func (d *DDP) ArrivalDelays(ctx context.Context) ([]time.Duration, error) {
+	mean := make([]float64, d.g.Size())
+	mean[d.g.Rank()] = float64(d.busy) / float64(max(d.steps, 1))
+	if err := comm.AllReduce(ctx, d.g, mean, comm.Sum); err != nil {
+		return nil, fmt.Errorf("ddp: gathering the arrival delays: %w", err)
+	}
+	longest := 0.0
+	for _, m := range mean {
+		longest = max(longest, m)
+	}
+	delays := make([]time.Duration, len(mean))
+	for r, m := range mean {
+		delays[r] = time.Duration(longest - m)
+	}
+	return delays, nil
 }
 
 // CommTimes returns the time gradient reductions ran (summed over buckets

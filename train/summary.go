@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/gorun/gorun/comm"
 )
@@ -55,6 +56,17 @@ func (t *Trainer) Summarize(ctx context.Context, w io.Writer, timeline string) e
 	if t.stage() == nil {
 		if timeline != "" {
 			return fmt.Errorf("--timeline needs a pipeline run")
+		}
+		if dp, ok := t.sync.(*dataParallel); ok {
+			delays, err := dp.ddp.ArrivalDelays(ctx)
+			if err != nil {
+				return err
+			}
+			parts := make([]string, len(delays))
+			for r, d := range delays {
+				parts[r] = fmt.Sprintf("rank %d %.1f ms", r, float64(d)/float64(time.Millisecond))
+			}
+			fmt.Fprintf(w, "Arrival at the gradient all-reduce, mean delay per step (the others waited that long for it): %s\n", strings.Join(parts, ", "))
 		}
 		if rss := PeakRSS(); rss > 0 {
 			fmt.Fprintf(w, "Peak memory (RSS) = %.0f MiB\n", float64(rss)/(1<<20))

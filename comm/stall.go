@@ -1,0 +1,244 @@
+package comm
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorun/gorun/tcp"
+)
+
+// A stall watch notices a world-group collective that has waited
+// Settings.StallAfter and logs, on every rank that waits, where each rank
+// of the job is: which have not arrived at the call, and what every one is
+// doing (in which call and for how long, or computing since which call
+// ended). It asks the other ranks over TCP control messages, beside the
+// data, never through the data path that stalled; a rank answers from its
+// transport's reader whatever it is doing.
+
+// Control messages: a question, and its answer.
+const (
+	ctlWhere = 'Q' // id u64
+	ctlHere  = 'A' // id u64, flags u8 (1: running, 2: any), seq u64, text
+)
+
+// askTimeout bounds how long a rank waits for the others' answers.
+const askTimeout = 2 * time.Second
+
+type stallWatch struct {
+	after  time.Duration
+	rank   int
+	size   int
+	log    io.Writer
+	t      *tcp.Transport // set once connected, before ready
+	act    *activity      // the world group's, set before ready
+	ready  atomic.Bool
+	stop   chan struct{}
+	mu     sync.Mutex
+	nextID uint64
+	asks   map[uint64]chan answer
+}
+
+type answer struct {
+	from int
+	p    place
+}
+
+func newStallWatch(s *Settings) *stallWatch {
+	return &stallWatch{after: s.StallAfter, rank: s.Rank, size: s.Size, log: os.Stderr,
+		stop: make(chan struct{}), asks: map[uint64]chan answer{}}
+}
+
+// control handles a control message from rank from (tcp.Config.Control).
+func (w *stallWatch) control(from int, msg []byte) {
+	if len(msg) < 9 || !w.ready.Load() {
+		return
+	}
+	id := binary.LittleEndian.Uint64(msg[1:9])
+	switch msg[0] {
+	case ctlWhere:
+		p := w.act.where(time.Now())
+		out := make([]byte, 0, 18+len(p.text))
+		out = append(out, ctlHere)
+		out = binary.LittleEndian.AppendUint64(out, id)
+		var flags byte
+		if p.running {
+			flags |= 1
+		}
+		if p.any {
+			flags |= 2
+		}
+		out = append(out, flags)
+		out = binary.LittleEndian.AppendUint64(out, p.seq)
+		out = append(out, p.text...)
+		w.t.SendControl(from, out)
+	case ctlHere:
+		if len(msg) < 18 {
+			return
+		}
+		a := answer{from: from, p: place{running: msg[9]&1 != 0, any: msg[9]&2 != 0,
+			seq: binary.LittleEndian.Uint64(msg[10:18]), text: string(msg[18:])}}
+		w.mu.Lock()
+		ch := w.asks[id]
+		w.mu.Unlock()
+		if ch != nil {
+			select {
+			case ch <- a:
+			default:
+			}
+		}
+	}
+}
+
+// gather asks every other rank where it is and returns the places by
+// rank, with ok false for those that did not answer within askTimeout.
+func (w *stallWatch) gather() ([]place, []bool) {
+	places := make([]place, w.size)
+	ok := make([]bool, w.size)
+	places[w.rank], ok[w.rank] = w.act.where(time.Now()), true
+	w.mu.Lock()
+	w.nextID++
+	id := w.nextID
+	ch := make(chan answer, w.size)
+	w.asks[id] = ch
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		delete(w.asks, id)
+		w.mu.Unlock()
+	}()
+	q := binary.LittleEndian.AppendUint64([]byte{ctlWhere}, id)
+	want := 0
+	for r := range w.size {
+		if r != w.rank && w.t.SendControl(r, q) == nil {
+			want++
+		}
+	}
+	deadline := time.NewTimer(askTimeout)
+	defer deadline.Stop()
+	for ; want > 0; want-- {
+		select {
+		case a := <-ch:
+			if a.from >= 0 && a.from < w.size {
+				places[a.from], ok[a.from] = a.p, true
+			}
+		case <-deadline.C:
+			return places, ok
+		}
+	}
+	return places, ok
+}
+
+// table describes where every rank is, for a call numbered seq this rank
+// waits in: which ranks have not arrived at it and which did not answer,
+// then one line per rank.
+func (w *stallWatch) table(seq uint64) (summary, text string) {
+	places, ok := w.gather()
+	var late, silent []int
+	var b strings.Builder
+	for r, p := range places {
+		switch {
+		case !ok[r]:
+			silent = append(silent, r)
+			fmt.Fprintf(&b, "\n  rank %d: did not answer within %v (exited, stopped, or starved of CPU)", r, askTimeout)
+		default:
+			if !p.any || p.seq < seq {
+				late = append(late, r)
+			}
+			fmt.Fprintf(&b, "\n  rank %d: %s", r, p.text)
+		}
+	}
+	summary = ranks(late, "has not arrived", "have not arrived")
+	if len(late) == 0 {
+		summary = "every rank that answered has arrived"
+	}
+	if len(silent) > 0 {
+		summary += "; " + ranks(silent, "did not answer", "did not answer")
+	}
+	return summary, b.String()
+}
+
+// report logs where every rank is, for the call this rank has waited in
+// for waited.
+func (w *stallWatch) report(p place, waited time.Duration) {
+	summary, table := w.table(p.seq)
+	fmt.Fprintf(w.log, "comm: rank %d: stalled: call #%d has waited %v (GORUN_STALL=%v); %s; where each rank is:%s\n",
+		w.rank, p.seq, waited.Round(100*time.Millisecond), w.after, summary, table)
+}
+
+// ranks names a list of ranks with a verb: "rank 2 has not arrived",
+// "ranks 1, 2 have not arrived".
+func ranks(rs []int, one, many string) string {
+	names := make([]string, len(rs))
+	for i, r := range rs {
+		names[i] = fmt.Sprint(r)
+	}
+	if len(rs) == 1 {
+		return "rank " + names[0] + " " + one
+	}
+	return "ranks " + strings.Join(names, ", ") + " " + many
+}
+
+// start begins answering the other ranks' questions about where this
+// rank is (t carries them; act is the world group's) and, when stall
+// reports are on, watching the world group's calls.
+func (w *stallWatch) start(t *tcp.Transport, act *activity) {
+	w.t, w.act = t, act
+	w.ready.Store(true)
+	if w.after > 0 && w.size > 1 {
+		go w.run()
+	}
+}
+
+// close stops watching.
+func (w *stallWatch) close() {
+	select {
+	case <-w.stop:
+	default:
+		close(w.stop)
+	}
+}
+
+// run watches the world group's calls until stop is closed: a call that
+// has waited after is reported, then again at 2×after, 4×after, ...
+func (w *stallWatch) run() {
+	tick := time.NewTicker(min(max(w.after/4, 50*time.Millisecond), time.Second))
+	defer tick.Stop()
+	var watched uint64
+	var next time.Duration
+	for {
+		select {
+		case <-w.stop:
+			return
+		case <-tick.C:
+		}
+		now := time.Now()
+		p := w.act.where(now)
+		if !p.running {
+			next = 0
+			continue
+		}
+		if next == 0 || p.seq != watched {
+			watched, next = p.seq, w.after
+		}
+		if waited := now.Sub(p.since); waited >= next {
+			w.report(p, waited)
+			next *= 2
+		}
+	}
+}
+
+// failedAfterStall adds, to the error of a call numbered seq that failed
+// after waiting at least the stall threshold, where every rank was.
+func (w *stallWatch) failedAfterStall(err error, seq uint64, started time.Time) error {
+	if w == nil || w.after <= 0 || !w.ready.Load() || time.Since(started) < w.after {
+		return err
+	}
+	summary, table := w.table(seq)
+	return fmt.Errorf("%w; %s; where each rank was:%s", err, summary, table)
+}
