@@ -45,6 +45,12 @@ type Trainer struct {
 	// SavePath, when set, is where a checkpoint is written after every
 	// epoch (by rank 0 only in a distributed run).
 	SavePath string
+	// SaveEvery, when positive, also writes the checkpoint at SavePath
+	// every SaveEvery optimizer steps within an epoch, with the position
+	// in the epoch: a run resumed from it continues at the next batch and
+	// ends with the same weights, bit for bit, as one never interrupted
+	// (same ranks and threads).
+	SaveEvery int
 	// AfterStep, when set, is called after every optimizer step.
 	AfterStep func(step int64) error
 
@@ -52,6 +58,16 @@ type Trainer struct {
 	epoch int   // completed epochs
 	step  int64 // optimizer steps taken
 	last  report.Epoch
+	// Where a checkpoint saved mid-epoch left the next epoch: batches
+	// done, their loss sum and samples (see checkpoint.Meta.Batch).
+	inEpoch epochProgress
+}
+
+// epochProgress is how far an epoch got.
+type epochProgress struct {
+	batch int
+	loss  float64
+	seen  int
 }
 
 // Option adds to what New sets up.
@@ -258,6 +274,14 @@ func (t *Trainer) Times() Times { return t.times }
 // Epoch returns the number of completed epochs.
 func (t *Trainer) Epoch() int { return t.epoch }
 
+// Position returns the completed epochs and, for a run resumed from a
+// checkpoint saved mid-epoch and not yet run, the batches of the next
+// epoch already done.
+func (t *Trainer) Position() (epoch, batch int) { return t.epoch, t.inEpoch.batch }
+
+// Step returns the optimizer steps taken.
+func (t *Trainer) Step() int64 { return t.step }
+
 // Close stops the loaders and releases what the gradient sync holds.
 func (t *Trainer) Close() {
 	if t.sync != nil {
@@ -311,6 +335,12 @@ func (t *Trainer) Describe(w io.Writer, backend string) {
 // saving a checkpoint after each when SavePath is set (checked first: a
 // checkpoint that cannot be written fails the run before it trains).
 func (t *Trainer) Run(ctx context.Context) error {
+	if t.SaveEvery < 0 {
+		return fmt.Errorf("train: save every %d steps: want 0 (only at each epoch's end) or more", t.SaveEvery)
+	}
+	if t.SaveEvery > 0 && t.SavePath == "" {
+		return fmt.Errorf("train: saving every %d steps needs a path to save to", t.SaveEvery)
+	}
 	if t.SavePath != "" && t.sync.rank() == 0 && t.epoch < t.cfg.Epochs {
 		// Before an epoch is spent, not after it.
 		if err := checkpoint.Probe(t.compute.checkpointPath(t.SavePath)); err != nil {
@@ -384,15 +414,22 @@ func (t *Trainer) trainEpoch(ctx context.Context, epoch int) (float64, int, erro
 	}
 	indices := sampler.Indices(epoch)
 	accumulate := max(t.cfg.Accumulate, 1)
-	if err := t.trainLoader.Start(epoch, indices); err != nil {
+	batches := (len(indices) + t.cfg.BatchSize - 1) / t.cfg.BatchSize
+	// A run resumed mid-epoch skips the batches done: the sampler's order,
+	// the augmentation (seeded per epoch and image) and dropout (its
+	// counters were saved) are as they were.
+	from := t.inEpoch
+	t.inEpoch = epochProgress{}
+	if from.batch > batches {
+		return 0, 0, fmt.Errorf("epoch %d: the checkpoint resumed was saved after batch %d, but the epoch has %d batches here (other data, batch size or world size?)", epoch, from.batch, batches)
+	}
+	if err := t.trainLoader.Start(epoch, indices[min(from.batch*t.cfg.BatchSize, len(indices)):]); err != nil {
 		return 0, 0, err
 	}
 	defer t.trainLoader.Stop()
-	batches := (len(indices) + t.cfg.BatchSize - 1) / t.cfg.BatchSize
 	start := time.Now()
-	var lossSum float64
-	seen := 0
-	for batch := 0; ; batch++ {
+	lossSum, seen := from.loss, from.seen
+	for batch := from.batch; ; batch++ {
 		if err := ctx.Err(); err != nil {
 			return 0, 0, err
 		}
@@ -417,16 +454,21 @@ func (t *Trainer) trainEpoch(ctx context.Context, epoch int) (float64, int, erro
 		}
 		t2 := time.Now()
 		t.times.Optimizer += t2.Sub(t1)
-		if update && t.AfterStep != nil {
-			if err := t.AfterStep(t.step); err != nil {
-				return 0, 0, err
-			}
-		}
 		lossSum += float64(loss)
 		if err := t.reportStep(epoch, batch, batches, seen, b.Len(), loss, t2.Sub(start)); err != nil {
 			return 0, 0, err
 		}
 		seen += b.Len()
+		if update && t.SaveEvery > 0 && t.step%int64(t.SaveEvery) == 0 {
+			if err := t.saveInEpoch(epochProgress{batch: batch + 1, loss: lossSum, seen: seen}); err != nil {
+				return 0, 0, fmt.Errorf("epoch %d, step %d: %w", epoch, t.step, err)
+			}
+		}
+		if update && t.AfterStep != nil {
+			if err := t.AfterStep(t.step); err != nil {
+				return 0, 0, err
+			}
+		}
 	}
 	return lossSum / float64(max(batches, 1)), seen, nil
 }
@@ -469,7 +511,8 @@ func (t *Trainer) meta() (checkpoint.Meta, error) {
 		return checkpoint.Meta{}, err
 	}
 	m := checkpoint.Meta{Model: t.cfg.Model, Input: t.model.Input, Dataset: t.train.Name, Classes: t.train.Classes,
-		Mean: t.train.Mean, Std: t.train.Std, Epoch: t.epoch, Step: t.step, LR: t.opt.LR(), Config: cfg}
+		Mean: t.train.Mean, Std: t.train.Std, Epoch: t.epoch, Step: t.step, LR: t.opt.LR(), Config: cfg,
+		Batch: t.inEpoch.batch, EpochLoss: t.inEpoch.loss, EpochSeen: t.inEpoch.seen}
 	if t.sched != nil {
 		m.ScheduleEpoch = t.sched.Epoch()
 	}
@@ -480,6 +523,20 @@ func (t *Trainer) meta() (checkpoint.Meta, error) {
 		m.TestAccuracy = t.last.TestAccuracy()
 	}
 	return m, nil
+}
+
+// saveInEpoch writes the checkpoint at SavePath mid-epoch, at p (rank 0
+// only, as at an epoch's end).
+func (t *Trainer) saveInEpoch(p epochProgress) error {
+	if t.sync.rank() != 0 {
+		return nil
+	}
+	t0 := time.Now()
+	t.inEpoch = p
+	err := t.Save(t.SavePath)
+	t.inEpoch = epochProgress{}
+	t.times.Checkpoint += time.Since(t0)
+	return err
 }
 
 // Save writes a checkpoint (weights at path, training state beside it);
@@ -514,6 +571,7 @@ func (t *Trainer) resume(path string) error {
 		return err
 	}
 	t.epoch, t.step = m.Epoch, m.Step
+	t.inEpoch = epochProgress{batch: m.Batch, loss: m.EpochLoss, seen: m.EpochSeen}
 	for i, d := range t.dropouts {
 		d.Calls = m.DropoutCalls[i]
 	}

@@ -2,6 +2,7 @@ package train
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -152,6 +153,62 @@ func TestResumeIsBitIdentical(t *testing.T) {
 				t.Fatalf("learning rate %v after resuming, %v straight", b.opt.LR(), straight.opt.LR())
 			}
 		})
+	}
+}
+
+// TestResumeMidEpochIsBitIdentical: a run checkpointing every few steps
+// (SaveEvery) and stopped at several points, mid-epoch and across an
+// epoch's end, then resumed in a fresh trainer, ends with the same weights
+// and optimizer state, bit for bit, as one run straight through; with and
+// without gradient accumulation (dropout and a learning-rate schedule on).
+func TestResumeMidEpochIsBitIdentical(t *testing.T) {
+	train, test := synthetic(t, data.FormatMNIST, 320, 64)
+	for _, accumulate := range []int{1, 3} {
+		cfg, _ := Defaults("mnist")
+		cfg.Epochs, cfg.Threads, cfg.BatchSize, cfg.Accumulate = 2, 2, 32, accumulate
+		straight := newTrainer(t, cfg, train, test)
+		if err := straight.Run(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		perEpoch := (10 + accumulate - 1) / accumulate // optimizer steps per epoch: 10 batches
+		const every = 2
+		for _, stop := range []int64{2, 4, int64(perEpoch) + 1, int64(perEpoch) + 2} {
+			t.Run(fmt.Sprintf("accumulate=%d/stop=%d", accumulate, stop), func(t *testing.T) {
+				path := filepath.Join(t.TempDir(), "net.safetensors")
+				a := newTrainer(t, cfg, train, test)
+				a.SavePath, a.SaveEvery = path, every
+				killed := errors.New("killed")
+				a.AfterStep = func(step int64) error {
+					if step == stop {
+						return killed
+					}
+					return nil
+				}
+				if err := a.Run(context.Background()); !errors.Is(err, killed) {
+					t.Fatalf("the interrupted run: %v", err)
+				}
+				b := newTrainer(t, cfg, train, test, ResumeFrom(path))
+				wantStep := stop - stop%every
+				if last := int64(perEpoch); stop > last && wantStep < last {
+					wantStep = last // the epoch's end saved too
+				}
+				if b.Step() != wantStep {
+					t.Fatalf("resumed at step %d, want %d", b.Step(), wantStep)
+				}
+				if err := b.Run(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+				want, got := stateOf(straight), stateOf(b)
+				for name, w := range want {
+					if !slices.Equal(got[name], w) {
+						t.Fatalf("%s differs between the straight and the resumed run", name)
+					}
+				}
+				if b.last.TrainLoss != straight.last.TrainLoss {
+					t.Errorf("last epoch's training loss %v resumed, %v straight", b.last.TrainLoss, straight.last.TrainLoss)
+				}
+			})
+		}
 	}
 }
 

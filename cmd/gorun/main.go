@@ -23,6 +23,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gorun/gorun/comm/launch"
@@ -42,6 +44,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	nnodes := fs.Int("nnodes", 1, "machines in the job, each running gorun with the same -np, -nnodes, -master and GORUN_TOKEN (as torchrun --nnodes)")
 	nodeRank := fs.Int("node-rank", 0, "with -nnodes: this machine's number, 0 … nnodes−1 (its ranks are node-rank·np … node-rank·np+np−1)")
 	master := fs.String("master", "", "with -nnodes: HOST:PORT where node 0 serves the rendezvous store (an address of node 0 the others reach)")
+	maxRestarts := fs.Int("max-restarts", 0, "when a rank fails, stop the job and start every rank again (fresh token and port; ranks see GORUN_RESTART=n), up to this many times (as torchrun --max-restarts; train --resume auto continues from the last checkpoint)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: gorun [flags] PROGRAM [ARGS...]\n\nStarts PROGRAM as -np ranks on this machine.\n\nflags:\n")
 		fs.PrintDefaults()
@@ -53,7 +56,15 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
-	res, err := launch.Run(context.Background(), launch.Config{
+	switch {
+	case *maxRestarts < 0:
+		fmt.Fprintf(stderr, "gorun: -max-restarts %d: want 0 or more\n", *maxRestarts)
+		return 2
+	case *maxRestarts > 0 && *nnodes > 1:
+		fmt.Fprintln(stderr, "gorun: -max-restarts works on one machine (-nnodes 1); across machines restart the job around srun (examples/slurm)")
+		return 2
+	}
+	cfg := launch.Config{
 		NP:             *np,
 		Program:        fs.Arg(0),
 		Args:           fs.Args()[1:],
@@ -61,27 +72,48 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		Stdout:         stdout,
 		Stderr:         stderr,
 		NoPrefix:       *noPrefix,
-		Timeout:        *timeout,
 		Grace:          *grace,
 		ForwardSignals: true,
 		Nodes:          *nnodes,
 		NodeRank:       *nodeRank,
 		Master:         *master,
 		Token:          os.Getenv("GORUN_TOKEN"),
-	})
-	if err != nil {
-		fmt.Fprintf(stderr, "gorun: %v\n", err)
-		return 2
 	}
-	switch {
-	case res.First != nil:
-		fmt.Fprintf(stderr, "gorun: job failed: %v\n", res.First)
-		return res.First.Status()
-	case res.Err != nil:
-		fmt.Fprintf(stderr, "gorun: %v\n", res.Err)
-		return exitStatus(res.Err)
+	var deadline time.Time
+	if *timeout > 0 {
+		deadline = time.Now().Add(*timeout)
 	}
-	return 0
+	var failures []string
+	for restart := 0; ; restart++ {
+		cfg.Env = []string{"GORUN_RESTART=" + strconv.Itoa(restart)}
+		cfg.Timeout = *timeout
+		if restart > 0 && !deadline.IsZero() {
+			// One limit for the whole run, restarts included.
+			cfg.Timeout = max(time.Until(deadline), time.Millisecond)
+		}
+		res, err := launch.Run(context.Background(), cfg)
+		if err != nil {
+			fmt.Fprintf(stderr, "gorun: %v\n", err)
+			return 2
+		}
+		switch {
+		case res.Err != nil: // stopped from outside: no restart
+			fmt.Fprintf(stderr, "gorun: %v\n", res.Err)
+			return exitStatus(res.Err)
+		case res.First == nil:
+			return 0
+		}
+		failures = append(failures, fmt.Sprintf("run %d: %v", restart+1, res.First))
+		if restart == *maxRestarts {
+			if restart == 0 {
+				fmt.Fprintf(stderr, "gorun: job failed: %v\n", res.First)
+			} else {
+				fmt.Fprintf(stderr, "gorun: job failed %d times, %d restarts allowed (-max-restarts): %s\n", restart+1, *maxRestarts, strings.Join(failures, "; "))
+			}
+			return res.First.Status()
+		}
+		fmt.Fprintf(stderr, "gorun: %v; restarting every rank (restart %d of %d)\n", res.First, restart+1, *maxRestarts)
+	}
 }
 
 // exitStatus is gorun's exit code for a job stopped from outside: 128 plus

@@ -24,6 +24,12 @@ func TestExitStatusAndMessage(t *testing.T) {
 		{"timeout without a unit", []string{"-timeout", "2", "true"}, 2, []string{`"2" is not a duration`, "such as 30s"}},
 		{"negative grace", []string{"-grace", "-1s", "true"}, 2, []string{"-1s: want 0 or more"}},
 		{"bad np", []string{"-np", "0", "true"}, 2, []string{"need at least one rank"}},
+		// A rank fails in the first two runs and succeeds in the third.
+		{"restarts", []string{"-np", "2", "-grace", "200ms", "-max-restarts", "3", "sh", "-c", `echo "run $GORUN_RESTART"; [ "$RANK" = 1 ] && [ "$GORUN_RESTART" -lt 2 ] && exit 7; exit 0`}, 0,
+			[]string{"[1] run 0", "exited with status 7; restarting every rank (restart 1 of 3)", "[1] run 1", "(restart 2 of 3)", "[0] run 2", "[1] run 2"}},
+		{"restarts used up", []string{"-np", "2", "-grace", "200ms", "-max-restarts", "1", "sh", "-c", `[ "$RANK" = 1 ] && exit 7; exec sleep 30`}, 7,
+			[]string{"job failed 2 times, 1 restarts allowed (-max-restarts): run 1: rank 1 (pid", "run 2: rank 1 (pid"}},
+		{"negative restarts", []string{"-max-restarts", "-1", "true"}, 2, []string{"-max-restarts -1"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

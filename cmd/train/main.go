@@ -45,6 +45,7 @@ type options struct {
 	device                                                            string
 	tf32                                                              bool
 	dataDir, save, resume, metrics, tensorboard, cpuprofile, progress string
+	saveEvery                                                         int
 	timeline                                                          string
 	synthetic, verbose                                                bool
 	trainSamples, testSamples                                         int
@@ -94,7 +95,8 @@ func parseFlags(args []string) (train.Config, options, error) {
 	fs.IntVar(&o.trainSamples, "train-samples", 0, "use only the first N training images (0: all)")
 	fs.IntVar(&o.testSamples, "test-samples", 0, "use only the first N test images (0: all)")
 	fs.StringVar(&o.save, "save", "", "write a checkpoint here after every epoch (weights as safetensors, training state in PATH.train)")
-	fs.StringVar(&o.resume, "resume", "", "continue the run saved in this checkpoint")
+	fs.StringVar(&o.resume, "resume", "", "continue the run saved in this checkpoint; auto: the one at --save's path if there is one, else start afresh (for restarts)")
+	fs.IntVar(&o.saveEvery, "save-every", 0, "with --save: also checkpoint every N optimizer steps within an epoch (--resume continues at the next batch, bit for bit)")
 	fs.StringVar(&o.metrics, "metrics", "", "write JSON lines of step and epoch metrics to this file")
 	fs.StringVar(&o.tensorboard, "tensorboard", "", "write TensorBoard event files into this directory")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a pprof CPU profile to this file")
@@ -126,9 +128,24 @@ func parseFlags(args []string) (train.Config, options, error) {
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	for name, n := range map[string]int{"train-samples": o.trainSamples, "test-samples": o.testSamples} {
+	for name, n := range map[string]int{"train-samples": o.trainSamples, "test-samples": o.testSamples, "save-every": o.saveEvery} {
 		if n < 0 {
-			return cfg, o, fmt.Errorf("--%s %d: want 0 (all) or more", name, n)
+			return cfg, o, fmt.Errorf("--%s %d: want 0 or more", name, n)
+		}
+	}
+	if o.saveEvery > 0 && o.save == "" {
+		return cfg, o, fmt.Errorf("--save-every %d needs --save PATH", o.saveEvery)
+	}
+	if o.resume == "auto" {
+		if o.save == "" {
+			return cfg, o, fmt.Errorf("--resume auto resumes from --save's path: give --save PATH")
+		}
+		o.resume = ""
+		for _, p := range []string{o.save, train.StagePath(o.save, 0)} {
+			if _, err := os.Stat(checkpoint.TrainPath(p)); err == nil {
+				o.resume = o.save
+				break
+			}
 		}
 	}
 	cfg, err := resolveConfig(cfg, set, o.resume)
@@ -183,9 +200,16 @@ func runJob(cfg train.Config, o options, stdout io.Writer) error {
 	}
 	defer t.Close()
 	if o.resume != "" {
-		fmt.Fprintf(stdout, "Resumed from %s after epoch %d\n", o.resume, t.Epoch())
+		if epoch, batch := t.Position(); batch > 0 {
+			fmt.Fprintf(stdout, "Resumed from %s in epoch %d after batch %d (step %d)\n", o.resume, epoch+1, batch, t.Step())
+		} else {
+			fmt.Fprintf(stdout, "Resumed from %s after epoch %d\n", o.resume, epoch)
+		}
 	}
-	t.SavePath = o.save
+	if n := os.Getenv("GORUN_RESTART"); n != "" && n != "0" {
+		fmt.Fprintf(stdout, "Restart %s (GORUN_RESTART)\n", n)
+	}
+	t.SavePath, t.SaveEvery = o.save, o.saveEvery
 	if g.Rank() != reporter {
 		o.metrics, o.tensorboard = "", "" // rank 0 writes them
 	}

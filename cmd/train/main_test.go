@@ -88,6 +88,9 @@ func TestTrainCommandErrors(t *testing.T) {
 		{[]string{"--synthetic", "--data", empty}, "choose one"},
 		{[]string{"--resume", filepath.Join(empty, "none.safetensors")}, "cannot resume"},
 		{[]string{"extra"}, "unexpected arguments"},
+		{[]string{"--synthetic", "--save-every", "5"}, "--save-every 5 needs --save PATH"},
+		{[]string{"--synthetic", "--save-every", "-1", "--save", filepath.Join(empty, "x")}, "--save-every -1"},
+		{[]string{"--synthetic", "--resume", "auto"}, "--resume auto resumes from --save's path"},
 		{[]string{"--data", emptyIDX}, filepath.Join(emptyIDX, "train-images-idx3-ubyte.gz") + ": 0 images"},
 	}
 	for _, c := range cases {

@@ -49,6 +49,13 @@ type Meta struct {
 	// Epoch is the number of completed epochs; Step the optimizer steps.
 	Epoch int   `json:"epoch"`
 	Step  int64 `json:"step"`
+	// Batch, in a checkpoint saved mid-epoch, is how many batches of epoch
+	// Epoch+1 are done (0: none, a checkpoint at an epoch's end);
+	// EpochLoss and EpochSeen are the sum of their losses and the samples
+	// this rank trained on in them, for the epoch's report.
+	Batch     int     `json:"batch,omitempty"`
+	EpochLoss float64 `json:"epoch_loss,omitempty"`
+	EpochSeen int     `json:"epoch_seen,omitempty"`
 	// ScheduleEpoch is the learning-rate schedule's position; LR the rate
 	// in effect.
 	ScheduleEpoch int     `json:"schedule_epoch"`

@@ -1,0 +1,120 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gorun/gorun/model/safetensors"
+)
+
+// TestRestartsAreExact: a 2-rank DDP run under gorun -max-restarts 3,
+// checkpointing every 5 steps with --resume auto, has a rank SIGKILLed at
+// a random moment of its first and of its second run. gorun restarts every
+// rank each time, the ranks continue from the last checkpoint, and the
+// final weights equal an uninterrupted run's bit for bit.
+func TestRestartsAreExact(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains three times; the full run covers it")
+	}
+	bin := t.TempDir()
+	if out, err := exec.Command("go", "build", "-o", bin+"/", ".", "../train").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	trainBin := filepath.Join(bin, "train")
+	args := func(save string) []string {
+		return []string{"-np", "2", "-grace", "500ms", trainBin, "--synthetic", "--train-samples", "2560", "--test-samples", "256",
+			"--epochs", "2", "--threads", "1", "--save", save}
+	}
+	dir := t.TempDir()
+	ref := filepath.Join(dir, "ref.safetensors")
+	if out, err := exec.Command(filepath.Join(bin, "gorun"), args(ref)...).CombinedOutput(); err != nil {
+		t.Fatalf("the uninterrupted run: %v\n%s", err, out)
+	}
+
+	got := filepath.Join(dir, "restarted.safetensors")
+	cmd := exec.Command(filepath.Join(bin, "gorun"), append(append([]string{"-max-restarts", "3"}, args(got)...), "--save-every", "5", "--resume", "auto")...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	seed := uint64(time.Now().UnixNano())
+	rng := rand.New(rand.NewPCG(seed, 1))
+	var kills []string
+	for run := range 2 {
+		pids := ranksOf(trainBin, run, 20*time.Second)
+		if len(pids) == 0 {
+			break
+		}
+		time.Sleep(time.Duration(300+rng.IntN(1200)) * time.Millisecond)
+		victim := pids[rng.IntN(len(pids))]
+		if syscall.Kill(victim, syscall.SIGKILL) == nil {
+			kills = append(kills, fmt.Sprintf("run %d: pid %d", run, victim))
+		}
+	}
+	err := cmd.Wait()
+	t.Logf("seed %d; killed %v", seed, kills)
+	if err != nil {
+		t.Fatalf("the restarted run failed: %v\n%s", err, out.String())
+	}
+	for _, want := range []string{"killed by signal 9 (killed); restarting every rank (restart 1 of 3)", "(restart 2 of 3)", "Restart 2 (GORUN_RESTART)", "Resumed from " + got} {
+		if !strings.Contains(out.String(), want) {
+			t.Fatalf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	a, err := safetensors.ReadFile(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := safetensors.ReadFile(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(a.Tensors) == 0 || len(a.Tensors) != len(b.Tensors) {
+		t.Fatalf("%d tensors uninterrupted, %d restarted", len(a.Tensors), len(b.Tensors))
+	}
+	for _, ta := range a.Tensors {
+		tb, ok := b.Get(ta.Name)
+		if !ok || !slices.Equal(ta.F32, tb.F32) || !slices.Equal(ta.I64, tb.I64) {
+			t.Fatalf("%s differs between the uninterrupted and the restarted run (seed %d, kills %v)", ta.Name, seed, kills)
+		}
+	}
+}
+
+// ranksOf waits up to within for the processes of program started with
+// GORUN_RESTART=run and returns their pids.
+func ranksOf(program string, run int, within time.Duration) []int {
+	want := []byte("GORUN_RESTART=" + strconv.Itoa(run) + "\x00")
+	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		var pids []int
+		entries, _ := os.ReadDir("/proc")
+		for _, e := range entries {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil {
+				continue
+			}
+			exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+			if err != nil || exe != program {
+				continue
+			}
+			env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+			if err == nil && bytes.Contains(env, want) && alive(pid) {
+				pids = append(pids, pid)
+			}
+		}
+		if len(pids) == 2 {
+			return pids
+		}
+	}
+	return nil
+}
