@@ -19,7 +19,8 @@ import (
 
 // TestRestartsAreExact: a 2-rank DDP run under gorun -max-restarts 3,
 // checkpointing every 5 steps with --resume auto, has a rank SIGKILLed at
-// a random moment of its first and of its second run. gorun restarts every
+// a random moment of its first run (after its first checkpoint) and of its
+// second. gorun restarts every
 // rank each time, the ranks continue from the last checkpoint, and the
 // final weights equal an uninterrupted run's bit for bit.
 func TestRestartsAreExact(t *testing.T) {
@@ -56,7 +57,16 @@ func TestRestartsAreExact(t *testing.T) {
 		if len(pids) == 0 {
 			break
 		}
-		time.Sleep(time.Duration(300+rng.IntN(1200)) * time.Millisecond)
+		if run == 0 {
+			// After the first checkpoint, so that the restart has one
+			// to resume from (a kill before it restarts from scratch).
+			for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+				if _, err := os.Stat(got); err == nil {
+					break
+				}
+			}
+		}
+		time.Sleep(time.Duration(rng.IntN(1500)) * time.Millisecond)
 		victim := pids[rng.IntN(len(pids))]
 		if syscall.Kill(victim, syscall.SIGKILL) == nil {
 			kills = append(kills, fmt.Sprintf("run %d: pid %d", run, victim))

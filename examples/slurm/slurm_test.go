@@ -208,6 +208,45 @@ func TestBatchScripts(t *testing.T) {
 	}
 }
 
+// TestBatchScriptRestarts submits ddp-restarts.sh with a train that
+// SIGKILLs itself on task 1, a few seconds into the first step: the script
+// starts a new step, which resumes from the last checkpoint and finishes.
+func TestBatchScriptRestarts(t *testing.T) {
+	if cluster.skip != "" {
+		t.Skip(cluster.skip)
+	}
+	script, err := filepath.Abs("ddp-restarts.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	work := t.TempDir()
+	bin := filepath.Join(work, "bin")
+	os.Mkdir(bin, 0o755)
+	wrapper := `#!/bin/bash
+if [ "$GORUN_RESTART" = 0 ] && [ "$SLURM_PROCID" = 1 ]; then (sleep 4; kill -9 $$) & fi
+exec ` + filepath.Join(cluster.bin, "train") + ` "$@"
+`
+	if err := os.WriteFile(filepath.Join(bin, "train"), []byte(wrapper), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	log := filepath.Join(work, "job.out")
+	args := "--synthetic --epochs 3 --train-samples 4096 --test-samples 256 --progress lines"
+	out, err := slurm(t, 4*time.Minute, "sbatch", "--wait", "--chdir", work, "--output", log,
+		"--export=ALL,BIN="+bin+",SAVE_EVERY=2,TRAIN_ARGS="+args, script)
+	jobOut, _ := os.ReadFile(log)
+	if err != nil {
+		t.Fatalf("sbatch: %v\n%s\njob output:\n%s", err, out, jobOut)
+	}
+	for _, want := range []string{"restarting every task (restart 1 of 3)", "Resumed from mnist.safetensors", "Restart 1 (GORUN_RESTART)", "Test set"} {
+		if !strings.Contains(string(jobOut), want) {
+			t.Errorf("job output lacks %q:\n%s", want, jobOut)
+		}
+	}
+	if strings.Contains(string(jobOut), "restart 2 of 3") {
+		t.Errorf("restarted more than once:\n%s", jobOut)
+	}
+}
+
 func keys(m map[string]bool) []string {
 	var s []string
 	for k := range m {
