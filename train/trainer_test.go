@@ -106,6 +106,18 @@ func stateOf(tr *Trainer) map[string][]float32 {
 	return out
 }
 
+// sameState fails the test unless resumed ends with straight's weights and
+// optimizer state, bit for bit.
+func sameState(t *testing.T, straight, resumed *Trainer) {
+	t.Helper()
+	want, got := stateOf(straight), stateOf(resumed)
+	for name, w := range want {
+		if !slices.Equal(got[name], w) {
+			t.Fatalf("%s differs between the straight and the resumed run", name)
+		}
+	}
+}
+
 // TestResumeIsBitIdentical checks that training 3 epochs straight and
 // training 1 epoch, saving, then resuming in a fresh trainer for the other
 // 2 give bit-identical weights and optimizer state, for each optimizer and
@@ -143,12 +155,7 @@ func TestResumeIsBitIdentical(t *testing.T) {
 			if err := b.Run(context.Background()); err != nil {
 				t.Fatal(err)
 			}
-			want, got := stateOf(straight), stateOf(b)
-			for name, w := range want {
-				if !slices.Equal(got[name], w) {
-					t.Fatalf("%s differs between the straight and the resumed run", name)
-				}
-			}
+			sameState(t, straight, b)
 			if straight.opt.LR() != b.opt.LR() {
 				t.Fatalf("learning rate %v after resuming, %v straight", b.opt.LR(), straight.opt.LR())
 			}
@@ -198,12 +205,7 @@ func TestResumeMidEpochIsBitIdentical(t *testing.T) {
 				if err := b.Run(context.Background()); err != nil {
 					t.Fatal(err)
 				}
-				want, got := stateOf(straight), stateOf(b)
-				for name, w := range want {
-					if !slices.Equal(got[name], w) {
-						t.Fatalf("%s differs between the straight and the resumed run", name)
-					}
-				}
+				sameState(t, straight, b)
 				if b.last.TrainLoss != straight.last.TrainLoss {
 					t.Errorf("last epoch's training loss %v resumed, %v straight", b.last.TrainLoss, straight.last.TrainLoss)
 				}
