@@ -48,6 +48,7 @@ func (c call) numbered(seq uint64) string {
 // is (a farewell, a stall report), never through the group's lock, which
 // a stalled call holds.
 type activity struct {
+	label   string // "" for the world group's collectives; "sub-group 3", "receives"
 	mu      sync.Mutex
 	running bool
 	seq     uint64 // of the running call, or of the last one
@@ -92,6 +93,7 @@ type place struct {
 	any     bool // some call has run (else seq means nothing)
 	seq     uint64
 	since   time.Time // when the call started, or the last one ended
+	call    string    // "call #3 (AllReduce, 1000 × float32)"
 	text    string    // "in call #3 (AllReduce, 1000 × float32) for 5.0s"
 }
 
@@ -101,13 +103,39 @@ func (a *activity) where(now time.Time) place {
 	defer a.mu.Unlock()
 	p := place{running: a.running, any: a.any, seq: a.seq, since: a.since}
 	d := now.Sub(a.since).Round(100 * time.Millisecond)
+	if a.any {
+		p.call = a.c.numbered(a.seq)
+	}
 	switch {
 	case !a.any:
 		p.text = "has made no collective call yet"
 	case a.running:
-		p.text = fmt.Sprintf("in %s for %v", a.c.numbered(a.seq), d)
+		p.text = fmt.Sprintf("in %s for %v", p.call, d)
 	default:
-		p.text = fmt.Sprintf("computing since %s ended %v ago", a.c.numbered(a.seq), d)
+		p.text = fmt.Sprintf("computing since %s ended %v ago", p.call, d)
+	}
+	if a.label != "" {
+		p.text = a.label + ": " + p.text
 	}
 	return p
+}
+
+// activities are the activities of a rank's groups besides the world
+// group's collectives (sub-groups' collectives, point-to-point receives),
+// which stall reports watch too.
+type activities struct {
+	mu   sync.Mutex
+	list []*activity
+}
+
+func (as *activities) add(a ...*activity) {
+	as.mu.Lock()
+	as.list = append(as.list, a...)
+	as.mu.Unlock()
+}
+
+func (as *activities) all() []*activity {
+	as.mu.Lock()
+	defer as.mu.Unlock()
+	return append([]*activity(nil), as.list...)
 }

@@ -73,6 +73,7 @@ type Group struct {
 
 	mu      sync.Mutex   // held while a collective runs
 	act     activity     // the running or last collective, for farewells and stall reports
+	recvAct activity     // the latest point-to-point receive waited for, for stall reports
 	qmu     sync.RWMutex // guards sending on queue against Close
 	pending atomic.Int64
 	queue   chan queued
@@ -197,7 +198,7 @@ const exitLauncherGone = 129
 
 func newGroup(w *world, id uint32, peers []int, rank int) *Group {
 	s := &w.settings
-	return &Group{
+	g := &Group{
 		w:  w,
 		id: id,
 		ring: ring.Collectives{T: w.data, Peers: peers, Rank: rank, Stream: id << 16,
@@ -207,6 +208,14 @@ func newGroup(w *world, id uint32, peers []int, rank int) *Group {
 		recvSeq: map[[2]int]uint64{},
 		senders: map[int]chan queued{},
 	}
+	g.recvAct.label = "receives"
+	if id != 0 {
+		g.act.label = fmt.Sprintf("sub-group %d", id)
+		g.recvAct.label = fmt.Sprintf("sub-group %d receives", id)
+		w.stall.acts.add(&g.act)
+	}
+	w.stall.acts.add(&g.recvAct)
+	return g
 }
 
 // chunkBytes is the ring algorithms' chunk for a group of peers: the

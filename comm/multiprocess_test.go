@@ -462,3 +462,21 @@ func TestTimeoutCarriesTable(t *testing.T) {
 		}
 	}
 }
+
+// TestReceiveStallNamed: a point-to-point receive that waits GORUN_STALL
+// is reported too (a pipeline's stages wait in receives), with where each
+// rank is; the sender, computing, reports nothing.
+func TestReceiveStallNamed(t *testing.T) {
+	res, out := runJob(t, 2, "recvstall", "GORUN_STALL=1s", "STALL_SLEEP=3s")
+	if err := res.Error(); err != nil {
+		t.Fatalf("job failed: %v\n%s", err, out)
+	}
+	text := strings.Join(rankLines(out)[0], "\n")
+	if !containsAll(text, "stalled: receives: call #0 (Recv from rank 1, tag 3, 5 × float32) has waited", "where each rank is:",
+		"rank 0: computing since", "; receives: in call #0 (Recv from rank 1, tag 3, 5 × float32) for", "rank 1: computing since") {
+		t.Errorf("rank 0 did not report its stalled receive:\n%s", out)
+	}
+	if strings.Contains(out, "[1] comm: rank 1: stalled") {
+		t.Errorf("rank 1, which never waited, reported a stall:\n%s", out)
+	}
+}

@@ -109,6 +109,8 @@ func RecvAsync[T Elem](ctx context.Context, g *Group, buf []T, src, tag int) *Wo
 		tickets[j] = t
 	}
 	return &Work{done: make(chan struct{}), lazy: func() error {
+		g.recvAct.begin(call.Seq, recvCall(src, tag, len(buf), call.DType))
+		defer g.recvAct.end()
 		for j, t := range tickets {
 			a, b := min(j*per, len(buf)), min((j+1)*per, len(buf))
 			meta, n, err := g.w.data.Wait(ctx, peer, stream, t)
@@ -118,6 +120,11 @@ func RecvAsync[T Elem](ctx context.Context, g *Group, buf []T, src, tag int) *Wo
 		}
 		return nil
 	}}
+}
+
+// recvCall names a receive in stall reports.
+func recvCall(src, tag, n int, dt ring.DType) call {
+	return call{kind: fmt.Sprintf("Recv from rank %d, tag %d", src, tag), count: n, dtype: dt}
 }
 
 // Send is Send on float32.

@@ -37,6 +37,7 @@ type stallWatch struct {
 	log    io.Writer
 	t      *tcp.Transport // set once connected, before ready
 	act    *activity      // the world group's, set before ready
+	acts   activities     // the other groups' collectives and receives
 	ready  atomic.Bool
 	stop   chan struct{}
 	mu     sync.Mutex
@@ -62,7 +63,7 @@ func (w *stallWatch) control(from int, msg []byte) {
 	id := binary.LittleEndian.Uint64(msg[1:9])
 	switch msg[0] {
 	case ctlWhere:
-		p := w.act.where(time.Now())
+		p := w.here(time.Now())
 		out := make([]byte, 0, 18+len(p.text))
 		out = append(out, ctlHere)
 		out = binary.LittleEndian.AppendUint64(out, id)
@@ -95,12 +96,24 @@ func (w *stallWatch) control(from int, msg []byte) {
 	}
 }
 
+// here is where this rank is: the world group's collectives, and every
+// other call it waits in (a sub-group's collective, a receive).
+func (w *stallWatch) here(now time.Time) place {
+	p := w.act.where(now)
+	for _, a := range w.acts.all() {
+		if q := a.where(now); q.running {
+			p.text += "; " + q.text
+		}
+	}
+	return p
+}
+
 // gather asks every other rank where it is and returns the places by
 // rank, with ok false for those that did not answer within askTimeout.
 func (w *stallWatch) gather() ([]place, []bool) {
 	places := make([]place, w.size)
 	ok := make([]bool, w.size)
-	places[w.rank], ok[w.rank] = w.act.where(time.Now()), true
+	places[w.rank], ok[w.rank] = w.here(time.Now()), true
 	w.mu.Lock()
 	w.nextID++
 	id := w.nextID
@@ -163,12 +176,23 @@ func (w *stallWatch) table(seq uint64) (summary, text string) {
 	return summary, b.String()
 }
 
-// report logs where every rank is, for the call this rank has waited in
-// for waited.
-func (w *stallWatch) report(p place, waited time.Duration) {
+// report logs where every rank is, for the call of a this rank has
+// waited in for waited. Only for the world group's collectives can it
+// tell who has not arrived (their numbers are the job's); for the
+// others the table says where each rank is.
+func (w *stallWatch) report(a *activity, p place, waited time.Duration) {
 	summary, table := w.table(p.seq)
-	fmt.Fprintf(w.log, "comm: rank %d: stalled: call #%d has waited %v (GORUN_STALL=%v); %s; where each rank is:%s\n",
-		w.rank, p.seq, waited.Round(100*time.Millisecond), w.after, summary, table)
+	what := fmt.Sprintf("call #%d", p.seq)
+	if a != w.act {
+		what = a.label + ": " + p.call
+		if _, silent, ok := strings.Cut(summary, "; "); ok {
+			summary = silent
+		} else {
+			summary = "every rank answered"
+		}
+	}
+	fmt.Fprintf(w.log, "comm: rank %d: stalled: %s has waited %v (GORUN_STALL=%v); %s; where each rank is:%s\n",
+		w.rank, what, waited.Round(100*time.Millisecond), w.after, summary, table)
 }
 
 // ranks names a list of ranks with a verb: "rank 2 has not arrived",
@@ -204,13 +228,17 @@ func (w *stallWatch) close() {
 	}
 }
 
-// run watches the world group's calls until stop is closed: a call that
-// has waited after is reported, then again at 2×after, 4×after, ...
+// run watches the calls of this rank's groups until stop is closed: a
+// call that has waited after is reported, then again at 2×after,
+// 4×after, ...
 func (w *stallWatch) run() {
 	tick := time.NewTicker(min(max(w.after/4, 50*time.Millisecond), time.Second))
 	defer tick.Stop()
-	var watched uint64
-	var next time.Duration
+	type watched struct {
+		seq  uint64
+		next time.Duration
+	}
+	state := map[*activity]*watched{}
 	for {
 		select {
 		case <-w.stop:
@@ -218,17 +246,24 @@ func (w *stallWatch) run() {
 		case <-tick.C:
 		}
 		now := time.Now()
-		p := w.act.where(now)
-		if !p.running {
-			next = 0
-			continue
-		}
-		if next == 0 || p.seq != watched {
-			watched, next = p.seq, w.after
-		}
-		if waited := now.Sub(p.since); waited >= next {
-			w.report(p, waited)
-			next *= 2
+		for _, a := range append([]*activity{w.act}, w.acts.all()...) {
+			p := a.where(now)
+			st := state[a]
+			if st == nil {
+				st = &watched{}
+				state[a] = st
+			}
+			if !p.running {
+				st.next = 0
+				continue
+			}
+			if st.next == 0 || p.seq != st.seq {
+				st.seq, st.next = p.seq, w.after
+			}
+			if waited := now.Sub(p.since); waited >= st.next {
+				w.report(a, p, waited)
+				st.next *= 2
+			}
 		}
 	}
 }

@@ -73,6 +73,16 @@ func runWorker(scenario string) int {
 		err = earlyScenario(ctx, g)
 	case "stall":
 		err = stallScenario(ctx, g)
+	case "recvstall":
+		// Rank 0 waits for a message rank 1 sends only after STALL_SLEEP.
+		buf := make([]float32, 5)
+		if g.Rank() == 0 {
+			err = g.Recv(ctx, buf, 1, 3)
+		} else {
+			pause, _ := time.ParseDuration(os.Getenv("STALL_SLEEP"))
+			time.Sleep(pause)
+			err = g.Send(ctx, buf, 0, 3)
+		}
 	case "mismatch":
 		if g.Rank() == 1 {
 			err = g.AllReduce(ctx, make([]float32, 1000), comm.Sum)
