@@ -396,7 +396,7 @@ func TestRankClosingEarlyNamed(t *testing.T) {
 					t.Errorf("rank %d does not say %q:\n%s", r, want, out)
 					continue
 				}
-				if m := regexp.MustCompile(`after (\d+)ms`).FindStringSubmatch(text); m == nil {
+				if m := regexp.MustCompile(`after (\d+) ms`).FindStringSubmatch(text); m == nil {
 					t.Errorf("rank %d does not say how long it took:\n%s", r, text)
 				} else if ms, _ := strconv.Atoi(m[1]); ms > 1000 {
 					t.Errorf("rank %d took %d ms to notice", r, ms)

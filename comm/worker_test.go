@@ -503,7 +503,7 @@ func earlyScenario(ctx context.Context, g *comm.Group) error {
 	start := time.Now()
 	for range calls {
 		if err := comm.AllReduce(ctx, g, buf, comm.Sum); err != nil {
-			return fmt.Errorf("after %v: %w", time.Since(start).Round(time.Millisecond), err)
+			return fmt.Errorf("after %d ms: %w", time.Since(start).Milliseconds(), err)
 		}
 	}
 	if g.Rank() == g.Size()-1 {
