@@ -14,4 +14,9 @@
 // make different calls get an error naming both calls. After any error the
 // group is broken (like an aborted NCCL communicator): every later call
 // returns the first error, and the other ranks are told so they stop too.
+// A rank that closes its group while others still wait for it is named
+// with its last call and theirs. A call that waits longer than
+// Settings.StallAfter (GORUN_STALL) makes the rank log, asked over the TCP
+// connections beside the data, which ranks have not arrived and where each
+// rank is; a rank started by gorun exits when gorun is gone.
 package comm
