@@ -208,6 +208,7 @@ func newGroup(w *world, id uint32, peers []int, rank int) *Group {
 		recvSeq: map[[2]int]uint64{},
 		senders: map[int]chan queued{},
 	}
+	g.act.clock, g.recvAct.clock = &w.stall.clock, &w.stall.clock
 	g.recvAct.label = "receives"
 	if id != 0 {
 		g.act.label = fmt.Sprintf("sub-group %d", id)
@@ -495,11 +496,11 @@ func (g *Group) exec(ctx context.Context, c call, run func(context.Context) erro
 	if err := g.w.t.Err(); err != nil {
 		return g.fail(c.numbered(seq), err)
 	}
-	started := g.act.begin(seq, c)
+	g.act.begin(seq, c)
 	err := run(ctx)
 	if err != nil && g.id == 0 {
 		// While this rank still counts as in the call.
-		err = g.w.stall.failedAfterStall(err, seq, started)
+		err = g.w.stall.failedAfterStall(err, &g.act)
 	}
 	g.act.end()
 	if err != nil {
@@ -564,7 +565,7 @@ func (c *collective[T]) call() call {
 	if c.kind == barrier {
 		return call{kind: collectiveNames[c.kind], count: -1}
 	}
-	return call{collectiveNames[c.kind], c.count, ring.DTypeOf[T]()}
+	return call{kind: collectiveNames[c.kind], count: c.count, dtype: ring.DTypeOf[T]()}
 }
 
 func (c *collective[T]) run(ctx context.Context, r *ring.Collectives) error {
@@ -612,7 +613,7 @@ func AllReduceAsync[T Elem](ctx context.Context, g *Group, buf []T, op Op) *Work
 // Broadcast copies root's buf into every rank's buf.
 func Broadcast[T Elem](ctx context.Context, g *Group, buf []T, root int) error {
 	if root < 0 || root >= g.Size() {
-		return g.wrap(call{"Broadcast", len(buf), ring.DTypeOf[T]()}.String(), fmt.Errorf("root %d outside the group of %d", root, g.Size()))
+		return g.wrap(call{kind: "Broadcast", count: len(buf), dtype: ring.DTypeOf[T]()}.String(), fmt.Errorf("root %d outside the group of %d", root, g.Size()))
 	}
 	return dispatch(ctx, g, collective[T]{kind: broadcast, buf: buf, root: root, count: len(buf)})
 }

@@ -110,6 +110,7 @@ func RecvAsync[T Elem](ctx context.Context, g *Group, buf []T, src, tag int) *Wo
 	}
 	return &Work{done: make(chan struct{}), lazy: func() error {
 		g.recvAct.begin(call.Seq, recvCall(src, tag, len(buf), call.DType))
+
 		defer g.recvAct.end()
 		for j, t := range tickets {
 			a, b := min(j*per, len(buf)), min((j+1)*per, len(buf))
@@ -124,7 +125,7 @@ func RecvAsync[T Elem](ctx context.Context, g *Group, buf []T, src, tag int) *Wo
 
 // recvCall names a receive in stall reports.
 func recvCall(src, tag, n int, dt ring.DType) call {
-	return call{kind: fmt.Sprintf("Recv from rank %d, tag %d", src, tag), count: n, dtype: dt}
+	return call{kind: recvKind, count: n, dtype: dt, src: src, tag: tag}
 }
 
 // Send is Send on float32.

@@ -57,7 +57,7 @@ func (g *Group) AllReduceDevice(ctx context.Context, st Stager, ptr uintptr, n i
 // and start its reduction without synchronising; the buffer must not be
 // touched until Wait returns.
 func (g *Group) AllReduceDeviceAsync(ctx context.Context, st Stager, ptr uintptr, n int, op Op) *Work {
-	c := call{"AllReduce", n, ring.Float32}
+	c := call{kind: "AllReduce", count: n, dtype: ring.Float32}
 	ready, err := st.Mark()
 	if err != nil {
 		return finished(g.wrap(c.String()+" on a device buffer", err))
@@ -73,7 +73,7 @@ func (g *Group) AllReduceDeviceAsync(ctx context.Context, st Stager, ptr uintptr
 // BroadcastDevice is Broadcast on n float32s at device address ptr,
 // staged through st.
 func (g *Group) BroadcastDevice(ctx context.Context, st Stager, ptr uintptr, n int, root int) error {
-	c := call{"Broadcast", n, ring.Float32}
+	c := call{kind: "Broadcast", count: n, dtype: ring.Float32}
 	if root < 0 || root >= g.Size() {
 		return g.wrap(c.String(), fmt.Errorf("root %d outside the group of %d", root, g.Size()))
 	}

@@ -38,6 +38,7 @@ type stallWatch struct {
 	t      *tcp.Transport // set once connected, before ready
 	act    *activity      // the world group's, set before ready
 	acts   activities     // the other groups' collectives and receives
+	clock  coarseClock    // what the activities stamp their calls with
 	ready  atomic.Bool
 	stop   chan struct{}
 	mu     sync.Mutex
@@ -213,6 +214,7 @@ func ranks(rs []int, one, many string) string {
 // reports are on, watching the world group's calls.
 func (w *stallWatch) start(t *tcp.Transport, act *activity) {
 	w.t, w.act = t, act
+	w.clock.tick(time.Now())
 	w.ready.Store(true)
 	if w.after > 0 && w.size > 1 {
 		go w.run()
@@ -232,7 +234,7 @@ func (w *stallWatch) close() {
 // call that has waited after is reported, then again at 2×after,
 // 4×after, ...
 func (w *stallWatch) run() {
-	tick := time.NewTicker(min(max(w.after/4, 50*time.Millisecond), time.Second))
+	tick := time.NewTicker(clockTick)
 	defer tick.Stop()
 	type watched struct {
 		seq  uint64
@@ -246,6 +248,7 @@ func (w *stallWatch) run() {
 		case <-tick.C:
 		}
 		now := time.Now()
+		w.clock.tick(now)
 		for _, a := range append([]*activity{w.act}, w.acts.all()...) {
 			p := a.where(now)
 			st := state[a]
@@ -260,7 +263,7 @@ func (w *stallWatch) run() {
 			if st.next == 0 || p.seq != st.seq {
 				st.seq, st.next = p.seq, w.after
 			}
-			if waited := now.Sub(p.since); waited >= st.next {
+			if waited := time.Duration(now.UnixNano() - p.since); p.since != 0 && waited >= st.next {
 				w.report(a, p, waited)
 				st.next *= 2
 			}
@@ -268,12 +271,17 @@ func (w *stallWatch) run() {
 	}
 }
 
-// failedAfterStall adds, to the error of a call numbered seq that failed
-// after waiting at least the stall threshold, where every rank was.
-func (w *stallWatch) failedAfterStall(err error, seq uint64, started time.Time) error {
-	if w == nil || w.after <= 0 || !w.ready.Load() || time.Since(started) < w.after {
+// failedAfterStall adds, to the error of the call a (the world group's)
+// is in, where every rank was, when the call failed after waiting at
+// least the stall threshold.
+func (w *stallWatch) failedAfterStall(err error, a *activity) error {
+	if w.after <= 0 || !w.ready.Load() {
 		return err
 	}
-	summary, table := w.table(seq)
+	p := a.where(time.Now())
+	if p.since == 0 || time.Duration(time.Now().UnixNano()-p.since) < w.after {
+		return err
+	}
+	summary, table := w.table(p.seq)
 	return fmt.Errorf("%w; %s; where each rank was:%s", err, summary, table)
 }
