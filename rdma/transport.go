@@ -559,20 +559,35 @@ func (t *Transport) waiter(ctx context.Context, rank int, what string) waiter {
 	return w
 }
 
+// left returns the error Config.Left reports for the waiter's rank once
+// the wait has taken lastLooks more looks after it left: what the rank
+// wrote before it said goodbye has landed, and must still be taken.
+func (w *waiter) left() error {
+	if w.t.cfg.Left == nil {
+		return nil
+	}
+	err := w.t.cfg.Left(w.rank)
+	if err == nil {
+		return nil
+	}
+	if w.looks++; w.looks <= lastLooks {
+		return nil
+	}
+	return err
+}
+
+// lastLooks is how many looks a wait takes after its peer left before it
+// gives up.
+const lastLooks = 2
+
 // pause lets time pass between two polls and returns an error when the
 // call must give up.
 func (w *waiter) pause() error {
 	if err := w.t.failure(); err != nil {
 		return err
 	}
-	if l := w.t.cfg.Left; l != nil {
-		if err := l(w.rank); err != nil {
-			// What the rank wrote before it said goodbye has landed: one
-			// more look takes it.
-			if w.looks++; w.looks > 2 {
-				return err
-			}
-		}
+	if err := w.left(); err != nil {
+		return err
 	}
 	if err := w.ctx.Err(); err != nil {
 		return &PeerError{Rank: w.rank, Err: fmt.Errorf("%s: %w", w.what, err)}

@@ -189,6 +189,8 @@ func TestWaitsEnd(t *testing.T) {
 			"rank 1 (RDMA): waiting for data: context deadline exceeded"},
 		{"failure elsewhere", rdma.Config{Failed: func() error { return errors.New("rank 1 died (seen over TCP)") }},
 			func() (context.Context, context.CancelFunc) { return context.Background(), func() {} }, "rank 1 died (seen over TCP)"},
+		{"peer left", rdma.Config{Left: func(r int) error { return fmt.Errorf("rank %d closed its group after its call #13", r) }},
+			func() (context.Context, context.CancelFunc) { return context.Background(), func() {} }, "rank 1 closed its group after its call #13"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ts, _ := rdmatest.Mesh(t, rdmatest.NewFabric(1, false), 2, tc.cfg)
