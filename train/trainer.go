@@ -460,7 +460,7 @@ func (t *Trainer) trainEpoch(ctx context.Context, epoch int) (float64, int, erro
 		}
 		seen += b.Len()
 		if update && t.SaveEvery > 0 && t.step%int64(t.SaveEvery) == 0 {
-			if err := t.saveInEpoch(epochProgress{batch: batch + 1, loss: lossSum, seen: seen}); err != nil {
+			if err := t.saveInEpoch(ctx, epochProgress{batch: batch + 1, loss: lossSum, seen: seen}); err != nil {
 				return 0, 0, fmt.Errorf("epoch %d, step %d: %w", epoch, t.step, err)
 			}
 		}
@@ -526,8 +526,16 @@ func (t *Trainer) meta() (checkpoint.Meta, error) {
 }
 
 // saveInEpoch writes the checkpoint at SavePath mid-epoch, at p (rank 0
-// only, as at an epoch's end).
-func (t *Trainer) saveInEpoch(p epochProgress) error {
+// only, as at an epoch's end). Every rank calls it: the epoch's loss and
+// samples so far are the replicas' mean, so that every rank resumes with
+// its share and the epoch's report comes out as an uninterrupted run's.
+func (t *Trainer) saveInEpoch(ctx context.Context, p epochProgress) error {
+	sums := []float64{p.loss, float64(p.seen)}
+	if err := t.sync.sum(ctx, sums); err != nil {
+		return fmt.Errorf("combining the epoch's loss for the checkpoint: %w", err)
+	}
+	w := float64(t.sync.world())
+	p.loss, p.seen = sums[0]/w, int(sums[1]/w)
 	if t.sync.rank() != 0 {
 		return nil
 	}
