@@ -42,6 +42,9 @@ func TestResolveSettings(t *testing.T) {
 		{name: "bad timeout", env: map[string]string{"GORUN_TIMEOUT": "soon"}, wantErr: `GORUN_TIMEOUT="soon"`},
 		{name: "socket buffer too small", env: map[string]string{"GORUN_SOCKET_BUFFER": "4096"}, wantErr: "GORUN_SOCKET_BUFFER=4096: 4096 bytes is below the 65536-byte minimum"},
 		{name: "bad compression", env: map[string]string{"GORUN_COMPRESS": "zip"}, wantErr: `GORUN_COMPRESS="zip"`},
+		{name: "negative stall", env: map[string]string{"GORUN_STALL": "-5s"}, wantErr: "GORUN_STALL=-5s: want 0 (off) or a positive duration"},
+		{name: "bad stall", env: map[string]string{"GORUN_STALL": "later"}, wantErr: `GORUN_STALL="later"`},
+		{name: "bad launcher pid", env: map[string]string{"GORUN_LAUNCHER_PID": "gorun"}, wantErr: `GORUN_LAUNCHER_PID="gorun"`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -65,12 +68,14 @@ func TestResolveSettings(t *testing.T) {
 }
 
 func TestResolveSettingsTuning(t *testing.T) {
-	env := map[string]string{"GORUN_TIMEOUT": "90", "GORUN_JOIN_TIMEOUT": "2m", "GORUN_SMALL_BYTES": "-1", "GORUN_CHUNK_BYTES": "8192", "GORUN_COMPRESS": "s2", "GORUN_TOKEN": "abc"}
+	env := map[string]string{"GORUN_TIMEOUT": "90", "GORUN_JOIN_TIMEOUT": "2m", "GORUN_SMALL_BYTES": "-1", "GORUN_CHUNK_BYTES": "8192", "GORUN_COMPRESS": "s2", "GORUN_TOKEN": "abc",
+		"GORUN_STALL": "0", "GORUN_LAUNCHER_PID": "4242"}
 	s, err := ResolveSettings(func(k string) string { return env[k] }, WithChunkBytes(4096))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Timeout != 90*time.Second || s.JoinTimeout != 2*time.Minute || s.SmallBytes != -1 || s.ChunkBytes != 4096 || !s.Compress || string(s.Token) != "abc" {
+	if s.Timeout != 90*time.Second || s.JoinTimeout != 2*time.Minute || s.SmallBytes != -1 || s.ChunkBytes != 4096 || !s.Compress || string(s.Token) != "abc" ||
+		s.StallAfter != 0 || s.LauncherPID != 4242 {
 		t.Errorf("got %+v", s)
 	}
 }
