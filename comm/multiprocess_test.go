@@ -456,7 +456,7 @@ func TestTimeoutCarriesTable(t *testing.T) {
 	for _, r := range []int{0, 1} {
 		text := strings.Join(lines[r], "\n")
 		// (The other waiting rank may have exited by the time this one
-		// asks: it is then named as not answering.)
+		// asks: it is then named as gone, without waiting for its answer.)
 		if !containsAll(text, "ERROR", "nothing moved within 3s", "rank 2 has not arrived;", "where each rank was:", "rank 2: computing since call #2 (AllReduce, 1000 × float32) ended") {
 			t.Errorf("rank %d's error does not carry the table:\n%s", r, out)
 		}

@@ -109,12 +109,26 @@ func (w *stallWatch) here(now time.Time) place {
 	return p
 }
 
+// Whether a rank answered where it is.
+type reply uint8
+
+const (
+	silent   reply = iota // asked, no answer within askTimeout
+	answered              // its place is known
+	gone                  // its connection ended before it answered
+)
+
+// gatherPoll is how often gather looks for ranks whose connection ended
+// while it waits for their answers.
+const gatherPoll = 20 * time.Millisecond
+
 // gather asks every other rank where it is and returns the places by
-// rank, with ok false for those that did not answer within askTimeout.
-func (w *stallWatch) gather() ([]place, []bool) {
+// rank, with how each rank replied: a rank whose connection ends (it
+// exited, aborted) is not waited for.
+func (w *stallWatch) gather() ([]place, []reply) {
 	places := make([]place, w.size)
-	ok := make([]bool, w.size)
-	places[w.rank], ok[w.rank] = w.here(time.Now()), true
+	replies := make([]reply, w.size)
+	places[w.rank], replies[w.rank] = w.here(time.Now()), answered
 	w.mu.Lock()
 	w.nextID++
 	id := w.nextID
@@ -127,39 +141,58 @@ func (w *stallWatch) gather() ([]place, []bool) {
 		w.mu.Unlock()
 	}()
 	q := binary.LittleEndian.AppendUint64([]byte{ctlWhere}, id)
-	want := 0
+	pending := make([]bool, w.size) // asked, not yet answered
+	waiting := 0
 	for r := range w.size {
-		if r != w.rank && w.t.SendControl(r, q) == nil {
-			want++
-		}
+		switch {
+		case r == w.rank:
+		case !w.t.Gone(r) && w.t.SendControl(r, q) == nil:
+			pending[r] = true
+			waiting++
+		case w.t.Gone(r):
+			replies[r] = gone
+		} // else silent: the question could not be sent
 	}
 	deadline := time.NewTimer(askTimeout)
 	defer deadline.Stop()
-	for ; want > 0; want-- {
+	poll := time.NewTicker(gatherPoll)
+	defer poll.Stop()
+	for waiting > 0 {
 		select {
 		case a := <-ch:
-			if a.from >= 0 && a.from < w.size {
-				places[a.from], ok[a.from] = a.p, true
+			if a.from >= 0 && a.from < w.size && pending[a.from] {
+				places[a.from], replies[a.from], pending[a.from] = a.p, answered, false
+				waiting--
+			}
+		case <-poll.C:
+			for r := range pending {
+				if pending[r] && w.t.Gone(r) {
+					replies[r], pending[r] = gone, false
+					waiting--
+				}
 			}
 		case <-deadline.C:
-			return places, ok
+			return places, replies
 		}
 	}
-	return places, ok
+	return places, replies
 }
 
 // table describes where every rank is, for a call numbered seq this rank
 // waits in: which ranks have not arrived at it and which did not answer,
 // then one line per rank.
 func (w *stallWatch) table(seq uint64) (summary, text string) {
-	places, ok := w.gather()
-	var late, silent []int
+	places, replies := w.gather()
+	var late, quiet []int
 	var b strings.Builder
 	for r, p := range places {
-		switch {
-		case !ok[r]:
-			silent = append(silent, r)
-			fmt.Fprintf(&b, "\n  rank %d: did not answer within %v (exited, stopped, or starved of CPU)", r, askTimeout)
+		switch replies[r] {
+		case silent:
+			quiet = append(quiet, r)
+			fmt.Fprintf(&b, "\n  rank %d: did not answer within %v (stopped, or starved of CPU)", r, askTimeout)
+		case gone:
+			quiet = append(quiet, r)
+			fmt.Fprintf(&b, "\n  rank %d: gone (it said goodbye, aborted, or its connection ended)", r)
 		default:
 			if !p.any || p.seq < seq {
 				late = append(late, r)
@@ -171,8 +204,8 @@ func (w *stallWatch) table(seq uint64) (summary, text string) {
 	if len(late) == 0 {
 		summary = "every rank that answered has arrived"
 	}
-	if len(silent) > 0 {
-		summary += "; " + ranks(silent, "did not answer", "did not answer")
+	if len(quiet) > 0 {
+		summary += "; " + ranks(quiet, "did not answer", "did not answer")
 	}
 	return summary, b.String()
 }

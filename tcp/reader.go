@@ -73,6 +73,7 @@ func (t *Transport) pump(p *peer, fd int) {
 		}
 		if err != nil {
 			rs.done = true
+			p.gone.Store(true)
 			if !errors.Is(err, errBye) {
 				t.readFailed(p, err)
 			}
@@ -187,6 +188,7 @@ func (t *Transport) endFrame(p *peer) error {
 		err := &LeftError{Rank: p.rank, Farewell: string(rs.dst)}
 		p.left.Store(err)
 		p.bye.Store(true)
+		p.gone.Store(true)
 		p.boxMu.Lock()
 		for _, m := range p.boxes {
 			m.close(err)
@@ -194,6 +196,7 @@ func (t *Transport) endFrame(p *peer) error {
 		p.boxMu.Unlock()
 		return errBye
 	case KindAbort:
+		p.gone.Store(true)
 		t.fail(&AbortError{Rank: p.rank, Msg: string(rs.dst)})
 		return nil
 	case KindControl:

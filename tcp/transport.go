@@ -180,6 +180,7 @@ type peer struct {
 	rz   []byte // compressed or discarded payload being received
 	bye  atomic.Bool
 	left atomic.Pointer[LeftError] // set with bye
+	gone atomic.Bool               // the peer said goodbye, aborted, or its connection ended
 }
 
 func (p *peer) box(stream uint32) *mailbox {
@@ -226,6 +227,13 @@ func (t *Transport) Left(rank int) error {
 		}
 	}
 	return nil
+}
+
+// Gone reports whether rank will send nothing more: it said goodbye,
+// aborted the job, or its connection ended. A rank that waits for answers
+// from its peers (the stall watch) stops waiting for the gone ones.
+func (t *Transport) Gone(rank int) bool {
+	return rank >= 0 && rank < len(t.peers) && t.peers[rank] != nil && t.peers[rank].gone.Load()
 }
 
 // Failed is closed once the transport has failed.
@@ -565,6 +573,7 @@ func (t *Transport) CloseWith(ctx context.Context, farewell string) error {
 }
 
 func (t *Transport) readFailed(p *peer, err error) {
+	p.gone.Store(true)
 	if t.closing.Load() {
 		return
 	}

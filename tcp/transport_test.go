@@ -479,3 +479,34 @@ func TestTinySocketBufferRefused(t *testing.T) {
 		t.Fatalf("Connect with a 4096-byte socket buffer: %v, want the minimum named", err)
 	}
 }
+
+// TestGone: a peer is gone once it says goodbye, aborts, or its
+// connection ends, and only then.
+func TestGone(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		end  func(*Transport)
+	}{
+		{"goodbye", func(tr *Transport) { go tr.Close(context.Background()) }},
+		{"abort", func(tr *Transport) { tr.Abort(errors.New("given up")) }},
+		{"connection lost", func(tr *Transport) { tr.peers[0].conn.Close() }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ts := mesh(t, 3, Config{}, nil)
+			if ts[0].Gone(1) || ts[0].Gone(2) {
+				t.Fatal("a live peer is gone")
+			}
+			c.end(ts[1])
+			deadline := time.Now().Add(5 * time.Second)
+			for !ts[0].Gone(1) {
+				if time.Now().After(deadline) {
+					t.Fatalf("rank 1 not gone 5 s after its %s", c.name)
+				}
+				time.Sleep(time.Millisecond)
+			}
+			if ts[0].Gone(2) || ts[0].Gone(0) || ts[0].Gone(7) {
+				t.Error("ranks 0, 2 or 7 reported gone")
+			}
+		})
+	}
+}

@@ -209,7 +209,7 @@ func TestBatchScripts(t *testing.T) {
 }
 
 // TestBatchScriptRestarts submits ddp-restarts.sh with a train that
-// SIGKILLs itself on task 1, a few seconds into the first step: the script
+// SIGKILLs itself on task 1, a second after the first checkpoint: the script
 // starts a new step, which resumes from the last checkpoint and finishes.
 func TestBatchScriptRestarts(t *testing.T) {
 	if cluster.skip != "" {
@@ -223,7 +223,9 @@ func TestBatchScriptRestarts(t *testing.T) {
 	bin := filepath.Join(work, "bin")
 	os.Mkdir(bin, 0o755)
 	wrapper := `#!/bin/bash
-if [ "$GORUN_RESTART" = 0 ] && [ "$SLURM_PROCID" = 1 ]; then (sleep 4; kill -9 $$) & fi
+if [ "$GORUN_RESTART" = 0 ] && [ "$SLURM_PROCID" = 1 ]; then
+	(for i in $(seq 1200); do [ -e mnist.safetensors.train ] && break; sleep 0.1; done; sleep 1; kill -9 $$) &
+fi
 exec ` + filepath.Join(cluster.bin, "train") + ` "$@"
 `
 	if err := os.WriteFile(filepath.Join(bin, "train"), []byte(wrapper), 0o755); err != nil {
