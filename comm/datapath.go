@@ -36,6 +36,7 @@ type fastPath struct {
 // its set-up call in setUp and one add.
 type dataPath struct {
 	tcp   *tcp.Transport
+	host  string     // the address this rank listens on ("" for one rank alone)
 	fast  []fastPath // in order of preference
 	links []ring.Transport
 

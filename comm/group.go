@@ -60,6 +60,15 @@ type world struct {
 	stopWatch func()
 	// stall answers where this rank is and reports stalled calls.
 	stall *stallWatch
+	// agree holds what the other ranks sent this one's agreements (Shrink).
+	agree *agreement
+	// host is the address this rank listens on (a shrunk world's too).
+	host string
+	// shrunkFrom maps this world's ranks to the ranks of the world it was
+	// shrunk from (nil: not shrunk).
+	shrunkFrom []int
+	// hook, when set (tests only), is called at named points of Shrink.
+	hook func(point string)
 }
 
 // Group is a set of ranks that run collectives together. The world group
@@ -147,18 +156,29 @@ func Join(ctx context.Context, s Settings) (*Group, error) {
 	}
 	jctx, cancel := context.WithTimeout(ctx, s.JoinTimeout)
 	defer cancel()
-	stall := newStallWatch(&s)
-	data, err := connect(jctx, &s, stall.control)
+	ctl := newControls(&s)
+	data, err := connect(jctx, &s, ctl.control)
 	if err != nil {
 		return nil, fmt.Errorf("comm: rank %d of %d: %w", s.Rank, s.Size, err)
 	}
-	w := &world{t: data.tcp, settings: s, nextID: 1, data: data, stopWatch: func() {}, stall: stall}
+	host := s.Addr
+	if data.host != "" {
+		host = data.host
+	}
+	return openWorld(jctx, s, data, ctl, host)
+}
+
+// openWorld makes the world group over a connected data path: once every rank
+// has joined it (an all-reduce that settles what the ranks must agree on),
+// it is ready. host is the address this rank listens on.
+func openWorld(ctx context.Context, s Settings, data *dataPath, ctl *controls, host string) (*Group, error) {
+	w := &world{t: data.tcp, settings: s, nextID: 1, data: data, stopWatch: func() {}, stall: ctl.stall, agree: ctl.agree, host: host}
 	peers := make([]int, s.Size)
 	for i := range peers {
 		peers[i] = i
 	}
 	g := newGroup(w, 0, peers, s.Rank)
-	stall.start(w.t, &g.act)
+	ctl.stall.start(w.t, &g.act)
 	// Everyone is connected, and has mapped the segments it shares with
 	// its peers, once this all-reduce returns: it needs every rank's
 	// contribution. It also settles what ranks must agree on and cannot
@@ -167,7 +187,7 @@ func Join(ctx context.Context, s Settings) (*Group, error) {
 	if s.LocalSize > runtime.NumCPU() {
 		crowded[0] = 1
 	}
-	if err := g.AllReduce(jctx, crowded, Max); err != nil {
+	if err := g.AllReduce(ctx, crowded, Max); err != nil {
 		g.Close()
 		return nil, err
 	}
@@ -280,7 +300,7 @@ func oneShotBytes(w *world, peers []int) int {
 // pairs of the ranks that reach each other over RDMA, the shared-memory
 // rings of the ranks on this machine), routed (dataPath.route).
 func connect(ctx context.Context, s *Settings, control func(from int, msg []byte)) (d *dataPath, err error) {
-	cfg := tcp.Config{Rank: s.Rank, Size: s.Size, Token: s.Token, Timeout: s.Timeout, Compress: s.Compress, SocketBuffer: s.SocketBuffer, Spin: s.Spin, Control: control}
+	cfg := tcpConfig(s, control)
 	if s.Size == 1 {
 		t, err := tcp.Connect(ctx, cfg, nil, []string{""})
 		if err != nil {
@@ -336,7 +356,7 @@ func connect(ctx context.Context, s *Settings, control func(from int, msg []byte
 	if err != nil {
 		return nil, err
 	}
-	d = &dataPath{tcp: t}
+	d = &dataPath{tcp: t, host: host}
 	if err := d.setUp(ctx, store, s); err != nil {
 		t.Abort(err)
 		t.Close(ctx)
@@ -357,6 +377,11 @@ func connect(ctx context.Context, s *Settings, control func(from int, msg []byte
 		}
 	}
 	return d, nil
+}
+
+// tcpConfig is the TCP transport's configuration for settings s.
+func tcpConfig(s *Settings, control func(from int, msg []byte)) tcp.Config {
+	return tcp.Config{Rank: s.Rank, Size: s.Size, Token: s.Token, Timeout: s.Timeout, Compress: s.Compress, SocketBuffer: s.SocketBuffer, Spin: s.Spin, Control: control}
 }
 
 func addrKey(r int) string { return "addr/" + strconv.Itoa(r) }

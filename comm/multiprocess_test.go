@@ -21,18 +21,19 @@ import (
 // runJob runs np copies of this test binary as the ranks of a job.
 func runJob(t testing.TB, np int, scenario string, env ...string) (*launch.Result, string) {
 	t.Helper()
+	return runJobWith(t, launch.Config{}, np, scenario, env...)
+}
+
+// runJobWith is runJob with the launcher's other settings from cfg.
+func runJobWith(t testing.TB, cfg launch.Config, np int, scenario string, env ...string) (*launch.Result, string) {
+	t.Helper()
 	var out launch.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	res, err := launch.Run(ctx, launch.Config{
-		NP:      np,
-		Program: os.Args[0],
-		Args:    []string{"-test.run=^$"},
-		Env:     append([]string{workerEnv + "=" + scenario, "GORUN_JOIN_TIMEOUT=30s", "GORUN_TIMEOUT=60s"}, env...),
-		Stdout:  &out,
-		Stderr:  &out,
-		Grace:   2 * time.Second,
-	})
+	cfg.NP, cfg.Program, cfg.Args = np, os.Args[0], []string{"-test.run=^$"}
+	cfg.Env = append([]string{workerEnv + "=" + scenario, "GORUN_JOIN_TIMEOUT=30s", "GORUN_TIMEOUT=60s"}, env...)
+	cfg.Stdout, cfg.Stderr, cfg.Grace = &out, &out, 2*time.Second
+	res, err := launch.Run(ctx, cfg)
 	if err != nil {
 		t.Fatalf("launch: %v", err)
 	}

@@ -64,21 +64,7 @@ func (w *stallWatch) control(from int, msg []byte) {
 	id := binary.LittleEndian.Uint64(msg[1:9])
 	switch msg[0] {
 	case ctlWhere:
-		p := w.here(time.Now())
-		out := make([]byte, 0, 18+len(p.text))
-		out = append(out, ctlHere)
-		out = binary.LittleEndian.AppendUint64(out, id)
-		var flags byte
-		if p.running {
-			flags |= 1
-		}
-		if p.any {
-			flags |= 2
-		}
-		out = append(out, flags)
-		out = binary.LittleEndian.AppendUint64(out, p.seq)
-		out = append(out, p.text...)
-		w.t.SendControl(from, out)
+		go w.answer(from, id) // SendControl may wait: not on the receive path
 	case ctlHere:
 		if len(msg) < 18 {
 			return
@@ -95,6 +81,25 @@ func (w *stallWatch) control(from int, msg []byte) {
 			}
 		}
 	}
+}
+
+// answer tells rank from, which asked with id, where this rank is.
+func (w *stallWatch) answer(from int, id uint64) {
+	p := w.here(time.Now())
+	out := make([]byte, 0, 18+len(p.text))
+	out = append(out, ctlHere)
+	out = binary.LittleEndian.AppendUint64(out, id)
+	var flags byte
+	if p.running {
+		flags |= 1
+	}
+	if p.any {
+		flags |= 2
+	}
+	out = append(out, flags)
+	out = binary.LittleEndian.AppendUint64(out, p.seq)
+	out = append(out, p.text...)
+	w.t.SendControl(from, out)
 }
 
 // here is where this rank is: the world group's collectives, and every

@@ -73,6 +73,8 @@ func runWorker(scenario string) int {
 		err = earlyScenario(ctx, g)
 	case "stall":
 		err = stallScenario(ctx, g)
+	case "shrink":
+		err = shrinkScenario(ctx, g)
 	case "recvstall":
 		// Rank 0 waits for a message rank 1 sends only after STALL_SLEEP.
 		buf := make([]float32, 5)
@@ -514,6 +516,77 @@ func earlyScenario(ctx context.Context, g *comm.Group) error {
 
 // stallScenario: rank 2 computes (sleeps) STALL_SLEEP before its third
 // all-reduce while the others wait in it.
+// shrinkScenario runs all-reduces, checking each against the sum over the
+// ranks that remain; rank SHRINK_VICTIM kills itself before step 3. A rank
+// whose call fails shrinks the group and goes on with the others from the
+// furthest step any of them finished. SHRINK_DIE=rank:point kills that
+// rank at a point of Shrink; SHRINK_SLOW=rank:duration makes that rank
+// wait so long before it shrinks.
+func shrinkScenario(ctx context.Context, g *comm.Group) error {
+	victim, _ := strconv.Atoi(os.Getenv("SHRINK_VICTIM"))
+	orig := g.Rank()
+	if r, point, ok := strings.Cut(os.Getenv("SHRINK_DIE"), ":"); ok && r == strconv.Itoa(orig) {
+		comm.SetShrinkHook(g, func(p string) {
+			if p == point {
+				fmt.Printf("DYING at %s\n", p)
+				syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			}
+		})
+	}
+	var slow time.Duration
+	if r, d, ok := strings.Cut(os.Getenv("SHRINK_SLOW"), ":"); ok && r == strconv.Itoa(orig) {
+		slow, _ = time.ParseDuration(d)
+	}
+	ids := make([]int, g.Size()) // the original ranks of the group's members
+	for i := range ids {
+		ids[i] = i
+	}
+	buf := make([]float32, 1000)
+	for step := 0; step < 12; {
+		if orig == victim && step == 3 {
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		}
+		for i := range buf {
+			buf[i] = float32((orig + 1) * (i%7 + 1))
+		}
+		err := g.AllReduce(ctx, buf, comm.Sum)
+		if err == nil {
+			sum := 0
+			for _, id := range ids {
+				sum += id + 1
+			}
+			for i, v := range buf {
+				if v != float32(sum*(i%7+1)) {
+					return fmt.Errorf("step %d on ranks %v: element %d = %v, want %v", step, ids, i, v, sum*(i%7+1))
+				}
+			}
+			step++
+			continue
+		}
+		fmt.Printf("FAILED at step %d: %v\n", step, err)
+		time.Sleep(slow)
+		t0 := time.Now()
+		shrunk, err := g.Shrink(ctx)
+		if err != nil {
+			return err
+		}
+		defer shrunk.Close()
+		from := shrunk.ShrunkFrom()
+		kept := make([]int, len(from))
+		for i, r := range from {
+			kept[i] = ids[r]
+		}
+		ids, g = kept, shrunk
+		furthest := []float32{float32(step)}
+		if err := g.AllReduce(ctx, furthest, comm.Max); err != nil {
+			return err
+		}
+		fmt.Printf("SHRUNK to %v: rank %d of %d after %v; going on from step %v\n", ids, g.Rank(), g.Size(), time.Since(t0).Round(time.Millisecond), furthest[0])
+		step = int(furthest[0])
+	}
+	return nil
+}
+
 func stallScenario(ctx context.Context, g *comm.Group) error {
 	pause, err := time.ParseDuration(os.Getenv("STALL_SLEEP"))
 	if err != nil {

@@ -196,12 +196,13 @@ func (t *Transport) endFrame(p *peer) error {
 		p.boxMu.Unlock()
 		return errBye
 	case KindAbort:
-		p.gone.Store(true)
 		t.fail(&AbortError{Rank: p.rank, Msg: string(rs.dst)})
 		return nil
 	case KindControl:
 		if f := t.cfg.Control; f != nil {
-			go f(p.rank, rs.dst) // never block the receive side
+			// In order, before anything that follows on this connection
+			// (its end: Gone): a message sent before a rank left is seen.
+			f(p.rank, rs.dst)
 		}
 		return nil
 	}

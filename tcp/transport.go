@@ -86,7 +86,9 @@ type Config struct {
 	// giving its core away between looks, and only then sleeps.
 	Spin time.Duration
 	// Control, when set, receives the control messages peers send with
-	// SendControl, each on a goroutine of its own.
+	// SendControl, in the order each peer sent them, on the peer's receive
+	// path: it must not block (hand slow work to a goroutine). msg is its
+	// own; Control may keep it.
 	Control func(from int, msg []byte)
 	// SocketBuffer, when positive, sets SO_SNDBUF and SO_RCVBUF (bytes); zero
 	// leaves the kernel's auto-tuning on, which is best on most systems. It
@@ -229,9 +231,11 @@ func (t *Transport) Left(rank int) error {
 	return nil
 }
 
-// Gone reports whether rank will send nothing more: it said goodbye,
-// aborted the job, or its connection ended. A rank that waits for answers
-// from its peers (the stall watch) stops waiting for the gone ones.
+// Gone reports whether rank will send nothing more: it said goodbye or
+// its connection ended. Every control message it sent before is delivered
+// before Gone turns true. A rank that waits for answers from its peers (the
+// stall watch, an agreement) stops waiting for the gone ones. A rank that
+// aborted is not gone: it may still answer, and agree on who is alive.
 func (t *Transport) Gone(rank int) bool {
 	return rank >= 0 && rank < len(t.peers) && t.peers[rank] != nil && t.peers[rank].gone.Load()
 }

@@ -480,15 +480,15 @@ func TestTinySocketBufferRefused(t *testing.T) {
 	}
 }
 
-// TestGone: a peer is gone once it says goodbye, aborts, or its
-// connection ends, and only then.
+// TestGone: a peer is gone once it says goodbye or its connection
+// ends, and only then: not when it aborts (it may still agree on who is
+// alive).
 func TestGone(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		end  func(*Transport)
 	}{
 		{"goodbye", func(tr *Transport) { go tr.Close(context.Background()) }},
-		{"abort", func(tr *Transport) { tr.Abort(errors.New("given up")) }},
 		{"connection lost", func(tr *Transport) { tr.peers[0].conn.Close() }},
 	} {
 		t.Run(c.name, func(t *testing.T) {

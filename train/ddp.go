@@ -57,24 +57,37 @@ type bucket struct {
 // gradient buckets live in device memory and are reduced through pinned
 // host buffers (comm.CUDAStager).
 func NewDDP(ctx context.Context, g *comm.Group, net nn.Layer, be tensor.Backend) (*DDP, error) {
-	for _, v := range net.State() {
+	return newDDP(ctx, g, net, be, 0)
+}
+
+// broadcastVars gives every rank of g root's values of vars.
+func broadcastVars(ctx context.Context, g *comm.Group, vars []nn.Var, root int) error {
+	for _, v := range vars {
 		var err error
 		switch {
 		case v.Count != nil:
 			c := []int64{*v.Count}
-			err = comm.Broadcast(ctx, g, c, 0)
+			err = comm.Broadcast(ctx, g, c, root)
 			*v.Count = c[0]
 		case v.Value.Mem != nil:
 			h := v.Value.HostData()
-			if err = g.Broadcast(ctx, h, 0); err == nil {
+			if err = g.Broadcast(ctx, h, root); err == nil {
 				v.Value.SetHostData(h)
 			}
 		default:
-			err = g.Broadcast(ctx, v.Value.Data, 0)
+			err = g.Broadcast(ctx, v.Value.Data, root)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("ddp: broadcasting %s from rank 0: %w", v.Name, err)
+			return fmt.Errorf("broadcasting %s from rank %d: %w", v.Name, root, err)
 		}
+	}
+	return nil
+}
+
+// newDDP is NewDDP with root's parameters and buffers.
+func newDDP(ctx context.Context, g *comm.Group, net nn.Layer, be tensor.Backend, root int) (*DDP, error) {
+	if err := broadcastVars(ctx, g, net.State(), root); err != nil {
+		return nil, fmt.Errorf("ddp: %w", err)
 	}
 	d := &DDP{g: g, ctx: ctx, units: map[nn.Layer][]int{}, dev: tensor.DeviceOf(be)}
 	var err error

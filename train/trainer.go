@@ -39,6 +39,7 @@ type Trainer struct {
 	compute compute
 	sync    gradSync
 	job     *comm.Group // every rank of the job; nil for a single process
+	ownsJob bool        // job is a shrunk group the trainer made: Close closes it
 
 	// Report receives progress; nil for silence.
 	Report report.Reporter
@@ -53,6 +54,13 @@ type Trainer struct {
 	SaveEvery int
 	// AfterStep, when set, is called after every optimizer step.
 	AfterStep func(step int64) error
+	// OnFailure is what a data-parallel run does when a rank of the job
+	// fails: OnFailureAbort (""), the default, returns the error; with
+	// OnFailureShrink the ranks left shrink the job and go on (shrink.go).
+	OnFailure string
+	// Log, when set, receives notices (a shrink: who was lost, what was
+	// redone).
+	Log io.Writer
 
 	times Times
 	epoch int   // completed epochs
@@ -61,13 +69,24 @@ type Trainer struct {
 	// Where a checkpoint saved mid-epoch left the next epoch: batches
 	// done, their loss sum and samples (see checkpoint.Meta.Batch).
 	inEpoch epochProgress
+	// The dropout layers' seeds before each replica made its own, and
+	// their counters after the last optimizer step (a failed step's
+	// forward is undone by a shrink).
+	dropoutSeeds, stepCalls []uint64
+	shrinks                 []checkpoint.Shrink
 }
 
-// epochProgress is how far an epoch got.
+// epochProgress is how far an epoch got: skip positions of its order
+// were done before it was dealt out to world replicas, each of which then
+// did batch batches; loss sums lossN batch losses, seen counts this rank's
+// samples.
 type epochProgress struct {
 	batch int
 	loss  float64
+	lossN int
 	seen  int
+	skip  int
+	world int
 }
 
 // Option adds to what New sets up.
@@ -207,15 +226,20 @@ func newPipelineStage(ctx context.Context, g *comm.Group, cfg Config, be tensor.
 // model's replicas also draw their own dropout masks and, with
 // cfg.SyncBatchNorm, share batch-norm statistics.
 func (t *Trainer) replicate(ctx context.Context, g *comm.Group) error {
+	return t.replicateFrom(ctx, g, 0)
+}
+
+// replicateFrom is replicate with root's parameters and buffers.
+func (t *Trainer) replicateFrom(ctx context.Context, g *comm.Group, root int) error {
 	whole, isWhole := t.compute.(*wholeModel)
 	if isWhole {
 		// Different dropout masks on different ranks, as each rank's own
 		// data would get in separate processes.
-		for _, d := range t.dropouts {
-			d.Seed ^= uint64(g.Rank()) * 0x9e3779b97f4a7c15
+		for i, d := range t.dropouts {
+			d.Seed = t.dropoutSeeds[i] ^ uint64(g.Rank())*0x9e3779b97f4a7c15
 		}
 	}
-	ddp, err := NewDDP(ctx, g, t.compute.layer(), t.be)
+	ddp, err := newDDP(ctx, g, t.compute.layer(), t.be, root)
 	if err != nil {
 		return err
 	}
@@ -252,12 +276,14 @@ func (t *Trainer) setTrained(l nn.Layer) error {
 	if t.sched, err = newSchedule(t.cfg, t.opt); err != nil {
 		return err
 	}
-	t.dropouts = nil
+	t.dropouts, t.dropoutSeeds = nil, nil
 	nn.Walk(l, func(l nn.Layer) {
 		if d, ok := l.(*nn.Dropout); ok {
 			t.dropouts = append(t.dropouts, d)
+			t.dropoutSeeds = append(t.dropoutSeeds, d.Seed)
 		}
 	})
+	t.stepCalls = make([]uint64, len(t.dropouts))
 	return nil
 }
 
@@ -293,7 +319,14 @@ func (t *Trainer) Close() {
 	if t.testLoader != nil {
 		t.testLoader.Stop()
 	}
+	if t.ownsJob {
+		t.job.Close()
+	}
 }
+
+// Group returns the job's group: the one the trainer was made with, or
+// the smaller one it made when it shrank past lost ranks (nil alone).
+func (t *Trainer) Group() *comm.Group { return t.job }
 
 // ReportingRank is the rank whose output describes a run of cfg: the
 // last stage of the first pipeline (it has the loss), else rank 0.
@@ -364,27 +397,33 @@ func (t *Trainer) Run(ctx context.Context) error {
 func (t *Trainer) runEpoch(ctx context.Context, epoch int) error {
 	epochStart := time.Now()
 	lr := t.opt.LR()
-	trainLoss, seen, err := t.trainEpoch(ctx, epoch)
-	if err != nil {
-		return err
+	// A run resumed mid-epoch skips the batches done: the sampler's order,
+	// the augmentation (seeded per epoch and image) and dropout (its
+	// counters were saved) are as they were.
+	at := t.inEpoch
+	t.inEpoch = epochProgress{}
+	for i, d := range t.dropouts {
+		t.stepCalls[i] = d.Calls
 	}
-	// The epoch's loss and throughput over all replicas.
-	sums := []float64{trainLoss, float64(seen)}
-	if err := t.sync.sum(ctx, sums); err != nil {
-		return fmt.Errorf("epoch %d: combining the training loss: %w", epoch, err)
-	}
-	trainLoss, seen = sums[0]/float64(t.sync.world()), int(sums[1])
-	secs := time.Since(epochStart).Seconds()
-	if t.sched != nil {
-		t.sched.Step()
-	}
-	e := report.Epoch{Epoch: epoch, GlobalStep: t.step, TrainLoss: trainLoss, Seconds: secs, ImagesPerSec: float64(seen) / secs, LR: lr}
-	if t.test != nil {
-		ev, err := t.Evaluate(ctx, t.test)
-		if err != nil {
+	// A run that shrinks past a lost rank goes on from the furthest point
+	// any rank left reached, all ranks from here: the rest of the epoch,
+	// then what ends it.
+	var e report.Epoch
+	var seen int
+	var trained time.Time // when the epoch's training (not evaluation) ended
+	for {
+		var err error
+		if e, seen, err = t.finishEpoch(ctx, epoch, &at, &trained); err == nil {
+			break
+		}
+		if err = t.shrinkPast(ctx, err, epoch, &at); err != nil {
 			return err
 		}
-		e.TestLoss, e.TestCorrect, e.TestTotal = ev.Loss, ev.Correct, ev.Total
+	}
+	e.Seconds = trained.Sub(epochStart).Seconds()
+	e.ImagesPerSec, e.LR = float64(seen)/e.Seconds, lr
+	if t.sched != nil {
+		t.sched.Step()
 	}
 	t.epoch = epoch
 	t.last = e
@@ -403,35 +442,64 @@ func (t *Trainer) runEpoch(ctx context.Context, epoch int) error {
 	return nil
 }
 
-// trainEpoch runs one epoch and returns its mean batch loss and the
-// number of samples trained on.
-func (t *Trainer) trainEpoch(ctx context.Context, epoch int) (float64, int, error) {
+// finishEpoch trains the rest of the epoch after at, combines its loss
+// and samples seen over the replicas (noting when in trained), and
+// evaluates the model. It changes
+// nothing that a retry after a shrink would repeat: reporting the epoch,
+// the schedule and saving are the caller's.
+func (t *Trainer) finishEpoch(ctx context.Context, epoch int, at *epochProgress, trained *time.Time) (report.Epoch, int, error) {
+	if err := t.trainShard(ctx, epoch, at); err != nil {
+		return report.Epoch{}, 0, err
+	}
+	// The epoch's loss and throughput over all replicas.
+	sums := []float64{at.loss / float64(max(at.lossN, 1)), float64(at.seen)}
+	if err := t.sync.sum(ctx, sums); err != nil {
+		return report.Epoch{}, 0, fmt.Errorf("epoch %d: combining the training loss: %w", epoch, err)
+	}
+	*trained = time.Now()
+	e := report.Epoch{Epoch: epoch, GlobalStep: t.step, TrainLoss: sums[0] / float64(t.sync.world())}
+	if t.test != nil {
+		ev, err := t.Evaluate(ctx, t.test)
+		if err != nil {
+			return report.Epoch{}, 0, err
+		}
+		e.TestLoss, e.TestCorrect, e.TestTotal = ev.Loss, ev.Correct, ev.Total
+	}
+	return e, int(sums[1]), nil
+}
+
+// trainShard trains this rank's shard of what is left of the epoch
+// after at, and moves at along with every optimizer step.
+func (t *Trainer) trainShard(ctx context.Context, epoch int, at *epochProgress) error {
 	t.compute.setTraining(true)
 	t.opt.ZeroGrad()
-	sampler := data.Sampler{N: t.train.Len(), Shuffle: true, Seed: t.cfg.Seed, Rank: t.sync.rank(), World: t.sync.world()}
+	world := t.sync.world()
+	if at.world != 0 && at.world != world {
+		// Dealt out to another number of replicas: the positions they
+		// did are skipped, the rest is dealt out anew.
+		at.skip = min(at.skip+at.batch*t.cfg.BatchSize*at.world, t.train.Len())
+		at.batch = 0
+	}
+	at.world = world
+	sampler := data.Sampler{N: t.train.Len(), Shuffle: true, Seed: t.cfg.Seed, Rank: t.sync.rank(), World: world, Skip: at.skip}
 	if err := sampler.Validate(); err != nil {
-		return 0, 0, err
+		return err
 	}
 	indices := sampler.Indices(epoch)
 	accumulate := max(t.cfg.Accumulate, 1)
 	batches := (len(indices) + t.cfg.BatchSize - 1) / t.cfg.BatchSize
-	// A run resumed mid-epoch skips the batches done: the sampler's order,
-	// the augmentation (seeded per epoch and image) and dropout (its
-	// counters were saved) are as they were.
-	from := t.inEpoch
-	t.inEpoch = epochProgress{}
-	if from.batch > batches {
-		return 0, 0, fmt.Errorf("epoch %d: the checkpoint resumed was saved after batch %d, but the epoch has %d batches here (other data, batch size or world size?)", epoch, from.batch, batches)
+	if at.batch > batches {
+		return fmt.Errorf("epoch %d: the checkpoint resumed was saved after batch %d, but the epoch has %d batches here (other data or batch size?)", epoch, at.batch, batches)
 	}
-	if err := t.trainLoader.Start(epoch, indices[min(from.batch*t.cfg.BatchSize, len(indices)):]); err != nil {
-		return 0, 0, err
+	if err := t.trainLoader.Start(epoch, indices[min(at.batch*t.cfg.BatchSize, len(indices)):]); err != nil {
+		return err
 	}
 	defer t.trainLoader.Stop()
 	start := time.Now()
-	lossSum, seen := from.loss, from.seen
-	for batch := from.batch; ; batch++ {
+	lossSum, lossN, seen := at.loss, at.lossN, at.seen
+	for batch := at.batch; ; batch++ {
 		if err := ctx.Err(); err != nil {
-			return 0, 0, err
+			return err
 		}
 		t0 := time.Now()
 		b, ok := t.trainLoader.Next()
@@ -444,7 +512,7 @@ func (t *Trainer) trainEpoch(ctx context.Context, epoch int) (float64, int, erro
 		update := (batch+1)%accumulate == 0 || batch == batches-1
 		loss, err := t.compute.gradients(ctx, t, b, t.sync, update)
 		if err != nil {
-			return 0, 0, fmt.Errorf("epoch %d batch %d: %w", epoch, batch, err)
+			return fmt.Errorf("epoch %d batch %d: %w", epoch, batch, err)
 		}
 		t1 := time.Now()
 		if update {
@@ -455,22 +523,30 @@ func (t *Trainer) trainEpoch(ctx context.Context, epoch int) (float64, int, erro
 		t2 := time.Now()
 		t.times.Optimizer += t2.Sub(t1)
 		lossSum += float64(loss)
+		lossN++
 		if err := t.reportStep(epoch, batch, batches, seen, b.Len(), loss, t2.Sub(start)); err != nil {
-			return 0, 0, err
+			return err
 		}
 		seen += b.Len()
-		if update && t.SaveEvery > 0 && t.step%int64(t.SaveEvery) == 0 {
-			if err := t.saveInEpoch(ctx, epochProgress{batch: batch + 1, loss: lossSum, seen: seen}); err != nil {
-				return 0, 0, fmt.Errorf("epoch %d, step %d: %w", epoch, t.step, err)
+		if !update {
+			continue
+		}
+		*at = epochProgress{batch: batch + 1, loss: lossSum, lossN: lossN, seen: seen, skip: at.skip, world: world}
+		for i, d := range t.dropouts {
+			t.stepCalls[i] = d.Calls
+		}
+		if t.SaveEvery > 0 && t.step%int64(t.SaveEvery) == 0 {
+			if err := t.saveInEpoch(ctx, *at); err != nil {
+				return fmt.Errorf("epoch %d, step %d: %w", epoch, t.step, err)
 			}
 		}
-		if update && t.AfterStep != nil {
+		if t.AfterStep != nil {
 			if err := t.AfterStep(t.step); err != nil {
-				return 0, 0, err
+				return err
 			}
 		}
 	}
-	return lossSum / float64(max(batches, 1)), seen, nil
+	return nil
 }
 
 // reportStep tells the reporter about a finished batch: seen is this
@@ -512,7 +588,11 @@ func (t *Trainer) meta() (checkpoint.Meta, error) {
 	}
 	m := checkpoint.Meta{Model: t.cfg.Model, Input: t.model.Input, Dataset: t.train.Name, Classes: t.train.Classes,
 		Mean: t.train.Mean, Std: t.train.Std, Epoch: t.epoch, Step: t.step, LR: t.opt.LR(), Config: cfg,
-		Batch: t.inEpoch.batch, EpochLoss: t.inEpoch.loss, EpochSeen: t.inEpoch.seen}
+		Batch: t.inEpoch.batch, EpochLoss: t.inEpoch.loss, EpochSeen: t.inEpoch.seen, EpochBatches: t.inEpoch.lossN,
+		Skip: t.inEpoch.skip, Shrinks: t.shrinks}
+	if t.inEpoch.batch > 0 || t.inEpoch.skip > 0 {
+		m.World = t.inEpoch.world
+	}
 	if t.sched != nil {
 		m.ScheduleEpoch = t.sched.Epoch()
 	}
@@ -579,7 +659,11 @@ func (t *Trainer) resume(path string) error {
 		return err
 	}
 	t.epoch, t.step = m.Epoch, m.Step
-	t.inEpoch = epochProgress{batch: m.Batch, loss: m.EpochLoss, seen: m.EpochSeen}
+	t.inEpoch = epochProgress{batch: m.Batch, loss: m.EpochLoss, lossN: m.EpochBatches, seen: m.EpochSeen, skip: m.Skip, world: m.World}
+	if m.EpochBatches == 0 {
+		t.inEpoch.lossN = m.Batch
+	}
+	t.shrinks = m.Shrinks
 	for i, d := range t.dropouts {
 		d.Calls = m.DropoutCalls[i]
 	}

@@ -6,7 +6,8 @@
 // MASTER_ADDR, MASTER_PORT (a free port, reserved without races) and a fresh
 // job token; comm.Init reads them. Output lines are labelled "[rank] ".
 // When a rank fails, the others are stopped and gorun exits with the failed
-// rank's status, naming it. Under Slurm no launcher is needed: srun starts
+// rank's status, naming it; -max-restarts starts them all again, and
+// -on-failure shrink lets the others go on without it. Under Slurm no launcher is needed: srun starts
 // the ranks and comm.Init reads Slurm's variables. Across machines without
 // Slurm, run gorun on each with the same token, as torchrun's multi-node
 // mode:
@@ -45,6 +46,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	nodeRank := fs.Int("node-rank", 0, "with -nnodes: this machine's number, 0 … nnodes−1 (its ranks are node-rank·np … node-rank·np+np−1)")
 	master := fs.String("master", "", "with -nnodes: HOST:PORT where node 0 serves the rendezvous store (an address of node 0 the others reach)")
 	maxRestarts := fs.Int("max-restarts", 0, "when a rank fails, stop the job and start every rank again (fresh token and port; ranks see GORUN_RESTART=n), up to this many times (as torchrun --max-restarts; train --resume auto continues from the last checkpoint)")
+	onFailure := fs.String("on-failure", "", "what the job does when a rank fails: abort (stop every rank), restart (as -max-restarts, 3 unless given), or shrink (the others go on without it: train --on-failure shrink; gorun exits 0 when they finish well); the ranks see GORUN_ON_FAILURE (default abort, restart with -max-restarts)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: gorun [flags] PROGRAM [ARGS...]\n\nStarts PROGRAM as -np ranks on this machine.\n\nflags:\n")
 		fs.PrintDefaults()
@@ -54,6 +56,27 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	if fs.NArg() == 0 {
 		fs.Usage()
+		return 2
+	}
+	explicitRestarts := false
+	fs.Visit(func(f *flag.Flag) { explicitRestarts = explicitRestarts || f.Name == "max-restarts" })
+	switch *onFailure {
+	case "":
+		*onFailure = "abort"
+		if *maxRestarts > 0 {
+			*onFailure = "restart"
+		}
+	case "abort", "shrink":
+		if *maxRestarts > 0 && *onFailure == "abort" {
+			fmt.Fprintf(stderr, "gorun: -on-failure abort with -max-restarts %d: a restart is not an abort; give one of them\n", *maxRestarts)
+			return 2
+		}
+	case "restart":
+		if !explicitRestarts {
+			*maxRestarts = 3
+		}
+	default:
+		fmt.Fprintf(stderr, "gorun: -on-failure %q: want abort, restart or shrink\n", *onFailure)
 		return 2
 	}
 	switch {
@@ -78,6 +101,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		NodeRank:       *nodeRank,
 		Master:         *master,
 		Token:          os.Getenv("GORUN_TOKEN"),
+		KeepGoing:      *onFailure == "shrink",
 	}
 	var deadline time.Time
 	if *timeout > 0 {
@@ -85,7 +109,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	var failures []string
 	for restart := 0; ; restart++ {
-		cfg.Env = []string{"GORUN_RESTART=" + strconv.Itoa(restart)}
+		cfg.Env = []string{"GORUN_RESTART=" + strconv.Itoa(restart), "GORUN_ON_FAILURE=" + *onFailure}
 		cfg.Timeout = *timeout
 		if restart > 0 && !deadline.IsZero() {
 			// One limit for the whole run, restarts included.
@@ -101,6 +125,13 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "gorun: %v\n", res.Err)
 			return exitStatus(res.Err)
 		case res.First == nil:
+			if len(res.Lost) > 0 {
+				lost := make([]string, len(res.Lost))
+				for i, l := range res.Lost {
+					lost[i] = l.Error()
+				}
+				fmt.Fprintf(stderr, "gorun: the job finished without %d of its %d ranks (-on-failure shrink): %s\n", len(res.Lost), cfg.NP*max(cfg.Nodes, 1), strings.Join(lost, "; "))
+			}
 			return 0
 		}
 		failures = append(failures, fmt.Sprintf("run %d: %v", restart+1, res.First))

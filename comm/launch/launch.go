@@ -43,6 +43,11 @@ type Config struct {
 	Grace time.Duration
 	// ForwardSignals relays SIGINT and SIGTERM received by this process to the ranks.
 	ForwardSignals bool
+	// KeepGoing lets the other ranks go on when one fails, for jobs that
+	// shrink past a lost rank (comm.Group.Shrink, train --on-failure
+	// shrink): the failure is reported and listed in Result.Lost, and the
+	// job succeeds when at least one rank ends well.
+	KeepGoing bool
 
 	// Nodes, when above 1, makes this launch one node of a job spread over
 	// Nodes machines, as torchrun's --nnodes: the NP ranks started here are
@@ -115,6 +120,9 @@ type Result struct {
 	Failures []*RankError
 	// Err is ErrTimeout or a context error when the job was stopped from outside.
 	Err error
+	// Lost lists, with Config.KeepGoing, the ranks that failed while the
+	// others went on to succeed (First is then nil).
+	Lost []*RankError
 }
 
 // Error summarises the result; nil when every rank exited 0.
@@ -304,7 +312,7 @@ func (j *job) run(ctx context.Context) (*Result, error) {
 	if res.First != nil {
 		stop()
 	}
-	interrupts := 0
+	interrupts, succeeded := 0, 0
 	for running > 0 {
 		select {
 		case id := <-j.exited:
@@ -314,6 +322,8 @@ func (j *job) run(ctx context.Context) (*Result, error) {
 			if rk.err != nil && !rk.stopped {
 				res.Failures = append(res.Failures, rk.err)
 				switch {
+				case j.cfg.KeepGoing:
+					j.errOut.printf("gorun: %v; the others go on without it\n", rk.err)
 				case res.First == nil:
 					res.First = rk.err
 					j.errOut.printf("gorun: %v; stopping the other ranks\n", rk.err)
@@ -322,8 +332,11 @@ func (j *job) run(ctx context.Context) (*Result, error) {
 					j.errOut.printf("gorun: %v\n", rk.err)
 				}
 			}
+			if rk.err == nil {
+				succeeded++
+			}
 			j.mu.Unlock()
-			if rk.err != nil {
+			if rk.err != nil && !j.cfg.KeepGoing {
 				stop()
 			}
 		case <-timeout:
@@ -357,6 +370,13 @@ func (j *job) run(ctx context.Context) (*Result, error) {
 				j.killAll(syscall.SIGKILL)
 				escalate = nil
 			}
+		}
+	}
+	if j.cfg.KeepGoing && len(res.Failures) > 0 && res.First == nil {
+		if succeeded > 0 && res.Err == nil {
+			res.Lost = res.Failures
+		} else {
+			res.First = res.Failures[0]
 		}
 	}
 	return res, nil

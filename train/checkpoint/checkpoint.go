@@ -56,6 +56,16 @@ type Meta struct {
 	Batch     int     `json:"batch,omitempty"`
 	EpochLoss float64 `json:"epoch_loss,omitempty"`
 	EpochSeen int     `json:"epoch_seen,omitempty"`
+	// EpochBatches is how many batch losses EpochLoss sums (Batch when 0).
+	EpochBatches int `json:"epoch_batches,omitempty"`
+	// World is how many replicas trained the epoch's batches (0: as many
+	// as resume it), and Skip how many positions of its order were done
+	// before they were dealt out (after a shrink): a run of another size
+	// resumes at position Skip + Batch·batch size·World.
+	World int `json:"world,omitempty"`
+	Skip  int `json:"skip,omitempty"`
+	// Shrinks records the ranks the run lost and went on without.
+	Shrinks []Shrink `json:"shrinks,omitempty"`
 	// ScheduleEpoch is the learning-rate schedule's position; LR the rate
 	// in effect.
 	ScheduleEpoch int     `json:"schedule_epoch"`
@@ -73,6 +83,16 @@ type Meta struct {
 	// Split is where the pipeline cut the model's top-level layers into
 	// stages (train.Config.Split).
 	Split []int `json:"split,omitempty"`
+}
+
+// Shrink records one shrink of a data-parallel run: at optimizer step
+// Step of epoch Epoch, ranks Lost (numbered as before) were gone and the
+// World ranks left went on.
+type Shrink struct {
+	Epoch int   `json:"epoch"`
+	Step  int64 `json:"step"`
+	Lost  []int `json:"lost"`
+	World int   `json:"world"`
 }
 
 // TrainPath is where the training state of the checkpoint at path lives.

@@ -178,3 +178,51 @@ func TestLoader(t *testing.T) {
 		t.Fatalf("restarted epoch labels %v, want %v", got, want)
 	}
 }
+
+// TestSamplerSkip: a job of 4 ranks trains 3 batches of 5 each, then
+// shrinks to 3 ranks, which are dealt the rest of the epoch's order with
+// Skip: together they see every sample exactly once (but for the padding
+// that evens out the last round, which repeats samples of the rest).
+func TestSamplerSkip(t *testing.T) {
+	const n, batch, done = 103, 5, 3
+	count := map[int]int{}
+	for rank := range 4 {
+		idx := Sampler{N: n, Shuffle: true, Seed: 7, Rank: rank, World: 4}.Indices(2)
+		for _, i := range idx[:done*batch] {
+			count[i]++
+		}
+	}
+	rest := map[int]int{}
+	total := 0
+	for rank := range 3 {
+		s := Sampler{N: n, Shuffle: true, Seed: 7, Rank: rank, World: 3, Skip: done * batch * 4}
+		if err := s.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		idx := s.Indices(2)
+		if len(idx) != s.Len() || s.Len() != 15 {
+			t.Fatalf("rank %d: %d indices, Len %d, want 15", rank, len(idx), s.Len())
+		}
+		for _, i := range idx {
+			rest[i]++
+		}
+		total += len(idx)
+	}
+	for i := range rest {
+		if count[i] > 0 {
+			t.Errorf("sample %d trained on before the shrink is dealt out again", i)
+		}
+		count[i]++
+	}
+	if len(count) != n || total != n-done*batch*4+2 {
+		t.Errorf("%d distinct samples of %d, %d dealt after the shrink (want %d: 2 of padding)", len(count), n, total, n-done*batch*4+2)
+	}
+	for _, skip := range []int{-1, n + 1} {
+		if err := (Sampler{N: n, World: 3, Skip: skip}).Validate(); err == nil {
+			t.Errorf("skip %d accepted", skip)
+		}
+	}
+	if s := (Sampler{N: n, World: 3, Skip: n}); s.Validate() != nil || len(s.Indices(1)) != 0 {
+		t.Errorf("skipping the whole epoch: %v, %d indices", s.Validate(), len(s.Indices(1)))
+	}
+}

@@ -19,6 +19,10 @@ type Sampler struct {
 	Rank     int
 	World    int
 	DropLast bool
+	// Skip is how many positions of the epoch's order were trained on
+	// before (by a job of another size, which shrank or was resumed on
+	// fewer or more ranks): the rest of the order is dealt out.
+	Skip int
 }
 
 // Validate reports an impossible configuration.
@@ -29,6 +33,9 @@ func (s Sampler) Validate() error {
 	if s.N < 1 {
 		return fmt.Errorf("sampler: empty dataset")
 	}
+	if s.Skip < 0 || s.Skip > s.N {
+		return fmt.Errorf("sampler: skip %d of %d samples", s.Skip, s.N)
+	}
 	if s.DropLast && s.N < s.World {
 		return fmt.Errorf("sampler: %d samples cannot be dropped evenly across %d ranks", s.N, s.World)
 	}
@@ -37,10 +44,11 @@ func (s Sampler) Validate() error {
 
 // Len returns how many indices each rank gets per epoch.
 func (s Sampler) Len() int {
-	if s.DropLast && s.N%s.World != 0 {
-		return (s.N - s.World + s.World - 1) / s.World // ceil((N − World)/World), as PyTorch
+	n := s.N - s.Skip
+	if s.DropLast && n%s.World != 0 {
+		return (n - s.World + s.World - 1) / s.World // ceil((N − World)/World), as PyTorch
 	}
-	return (s.N + s.World - 1) / s.World
+	return (n + s.World - 1) / s.World
 }
 
 // Indices returns this rank's indices for epoch.
@@ -53,6 +61,7 @@ func (s Sampler) Indices(epoch int) []int {
 		rng := rand.New(rand.NewPCG(s.Seed, uint64(epoch)))
 		rng.Shuffle(len(perm), func(i, j int) { perm[i], perm[j] = perm[j], perm[i] })
 	}
+	perm = perm[s.Skip:]
 	total := s.Len() * s.World
 	for len(perm) < total { // pad by repeating from the start
 		perm = append(perm, perm[:min(len(perm), total-len(perm))]...)

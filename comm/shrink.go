@@ -1,0 +1,265 @@
+package comm
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"time"
+
+	"github.com/gorun/gorun/tcp"
+)
+
+// ErrExcluded is Shrink's error on a rank the others left out: it came to
+// the agreement after their deadline.
+var ErrExcluded = errors.New("left out of the shrunk group: it did not come to the agreement before the others' deadline")
+
+// errShrinking is the failure a healthy group is broken with when one of
+// its ranks shrinks it.
+var errShrinking = errors.New("shrinking the group")
+
+// Shrink makes, after a failure, a new world group of the ranks still
+// alive, like ULFM's MPIX_Comm_shrink: every rank of this group that is
+// alive calls it (a call that fails in the others sends them here), they
+// agree on who is alive, and each gets a group of those ranks, renumbered
+// densely in their old order. Every member gets the same set even if
+// another rank dies while they agree; a rank that is slow but alive is
+// waited for until ctx's deadline (GORUN_TIMEOUT without one), and one
+// that misses it gets ErrExcluded. A rank that dies while the new group is
+// connected makes the survivors agree again without it.
+//
+// Only the world group shrinks (split the shrunk world again for
+// sub-groups). This group is closed after: its sub-groups fail. The new
+// group reaches its peers over TCP and shared memory (RDMA is not set up
+// again). ShrunkFrom tells the new ranks' old numbers.
+func (g *Group) Shrink(ctx context.Context) (*Group, error) {
+	if g.id != 0 {
+		return nil, g.wrap("Shrink", errors.New("only the world group shrinks (split the shrunk world again)"))
+	}
+	if g.closed.Load() {
+		return nil, g.wrap("Shrink", errClosed)
+	}
+	w := g.w
+	s := w.settings
+	// Break this group if nothing has: calls the other ranks wait in fail,
+	// and they come here too.
+	if g.failed("Shrink") == nil {
+		g.fail("Shrink", errShrinking)
+	}
+	deadline := time.Now().Add(s.Timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	host, err := hostIdentity()
+	if err != nil {
+		host = fmt.Sprintf("unknown-%d", s.Rank)
+	}
+	members := make([]int, s.Size)
+	for r := range members {
+		members[r] = r
+	}
+	defer g.Close()
+	for epoch := uint32(1); ; epoch++ {
+		ln, err := tcp.Listen(w.host)
+		if err != nil {
+			return nil, g.wrap("Shrink", err)
+		}
+		agreeOn := func(phase uint8, members []int) *round {
+			return &round{a: w.agree, t: w.t, me: s.Rank, members: members, epoch: epoch, phase: phase, entry: deadline, hook: w.hook}
+		}
+		est, err := agreeOn(1, members).agree(ctx, encodeMember(ln.Addr().String(), host), deadline, proposeMembers(members))
+		if err != nil {
+			ln.Close()
+			return nil, g.wrap("Shrink", err)
+		}
+		set, err := decodeMembers(est)
+		if err != nil {
+			ln.Close()
+			return nil, g.wrap("Shrink", err)
+		}
+		ranks := make([]int, len(set))
+		for i, m := range set {
+			ranks[i] = m.rank
+		}
+		idx := slices.Index(ranks, s.Rank)
+		if idx < 0 {
+			ln.Close()
+			return nil, g.wrap("Shrink", ErrExcluded)
+		}
+		if w.hook != nil {
+			w.hook("agreed")
+		}
+		built, berr := build(ctx, w, set, idx, ln, deadline)
+		ok := byte(0)
+		if berr == nil {
+			ok = 1
+		}
+		est, err = agreeOn(2, ranks).agree(ctx, []byte{ok}, deadline, proposeAll)
+		if err == nil && len(est) == 1 && est[0] == 1 && built != nil {
+			built.w.shrunkFrom = ranks
+			return built, nil
+		}
+		if built != nil {
+			built.w.t.Abort(errShrinking)
+			built.Close()
+		}
+		switch {
+		case err != nil:
+			return nil, g.wrap("Shrink", err)
+		case !time.Now().Before(deadline):
+			return nil, g.wrap("Shrink", fmt.Errorf("no working group of %v before the deadline: %w", ranks, errors.Join(berr, context.DeadlineExceeded)))
+		}
+		members = ranks
+	}
+}
+
+// ShrunkFrom returns, for each rank of a group that Shrink made, its rank
+// in the group it was shrunk from; nil for a group not made by Shrink.
+func (g *Group) ShrunkFrom() []int {
+	if g.id != 0 {
+		return nil
+	}
+	return slices.Clone(g.w.shrunkFrom)
+}
+
+// build connects a new world of the members of set (this rank is set[idx])
+// and makes its world group, by the deadline.
+func build(ctx context.Context, old *world, set []member, idx int, ln *net.TCPListener, deadline time.Time) (*Group, error) {
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	// A member that dies meanwhile cannot be waited for: give up at once,
+	// and agree again without it.
+	ctx, lost := context.WithCancelCause(ctx)
+	defer lost(nil)
+	go func() {
+		tick := time.NewTicker(agreePoll)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			for _, m := range set {
+				if old.t.Gone(m.rank) {
+					lost(fmt.Errorf("rank %d died while the new group was connected", m.rank))
+					return
+				}
+			}
+		}
+	}()
+	s := old.settings
+	s.Rank, s.Size, s.LocalRank, s.LocalSize = idx, len(set), 0, 0
+	addrs := make([]string, len(set))
+	for i, m := range set {
+		addrs[i] = m.addr
+		if m.host == set[idx].host {
+			if i < idx {
+				s.LocalRank++
+			}
+			s.LocalSize++
+		}
+	}
+	ctl := newControls(&s)
+	t, err := tcp.Connect(ctx, tcpConfig(&s, ctl.control), ln, addrs)
+	if err != nil {
+		return nil, becauseLost(ctx, err)
+	}
+	d := &dataPath{tcp: t, host: old.host}
+	if s.Size > 1 && s.Transport != "tcp" {
+		if d.shm, err = setupSharedMemory(ctx, t, &s); err != nil {
+			t.Abort(err)
+			t.Close(ctx)
+			return nil, err
+		}
+		if d.shm != nil {
+			d.add(d.shm, "through shared memory", d.shm.Close)
+		}
+	}
+	d.route(s.Size)
+	g, err := openWorld(ctx, s, d, ctl, old.host)
+	if err != nil {
+		err = becauseLost(ctx, err)
+	}
+	if err == nil && old.hook != nil {
+		g.w.hook = old.hook
+		old.hook("built")
+	}
+	return g, err
+}
+
+// becauseLost puts first, in an error of build, the member that died.
+func becauseLost(ctx context.Context, err error) error {
+	if cause := context.Cause(ctx); cause != nil && cause != ctx.Err() {
+		return fmt.Errorf("%w: %w", cause, err)
+	}
+	return err
+}
+
+// A member of a shrunk world: its rank before, where it listens, and its
+// host (members on one host share memory).
+type member struct {
+	rank       int
+	addr, host string
+}
+
+func encodeMember(addr, host string) []byte {
+	b := binary.AppendUvarint(nil, uint64(len(addr)))
+	b = append(b, addr...)
+	return append(b, host...)
+}
+
+// proposeMembers is a coordinator's estimate of who is alive: the members
+// it heard from, with where they listen.
+func proposeMembers(members []int) func(inputs [][]byte) []byte {
+	return func(inputs [][]byte) []byte {
+		var b []byte
+		for i, in := range inputs {
+			if in != nil {
+				b = binary.AppendUvarint(b, uint64(members[i]))
+				b = binary.AppendUvarint(b, uint64(len(in)))
+				b = append(b, in...)
+			}
+		}
+		return b
+	}
+}
+
+func decodeMembers(b []byte) ([]member, error) {
+	var set []member
+	for len(b) > 0 {
+		rank, n := binary.Uvarint(b)
+		if n <= 0 {
+			return nil, errors.New("malformed membership")
+		}
+		b = b[n:]
+		size, n := binary.Uvarint(b)
+		if n <= 0 || uint64(len(b)-n) < size {
+			return nil, errors.New("malformed membership")
+		}
+		in := b[n : n+int(size)]
+		b = b[n+int(size):]
+		alen, n := binary.Uvarint(in)
+		if n <= 0 || uint64(len(in)-n) < alen {
+			return nil, errors.New("malformed membership")
+		}
+		set = append(set, member{rank: int(rank), addr: string(in[n : n+int(alen)]), host: string(in[n+int(alen):])})
+	}
+	if len(set) == 0 {
+		return nil, errors.New("empty membership")
+	}
+	return set, nil
+}
+
+// proposeAll is a coordinator's estimate of whether every member built
+// the new group: 1 only when it heard 1 from all.
+func proposeAll(inputs [][]byte) []byte {
+	for _, in := range inputs {
+		if len(in) != 1 || in[0] != 1 {
+			return []byte{0}
+		}
+	}
+	return []byte{1}
+}

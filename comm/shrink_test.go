@@ -1,0 +1,60 @@
+package comm_test
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/gorun/gorun/comm/launch"
+)
+
+// TestShrink: 4 ranks run all-reduces; rank 2 is SIGKILLed; the others
+// shrink the group, agree on the same members, and go on, every result
+// checked against the sum over the ranks that remain. Also: a second rank
+// dies during the agreement (after it sent its input, and while
+// it coordinates, having told only one member), or while the new group is
+// connected; a rank that is only slow is kept.
+func TestShrink(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		env      []string
+		kept     string // the members the survivors agree on, by original rank
+		survivor []int
+	}{
+		{"one lost", nil, "[0 1 3]", []int{0, 1, 3}},
+		{"one lost over TCP", []string{"GORUN_TRANSPORT=tcp"}, "[0 1 3]", []int{0, 1, 3}},
+		{"second lost after its input", []string{"SHRINK_SLOW=3:300ms", "SHRINK_DIE=3:input sent"}, "[0 1]", []int{0, 1}},
+		{"coordinator lost having told one", []string{"SHRINK_DIE=0:estimate sent to one"}, "[1 3]", []int{1, 3}},
+		{"second lost while connecting", []string{"SHRINK_DIE=1:agreed"}, "[0 3]", []int{0, 3}},
+		{"slow rank kept", []string{"SHRINK_SLOW=1:2s"}, "[0 1 3]", []int{0, 1, 3}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			res, out := runJobWith(t, launch.Config{KeepGoing: true}, 4, "shrink", append([]string{"SHRINK_VICTIM=2", "GORUN_TIMEOUT=20s"}, c.env...)...)
+			if err := res.Error(); err != nil {
+				t.Fatalf("job failed: %v\n%s", err, out)
+			}
+			lines := rankLines(out)
+			final := regexp.MustCompile(`^SHRUNK to (\[[0-9 ]+\]): rank (\d+) of (\d+) after`)
+			for _, r := range c.survivor {
+				var last string
+				for _, l := range lines[r] {
+					if m := final.FindStringSubmatch(l); m != nil {
+						last = m[1]
+					}
+				}
+				if last != c.kept {
+					t.Errorf("rank %d shrank to %q, want %s:\n%s", r, last, c.kept, out)
+				}
+				if n := len(lines[r]); n == 0 || lines[r][n-1] != "OK" {
+					t.Errorf("rank %d did not finish:\n%s", r, out)
+				}
+			}
+			if len(res.Lost) != 4-len(c.survivor) {
+				t.Errorf("launcher lost %v, want %d ranks", res.Lost, 4-len(c.survivor))
+			}
+			if !strings.Contains(out, "the others go on without it") {
+				t.Errorf("launcher did not report the lost rank:\n%s", out)
+			}
+		})
+	}
+}

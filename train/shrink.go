@@ -1,0 +1,144 @@
+package train
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/gorun/gorun/comm"
+	"github.com/gorun/gorun/train/checkpoint"
+)
+
+// What a run does when a rank of the job fails (Trainer.OnFailure).
+const (
+	// OnFailureAbort returns the error: the job ends (the default).
+	OnFailureAbort = "abort"
+	// OnFailureRestart returns the error too: the launcher starts the job
+	// again (gorun -max-restarts), which resumes from the last checkpoint.
+	OnFailureRestart = "restart"
+	// OnFailureShrink goes on without the lost ranks (shrinkPast).
+	OnFailureShrink = "shrink"
+)
+
+// OnFailureModes lists the values of Trainer.OnFailure.
+var OnFailureModes = []string{OnFailureAbort, OnFailureRestart, OnFailureShrink}
+
+// shrinkPast handles cause, a failure while training epoch at at: unless
+// the run shrinks past lost ranks (OnFailureShrink, data parallelism over
+// the whole job, whose group broke), it returns cause. Otherwise the ranks
+// left make a smaller job (comm.Group.Shrink), and go on from the
+// furthest point any of them reached: a rank that finished the failed
+// step holds its update, so its weights, optimizer state, position in the
+// epoch and dropout counters are everyone's; a rank that did not finish
+// it drops its partial gradients. The rest of the epoch is dealt out
+// anew over the ranks left. The run records the shrink (in the
+// checkpoint, which rank 0 then saves if it saves at all).
+func (t *Trainer) shrinkPast(ctx context.Context, cause error, epoch int, at *epochProgress) error {
+	if t.OnFailure != OnFailureShrink || t.job == nil || t.job.Err() == nil {
+		return cause
+	}
+	dp, ok := t.sync.(*dataParallel)
+	if !ok || t.cfg.Pipeline > 1 || dp.g != t.job {
+		return fmt.Errorf("%w; a pipeline cannot shrink past a lost rank (its stage is gone): run it with --on-failure restart", cause)
+	}
+	start := time.Now()
+	old := t.job
+	before := old.Size()
+	g, err := old.Shrink(ctx)
+	if err != nil {
+		return fmt.Errorf("%w; shrinking past it: %w", cause, err)
+	}
+	t.sync.close()
+	t.sync = alone{}
+	if t.ownsJob {
+		old.Close()
+	}
+	t.job, t.ownsJob = g, true
+	from := g.ShrunkFrom()
+	var lost []int
+	for r := range before {
+		if !slices.Contains(from, r) {
+			lost = append(lost, r)
+		}
+	}
+	// Who went furthest: the lowest rank among those with the most steps.
+	furthest := []int64{t.step}
+	if err := comm.AllReduce(ctx, g, furthest, comm.Max); err != nil {
+		return fmt.Errorf("%w; after shrinking: %w", cause, err)
+	}
+	leader := []int64{int64(g.Size())}
+	if t.step == furthest[0] {
+		leader[0] = int64(g.Rank())
+	}
+	if err := comm.AllReduce(ctx, g, leader, comm.Min); err != nil {
+		return fmt.Errorf("%w; after shrinking: %w", cause, err)
+	}
+	root := int(leader[0])
+	behind := t.step < furthest[0]
+	if err := broadcastVars(ctx, g, t.opt.State(), root); err != nil {
+		return fmt.Errorf("%w; after shrinking: optimizer: %w", cause, err)
+	}
+	counters := append([]int64{t.step, int64(at.batch), int64(at.lossN), int64(at.seen), int64(at.skip), int64(at.world)}, make([]int64, len(t.stepCalls))...)
+	for i, c := range t.stepCalls {
+		counters[6+i] = int64(c)
+	}
+	loss := []float64{at.loss}
+	if err := comm.Broadcast(ctx, g, counters, root); err != nil {
+		return fmt.Errorf("%w; after shrinking: position: %w", cause, err)
+	}
+	if err := comm.Broadcast(ctx, g, loss, root); err != nil {
+		return fmt.Errorf("%w; after shrinking: position: %w", cause, err)
+	}
+	t.step = counters[0]
+	*at = epochProgress{batch: int(counters[1]), lossN: int(counters[2]), seen: int(counters[3]), skip: int(counters[4]), world: int(counters[5]), loss: loss[0]}
+	for i, d := range t.dropouts {
+		t.stepCalls[i] = uint64(counters[6+i])
+		d.Calls = t.stepCalls[i]
+	}
+	// Root's parameters and buffers, and a DDP over the ranks left.
+	if g.Size() > 1 {
+		if err := t.replicateFrom(ctx, g, root); err != nil {
+			return fmt.Errorf("%w; after shrinking: %w", cause, err)
+		}
+	} else {
+		if err := broadcastVars(ctx, g, t.compute.layer().State(), root); err != nil {
+			return fmt.Errorf("%w; after shrinking: %w", cause, err)
+		}
+		for i, d := range t.dropouts {
+			d.Seed = t.dropoutSeeds[i]
+		}
+	}
+	t.opt.ZeroGrad()
+	t.shrinks = append(t.shrinks, checkpoint.Shrink{Epoch: epoch, Step: t.step, Lost: lost, World: g.Size()})
+	done := min(at.skip+at.batch*t.cfg.BatchSize*at.world, t.train.Len())
+	if t.Log != nil {
+		redo := "the failed step is redone"
+		if behind {
+			redo = fmt.Sprintf("step %d, which rank %d finished, is taken from it", t.step, root)
+		}
+		fmt.Fprintf(t.Log, "train: lost %s at epoch %d, step %d (%v); going on with %d ranks (this one is rank %d of %d, was %d) after %v: %s, and the %d samples of the epoch left are dealt out again\n",
+			rankList(lost), epoch, t.step, cause, g.Size(), g.Rank(), g.Size(), from[g.Rank()], time.Since(start).Round(time.Millisecond), redo, t.train.Len()-done)
+	}
+	if t.SavePath != "" {
+		if err := t.saveInEpoch(ctx, *at); err != nil {
+			return fmt.Errorf("after shrinking, saving the checkpoint: %w", err)
+		}
+	}
+	return nil
+}
+
+// rankList names ranks: "rank 2", "ranks 1, 3".
+func rankList(rs []int) string {
+	if len(rs) == 1 {
+		return fmt.Sprintf("rank %d", rs[0])
+	}
+	s := "ranks "
+	for i, r := range rs {
+		if i > 0 {
+			s += ", "
+		}
+		s += fmt.Sprint(r)
+	}
+	return s
+}
