@@ -6,6 +6,7 @@ package train
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"math"
@@ -13,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -158,6 +160,9 @@ func runWorker(scenario string) error {
 		fmt.Printf("DONE rank %d step %d\n", g.Rank(), t.step)
 		return nil
 	}
+	if scenario == "shrink" || scenario == "stopat" {
+		return shrinkWorker(ctx, t, g, scenario, out)
+	}
 	// After every step all ranks must hold the same parameters.
 	t.AfterStep = func(step int64) error {
 		h := paramHash(t)
@@ -188,17 +193,66 @@ func runWorker(scenario string) error {
 	return nil
 }
 
+// shrinkWorker trains with OnFailureShrink until step SHRINK_AT, checking
+// after every step that all ranks hold the same parameters. Then, with
+// scenario shrink, rank 2 is SIGKILLed and the others go on without it;
+// with stopat, every rank stops there, the checkpoint saved.
+func shrinkWorker(ctx context.Context, t *Trainer, g *comm.Group, scenario, out string) error {
+	at := int64(envInt("SHRINK_AT"))
+	errStop := errors.New("stopped")
+	orig := g.Rank()
+	t.SavePath, t.OnFailure, t.Log = out, OnFailureShrink, os.Stdout
+	if scenario == "stopat" {
+		t.SaveEvery = int(at)
+	}
+	t.AfterStep = func(step int64) error {
+		switch {
+		case step == at && scenario == "stopat":
+			return errStop
+		case step == at && orig == 2:
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		}
+		h := paramHash(t)
+		lo, hi := []int64{h}, []int64{h}
+		if err := comm.AllReduce(ctx, t.Group(), lo, comm.Min); err != nil {
+			return err
+		}
+		if err := comm.AllReduce(ctx, t.Group(), hi, comm.Max); err != nil {
+			return err
+		}
+		if lo[0] != hi[0] {
+			return fmt.Errorf("rank %d: parameters differ between ranks after step %d", t.Group().Rank(), step)
+		}
+		return nil
+	}
+	err := t.Run(ctx)
+	if errors.Is(err, errStop) {
+		fmt.Printf("STOPPED at step %d\n", t.step)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Printf("DONE rank %d of %d, step %d\n", t.Group().Rank(), t.Group().Size(), t.step)
+	return nil
+}
+
 // runJob runs np ranks of this test binary with the scenario.
 func runJob(t *testing.T, np int, scenario string, env ...string) (*launch.Result, string) {
+	t.Helper()
+	return runJobWith(t, launch.Config{}, np, scenario, env...)
+}
+
+// runJobWith is runJob with the launcher's other settings from cfg.
+func runJobWith(t *testing.T, cfg launch.Config, np int, scenario string, env ...string) (*launch.Result, string) {
 	t.Helper()
 	var out launch.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	res, err := launch.Run(ctx, launch.Config{
-		NP: np, Program: os.Args[0], Args: []string{"-test.run=^$"},
-		Env:    append([]string{workerEnv + "=" + scenario, "GORUN_JOIN_TIMEOUT=30s", "GORUN_TIMEOUT=60s", "GOMAXPROCS=1"}, env...),
-		Stdout: &out, Stderr: &out, Grace: 2 * time.Second,
-	})
+	cfg.NP, cfg.Program, cfg.Args = np, os.Args[0], []string{"-test.run=^$"}
+	cfg.Env = append([]string{workerEnv + "=" + scenario, "GORUN_JOIN_TIMEOUT=30s", "GORUN_TIMEOUT=60s", "GOMAXPROCS=1"}, env...)
+	cfg.Stdout, cfg.Stderr, cfg.Grace = &out, &out, 2*time.Second
+	res, err := launch.Run(ctx, cfg)
 	if err != nil {
 		t.Fatalf("launch: %v", err)
 	}
