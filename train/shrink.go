@@ -38,16 +38,26 @@ func (t *Trainer) shrinkPast(ctx context.Context, cause error, epoch int, at *ep
 	if t.OnFailure != OnFailureShrink || t.job == nil || t.job.Err() == nil {
 		return cause
 	}
-	dp, ok := t.sync.(*dataParallel)
-	if !ok || t.cfg.Pipeline > 1 || dp.g != t.job {
+	if dp, ok := t.sync.(*dataParallel); !ok || t.cfg.Pipeline > 1 || dp.g != t.job {
 		return fmt.Errorf("%w; a pipeline cannot shrink past a lost rank (its stage is gone): run it with --on-failure restart", cause)
 	}
+	for {
+		again, err := t.shrinkOnce(ctx, cause, epoch, at)
+		if err == nil || !again {
+			return err
+		}
+		cause = err // another rank was lost while the others recovered
+	}
+}
+
+// shrinkOnce shrinks the job once and sets the ranks left up to go on;
+// again says that the smaller job broke too, on the way.
+func (t *Trainer) shrinkOnce(ctx context.Context, cause error, epoch int, at *epochProgress) (again bool, err error) {
 	start := time.Now()
 	old := t.job
-	before := old.Size()
 	g, err := old.Shrink(ctx)
 	if err != nil {
-		return fmt.Errorf("%w; shrinking past it: %w", cause, err)
+		return false, fmt.Errorf("%w; shrinking past it: %w", cause, err)
 	}
 	t.sync.close()
 	t.sync = alone{}
@@ -55,55 +65,71 @@ func (t *Trainer) shrinkPast(ctx context.Context, cause error, epoch int, at *ep
 		old.Close()
 	}
 	t.job, t.ownsJob = g, true
+	defer func() {
+		again = err != nil && g.Err() != nil
+	}()
+	// The ranks by the job's first numbering.
+	if t.origin == nil {
+		t.origin = make([]int, old.Size())
+		for r := range t.origin {
+			t.origin[r] = r
+		}
+	}
 	from := g.ShrunkFrom()
+	origin := make([]int, len(from))
+	for i, r := range from {
+		origin[i] = t.origin[r]
+	}
 	var lost []int
-	for r := range before {
-		if !slices.Contains(from, r) {
+	for _, r := range t.origin {
+		if !slices.Contains(origin, r) {
 			lost = append(lost, r)
 		}
 	}
+	t.origin = origin
 	// Who went furthest: the lowest rank among those with the most steps.
 	furthest := []int64{t.step}
 	if err := comm.AllReduce(ctx, g, furthest, comm.Max); err != nil {
-		return fmt.Errorf("%w; after shrinking: %w", cause, err)
+		return false, fmt.Errorf("%w; after shrinking: %w", cause, err)
 	}
 	leader := []int64{int64(g.Size())}
 	if t.step == furthest[0] {
 		leader[0] = int64(g.Rank())
 	}
 	if err := comm.AllReduce(ctx, g, leader, comm.Min); err != nil {
-		return fmt.Errorf("%w; after shrinking: %w", cause, err)
+		return false, fmt.Errorf("%w; after shrinking: %w", cause, err)
 	}
 	root := int(leader[0])
 	behind := t.step < furthest[0]
 	if err := broadcastVars(ctx, g, t.opt.State(), root); err != nil {
-		return fmt.Errorf("%w; after shrinking: optimizer: %w", cause, err)
+		return false, fmt.Errorf("%w; after shrinking: optimizer: %w", cause, err)
 	}
-	counters := append([]int64{t.step, int64(at.batch), int64(at.lossN), int64(at.seen), int64(at.skip), int64(at.world)}, make([]int64, len(t.stepCalls))...)
+	const nc = 7
+	counters := append([]int64{t.step, int64(at.batch), int64(at.lossN), int64(at.seen), int64(at.skip), int64(at.world), int64(at.offset)}, make([]int64, len(t.stepCalls))...)
 	for i, c := range t.stepCalls {
-		counters[6+i] = int64(c)
+		counters[nc+i] = int64(c)
 	}
 	loss := []float64{at.loss}
 	if err := comm.Broadcast(ctx, g, counters, root); err != nil {
-		return fmt.Errorf("%w; after shrinking: position: %w", cause, err)
+		return false, fmt.Errorf("%w; after shrinking: position: %w", cause, err)
 	}
 	if err := comm.Broadcast(ctx, g, loss, root); err != nil {
-		return fmt.Errorf("%w; after shrinking: position: %w", cause, err)
+		return false, fmt.Errorf("%w; after shrinking: position: %w", cause, err)
 	}
 	t.step = counters[0]
-	*at = epochProgress{batch: int(counters[1]), lossN: int(counters[2]), seen: int(counters[3]), skip: int(counters[4]), world: int(counters[5]), loss: loss[0]}
+	*at = epochProgress{batch: int(counters[1]), lossN: int(counters[2]), seen: int(counters[3]), skip: int(counters[4]), world: int(counters[5]), offset: int(counters[6]), loss: loss[0]}
 	for i, d := range t.dropouts {
-		t.stepCalls[i] = uint64(counters[6+i])
+		t.stepCalls[i] = uint64(counters[nc+i])
 		d.Calls = t.stepCalls[i]
 	}
 	// Root's parameters and buffers, and a DDP over the ranks left.
 	if g.Size() > 1 {
 		if err := t.replicateFrom(ctx, g, root); err != nil {
-			return fmt.Errorf("%w; after shrinking: %w", cause, err)
+			return false, fmt.Errorf("%w; after shrinking: %w", cause, err)
 		}
 	} else {
 		if err := broadcastVars(ctx, g, t.compute.layer().State(), root); err != nil {
-			return fmt.Errorf("%w; after shrinking: %w", cause, err)
+			return false, fmt.Errorf("%w; after shrinking: %w", cause, err)
 		}
 		for i, d := range t.dropouts {
 			d.Seed = t.dropoutSeeds[i]
@@ -118,14 +144,14 @@ func (t *Trainer) shrinkPast(ctx context.Context, cause error, epoch int, at *ep
 			redo = fmt.Sprintf("step %d, which rank %d finished, is taken from it", t.step, root)
 		}
 		fmt.Fprintf(t.Log, "train: lost %s at epoch %d, step %d (%v); going on with %d ranks (this one is rank %d of %d, was %d) after %v: %s, and the %d samples of the epoch left are dealt out again\n",
-			rankList(lost), epoch, t.step, cause, g.Size(), g.Rank(), g.Size(), from[g.Rank()], time.Since(start).Round(time.Millisecond), redo, t.train.Len()-done)
+			rankList(lost), epoch, t.step, cause, g.Size(), g.Rank(), g.Size(), origin[g.Rank()], time.Since(start).Round(time.Millisecond), redo, t.train.Len()-done)
 	}
 	if t.SavePath != "" {
 		if err := t.saveInEpoch(ctx, *at); err != nil {
-			return fmt.Errorf("after shrinking, saving the checkpoint: %w", err)
+			return false, fmt.Errorf("after shrinking, saving the checkpoint: %w", err)
 		}
 	}
-	return nil
+	return false, nil
 }
 
 // rankList names ranks: "rank 2", "ranks 1, 3".

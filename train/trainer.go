@@ -74,6 +74,9 @@ type Trainer struct {
 	// forward is undone by a shrink).
 	dropoutSeeds, stepCalls []uint64
 	shrinks                 []checkpoint.Shrink
+	// origin numbers the ranks of a shrunk job as the job first did (nil
+	// before a shrink).
+	origin []int
 }
 
 // epochProgress is how far an epoch got: skip positions of its order
@@ -87,6 +90,9 @@ type epochProgress struct {
 	seen  int
 	skip  int
 	world int
+	// offset counts the batches of the epoch done before it was last
+	// dealt out, for progress reports.
+	offset int
 }
 
 // Option adds to what New sets up.
@@ -478,6 +484,7 @@ func (t *Trainer) trainShard(ctx context.Context, epoch int, at *epochProgress) 
 		// Dealt out to another number of replicas: the positions they
 		// did are skipped, the rest is dealt out anew.
 		at.skip = min(at.skip+at.batch*t.cfg.BatchSize*at.world, t.train.Len())
+		at.offset += at.batch
 		at.batch = 0
 	}
 	at.world = world
@@ -497,6 +504,7 @@ func (t *Trainer) trainShard(ctx context.Context, epoch int, at *epochProgress) 
 	defer t.trainLoader.Stop()
 	start := time.Now()
 	lossSum, lossN, seen := at.loss, at.lossN, at.seen
+	seen0 := seen
 	for batch := at.batch; ; batch++ {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -524,14 +532,15 @@ func (t *Trainer) trainShard(ctx context.Context, epoch int, at *epochProgress) 
 		t.times.Optimizer += t2.Sub(t1)
 		lossSum += float64(loss)
 		lossN++
-		if err := t.reportStep(epoch, batch, batches, seen, b.Len(), loss, t2.Sub(start)); err != nil {
+		position := min(at.skip+batch*t.cfg.BatchSize*world, t.train.Len())
+		if err := t.reportStep(epoch, at.offset+batch, at.offset+batches, position, seen-seen0+b.Len(), loss, t2.Sub(start)); err != nil {
 			return err
 		}
 		seen += b.Len()
 		if !update {
 			continue
 		}
-		*at = epochProgress{batch: batch + 1, loss: lossSum, lossN: lossN, seen: seen, skip: at.skip, world: world}
+		*at = epochProgress{batch: batch + 1, loss: lossSum, lossN: lossN, seen: seen, skip: at.skip, world: world, offset: at.offset}
 		for i, d := range t.dropouts {
 			t.stepCalls[i] = d.Calls
 		}
@@ -549,16 +558,17 @@ func (t *Trainer) trainShard(ctx context.Context, epoch int, at *epochProgress) 
 	return nil
 }
 
-// reportStep tells the reporter about a finished batch: seen is this
+// reportStep tells the reporter about a finished batch at position in
+// the epoch's order (samples of all ranks before it); done is this
+// rank's samples since elapsed began, the batch's included.
 // rank's samples before it, n its size; counts are scaled to all ranks.
-func (t *Trainer) reportStep(epoch, batch, batches, seen, n int, loss float32, elapsed time.Duration) error {
+func (t *Trainer) reportStep(epoch, batch, batches, position, done int, loss float32, elapsed time.Duration) error {
 	if t.Report == nil {
 		return nil
 	}
-	w := t.sync.world()
-	err := t.Report.Step(report.Step{Epoch: epoch, Batch: batch, Batches: batches, Seen: seen * w, Total: t.train.Len(),
+	err := t.Report.Step(report.Step{Epoch: epoch, Batch: batch, Batches: batches, Seen: position, Total: t.train.Len(),
 		GlobalStep: t.step, Loss: float64(loss), LR: t.opt.LR(), Elapsed: elapsed,
-		ImagesPerSec: float64((seen+n)*w) / elapsed.Seconds()})
+		ImagesPerSec: float64(done*t.sync.world()) / elapsed.Seconds()})
 	if err != nil {
 		return fmt.Errorf("report: %w", err)
 	}

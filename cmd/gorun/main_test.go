@@ -30,6 +30,14 @@ func TestExitStatusAndMessage(t *testing.T) {
 		{"restarts used up", []string{"-np", "2", "-grace", "200ms", "-max-restarts", "1", "sh", "-c", `[ "$RANK" = 1 ] && exit 7; exec sleep 30`}, 7,
 			[]string{"job failed 2 times, 1 restarts allowed (-max-restarts): run 1: rank 1 (pid", "run 2: rank 1 (pid"}},
 		{"negative restarts", []string{"-max-restarts", "-1", "true"}, 2, []string{"-max-restarts -1"}},
+		// Rank 1 fails; the others finish: the job succeeds, naming it.
+		{"shrink", []string{"-np", "3", "-grace", "200ms", "-on-failure", "shrink", "sh", "-c", `echo "mode $GORUN_ON_FAILURE"; [ "$RANK" = 1 ] && exit 7; sleep 0.5`}, 0,
+			[]string{"[0] mode shrink", "rank 1 (pid", "exited with status 7; the others go on without it", "the job finished without 1 of its 3 ranks (-on-failure shrink): rank 1 (pid"}},
+		{"shrink to none", []string{"-np", "2", "-on-failure", "shrink", "sh", "-c", `exit 3`}, 3, []string{"the others go on without it", "job failed: rank"}},
+		{"restart mode", []string{"-np", "2", "-grace", "200ms", "-on-failure", "restart", "sh", "-c", `echo "mode $GORUN_ON_FAILURE"; [ "$GORUN_RESTART" = 0 ] && exit 7; exit 0`}, 0,
+			[]string{"[0] mode restart", "restarting every rank (restart 1 of 3)"}},
+		{"bad on-failure", []string{"-on-failure", "retry", "true"}, 2, []string{`-on-failure "retry": want abort, restart or shrink`}},
+		{"abort with restarts", []string{"-on-failure", "abort", "-max-restarts", "2", "true"}, 2, []string{"a restart is not an abort"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -46,6 +46,7 @@ type options struct {
 	tf32                                                              bool
 	dataDir, save, resume, metrics, tensorboard, cpuprofile, progress string
 	saveEvery                                                         int
+	onFailure                                                         string
 	timeline                                                          string
 	synthetic, verbose                                                bool
 	trainSamples, testSamples                                         int
@@ -97,6 +98,7 @@ func parseFlags(args []string) (train.Config, options, error) {
 	fs.StringVar(&o.save, "save", "", "write a checkpoint here after every epoch (weights as safetensors, training state in PATH.train)")
 	fs.StringVar(&o.resume, "resume", "", "continue the run saved in this checkpoint; auto: the one at --save's path if there is one, else start afresh (for restarts)")
 	fs.IntVar(&o.saveEvery, "save-every", 0, "with --save: also checkpoint every N optimizer steps within an epoch (--resume continues at the next batch, bit for bit)")
+	fs.StringVar(&o.onFailure, "on-failure", "", "when a rank of the job fails: abort (the job ends), restart (the job ends for the launcher to start again, as gorun -max-restarts; implies --resume auto), or shrink (the others go on without it: data parallelism only; under gorun, run gorun -on-failure shrink); default $GORUN_ON_FAILURE, which gorun sets, else abort")
 	fs.StringVar(&o.metrics, "metrics", "", "write JSON lines of step and epoch metrics to this file")
 	fs.StringVar(&o.tensorboard, "tensorboard", "", "write TensorBoard event files into this directory")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a pprof CPU profile to this file")
@@ -136,6 +138,9 @@ func parseFlags(args []string) (train.Config, options, error) {
 	if o.saveEvery > 0 && o.save == "" {
 		return cfg, o, fmt.Errorf("--save-every %d needs --save PATH", o.saveEvery)
 	}
+	if err := checkOnFailure(&o, set); err != nil {
+		return cfg, o, err
+	}
 	if o.resume == "auto" {
 		if o.save == "" {
 			return cfg, o, fmt.Errorf("--resume auto resumes from --save's path: give --save PATH")
@@ -149,7 +154,39 @@ func parseFlags(args []string) (train.Config, options, error) {
 		}
 	}
 	cfg, err := resolveConfig(cfg, set, o.resume)
+	if err == nil && o.onFailure == train.OnFailureShrink && cfg.Pipeline > 1 {
+		err = fmt.Errorf("--on-failure shrink with --pipeline %d: a pipeline cannot go on without a lost rank (its stage is gone); use --on-failure restart", cfg.Pipeline)
+	}
 	return cfg, o, err
+}
+
+// checkOnFailure settles --on-failure: its default from the launcher
+// (GORUN_ON_FAILURE), what restart implies (--resume auto), and what
+// shrink needs of the launcher.
+func checkOnFailure(o *options, set map[string]bool) error {
+	from := "--on-failure"
+	if o.onFailure == "" {
+		o.onFailure, from = os.Getenv("GORUN_ON_FAILURE"), "GORUN_ON_FAILURE"
+	}
+	switch o.onFailure {
+	case "":
+		o.onFailure = train.OnFailureAbort
+	case train.OnFailureAbort:
+	case train.OnFailureRestart:
+		if o.save == "" {
+			return fmt.Errorf("%s restart: a restarted job resumes from the last checkpoint: give --save PATH", from)
+		}
+		if !set["resume"] {
+			o.resume = "auto"
+		}
+	case train.OnFailureShrink:
+		if os.Getenv("GORUN_LAUNCHER_PID") != "" && os.Getenv("GORUN_ON_FAILURE") != train.OnFailureShrink {
+			return fmt.Errorf("--on-failure shrink under gorun needs gorun -on-failure shrink: else gorun stops every rank when one fails")
+		}
+	default:
+		return fmt.Errorf("%s %q: want one of %s", from, o.onFailure, strings.Join(train.OnFailureModes, ", "))
+	}
+	return nil
 }
 
 // runJob runs one training job: this process's rank of it.
@@ -164,9 +201,17 @@ func runJob(cfg train.Config, o options, stdout io.Writer) error {
 	}
 	defer g.Close()
 	reporter := train.ReportingRank(cfg)
-	quiet := g.Rank() != reporter && !o.verbose
-	if quiet {
-		stdout = io.Discard
+	// The reporting rank prints; after a shrink (--on-failure shrink) that
+	// may be another process than at the start.
+	var t *train.Trainer
+	rank := func() int {
+		if t != nil && t.Group() != nil {
+			return t.Group().Rank()
+		}
+		return g.Rank()
+	}
+	if !o.verbose {
+		stdout = &rankWriter{w: stdout, print: func() bool { return rank() == reporter }}
 	}
 
 	if o.cpuprofile != "" {
@@ -194,7 +239,7 @@ func runJob(cfg train.Config, o options, stdout io.Writer) error {
 		fmt.Fprintln(stdout, dev.Note)
 	}
 	be := dev.Backend
-	t, err := train.New(ctx, cfg, be, trainSet, testSet, train.WithGroup(g), train.ResumeFrom(o.resume))
+	t, err = train.New(ctx, cfg, be, trainSet, testSet, train.WithGroup(g), train.ResumeFrom(o.resume))
 	if err != nil {
 		return err
 	}
@@ -209,7 +254,7 @@ func runJob(cfg train.Config, o options, stdout io.Writer) error {
 	if n := os.Getenv("GORUN_RESTART"); n != "" && n != "0" {
 		fmt.Fprintf(stdout, "Restart %s (GORUN_RESTART)\n", n)
 	}
-	t.SavePath, t.SaveEvery = o.save, o.saveEvery
+	t.SavePath, t.SaveEvery, t.OnFailure, t.Log = o.save, o.saveEvery, o.onFailure, os.Stderr
 	if g.Rank() != reporter {
 		o.metrics, o.tensorboard = "", "" // rank 0 writes them
 	}
@@ -240,6 +285,19 @@ func runJob(cfg train.Config, o options, stdout io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// rankWriter passes on what is written while print says so.
+type rankWriter struct {
+	w     io.Writer
+	print func() bool
+}
+
+func (r *rankWriter) Write(p []byte) (int, error) {
+	if !r.print() {
+		return len(p), nil
+	}
+	return r.w.Write(p)
 }
 
 // resolveConfig fills in the flags not given: from the checkpoint being
@@ -373,7 +431,11 @@ func reporters(o options, cfg train.Config, stdout io.Writer) (report.Reporter, 
 	var out report.Reporter
 	bar := o.progress == "bar"
 	if o.progress == "auto" {
-		f, ok := stdout.(*os.File)
+		w := stdout
+		if r, ok := w.(*rankWriter); ok {
+			w = r.w
+		}
+		f, ok := w.(*os.File)
 		bar = ok && report.IsTerminal(f)
 	} else if o.progress != "bar" && o.progress != "lines" {
 		return nil, fmt.Errorf("--progress %q: want bar, lines or auto", o.progress)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"bytes"
 	"os"
 	"path/filepath"
@@ -92,6 +93,9 @@ func TestTrainCommandErrors(t *testing.T) {
 		{[]string{"--synthetic", "--save-every", "-1", "--save", filepath.Join(empty, "x")}, "--save-every -1"},
 		{[]string{"--synthetic", "--resume", "auto"}, "--resume auto resumes from --save's path"},
 		{[]string{"--data", emptyIDX}, filepath.Join(emptyIDX, "train-images-idx3-ubyte.gz") + ": 0 images"},
+		{[]string{"--synthetic", "--on-failure", "ignore"}, `--on-failure "ignore": want one of abort, restart, shrink`},
+		{[]string{"--synthetic", "--on-failure", "restart"}, "--on-failure restart: a restarted job resumes from the last checkpoint: give --save PATH"},
+		{[]string{"--synthetic", "--on-failure", "shrink", "--pipeline", "2"}, "--on-failure shrink with --pipeline 2: a pipeline cannot go on without a lost rank"},
 	}
 	for _, c := range cases {
 		var out bytes.Buffer
@@ -102,6 +106,36 @@ func TestTrainCommandErrors(t *testing.T) {
 		if strings.Contains(out.String(), "Training ") {
 			t.Errorf("train %v: printed the banner before failing:\n%s", c.args, out.String())
 		}
+	}
+}
+
+// TestOnFailureFromLauncher: --on-failure defaults to GORUN_ON_FAILURE,
+// named in its errors, and shrink under gorun needs gorun's consent (else
+// gorun stops every rank when one fails).
+func TestOnFailureFromLauncher(t *testing.T) {
+	for _, c := range []struct {
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{map[string]string{"GORUN_ON_FAILURE": "retry"}, nil, `GORUN_ON_FAILURE "retry": want one of abort, restart, shrink`},
+		{map[string]string{"GORUN_ON_FAILURE": "restart"}, nil, "GORUN_ON_FAILURE restart: a restarted job resumes from the last checkpoint"},
+		{map[string]string{"GORUN_LAUNCHER_PID": "1", "GORUN_ON_FAILURE": "abort"}, []string{"--on-failure", "shrink"}, "--on-failure shrink under gorun needs gorun -on-failure shrink"},
+	} {
+		t.Run(fmt.Sprint(c.env), func(t *testing.T) {
+			for k, v := range c.env {
+				t.Setenv(k, v)
+			}
+			_, _, err := parseFlags(append([]string{"--synthetic"}, c.args...))
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("error %v, want %q", err, c.want)
+			}
+		})
+	}
+	t.Setenv("GORUN_ON_FAILURE", "restart")
+	_, o, err := parseFlags([]string{"--synthetic", "--save", filepath.Join(t.TempDir(), "x.safetensors")})
+	if err != nil || o.onFailure != "restart" {
+		t.Errorf("GORUN_ON_FAILURE=restart: %v, on failure %q", err, o.onFailure)
 	}
 }
 

@@ -86,8 +86,8 @@ type Meta struct {
 }
 
 // Shrink records one shrink of a data-parallel run: at optimizer step
-// Step of epoch Epoch, ranks Lost (numbered as before) were gone and the
-// World ranks left went on.
+// Step of epoch Epoch, ranks Lost (numbered as the job first was) were
+// gone and the World ranks left went on.
 type Shrink struct {
 	Epoch int   `json:"epoch"`
 	Step  int64 `json:"step"`
