@@ -1,51 +1,116 @@
 #!/usr/bin/env python3
-"""Restart recovery under gorun -max-restarts: a 2-rank DDP run of train,
-checkpointing every 5 steps; after its first checkpoint a rank is SIGKILLed
-at a random moment. Prints, per trial, the time from the kill to the first
-training step of the restarted job, and the steps redone (since the last
-checkpoint). Usage: bench/faults.py BIN_DIR TRIALS (BIN_DIR holds gorun and
-train; go build -o bin/ ./cmd/gorun ./cmd/train)."""
-import os, random, re, signal, subprocess, sys, tempfile, time
+"""Faults: a 4-rank DDP run of train (the MNIST net on 4096 generated
+images, one epoch, batch 64 per rank, a checkpoint every 2 steps) loses a
+rank to SIGKILL at a random moment (0 to 2 s after the first checkpoint),
+under each of gorun's modes:
+
+  abort    the job ends: time from the kill to gorun's exit, and whether
+           gorun named the killed rank;
+  restart  gorun -max-restarts 1 starts every rank again, resuming from the
+           last checkpoint: time from the kill to the restarted job's first
+           step, and the steps redone;
+  shrink   gorun -on-failure shrink: the others go on without it: time from
+           the kill to their first step after the shrink, and whether the
+           epoch's samples went on where they stopped (that step's position
+           is the last one before the shrink plus one step of 4 x 64: none
+           lost, none trained on twice).
+
+A run that outlives 120 s counts as a hang. Usage:
+  go build -o bin/ ./cmd/gorun ./cmd/train
+  bench/faults.py bin TRIALS [MODES...]      (SEED=n picks the kill moments)
+"""
+import os, random, re, signal, subprocess, sys, tempfile, threading, time
 
 bindir, trials = sys.argv[1], int(sys.argv[2])
+modes = sys.argv[3:] or ["abort", "restart", "shrink"]
 rng = random.Random(int(os.environ.get("SEED", "1")))
-times = []
-for trial in range(trials):
+train = os.path.join(os.path.abspath(bindir), "train")
+STEP = 4 * 64
+
+
+def ranks():
+    """pid by RANK of the live train processes."""
+    out = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            if os.readlink(f"/proc/{pid}/exe") != train:
+                continue
+            env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+            stat = open(f"/proc/{pid}/stat").read()
+        except OSError:
+            continue
+        if stat.rsplit(")", 1)[1].split()[0] == "Z":
+            continue
+        for kv in env:
+            if kv.startswith(b"RANK="):
+                out[int(kv[5:])] = int(pid)
+    return out
+
+
+def trial(mode):
     with tempfile.TemporaryDirectory() as d:
         save = os.path.join(d, "run.safetensors")
-        cmd = [os.path.join(bindir, "gorun"), "-np", "2", "-max-restarts", "1", os.path.join(bindir, "train"),
-               "--synthetic", "--train-samples", "2560", "--test-samples", "256", "--epochs", "2", "--threads", "1",
-               "--log-interval", "1", "--save", save, "--save-every", "5", "--resume", "auto"]
+        flags = {"abort": [], "restart": ["-max-restarts", "1"], "shrink": ["-on-failure", "shrink"]}[mode]
+        cmd = [os.path.join(bindir, "gorun"), "-np", "4"] + flags + [train, "--synthetic", "--train-samples", "4096",
+               "--test-samples", "256", "--epochs", "1", "--threads", "1", "--log-interval", "1", "--progress", "lines",
+               "--save", save, "--save-every", "2"] + (["--resume", "auto"] if mode == "restart" else [])
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        killed_at = None
-        step_at_kill = None
-        last_step = 0
-        recovered = None
-        resumed_step = None
-        for line in p.stdout:
-            now = time.monotonic()
-            m = re.search(r"Train Epoch: (\d+) \[(\d+)/", line)
-            if m and line.startswith("[0]"):
-                if killed_at is None:
-                    last_step += 1
-                elif resumed_step is not None and recovered is None:
-                    recovered = now - killed_at
-            r = re.search(r"Resumed from .* \(step (\d+)\)|Resumed from .* after epoch (\d+)", line)
-            if r:
-                resumed_step = int(r.group(1) or 0)
-            if killed_at is None and os.path.exists(save):
-                time.sleep(rng.uniform(0, 1.0))
-                pids = [int(x) for x in subprocess.run(["pgrep", "-f", os.path.join(bindir, "train")], capture_output=True, text=True).stdout.split()]
-                pids = [x for x in pids if open(f"/proc/{x}/cmdline").read().startswith(os.path.join(bindir, "train"))]
-                victim = rng.choice(pids)
-                os.kill(victim, signal.SIGKILL)
-                killed_at = time.monotonic()
-                step_at_kill = last_step
-        p.wait()
-        if recovered is not None:
-            times.append(recovered)
-        print(f"trial {trial + 1}: exit {p.returncode}, resumed at step {resumed_step}, first step {recovered:.2f} s after the kill"
-              if recovered else f"trial {trial + 1}: exit {p.returncode}, no recovery seen", flush=True)
-times.sort()
-if times:
-    print(f"{len(times)} of {trials} recovered; kill to next step: min {times[0]:.2f} s, median {times[len(times) // 2]:.2f} s, max {times[-1]:.2f} s")
+        lines = []  # (arrival, line)
+        reader = threading.Thread(target=lambda: lines.extend((time.monotonic(), l) for l in p.stdout))
+        reader.start()
+        start = time.monotonic()
+        while not os.path.exists(save + ".train") and p.poll() is None and time.monotonic() < start + 60:
+            time.sleep(0.005)
+        time.sleep(rng.uniform(0, 2.0))
+        live = ranks()
+        victim = rng.choice(sorted(live))
+        os.kill(live[victim], signal.SIGKILL)
+        killed_at = time.monotonic()
+        try:
+            p.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            reader.join()
+            return "HANG (killed after 120 s)", None
+        end = time.monotonic() - killed_at
+        reader.join()
+        text = "".join(l for _, l in lines)
+        if mode == "abort":
+            return f"exit {p.returncode} {end:.2f} s after the kill, rank {victim} named: {f'rank {victim} (pid' in text}", end
+        # The recovered job: after "Resumed from" (restart) or the first
+        # survivor's "going on with" (shrink).
+        last_pos = last_step = 0
+        after = first_pos = resumed = None
+        recovered = False
+        for t, line in lines:
+            m = re.search(r"Train Epoch: \d+ \[(\d+)/", line)
+            if m and not recovered:
+                last_pos, last_step = int(m.group(1)), last_step + 1
+            elif m and after is None:
+                after, first_pos = t - killed_at, int(m.group(1))
+            r = re.search(r"Resumed from .* \(step (\d+)\)|Resumed from .* after epoch", line)
+            if r and t > killed_at:
+                resumed, recovered = int(r.group(1) or 0), True
+            if "going on with" in line:
+                recovered = True
+        if after is None:
+            return f"exit {p.returncode}, no step after the kill (killed rank {victim} after step {last_step})", None
+        if mode == "restart":
+            return f"exit {p.returncode}, next step {after:.2f} s after the kill, {last_step - resumed} steps redone", after
+        ok = first_pos == last_pos + STEP
+        return (f"exit {p.returncode}, next step {after:.2f} s after the kill (rank {victim}), position {last_pos} then {first_pos}: "
+                + ("no sample lost or repeated" if ok else "SAMPLES LOST OR REPEATED")), after
+
+
+for mode in modes:
+    times = []
+    for i in range(trials):
+        what, t = trial(mode)
+        print(f"{mode} {i + 1}: {what}", flush=True)
+        if t is not None:
+            times.append(t)
+    times.sort()
+    if times:
+        print(f"{mode}: {len(times)} of {trials} measured; min {times[0]:.2f} s, median {times[len(times) // 2]:.2f} s, max {times[-1]:.2f} s", flush=True)

@@ -18,5 +18,7 @@
 // with its last call and theirs. A call that waits longer than
 // Settings.StallAfter (GORUN_STALL) makes the rank log, asked over the TCP
 // connections beside the data, which ranks have not arrived and where each
-// rank is; a rank started by gorun exits when gorun is gone.
+// rank is; a rank started by gorun exits when gorun is gone. After a
+// failure, Shrink gives the ranks still alive a new world group of
+// themselves, which they agree on even while more of them die.
 package comm

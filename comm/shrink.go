@@ -48,10 +48,15 @@ func (g *Group) Shrink(ctx context.Context) (*Group, error) {
 	if g.failed("Shrink") == nil {
 		g.fail("Shrink", errShrinking)
 	}
-	deadline := time.Now().Add(s.Timeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
+	// The members are waited for until entry; then those that came get
+	// GORUN_TIMEOUT more to agree (they answer at once unless they die,
+	// which is seen at once) and GORUN_JOIN_TIMEOUT to connect, per try.
+	// ctx's deadline bounds it all.
+	entry := time.Now().Add(s.Timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(entry) {
+		entry = d
 	}
+	giveUp := entry.Add(s.Timeout + s.JoinTimeout)
 	host, err := hostIdentity()
 	if err != nil {
 		host = fmt.Sprintf("unknown-%d", s.Rank)
@@ -67,9 +72,15 @@ func (g *Group) Shrink(ctx context.Context) (*Group, error) {
 			return nil, g.wrap("Shrink", err)
 		}
 		agreeOn := func(phase uint8, members []int) *round {
-			return &round{a: w.agree, t: w.t, me: s.Rank, members: members, epoch: epoch, phase: phase, entry: deadline, hook: w.hook}
+			r := &round{a: w.agree, t: w.t, me: s.Rank, members: members, epoch: epoch, phase: phase, entry: entry, hook: w.hook}
+			if phase > 1 || epoch > 1 {
+				// The members are all here by now, unless they died.
+				r.entry = time.Now().Add(s.Timeout)
+			}
+			return r
 		}
-		est, err := agreeOn(1, members).agree(ctx, encodeMember(ln.Addr().String(), host), deadline, proposeMembers(members))
+		r1 := agreeOn(1, members)
+		est, err := r1.agree(ctx, encodeMember(ln.Addr().String(), host), r1.entry.Add(s.Timeout), proposeMembers(members))
 		if err != nil {
 			ln.Close()
 			return nil, g.wrap("Shrink", err)
@@ -91,12 +102,13 @@ func (g *Group) Shrink(ctx context.Context) (*Group, error) {
 		if w.hook != nil {
 			w.hook("agreed")
 		}
-		built, berr := build(ctx, w, set, idx, ln, deadline)
+		built, berr := build(ctx, w, set, idx, ln, time.Now().Add(s.JoinTimeout))
 		ok := byte(0)
 		if berr == nil {
 			ok = 1
 		}
-		est, err = agreeOn(2, ranks).agree(ctx, []byte{ok}, deadline, proposeAll)
+		r2 := agreeOn(2, ranks)
+		est, err = r2.agree(ctx, []byte{ok}, r2.entry.Add(s.Timeout), proposeAll)
 		if err == nil && len(est) == 1 && est[0] == 1 && built != nil {
 			built.w.shrunkFrom = ranks
 			return built, nil
@@ -108,7 +120,7 @@ func (g *Group) Shrink(ctx context.Context) (*Group, error) {
 		switch {
 		case err != nil:
 			return nil, g.wrap("Shrink", err)
-		case !time.Now().Before(deadline):
+		case !time.Now().Before(giveUp):
 			return nil, g.wrap("Shrink", fmt.Errorf("no working group of %v before the deadline: %w", ranks, errors.Join(berr, context.DeadlineExceeded)))
 		}
 		members = ranks

@@ -20,13 +20,17 @@ func TestShrink(t *testing.T) {
 		env      []string
 		kept     string // the members the survivors agree on, by original rank
 		survivor []int
+		leftOut  bool // rank 1 gets ErrExcluded
 	}{
-		{"one lost", nil, "[0 1 3]", []int{0, 1, 3}},
-		{"one lost over TCP", []string{"GORUN_TRANSPORT=tcp"}, "[0 1 3]", []int{0, 1, 3}},
-		{"second lost after its input", []string{"SHRINK_SLOW=3:300ms", "SHRINK_DIE=3:input sent"}, "[0 1]", []int{0, 1}},
-		{"coordinator lost having told one", []string{"SHRINK_DIE=0:estimate sent to one"}, "[1 3]", []int{1, 3}},
-		{"second lost while connecting", []string{"SHRINK_DIE=1:agreed"}, "[0 3]", []int{0, 3}},
-		{"slow rank kept", []string{"SHRINK_SLOW=1:2s"}, "[0 1 3]", []int{0, 1, 3}},
+		{"one lost", nil, "[0 1 3]", []int{0, 1, 3}, false},
+		{"one lost over TCP", []string{"GORUN_TRANSPORT=tcp"}, "[0 1 3]", []int{0, 1, 3}, false},
+		{"second lost after its input", []string{"SHRINK_SLOW=3:300ms", "SHRINK_DIE=3:input sent"}, "[0 1]", []int{0, 1}, false},
+		{"coordinator lost having told one", []string{"SHRINK_DIE=0:estimate sent to one"}, "[1 3]", []int{1, 3}, false},
+		{"second lost while connecting", []string{"SHRINK_DIE=1:agreed"}, "[0 3]", []int{0, 3}, false},
+		{"slow rank kept", []string{"SHRINK_SLOW=1:2s"}, "[0 1 3]", []int{0, 1, 3}, false},
+		// Rank 1 comes after the others' deadline (GORUN_TIMEOUT): left
+		// out, it learns so from what they sent, and does not go on alone.
+		{"late rank left out", []string{"SHRINK_SLOW=1:4s", "GORUN_TIMEOUT=2s"}, "[0 3]", []int{0, 3}, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			res, out := runJobWith(t, launch.Config{KeepGoing: true}, 4, "shrink", append([]string{"SHRINK_VICTIM=2", "GORUN_TIMEOUT=20s"}, c.env...)...)
@@ -48,6 +52,9 @@ func TestShrink(t *testing.T) {
 				if n := len(lines[r]); n == 0 || lines[r][n-1] != "OK" {
 					t.Errorf("rank %d did not finish:\n%s", r, out)
 				}
+			}
+			if c.leftOut && !strings.Contains(strings.Join(lines[1], "\n"), "rank 1: Shrink: left out of the shrunk group") {
+				t.Errorf("rank 1 was not told it was left out:\n%s", out)
 			}
 			if len(res.Lost) != 4-len(c.survivor) {
 				t.Errorf("launcher lost %v, want %d ranks", res.Lost, 4-len(c.survivor))

@@ -275,7 +275,11 @@ func runJob(cfg train.Config, o options, stdout io.Writer) error {
 		return runErr
 	}
 	if err := t.Summarize(ctx, stdout, o.timeline); err != nil {
-		return err
+		if o.onFailure != train.OnFailureShrink {
+			return err
+		}
+		// The training is done and saved; only the summary is lost.
+		fmt.Fprintf(os.Stderr, "train: the run's summary is incomplete: %v\n", err)
 	}
 	if o.save != "" {
 		if cfg.Pipeline > 1 {
