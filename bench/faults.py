@@ -15,14 +15,20 @@ under each of gorun's modes:
            is the last one before the shrink plus one step of 4 x 64: none
            lost, none trained on twice).
 
-A run that outlives 120 s counts as a hang. Usage:
+  torch    PyTorch 1.13 DDP (gloo) on the same work, losing a rank the
+           same way (bench/competitors/torch_faults.py): time from the kill
+           to the last survivor's exit; run this script with Debian's
+           /usr/bin/python3 for it.
+
+A run that outlives 120 s counts as a hang. The modes take turns, trial by
+trial. Usage:
   go build -o bin/ ./cmd/gorun ./cmd/train
-  bench/faults.py bin TRIALS [MODES...]      (SEED=n picks the kill moments)
+  /usr/bin/python3 bench/faults.py bin TRIALS [MODES...]   (SEED=n picks the kill moments)
 """
 import os, random, re, signal, subprocess, sys, tempfile, threading, time
 
 bindir, trials = sys.argv[1], int(sys.argv[2])
-modes = sys.argv[3:] or ["abort", "restart", "shrink"]
+modes = sys.argv[3:] or ["abort", "restart", "shrink", "torch"]
 rng = random.Random(int(os.environ.get("SEED", "1")))
 train = os.path.join(os.path.abspath(bindir), "train")
 STEP = 4 * 64
@@ -50,6 +56,10 @@ def ranks():
 
 
 def trial(mode):
+    if mode == "torch":
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "competitors"))
+        import torch_faults
+        return torch_faults.trial(rng)
     with tempfile.TemporaryDirectory() as d:
         save = os.path.join(d, "run.safetensors")
         flags = {"abort": [], "restart": ["-max-restarts", "1"], "shrink": ["-on-failure", "shrink"]}[mode]
@@ -104,13 +114,16 @@ def trial(mode):
                 + ("no sample lost or repeated" if ok else "SAMPLES LOST OR REPEATED")), after
 
 
-for mode in modes:
-    times = []
-    for i in range(trials):
+# The modes take turns, trial by trial, so that a slower phase of the
+# machine falls on all of them.
+times = {mode: [] for mode in modes}
+for i in range(trials):
+    for mode in modes:
         what, t = trial(mode)
         print(f"{mode} {i + 1}: {what}", flush=True)
         if t is not None:
-            times.append(t)
-    times.sort()
-    if times:
-        print(f"{mode}: {len(times)} of {trials} measured; min {times[0]:.2f} s, median {times[len(times) // 2]:.2f} s, max {times[-1]:.2f} s", flush=True)
+            times[mode].append(t)
+for mode in modes:
+    ts = sorted(times[mode])
+    if ts:
+        print(f"{mode}: {len(ts)} of {trials} measured; min {ts[0]:.2f} s, median {ts[len(ts) // 2]:.2f} s, max {ts[-1]:.2f} s", flush=True)

@@ -103,10 +103,8 @@ func TrainPath(path string) string { return path + ".train" }
 // created in path's directory (it exists, is a directory, is writable,
 // and its file system has room for a probe). It leaves nothing behind.
 func Probe(path string) error {
-	for _, p := range []string{path, TrainPath(path)} {
-		if fi, err := os.Stat(p); err == nil && fi.IsDir() {
-			return fmt.Errorf("checkpoint: cannot save to %s: it is a directory (give a file name, e.g. %s)", p, filepath.Join(path, "model.safetensors"))
-		}
+	if err := notDirectories(path); err != nil {
+		return err
 	}
 	dir := filepath.Dir(path)
 	fi, err := os.Stat(dir)
@@ -129,12 +127,24 @@ func Probe(path string) error {
 	return nil
 }
 
+// notDirectories refuses a checkpoint path where it or its training state
+// would replace a directory.
+func notDirectories(path string) error {
+	for _, p := range []string{path, TrainPath(path)} {
+		if fi, err := os.Stat(p); err == nil && fi.IsDir() {
+			return fmt.Errorf("checkpoint: cannot save to %s: it is a directory (give a file name, e.g. %s)", p, filepath.Join(path, "model.safetensors"))
+		}
+	}
+	return nil
+}
+
 // Save writes net's weights to path and the resumable training state
 // (weights, opt's state, meta) to TrainPath(path). opt may be nil to save
 // weights and metadata only.
 func Save(path string, net nn.Layer, opt optim.Optimizer, meta Meta) error {
-	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
-		return fmt.Errorf("checkpoint: cannot save to %s: it is a directory", path)
+	// Also here, for callers that did not probe: before either file.
+	if err := notDirectories(path); err != nil {
+		return err
 	}
 	meta.Format = FormatVersion
 	mj, err := json.Marshal(meta)
