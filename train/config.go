@@ -52,12 +52,20 @@ type Config struct {
 	// Split gives explicit cut points: Split[i] is the index of the first
 	// top-level layer of stage i+1 (Pipeline−1 increasing indices).
 	Split []int `json:"split,omitempty"`
+	// NumClasses is the model's outputs (0: the training data's class
+	// count).
+	NumClasses int `json:"num_classes,omitempty"`
+	// ZeroInitResidual starts each residual block as the identity
+	// (torchvision's zero_init_residual; ResNets only).
+	ZeroInitResidual bool `json:"zero_init_residual,omitempty"`
 }
 
 // Defaults returns the workshops' settings for a model: the MNIST net
 // as PyTorch's MNIST example (seed 004: Adadelta, lr 1.0, StepLR γ 0.7,
 // batch 64), CIFARNet as seed 000 (SGD with momentum 0.9, batch 128,
-// augmentation), ResNet-18 as seed 002 (SGD lr 1e-3, batch 32).
+// augmentation), ResNet-18 as seed 002 (SGD lr 1e-3, batch 32), the
+// ImageNet ResNets as seed 001's ResNet-50 (Adam lr 0.02, batch 256, 10
+// epochs).
 func Defaults(model string) (Config, error) {
 	c := Config{Model: model, Epochs: 3, Scheduler: "none", StepSize: 1, Gamma: 0.7, Seed: 1, LogInterval: 10}
 	switch model {
@@ -67,6 +75,10 @@ func Defaults(model string) (Config, error) {
 		c.BatchSize, c.Optimizer, c.LR, c.Momentum, c.Augment, c.Epochs = 128, "sgd", 0.01, 0.9, true, 10
 	case "resnet18":
 		c.BatchSize, c.Optimizer, c.LR, c.Augment, c.Epochs = 32, "sgd", 1e-3, true, 2
+	case "resnet34", "resnet50", "resnet101", "resnet152":
+		// Seed 001's ResNet-50 on ImageNet: Adam, lr 0.02, batch 256, 10
+		// epochs.
+		c.BatchSize, c.Optimizer, c.LR, c.Epochs = 256, "adam", 0.02, 10
 	default:
 		return c, fmt.Errorf("train: no defaults for model %q", model)
 	}
@@ -82,6 +94,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.Epochs < 1:
 		return fmt.Errorf("--epochs %d: want at least 1", c.Epochs)
+	case c.NumClasses < 0:
+		return fmt.Errorf("--num-classes %d: want at least 1 (or 0: the data's class count)", c.NumClasses)
 	case c.BatchSize < 1:
 		return fmt.Errorf("--batch-size %d: want at least 1", c.BatchSize)
 	case c.TestBatchSize < 1:

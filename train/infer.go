@@ -209,7 +209,7 @@ func loadWhole(path, model string, be tensor.Backend) (*zoo.Model, *checkpoint.M
 	if meta != nil && model == "" {
 		model = meta.Model
 	}
-	m, err := zoo.New(model, be, rand.New(rand.NewPCG(0, 0)))
+	m, err := buildSaved(model, meta, be)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -217,6 +217,25 @@ func loadWhole(path, model string, be tensor.Backend) (*zoo.Model, *checkpoint.M
 		return nil, nil, err
 	}
 	return m, meta, nil
+}
+
+// buildSaved builds the zoo model named model as the checkpoint
+// described by meta (nil: plain weights, the model's defaults) was
+// trained: its class count and, for a model of any input size, its input.
+func buildSaved(model string, meta *checkpoint.Meta, be tensor.Backend) (*zoo.Model, error) {
+	spec, err := zoo.Lookup(model)
+	if err != nil {
+		return nil, err
+	}
+	if meta != nil && len(meta.Classes) > 0 {
+		if err := spec.SetClasses(len(meta.Classes)); err != nil {
+			return nil, err
+		}
+	}
+	if meta != nil && spec.AnySize && len(meta.Input) == 3 {
+		spec.Input = meta.Input
+	}
+	return spec.Build(be, rand.New(rand.NewPCG(0, 0)).Uint64()), nil
 }
 
 // pipelineModel is the zoo model a pipeline of stages trains for model.
@@ -237,7 +256,7 @@ func loadStages(path string, be tensor.Backend) (*zoo.Model, *checkpoint.Meta, e
 	if meta.Stages < 2 {
 		return nil, nil, fmt.Errorf("%s is not a pipeline stage's file", StagePath(path, 0))
 	}
-	m, err := zoo.New(pipelineModel(meta.Model, meta.Stages), be, rand.New(rand.NewPCG(0, 0)))
+	m, err := buildSaved(pipelineModel(meta.Model, meta.Stages), meta, be)
 	if err != nil {
 		return nil, nil, err
 	}

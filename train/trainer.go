@@ -135,17 +135,26 @@ func New(ctx context.Context, cfg Config, be tensor.Backend, train, test *data.D
 	if err != nil {
 		return nil, err
 	}
+	if err := configureSpec(spec, cfg, len(train.Classes)); err != nil {
+		return nil, err
+	}
 	for _, d := range []*data.Dataset{train, test} {
 		if d == nil {
 			continue
 		}
-		if want := [3]int(spec.Input); d.Shape != want {
-			return nil, fmt.Errorf("model %s takes %d×%d×%d images; %s has %d×%d×%d", cfg.Model, want[0], want[1], want[2], d.Name, d.Shape[0], d.Shape[1], d.Shape[2])
+		if !spec.Accepts(d.Shape) {
+			want := spec.Input
+			size := fmt.Sprintf("%d×%d×%d", want[0], want[1], want[2])
+			if spec.AnySize {
+				size = fmt.Sprintf("%d×H×W (H, W ≥ 32)", want[0])
+			}
+			return nil, fmt.Errorf("model %s takes %s images; %s has %d×%d×%d", cfg.Model, size, d.Name, d.Shape[0], d.Shape[1], d.Shape[2])
 		}
 		if len(d.Classes) != spec.Classes {
-			return nil, fmt.Errorf("model %s has %d outputs; %s has %d classes", cfg.Model, spec.Classes, d.Name, len(d.Classes))
+			return nil, fmt.Errorf("model %s has %d outputs (--num-classes); %s has %d classes", cfg.Model, spec.Classes, d.Name, len(d.Classes))
 		}
 	}
+	spec.Input = []int{train.Shape[0], train.Shape[1], train.Shape[2]} // (a model of any size takes the data's)
 	t := &Trainer{cfg: cfg, be: be, train: train, test: test, sync: alone{}, job: s.group}
 	defer func() {
 		if err != nil {
@@ -190,6 +199,27 @@ func New(ctx context.Context, cfg Config, be tensor.Backend, train, test *data.D
 		}
 	}
 	return t, nil
+}
+
+// configureSpec sets the model's outputs (cfg.NumClasses, else the
+// data's class count) and initialisation options.
+func configureSpec(spec *zoo.Spec, cfg Config, dataClasses int) error {
+	n := cfg.NumClasses
+	if n == 0 {
+		n = dataClasses
+	}
+	if n > 0 && n != spec.Classes {
+		if err := spec.SetClasses(n); err != nil {
+			return err
+		}
+	}
+	if cfg.ZeroInitResidual {
+		if !strings.HasPrefix(spec.Name, "resnet") {
+			return fmt.Errorf("zero-init-residual: %s has no residual blocks", spec.Name)
+		}
+		spec.ZeroInitResidual = true
+	}
+	return nil
 }
 
 // newPipelineStage forms this rank's pipeline and builds its stage of it;

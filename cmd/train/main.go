@@ -74,7 +74,9 @@ func parseFlags(args []string) (train.Config, options, error) {
 	fs := flag.NewFlagSet("train", flag.ContinueOnError)
 	var o options
 	var cfg train.Config
-	fs.StringVar(&cfg.Model, "model", "mnist", "model: mnist, cifarnet, resnet18")
+	fs.StringVar(&cfg.Model, "model", "mnist", "model: mnist, cifarnet, resnet18 (CIFAR-10), resnet34, resnet50, resnet101, resnet152 (ImageNet)")
+	fs.IntVar(&cfg.NumClasses, "num-classes", 0, "the model's outputs (default: the training data's class count)")
+	fs.BoolVar(&cfg.ZeroInitResidual, "zero-init-residual", false, "ResNets: start each residual block's last batch norm at zero weight, so the block starts as the identity (torchvision's zero_init_residual)")
 	fs.StringVar(&o.dataDir, "data", "", "dataset directory, MNIST-format or CIFAR-10 binary (default "+fashionMNIST+" when installed)")
 	fs.BoolVar(&o.synthetic, "synthetic", false, "train on generated data shaped for the model instead of --data")
 	fs.IntVar(&cfg.Epochs, "epochs", 0, "epochs to train (default per model: mnist 3, cifarnet 10, resnet18 2)")

@@ -105,23 +105,52 @@ class BasicBlock(nn.Module):
         return self.relu(out + idt)
 
 
-class ResNet18(nn.Module):
-    """torchvision.models.resnet18(num_classes=10), written out so that
-    torchvision is not needed; the state_dict keys are the same."""
+class Bottleneck(nn.Module):
+    """torchvision's ResNet Bottleneck (v1.5: the stride in the 3x3 conv)."""
+    expansion = 4
 
-    def __init__(self):
+    def __init__(self, inp, width, stride):
+        super().__init__()
+        out = width * 4
+        self.conv1 = nn.Conv2d(inp, width, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.conv2 = nn.Conv2d(width, width, 3, stride, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(width)
+        self.conv3 = nn.Conv2d(width, out, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(out)
+        self.relu = nn.ReLU()
+        self.downsample = None
+        if stride != 1 or inp != out:
+            self.downsample = nn.Sequential(nn.Conv2d(inp, out, 1, stride, bias=False), nn.BatchNorm2d(out))
+
+    def forward(self, x):
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.relu(self.bn2(self.conv2(out)))
+        out = self.bn3(self.conv3(out))
+        idt = x if self.downsample is None else self.downsample(x)
+        return self.relu(out + idt)
+
+
+class ResNet(nn.Module):
+    """torchvision.models.ResNet written out so that torchvision is not
+    needed; the state_dict keys are the same (gen_fixtures.py checks them
+    against torchvision's where it is installed)."""
+
+    def __init__(self, block, blocks, num_classes):
         super().__init__()
         self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
         self.bn1 = nn.BatchNorm2d(64)
         self.relu = nn.ReLU()
         self.maxpool = nn.MaxPool2d(3, 2, 1)
         inp = 64
-        for i, w in enumerate([64, 128, 256, 512]):
+        for i, (w, n) in enumerate(zip([64, 128, 256, 512], blocks)):
             s = 1 if i == 0 else 2
-            setattr(self, "layer%d" % (i + 1), nn.Sequential(BasicBlock(inp, w, s), BasicBlock(w, w, 1)))
-            inp = w
+            out = w * getattr(block, "expansion", 1)
+            layers = [block(inp, w, s)] + [block(out, w, 1) for _ in range(n - 1)]
+            setattr(self, "layer%d" % (i + 1), nn.Sequential(*layers))
+            inp = out
         self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
-        self.fc = nn.Linear(512, 10)
+        self.fc = nn.Linear(inp, num_classes)
 
     def forward(self, x):
         x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
@@ -129,7 +158,17 @@ class ResNet18(nn.Module):
         return self.fc(torch.flatten(self.avgpool(x), 1))
 
 
-MODELS = {"mnist": MNISTNet, "cifarnet": CIFARNet, "cifarnet-staged": StagedCIFARNet, "resnet18": ResNet18}
+def ResNet18(num_classes=10):
+    """torchvision.models.resnet18(num_classes=10)."""
+    return ResNet(BasicBlock, [2, 2, 2, 2], num_classes)
+
+
+def ResNet50(num_classes=1000):
+    """torchvision.models.resnet50()."""
+    return ResNet(Bottleneck, [3, 4, 6, 3], num_classes)
+
+
+MODELS = {"mnist": MNISTNet, "cifarnet": CIFARNet, "cifarnet-staged": StagedCIFARNet, "resnet18": ResNet18, "resnet50": ResNet50}
 
 
 def formula_weights(model):

@@ -7,7 +7,10 @@
 //     3 fully connected layers with dropout, 3×32×32 input;
 //   - cifarnet-staged: the same network as StagedCIFARNet's three
 //     nn.Sequential stages (stage1, stage2, stage3) for pipelining;
-//   - resnet18: torchvision's resnet18 with a 10-class fc (seed 002).
+//   - resnet18: torchvision's resnet18 with a 10-class fc (seed 002);
+//   - resnet34, resnet50, resnet101, resnet152: torchvision's ImageNet
+//     ResNets (50 and up of v1.5 Bottlenecks), 1000 classes, 224×224
+//     nominal input (seed 001).
 package zoo
 
 import (
@@ -57,6 +60,41 @@ type Spec struct {
 	// Staged reports that the parts are the model's own pipeline stages
 	// (StagedCIFARNet's split points).
 	Staged bool
+	// AnySize reports that the model takes any input of Input's channels
+	// and at least 32×32 (its pooling adapts), not only Input's size.
+	AnySize bool
+	// ZeroInitResidual starts every residual block's last batch norm at
+	// zero weight, so that each block starts as the identity (torchvision's
+	// zero_init_residual; ResNets only).
+	ZeroInitResidual bool
+}
+
+// SetClasses makes the model's classifier (its last linear part) give n
+// outputs.
+func (s *Spec) SetClasses(n int) error {
+	if n < 1 {
+		return fmt.Errorf("zoo: %s with %d classes: want at least 1", s.Name, n)
+	}
+	if n == s.Classes {
+		return nil
+	}
+	for i := len(s.Parts) - 1; i >= 0; i-- {
+		if s.Parts[i].Kind == "linear" {
+			s.Parts[i] = linear(s.Parts[i].Name, s.Parts[i].in, n)
+			s.Classes = n
+			return nil
+		}
+	}
+	return fmt.Errorf("zoo: %s has no classifier of its own to give %d outputs (its stages hold it)", s.Name, n)
+}
+
+// Accepts reports whether the model takes per-sample inputs of shape
+// [C, H, W].
+func (s *Spec) Accepts(shape [3]int) bool {
+	if !s.AnySize {
+		return shape == [3]int(s.Input)
+	}
+	return shape[0] == s.Input[0] && shape[1] >= 32 && shape[2] >= 32
 }
 
 // Part is one top-level child of a model.
@@ -64,6 +102,7 @@ type Part struct {
 	Name  string // its state-name prefix ("" for layers without state)
 	Kind  string // what it is: conv, linear, relu, …
 	build func(be tensor.Backend, rng *rand.Rand) nn.Layer
+	in    int // a linear part's input features
 }
 
 // Label names the part for people: its name, else its kind.
@@ -79,7 +118,14 @@ var specs = map[string]func() *Spec{
 	"cifarnet":        func() *Spec { return cifarSpec(false) },
 	"cifarnet-staged": func() *Spec { return cifarSpec(true) },
 	"resnet18":        resnet18Spec,
+	"resnet34":        func() *Spec { return resnetSpec("resnet34", false, [4]int{3, 4, 6, 3}, 1000, imageNetInput) },
+	"resnet50":        func() *Spec { return resnetSpec("resnet50", true, [4]int{3, 4, 6, 3}, 1000, imageNetInput) },
+	"resnet101":       func() *Spec { return resnetSpec("resnet101", true, [4]int{3, 4, 23, 3}, 1000, imageNetInput) },
+	"resnet152":       func() *Spec { return resnetSpec("resnet152", true, [4]int{3, 8, 36, 3}, 1000, imageNetInput) },
 }
+
+// imageNetInput is the ImageNet models' nominal input: 224×224 crops.
+var imageNetInput = []int{3, 224, 224}
 
 // Names lists the models New knows.
 func Names() []string {
@@ -161,7 +207,7 @@ func flatten() Part {
 }
 
 func linear(name string, in, out int) Part {
-	return Part{Name: name, Kind: "linear", build: func(be tensor.Backend, rng *rand.Rand) nn.Layer { return nn.NewLinear(be, in, out, rng) }}
+	return Part{Name: name, Kind: "linear", in: in, build: func(be tensor.Backend, rng *rand.Rand) nn.Layer { return nn.NewLinear(be, in, out, rng) }}
 }
 
 func conv(name string, in, out, kernel int, o nn.Conv2dOptions) Part {
@@ -256,7 +302,17 @@ func ResNet18(be tensor.Backend, rng *rand.Rand) *Model {
 }
 
 func resnet18Spec() *Spec {
-	parts := []Part{
+	return resnetSpec("resnet18", false, [4]int{2, 2, 2, 2}, 10, []int{3, 32, 32})
+}
+
+// resnetSpec is torchvision's ResNet of BasicBlocks (bottleneck false) or
+// Bottlenecks, with blocks[i] blocks in stage i: conv 7×7/2 → bn → relu →
+// max pool 3×3/2 → the four stages (64, 128, 256, 512 channels wide; ×4
+// out of a Bottleneck) → adaptive average pool → fc. Any input of at
+// least 32×32 works (Spec.AnySize); input is the nominal one.
+func resnetSpec(name string, bottleneck bool, blocks [4]int, classes int, input []int) *Spec {
+	s := &Spec{Name: name, Input: input, Classes: classes, AnySize: true}
+	s.Parts = []Part{
 		kaiming(conv("conv1", 3, 64, 7, nn.Conv2dOptions{Stride: 2, Padding: 3, NoBias: true})),
 		batchNorm("bn1", 64), relu(), maxPool(3, 2, 1),
 	}
@@ -266,16 +322,37 @@ func resnet18Spec() *Spec {
 		if i == 0 {
 			stride = 1
 		}
-		blockIn := in
-		parts = append(parts, kaiming(Part{Name: fmt.Sprintf("layer%d", i+1), Kind: "sequential", build: func(be tensor.Backend, rng *rand.Rand) nn.Layer {
-			return nn.NewSequential(nn.NewBasicBlock(be, blockIn, width, stride, rng), nn.NewBasicBlock(be, width, width, 1, rng))
+		out := width
+		if bottleneck {
+			out = width * nn.BottleneckExpansion
+		}
+		stageIn, n := in, blocks[i]
+		s.Parts = append(s.Parts, kaiming(Part{Name: fmt.Sprintf("layer%d", i+1), Kind: "sequential", build: func(be tensor.Backend, rng *rand.Rand) nn.Layer {
+			layers := make([]nn.Layer, n)
+			for b := range n {
+				bin, bstride := out, 1
+				if b == 0 {
+					bin, bstride = stageIn, stride
+				}
+				var r *nn.Residual
+				if bottleneck {
+					r = nn.NewBottleneck(be, bin, width, bstride, rng)
+				} else {
+					r = nn.NewBasicBlock(be, bin, width, bstride, rng)
+				}
+				if s.ZeroInitResidual {
+					clear(r.LastBN().Weight.Data) // built on the host
+				}
+				layers[b] = r
+			}
+			return nn.NewSequential(layers...)
 		}}))
-		in = width
+		in = out
 	}
-	parts = append(parts,
+	s.Parts = append(s.Parts,
 		part("", "adaptive_avgpool", func(be tensor.Backend) nn.Layer { return nn.NewAdaptiveAvgPool2d(be, 1, 1) }),
-		flatten(), linear("fc", 512, 10))
-	return &Spec{Name: "resnet18", Input: []int{3, 32, 32}, Classes: 10, Parts: parts}
+		flatten(), linear("fc", in, classes))
+	return s
 }
 
 // kaiming re-draws the part's convolution weights from torchvision's

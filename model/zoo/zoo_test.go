@@ -1,6 +1,7 @@
 package zoo
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os/exec"
@@ -122,15 +123,18 @@ func TestModelsMatchPyTorch(t *testing.T) {
 		name    string
 		gradTol float64
 		opt     func(tensor.Backend, []nn.Var) optim.Optimizer
+		eval    bool // in evaluation mode
 	}{
 		{"mnist", 1e-4, func(be tensor.Backend, p []nn.Var) optim.Optimizer {
 			return optim.NewAdadelta(be, p, tensor.AdadeltaOptions{LR: 1})
-		}},
+		}, false},
 		{"cifarnet", 1e-4, func(be tensor.Backend, p []nn.Var) optim.Optimizer {
 			o, _ := optim.NewSGD(be, p, tensor.SGDOptions{LR: 0.01, Momentum: 0.9})
 			return o
-		}},
-		{"resnet18", 3e-3, nil},
+		}, false},
+		{"resnet18", 3e-3, nil, false},
+		// In evaluation mode (gen_fixtures.py says why).
+		{"resnet50", 1e-4, nil, true},
 	}
 	be := cpu.New(2)
 	defer be.Close()
@@ -150,6 +154,7 @@ func TestModelsMatchPyTorch(t *testing.T) {
 			}
 			noDropout(m.Net)
 			formulaWeights(m.Net)
+			m.Net.SetTraining(!c.eval)
 			params := nn.Params(m.Net)
 			var opt optim.Optimizer
 			if c.opt != nil {
@@ -264,13 +269,14 @@ func torchPython(t *testing.T) string {
 
 // TestRoundTripThroughPyTorch saves each model's weights (after a training
 // step, so running statistics are not the defaults) as safetensors, loads
-// them into the PyTorch definition with load_state_dict(strict=True), and
-// compares PyTorch's evaluation-mode logits with ours.
+// them into the PyTorch definition (torchvision's own ResNets) with
+// load_state_dict(strict=True), and compares PyTorch's evaluation-mode
+// logits with ours.
 func TestRoundTripThroughPyTorch(t *testing.T) {
 	py := torchPython(t)
 	be := cpu.New(2)
 	defer be.Close()
-	for _, name := range []string{"mnist", "cifarnet", "cifarnet-staged", "resnet18"} {
+	for _, name := range []string{"mnist", "cifarnet", "cifarnet-staged", "resnet18", "resnet50"} {
 		t.Run(name, func(t *testing.T) {
 			if testing.Short() && name != "mnist" {
 				t.Skip("-short")
@@ -280,7 +286,11 @@ func TestRoundTripThroughPyTorch(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			x := tensor.New(append([]int{3}, m.Input...)...)
+			shape := m.Input
+			if s, _ := Lookup(name); s.AnySize {
+				shape = []int{3, 64, 64} // any size will do: a small one is quick
+			}
+			x := tensor.New(append([]int{3}, shape...)...)
 			for i := range x.Data {
 				x.Data[i] = float32(rng.NormFloat64())
 			}
@@ -397,5 +407,107 @@ func TestPartsBuildAlone(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestResNetsAreTorchvisions builds each ResNet and compares its state
+// (names, shapes, in order) with torchvision.models' own.
+func TestResNetsAreTorchvisions(t *testing.T) {
+	py := torchPython(t)
+	be := cpu.New(1)
+	defer be.Close()
+	for _, name := range []string{"resnet18", "resnet34", "resnet50", "resnet101", "resnet152"} {
+		t.Run(name, func(t *testing.T) {
+			if testing.Short() && name != "resnet18" {
+				t.Skip("-short: builds a large model")
+			}
+			m, err := New(name, be, rand.New(rand.NewPCG(1, 1)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			script := fmt.Sprintf(`import torchvision
+for k, v in getattr(torchvision.models, %q)(num_classes=%d).state_dict().items():
+    print(k, *v.shape)`, name, m.Classes)
+			out, err := exec.Command(py, "-c", script).CombinedOutput()
+			if err != nil {
+				t.Skipf("torchvision: %v\n%s", err, out)
+			}
+			var got []string
+			params := 0
+			for _, v := range m.Net.State() {
+				shape := ""
+				if v.Value != nil {
+					for _, d := range v.Value.Shape {
+						shape += fmt.Sprintf(" %d", d)
+					}
+				}
+				got = append(got, v.Name+shape)
+				if v.IsParam() {
+					params += v.Value.Len()
+				}
+			}
+			want := strings.Split(strings.TrimSpace(string(out)), "\n")
+			if strings.Join(got, "\n") != strings.Join(want, "\n") {
+				t.Errorf("state differs from torchvision's:\nours\n%s\ntorchvision\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+			}
+			t.Logf("%s: %d parameters", name, params)
+		})
+	}
+}
+
+// TestSpecOptions: the classifier takes any class count; ResNets take any
+// input of at least 32×32, the others only their own; zero_init_residual
+// zeroes every block's last batch norm, and only those.
+func TestSpecOptions(t *testing.T) {
+	s, _ := Lookup("resnet50")
+	if err := s.SetClasses(7); err != nil || s.Classes != 7 {
+		t.Fatalf("SetClasses(7): %v, classes %d", err, s.Classes)
+	}
+	if err := s.SetClasses(0); err == nil {
+		t.Error("SetClasses(0) accepted")
+	}
+	for _, c := range []struct {
+		model string
+		shape [3]int
+		ok    bool
+	}{
+		{"resnet50", [3]int{3, 224, 224}, true}, {"resnet50", [3]int{3, 96, 128}, true}, {"resnet50", [3]int{3, 16, 16}, false},
+		{"resnet50", [3]int{1, 224, 224}, false}, {"mnist", [3]int{1, 28, 28}, true}, {"mnist", [3]int{1, 32, 32}, false},
+	} {
+		s, _ := Lookup(c.model)
+		if s.Accepts(c.shape) != c.ok {
+			t.Errorf("%s accepts %v: %v, want %v", c.model, c.shape, !c.ok, c.ok)
+		}
+	}
+	if s, _ := Lookup("cifarnet-staged"); s.SetClasses(5) == nil {
+		t.Error("cifarnet-staged took 5 classes: its classifier is inside stage3")
+	}
+	be := cpu.New(1)
+	defer be.Close()
+	s, _ = Lookup("resnet18")
+	if err := s.SetClasses(3); err != nil {
+		t.Fatal(err)
+	}
+	s.ZeroInitResidual = true
+	m := s.Build(be, 1)
+	zeroed := 0
+	for _, v := range m.Net.State() {
+		if v.IsParam() && strings.HasSuffix(v.Name, "bn2.weight") {
+			for _, w := range v.Value.Data {
+				if w != 0 {
+					t.Fatalf("%s not zero", v.Name)
+				}
+			}
+			zeroed++
+		}
+		if v.Name == "bn1.weight" && v.Value.Data[0] != 1 {
+			t.Errorf("bn1.weight = %v: only the blocks' last batch norms start at zero", v.Value.Data[0])
+		}
+		if v.Name == "fc.weight" && v.Value.Shape[0] != 3 {
+			t.Errorf("fc has %d outputs, want 3", v.Value.Shape[0])
+		}
+	}
+	if zeroed != 8 {
+		t.Errorf("%d batch norms zeroed, want 8 (one per block)", zeroed)
 	}
 }
