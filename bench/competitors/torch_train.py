@@ -114,4 +114,33 @@ def steps(n=60):
     print("train mnist     batch  64: %7.1f img/s (%d steps)" % (64 * n / (time.perf_counter() - t0), n))
 
 
-{"speed": speed, "fashion": fashion, "steps": steps}[mode]()
+def resnet50(what):
+    """torchvision's resnet50 at batch 32, 224x224, random data: training
+    steps (SGD with momentum) or evaluation-mode forwards; prints img/s
+    over at least 3 steps after a warm-up one, and the peak RSS (compare
+    with `go test ./model/zoo -run '^$' -bench 'TrainStep/resnet50|Inference/resnet50'`,
+    bench/resnet50.sh runs both, alternating)."""
+    import torchvision
+    net = torchvision.models.resnet50()
+    x, y = torch.randn(32, 3, 224, 224), torch.randint(0, 1000, (32,))
+    if what == "train":
+        o = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+        net.train()
+
+        def step():
+            o.zero_grad()
+            F.cross_entropy(net(x), y).backward()
+            o.step()
+    else:
+        net.eval()
+
+        def step():
+            with torch.no_grad():
+                net(x)
+    dt = timeit(step, 10.0)
+    print("torch resnet50 %s batch 32 threads %d: %.2f img/s, peak RSS %.0f MiB" % (
+        what, threads, 32 / dt, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))
+
+
+{"speed": speed, "fashion": fashion, "steps": steps,
+ "resnet50-train": lambda: resnet50("train"), "resnet50-infer": lambda: resnet50("infer")}[mode]()

@@ -19,7 +19,7 @@ func BenchmarkTrainStep(b *testing.B) {
 	for _, c := range []struct {
 		model string
 		batch int
-	}{{"mnist", 64}, {"cifarnet", 128}} {
+	}{{"mnist", 64}, {"cifarnet", 128}, {"resnet50", 32}} {
 		for _, threads := range []int{1, 2} {
 			b.Run(fmt.Sprintf("%s/batch=%d/threads=%d", c.model, c.batch, threads), func(b *testing.B) {
 				be := cpu.New(threads)
@@ -39,29 +39,40 @@ func BenchmarkTrainStep(b *testing.B) {
 }
 
 // BenchmarkInference times evaluation-mode forward passes of CIFARNet at
-// batch 128 and reports images per second.
+// batch 128 and ResNet-50 at batch 32 (224×224) and reports images per
+// second.
 func BenchmarkInference(b *testing.B) {
-	for _, threads := range []int{1, 2} {
-		b.Run(fmt.Sprintf("cifarnet/batch=128/threads=%d", threads), func(b *testing.B) {
-			be := cpu.New(threads)
-			defer be.Close()
-			rng := rand.New(rand.NewPCG(1, 2))
-			m, _ := New("cifarnet", be, rng)
-			m.Net.SetTraining(false)
-			x := tensor.New(append([]int{128}, m.Input...)...)
-			for i := range x.Data {
-				x.Data[i] = rng.Float32()
-			}
-			if _, err := m.Net.Forward(x); err != nil {
-				b.Fatal(err)
-			}
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				if _, err := m.Net.Forward(x); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.ReportMetric(float64(128*b.N)/b.Elapsed().Seconds(), "img/s")
-		})
+	for _, c := range []struct {
+		model string
+		batch int
+	}{{"cifarnet", 128}, {"resnet50", 32}} {
+		for _, threads := range []int{1, 2} {
+			b.Run(fmt.Sprintf("%s/batch=%d/threads=%d", c.model, c.batch, threads), func(b *testing.B) {
+				inference(b, c.model, c.batch, threads)
+			})
+		}
 	}
+}
+
+// inference times evaluation-mode forward passes of model at batch.
+func inference(b *testing.B, model string, batch, threads int) {
+	be := cpu.New(threads)
+	defer be.Close()
+	rng := rand.New(rand.NewPCG(1, 2))
+	m, _ := New(model, be, rng)
+	m.Net.SetTraining(false)
+	x := tensor.New(append([]int{batch}, m.Input...)...)
+	for i := range x.Data {
+		x.Data[i] = rng.Float32()
+	}
+	if _, err := m.Net.Forward(x); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := m.Net.Forward(x); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(batch*b.N)/b.Elapsed().Seconds(), "img/s")
 }
