@@ -3,7 +3,7 @@
 # OpenBLAS/oneDNN) in the same run, alternating: training steps and
 # evaluation-mode forwards at batch 32, 224×224, with 1 and 2 threads;
 # img/s and each process's peak RSS (/usr/bin/time). Usage:
-#   bash bench/resnet50.sh [ROUNDS]
+#   bash bench/resnet50.sh [ROUNDS]        (BENCHTIME=1x for one timed step)
 set -euo pipefail
 rounds=${1:-2}
 cd "$(dirname "$0")/.."
@@ -14,7 +14,7 @@ for round in $(seq "$rounds"); do
 		for what in train infer; do
 			bench=TrainStep/resnet50/batch=32/threads=$threads
 			[ "$what" = infer ] && bench=Inference/resnet50/batch=32/threads=$threads
-			/usr/bin/time -f "gorun peak RSS %M KiB" /tmp/zoo.test -test.run '^$' -test.bench "^Benchmark${bench}\$" -test.benchtime 3x 2>&1 |
+			/usr/bin/time -f "gorun peak RSS %M KiB" /tmp/zoo.test -test.run '^$' -test.bench "^Benchmark${bench}\$" -test.benchtime "${BENCHTIME:-3x}" 2>&1 |
 				grep -E 'img/s|peak RSS'
 			OPENBLAS_NUM_THREADS=$threads OMP_NUM_THREADS=$threads /usr/bin/python3 bench/competitors/torch_train.py resnet50-$what "$threads" 2>&1 |
 				grep resnet50

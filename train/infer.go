@@ -118,7 +118,7 @@ func (c *Classifier) Classify(images [][]byte, k int) ([][]Prediction, error) {
 		return nil, fmt.Errorf("classify: the top %d classes: want 1 or more", k)
 	}
 	in := c.Model.Input
-	ds := &data.Dataset{Shape: [3]int(in), Classes: c.Classes, Mean: c.Mean, Std: c.Std, Labels: make([]uint8, len(images))}
+	ds := &data.Dataset{Shape: [3]int(in), Classes: c.Classes, Mean: c.Mean, Std: c.Std, Labels: make([]int32, len(images))}
 	for i, img := range images {
 		if len(img) != ds.ImageSize() {
 			return nil, fmt.Errorf("image %d has %d bytes, want %d×%d×%d", i, len(img), in[0], in[1], in[2])

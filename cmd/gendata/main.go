@@ -5,6 +5,7 @@
 //	gendata --format cifar10 --out data/cifar-10-batches-bin
 //	gendata --format cifar10 --archive --out data/cifar-10-binary.tar.gz
 //	gendata --format mnist --out /tmp/digits
+//	gendata --format imagefolder --size 96x72 --out /tmp/photos   (train/CLASS/*.jpg, val/CLASS/*.jpg)
 //
 // The images are learnable class patterns (see data.Synthetic); train
 // reads the output with --data like the real thing.
@@ -28,7 +29,9 @@ func main() {
 
 func run(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("gendata", flag.ContinueOnError)
-	format := fs.String("format", "cifar10", "file format: cifar10 (binary batches) or mnist (IDX, gzipped)")
+	format := fs.String("format", "cifar10", "file format: cifar10 (binary batches), mnist (IDX, gzipped) or imagefolder (torchvision's ImageFolder: train/CLASS/*.jpg and val/CLASS/*.jpg)")
+	size := fs.String("size", "96x72", "imagefolder: each image's WIDTHxHEIGHT")
+	ext := fs.String("image-format", "jpg", "imagefolder: jpg or png")
 	out := fs.String("out", "", "output directory (or .tar.gz file with --archive)")
 	archive := fs.Bool("archive", false, "cifar10 only: write one cifar-10-binary.tar.gz archive instead of the extracted files")
 	nTrain := fs.Int("train", 10000, "training images")
@@ -44,6 +47,18 @@ func run(args []string, stdout io.Writer) error {
 		return fmt.Errorf("--train %d --test %d: want at least 1 image each", *nTrain, *nTest)
 	}
 	f := data.Format(*format)
+	var w, h int
+	if f == data.FormatImageFolder {
+		if _, err := fmt.Sscanf(*size, "%dx%d", &w, &h); err != nil || w < 1 || h < 1 {
+			return fmt.Errorf("--size %q: want WIDTHxHEIGHT, such as 96x72", *size)
+		}
+		if *ext != "jpg" && *ext != "png" {
+			return fmt.Errorf("--image-format %q: want jpg or png", *ext)
+		}
+		f = data.FormatCIFAR10 // its class patterns, scaled
+	} else if *archive && f == data.FormatMNIST {
+		return fmt.Errorf("--archive is for the cifar10 format")
+	}
 	train, err := data.Synthetic(f, *nTrain, *seed)
 	if err != nil {
 		return err
@@ -53,8 +68,9 @@ func run(args []string, stdout io.Writer) error {
 		return err
 	}
 	switch {
-	case f == data.FormatMNIST && *archive:
-		return fmt.Errorf("--archive is for the cifar10 format")
+	case w > 0:
+		f = data.FormatImageFolder
+		err = data.WriteImageFolder(*out, train, test, w, h, "."+*ext)
 	case f == data.FormatMNIST:
 		err = data.WriteMNIST(*out, train, test)
 	case *archive:

@@ -77,13 +77,9 @@ func run(args []string, stdout io.Writer) error {
 	}
 	var images [][]byte
 	for _, p := range fs.Args() {
-		img, err := data.DecodeImageFile(p)
+		b, err := readImage(c, p)
 		if err != nil {
 			return err
-		}
-		b, err := data.ImageBytes(img, [3]int(c.Model.Input))
-		if err != nil {
-			return fmt.Errorf("%s: %w", p, err)
 		}
 		images = append(images, b)
 	}
@@ -101,8 +97,34 @@ func run(args []string, stdout io.Writer) error {
 	return nil
 }
 
+// readImage reads the image at p as c's model takes it: a model trained
+// on an image folder as its evaluation did (Resize to the crop·8/7, then
+// CenterCrop), others scaled to their input.
+func readImage(c *train.Classifier, p string) ([]byte, error) {
+	in := [3]int(c.Model.Input)
+	if strings.HasPrefix(c.Dataset, "imagefolder") && in[0] == 3 && in[1] == in[2] {
+		m, err := data.ReadRGB(p)
+		if err != nil {
+			return nil, err
+		}
+		if m, err = data.EvalTransform(m, in[1]*8/7, in[1]); err != nil {
+			return nil, fmt.Errorf("%s: %w", p, err)
+		}
+		return data.PlanarBytes(m), nil
+	}
+	img, err := data.DecodeImageFile(p)
+	if err != nil {
+		return nil, err
+	}
+	b, err := data.ImageBytes(img, in)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", p, err)
+	}
+	return b, nil
+}
+
 func evaluate(c *train.Classifier, dir string, batch int, w io.Writer) error {
-	_, test, err := data.Load(dir)
+	_, test, err := data.LoadSized(dir, c.Model.Input[len(c.Model.Input)-1])
 	if err != nil {
 		return err
 	}

@@ -50,6 +50,7 @@ type options struct {
 	timeline                                                          string
 	synthetic, verbose                                                bool
 	trainSamples, testSamples                                         int
+	imageSize                                                         int
 }
 
 func main() {
@@ -77,7 +78,7 @@ func parseFlags(args []string) (train.Config, options, error) {
 	fs.StringVar(&cfg.Model, "model", "mnist", "model: mnist, cifarnet, resnet18 (CIFAR-10), resnet34, resnet50, resnet101, resnet152 (ImageNet)")
 	fs.IntVar(&cfg.NumClasses, "num-classes", 0, "the model's outputs (default: the training data's class count)")
 	fs.BoolVar(&cfg.ZeroInitResidual, "zero-init-residual", false, "ResNets: start each residual block's last batch norm at zero weight, so the block starts as the identity (torchvision's zero_init_residual)")
-	fs.StringVar(&o.dataDir, "data", "", "dataset directory, MNIST-format or CIFAR-10 binary (default "+fashionMNIST+" when installed)")
+	fs.StringVar(&o.dataDir, "data", "", "dataset directory: MNIST-format, CIFAR-10 binary, or an image folder (train/CLASS/*.jpg and val/CLASS/*.jpg, as torchvision's ImageFolder; JPEG or PNG) (default "+fashionMNIST+" when installed)")
 	fs.BoolVar(&o.synthetic, "synthetic", false, "train on generated data shaped for the model instead of --data")
 	fs.IntVar(&cfg.Epochs, "epochs", 0, "epochs to train (default per model: mnist 3, cifarnet 10, resnet18 2)")
 	fs.IntVar(&cfg.BatchSize, "batch-size", 0, "training batch size (default per model: mnist 64, cifarnet 128, resnet18 32)")
@@ -96,6 +97,7 @@ func parseFlags(args []string) (train.Config, options, error) {
 	fs.IntVar(&cfg.Threads, "threads", 0, "compute threads (default: GOMAXPROCS, which gorun sets to cores/ranks)")
 	fs.IntVar(&cfg.LogInterval, "log-interval", 0, "batches between progress lines (default 10)")
 	fs.IntVar(&o.trainSamples, "train-samples", 0, "use only the first N training images (0: all)")
+	fs.IntVar(&o.imageSize, "image-size", 224, "an image folder's images are resized (shorter side) to N·8/7 and center-cropped to N×N, as torchvision's Resize(256), CenterCrop(224)")
 	fs.IntVar(&o.testSamples, "test-samples", 0, "use only the first N test images (0: all)")
 	fs.StringVar(&o.save, "save", "", "write a checkpoint here after every epoch (weights as safetensors, training state in PATH.train)")
 	fs.StringVar(&o.resume, "resume", "", "continue the run saved in this checkpoint; auto: the one at --save's path if there is one, else start afresh (for restarts)")
@@ -132,6 +134,9 @@ func parseFlags(args []string) (train.Config, options, error) {
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if o.imageSize < 1 {
+		return cfg, o, fmt.Errorf("--image-size %d: want at least 1", o.imageSize)
+	}
 	for name, n := range map[string]int{"train-samples": o.trainSamples, "test-samples": o.testSamples, "save-every": o.saveEvery} {
 		if n < 0 {
 			return cfg, o, fmt.Errorf("--%s %d: want 0 or more", name, n)
@@ -406,7 +411,7 @@ func loadData(model string, o options) (*data.Dataset, *data.Dataset, error) {
 			return nil, nil, noDataError(model, format)
 		}
 	}
-	if trainSet, testSet, err = data.Load(dir); err != nil {
+	if trainSet, testSet, err = data.LoadSized(dir, o.imageSize); err != nil {
 		return nil, nil, err
 	}
 	return trainSet.Head(o.trainSamples), testSet.Head(o.testSamples), nil

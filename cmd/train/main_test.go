@@ -83,6 +83,7 @@ func TestTrainCommandErrors(t *testing.T) {
 		{[]string{"--synthetic", "--train-samples", "-5"}, "--train-samples -5"},
 		{[]string{"--synthetic", "--test-samples", "-1"}, "--test-samples -1"},
 		{[]string{"--synthetic", "--log-interval", "-1"}, "--log-interval -1"},
+		{[]string{"--synthetic", "--image-size", "0"}, "--image-size 0: want at least 1"},
 		{[]string{"--synthetic", "--pipeline", "2", "--schedule", "zigzag"}, `--schedule "zigzag"`},
 		{[]string{"--synthetic", "--scheduler", "linear"}, `--scheduler "linear"`},
 		{[]string{"--synthetic", "--optimizer", "lbfgs", "--train-samples", "10"}, `optimizer "lbfgs"`},

@@ -139,7 +139,7 @@ func (d *Dataset) appendCIFAR(b []byte, where string) error {
 		if int(label) >= len(CIFAR10Classes) {
 			return fmt.Errorf("%s: record %d at offset %d has label %d; CIFAR-10 labels are 0 to 9", where, off/cifarRecord, off, label)
 		}
-		d.Labels = append(d.Labels, label)
+		d.Labels = append(d.Labels, int32(label))
 		d.Images = append(d.Images, b[off+1:off+cifarRecord]...)
 	}
 	return nil

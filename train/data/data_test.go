@@ -80,7 +80,7 @@ func TestReadIDX(t *testing.T) {
 
 func sameData(t *testing.T, got, want *Dataset) {
 	t.Helper()
-	if got.Shape != want.Shape || !bytes.Equal(got.Images, want.Images) || !bytes.Equal(got.Labels, want.Labels) {
+	if got.Shape != want.Shape || !bytes.Equal(got.Images, want.Images) || !slices.Equal(got.Labels, want.Labels) {
 		t.Fatalf("dataset differs: %v %d images, want %v %d", got.Shape, got.Len(), want.Shape, want.Len())
 	}
 }
@@ -124,14 +124,14 @@ func TestMNISTRoundTrip(t *testing.T) {
 	}
 
 	// Labels and images that disagree in count are named.
-	writeFile(t, dir, "t10k-labels-idx1-ubyte.gz", gz(t, idxBytes([]int{19}, test.Labels[:19])))
+	writeFile(t, dir, "t10k-labels-idx1-ubyte.gz", gz(t, idxBytes([]int{19}, narrow(test.Labels[:19]))))
 	if _, _, err := Load(dir); err == nil || !strings.Contains(err.Error(), "has 20 images but") {
 		t.Fatalf("mismatched counts: %v", err)
 	}
 	// A label outside 0–9 is named with its image.
 	bad := slices.Clone(test.Labels)
 	bad[7] = 12
-	writeFile(t, dir, "t10k-labels-idx1-ubyte.gz", gz(t, idxBytes([]int{20}, bad)))
+	writeFile(t, dir, "t10k-labels-idx1-ubyte.gz", gz(t, idxBytes([]int{20}, narrow(bad))))
 	if _, _, err := Load(dir); err == nil || !strings.Contains(err.Error(), "label 12 of image 7") {
 		t.Fatalf("bad label: %v", err)
 	}

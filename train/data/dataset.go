@@ -18,7 +18,7 @@ type Dataset struct {
 	// Images holds Len()·C·H·W bytes.
 	Images []byte
 	// Labels holds one class index per image.
-	Labels []uint8
+	Labels []int32
 	// Classes names the classes.
 	Classes []string
 	// Mean and Std normalise each channel: x = (byte/255 − Mean)/Std.
@@ -55,7 +55,7 @@ func (d *Dataset) check(where string) error {
 		return fmt.Errorf("%s: %d bytes of images for %d labels of %v images", where, len(d.Images), d.Len(), d.Shape)
 	}
 	for i, l := range d.Labels {
-		if int(l) >= len(d.Classes) {
+		if l < 0 || int(l) >= len(d.Classes) {
 			return fmt.Errorf("%s: label %d of image %d is not one of the %d classes", where, l, i, len(d.Classes))
 		}
 	}
@@ -110,6 +110,9 @@ type Format string
 const (
 	FormatMNIST   Format = "mnist"   // IDX files, plain or gzip
 	FormatCIFAR10 Format = "cifar10" // CIFAR-10 binary batches, extracted or in cifar-10-binary.tar.gz
+	// FormatImageFolder is torchvision's ImageFolder layout: DIR/train/CLASS/IMAGE
+	// and DIR/val/CLASS/IMAGE, JPEG or PNG.
+	FormatImageFolder Format = "imagefolder"
 )
 
 // Detect reports the format of the dataset in dir.
@@ -130,12 +133,21 @@ func Detect(dir string) (Format, error) {
 	if _, err := findCIFAR(dir); err == nil {
 		return FormatCIFAR10, nil
 	}
-	return "", fmt.Errorf("%s holds neither MNIST-format files (train-images-idx3-ubyte[.gz], ...) nor CIFAR-10 binary batches (data_batch_1.bin ... test_batch.bin, or cifar-10-binary.tar.gz)", dir)
+	if isImageFolder(dir) {
+		return FormatImageFolder, nil
+	}
+	return "", fmt.Errorf("%s holds neither MNIST-format files (train-images-idx3-ubyte[.gz], ...), nor CIFAR-10 binary batches (data_batch_1.bin ... test_batch.bin, or cifar-10-binary.tar.gz), nor an image folder (train/CLASS/IMAGE and val/CLASS/IMAGE, JPEG or PNG)", dir)
 }
 
 // Load reads the training and test splits of the dataset in dir (a
-// directory, or a cifar-10-binary.tar.gz archive), detecting its format.
-func Load(dir string) (train, test *Dataset, err error) {
+// directory, or a cifar-10-binary.tar.gz archive), detecting its format;
+// an image folder's images are cropped to 224×224 (LoadSized).
+func Load(dir string) (train, test *Dataset, err error) { return LoadSized(dir, 224) }
+
+// LoadSized is Load with an image folder's images resized (shorter side)
+// to crop·8/7 and center-cropped to crop×crop (224: torchvision's 256 and
+// 224).
+func LoadSized(dir string, crop int) (train, test *Dataset, err error) {
 	f, err := Detect(dir)
 	if err != nil {
 		return nil, nil, err
@@ -143,6 +155,11 @@ func Load(dir string) (train, test *Dataset, err error) {
 	switch f {
 	case FormatMNIST:
 		return LoadMNIST(dir)
+	case FormatImageFolder:
+		if crop < 1 {
+			return nil, nil, fmt.Errorf("image size %d: want at least 1", crop)
+		}
+		return LoadImageFolder(dir, crop*8/7, crop)
 	default:
 		return LoadCIFAR10(dir)
 	}
@@ -186,7 +203,7 @@ func LoadMNIST(dir string) (train, test *Dataset, err error) {
 		if images.Dims[0] != labels.Dims[0] {
 			return nil, fmt.Errorf("%s has %d images but %s has %d labels", ip, images.Dims[0], lp, labels.Dims[0])
 		}
-		d := &Dataset{Name: name, Shape: [3]int{1, images.Dims[1], images.Dims[2]}, Images: images.Data, Labels: labels.Data,
+		d := &Dataset{Name: name, Shape: [3]int{1, images.Dims[1], images.Dims[2]}, Images: images.Data, Labels: widen(labels.Data),
 			Classes: classes, Mean: mnistMean, Std: mnistStd}
 		return d, d.check(lp)
 	}
@@ -209,4 +226,23 @@ func findIDX(dir, split, kind string, dims int) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("%s: no %s or %s.gz", dir, base, base)
+}
+
+// widen returns byte labels as Dataset.Labels.
+func widen(b []byte) []int32 {
+	l := make([]int32, len(b))
+	for i, v := range b {
+		l[i] = int32(v)
+	}
+	return l
+}
+
+// narrow returns labels as bytes (the MNIST and CIFAR-10 files' labels);
+// every label must be below 256.
+func narrow(l []int32) []byte {
+	b := make([]byte, len(l))
+	for i, v := range l {
+		b[i] = byte(v)
+	}
+	return b
 }

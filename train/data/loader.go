@@ -93,7 +93,7 @@ func (l *Loader) produce(epoch int, indices []int, free <-chan *Batch, ready cha
 		b.X.Shape[0] = len(idx)
 		b.X.Data = b.data[:len(idx)*per]
 		for j, i := range idx {
-			b.Labels[j] = int32(l.ds.Labels[i])
+			b.Labels[j] = l.ds.Labels[i]
 			l.tf.apply(l.tab, l.ds.Image(i), l.ds.Shape, b.X.Data[j*per:(j+1)*per], epoch, i)
 		}
 		select {

@@ -41,11 +41,11 @@ func Synthetic(format Format, n int, seed uint64) (*Dataset, error) {
 		protos[k] = prototype(k, c, h, w)
 	}
 	d.Images = make([]byte, n*d.ImageSize())
-	d.Labels = make([]uint8, n)
+	d.Labels = make([]int32, n)
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	for i := range n {
 		k := rng.IntN(len(d.Classes))
-		d.Labels[i] = uint8(k)
+		d.Labels[i] = int32(k)
 		dy, dx := rng.IntN(7)-3, rng.IntN(7)-3
 		gain := 0.7 + 0.6*rng.Float64()
 		img := d.Image(i)
@@ -103,7 +103,7 @@ func WriteMNIST(dir string, train, test *Dataset) error {
 			return fmt.Errorf("MNIST format holds 1-channel images, %s has %d", s.d.Name, s.d.Shape[0])
 		}
 		images := idxBytes([]int{s.d.Len(), s.d.Shape[1], s.d.Shape[2]}, s.d.Images)
-		labels := idxBytes([]int{s.d.Len()}, s.d.Labels)
+		labels := idxBytes([]int{s.d.Len()}, narrow(s.d.Labels))
 		if err := writeGzipFile(filepath.Join(dir, s.split+"-images-idx3-ubyte.gz"), images); err != nil {
 			return err
 		}
@@ -144,7 +144,7 @@ func CIFAR10Files(train, test *Dataset, batches int) (map[string][]byte, error) 
 func cifarRecords(d *Dataset, lo, hi int) []byte {
 	b := make([]byte, 0, (hi-lo)*cifarRecord)
 	for i := lo; i < hi; i++ {
-		b = append(b, d.Labels[i])
+		b = append(b, byte(d.Labels[i]))
 		b = append(b, d.Image(i)...)
 	}
 	return b

@@ -1,0 +1,48 @@
+package main
+
+import (
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/gorun/gorun/train/checkpoint"
+)
+
+// TestResNet50OnImageFolder: gendata writes a small image folder (JPEG,
+// 48×40); gorun runs ResNet-50 on it with DDP over 2 ranks for a few
+// steps (images resized and cropped to 32×32); the checkpoint names the
+// folder's classes in torchvision's order.
+func TestResNet50OnImageFolder(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains ResNet-50; the full run covers it")
+	}
+	bin := t.TempDir()
+	if out, err := exec.Command("go", "build", "-o", bin+"/", ".", "../train", "../gendata").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	dir := filepath.Join(t.TempDir(), "photos")
+	if out, err := exec.Command(filepath.Join(bin, "gendata"), "--format", "imagefolder", "--size", "48x40", "--train", "60", "--test", "40", "--out", dir).CombinedOutput(); err != nil {
+		t.Fatalf("gendata: %v\n%s", err, out)
+	}
+	save := filepath.Join(t.TempDir(), "r50.safetensors")
+	out, err := exec.Command(filepath.Join(bin, "gorun"), "-np", "2", filepath.Join(bin, "train"), "--model", "resnet50", "--data", dir,
+		"--image-size", "32", "--batch-size", "4", "--epochs", "1", "--train-samples", "16", "--test-samples", "8", "--threads", "1",
+		"--save", save).CombinedOutput()
+	if err != nil {
+		t.Fatalf("train: %v\n%s", err, out)
+	}
+	for _, want := range []string{"Model resnet50: ", "Data imagefolder:photos: 16 training and 8 test images", "Data parallel over 2 ranks", "Test set"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	m, err := checkpoint.ReadTrainMeta(save)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Classes) != 10 || !slices.IsSorted(m.Classes) || m.Model != "resnet50" || !slices.Equal(m.Input, []int{3, 32, 32}) {
+		t.Errorf("checkpoint: model %s, input %v, classes %v", m.Model, m.Input, m.Classes)
+	}
+}

@@ -1,0 +1,260 @@
+package data
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"image"
+	"image/color"
+	"image/jpeg" // JPEG files, baseline and progressive, grayscale and CMYK
+	"image/png"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// An image folder is torchvision's ImageFolder layout: one directory per
+// class, holding that class's images (in subdirectories too), the classes
+// in sorted order. LoadImageFolder reads DIR/train and DIR/val (ImageNet's
+// layout after the usual reorganisation of its validation set).
+
+// ImageExtensions are the file name endings an image folder's images have
+// (as torchvision's IMG_EXTENSIONS that Go decodes), compared in lower
+// case; other files are ignored.
+var imageExtensions = []string{".jpg", ".jpeg", ".png"}
+
+// ImageNetMean and ImageNetStd normalise ImageNet-like data (torchvision's
+// values).
+var (
+	ImageNetMean = []float32{0.485, 0.456, 0.406}
+	ImageNetStd  = []float32{0.229, 0.224, 0.225}
+)
+
+// FolderSample is one image of an image folder.
+type FolderSample struct {
+	Path  string
+	Class int
+}
+
+// ScanImageFolder lists the images of dir as torchvision's ImageFolder
+// does: the class directories sorted by name, the files under each in
+// sorted walk order, only those with an image extension.
+func ScanImageFolder(dir string) (classes []string, samples []FolderSample, err error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, e := range entries {
+		if e.IsDir() {
+			classes = append(classes, e.Name())
+		}
+	}
+	slices.Sort(classes)
+	if len(classes) == 0 {
+		return nil, nil, fmt.Errorf("%s: no class directories (want %s/CLASS/IMAGE)", dir, dir)
+	}
+	for c, name := range classes {
+		n := len(samples)
+		err := filepath.WalkDir(filepath.Join(dir, name), func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if !d.IsDir() && slices.Contains(imageExtensions, strings.ToLower(filepath.Ext(p))) {
+				samples = append(samples, FolderSample{Path: p, Class: c})
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+		if len(samples) == n {
+			return nil, nil, fmt.Errorf("%s: class %s has no images (%s)", dir, name, strings.Join(imageExtensions, ", "))
+		}
+	}
+	return classes, samples, nil
+}
+
+// ReadRGB decodes the image file at path into 8-bit RGB, as Pillow's
+// convert("RGB") (grayscale replicated; CMYK as Pillow converts it). Its
+// errors name the file.
+func ReadRGB(path string) (*RGB, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	img, _, err := image.Decode(bytes.NewReader(b))
+	if err != nil {
+		return nil, fmt.Errorf("%s: not an image Go decodes (JPEG or PNG): %w", path, err)
+	}
+	return toRGB(img), nil
+}
+
+func toRGB(img image.Image) *RGB {
+	if y, ok := img.(*image.YCbCr); ok {
+		if m := ycbcrToRGB(y); m != nil {
+			return m
+		}
+	}
+	r := img.Bounds()
+	m := NewRGB(r.Dx(), r.Dy())
+	i := 0
+	for y := r.Min.Y; y < r.Max.Y; y++ {
+		for x := r.Min.X; x < r.Max.X; x++ {
+			switch c := img.At(x, y).(type) {
+			case color.Gray:
+				m.Pix[i], m.Pix[i+1], m.Pix[i+2] = c.Y, c.Y, c.Y
+			case color.CMYK:
+				// Pillow: each channel 255 − min(255, colour + black).
+				k := int(c.K)
+				m.Pix[i], m.Pix[i+1], m.Pix[i+2] = byte(255-min(255, int(c.C)+k)), byte(255-min(255, int(c.M)+k)), byte(255-min(255, int(c.Y)+k))
+			default:
+				rr, gg, bb, _ := color.RGBAModel.Convert(c).RGBA()
+				m.Pix[i], m.Pix[i+1], m.Pix[i+2] = byte(rr>>8), byte(gg>>8), byte(bb>>8)
+			}
+			i += 3
+		}
+	}
+	return m
+}
+
+// EvalTransform is torchvision's ImageNet evaluation transform up to
+// normalisation: Resize(resize) (shorter side), then CenterCrop(crop).
+func EvalTransform(m *RGB, resize, crop int) (*RGB, error) {
+	r := m.ResizeShort(resize)
+	if r.W < crop || r.H < crop {
+		return nil, fmt.Errorf("%d×%d resized to %d×%d is smaller than the %d×%d crop", m.W, m.H, r.W, r.H, crop, crop)
+	}
+	return r.CenterCrop(crop), nil
+}
+
+// LoadImageFolder reads an image folder's train and val splits (each a
+// torchvision ImageFolder), every image decoded, resized and center
+// cropped as torchvision's ImageNet evaluation transform does
+// (Resize(resize), CenterCrop(crop)), into memory. The classes are
+// train's; val must have the same. Data of ImageNet's size does not fit
+// in memory this way (a streaming loader is issue 27's next step).
+func LoadImageFolder(dir string, resize, crop int) (train, test *Dataset, err error) {
+	var splits [2]*Dataset
+	for i, split := range []string{"train", "val"} {
+		classes, samples, err := ScanImageFolder(filepath.Join(dir, split))
+		if err != nil {
+			return nil, nil, err
+		}
+		if len(classes) > 1<<15 {
+			return nil, nil, fmt.Errorf("%s: %d classes", filepath.Join(dir, split), len(classes))
+		}
+		if i == 1 && !slices.Equal(classes, splits[0].Classes) {
+			return nil, nil, fmt.Errorf("%s has classes %v, %s has %v: they must be the same", filepath.Join(dir, "val"), classes, filepath.Join(dir, "train"), splits[0].Classes)
+		}
+		d := &Dataset{Name: "imagefolder:" + filepath.Base(filepath.Clean(dir)), Shape: [3]int{3, crop, crop}, Classes: classes,
+			Mean: slices.Clone(ImageNetMean), Std: slices.Clone(ImageNetStd), Images: make([]byte, 0, len(samples)*3*crop*crop), Labels: make([]int32, 0, len(samples))}
+		for _, s := range samples {
+			m, err := ReadRGB(s.Path)
+			if err != nil {
+				return nil, nil, err
+			}
+			if m, err = EvalTransform(m, resize, crop); err != nil {
+				return nil, nil, fmt.Errorf("%s: %w", s.Path, err)
+			}
+			d.Images = appendCHW(d.Images, m)
+			d.Labels = append(d.Labels, int32(s.Class))
+		}
+		splits[i] = d
+	}
+	return splits[0], splits[1], nil
+}
+
+// PlanarBytes returns m's samples channel by channel, the layout of a
+// Dataset's images.
+func PlanarBytes(m *RGB) []byte { return appendCHW(nil, m) }
+
+// appendCHW appends m's samples channel by channel (the layout Dataset
+// holds).
+func appendCHW(b []byte, m *RGB) []byte {
+	for c := range 3 {
+		for p := 0; p < m.W*m.H; p++ {
+			b = append(b, m.Pix[3*p+c])
+		}
+	}
+	return b
+}
+
+// isImageFolder reports whether dir holds train/ and val/ directories of
+// class directories.
+func isImageFolder(dir string) bool {
+	for _, split := range []string{"train", "val"} {
+		if st, err := os.Stat(filepath.Join(dir, split)); err != nil || !st.IsDir() {
+			return false
+		}
+	}
+	return true
+}
+
+// WriteImageFolder writes train and test, 3-channel datasets, as an image
+// folder: DIR/train/CLASS/NNNNNN.EXT and DIR/val/CLASS/NNNNNN.EXT, each
+// image scaled to w×h (Pillow's bilinear), as JPEG (ext ".jpg", quality
+// 90) or PNG (".png").
+func WriteImageFolder(dir string, train, test *Dataset, w, h int, ext string) error {
+	if ext != ".jpg" && ext != ".png" {
+		return fmt.Errorf("image folder: format %q: want .jpg or .png", ext)
+	}
+	for _, s := range []struct {
+		split string
+		d     *Dataset
+	}{{"train", train}, {"val", test}} {
+		if s.d.Shape[0] != 3 {
+			return fmt.Errorf("image folder: %s has %d channels, want 3", s.d.Name, s.d.Shape[0])
+		}
+		count := make([]int, len(s.d.Classes))
+		for _, l := range s.d.Labels {
+			count[l]++
+		}
+		if k := slices.Index(count, 0); k >= 0 {
+			return fmt.Errorf("image folder: class %s would have none of the %d %s images: write more (a class directory without images cannot be read, by torchvision's ImageFolder either)", s.d.Classes[k], s.d.Len(), s.split)
+		}
+		for _, c := range s.d.Classes {
+			if err := os.MkdirAll(filepath.Join(dir, s.split, c), 0o755); err != nil {
+				return err
+			}
+		}
+		for i := range s.d.Len() {
+			m := fromCHW(s.d.Image(i), s.d.Shape[2], s.d.Shape[1]).Resize(w, h)
+			img := &image.NRGBA{Pix: make([]byte, 4*w*h), Stride: 4 * w, Rect: image.Rect(0, 0, w, h)}
+			for p := range w * h {
+				copy(img.Pix[4*p:4*p+3], m.Pix[3*p:3*p+3])
+				img.Pix[4*p+3] = 255
+			}
+			path := filepath.Join(dir, s.split, s.d.Classes[s.d.Labels[i]], fmt.Sprintf("%06d%s", i, ext))
+			if err := writeImage(path, img, ext); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// fromCHW makes an RGB image of channel-planar bytes.
+func fromCHW(b []byte, w, h int) *RGB {
+	m := NewRGB(w, h)
+	for c := range 3 {
+		for p := range w * h {
+			m.Pix[3*p+c] = b[c*w*h+p]
+		}
+	}
+	return m
+}
+
+func writeImage(path string, img image.Image, ext string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if ext == ".png" {
+		err = png.Encode(f, img)
+	} else {
+		err = jpeg.Encode(f, img, &jpeg.Options{Quality: 90})
+	}
+	return errors.Join(err, f.Close())
+}

@@ -1,0 +1,151 @@
+package data
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/gorun/gorun/model/safetensors"
+)
+
+// TestEvalTransformMatchesTorchvision decodes the fixture images (made by
+// testdata/gen_imagefolder.py) and applies Resize(40), CenterCrop(32), as
+// torchvision 0.14 with PIL did: from PNG files the result is PIL's to the
+// byte (the resampling is Pillow's, fixed point and rounding included);
+// from JPEG files (4:2:0 colour, progressive, grayscale, CMYK) within 2
+// levels, 0.1 on average: libjpeg's chroma upsampling and colour tables
+// are reproduced, the IDCTs differ by a level at most.
+func TestEvalTransformMatchesTorchvision(t *testing.T) {
+	f, err := safetensors.ReadFile("testdata/eval.safetensors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name        string
+		decodedMean float64 // mean |Go − PIL| over the decoded image, at most
+		maxDiff     float64 // the largest |Go − PIL| after the transform, at most
+	}{
+		{"rgb-down.png", 0, 0}, {"rgb-up.png", 0, 0}, {"gray.png", 0, 0},
+		{"rgb.jpg", 0.1, 2}, {"progressive.jpg", 0.1, 2}, {"gray.jpg", 0.1, 2}, {"cmyk.jpg", 0.1, 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m, err := ReadRGB(filepath.Join("testdata/images", c.name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			dec, _ := f.Get("decoded/" + c.name)
+			if dec.Shape[0] != m.H || dec.Shape[1] != m.W {
+				t.Fatalf("decoded %d×%d, PIL %d×%d", m.W, m.H, dec.Shape[1], dec.Shape[0])
+			}
+			mean := 0.0
+			for i, v := range dec.F32 {
+				mean += math.Abs(float64(m.Pix[i]) - float64(v))
+			}
+			mean /= float64(len(dec.F32))
+			out, err := EvalTransform(m, 40, 32)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, _ := f.Get(c.name)
+			worst := 0.0
+			for i, v := range want.F32 {
+				worst = max(worst, math.Abs(float64(out.Pix[i])-float64(v)))
+			}
+			t.Logf("decoding: mean |Go − PIL| %.3f; after Resize+CenterCrop: largest %v", mean, worst)
+			if mean > c.decodedMean || worst > c.maxDiff {
+				t.Errorf("mean decoding difference %.3f (at most %v), largest after the transform %v (at most %v)", mean, c.decodedMean, worst, c.maxDiff)
+			}
+		})
+	}
+}
+
+// TestResizeIsPillows: Pillow's bilinear resize keeps a constant image
+// constant and sizes come out as asked, down and up.
+func TestResizeIsPillows(t *testing.T) {
+	m := NewRGB(17, 9)
+	for i := range m.Pix {
+		m.Pix[i] = 200
+	}
+	for _, s := range [][2]int{{5, 3}, {17, 9}, {40, 31}, {1, 1}} {
+		r := m.Resize(s[0], s[1])
+		if r.W != s[0] || r.H != s[1] || len(r.Pix) != 3*s[0]*s[1] {
+			t.Fatalf("resize to %v: %d×%d, %d bytes", s, r.W, r.H, len(r.Pix))
+		}
+		for _, v := range r.Pix {
+			if v != 200 {
+				t.Fatalf("resize to %v: a constant 200 became %d", s, v)
+			}
+		}
+	}
+	if r := m.ResizeShort(6); r.W != 11 || r.H != 6 {
+		t.Errorf("ResizeShort(6) of 17×9: %d×%d, want 11×6 (the long side truncated)", r.W, r.H)
+	}
+}
+
+// TestImageFolder writes a generated image folder and reads it back:
+// classes sorted as torchvision sorts them, every image of every class
+// (in subdirectories too, any letter case of the extension), other files
+// ignored; a file that is not an image is named; a class without images,
+// and val classes that are not train's, are refused.
+func TestImageFolder(t *testing.T) {
+	dir := t.TempDir()
+	train, _ := Synthetic(FormatCIFAR10, 60, 1)
+	test, _ := Synthetic(FormatCIFAR10, 40, 2)
+	few, _ := Synthetic(FormatCIFAR10, 5, 2)
+	if err := WriteImageFolder(t.TempDir(), train, few, 48, 40, ".png"); err == nil || !strings.Contains(err.Error(), "would have none of the 5 val images") {
+		t.Errorf("5 images in 10 classes: %v", err)
+	}
+	if err := WriteImageFolder(dir, train, test, 48, 40, ".png"); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, "train", "bird", "notes.txt"), []byte("not an image"), 0o644)
+	sub := filepath.Join(dir, "train", "cat", "more")
+	os.MkdirAll(sub, 0o755)
+	b, _ := os.ReadFile(filepath.Join(dir, "train", "cat", firstFile(t, filepath.Join(dir, "train", "cat"))))
+	os.WriteFile(filepath.Join(sub, "extra.PNG"), b, 0o644)
+	tr, te, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.IsSorted(tr.Classes) || len(tr.Classes) != 10 || !slices.Equal(tr.Classes, te.Classes) {
+		t.Fatalf("classes %v / %v", tr.Classes, te.Classes)
+	}
+	if tr.Len() != 61 || te.Len() != 40 || tr.Shape != [3]int{3, 224, 224} {
+		t.Fatalf("train %d images, val %d, shape %v; want 61, 40, [3 224 224]", tr.Len(), te.Len(), tr.Shape)
+	}
+	for i, l := range tr.Labels {
+		if int(l) >= len(tr.Classes) {
+			t.Fatalf("label %d of image %d", l, i)
+		}
+	}
+	if small, _, err := LoadSized(dir, 32); err != nil || small.Shape != [3]int{3, 32, 32} {
+		t.Fatalf("LoadSized 32: %v, %v", err, small)
+	}
+
+	bad := filepath.Join(dir, "train", "dog", "broken.jpg")
+	os.WriteFile(bad, []byte("this is not a JPEG"), 0o644)
+	if _, _, err := Load(dir); err == nil || !strings.Contains(err.Error(), bad) {
+		t.Errorf("a broken image: %v, want an error naming %s", err, bad)
+	}
+	os.Remove(bad)
+	os.MkdirAll(filepath.Join(dir, "train", "zebra"), 0o755)
+	if _, _, err := Load(dir); err == nil || !strings.Contains(err.Error(), "class zebra has no images") {
+		t.Errorf("an empty class: %v", err)
+	}
+	os.Remove(filepath.Join(dir, "train", "zebra"))
+	os.RemoveAll(filepath.Join(dir, "val", "truck"))
+	if _, _, err := Load(dir); err == nil || !strings.Contains(err.Error(), "they must be the same") {
+		t.Errorf("val without a class: %v", err)
+	}
+}
+
+func firstFile(t *testing.T, dir string) string {
+	entries, err := os.ReadDir(dir)
+	if err != nil || len(entries) == 0 {
+		t.Fatalf("%s: %v", dir, err)
+	}
+	return entries[0].Name()
+}
