@@ -3,6 +3,7 @@ package comm_test
 import (
 	"context"
 	"fmt"
+	"github.com/gorun/gorun/comm/commtest"
 	"os"
 	"regexp"
 	"runtime"
@@ -48,23 +49,10 @@ func allOK(t *testing.T, np int, scenario string, env ...string) map[int][]strin
 	if err := res.Error(); err != nil {
 		t.Fatalf("job failed: %v\n%s", err, out)
 	}
-	lines := rankLines(out)
+	lines := commtest.RankLines(out)
 	for r := range np {
 		if len(lines[r]) == 0 || lines[r][len(lines[r])-1] != "OK" {
 			t.Errorf("rank %d did not report OK:\n%s", r, out)
-		}
-	}
-	return lines
-}
-
-// rankLines returns what each rank printed, by rank.
-func rankLines(out string) map[int][]string {
-	lines := map[int][]string{}
-	re := regexp.MustCompile(`^\[(\d+)\] (.*)$`)
-	for _, l := range strings.Split(out, "\n") {
-		if m := re.FindStringSubmatch(l); m != nil {
-			r, _ := strconv.Atoi(m[1])
-			lines[r] = append(lines[r], m[2])
 		}
 	}
 	return lines
@@ -129,7 +117,7 @@ func TestRankKilledMidAllReduce(t *testing.T) {
 			if res.First == nil || res.First.Rank != victim || res.First.Signal != syscall.SIGKILL {
 				t.Fatalf("launcher's first failure = %v, want rank %d killed by SIGKILL\n%s", res.First, victim, out)
 			}
-			lines := rankLines(out)
+			lines := commtest.RankLines(out)
 			re := regexp.MustCompile(`^FAILED-AFTER ([0-9.]+) (.*)$`)
 			for r := range np {
 				if r == victim {
@@ -219,7 +207,7 @@ func TestMismatchedCalls(t *testing.T) {
 	if d := time.Since(start); d > 30*time.Second {
 		t.Errorf("mismatch took %v to surface", d)
 	}
-	lines := rankLines(out)
+	lines := commtest.RankLines(out)
 	for r := range np {
 		text := strings.Join(lines[r], "\n")
 		if !containsAll(text, "ERROR", "AllReduce", "1000 × float32", "Broadcast", "2000 × float32") {
@@ -244,7 +232,7 @@ func TestStrangerCannotJoin(t *testing.T) {
 	if !strings.Contains(out, "STRANGER-PROBES refused=5 dropped=5 idle=5") {
 		t.Fatalf("not every probe reached the store:\n%s", out)
 	}
-	lines := rankLines(out)
+	lines := commtest.RankLines(out)
 	for r := range 3 {
 		if !slicesContains(lines[r], "OK") {
 			t.Errorf("rank %d did not finish:\n%s", r, out)
@@ -256,7 +244,7 @@ func TestStrangerCannotJoin(t *testing.T) {
 // join deadline with an error naming rank 2.
 func TestAbsentRankNamed(t *testing.T) {
 	_, out := runJob(t, 3, "absent", "GORUN_JOIN_TIMEOUT=2s")
-	lines := rankLines(out)
+	lines := commtest.RankLines(out)
 	for r := range 2 {
 		text := strings.Join(lines[r], "\n")
 		if !containsAll(text, "INIT-ERROR", "ranks [2] did not join") {
@@ -307,7 +295,7 @@ func TestChunkChoice(t *testing.T) {
 				want = fmt.Sprintf("; ring chunks of %d bytes", tc.chunk)
 			}
 			var said []string
-			all := rankLines(out)
+			all := commtest.RankLines(out)
 			for r := range tc.np {
 				lines := all[r]
 				if !slices.Contains(lines, "OK") {
@@ -346,7 +334,7 @@ func TestRDMAFallsBack(t *testing.T) {
 			if err := res.Error(); err != nil {
 				t.Fatalf("job failed: %v\n%s", err, out)
 			}
-			lines := rankLines(out)
+			lines := commtest.RankLines(out)
 			var said []string
 			for r := range 3 {
 				// Not necessarily the last line: the log line goes to
@@ -389,7 +377,7 @@ func TestRankClosingEarlyNamed(t *testing.T) {
 			if res.Error() == nil {
 				t.Fatalf("job succeeded:\n%s", out)
 			}
-			lines := rankLines(out)
+			lines := commtest.RankLines(out)
 			want := fmt.Sprintf("rank %d closed its group after its call #13 (AllReduce, 103 × float64) while this rank waits in call #14 (AllReduce, 103 × float64)", tc.np-1)
 			for r := range tc.np - 1 {
 				text := strings.Join(lines[r], "\n")
@@ -453,7 +441,7 @@ func TestTimeoutCarriesTable(t *testing.T) {
 	if res.Error() == nil {
 		t.Fatalf("job succeeded:\n%s", out)
 	}
-	lines := rankLines(out)
+	lines := commtest.RankLines(out)
 	for _, r := range []int{0, 1} {
 		text := strings.Join(lines[r], "\n")
 		// (The other waiting rank may have exited by the time this one
@@ -472,7 +460,7 @@ func TestReceiveStallNamed(t *testing.T) {
 	if err := res.Error(); err != nil {
 		t.Fatalf("job failed: %v\n%s", err, out)
 	}
-	text := strings.Join(rankLines(out)[0], "\n")
+	text := strings.Join(commtest.RankLines(out)[0], "\n")
 	if !containsAll(text, "stalled: receives: call #0 (Recv from rank 1, tag 3, 5 × float32) has waited", "where each rank is:",
 		"rank 0: computing since", "; receives: in call #0 (Recv from rank 1, tag 3, 5 × float32) for", "rank 1: computing since") {
 		t.Errorf("rank 0 did not report its stalled receive:\n%s", out)

@@ -1,6 +1,7 @@
 package comm_test
 
 import (
+	"github.com/gorun/gorun/comm/commtest"
 	"regexp"
 	"strings"
 	"testing"
@@ -37,7 +38,7 @@ func TestShrink(t *testing.T) {
 			if err := res.Error(); err != nil {
 				t.Fatalf("job failed: %v\n%s", err, out)
 			}
-			lines := rankLines(out)
+			lines := commtest.RankLines(out)
 			final := regexp.MustCompile(`^SHRUNK to (\[[0-9 ]+\]): rank (\d+) of (\d+) after`)
 			for _, r := range c.survivor {
 				var last string

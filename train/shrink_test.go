@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gorun/gorun/comm/commtest"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/gorun/gorun/comm/launch"
@@ -38,7 +38,7 @@ func TestDDPShrinks(t *testing.T) {
 	// Epoch 1: 3 steps of 4×8, then the 96 samples left in 4 steps of 3×8;
 	// epoch 2: 192 samples in 8 steps of 3×8.
 	lost := regexp.MustCompile(`^train: lost rank 2 at epoch 1, step 3 \(.*\); going on with 3 ranks \(this one is rank (\d) of 3, was (\d)\) after .*: the failed step is redone, and the 96 samples of the epoch left are dealt out again$`)
-	lines := rankLines(log)
+	lines := commtest.RankLines(log)
 	for i, r := range []int{0, 1, 3} {
 		if !slices.ContainsFunc(lines[r], func(l string) bool {
 			m := lost.FindStringSubmatch(l)
@@ -103,17 +103,4 @@ func TestDDPShrinks(t *testing.T) {
 	}
 	worst := sameParams(t, rest, got, "shrunk job vs one process")
 	t.Logf("weights within %.2g of one process's", worst)
-}
-
-// rankLines splits a job's output by its "[rank] " labels.
-func rankLines(out string) map[int][]string {
-	lines := map[int][]string{}
-	re := regexp.MustCompile(`^\[(\d+)\] (.*)$`)
-	for _, l := range strings.Split(out, "\n") {
-		if m := re.FindStringSubmatch(l); m != nil {
-			r, _ := strconv.Atoi(m[1])
-			lines[r] = append(lines[r], m[2])
-		}
-	}
-	return lines
 }

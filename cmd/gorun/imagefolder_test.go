@@ -18,10 +18,7 @@ func TestResNet50OnImageFolder(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains ResNet-50; the full run covers it")
 	}
-	bin := t.TempDir()
-	if out, err := exec.Command("go", "build", "-o", bin+"/", ".", "../train", "../gendata").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := buildTools(t, "../train", "../gendata")
 	dir := filepath.Join(t.TempDir(), "photos")
 	if out, err := exec.Command(filepath.Join(bin, "gendata"), "--format", "imagefolder", "--size", "48x40", "--train", "60", "--test", "40", "--out", dir).CombinedOutput(); err != nil {
 		t.Fatalf("gendata: %v\n%s", err, out)

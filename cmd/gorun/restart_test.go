@@ -27,10 +27,7 @@ func TestRestartsAreExact(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains three times; the full run covers it")
 	}
-	bin := t.TempDir()
-	if out, err := exec.Command("go", "build", "-o", bin+"/", ".", "../train").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := buildTools(t, "../train")
 	trainBin := filepath.Join(bin, "train")
 	args := func(save string) []string {
 		return []string{"-np", "2", "-grace", "500ms", trainBin, "--synthetic", "--train-samples", "2560", "--test-samples", "256",

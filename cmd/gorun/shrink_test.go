@@ -25,10 +25,7 @@ func TestShrinkKeepsTraining(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains on 4 ranks; the full run covers it")
 	}
-	bin := t.TempDir()
-	if out, err := exec.Command("go", "build", "-o", bin+"/", ".", "../train").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := buildTools(t, "../train")
 	trainBin := filepath.Join(bin, "train")
 	save := filepath.Join(t.TempDir(), "run.safetensors")
 	cmd := exec.Command(filepath.Join(bin, "gorun"), "-np", "4", "-grace", "500ms", "-on-failure", "shrink", trainBin, "--synthetic",

@@ -1,11 +1,14 @@
 // Package commtest starts the ranks of a job inside one test process,
 // over loopback, for tests that need real groups without starting
-// processes.
+// processes, and reads the output of jobs that tests start.
 package commtest
 
 import (
 	"context"
 	"net"
+	"regexp"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -65,4 +68,20 @@ func EachRank(t testing.TB, gs []*comm.Group, fn func(g *comm.Group) error) {
 			t.Fatalf("rank %d: %v", r, err)
 		}
 	}
+}
+
+// rankLabel is the "[rank] " label gorun puts on every line.
+var rankLabel = regexp.MustCompile(`^\[(\d+)\] (.*)$`)
+
+// RankLines splits a job's output by the "[rank] " labels on its lines;
+// unlabelled lines are left out.
+func RankLines(out string) map[int][]string {
+	lines := map[int][]string{}
+	for _, l := range strings.Split(out, "\n") {
+		if m := rankLabel.FindStringSubmatch(l); m != nil {
+			r, _ := strconv.Atoi(m[1])
+			lines[r] = append(lines[r], m[2])
+		}
+	}
+	return lines
 }

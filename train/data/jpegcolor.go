@@ -30,9 +30,9 @@ func ycbcrToRGB(m *image.YCbCr) *RGB {
 			yy := int32(m.Y[y*m.YStride+x])
 			b, r := int32(cb[y*w+x]), int32(cr[y*w+x])
 			i := 3 * (y*w + x)
-			out.Pix[i] = clampByte(yy + crR[r])
-			out.Pix[i+1] = clampByte(yy + (cbG[b]+crG[r])>>scaleBits)
-			out.Pix[i+2] = clampByte(yy + cbB[b])
+			out.Pix[i] = clampByte(int64(yy + crR[r]))
+			out.Pix[i+1] = clampByte(int64(yy + (cbG[b]+crG[r])>>scaleBits))
+			out.Pix[i+2] = clampByte(int64(yy + cbB[b]))
 		}
 	}
 	return out
@@ -129,14 +129,4 @@ func yccTables() (crR, cbB, crG, cbG [256]int32) {
 		cbG[i] = -fix(0.34414)*x + half
 	}
 	return
-}
-
-func clampByte(v int32) byte {
-	switch {
-	case v < 0:
-		return 0
-	case v > 255:
-		return 255
-	}
-	return byte(v)
 }

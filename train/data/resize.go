@@ -86,8 +86,10 @@ func resample(m *RGB, n int, horizontal bool) *RGB {
 	return out
 }
 
-func clip8(ss int64) byte {
-	v := ss >> precisionBits
+func clip8(ss int64) byte { return clampByte(ss >> precisionBits) }
+
+// clampByte is v limited to 0–255.
+func clampByte(v int64) byte {
 	switch {
 	case v < 0:
 		return 0
