@@ -34,7 +34,16 @@ func TestGendata(t *testing.T) {
 			t.Fatalf("%v: read back %d/%d images", c.args, train.Len(), test.Len())
 		}
 	}
-	for _, bad := range [][]string{{}, {"--out", dir, "--format", "svhn"}, {"--out", dir, "--train", "0"}, {"--out", dir, "--format", "mnist", "--archive"}} {
+	folder := filepath.Join(dir, "photos")
+	if err := run([]string{"--format", "imagefolder", "--size", "40x34", "--image-format", "png", "--train", "60", "--test", "40", "--out", folder}, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	if train, test, err := data.LoadSized(folder, 32); err != nil || train.Len() != 60 || test.Len() != 40 || len(train.Classes) != 10 {
+		t.Fatalf("image folder read back: %v, %v, %v", err, train, test)
+	}
+	for _, bad := range [][]string{{}, {"--out", dir, "--format", "svhn"}, {"--out", dir, "--train", "0"}, {"--out", dir, "--format", "mnist", "--archive"},
+		{"--out", dir, "--format", "imagefolder", "--size", "9"}, {"--out", dir, "--format", "imagefolder", "--image-format", "gif"},
+		{"--out", filepath.Join(dir, "few"), "--format", "imagefolder", "--train", "5"}} {
 		if err := run(bad, &bytes.Buffer{}); err == nil {
 			t.Errorf("gendata %v succeeded", bad)
 		}
