@@ -12,6 +12,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -41,6 +42,7 @@ func run(args []string, stdout io.Writer) error {
 	device := fs.String("device", "auto", "compute device: cuda, cpu, or auto (a GPU when the CUDA driver sees one)")
 	batch := fs.Int("batch-size", 128, "evaluation batch size")
 	merge := fs.String("merge", "", "write the loaded model (e.g. a pipeline run's stage files) as one weights file here and exit")
+	asJSON := fs.Bool("json", false, `print one JSON object per image: {"file": ..., "top": [{"class": index, "name": ..., "prob": ...}, ...]}`)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -86,6 +88,9 @@ func run(args []string, stdout io.Writer) error {
 	preds, err := c.Classify(images, *top)
 	if err != nil {
 		return err
+	}
+	if *asJSON {
+		return printJSON(stdout, fs.Args(), preds)
 	}
 	for i, ps := range preds {
 		var parts []string
@@ -153,6 +158,29 @@ func evaluate(c *train.Classifier, dir string, batch int, w io.Writer) error {
 			fmt.Fprintf(w, " %5d", n)
 		}
 		fmt.Fprintf(w, "  %5.1f%%\n", 100*float64(row[i])/float64(max(total, 1)))
+	}
+	return nil
+}
+
+// printJSON writes one JSON object per image, a line each.
+func printJSON(w io.Writer, files []string, preds [][]train.Prediction) error {
+	type class struct {
+		Class int     `json:"class"`
+		Name  string  `json:"name"`
+		Prob  float64 `json:"prob"`
+	}
+	enc := json.NewEncoder(w)
+	for i, ps := range preds {
+		top := make([]class, len(ps))
+		for j, p := range ps {
+			top[j] = class{p.Class, p.Name, p.Probability}
+		}
+		if err := enc.Encode(struct {
+			File string  `json:"file"`
+			Top  []class `json:"top"`
+		}{files[i], top}); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -3,11 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"image"
 	"image/color"
 	"image/jpeg"
 	"image/png"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -83,6 +85,31 @@ func TestInfer(t *testing.T) {
 		want := files[i] + ": " + preds[i][0].Name + " "
 		if !strings.HasPrefix(line, want) || strings.Count(line, "%") != 3 {
 			t.Fatalf("line %q, want it to start %q with 3 classes", line, want)
+		}
+	}
+
+	// --json: one object per image, the same predictions.
+	out.Reset()
+	if err := run(append([]string{"--weights", ckpt, "--threads", "1", "--json", "--top", "2"}, files...), &out); err != nil {
+		t.Fatal(err)
+	}
+	dec := json.NewDecoder(&out)
+	for i := range files {
+		var got struct {
+			File string
+			Top  []struct {
+				Class int
+				Name  string
+				Prob  float64
+			}
+		}
+		if err := dec.Decode(&got); err != nil {
+			t.Fatalf("JSON object %d: %v", i, err)
+		}
+		// (Image 3 is a JPEG: its probabilities differ a little.)
+		if got.File != files[i] || len(got.Top) != 2 || got.Top[0].Class != preds[i][0].Class || got.Top[0].Name != preds[i][0].Name ||
+			math.Abs(got.Top[0].Prob-preds[i][0].Probability) > 0.01 || got.Top[1].Prob > got.Top[0].Prob {
+			t.Errorf("JSON object %d: %+v, want %s first with %v", i, got, preds[i][0].Name, preds[i][0].Probability)
 		}
 	}
 
