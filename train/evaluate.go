@@ -13,7 +13,10 @@ import (
 type Evaluation struct {
 	Loss    float64 // mean per sample
 	Correct int
-	Total   int
+	// Top5 counts the samples whose class is among the 5 highest scores
+	// (fewer classes: all of them).
+	Top5  int
+	Total int
 	// Confusion[true][predicted] counts samples.
 	Confusion [][]int
 }
@@ -69,16 +72,31 @@ func score(ctx context.Context, forward func(*data.Batch) (*tensor.Tensor, error
 		lossSum += float64(l) * float64(b.Len())
 		scores := hostRows(y, &host)
 		for i, label := range b.Labels {
-			pred := argmax(scores[i*m.Classes : (i+1)*m.Classes])
+			row := scores[i*m.Classes : (i+1)*m.Classes]
+			pred := argmax(row)
 			ev.Confusion[label][pred]++
 			if pred == int(label) {
 				ev.Correct++
+			}
+			if rank(row, int(label)) < 5 {
+				ev.Top5++
 			}
 		}
 		ev.Total += b.Len()
 	}
 	ev.Loss = lossSum / float64(max(ev.Total, 1))
 	return ev, nil
+}
+
+// rank counts the scores above v[i] (ties in i's favour).
+func rank(v []float32, i int) int {
+	n := 0
+	for _, x := range v {
+		if x > v[i] {
+			n++
+		}
+	}
+	return n
 }
 
 func argmax(v []float32) int {

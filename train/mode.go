@@ -201,21 +201,22 @@ func (w *wholeModel) evaluate(ctx context.Context, t *Trainer, loader *data.Load
 		return ev, err
 	}
 	k := len(ev.Confusion)
-	sums := make([]float64, 3+k*k)
-	sums[0], sums[1], sums[2] = ev.Loss*float64(ev.Total), float64(ev.Correct), float64(ev.Total)
+	const head = 4
+	sums := make([]float64, head+k*k)
+	sums[0], sums[1], sums[2], sums[3] = ev.Loss*float64(ev.Total), float64(ev.Correct), float64(ev.Total), float64(ev.Top5)
 	for i, row := range ev.Confusion {
 		for j, n := range row {
-			sums[3+i*k+j] = float64(n)
+			sums[head+i*k+j] = float64(n)
 		}
 	}
 	if err := sync.sum(ctx, sums); err != nil {
 		return ev, fmt.Errorf("evaluate: combining ranks' results: %w", err)
 	}
-	ev.Correct, ev.Total = int(sums[1]), int(sums[2])
+	ev.Correct, ev.Total, ev.Top5 = int(sums[1]), int(sums[2]), int(sums[3])
 	ev.Loss = sums[0] / float64(max(ev.Total, 1))
 	for i, row := range ev.Confusion {
 		for j := range row {
-			row[j] = int(sums[3+i*k+j])
+			row[j] = int(sums[head+i*k+j])
 		}
 	}
 	return ev, nil

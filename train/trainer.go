@@ -499,7 +499,7 @@ func (t *Trainer) finishEpoch(ctx context.Context, epoch int, at *epochProgress,
 		if err != nil {
 			return report.Epoch{}, 0, err
 		}
-		e.TestLoss, e.TestCorrect, e.TestTotal = ev.Loss, ev.Correct, ev.Total
+		e.TestLoss, e.TestCorrect, e.TestTotal, e.TestTop5, e.Classes = ev.Loss, ev.Correct, ev.Total, ev.Top5, len(ev.Confusion)
 	}
 	return e, int(sums[1]), nil
 }

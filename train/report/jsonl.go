@@ -47,6 +47,7 @@ type epochRecord struct {
 	TrainLoss    float64  `json:"train_loss"`
 	TestLoss     *float64 `json:"test_loss,omitempty"`
 	TestAccuracy *float64 `json:"test_accuracy,omitempty"`
+	TestTop5     *float64 `json:"test_top5_accuracy,omitempty"`
 	Seconds      float64  `json:"seconds"`
 	ImagesPerSec float64  `json:"images_per_sec"`
 	LR           float32  `json:"lr"`
@@ -69,6 +70,10 @@ func (j *JSONL) Epoch(e Epoch) error {
 	if e.TestTotal > 0 {
 		loss, acc := e.TestLoss, e.TestAccuracy()
 		r.TestLoss, r.TestAccuracy = &loss, &acc
+		if e.ShowsTop5() {
+			top5 := e.TestTop5Accuracy()
+			r.TestTop5 = &top5
+		}
 	}
 	if err := j.enc.Encode(r); err != nil {
 		return err

@@ -29,9 +29,14 @@ type Epoch struct {
 	GlobalStep int64
 	TrainLoss  float64 // mean over the epoch's batches
 	// Test results; TestTotal is 0 when there was no evaluation.
-	TestLoss     float64
-	TestCorrect  int
-	TestTotal    int
+	TestLoss    float64
+	TestCorrect int
+	TestTotal   int
+	// TestTop5 counts the test samples whose class was among the 5 best;
+	// Classes is the model's class count (reports show top-5 accuracy for
+	// more than 10 classes, as ImageNet's runs do).
+	TestTop5     int
+	Classes      int
 	Seconds      float64
 	ImagesPerSec float64
 	LR           float32
@@ -82,3 +87,15 @@ func (m Multi) Close() error {
 	}
 	return errors.Join(errs...)
 }
+
+// TestTop5Accuracy returns TestTop5/TestTotal.
+func (e Epoch) TestTop5Accuracy() float64 {
+	if e.TestTotal == 0 {
+		return 0
+	}
+	return float64(e.TestTop5) / float64(e.TestTotal)
+}
+
+// ShowsTop5 reports whether reports show top-5 accuracy: for more than 10
+// classes.
+func (e Epoch) ShowsTop5() bool { return e.TestTotal > 0 && e.Classes > 10 }

@@ -29,6 +29,12 @@ func TestLogLines(t *testing.T) {
 	if buf.String() != want {
 		t.Fatalf("got\n%q\nwant\n%q", buf.String(), want)
 	}
+	// More than 10 classes: top-5 accuracy too, as ImageNet's logs have.
+	buf.Reset()
+	l.Epoch(Epoch{Epoch: 2, TrainLoss: 0.5, TestLoss: 2.5, TestCorrect: 200, TestTop5: 450, TestTotal: 1000, Classes: 1000, Seconds: 2, ImagesPerSec: 30000})
+	if want := "Test set: Average loss: 2.5000, Accuracy: 200/1000 (20.00%), Top-5: 450/1000 (45.00%)\n"; !strings.Contains(buf.String(), want) {
+		t.Fatalf("got\n%q\nwant it to contain\n%q", buf.String(), want)
+	}
 }
 
 func TestJSONL(t *testing.T) {
@@ -42,6 +48,7 @@ func TestJSONL(t *testing.T) {
 	}
 	j.Epoch(Epoch{Epoch: 1, GlobalStep: 3, TrainLoss: 1, TestLoss: 0.25, TestCorrect: 3, TestTotal: 4})
 	j.Epoch(Epoch{Epoch: 2, GlobalStep: 6, TrainLoss: 1})
+	j.Epoch(Epoch{Epoch: 3, GlobalStep: 9, TrainLoss: 1, TestLoss: 2, TestCorrect: 1, TestTop5: 3, TestTotal: 4, Classes: 100})
 	if err := j.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +63,8 @@ func TestJSONL(t *testing.T) {
 		}
 		recs = append(recs, m)
 	}
-	if len(recs) != 4 || recs[0]["kind"] != "step" || recs[1]["batch"] != 2.0 || recs[2]["test_accuracy"] != 0.75 || recs[3]["test_accuracy"] != nil {
+	if len(recs) != 5 || recs[0]["kind"] != "step" || recs[1]["batch"] != 2.0 || recs[2]["test_accuracy"] != 0.75 || recs[3]["test_accuracy"] != nil ||
+		recs[2]["test_top5_accuracy"] != nil || recs[4]["test_top5_accuracy"] != 0.75 {
 		t.Fatalf("records %v", recs)
 	}
 }

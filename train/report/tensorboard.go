@@ -92,6 +92,11 @@ func (t *TensorBoard) Epoch(e Epoch) error {
 	if err := t.Scalar("test/loss", e.GlobalStep, e.TestLoss); err != nil {
 		return err
 	}
+	if e.ShowsTop5() {
+		if err := t.Scalar("test/top5_accuracy", e.GlobalStep, e.TestTop5Accuracy()); err != nil {
+			return err
+		}
+	}
 	return t.Scalar("test/accuracy", e.GlobalStep, e.TestAccuracy())
 }
 
