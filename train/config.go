@@ -58,6 +58,8 @@ type Config struct {
 	// ZeroInitResidual starts each residual block as the identity
 	// (torchvision's zero_init_residual; ResNets only).
 	ZeroInitResidual bool `json:"zero_init_residual,omitempty"`
+	// Nesterov uses Nesterov momentum (SGD with a momentum only).
+	Nesterov bool `json:"nesterov,omitempty"`
 }
 
 // Defaults returns the workshops' settings for a model: the MNIST net
@@ -96,6 +98,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--epochs %d: want at least 1", c.Epochs)
 	case c.NumClasses < 0:
 		return fmt.Errorf("--num-classes %d: want at least 1 (or 0: the data's class count)", c.NumClasses)
+	case c.Nesterov && (strings.ToLower(c.Optimizer) != "sgd" || c.Momentum <= 0):
+		return fmt.Errorf("--nesterov with --optimizer %s --momentum %v: Nesterov momentum is SGD's, with a momentum above 0", c.Optimizer, c.Momentum)
 	case c.BatchSize < 1:
 		return fmt.Errorf("--batch-size %d: want at least 1", c.BatchSize)
 	case c.TestBatchSize < 1:
@@ -151,7 +155,7 @@ func newOptimizer(c Config, be tensor.Backend, params []nn.Var) (optim.Optimizer
 	lr, wd := float32(c.LR), float32(c.WeightDecay)
 	switch strings.ToLower(c.Optimizer) {
 	case "sgd":
-		return optim.NewSGD(be, params, tensor.SGDOptions{LR: lr, Momentum: float32(c.Momentum), WeightDecay: wd})
+		return optim.NewSGD(be, params, tensor.SGDOptions{LR: lr, Momentum: float32(c.Momentum), WeightDecay: wd, Nesterov: c.Nesterov})
 	case "adam":
 		return optim.NewAdam(be, params, tensor.AdamOptions{LR: lr, WeightDecay: wd}), nil
 	case "adadelta":

@@ -86,6 +86,7 @@ func parseFlags(args []string) (train.Config, options, error) {
 	fs.Float64Var(&cfg.LR, "lr", 0, "learning rate (default per model: mnist 1.0, cifarnet 0.01, resnet18 0.001)")
 	fs.StringVar(&cfg.Optimizer, "optimizer", "", "sgd, adam or adadelta (default per model: mnist adadelta, others sgd)")
 	fs.Float64Var(&cfg.Momentum, "momentum", 0, "SGD momentum (default per model: cifarnet 0.9)")
+	fs.BoolVar(&cfg.Nesterov, "nesterov", false, "SGD with Nesterov momentum (as torch.optim.SGD(nesterov=True))")
 	fs.Float64Var(&cfg.WeightDecay, "weight-decay", 0, "weight decay")
 	fs.StringVar(&cfg.Scheduler, "scheduler", "", "learning-rate schedule: none, step or cosine (default per model: mnist step)")
 	fs.IntVar(&cfg.StepSize, "step-size", 0, "StepLR period in epochs (default 1)")
@@ -352,6 +353,8 @@ func resolveConfig(flags train.Config, set map[string]bool, resume string) (trai
 		"accumulate": func() { base.Accumulate = flags.Accumulate }, "sync-bn": func() { base.SyncBatchNorm = flags.SyncBatchNorm },
 		"pipeline": func() { base.Pipeline = flags.Pipeline }, "schedule": func() { base.Schedule = flags.Schedule }, "microbatches": func() { base.Microbatches = flags.Microbatches },
 		"balance": func() { base.Balance = flags.Balance }, "split": func() { base.Split = flags.Split },
+		"num-classes": func() { base.NumClasses = flags.NumClasses }, "zero-init-residual": func() { base.ZeroInitResidual = flags.ZeroInitResidual },
+		"nesterov": func() { base.Nesterov = flags.Nesterov },
 	}
 	for name, apply := range override {
 		if set[name] {

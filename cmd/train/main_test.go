@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
+	"github.com/gorun/gorun/train"
 	"os"
 	"path/filepath"
 	"strings"
@@ -84,6 +86,10 @@ func TestTrainCommandErrors(t *testing.T) {
 		{[]string{"--synthetic", "--test-samples", "-1"}, "--test-samples -1"},
 		{[]string{"--synthetic", "--log-interval", "-1"}, "--log-interval -1"},
 		{[]string{"--synthetic", "--image-size", "0"}, "--image-size 0: want at least 1"},
+		{[]string{"--synthetic", "--nesterov"}, "--nesterov with --optimizer adadelta --momentum 0: Nesterov momentum is SGD's"},
+		{[]string{"--synthetic", "--num-classes", "7"}, "model mnist has 7 outputs (--num-classes); synthetic-mnist has 10 classes"},
+		{[]string{"--synthetic", "--num-classes", "-1"}, "--num-classes -1"},
+		{[]string{"--synthetic", "--zero-init-residual"}, "zero-init-residual: mnist has no residual blocks"},
 		{[]string{"--synthetic", "--pipeline", "2", "--schedule", "zigzag"}, `--schedule "zigzag"`},
 		{[]string{"--synthetic", "--scheduler", "linear"}, `--scheduler "linear"`},
 		{[]string{"--synthetic", "--optimizer", "lbfgs", "--train-samples", "10"}, `optimizer "lbfgs"`},
@@ -183,5 +189,25 @@ func TestSaveCheckedBeforeTraining(t *testing.T) {
 	})
 	if len(left) > 0 {
 		t.Errorf("left behind: %v", left)
+	}
+}
+
+// TestResNetOptions: --zero-init-residual, --nesterov and --num-classes
+// reach the run and its checkpoint.
+func TestResNetOptions(t *testing.T) {
+	save := filepath.Join(t.TempDir(), "r.safetensors")
+	var out bytes.Buffer
+	err := run([]string{"--model", "resnet18", "--synthetic", "--train-samples", "32", "--test-samples", "16", "--batch-size", "16", "--epochs", "1",
+		"--threads", "1", "--optimizer", "sgd", "--momentum", "0.9", "--nesterov", "--zero-init-residual", "--num-classes", "10", "--save", save}, &out)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	m, err := checkpoint.ReadTrainMeta(save)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg train.Config
+	if err := json.Unmarshal(m.Config, &cfg); err != nil || !cfg.Nesterov || !cfg.ZeroInitResidual || cfg.NumClasses != 10 {
+		t.Errorf("saved configuration %s: %v", m.Config, err)
 	}
 }
