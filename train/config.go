@@ -60,6 +60,10 @@ type Config struct {
 	ZeroInitResidual bool `json:"zero_init_residual,omitempty"`
 	// Nesterov uses Nesterov momentum (SGD with a momentum only).
 	Nesterov bool `json:"nesterov,omitempty"`
+	// LabelSmoothing is the training loss's label smoothing (as
+	// torch.nn.CrossEntropyLoss's label_smoothing; cross-entropy models,
+	// not pipelines).
+	LabelSmoothing float64 `json:"label_smoothing,omitempty"`
 }
 
 // Defaults returns the workshops' settings for a model: the MNIST net
@@ -98,6 +102,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--epochs %d: want at least 1", c.Epochs)
 	case c.NumClasses < 0:
 		return fmt.Errorf("--num-classes %d: want at least 1 (or 0: the data's class count)", c.NumClasses)
+	case !(c.LabelSmoothing >= 0 && c.LabelSmoothing < 1):
+		return fmt.Errorf("--label-smoothing %v: want at least 0 and below 1", c.LabelSmoothing)
+	case c.LabelSmoothing > 0 && c.Pipeline > 1:
+		return fmt.Errorf("--label-smoothing with --pipeline %d: not built for pipelines", c.Pipeline)
 	case c.Nesterov && (strings.ToLower(c.Optimizer) != "sgd" || c.Momentum <= 0):
 		return fmt.Errorf("--nesterov with --optimizer %s --momentum %v: Nesterov momentum is SGD's, with a momentum above 0", c.Optimizer, c.Momentum)
 	case c.BatchSize < 1:

@@ -12,3 +12,14 @@ func TestRank(t *testing.T) {
 		}
 	}
 }
+
+// TestLabelSmoothingReachesTheLoss: the training loss smooths the labels
+// as configured (the loss itself is compared with PyTorch's in model/nn).
+func TestLabelSmoothingReachesTheLoss(t *testing.T) {
+	cfg, trainSet, testSet := ddpSetupModel("resnet18", 1, 2, 1, 1)
+	cfg.LabelSmoothing = 0.1
+	tr := newTrainer(t, cfg, trainSet, testSet)
+	if w, ok := tr.compute.(*wholeModel); !ok || w.loss.Smoothing != 0.1 {
+		t.Fatalf("the training loss's smoothing is not 0.1: %#v", tr.compute)
+	}
+}

@@ -138,6 +138,9 @@ func New(ctx context.Context, cfg Config, be tensor.Backend, train, test *data.D
 	if err := configureSpec(spec, cfg, len(train.Classes)); err != nil {
 		return nil, err
 	}
+	if cfg.LabelSmoothing > 0 && spec.LogProbs {
+		return nil, fmt.Errorf("--label-smoothing: model %s is trained with NLL loss on log-probabilities, which has no label smoothing (PyTorch's NLLLoss neither)", cfg.Model)
+	}
 	for _, d := range []*data.Dataset{train, test} {
 		if d == nil {
 			continue
@@ -171,7 +174,9 @@ func New(ctx context.Context, cfg Config, be tensor.Backend, train, test *data.D
 		t.compute, replicas = stage, dg
 	} else {
 		t.model = spec.Build(be, modelSeed(cfg))
-		t.compute = &wholeModel{net: t.model.Net, loss: t.model.NewLoss(be)}
+		loss := t.model.NewLoss(be)
+		loss.Smoothing = float32(cfg.LabelSmoothing)
+		t.compute = &wholeModel{net: t.model.Net, loss: loss}
 	}
 	if err := t.setTrained(t.compute.layer()); err != nil {
 		return nil, err

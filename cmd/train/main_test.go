@@ -90,6 +90,9 @@ func TestTrainCommandErrors(t *testing.T) {
 		{[]string{"--synthetic", "--num-classes", "7"}, "model mnist has 7 outputs (--num-classes); synthetic-mnist has 10 classes"},
 		{[]string{"--synthetic", "--num-classes", "-1"}, "--num-classes -1"},
 		{[]string{"--synthetic", "--zero-init-residual"}, "zero-init-residual: mnist has no residual blocks"},
+		{[]string{"--synthetic", "--label-smoothing", "1"}, "--label-smoothing 1: want at least 0 and below 1"},
+		{[]string{"--synthetic", "--label-smoothing", "nan"}, "--label-smoothing NaN"},
+		{[]string{"--synthetic", "--label-smoothing", "0.1"}, "model mnist is trained with NLL loss"},
 		{[]string{"--synthetic", "--pipeline", "2", "--schedule", "zigzag"}, `--schedule "zigzag"`},
 		{[]string{"--synthetic", "--scheduler", "linear"}, `--scheduler "linear"`},
 		{[]string{"--synthetic", "--optimizer", "lbfgs", "--train-samples", "10"}, `optimizer "lbfgs"`},
@@ -198,7 +201,7 @@ func TestResNetOptions(t *testing.T) {
 	save := filepath.Join(t.TempDir(), "r.safetensors")
 	var out bytes.Buffer
 	err := run([]string{"--model", "resnet18", "--synthetic", "--train-samples", "32", "--test-samples", "16", "--batch-size", "16", "--epochs", "1",
-		"--threads", "1", "--optimizer", "sgd", "--momentum", "0.9", "--nesterov", "--zero-init-residual", "--num-classes", "10", "--save", save}, &out)
+		"--threads", "1", "--optimizer", "sgd", "--momentum", "0.9", "--nesterov", "--zero-init-residual", "--num-classes", "10", "--label-smoothing", "0.1", "--save", save}, &out)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
@@ -207,7 +210,7 @@ func TestResNetOptions(t *testing.T) {
 		t.Fatal(err)
 	}
 	var cfg train.Config
-	if err := json.Unmarshal(m.Config, &cfg); err != nil || !cfg.Nesterov || !cfg.ZeroInitResidual || cfg.NumClasses != 10 {
+	if err := json.Unmarshal(m.Config, &cfg); err != nil || !cfg.Nesterov || !cfg.ZeroInitResidual || cfg.NumClasses != 10 || cfg.LabelSmoothing != 0.1 {
 		t.Errorf("saved configuration %s: %v", m.Config, err)
 	}
 }

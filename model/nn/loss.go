@@ -14,6 +14,13 @@ type Loss struct {
 	logSoftmax  *LogSoftmax // nil for NLL
 	target      []int32
 	logp, dlogp *tensor.Tensor
+	// Smoothing is torch.nn.CrossEntropyLoss's label_smoothing: the target
+	// is (1 − Smoothing) on the true class plus Smoothing spread evenly
+	// over all classes (0: none).
+	Smoothing float32
+	ones      *tensor.Tensor // [C 1], for the rows' sums
+	rowSums   *tensor.Tensor // [N 1]
+	spread    *tensor.Tensor // the smoothing's gradient, constant
 }
 
 // NewNLLLoss returns torch.nn.NLLLoss().
@@ -49,7 +56,22 @@ func (l *Loss) Forward(scores *tensor.Tensor, target []int32) (float32, error) {
 		}
 	}
 	l.target, l.logp = target, logp
-	return l.be.NLLLoss(logp, target), nil
+	nll := l.be.NLLLoss(logp, target)
+	if l.Smoothing == 0 {
+		return nll, nil
+	}
+	// Smoothing's part: the mean over rows of −(1/C)·Σₖ logp[i, k].
+	if l.ones == nil || l.ones.Shape[0] != c {
+		l.ones = tensor.NewOn(logp.Device(), c, 1)
+		l.be.Fill(l.ones, 1)
+	}
+	sums := tensor.ReuseLike(&l.rowSums, logp, n, 1)
+	l.be.MatMul(logp, false, l.ones, false, sums, 1, 0)
+	total := 0.0
+	for _, v := range sums.HostData() {
+		total += float64(v)
+	}
+	return (1-l.Smoothing)*nll - l.Smoothing*float32(total/float64(n*c)), nil
 }
 
 // Backward returns the gradient of the last Forward's loss with respect to
@@ -59,7 +81,13 @@ func (l *Loss) Backward() (*tensor.Tensor, error) {
 		return nil, fmt.Errorf("loss: backward before forward")
 	}
 	d := tensor.ReuseLike(&l.dlogp, l.logp, l.logp.Shape...)
-	l.be.NLLLossBackward(l.target, d, 1)
+	l.be.NLLLossBackward(l.target, d, 1-l.Smoothing)
+	if l.Smoothing != 0 {
+		n, c := l.logp.Shape[0], l.logp.Shape[1]
+		spread := tensor.ReuseLike(&l.spread, l.logp, n, c)
+		l.be.Fill(spread, -l.Smoothing/float32(n*c))
+		l.be.Add(d, spread, d)
+	}
 	if l.logSoftmax != nil {
 		return l.logSoftmax.Backward(d)
 	}

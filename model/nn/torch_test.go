@@ -126,11 +126,15 @@ func TestLayersMatchPyTorch(t *testing.T) {
 			}
 		})
 	}
-	for _, name := range []string{"crossentropy", "nll"} {
+	for _, name := range []string{"crossentropy", "nll", "crossentropy_smooth"} {
 		t.Run(name, func(t *testing.T) {
 			loss := NewNLLLoss(be)
-			if name == "crossentropy" {
+			switch name {
+			case "crossentropy":
 				loss = NewCrossEntropyLoss(be)
+			case "crossentropy_smooth":
+				loss = NewCrossEntropyLoss(be)
+				loss.Smoothing = 0.1
 			}
 			l, err := loss.Forward(fx.tensor(name+"/x"), fx.ints(name+"/target"))
 			if err != nil {

@@ -79,7 +79,8 @@ def layers():
     layer_case(out, "block_down_eval", torchref.BasicBlock(2, 4, 2), rn(2, 2, 6, 6), train=False)
 
     for name, crit, logits in [("crossentropy", nn.CrossEntropyLoss(), rn(3, 5)),
-                               ("nll", nn.NLLLoss(), torch.log_softmax(rn(3, 5), 1))]:
+                               ("nll", nn.NLLLoss(), torch.log_softmax(rn(3, 5), 1)),
+                               ("crossentropy_smooth", nn.CrossEntropyLoss(label_smoothing=0.1), rn(3, 5))]:
         x = logits.clone().requires_grad_(True)
         t = torch.tensor([0, 4, 2])
         loss = crit(x, t)
