@@ -60,6 +60,10 @@ type Config struct {
 	ZeroInitResidual bool `json:"zero_init_residual,omitempty"`
 	// Nesterov uses Nesterov momentum (SGD with a momentum only).
 	Nesterov bool `json:"nesterov,omitempty"`
+	// WarmupEpochs raises the learning rate linearly from 1% over this
+	// many epochs before the schedule starts (torchvision's reference
+	// warm-up: LinearLR, then the schedule, as SequentialLR).
+	WarmupEpochs int `json:"warmup_epochs,omitempty"`
 	// LabelSmoothing is the training loss's label smoothing (as
 	// torch.nn.CrossEntropyLoss's label_smoothing; cross-entropy models,
 	// not pipelines).
@@ -102,6 +106,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--epochs %d: want at least 1", c.Epochs)
 	case c.NumClasses < 0:
 		return fmt.Errorf("--num-classes %d: want at least 1 (or 0: the data's class count)", c.NumClasses)
+	case c.WarmupEpochs < 0 || c.WarmupEpochs >= c.Epochs && c.WarmupEpochs > 0:
+		return fmt.Errorf("--warmup-epochs %d with --epochs %d: want 0 or more, fewer than the epochs", c.WarmupEpochs, c.Epochs)
 	case !(c.LabelSmoothing >= 0 && c.LabelSmoothing < 1):
 		return fmt.Errorf("--label-smoothing %v: want at least 0 and below 1", c.LabelSmoothing)
 	case c.LabelSmoothing > 0 && c.Pipeline > 1:
@@ -174,15 +180,21 @@ func newOptimizer(c Config, be tensor.Backend, params []nn.Var) (optim.Optimizer
 
 // newSchedule builds the configured learning-rate schedule (nil for none).
 func newSchedule(c Config, opt optim.Optimizer) (optim.Schedule, error) {
+	var main optim.Schedule
 	switch strings.ToLower(c.Scheduler) {
 	case "", "none":
-		return nil, nil
 	case "step":
-		return optim.NewStepLR(opt, c.StepSize, c.Gamma), nil
+		main = optim.NewStepLR(opt, c.StepSize, c.Gamma)
 	case "cosine":
-		return optim.NewCosineAnnealingLR(opt, c.Epochs, 0), nil
+		main = optim.NewCosineAnnealingLR(opt, c.Epochs-c.WarmupEpochs, 0)
+	default:
+		return nil, fmt.Errorf("scheduler %q: want none, step or cosine", c.Scheduler)
 	}
-	return nil, fmt.Errorf("scheduler %q: want none, step or cosine", c.Scheduler)
+	if c.WarmupEpochs > 0 {
+		// As torchvision's reference: from 1% of the rate, linearly.
+		return optim.NewWarmup(opt, c.WarmupEpochs, 0.01, main), nil
+	}
+	return main, nil
 }
 
 // describe summarises the optimisation settings in one phrase.
@@ -191,14 +203,23 @@ func (c Config) describe() string {
 	if c.Momentum != 0 {
 		s += fmt.Sprintf(" momentum %g", c.Momentum)
 	}
+	if c.Nesterov {
+		s += " (Nesterov)"
+	}
 	if c.WeightDecay != 0 {
 		s += fmt.Sprintf(" weight decay %g", c.WeightDecay)
+	}
+	if c.WarmupEpochs > 0 {
+		s += fmt.Sprintf(", linear warm-up over %d epochs", c.WarmupEpochs)
 	}
 	switch c.Scheduler {
 	case "step":
 		s += fmt.Sprintf(", StepLR(step %d, gamma %g)", c.StepSize, c.Gamma)
 	case "cosine":
-		s += fmt.Sprintf(", cosine annealing over %d epochs", c.Epochs)
+		s += fmt.Sprintf(", cosine annealing over %d epochs", c.Epochs-c.WarmupEpochs)
+	}
+	if c.LabelSmoothing > 0 {
+		s += fmt.Sprintf(", label smoothing %g", c.LabelSmoothing)
 	}
 	return s
 }

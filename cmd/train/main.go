@@ -87,6 +87,7 @@ func parseFlags(args []string) (train.Config, options, error) {
 	fs.StringVar(&cfg.Optimizer, "optimizer", "", "sgd, adam or adadelta (default per model: mnist adadelta, others sgd)")
 	fs.Float64Var(&cfg.Momentum, "momentum", 0, "SGD momentum (default per model: cifarnet 0.9)")
 	fs.BoolVar(&cfg.Nesterov, "nesterov", false, "SGD with Nesterov momentum (as torch.optim.SGD(nesterov=True))")
+	fs.IntVar(&cfg.WarmupEpochs, "warmup-epochs", 0, "raise the learning rate linearly from 1% over this many epochs, then follow --scheduler (as torchvision's reference: LinearLR, then the schedule)")
 	fs.Float64Var(&cfg.LabelSmoothing, "label-smoothing", 0, "the training loss's label smoothing, 0 to below 1 (as torch.nn.CrossEntropyLoss(label_smoothing=...))")
 	fs.Float64Var(&cfg.WeightDecay, "weight-decay", 0, "weight decay")
 	fs.StringVar(&cfg.Scheduler, "scheduler", "", "learning-rate schedule: none, step or cosine (default per model: mnist step)")
@@ -356,6 +357,7 @@ func resolveConfig(flags train.Config, set map[string]bool, resume string) (trai
 		"balance": func() { base.Balance = flags.Balance }, "split": func() { base.Split = flags.Split },
 		"num-classes": func() { base.NumClasses = flags.NumClasses }, "zero-init-residual": func() { base.ZeroInitResidual = flags.ZeroInitResidual },
 		"nesterov": func() { base.Nesterov = flags.Nesterov }, "label-smoothing": func() { base.LabelSmoothing = flags.LabelSmoothing },
+		"warmup-epochs": func() { base.WarmupEpochs = flags.WarmupEpochs },
 	}
 	for name, apply := range override {
 		if set[name] {

@@ -91,6 +91,8 @@ func TestTrainCommandErrors(t *testing.T) {
 		{[]string{"--synthetic", "--num-classes", "-1"}, "--num-classes -1"},
 		{[]string{"--synthetic", "--zero-init-residual"}, "zero-init-residual: mnist has no residual blocks"},
 		{[]string{"--synthetic", "--label-smoothing", "1"}, "--label-smoothing 1: want at least 0 and below 1"},
+		{[]string{"--synthetic", "--warmup-epochs", "3"}, "--warmup-epochs 3 with --epochs 3: want 0 or more, fewer than the epochs"},
+		{[]string{"--synthetic", "--warmup-epochs", "-1"}, "--warmup-epochs -1"},
 		{[]string{"--synthetic", "--label-smoothing", "nan"}, "--label-smoothing NaN"},
 		{[]string{"--synthetic", "--label-smoothing", "0.1"}, "model mnist is trained with NLL loss"},
 		{[]string{"--synthetic", "--pipeline", "2", "--schedule", "zigzag"}, `--schedule "zigzag"`},
@@ -200,8 +202,9 @@ func TestSaveCheckedBeforeTraining(t *testing.T) {
 func TestResNetOptions(t *testing.T) {
 	save := filepath.Join(t.TempDir(), "r.safetensors")
 	var out bytes.Buffer
-	err := run([]string{"--model", "resnet18", "--synthetic", "--train-samples", "32", "--test-samples", "16", "--batch-size", "16", "--epochs", "1",
-		"--threads", "1", "--optimizer", "sgd", "--momentum", "0.9", "--nesterov", "--zero-init-residual", "--num-classes", "10", "--label-smoothing", "0.1", "--save", save}, &out)
+	err := run([]string{"--model", "resnet18", "--synthetic", "--train-samples", "32", "--test-samples", "16", "--batch-size", "16",
+		"--threads", "1", "--optimizer", "sgd", "--momentum", "0.9", "--nesterov", "--zero-init-residual", "--num-classes", "10", "--label-smoothing", "0.1", "--epochs", "2", "--warmup-epochs", "1",
+		"--scheduler", "cosine", "--lr", "0.5", "--save", save}, &out)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
@@ -210,7 +213,11 @@ func TestResNetOptions(t *testing.T) {
 		t.Fatal(err)
 	}
 	var cfg train.Config
-	if err := json.Unmarshal(m.Config, &cfg); err != nil || !cfg.Nesterov || !cfg.ZeroInitResidual || cfg.NumClasses != 10 || cfg.LabelSmoothing != 0.1 {
+	if err := json.Unmarshal(m.Config, &cfg); err != nil || !cfg.Nesterov || !cfg.ZeroInitResidual || cfg.NumClasses != 10 || cfg.LabelSmoothing != 0.1 || cfg.WarmupEpochs != 1 {
 		t.Errorf("saved configuration %s: %v", m.Config, err)
+	}
+	// Epoch 1 warms up from 1% (0.005), epoch 2 starts the cosine at 0.5.
+	if !strings.Contains(out.String(), "sgd lr 0.5 momentum 0.9 (Nesterov), linear warm-up over 1 epochs, cosine annealing over 1 epochs, label smoothing 0.1") || m.LR != 0 {
+		t.Errorf("the run's description or final rate (%v, want 0 after the cosine's one epoch):\n%s", m.LR, out.String())
 	}
 }

@@ -79,11 +79,16 @@ func TestSchedulesMatchPyTorch(t *testing.T) {
 	}
 	be := cpu.New(1)
 	defer be.Close()
-	for _, name := range []string{"steplr", "cosine"} {
+	for _, name := range []string{"steplr", "cosine", "warmup_cosine"} {
 		opt := mustSGD(t, be, nil, tensor.SGDOptions{LR: 1})
-		var s Schedule = NewStepLR(opt, 2, 0.5)
-		if name == "cosine" {
+		var s Schedule
+		switch name {
+		case "steplr":
+			s = NewStepLR(opt, 2, 0.5)
+		case "cosine":
 			s = NewCosineAnnealingLR(opt, 5, 0.01)
+		case "warmup_cosine":
+			s = NewWarmup(opt, 3, 0.01, NewCosineAnnealingLR(opt, 5, 0.01))
 		}
 		want, _ := f.Get(name + "/lr")
 		for epoch, lr := range want.F32 {

@@ -75,3 +75,43 @@ func (c *CosineAnnealingLR) SetEpoch(epoch int) {
 	lr := c.EtaMin + (float64(c.base)-c.EtaMin)*(1+math.Cos(math.Pi*float64(epoch)/float64(c.TMax)))/2
 	c.opt.SetLR(float32(lr))
 }
+
+// Warmup is torchvision's warm-up: torch.optim.lr_scheduler.SequentialLR
+// of a LinearLR from Start·base up to base over Epochs epochs, then Main
+// (nil: the base rate) from its first epoch.
+type Warmup struct {
+	opt    Optimizer
+	base   float32
+	Epochs int
+	Start  float64
+	Main   Schedule
+	epoch  int
+}
+
+// NewWarmup returns the warm-up on opt before main, which must have been
+// made on opt at its base rate; it sets the rate of epoch 0.
+func NewWarmup(opt Optimizer, epochs int, start float64, main Schedule) *Warmup {
+	w := &Warmup{opt: opt, base: opt.LR(), Epochs: max(epochs, 1), Start: start, Main: main}
+	w.SetEpoch(0)
+	return w
+}
+
+// Step implements Schedule.
+func (w *Warmup) Step() { w.SetEpoch(w.epoch + 1) }
+
+// Epoch implements Schedule.
+func (w *Warmup) Epoch() int { return w.epoch }
+
+// SetEpoch implements Schedule: base·(Start + (1 − Start)·epoch/Epochs)
+// before Epochs, then Main at epoch − Epochs.
+func (w *Warmup) SetEpoch(epoch int) {
+	w.epoch = epoch
+	switch {
+	case epoch < w.Epochs:
+		w.opt.SetLR(float32(float64(w.base) * (w.Start + (1-w.Start)*float64(epoch)/float64(w.Epochs))))
+	case w.Main != nil:
+		w.Main.SetEpoch(epoch - w.Epochs)
+	default:
+		w.opt.SetLR(w.base)
+	}
+}

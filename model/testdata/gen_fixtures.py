@@ -118,7 +118,11 @@ def optimizers():
             opt.step()
             out["%s/p%d" % (name, i + 1)] = p.detach().clone()
     for name, make in [("steplr", lambda o: torch.optim.lr_scheduler.StepLR(o, step_size=2, gamma=0.5)),
-                       ("cosine", lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=5, eta_min=0.01))]:
+                       ("cosine", lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=5, eta_min=0.01)),
+                       # torchvision's reference warm-up: LinearLR, then the main schedule
+                       ("warmup_cosine", lambda o: torch.optim.lr_scheduler.SequentialLR(o, [
+                           torch.optim.lr_scheduler.LinearLR(o, start_factor=0.01, total_iters=3),
+                           torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=5, eta_min=0.01)], milestones=[3]))]:
         opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
         sched = make(opt)
         lrs = []
