@@ -24,6 +24,9 @@ import (
 // of 32 of the epoch's order, then on the rest in batches of 24: no sample
 // of the epoch is lost or repeated.
 func TestDDPShrinks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains four jobs; the full run covers it")
+	}
 	const perRank, steps, at = 8, 6, 3
 	dir := t.TempDir()
 	shrunk, ref := filepath.Join(dir, "shrunk.safetensors"), filepath.Join(dir, "ref.safetensors")
