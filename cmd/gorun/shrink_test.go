@@ -29,7 +29,7 @@ func TestShrinkKeepsTraining(t *testing.T) {
 	trainBin := filepath.Join(bin, "train")
 	save := filepath.Join(t.TempDir(), "run.safetensors")
 	cmd := exec.Command(filepath.Join(bin, "gorun"), "-np", "4", "-grace", "500ms", "-on-failure", "shrink", trainBin, "--synthetic",
-		"--train-samples", "4096", "--test-samples", "256", "--epochs", "2", "--threads", "1", "--save", save, "--save-every", "2")
+		"--train-samples", "6144", "--test-samples", "256", "--epochs", "3", "--threads", "1", "--save", save, "--save-every", "2")
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
@@ -78,9 +78,9 @@ func TestShrinkKeepsTraining(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.Epoch != 2 || len(m.Shrinks) != 2 || m.Shrinks[0].World != 3 || m.Shrinks[1].World != 2 ||
+	if m.Epoch != 3 || len(m.Shrinks) != 2 || m.Shrinks[0].World != 3 || m.Shrinks[1].World != 2 ||
 		fmt.Sprint(m.Shrinks[0].Lost, m.Shrinks[1].Lost) != fmt.Sprint([]int{killed[0]}, []int{killed[1]}) {
-		t.Errorf("checkpoint: epoch %d, shrinks %+v; want epoch 2 and ranks %v lost in turn", m.Epoch, m.Shrinks, killed)
+		t.Errorf("checkpoint: epoch %d, shrinks %+v; want epoch 3 and ranks %v lost in turn", m.Epoch, m.Shrinks, killed)
 	}
 }
 
