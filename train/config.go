@@ -60,6 +60,9 @@ type Config struct {
 	ZeroInitResidual bool `json:"zero_init_residual,omitempty"`
 	// Nesterov uses Nesterov momentum (SGD with a momentum only).
 	Nesterov bool `json:"nesterov,omitempty"`
+	// NoDecayNormBias exempts batch-norm parameters and biases (every
+	// one-dimensional parameter) from weight decay, as Goyal et al.
+	NoDecayNormBias bool `json:"no_decay_norm_bias,omitempty"`
 	// WarmupEpochs raises the learning rate linearly from 1% over this
 	// many epochs before the schedule starts (torchvision's reference
 	// warm-up: LinearLR, then the schedule, as SequentialLR).
@@ -112,6 +115,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--label-smoothing %v: want at least 0 and below 1", c.LabelSmoothing)
 	case c.LabelSmoothing > 0 && c.Pipeline > 1:
 		return fmt.Errorf("--label-smoothing with --pipeline %d: not built for pipelines", c.Pipeline)
+	case c.NoDecayNormBias && c.WeightDecay == 0:
+		return fmt.Errorf("--no-decay-norm-bias without --weight-decay: there is no decay to exempt them from")
 	case c.Nesterov && (strings.ToLower(c.Optimizer) != "sgd" || c.Momentum <= 0):
 		return fmt.Errorf("--nesterov with --optimizer %s --momentum %v: Nesterov momentum is SGD's, with a momentum above 0", c.Optimizer, c.Momentum)
 	case c.BatchSize < 1:
@@ -208,6 +213,9 @@ func (c Config) describe() string {
 	}
 	if c.WeightDecay != 0 {
 		s += fmt.Sprintf(" weight decay %g", c.WeightDecay)
+		if c.NoDecayNormBias {
+			s += " (not on batch norm and biases)"
+		}
 	}
 	if c.WarmupEpochs > 0 {
 		s += fmt.Sprintf(", linear warm-up over %d epochs", c.WarmupEpochs)

@@ -314,6 +314,15 @@ func (t *Trainer) setTrained(l nn.Layer) error {
 	if t.opt, err = newOptimizer(t.cfg, t.be, nn.Params(l)); err != nil {
 		return err
 	}
+	if t.cfg.NoDecayNormBias {
+		// Batch norm's weights and biases, and every bias: the
+		// one-dimensional parameters.
+		o, ok := t.opt.(interface{ SetNoDecay(func(nn.Var) bool) })
+		if !ok {
+			return fmt.Errorf("optimizer %s cannot exempt parameters from weight decay", t.cfg.Optimizer)
+		}
+		o.SetNoDecay(func(v nn.Var) bool { return v.Value.Dims() == 1 })
+	}
 	if t.sched, err = newSchedule(t.cfg, t.opt); err != nil {
 		return err
 	}

@@ -86,6 +86,7 @@ func parseFlags(args []string) (train.Config, options, error) {
 	fs.Float64Var(&cfg.LR, "lr", 0, "learning rate (default per model: mnist 1.0, cifarnet 0.01, resnet18 0.001)")
 	fs.StringVar(&cfg.Optimizer, "optimizer", "", "sgd, adam or adadelta (default per model: mnist adadelta, others sgd)")
 	fs.Float64Var(&cfg.Momentum, "momentum", 0, "SGD momentum (default per model: cifarnet 0.9)")
+	fs.BoolVar(&cfg.NoDecayNormBias, "no-decay-norm-bias", false, "no weight decay on batch-norm parameters and biases (Goyal et al.; PyTorch: a second parameter group with weight_decay 0)")
 	fs.BoolVar(&cfg.Nesterov, "nesterov", false, "SGD with Nesterov momentum (as torch.optim.SGD(nesterov=True))")
 	fs.IntVar(&cfg.WarmupEpochs, "warmup-epochs", 0, "raise the learning rate linearly from 1% over this many epochs, then follow --scheduler (as torchvision's reference: LinearLR, then the schedule)")
 	fs.Float64Var(&cfg.LabelSmoothing, "label-smoothing", 0, "the training loss's label smoothing, 0 to below 1 (as torch.nn.CrossEntropyLoss(label_smoothing=...))")
@@ -357,7 +358,7 @@ func resolveConfig(flags train.Config, set map[string]bool, resume string) (trai
 		"balance": func() { base.Balance = flags.Balance }, "split": func() { base.Split = flags.Split },
 		"num-classes": func() { base.NumClasses = flags.NumClasses }, "zero-init-residual": func() { base.ZeroInitResidual = flags.ZeroInitResidual },
 		"nesterov": func() { base.Nesterov = flags.Nesterov }, "label-smoothing": func() { base.LabelSmoothing = flags.LabelSmoothing },
-		"warmup-epochs": func() { base.WarmupEpochs = flags.WarmupEpochs },
+		"warmup-epochs": func() { base.WarmupEpochs = flags.WarmupEpochs }, "no-decay-norm-bias": func() { base.NoDecayNormBias = flags.NoDecayNormBias },
 	}
 	for name, apply := range override {
 		if set[name] {

@@ -93,6 +93,7 @@ func TestTrainCommandErrors(t *testing.T) {
 		{[]string{"--synthetic", "--label-smoothing", "1"}, "--label-smoothing 1: want at least 0 and below 1"},
 		{[]string{"--synthetic", "--warmup-epochs", "3"}, "--warmup-epochs 3 with --epochs 3: want 0 or more, fewer than the epochs"},
 		{[]string{"--synthetic", "--warmup-epochs", "-1"}, "--warmup-epochs -1"},
+		{[]string{"--synthetic", "--no-decay-norm-bias"}, "--no-decay-norm-bias without --weight-decay"},
 		{[]string{"--synthetic", "--label-smoothing", "nan"}, "--label-smoothing NaN"},
 		{[]string{"--synthetic", "--label-smoothing", "0.1"}, "model mnist is trained with NLL loss"},
 		{[]string{"--synthetic", "--pipeline", "2", "--schedule", "zigzag"}, `--schedule "zigzag"`},
@@ -204,7 +205,7 @@ func TestResNetOptions(t *testing.T) {
 	var out bytes.Buffer
 	err := run([]string{"--model", "resnet18", "--synthetic", "--train-samples", "32", "--test-samples", "16", "--batch-size", "16",
 		"--threads", "1", "--optimizer", "sgd", "--momentum", "0.9", "--nesterov", "--zero-init-residual", "--num-classes", "10", "--label-smoothing", "0.1", "--epochs", "2", "--warmup-epochs", "1",
-		"--scheduler", "cosine", "--lr", "0.5", "--save", save}, &out)
+		"--scheduler", "cosine", "--lr", "0.5", "--weight-decay", "1e-4", "--no-decay-norm-bias", "--save", save}, &out)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
@@ -213,11 +214,11 @@ func TestResNetOptions(t *testing.T) {
 		t.Fatal(err)
 	}
 	var cfg train.Config
-	if err := json.Unmarshal(m.Config, &cfg); err != nil || !cfg.Nesterov || !cfg.ZeroInitResidual || cfg.NumClasses != 10 || cfg.LabelSmoothing != 0.1 || cfg.WarmupEpochs != 1 {
+	if err := json.Unmarshal(m.Config, &cfg); err != nil || !cfg.Nesterov || !cfg.ZeroInitResidual || cfg.NumClasses != 10 || cfg.LabelSmoothing != 0.1 || cfg.WarmupEpochs != 1 || !cfg.NoDecayNormBias {
 		t.Errorf("saved configuration %s: %v", m.Config, err)
 	}
 	// Epoch 1 warms up from 1% (0.005), epoch 2 starts the cosine at 0.5.
-	if !strings.Contains(out.String(), "sgd lr 0.5 momentum 0.9 (Nesterov), linear warm-up over 1 epochs, cosine annealing over 1 epochs, label smoothing 0.1") || m.LR != 0 {
+	if !strings.Contains(out.String(), "sgd lr 0.5 momentum 0.9 (Nesterov) weight decay 0.0001 (not on batch norm and biases), linear warm-up over 1 epochs, cosine annealing over 1 epochs, label smoothing 0.1") || m.LR != 0 {
 		t.Errorf("the run's description or final rate (%v, want 0 after the cosine's one epoch):\n%s", m.LR, out.String())
 	}
 }

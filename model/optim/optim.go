@@ -31,7 +31,22 @@ type slots struct {
 	names  []string           // buffer names, as torch.optim calls them
 	bufs   [][]*tensor.Tensor // bufs[i][k]: parameter i's buffer names[k]
 	steps  int64
+	// noDecay[i]: parameter i takes no weight decay (nil: all do).
+	noDecay []bool
 }
+
+// SetNoDecay exempts the parameters for which exempt is true from weight
+// decay, as a second parameter group with weight_decay 0 does in PyTorch
+// (say batch-norm parameters and biases: Goyal et al.'s recipe).
+func (s *slots) SetNoDecay(exempt func(nn.Var) bool) {
+	s.noDecay = make([]bool, len(s.params))
+	for i, p := range s.params {
+		s.noDecay[i] = exempt(p)
+	}
+}
+
+// decays reports whether parameter i takes weight decay.
+func (s *slots) decays(i int) bool { return s.noDecay == nil || !s.noDecay[i] }
 
 func newSlots(be tensor.Backend, params []nn.Var, names ...string) slots {
 	s := slots{be: be, params: params, names: names}
@@ -77,7 +92,11 @@ func NewSGD(be tensor.Backend, params []nn.Var, o tensor.SGDOptions) (*SGD, erro
 // Step implements Optimizer.
 func (s *SGD) Step() {
 	for i, p := range s.params {
-		s.be.SGDStep(p.Value, p.Grad, s.bufs[i][0], s.O, s.steps == 0)
+		o := s.O
+		if !s.decays(i) {
+			o.WeightDecay = 0
+		}
+		s.be.SGDStep(p.Value, p.Grad, s.bufs[i][0], o, s.steps == 0)
 	}
 	s.steps++
 }
@@ -110,7 +129,11 @@ func NewAdam(be tensor.Backend, params []nn.Var, o tensor.AdamOptions) *Adam {
 func (a *Adam) Step() {
 	a.steps++
 	for i, p := range a.params {
-		a.be.AdamStep(p.Value, p.Grad, a.bufs[i][0], a.bufs[i][1], a.O, int(a.steps))
+		o := a.O
+		if !a.decays(i) {
+			o.WeightDecay = 0
+		}
+		a.be.AdamStep(p.Value, p.Grad, a.bufs[i][0], a.bufs[i][1], o, int(a.steps))
 	}
 }
 
@@ -141,7 +164,11 @@ func NewAdadelta(be tensor.Backend, params []nn.Var, o tensor.AdadeltaOptions) *
 // Step implements Optimizer.
 func (a *Adadelta) Step() {
 	for i, p := range a.params {
-		a.be.AdadeltaStep(p.Value, p.Grad, a.bufs[i][0], a.bufs[i][1], a.O)
+		o := a.O
+		if !a.decays(i) {
+			o.WeightDecay = 0
+		}
+		a.be.AdadeltaStep(p.Value, p.Grad, a.bufs[i][0], a.bufs[i][1], o)
 	}
 	a.steps++
 }

@@ -2,6 +2,7 @@ package optim
 
 import (
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/gorun/gorun/model/cpu"
@@ -105,5 +106,52 @@ func TestNesterovNeedsMomentum(t *testing.T) {
 	defer be.Close()
 	if _, err := NewSGD(be, nil, tensor.SGDOptions{LR: 0.1, Nesterov: true}); err == nil {
 		t.Fatal("Nesterov without momentum accepted")
+	}
+}
+
+// TestNoDecay: exempted parameters step as without weight decay, the
+// others as with it, for every optimizer (PyTorch's two parameter groups,
+// whose arithmetic the other tests compare).
+func TestNoDecay(t *testing.T) {
+	be := cpu.New(1)
+	defer be.Close()
+	of := func(data []float32, shape ...int) *tensor.Tensor {
+		x, err := tensor.FromData(append([]float32(nil), data...), shape...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return x
+	}
+	mk := func() []nn.Var {
+		w := nn.Var{Name: "w", Value: of([]float32{1, -2, 3, 4}, 2, 2), Grad: of([]float32{0.1, 0.2, -0.3, 0.4}, 2, 2)}
+		b := nn.Var{Name: "b", Value: of([]float32{0.5, -1}, 2), Grad: of([]float32{-0.2, 0.3}, 2)}
+		return []nn.Var{w, b}
+	}
+	for name, newOpt := range map[string]func([]nn.Var, float32) Optimizer{
+		"sgd": func(p []nn.Var, wd float32) Optimizer {
+			return mustSGD(t, be, p, tensor.SGDOptions{LR: 0.1, Momentum: 0.9, WeightDecay: wd})
+		},
+		"adam": func(p []nn.Var, wd float32) Optimizer {
+			return NewAdam(be, p, tensor.AdamOptions{LR: 0.1, WeightDecay: wd})
+		},
+		"adadelta": func(p []nn.Var, wd float32) Optimizer {
+			return NewAdadelta(be, p, tensor.AdadeltaOptions{LR: 1, WeightDecay: wd})
+		},
+	} {
+		got, decayed, plain := mk(), mk(), mk()
+		o := newOpt(got, 0.5)
+		o.(interface{ SetNoDecay(func(nn.Var) bool) }).SetNoDecay(func(v nn.Var) bool { return v.Value.Dims() == 1 })
+		withWD, without := newOpt(decayed, 0.5), newOpt(plain, 0)
+		for range 2 {
+			o.Step()
+			withWD.Step()
+			without.Step()
+		}
+		if !slices.Equal(got[0].Value.Data, decayed[0].Value.Data) {
+			t.Errorf("%s: the decayed weight %v, want %v", name, got[0].Value.Data, decayed[0].Value.Data)
+		}
+		if !slices.Equal(got[1].Value.Data, plain[1].Value.Data) || slices.Equal(got[1].Value.Data, decayed[1].Value.Data) {
+			t.Errorf("%s: the exempt bias %v, want %v (not %v)", name, got[1].Value.Data, plain[1].Value.Data, decayed[1].Value.Data)
+		}
 	}
 }
