@@ -547,33 +547,17 @@ type waiter struct {
 	deadline time.Time
 	spins    int
 	sleep    time.Duration
-	looks    int // last looks taken since the peer left
+	gone     mailbox.Goodbye // when a wait gives up on a peer that left
 }
 
 func (t *Transport) waiter(ctx context.Context, rank int, what string) waiter {
-	w := waiter{t: t, ctx: ctx, rank: rank, what: what, start: time.Now(), sleep: 20 * time.Microsecond}
+	w := waiter{t: t, ctx: ctx, rank: rank, what: what, start: time.Now(), sleep: 20 * time.Microsecond,
+		gone: mailbox.Goodbye{Left: t.cfg.Left, Looks: lastLooks}}
 	w.deadline = w.start.Add(t.cfg.Timeout)
 	if d, ok := ctx.Deadline(); ok {
 		w.deadline = d
 	}
 	return w
-}
-
-// left returns the error Config.Left reports for the waiter's rank once
-// the wait has taken lastLooks more looks after it left: what the rank
-// wrote before it said goodbye has landed, and must still be taken.
-func (w *waiter) left() error {
-	if w.t.cfg.Left == nil {
-		return nil
-	}
-	err := w.t.cfg.Left(w.rank)
-	if err == nil {
-		return nil
-	}
-	if w.looks++; w.looks <= lastLooks {
-		return nil
-	}
-	return err
 }
 
 // lastLooks is how many looks a wait takes after its peer left before it
@@ -586,7 +570,7 @@ func (w *waiter) pause() error {
 	if err := w.t.failure(); err != nil {
 		return err
 	}
-	if err := w.left(); err != nil {
+	if err := w.gone.Err(w.rank); err != nil {
 		return err
 	}
 	if err := w.ctx.Err(); err != nil {

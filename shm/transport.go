@@ -212,7 +212,7 @@ type waiter struct {
 	deadline time.Time
 	polls    int
 	spinning bool
-	looks    int // last looks taken since the peer left
+	gone     mailbox.Goodbye // when a wait gives up on a peer that left
 }
 
 // A waiter starts in its spin phase (when there is one), so the first
@@ -220,7 +220,7 @@ type waiter struct {
 // polls: most waits of a small message end before that, and reading the
 // clock is a good part of such a wait's own cost.
 func (t *Transport) waiter(ctx context.Context, rank int, what string) waiter {
-	return waiter{t: t, ctx: ctx, rank: rank, what: what, spinning: t.cfg.Spin > 0}
+	return waiter{t: t, ctx: ctx, rank: rank, what: what, spinning: t.cfg.Spin > 0, gone: mailbox.Goodbye{Left: t.cfg.Left, Looks: lastLooks}}
 }
 
 // pause waits a little for the doorbell (after the spin phase) and
@@ -235,7 +235,7 @@ func (w *waiter) pause(ready func() bool) error {
 			return err
 		}
 	}
-	if err := w.left(); err != nil {
+	if err := w.gone.Err(w.rank); err != nil {
 		return err
 	}
 	if err := w.ctx.Err(); err != nil {
@@ -283,23 +283,6 @@ func (w *waiter) pause(ready func() bool) error {
 	}
 	own.sleepers().Add(^uint32(0))
 	return nil
-}
-
-// left returns the error Config.Left reports for the waiter's rank once
-// the wait has taken lastLooks more looks after it left: what the rank sent
-// before it said goodbye is in its ring by then, and must still arrive.
-func (w *waiter) left() error {
-	if w.t.cfg.Left == nil {
-		return nil
-	}
-	err := w.t.cfg.Left(w.rank)
-	if err == nil {
-		return nil
-	}
-	if w.looks++; w.looks <= lastLooks {
-		return nil
-	}
-	return err
 }
 
 // lastLooks is how many looks a wait takes after its peer left before it
