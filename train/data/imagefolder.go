@@ -92,27 +92,51 @@ func ReadRGB(path string) (*RGB, error) {
 }
 
 func toRGB(img image.Image) *RGB {
-	if y, ok := img.(*image.YCbCr); ok {
-		if m := ycbcrToRGB(y); m != nil {
-			return m
-		}
-	}
 	r := img.Bounds()
 	m := NewRGB(r.Dx(), r.Dy())
+	// Per pixel: the colour at (x, y) of the decoder's own layout, written
+	// to m.Pix[i:i+3].
+	var pixel func(x, y, i int)
+	switch src := img.(type) {
+	case *image.YCbCr:
+		if c := ycbcrToRGB(src); c != nil {
+			return c
+		}
+	case *image.NRGBA:
+		// Alpha dropped, colours as stored: Pillow's RGBA → RGB.
+		pixel = func(x, y, i int) { o := src.PixOffset(x, y); copy(m.Pix[i:i+3], src.Pix[o:o+3]) }
+	case *image.RGBA:
+		pixel = func(x, y, i int) { o := src.PixOffset(x, y); copy(m.Pix[i:i+3], src.Pix[o:o+3]) }
+	case *image.Gray:
+		pixel = func(x, y, i int) {
+			v := src.Pix[src.PixOffset(x, y)]
+			m.Pix[i], m.Pix[i+1], m.Pix[i+2] = v, v, v
+		}
+	case *image.CMYK:
+		// Pillow: each channel 255 − min(255, colour + black).
+		pixel = func(x, y, i int) {
+			o := src.PixOffset(x, y)
+			k := int(src.Pix[o+3])
+			for c := range 3 {
+				m.Pix[i+c] = byte(255 - min(255, int(src.Pix[o+c])+k))
+			}
+		}
+	case *image.Paletted:
+		pixel = func(x, y, i int) {
+			c := color.NRGBAModel.Convert(src.Palette[src.Pix[src.PixOffset(x, y)]]).(color.NRGBA)
+			m.Pix[i], m.Pix[i+1], m.Pix[i+2] = c.R, c.G, c.B
+		}
+	}
+	if pixel == nil { // any other model, through its colours
+		pixel = func(x, y, i int) {
+			c := color.NRGBAModel.Convert(img.At(x, y)).(color.NRGBA)
+			m.Pix[i], m.Pix[i+1], m.Pix[i+2] = c.R, c.G, c.B
+		}
+	}
 	i := 0
 	for y := r.Min.Y; y < r.Max.Y; y++ {
 		for x := r.Min.X; x < r.Max.X; x++ {
-			switch c := img.At(x, y).(type) {
-			case color.Gray:
-				m.Pix[i], m.Pix[i+1], m.Pix[i+2] = c.Y, c.Y, c.Y
-			case color.CMYK:
-				// Pillow: each channel 255 − min(255, colour + black).
-				k := int(c.K)
-				m.Pix[i], m.Pix[i+1], m.Pix[i+2] = byte(255-min(255, int(c.C)+k)), byte(255-min(255, int(c.M)+k)), byte(255-min(255, int(c.Y)+k))
-			default:
-				rr, gg, bb, _ := color.RGBAModel.Convert(c).RGBA()
-				m.Pix[i], m.Pix[i+1], m.Pix[i+2] = byte(rr>>8), byte(gg>>8), byte(bb>>8)
-			}
+			pixel(x, y, i)
 			i += 3
 		}
 	}

@@ -28,7 +28,7 @@ func TestEvalTransformMatchesTorchvision(t *testing.T) {
 		decodedMean float64 // mean |Go − PIL| over the decoded image, at most
 		maxDiff     float64 // the largest |Go − PIL| after the transform, at most
 	}{
-		{"rgb-down.png", 0, 0}, {"rgb-up.png", 0, 0}, {"gray.png", 0, 0},
+		{"rgb-down.png", 0, 0}, {"rgb-up.png", 0, 0}, {"gray.png", 0, 0}, {"alpha.png", 0, 0}, {"palette.png", 0, 0},
 		{"rgb.jpg", 0.1, 2}, {"progressive.jpg", 0.1, 2}, {"gray.jpg", 0.1, 2}, {"cmyk.jpg", 0.1, 2},
 	} {
 		t.Run(c.name, func(t *testing.T) {

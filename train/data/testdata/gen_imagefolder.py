@@ -1,6 +1,6 @@
 """Writes the fixtures of train/data's image-folder tests: a few small
-images (PNG and JPEG: RGB, grayscale, CMYK, progressive; up- and
-down-scaled sizes) in images/, and what torchvision 0.14 with PIL makes of
+images (PNG and JPEG: RGB, grayscale, CMYK, progressive, RGBA with
+transparency, palette; up- and down-scaled sizes) in images/, and what torchvision 0.14 with PIL makes of
 each (loaded as ImageFolder does: PIL, convert("RGB"); then Resize(40),
 CenterCrop(32)) in eval.safetensors, as float32 0-255 HWC arrays.
 
@@ -29,6 +29,14 @@ def pattern(w, h, seed):
     return np.stack([r, g, b], axis=-1).clip(0, 255).astype(np.uint8)
 
 
+def with_alpha(im):
+    """im with a partly transparent alpha gradient (RGBA)."""
+    a = np.linspace(0, 255, im.width * im.height).reshape(im.height, im.width).astype(np.uint8)
+    rgba = im.convert("RGBA")
+    rgba.putalpha(Image.fromarray(a))
+    return rgba
+
+
 def main():
     d = os.path.join(OUT, "images")
     os.makedirs(d, exist_ok=True)
@@ -40,6 +48,8 @@ def main():
         ("progressive.jpg", 80, 64, lambda im, p: im.save(p, quality=85, progressive=True)),
         ("gray.jpg", 64, 80, lambda im, p: im.convert("L").save(p, quality=90)),
         ("cmyk.jpg", 72, 72, lambda im, p: im.convert("CMYK").save(p, quality=95)),
+        ("alpha.png", 50, 41, lambda im, p: with_alpha(im).save(p)),
+        ("palette.png", 44, 52, lambda im, p: im.quantize(16).save(p)),
     ]
     tf = transforms.Compose([transforms.Resize(40), transforms.CenterCrop(32)])
     out = {}
