@@ -103,19 +103,12 @@ func run(args []string, stdout io.Writer) error {
 }
 
 // readImage reads the image at p as c's model takes it: a model trained
-// on an image folder as its evaluation did (Resize to the crop·8/7, then
-// CenterCrop), others scaled to their input.
+// on an image folder as its evaluation did (data.ReadEvalImage), others
+// scaled to their input.
 func readImage(c *train.Classifier, p string) ([]byte, error) {
 	in := [3]int(c.Model.Input)
-	if strings.HasPrefix(c.Dataset, "imagefolder") && in[0] == 3 && in[1] == in[2] {
-		m, err := data.ReadRGB(p)
-		if err != nil {
-			return nil, err
-		}
-		if m, err = data.EvalTransform(m, in[1]*8/7, in[1]); err != nil {
-			return nil, fmt.Errorf("%s: %w", p, err)
-		}
-		return data.PlanarBytes(m), nil
+	if data.FromImageFolder(c.Dataset) && in[0] == 3 && in[1] == in[2] {
+		return data.ReadEvalImage(p, in[1])
 	}
 	img, err := data.DecodeImageFile(p)
 	if err != nil {

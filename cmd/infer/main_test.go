@@ -172,3 +172,56 @@ func writeImage(t *testing.T, dir string, i int, img image.Image, asJPEG bool) s
 	}
 	return name
 }
+
+// TestInferImageFolderModel: a model trained on an image folder reads a
+// photo as its evaluation did (Resize, CenterCrop at its input size):
+// infer's answer for a val file is the classifier's on that file's
+// evaluation image.
+func TestInferImageFolderModel(t *testing.T) {
+	dir := t.TempDir()
+	trainSet, _ := data.Synthetic(data.FormatCIFAR10, 60, 1)
+	testSet, _ := data.Synthetic(data.FormatCIFAR10, 40, 2)
+	folder := filepath.Join(dir, "photos")
+	if err := data.WriteImageFolder(folder, trainSet, testSet, 45, 37, ".jpg"); err != nil {
+		t.Fatal(err)
+	}
+	tr32, te32, err := data.LoadSized(folder, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, _ := train.Defaults("resnet18")
+	cfg.Epochs, cfg.Threads, cfg.BatchSize, cfg.TestBatchSize = 1, 1, 20, 20
+	be := cpu.New(1)
+	defer be.Close()
+	tr, err := train.New(context.Background(), cfg, be, tr32, te32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	if err := tr.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ckpt := filepath.Join(dir, "r18.safetensors")
+	if err := tr.Save(ckpt); err != nil {
+		t.Fatal(err)
+	}
+	_, samples, err := data.ScanImageFolder(filepath.Join(folder, "val"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := run([]string{"--weights", ckpt, "--threads", "1", "--top", "1", samples[5].Path}, &out); err != nil {
+		t.Fatal(err)
+	}
+	c, err := train.LoadClassifier(ckpt, "", "", be)
+	if err != nil {
+		t.Fatal(err)
+	}
+	preds, err := c.Classify([][]byte{te32.Image(5)}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("%s: %s %.2f%%", samples[5].Path, preds[0][0].Name, 100*preds[0][0].Probability); strings.TrimSpace(out.String()) != want {
+		t.Errorf("infer printed %q, want %q", out.String(), want)
+	}
+}

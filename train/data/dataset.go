@@ -159,7 +159,7 @@ func LoadSized(dir string, crop int) (train, test *Dataset, err error) {
 		if crop < 1 {
 			return nil, nil, fmt.Errorf("image size %d: want at least 1", crop)
 		}
-		return LoadImageFolder(dir, crop*8/7, crop)
+		return LoadImageFolder(dir, crop)
 	default:
 		return LoadCIFAR10(dir)
 	}

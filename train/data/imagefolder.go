@@ -153,13 +153,36 @@ func EvalTransform(m *RGB, resize, crop int) (*RGB, error) {
 	return r.CenterCrop(crop), nil
 }
 
+// imageFolderPrefix begins the Dataset.Name of an image folder.
+const imageFolderPrefix = "imagefolder:"
+
+// FromImageFolder reports whether the dataset named name (a Dataset's or
+// a checkpoint's) was read from an image folder.
+func FromImageFolder(name string) bool { return strings.HasPrefix(name, imageFolderPrefix) }
+
+// ReadEvalImage reads the image at path as evaluation on an image folder
+// takes it: Resize(crop·8/7), CenterCrop(crop) (224: torchvision's 256 and
+// 224), as channel-planar bytes.
+func ReadEvalImage(path string, crop int) ([]byte, error) { return appendEvalImage(nil, path, crop) }
+
+// appendEvalImage is ReadEvalImage appending to b.
+func appendEvalImage(b []byte, path string, crop int) ([]byte, error) {
+	m, err := ReadRGB(path)
+	if err != nil {
+		return nil, err
+	}
+	if m, err = EvalTransform(m, crop*8/7, crop); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return appendCHW(b, m), nil
+}
+
 // LoadImageFolder reads an image folder's train and val splits (each a
-// torchvision ImageFolder), every image decoded, resized and center
-// cropped as torchvision's ImageNet evaluation transform does
-// (Resize(resize), CenterCrop(crop)), into memory. The classes are
-// train's; val must have the same. Data of ImageNet's size does not fit
-// in memory this way (a streaming loader is issue 27's next step).
-func LoadImageFolder(dir string, resize, crop int) (train, test *Dataset, err error) {
+// torchvision ImageFolder) into memory, every image as ReadEvalImage
+// reads it. The classes are train's; val must have the same. Data of
+// ImageNet's size does not fit in memory this way (a streaming loader is
+// issue 27's next step).
+func LoadImageFolder(dir string, crop int) (train, test *Dataset, err error) {
 	var splits [2]*Dataset
 	for i, split := range []string{"train", "val"} {
 		classes, samples, err := ScanImageFolder(filepath.Join(dir, split))
@@ -172,27 +195,18 @@ func LoadImageFolder(dir string, resize, crop int) (train, test *Dataset, err er
 		if i == 1 && !slices.Equal(classes, splits[0].Classes) {
 			return nil, nil, fmt.Errorf("%s has classes %v, %s has %v: they must be the same", filepath.Join(dir, "val"), classes, filepath.Join(dir, "train"), splits[0].Classes)
 		}
-		d := &Dataset{Name: "imagefolder:" + filepath.Base(filepath.Clean(dir)), Shape: [3]int{3, crop, crop}, Classes: classes,
+		d := &Dataset{Name: imageFolderPrefix + filepath.Base(filepath.Clean(dir)), Shape: [3]int{3, crop, crop}, Classes: classes,
 			Mean: slices.Clone(ImageNetMean), Std: slices.Clone(ImageNetStd), Images: make([]byte, 0, len(samples)*3*crop*crop), Labels: make([]int32, 0, len(samples))}
 		for _, s := range samples {
-			m, err := ReadRGB(s.Path)
-			if err != nil {
+			if d.Images, err = appendEvalImage(d.Images, s.Path, crop); err != nil {
 				return nil, nil, err
 			}
-			if m, err = EvalTransform(m, resize, crop); err != nil {
-				return nil, nil, fmt.Errorf("%s: %w", s.Path, err)
-			}
-			d.Images = appendCHW(d.Images, m)
 			d.Labels = append(d.Labels, int32(s.Class))
 		}
 		splits[i] = d
 	}
 	return splits[0], splits[1], nil
 }
-
-// PlanarBytes returns m's samples channel by channel, the layout of a
-// Dataset's images.
-func PlanarBytes(m *RGB) []byte { return appendCHW(nil, m) }
 
 // appendCHW appends m's samples channel by channel (the layout Dataset
 // holds).
