@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -98,29 +99,12 @@ func TestRestartsAreExact(t *testing.T) {
 	}
 }
 
-// ranksOf waits up to within for the processes of program started with
+// ranksOf waits up to within for the 2 ranks of program started with
 // GORUN_RESTART=run and returns their pids.
 func ranksOf(program string, run int, within time.Duration) []int {
-	want := []byte("GORUN_RESTART=" + strconv.Itoa(run) + "\x00")
 	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		var pids []int
-		entries, _ := os.ReadDir("/proc")
-		for _, e := range entries {
-			pid, err := strconv.Atoi(e.Name())
-			if err != nil {
-				continue
-			}
-			exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
-			if err != nil || exe != program {
-				continue
-			}
-			env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
-			if err == nil && bytes.Contains(env, want) && alive(pid) {
-				pids = append(pids, pid)
-			}
-		}
-		if len(pids) == 2 {
-			return pids
+		if ranks := liveRanks(program, "GORUN_RESTART="+strconv.Itoa(run)); len(ranks) == 2 {
+			return slices.Collect(maps.Values(ranks))
 		}
 	}
 	return nil

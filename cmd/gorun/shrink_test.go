@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -47,7 +48,7 @@ func TestShrinkKeepsTraining(t *testing.T) {
 			}
 		}
 		time.Sleep(time.Duration(rng.IntN(1000)) * time.Millisecond)
-		ranks := liveRanks(trainBin)
+		ranks := liveRanks(trainBin, "")
 		if len(ranks) != 4-shrinks {
 			t.Fatalf("%d ranks alive before kill %d, want %d (killed %v)\n%s", len(ranks), shrinks+1, 4-shrinks, killed, out.String())
 		}
@@ -84,9 +85,9 @@ func TestShrinkKeepsTraining(t *testing.T) {
 	}
 }
 
-// liveRanks returns the pids of the live processes of program, by their
-// RANK (0 where none runs).
-func liveRanks(program string) map[int]int {
+// liveRanks returns the pids of the live processes of program whose
+// environment holds env (any, when empty), by their RANK.
+func liveRanks(program, env string) map[int]int {
 	ranks := map[int]int{}
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
@@ -97,8 +98,12 @@ func liveRanks(program string) map[int]int {
 		if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); err != nil || exe != program || !alive(pid) {
 			continue
 		}
-		env, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
-		for _, kv := range bytes.Split(env, []byte{0}) {
+		environ, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+		vars := bytes.Split(environ, []byte{0})
+		if env != "" && !slices.ContainsFunc(vars, func(kv []byte) bool { return string(kv) == env }) {
+			continue
+		}
+		for _, kv := range vars {
 			if v, ok := bytes.CutPrefix(kv, []byte("RANK=")); ok {
 				if r, err := strconv.Atoi(string(v)); err == nil {
 					ranks[r] = pid
