@@ -1,6 +1,8 @@
 package comm_test
 
 import (
+	"context"
+	"github.com/gorun/gorun/comm"
 	"github.com/gorun/gorun/comm/commtest"
 	"regexp"
 	"strings"
@@ -67,5 +69,23 @@ func TestShrink(t *testing.T) {
 				t.Errorf("launcher did not report the lost rank:\n%s", out)
 			}
 		})
+	}
+}
+
+// TestShrinkRefused: only the world group shrinks, and not once closed.
+func TestShrinkRefused(t *testing.T) {
+	gs := commtest.Groups(t, 2)
+	subs := make([]*comm.Group, 2)
+	commtest.EachRank(t, gs, func(g *comm.Group) (err error) {
+		subs[g.Rank()], err = g.Split(context.Background(), 0, g.Rank())
+		return err
+	})
+	if _, err := subs[0].Shrink(context.Background()); err == nil || !strings.Contains(err.Error(), "only the world group shrinks") {
+		t.Errorf("a sub-group's Shrink: %v", err)
+	}
+	go gs[1].Close()
+	gs[0].Close()
+	if _, err := gs[0].Shrink(context.Background()); err == nil || !strings.Contains(err.Error(), "group closed") {
+		t.Errorf("a closed group's Shrink: %v", err)
 	}
 }

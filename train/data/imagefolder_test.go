@@ -140,6 +140,10 @@ func TestImageFolder(t *testing.T) {
 	if _, _, err := Load(dir); err == nil || !strings.Contains(err.Error(), "they must be the same") {
 		t.Errorf("val without a class: %v", err)
 	}
+	os.RemoveAll(filepath.Join(dir, "val"))
+	if _, _, err := Load(dir); err == nil || !strings.Contains(err.Error(), "nor an image folder (train/CLASS/IMAGE and val/CLASS/IMAGE") {
+		t.Errorf("no val directory: %v", err)
+	}
 }
 
 func firstFile(t *testing.T, dir string) string {
