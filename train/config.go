@@ -24,7 +24,9 @@ type Config struct {
 	StepSize      int     `json:"step_size"` // StepLR's period in epochs
 	Gamma         float64 `json:"gamma"`     // StepLR's factor
 	Seed          uint64  `json:"seed"`
-	// Augment applies random crop and flip to 3-channel (CIFAR) data.
+	// Augment applies random crop and flip to the training images: a
+	// padded crop to 3-channel data held in memory (CIFAR), torchvision's
+	// RandomResizedCrop to images read from files (an image folder).
 	Augment bool `json:"augment"`
 	// Threads is the compute backend's thread count (recorded: results are
 	// bit-reproducible for a given count).
@@ -71,6 +73,14 @@ type Config struct {
 	// torch.nn.CrossEntropyLoss's label_smoothing; cross-entropy models,
 	// not pipelines).
 	LabelSmoothing float64 `json:"label_smoothing,omitempty"`
+	// Workers is the number of goroutines that decode and transform
+	// images read from files (0: one per core the compute threads leave,
+	// at least one). Results do not depend on it.
+	Workers int `json:"workers,omitempty"`
+	// SkipBadImages leaves image files that cannot be decoded out of
+	// their batch, counted at the end of each epoch, instead of stopping
+	// with an error naming the file.
+	SkipBadImages bool `json:"skip_bad_images,omitempty"`
 }
 
 // Defaults returns the workshops' settings for a model: the MNIST net
@@ -91,7 +101,9 @@ func Defaults(model string) (Config, error) {
 	case "resnet34", "resnet50", "resnet101", "resnet152":
 		// Seed 001's ResNet-50 on ImageNet: Adam, lr 0.02, batch 256, 10
 		// epochs.
-		c.BatchSize, c.Optimizer, c.LR, c.Epochs = 256, "adam", 0.02, 10
+		// Training images are augmented as torchvision's ImageNet
+		// reference does (RandomResizedCrop and flip).
+		c.BatchSize, c.Optimizer, c.LR, c.Epochs, c.Augment = 256, "adam", 0.02, 10, true
 	default:
 		return c, fmt.Errorf("train: no defaults for model %q", model)
 	}
@@ -137,6 +149,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--step-size %d: want at least 1", c.StepSize)
 	case !finite(c.Gamma) || (strings.EqualFold(c.Scheduler, "step") && !(c.Gamma > 0)):
 		return fmt.Errorf("--gamma %v: want a positive, finite factor", c.Gamma)
+	case c.Workers < 0:
+		return fmt.Errorf("--workers %d: want 0 (one per core the compute threads leave) or more", c.Workers)
 	case c.Threads < 0:
 		return fmt.Errorf("--threads %d: want 0 (all the cores this rank has) or more", c.Threads)
 	case c.LogInterval < 0:

@@ -17,6 +17,9 @@ type Evaluation struct {
 	// (fewer classes: all of them).
 	Top5  int
 	Total int
+	// Skipped counts the images left out of Total because their files
+	// could not be read (Config.SkipBadImages).
+	Skipped int
 	// Confusion[true][predicted] counts samples.
 	Confusion [][]int
 }
@@ -84,6 +87,10 @@ func score(ctx context.Context, forward func(*data.Batch) (*tensor.Tensor, error
 		}
 		ev.Total += b.Len()
 	}
+	if err := loader.Err(); err != nil {
+		return ev, fmt.Errorf("evaluate: %w", err)
+	}
+	ev.Skipped = len(loader.Skipped())
 	ev.Loss = lossSum / float64(max(ev.Total, 1))
 	return ev, nil
 }

@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"slices"
 	"sort"
 
@@ -125,7 +126,7 @@ func (c *Classifier) Classify(images [][]byte, k int) ([][]Prediction, error) {
 		}
 		ds.Images = append(ds.Images, img...)
 	}
-	loader, err := data.NewLoader(ds, 64, data.Plain(ds), 1)
+	loader, err := data.NewLoader(ds, 64, data.Plain(ds), data.LoaderConfig{Prefetch: 1})
 	if err != nil {
 		return nil, err
 	}
@@ -187,7 +188,7 @@ func (c *Classifier) Evaluate(ctx context.Context, ds *data.Dataset, batch int) 
 	if ds.Shape != [3]int(c.Model.Input) {
 		return Evaluation{}, fmt.Errorf("model %s takes %v images; %s has %v", c.Model.Name, c.Model.Input, ds.Name, ds.Shape)
 	}
-	loader, err := data.NewLoader(ds, batch, data.Transform{Mean: c.Mean, Std: c.Std}, 2)
+	loader, err := data.NewLoader(ds, batch, data.Transform{Mean: c.Mean, Std: c.Std}, data.LoaderConfig{Prefetch: 2, Workers: runtime.GOMAXPROCS(0)})
 	if err != nil {
 		return Evaluation{}, err
 	}

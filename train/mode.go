@@ -193,17 +193,21 @@ func (w *wholeModel) evaluate(ctx context.Context, t *Trainer, loader *data.Load
 		return Evaluate(ctx, t.model, t.be, loader, ds, nil)
 	}
 	var mine []int
-	for i := sync.rank(); i < ds.Len(); i += sync.world() {
-		mine = append(mine, i)
+	if ds.Shards != nil {
+		mine = ds.Shards.Share(sync.rank(), sync.world())
+	} else {
+		for i := sync.rank(); i < ds.Len(); i += sync.world() {
+			mine = append(mine, i)
+		}
 	}
 	ev, err := Evaluate(ctx, t.model, t.be, loader, ds, mine)
 	if err != nil {
 		return ev, err
 	}
 	k := len(ev.Confusion)
-	const head = 4
+	const head = 5
 	sums := make([]float64, head+k*k)
-	sums[0], sums[1], sums[2], sums[3] = ev.Loss*float64(ev.Total), float64(ev.Correct), float64(ev.Total), float64(ev.Top5)
+	sums[0], sums[1], sums[2], sums[3], sums[4] = ev.Loss*float64(ev.Total), float64(ev.Correct), float64(ev.Total), float64(ev.Top5), float64(ev.Skipped)
 	for i, row := range ev.Confusion {
 		for j, n := range row {
 			sums[head+i*k+j] = float64(n)
@@ -212,7 +216,7 @@ func (w *wholeModel) evaluate(ctx context.Context, t *Trainer, loader *data.Load
 	if err := sync.sum(ctx, sums); err != nil {
 		return ev, fmt.Errorf("evaluate: combining ranks' results: %w", err)
 	}
-	ev.Correct, ev.Total, ev.Top5 = int(sums[1]), int(sums[2]), int(sums[3])
+	ev.Correct, ev.Total, ev.Top5, ev.Skipped = int(sums[1]), int(sums[2]), int(sums[3]), int(sums[4])
 	ev.Loss = sums[0] / float64(max(ev.Total, 1))
 	for i, row := range ev.Confusion {
 		for j := range row {

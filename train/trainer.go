@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"runtime"
 	"strings"
 	"time"
 
@@ -93,6 +94,9 @@ type epochProgress struct {
 	// offset counts the batches of the epoch done before it was last
 	// dealt out, for progress reports.
 	offset int
+	// skipped holds the errors of the images left out of the epoch
+	// (SkipBadImages), each naming its file.
+	skipped []string
 }
 
 // Option adds to what New sets up.
@@ -182,14 +186,17 @@ func New(ctx context.Context, cfg Config, be tensor.Backend, train, test *data.D
 		return nil, err
 	}
 	tf := data.Plain(train)
-	if cfg.Augment && train.Shape[0] == 3 {
+	switch {
+	case cfg.Augment && train.Streamed():
+		tf = data.ImageNetAugmentation(train, cfg.Seed)
+	case cfg.Augment && train.Shape[0] == 3:
 		tf = data.CIFARAugmentation(train, cfg.Seed)
 	}
-	if t.trainLoader, err = data.NewLoader(train, cfg.BatchSize, tf, 4); err != nil {
+	if t.trainLoader, err = data.NewLoader(train, cfg.BatchSize, tf, t.loaderConfig(4)); err != nil {
 		return nil, err
 	}
 	if test != nil {
-		if t.testLoader, err = data.NewLoader(test, cfg.TestBatchSize, data.Plain(test), 2); err != nil {
+		if t.testLoader, err = data.NewLoader(test, cfg.TestBatchSize, data.Plain(test), t.loaderConfig(2)); err != nil {
 			return nil, err
 		}
 	}
@@ -204,6 +211,20 @@ func New(ctx context.Context, cfg Config, be tensor.Backend, train, test *data.D
 		}
 	}
 	return t, nil
+}
+
+// loaderConfig is the configuration of a loader keeping prefetch
+// batches ready.
+func (t *Trainer) loaderConfig(prefetch int) data.LoaderConfig {
+	workers := t.cfg.Workers
+	if workers == 0 {
+		threads := t.cfg.Threads
+		if threads == 0 {
+			threads = runtime.GOMAXPROCS(0)
+		}
+		workers = max(runtime.GOMAXPROCS(0)-threads, 1)
+	}
+	return data.LoaderConfig{Prefetch: prefetch, Workers: workers, SkipBad: t.cfg.SkipBadImages}
 }
 
 // configureSpec sets the model's outputs (cfg.NumClasses, else the
@@ -402,10 +423,21 @@ func (t *Trainer) Describe(w io.Writer, backend string) {
 		testN = t.test.Len()
 	}
 	aug := ""
-	if t.cfg.Augment && t.train.Shape[0] == 3 {
+	switch {
+	case t.cfg.Augment && t.train.Streamed():
+		aug = fmt.Sprintf(", augmented (RandomResizedCrop %d, flip)", t.train.Shape[1])
+	case t.cfg.Augment && t.train.Shape[0] == 3:
 		aug = ", augmented (random crop 32 pad 4, flip)"
 	}
 	fmt.Fprintf(w, "Data %s: %d training and %d test images%s\n", t.train.Name, t.train.Len(), testN, aug)
+	if t.train.Streamed() {
+		lc := t.loaderConfig(0)
+		workers := fmt.Sprintf("%d workers", lc.Workers)
+		if lc.Workers == 1 {
+			workers = "1 worker"
+		}
+		fmt.Fprintf(w, "Images decoded from their files by %s; JPEG: %s\n", workers, t.trainLoader.Decoder())
+	}
 	epochs := fmt.Sprintf("%d epochs", t.cfg.Epochs)
 	if t.cfg.Epochs == 1 {
 		epochs = "1 epoch"
@@ -501,19 +533,24 @@ func (t *Trainer) finishEpoch(ctx context.Context, epoch int, at *epochProgress,
 	if err := t.trainShard(ctx, epoch, at); err != nil {
 		return report.Epoch{}, 0, err
 	}
-	// The epoch's loss and throughput over all replicas.
-	sums := []float64{at.loss / float64(max(at.lossN, 1)), float64(at.seen)}
+	// The epoch's loss, throughput and unreadable images over all
+	// replicas.
+	sums := []float64{at.loss / float64(max(at.lossN, 1)), float64(at.seen), float64(len(at.skipped))}
 	if err := t.sync.sum(ctx, sums); err != nil {
 		return report.Epoch{}, 0, fmt.Errorf("epoch %d: combining the training loss: %w", epoch, err)
 	}
 	*trained = time.Now()
-	e := report.Epoch{Epoch: epoch, GlobalStep: t.step, TrainLoss: sums[0] / float64(t.sync.world())}
+	e := report.Epoch{Epoch: epoch, GlobalStep: t.step, TrainLoss: sums[0] / float64(t.sync.world()), Skipped: int(sums[2])}
+	if len(at.skipped) > 0 {
+		e.SkippedExample = at.skipped[0]
+	}
 	if t.test != nil {
 		ev, err := t.Evaluate(ctx, t.test)
 		if err != nil {
 			return report.Epoch{}, 0, err
 		}
 		e.TestLoss, e.TestCorrect, e.TestTotal, e.TestTop5, e.Classes = ev.Loss, ev.Correct, ev.Total, ev.Top5, len(ev.Confusion)
+		e.TestSkipped = ev.Skipped
 	}
 	return e, int(sums[1]), nil
 }
@@ -532,11 +569,10 @@ func (t *Trainer) trainShard(ctx context.Context, epoch int, at *epochProgress) 
 		at.batch = 0
 	}
 	at.world = world
-	sampler := data.Sampler{N: t.train.Len(), Shuffle: true, Seed: t.cfg.Seed, Rank: t.sync.rank(), World: world, Skip: at.skip}
-	if err := sampler.Validate(); err != nil {
+	indices, err := t.epochOrder(epoch, world, at.skip)
+	if err != nil {
 		return err
 	}
-	indices := sampler.Indices(epoch)
 	accumulate := max(t.cfg.Accumulate, 1)
 	batches := (len(indices) + t.cfg.BatchSize - 1) / t.cfg.BatchSize
 	if at.batch > batches {
@@ -557,6 +593,10 @@ func (t *Trainer) trainShard(ctx context.Context, epoch int, at *epochProgress) 
 		b, ok := t.trainLoader.Next()
 		t.times.Data += time.Since(t0)
 		if !ok {
+			if err := t.trainLoader.Err(); err != nil {
+				return fmt.Errorf("epoch %d batch %d: %w", epoch, batch, err)
+			}
+			at.skipped = append(at.skipped, t.trainLoader.Skipped()...)
 			break
 		}
 		// The optimizer steps after every accumulate batches and at the
@@ -584,7 +624,7 @@ func (t *Trainer) trainShard(ctx context.Context, epoch int, at *epochProgress) 
 		if !update {
 			continue
 		}
-		*at = epochProgress{batch: batch + 1, loss: lossSum, lossN: lossN, seen: seen, skip: at.skip, world: world, offset: at.offset}
+		*at = epochProgress{batch: batch + 1, loss: lossSum, lossN: lossN, seen: seen, skip: at.skip, world: world, offset: at.offset, skipped: at.skipped}
 		for i, d := range t.dropouts {
 			t.stepCalls[i] = d.Calls
 		}
@@ -600,6 +640,21 @@ func (t *Trainer) trainShard(ctx context.Context, epoch int, at *epochProgress) 
 		}
 	}
 	return nil
+}
+
+// epochOrder returns the training samples this rank trains in epoch,
+// in order, skip samples of the epoch having been trained before a
+// shrink to world ranks. Shards are dealt out by shard: after a shrink
+// their epoch starts over among the survivors (skip does not apply).
+func (t *Trainer) epochOrder(epoch, world, skip int) ([]int, error) {
+	if t.train.Shards != nil {
+		return t.train.Shards.EpochOrder(t.cfg.Seed, epoch, t.sync.rank(), world)
+	}
+	sampler := data.Sampler{N: t.train.Len(), Shuffle: true, Seed: t.cfg.Seed, Rank: t.sync.rank(), World: world, Skip: skip}
+	if err := sampler.Validate(); err != nil {
+		return nil, err
+	}
+	return sampler.Indices(epoch), nil
 }
 
 // reportStep tells the reporter about a finished batch at position in
@@ -627,7 +682,7 @@ func (t *Trainer) Evaluate(ctx context.Context, ds *data.Dataset) (Evaluation, e
 	loader := t.testLoader
 	if ds != t.test || loader == nil {
 		var err error
-		if loader, err = data.NewLoader(ds, t.cfg.TestBatchSize, data.Plain(ds), 2); err != nil {
+		if loader, err = data.NewLoader(ds, t.cfg.TestBatchSize, data.Plain(ds), t.loaderConfig(2)); err != nil {
 			return Evaluation{}, err
 		}
 	}

@@ -323,7 +323,7 @@ func TestClassifier(t *testing.T) {
 func argmaxRow(t *testing.T, tr *Trainer, ds *data.Dataset, i int) int {
 	one := ds.Head(i + 1)
 	one = &data.Dataset{Shape: one.Shape, Images: one.Image(i), Labels: one.Labels[i : i+1], Classes: one.Classes, Mean: one.Mean, Std: one.Std}
-	l, _ := data.NewLoader(one, 1, data.Plain(one), 1)
+	l, _ := data.NewLoader(one, 1, data.Plain(one), data.LoaderConfig{Prefetch: 1})
 	l.Start(0, []int{0})
 	defer l.Stop()
 	b, _ := l.Next()

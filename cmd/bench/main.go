@@ -2,6 +2,7 @@
 //
 //	bench collectives [-np 2,4] [-sizes 8B:64MB] [-ops all_reduce,...] [-variants default,ring,small,s2] [-csv F] [-json F]
 //	bench train [-np 1,2,4] [-model mnist] [-samples 12800]
+//	bench data -data DIR [-workers 1] [-images 2048] [-batch 32] [-size 224] [-eval] [-json]
 //
 // collectives starts the ranks itself (as gorun does) for each world size
 // and variant and prints nccl-tests-style tables: size, count, type,
@@ -9,6 +10,10 @@
 // that differ from the definition), then a summary of bus bandwidth by
 // size. train runs the same training work on each world size, one thread
 // per rank, and prints run time, throughput and speed-up (seed 003's table).
+// data measures the image pipeline on an image folder's training images:
+// decoding, torchvision's RandomResizedCrop and flip (or evaluation's
+// resize and center crop) and normalisation, in images per second
+// (bench/competitors/torch_data.py measures torchvision's DataLoader).
 package main
 
 import (
@@ -28,6 +33,7 @@ import (
 	"github.com/gorun/gorun/bench"
 	"github.com/gorun/gorun/comm"
 	"github.com/gorun/gorun/comm/launch"
+	"github.com/gorun/gorun/train/data"
 )
 
 const workerEnv = "GORUN_BENCH_WORKER_OUT"
@@ -51,15 +57,60 @@ func main() {
 
 func run(args []string, stdout io.Writer) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: bench collectives|train [flags] (bench <command> -h for the flags)")
+		return fmt.Errorf("usage: bench collectives|train|data [flags] (bench <command> -h for the flags)")
 	}
 	switch args[0] {
 	case "collectives":
 		return collectives(args[1:], stdout)
 	case "train":
 		return trainScaling(args[1:], stdout)
+	case "data":
+		return dataPipeline(args[1:], stdout)
 	}
-	return fmt.Errorf("unknown command %q: want collectives or train", args[0])
+	return fmt.Errorf("unknown command %q: want collectives, train or data", args[0])
+}
+
+func dataPipeline(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("bench data", flag.ContinueOnError)
+	dir := fs.String("data", "", "an image folder (DIR/train/CLASS/IMAGE, DIR/val/CLASS/IMAGE) or shards packed from one (shard)")
+	workers := fs.Int("workers", 1, "decoding goroutines")
+	images := fs.Int("images", 2048, "images to time (the training images in a random order, repeated if fewer)")
+	batch := fs.Int("batch", 32, "batch size")
+	size := fs.Int("size", 224, "output image size")
+	eval := fs.Bool("eval", false, "evaluation's Resize(size·8/7)+CenterCrop(size) instead of RandomResizedCrop(size)+flip")
+	asJSON := fs.Bool("json", false, "print the result as one JSON object")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	switch {
+	case fs.NArg() > 0:
+		return fmt.Errorf("bench data: unexpected arguments %q", fs.Args())
+	case *dir == "":
+		return fmt.Errorf("bench data: -data DIR: an image folder is needed (bench/gen_photos.py or gendata --format imagefolder write one)")
+	case *workers < 1 || *batch < 1 || *size < 1:
+		return fmt.Errorf("bench data: -workers %d -batch %d -size %d: want positive numbers", *workers, *batch, *size)
+	}
+	if f, err := data.Detect(*dir); err != nil || (f != data.FormatImageFolder && f != data.FormatShards) {
+		return fmt.Errorf("bench data: %s is not an image folder (DIR/train/CLASS/IMAGE, DIR/val/CLASS/IMAGE) or shards (%s): %v", *dir, data.ShardsIndex, err)
+	}
+	train, _, err := data.LoadSized(*dir, *size)
+	if err != nil {
+		return fmt.Errorf("bench data: %w", err)
+	}
+	tf := data.ImageNetAugmentation(train, 1)
+	if *eval {
+		tf = data.Plain(train)
+	}
+	res, err := bench.MeasureData(train, tf, *batch, *workers, *images)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return json.NewEncoder(stdout).Encode(res)
+	}
+	_, err = fmt.Fprintf(stdout, "%.1f images/s with %d workers (%d images from %s, batch %d, %.2f s): %s; JPEG: %s\n",
+		res.ImagesPerSec, res.Workers, res.Images, res.Source, res.Batch, res.Seconds, res.Transform, res.Decoder)
+	return err
 }
 
 func parseInts(s string) ([]int, error) {

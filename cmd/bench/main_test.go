@@ -2,10 +2,14 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gorun/gorun/bench"
+	"github.com/gorun/gorun/train/data"
 )
 
 // The harness starts its ranks by running its own executable: here, this
@@ -96,5 +100,49 @@ func TestInJobWritesFiles(t *testing.T) {
 	}
 	if b, err := os.ReadFile(js); err != nil || !strings.Contains(string(b), "192") {
 		t.Fatalf("JSON: %v\n%s", err, b)
+	}
+}
+
+// TestDataCommand measures the image pipeline on a small generated
+// folder, as text and as JSON, for both transforms; wrong flags and a
+// folder that is not one are errors naming what is wrong.
+func TestDataCommand(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "photos")
+	tr, _ := data.Synthetic(data.FormatCIFAR10, 60, 1)
+	te, _ := data.Synthetic(data.FormatCIFAR10, 40, 2)
+	if err := data.WriteImageFolder(dir, tr, te, 64, 48, ".jpg"); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := run([]string{"data", "-data", dir, "-workers", "2", "-images", "96", "-batch", "8", "-size", "32", "-json"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	var res bench.DataResult
+	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+		t.Fatalf("%v: %s", err, out.String())
+	}
+	if res.ImagesPerSec <= 0 || res.Workers != 2 || res.Images != 96 || res.Batch != 8 || !strings.Contains(res.Transform, "RandomResizedCrop") || res.Decoder == "" {
+		t.Errorf("result %+v: want 96 images timed (after a batch to warm up), 2 workers, batch 8", res)
+	}
+	out.Reset()
+	if err := run([]string{"data", "-data", dir, "-images", "32", "-batch", "8", "-size", "32", "-eval"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "images/s with 1 workers (32 images from files, batch 8") || !strings.Contains(out.String(), "Resize+CenterCrop") {
+		t.Errorf("text output: %s", out.String())
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"data"}, "-data DIR: an image folder is needed"},
+		{[]string{"data", "-data", dir, "-workers", "0"}, "-workers 0"},
+		{[]string{"data", "-data", dir, "-images", "8", "-batch", "8"}, "want at least two batches"},
+		{[]string{"data", "-data", t.TempDir()}, "is not an image folder (DIR/train/CLASS/IMAGE, DIR/val/CLASS/IMAGE) or shards"},
+		{[]string{"data", "-data", dir, "extra"}, "unexpected arguments"},
+	} {
+		if err := run(c.args, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("bench %v: %v, want an error saying %q", c.args, err, c.want)
+		}
 	}
 }

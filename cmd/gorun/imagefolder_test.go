@@ -43,3 +43,31 @@ func TestResNet50OnImageFolder(t *testing.T) {
 		t.Errorf("checkpoint: model %s, input %v, classes %v", m.Model, m.Input, m.Classes)
 	}
 }
+
+// TestDDPOnShards: shard packs a generated image folder; gorun trains
+// CIFARNet on the shards with DDP over 2 ranks, each streaming shards of
+// its own; evaluation scores every validation sample once across the
+// ranks.
+func TestDDPOnShards(t *testing.T) {
+	bin := buildTools(t, "../train", "../gendata", "../shard")
+	dir := filepath.Join(t.TempDir(), "photos")
+	shards := filepath.Join(t.TempDir(), "shards")
+	for _, cmd := range [][]string{
+		{"gendata", "--format", "imagefolder", "--size", "48x40", "--train", "100", "--test", "40", "--out", dir},
+		{"shard", "--data", dir, "--out", shards, "--samples", "16"},
+	} {
+		if out, err := exec.Command(filepath.Join(bin, cmd[0]), cmd[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v\n%s", cmd[0], err, out)
+		}
+	}
+	out, err := exec.Command(filepath.Join(bin, "gorun"), "-np", "2", filepath.Join(bin, "train"), "--model", "cifarnet", "--data", shards,
+		"--image-size", "32", "--batch-size", "8", "--epochs", "1", "--threads", "1", "--workers", "1", "--progress", "lines").CombinedOutput()
+	if err != nil {
+		t.Fatalf("train: %v\n%s", err, out)
+	}
+	for _, want := range []string{"Data imagefolder:shards: 100 training and 40 test images, augmented (RandomResizedCrop 32, flip)", "Data parallel over 2 ranks", "/40 ("} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}

@@ -217,7 +217,11 @@ func TestInferImageFolderModel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	preds, err := c.Classify([][]byte{te32.Image(5)}, 1)
+	img, err := data.ReadEvalImage(te32.Files[5], 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	preds, err := c.Classify([][]byte{img}, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

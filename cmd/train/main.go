@@ -95,7 +95,9 @@ func parseFlags(args []string) (train.Config, options, error) {
 	fs.IntVar(&cfg.StepSize, "step-size", 0, "StepLR period in epochs (default 1)")
 	fs.Float64Var(&cfg.Gamma, "gamma", 0, "StepLR factor (default 0.7)")
 	fs.Uint64Var(&cfg.Seed, "seed", 0, "random seed: weights, shuffling, augmentation, dropout (default 1)")
-	fs.BoolVar(&cfg.Augment, "augment", false, "random crop and flip for CIFAR data (default per model: on for cifarnet and resnet18)")
+	fs.BoolVar(&cfg.Augment, "augment", false, "random crop and flip of the training images: a padded crop for CIFAR data, torchvision's RandomResizedCrop for an image folder (default per model: on for cifarnet and the resnets)")
+	fs.IntVar(&cfg.Workers, "workers", 0, "goroutines decoding and transforming an image folder's images (default: one per core the compute threads leave, at least 1)")
+	fs.BoolVar(&cfg.SkipBadImages, "skip-bad-images", false, "leave image files that cannot be decoded out of their batch and count them at the end of each epoch (default: stop with an error naming the file)")
 	fs.StringVar(&o.device, "device", "auto", "compute device: cuda (a GPU: LOCAL_RANK mod the visible ones), cpu, or auto (a GPU when the CUDA driver sees one, else the CPU)")
 	fs.BoolVar(&o.tf32, "tf32", false, "on a GPU, let matrix products use TF32 (as torch.backends.cuda.matmul.allow_tf32)")
 	fs.IntVar(&cfg.Threads, "threads", 0, "compute threads (default: GOMAXPROCS, which gorun sets to cores/ranks)")
@@ -359,6 +361,7 @@ func resolveConfig(flags train.Config, set map[string]bool, resume string) (trai
 		"num-classes": func() { base.NumClasses = flags.NumClasses }, "zero-init-residual": func() { base.ZeroInitResidual = flags.ZeroInitResidual },
 		"nesterov": func() { base.Nesterov = flags.Nesterov }, "label-smoothing": func() { base.LabelSmoothing = flags.LabelSmoothing },
 		"warmup-epochs": func() { base.WarmupEpochs = flags.WarmupEpochs }, "no-decay-norm-bias": func() { base.NoDecayNormBias = flags.NoDecayNormBias },
+		"workers": func() { base.Workers = flags.Workers }, "skip-bad-images": func() { base.SkipBadImages = flags.SkipBadImages },
 	}
 	for name, apply := range override {
 		if set[name] {
@@ -368,8 +371,11 @@ func resolveConfig(flags train.Config, set map[string]bool, resume string) (trai
 	if err := base.Validate(); err != nil {
 		return base, fmt.Errorf("invalid settings: %w", err)
 	}
+	if resume != "" && !set["workers"] {
+		base.Workers = 0 // the saved count fits the machine it was saved on
+	}
 	if resume != "" && !set["threads"] {
-		base.Threads = 0 // the saved count fits the machine it was saved on
+		base.Threads = 0 // likewise
 	}
 	if base.Threads <= 0 {
 		// gorun gives each of N ranks on a host GOMAXPROCS = cores/N.

@@ -82,6 +82,7 @@ func TestTrainCommandErrors(t *testing.T) {
 		{[]string{"--synthetic", "--pipeline", "-2"}, "--pipeline -2"},
 		{[]string{"--synthetic", "--pipeline", "2", "--microbatches", "-1"}, "--microbatches -1"},
 		{[]string{"--synthetic", "--threads", "-3"}, "--threads -3"},
+		{[]string{"--synthetic", "--workers", "-1"}, "--workers -1"},
 		{[]string{"--synthetic", "--train-samples", "-5"}, "--train-samples -5"},
 		{[]string{"--synthetic", "--test-samples", "-1"}, "--test-samples -1"},
 		{[]string{"--synthetic", "--log-interval", "-1"}, "--log-interval -1"},
@@ -220,5 +221,36 @@ func TestResNetOptions(t *testing.T) {
 	// Epoch 1 warms up from 1% (0.005), epoch 2 starts the cosine at 0.5.
 	if !strings.Contains(out.String(), "sgd lr 0.5 momentum 0.9 (Nesterov) weight decay 0.0001 (not on batch norm and biases), linear warm-up over 1 epochs, cosine annealing over 1 epochs, label smoothing 0.1") || m.LR != 0 {
 		t.Errorf("the run's description or final rate (%v, want 0 after the cosine's one epoch):\n%s", m.LR, out.String())
+	}
+}
+
+// TestBadImageInFolder: a file in an image folder that is not an image
+// stops training with an error naming it; with --skip-bad-images the
+// epoch goes on without it and its end says how many were skipped, with
+// one of them named. CIFARNet takes the folder's images at 32×32.
+func TestBadImageInFolder(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "photos")
+	tr, _ := data.Synthetic(data.FormatCIFAR10, 60, 1)
+	te, _ := data.Synthetic(data.FormatCIFAR10, 40, 2)
+	if err := data.WriteImageFolder(dir, tr, te, 40, 36, ".jpg"); err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(dir, "train", "airplane", "000000.jpg")
+	if err := os.WriteFile(bad, []byte("<html>not an image</html>"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--model", "cifarnet", "--data", dir, "--image-size", "32", "--epochs", "1", "--batch-size", "16", "--threads", "1", "--workers", "2", "--progress", "lines"}
+	var out bytes.Buffer
+	if err := run(args, &out); err == nil || !strings.Contains(err.Error(), bad) || !strings.Contains(err.Error(), "--skip-bad-images") {
+		t.Fatalf("a bad image: %v; want an error naming %s and --skip-bad-images", err, bad)
+	}
+	out.Reset()
+	if err := run(append(args, "--skip-bad-images"), &out); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"augmented (RandomResizedCrop 32, flip)", "Images decoded from their files by 2 workers; JPEG: ", "Epoch 1: skipped 1 unreadable images, e.g. " + bad, "Accuracy: "} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
 	}
 }

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gorun/gorun/train/data"
 )
 
 // cluster is the test cluster and the binaries built for it; skip says
@@ -162,21 +164,31 @@ func TestRankFailsUnderSrun(t *testing.T) {
 // TestBatchScripts submits each batch script of this folder with sbatch
 // --wait on a few hundred images: each trains, evaluates and writes its
 // checkpoint. ddp-2nodes.sh spans both nodes; ddp-1node.sh's 4 tasks
-// overcommit a test node's CPUs (-O).
+// overcommit a test node's CPUs (-O); resnet50-imagenet.sh trains
+// ResNet-50 across both nodes on a small generated image folder (32×32
+// crops, a few steps).
 func TestBatchScripts(t *testing.T) {
-	data := "--synthetic"
+	mnist := "--synthetic"
 	if _, err := os.Stat("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"); err == nil {
-		data = "--data /usr/share/datasets/fashion-mnist"
+		mnist = "--data /usr/share/datasets/fashion-mnist"
+	}
+	photos := filepath.Join(t.TempDir(), "photos")
+	tr, _ := data.Synthetic(data.FormatCIFAR10, 60, 1)
+	te, _ := data.Synthetic(data.FormatCIFAR10, 40, 2)
+	if err := data.WriteImageFolder(photos, tr, te, 48, 40, ".jpg"); err != nil {
+		t.Fatal(err)
 	}
 	small := " --epochs 1 --train-samples 1024 --test-samples 256 --progress lines"
 	for _, c := range []struct {
-		script, args, ranks, checkpoint string
-		sbatch                          []string
+		script, args, checkpoint string
+		want, sbatch             []string
 	}{
-		{"one-task.sh", data + small, "", "mnist.safetensors", nil},
-		{"ddp-1node.sh", data + small, "4 ranks", "mnist.safetensors", []string{"--overcommit"}},
-		{"ddp-2nodes.sh", data + small, "4 ranks", "mnist.safetensors", nil},
-		{"gpipe-3tasks.sh", "--synthetic --epochs 1 --train-samples 256 --test-samples 64 --batch-size 32 --progress lines", "", "cifar.stage2.safetensors", nil},
+		{"one-task.sh", mnist + small, "mnist.safetensors", nil, nil},
+		{"ddp-1node.sh", mnist + small, "mnist.safetensors", []string{"4 ranks"}, []string{"--overcommit"}},
+		{"ddp-2nodes.sh", mnist + small, "mnist.safetensors", []string{"4 ranks"}, nil},
+		{"gpipe-3tasks.sh", "--synthetic --epochs 1 --train-samples 256 --test-samples 64 --batch-size 32 --progress lines", "cifar.stage2.safetensors", nil, nil},
+		{"resnet50-imagenet.sh", "--image-size 32 --batch-size 4 --epochs 1 --train-samples 16 --test-samples 8 --threads 1 --progress lines", "resnet50.safetensors",
+			[]string{"Model resnet50", "2 ranks", "decoded from their files by 2 workers"}, []string{"--export=ALL,DATA=" + photos}},
 	} {
 		t.Run(strings.TrimSuffix(c.script, ".sh"), func(t *testing.T) {
 			script, err := filepath.Abs(c.script)
@@ -185,13 +197,22 @@ func TestBatchScripts(t *testing.T) {
 			}
 			work := t.TempDir()
 			log := filepath.Join(work, "job.out")
-			args := append([]string{"--wait", "--chdir", work, "--output", log, "--export=ALL,BIN=" + cluster.bin + ",TRAIN_ARGS=" + c.args}, c.sbatch...)
+			export := "--export=ALL,BIN=" + cluster.bin + ",TRAIN_ARGS=" + c.args
+			var extra []string
+			for _, a := range c.sbatch {
+				if more, ok := strings.CutPrefix(a, "--export=ALL,"); ok {
+					export += "," + more
+				} else {
+					extra = append(extra, a)
+				}
+			}
+			args := append([]string{"--wait", "--chdir", work, "--output", log, export}, extra...)
 			out, err := slurm(t, 3*time.Minute, "sbatch", append(args, script)...)
 			jobOut, _ := os.ReadFile(log)
 			if err != nil {
 				t.Fatalf("sbatch: %v\n%s\njob output:\n%s", err, out, jobOut)
 			}
-			for _, want := range []string{c.ranks, "Test set"} {
+			for _, want := range append(c.want, "Test set") {
 				if !strings.Contains(string(jobOut), want) {
 					t.Errorf("job output lacks %q:\n%s", want, jobOut)
 				}

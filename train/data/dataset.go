@@ -15,8 +15,17 @@ type Dataset struct {
 	Name string
 	// Shape is the per-image [C, H, W].
 	Shape [3]int
-	// Images holds Len()·C·H·W bytes.
+	// Images holds Len()·C·H·W bytes, unless the images are in files.
 	Images []byte
+	// Files, for images read from files as batches need them (an image
+	// folder), names each image's file, and Images is empty: the loader
+	// decodes and transforms them to Shape (Transform.ResizedCrop, else
+	// evaluation's resize and center crop).
+	Files []string
+	// Shards, for images streamed from WebDataset-style tar shards,
+	// holds them; Images, Files and Labels are empty (each sample's class
+	// is in its shard).
+	Shards *ShardSet
 	// Labels holds one class index per image.
 	Labels []int32
 	// Classes names the classes.
@@ -26,12 +35,21 @@ type Dataset struct {
 }
 
 // Len returns the number of images.
-func (d *Dataset) Len() int { return len(d.Labels) }
+func (d *Dataset) Len() int {
+	if d.Shards != nil {
+		return d.Shards.Len()
+	}
+	return len(d.Labels)
+}
+
+// Streamed reports whether the images are read from files as batches
+// need them (Files or Shards), not held in memory.
+func (d *Dataset) Streamed() bool { return d.Files != nil || d.Shards != nil }
 
 // ImageSize returns the bytes per image.
 func (d *Dataset) ImageSize() int { return d.Shape[0] * d.Shape[1] * d.Shape[2] }
 
-// Image returns image i's bytes.
+// Image returns image i's bytes (of data held in memory, not Files).
 func (d *Dataset) Image(i int) []byte {
 	n := d.ImageSize()
 	return d.Images[i*n : (i+1)*n]
@@ -44,14 +62,26 @@ func (d *Dataset) Head(n int) *Dataset {
 		return d
 	}
 	h := *d
-	h.Images = d.Images[:n*d.ImageSize()]
+	if d.Shards != nil {
+		h.Shards = d.Shards.head(n)
+		return &h
+	}
+	if d.Files != nil {
+		h.Files = d.Files[:n]
+	} else {
+		h.Images = d.Images[:n*d.ImageSize()]
+	}
 	h.Labels = d.Labels[:n]
 	return &h
 }
 
 // check validates sizes and labels; where names the data in errors.
 func (d *Dataset) check(where string) error {
-	if len(d.Images) != d.Len()*d.ImageSize() {
+	if d.Files != nil {
+		if len(d.Files) != d.Len() || len(d.Images) != 0 {
+			return fmt.Errorf("%s: %d files and %d bytes of images for %d labels", where, len(d.Files), len(d.Images), d.Len())
+		}
+	} else if len(d.Images) != d.Len()*d.ImageSize() {
 		return fmt.Errorf("%s: %d bytes of images for %d labels of %v images", where, len(d.Images), d.Len(), d.Shape)
 	}
 	for i, l := range d.Labels {
@@ -113,6 +143,9 @@ const (
 	// FormatImageFolder is torchvision's ImageFolder layout: DIR/train/CLASS/IMAGE
 	// and DIR/val/CLASS/IMAGE, JPEG or PNG.
 	FormatImageFolder Format = "imagefolder"
+	// FormatShards is WebDataset-style tar shards with their index,
+	// shards.json, as WriteShards packs an image folder.
+	FormatShards Format = "shards"
 )
 
 // Detect reports the format of the dataset in dir.
@@ -136,7 +169,10 @@ func Detect(dir string) (Format, error) {
 	if isImageFolder(dir) {
 		return FormatImageFolder, nil
 	}
-	return "", fmt.Errorf("%s holds neither MNIST-format files (train-images-idx3-ubyte[.gz], ...), nor CIFAR-10 binary batches (data_batch_1.bin ... test_batch.bin, or cifar-10-binary.tar.gz), nor an image folder (train/CLASS/IMAGE and val/CLASS/IMAGE, JPEG or PNG)", dir)
+	if isShardDir(dir) {
+		return FormatShards, nil
+	}
+	return "", fmt.Errorf("%s holds neither MNIST-format files (train-images-idx3-ubyte[.gz], ...), nor CIFAR-10 binary batches (data_batch_1.bin ... test_batch.bin, or cifar-10-binary.tar.gz), nor an image folder (train/CLASS/IMAGE and val/CLASS/IMAGE, JPEG or PNG), nor shards (shards.json and its tar files)", dir)
 }
 
 // Load reads the training and test splits of the dataset in dir (a
@@ -144,7 +180,7 @@ func Detect(dir string) (Format, error) {
 // an image folder's images are cropped to 224×224 (LoadSized).
 func Load(dir string) (train, test *Dataset, err error) { return LoadSized(dir, 224) }
 
-// LoadSized is Load with an image folder's images resized (shorter side)
+// LoadSized is Load with an image folder's (or shards') images resized (shorter side)
 // to crop·8/7 and center-cropped to crop×crop (224: torchvision's 256 and
 // 224).
 func LoadSized(dir string, crop int) (train, test *Dataset, err error) {
@@ -155,9 +191,12 @@ func LoadSized(dir string, crop int) (train, test *Dataset, err error) {
 	switch f {
 	case FormatMNIST:
 		return LoadMNIST(dir)
-	case FormatImageFolder:
+	case FormatImageFolder, FormatShards:
 		if crop < 1 {
 			return nil, nil, fmt.Errorf("image size %d: want at least 1", crop)
+		}
+		if f == FormatShards {
+			return LoadShards(dir, crop)
 		}
 		return LoadImageFolder(dir, crop)
 	default:

@@ -8,6 +8,7 @@ import (
 	"image/color"
 	"image/jpeg" // JPEG files, baseline and progressive, grayscale and CMYK
 	"image/png"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -78,17 +79,112 @@ func ScanImageFolder(dir string) (classes []string, samples []FolderSample, err 
 
 // ReadRGB decodes the image file at path into 8-bit RGB, as Pillow's
 // convert("RGB") (grayscale replicated; CMYK as Pillow converts it). Its
-// errors name the file.
+// errors name the file. (It is NewImageReader's Read, once.)
 func ReadRGB(path string) (*RGB, error) {
-	b, err := os.ReadFile(path)
+	r := NewImageReader()
+	defer r.Close()
+	return r.Read(path)
+}
+
+// ImageReader reads image files into 8-bit RGB as Pillow's
+// convert("RGB"). JPEG files are decoded by libjpeg-turbo, the library
+// Pillow uses, when its TurboJPEG library loads (libturbojpeg.so.0, or
+// GORUN_TURBOJPEG's path): byte for byte Pillow's pixels, several times
+// faster than Go; otherwise, or with GORUN_JPEG=go, by Go's image/jpeg
+// (within 2 levels of Pillow's). CMYK JPEGs and PNGs are decoded by Go.
+// An ImageReader serves one goroutine at a time and reuses its file
+// buffer.
+type ImageReader struct {
+	tj      *turboJPEG // nil: Go's decoder
+	why     string     // why not TurboJPEG
+	buf     []byte
+	scratch bytes.Reader
+}
+
+// NewImageReader returns a reader, with TurboJPEG where it loads.
+func NewImageReader() *ImageReader {
+	r := &ImageReader{}
+	if os.Getenv("GORUN_JPEG") == "go" {
+		r.why = "GORUN_JPEG=go"
+		return r
+	}
+	tj, err := openTurboJPEG()
+	if err != nil {
+		r.why = err.Error()
+		return r
+	}
+	r.tj = tj
+	return r
+}
+
+// Decoder describes the JPEG decoder in use, and why when it is Go's.
+func (r *ImageReader) Decoder() string {
+	if r.tj != nil {
+		return "libjpeg-turbo (" + r.tj.path + ")"
+	}
+	return "Go image/jpeg: " + r.why
+}
+
+// Read decodes the image file at path; errors name the file.
+func (r *ImageReader) Read(path string) (*RGB, error) { return r.readInto(path, nil) }
+
+// readInto is Read decoding into reuse's pixel buffer where it can (a
+// JPEG by libjpeg-turbo that fits).
+func (r *ImageReader) readInto(path string, reuse *RGB) (*RGB, error) {
+	b, err := r.readFile(path)
 	if err != nil {
 		return nil, err
 	}
-	img, _, err := image.Decode(bytes.NewReader(b))
+	return r.decode(b, path, reuse)
+}
+
+// decode decodes the image file contents b (from where, which errors
+// name), into reuse's buffer where it can.
+func (r *ImageReader) decode(b []byte, where string, reuse *RGB) (*RGB, error) {
+	if r.tj != nil && len(b) > 2 && b[0] == 0xff && b[1] == 0xd8 {
+		m, err := r.tj.decode(b, reuse)
+		if err != nil {
+			return nil, fmt.Errorf("%s: not a JPEG image that decodes: %w", where, err)
+		}
+		if m != nil {
+			return m, nil
+		}
+	}
+	r.scratch.Reset(b)
+	img, _, err := image.Decode(&r.scratch)
 	if err != nil {
-		return nil, fmt.Errorf("%s: not an image Go decodes (JPEG or PNG): %w", path, err)
+		return nil, fmt.Errorf("%s: not an image Go decodes (JPEG or PNG): %w", where, err)
 	}
 	return toRGB(img), nil
+}
+
+// readFile reads the file at path into the reader's buffer.
+func (r *ImageReader) readFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if int64(cap(r.buf)) < st.Size() {
+		r.buf = make([]byte, st.Size())
+	}
+	n, err := io.ReadFull(f, r.buf[:st.Size()])
+	if err != nil {
+		return nil, fmt.Errorf("%s: read %d of its %d bytes: %w", path, n, st.Size(), err)
+	}
+	return r.buf[:n], nil
+}
+
+// Close frees the decoder.
+func (r *ImageReader) Close() {
+	if r.tj != nil {
+		r.tj.close()
+		r.tj = nil
+	}
 }
 
 func toRGB(img image.Image) *RGB {
@@ -177,14 +273,16 @@ func appendEvalImage(b []byte, path string, crop int) ([]byte, error) {
 	return appendCHW(b, m), nil
 }
 
-// LoadImageFolder reads an image folder's train and val splits (each a
-// torchvision ImageFolder) into memory, every image as ReadEvalImage
-// reads it. The classes are train's; val must have the same. Data of
-// ImageNet's size does not fit in memory this way (a streaming loader is
-// issue 27's next step).
+// LoadImageFolder reads the list of an image folder's train and val
+// splits (each a torchvision ImageFolder): the datasets' images stay in
+// their files, decoded by the loader as batches need them, crop×crop
+// (Dataset.Files). The classes are train's; val must have the same.
 func LoadImageFolder(dir string, crop int) (train, test *Dataset, err error) {
 	var splits [2]*Dataset
 	for i, split := range []string{"train", "val"} {
+		if st, err := os.Stat(filepath.Join(dir, split)); err != nil || !st.IsDir() {
+			return nil, nil, fmt.Errorf("%s is not an image folder: it has no %s/ directory (want %s/train/CLASS/IMAGE and %s/val/CLASS/IMAGE)", dir, split, dir, dir)
+		}
 		classes, samples, err := ScanImageFolder(filepath.Join(dir, split))
 		if err != nil {
 			return nil, nil, err
@@ -196,12 +294,9 @@ func LoadImageFolder(dir string, crop int) (train, test *Dataset, err error) {
 			return nil, nil, fmt.Errorf("%s has classes %v, %s has %v: they must be the same", filepath.Join(dir, "val"), classes, filepath.Join(dir, "train"), splits[0].Classes)
 		}
 		d := &Dataset{Name: imageFolderPrefix + filepath.Base(filepath.Clean(dir)), Shape: [3]int{3, crop, crop}, Classes: classes,
-			Mean: slices.Clone(ImageNetMean), Std: slices.Clone(ImageNetStd), Images: make([]byte, 0, len(samples)*3*crop*crop), Labels: make([]int32, 0, len(samples))}
-		for _, s := range samples {
-			if d.Images, err = appendEvalImage(d.Images, s.Path, crop); err != nil {
-				return nil, nil, err
-			}
-			d.Labels = append(d.Labels, int32(s.Class))
+			Mean: slices.Clone(ImageNetMean), Std: slices.Clone(ImageNetStd), Files: make([]string, len(samples)), Labels: make([]int32, len(samples))}
+		for j, s := range samples {
+			d.Files[j], d.Labels[j] = s.Path, int32(s.Class)
 		}
 		splits[i] = d
 	}
@@ -259,18 +354,23 @@ func WriteImageFolder(dir string, train, test *Dataset, w, h int, ext string) er
 		}
 		for i := range s.d.Len() {
 			m := fromCHW(s.d.Image(i), s.d.Shape[2], s.d.Shape[1]).Resize(w, h)
-			img := &image.NRGBA{Pix: make([]byte, 4*w*h), Stride: 4 * w, Rect: image.Rect(0, 0, w, h)}
-			for p := range w * h {
-				copy(img.Pix[4*p:4*p+3], m.Pix[3*p:3*p+3])
-				img.Pix[4*p+3] = 255
-			}
 			path := filepath.Join(dir, s.split, s.d.Classes[s.d.Labels[i]], fmt.Sprintf("%06d%s", i, ext))
-			if err := writeImage(path, img, ext); err != nil {
+			if err := writeImage(path, m.nrgba(), ext); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// nrgba returns m as an opaque image.NRGBA (for Go's encoders).
+func (m *RGB) nrgba() *image.NRGBA {
+	img := &image.NRGBA{Pix: make([]byte, 4*m.W*m.H), Stride: 4 * m.W, Rect: image.Rect(0, 0, m.W, m.H)}
+	for p := range m.W * m.H {
+		copy(img.Pix[4*p:4*p+3], m.Pix[3*p:3*p+3])
+		img.Pix[4*p+3] = 255
+	}
+	return img
 }
 
 // fromCHW makes an RGB image of channel-planar bytes.

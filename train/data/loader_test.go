@@ -124,7 +124,7 @@ func TestTransform(t *testing.T) {
 func TestLoader(t *testing.T) {
 	d := synth(t, FormatCIFAR10, 50, 6)
 	tf := CIFARAugmentation(d, 3)
-	l, err := NewLoader(d, 16, tf, 2)
+	l, err := NewLoader(d, 16, tf, LoaderConfig{Prefetch: 2})
 	if err != nil {
 		t.Fatal(err)
 	}

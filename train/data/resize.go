@@ -28,65 +28,106 @@ func (m *RGB) Crop(x, y, w, h int) *RGB {
 // vertically, in 8-bit fixed point with Pillow's rounding, so that the
 // result is Pillow's to the byte.
 func (m *RGB) Resize(w, h int) *RGB {
-	out := m
-	if w != m.W {
-		out = resample(out, w, true)
-	}
-	if h != m.H {
-		out = resample(out, h, false)
-	}
-	if out == m {
-		out = &RGB{W: m.W, H: m.H, Pix: append([]byte(nil), m.Pix...)}
-	}
+	out := NewRGB(w, h)
+	var s resizeScratch
+	s.resizeInto(out, m, 0, 0, m.W, m.H)
 	return out
 }
 
-// precisionBits is Pillow's fixed-point precision for 8-bit resampling.
+// resizeScratch holds the buffers of resizeInto, reused between calls.
+type resizeScratch struct {
+	between []byte  // the horizontal pass's result
+	acc     []int32 // the vertical pass's sums for one row
+}
+
+// resizeInto scales the cw×ch part of m whose top left corner is (left,
+// top) to dst's size, as m.Crop(left, top, cw, ch).Resize(dst.W, dst.H)
+// would, without the copies.
+func (s *resizeScratch) resizeInto(dst, m *RGB, left, top, cw, ch int) {
+	src := view{pix: m.Pix[3*(top*m.W+left):], stride: 3 * m.W, w: cw, h: ch}
+	if dst.W != cw {
+		n := 3 * dst.W * ch
+		if cap(s.between) < n {
+			s.between = make([]byte, n)
+		}
+		mid := view{pix: s.between[:n], stride: 3 * dst.W, w: dst.W, h: ch}
+		if dst.H == ch {
+			mid.pix = dst.Pix
+		}
+		horizontalPass(mid, src)
+		src = mid
+	}
+	if dst.H != ch {
+		s.verticalPass(view{pix: dst.Pix, stride: 3 * dst.W, w: dst.W, h: dst.H}, src)
+	} else if dst.W == cw {
+		for y := range ch {
+			copy(dst.Pix[3*y*dst.W:3*(y+1)*dst.W], src.pix[y*src.stride:y*src.stride+3*cw])
+		}
+	}
+}
+
+// view is a w×h view of RGB pixels, rows stride bytes apart.
+type view struct {
+	pix    []byte
+	stride int
+	w, h   int
+}
+
+// precisionBits is Pillow's fixed-point precision for 8-bit resampling;
+// sums fit in 32 bits, as Pillow's do.
 const precisionBits = 32 - 8 - 2
 
-// resample scales m along one axis (horizontal: its width) to n pixels.
-func resample(m *RGB, n int, horizontal bool) *RGB {
-	in := m.H
-	if horizontal {
-		in = m.W
-	}
-	bounds, coeffs, ksize := filterCoeffs(in, n)
-	var out *RGB
-	if horizontal {
-		out = NewRGB(n, m.H)
-	} else {
-		out = NewRGB(m.W, n)
-	}
-	for o := range n {
-		lo, cnt := bounds[2*o], bounds[2*o+1]
-		k := coeffs[o*ksize : o*ksize+cnt]
-		if horizontal {
-			for y := range m.H {
-				row := m.Pix[3*y*m.W:]
-				for c := range 3 {
-					ss := int64(1) << (precisionBits - 1)
-					for i, kk := range k {
-						ss += int64(row[3*(lo+i)+c]) * int64(kk)
-					}
-					out.Pix[3*(y*n+o)+c] = clip8(ss)
-				}
+// horizontalPass scales src's rows to dst's width.
+func horizontalPass(dst, src view) {
+	bounds, coeffs, ksize := filterCoeffs(src.w, dst.w)
+	const half = int32(1) << (precisionBits - 1)
+	for y := range src.h {
+		row := src.pix[y*src.stride : y*src.stride+3*src.w]
+		out := dst.pix[y*dst.stride : y*dst.stride+3*dst.w]
+		for o := range dst.w {
+			lo, cnt := bounds[2*o], bounds[2*o+1]
+			k := coeffs[o*ksize : o*ksize+cnt]
+			p := row[3*lo : 3*(lo+cnt)]
+			s0, s1, s2 := half, half, half
+			for i, kk := range k {
+				q := p[3*i : 3*i+3]
+				s0 += int32(q[0]) * kk
+				s1 += int32(q[1]) * kk
+				s2 += int32(q[2]) * kk
 			}
-			continue
-		}
-		for x := range m.W {
-			for c := range 3 {
-				ss := int64(1) << (precisionBits - 1)
-				for i, kk := range k {
-					ss += int64(m.Pix[3*((lo+i)*m.W+x)+c]) * int64(kk)
-				}
-				out.Pix[3*(o*m.W+x)+c] = clip8(ss)
-			}
+			o3 := out[3*o : 3*o+3]
+			o3[0], o3[1], o3[2] = clip8(s0), clip8(s1), clip8(s2)
 		}
 	}
-	return out
 }
 
-func clip8(ss int64) byte { return clampByte(ss >> precisionBits) }
+// verticalPass scales src's columns to dst's height, a row at a time.
+func (s *resizeScratch) verticalPass(dst, src view) {
+	bounds, coeffs, ksize := filterCoeffs(src.h, dst.h)
+	n := 3 * src.w
+	if cap(s.acc) < n {
+		s.acc = make([]int32, n)
+	}
+	acc := s.acc[:n]
+	for o := range dst.h {
+		lo, cnt := bounds[2*o], bounds[2*o+1]
+		for j := range acc {
+			acc[j] = 1 << (precisionBits - 1)
+		}
+		for i, kk := range coeffs[o*ksize : o*ksize+cnt] {
+			row := src.pix[(lo+i)*src.stride : (lo+i)*src.stride+n]
+			for j, v := range row {
+				acc[j] += int32(v) * kk
+			}
+		}
+		out := dst.pix[o*dst.stride : o*dst.stride+n]
+		for j, v := range acc {
+			out[j] = clip8(v)
+		}
+	}
+}
+
+func clip8(ss int32) byte { return clampByte(int64(ss >> precisionBits)) }
 
 // clampByte is v limited to 0–255.
 func clampByte(v int64) byte {

@@ -211,25 +211,9 @@ func writeGzipFile(path string, b []byte) error {
 
 // writeFileAtomic writes b to a temporary file beside path, syncs it and
 // renames it into place, so path never holds a partial file.
-func writeFileAtomic(path string, b []byte) (err error) {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
+func writeFileAtomic(path string, b []byte) error {
+	return writeAtomically(path, func(w io.Writer) error {
+		_, err := w.Write(b)
 		return err
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
-	if _, err = io.Copy(f, bytes.NewReader(b)); err != nil {
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
+	})
 }

@@ -1,5 +1,10 @@
 package data
 
+import (
+	"fmt"
+	"math/rand/v2"
+)
+
 // Transform turns an image's bytes into the network's input: optional
 // random crop with zero padding (torchvision's RandomCrop(size, padding)),
 // optional random horizontal flip, then per-channel normalisation
@@ -12,16 +17,29 @@ type Transform struct {
 	Pad int
 	// Flip mirrors an image left–right with probability ½.
 	Flip bool
-	Seed uint64
+	// ResizedCrop, for images read from files (Dataset.Files), scales a
+	// random part of each image to the dataset's image size, as
+	// torchvision's RandomResizedCrop (area 8–100%, aspect ratio 3/4–4/3,
+	// bilinear with antialiasing). Without it such images are taken as
+	// evaluation takes them (ReadEvalImage).
+	ResizedCrop bool
+	Seed        uint64
 }
 
 // Augment reports whether the transform is random.
-func (t Transform) Augment() bool { return t.Pad > 0 || t.Flip }
+func (t Transform) Augment() bool { return t.Pad > 0 || t.Flip || t.ResizedCrop }
 
 // CIFARAugmentation is seed 000's training transform for CIFAR-10: random
 // crop 32 with padding 4 and random horizontal flip.
 func CIFARAugmentation(d *Dataset, seed uint64) Transform {
 	return Transform{Mean: d.Mean, Std: d.Std, Pad: 4, Flip: true, Seed: seed}
+}
+
+// ImageNetAugmentation is torchvision's ImageNet training transform for
+// images read from files: RandomResizedCrop to the dataset's image size,
+// RandomHorizontalFlip, Normalize.
+func ImageNetAugmentation(d *Dataset, seed uint64) Transform {
+	return Transform{Mean: d.Mean, Std: d.Std, ResizedCrop: true, Flip: true, Seed: seed}
 }
 
 // Plain normalises without augmentation.
@@ -54,9 +72,14 @@ func mix(z uint64) uint64 {
 	return z ^ (z >> 31)
 }
 
+// draw is image index's random word in epoch.
+func (t Transform) draw(epoch, index int) uint64 {
+	return mix(t.Seed ^ mix(uint64(epoch)<<32^uint64(index)+0x9e3779b97f4a7c15))
+}
+
 // choices returns image index's crop offsets in [0, 2·Pad] and flip.
 func (t Transform) choices(epoch, index int) (dy, dx int, flip bool) {
-	r := mix(t.Seed ^ mix(uint64(epoch)<<32^uint64(index)+0x9e3779b97f4a7c15))
+	r := t.draw(epoch, index)
 	if t.Pad > 0 {
 		span := uint64(2*t.Pad + 1)
 		dy, dx = int(r%span), int((r/span)%span)
@@ -109,4 +132,68 @@ func (t Transform) apply(tab lut, img []byte, shape [3]int, out []float32, epoch
 			}
 		}
 	}
+}
+
+// fileWorker is what one goroutine needs to transform images read from
+// files, reused from image to image.
+type fileWorker struct {
+	reader  *ImageReader
+	decoded *RGB // the last image decoded
+	out     *RGB // the transformed image
+	resize  resizeScratch
+}
+
+// applyFile reads the image file at path and writes its transformed
+// pixels, [C, H, W] for shape, to out: a random resized crop and flip, or
+// evaluation's resize and center crop (H×W square).
+func (t Transform) applyFile(wk *fileWorker, tab lut, path string, shape [3]int, out []float32, epoch, index int) error {
+	m, err := wk.reader.readInto(path, wk.decoded)
+	if err != nil {
+		return err
+	}
+	return t.applyDecoded(wk, tab, m, path, shape, out, epoch, index)
+}
+
+// applyBytes is applyFile for an image file's contents, read from where.
+func (t Transform) applyBytes(wk *fileWorker, tab lut, b []byte, where string, shape [3]int, out []float32, epoch, index int) error {
+	m, err := wk.reader.decode(b, where, wk.decoded)
+	if err != nil {
+		return err
+	}
+	return t.applyDecoded(wk, tab, m, where, shape, out, epoch, index)
+}
+
+// applyDecoded transforms decoded image m of sample index from path.
+func (t Transform) applyDecoded(wk *fileWorker, tab lut, m *RGB, path string, shape [3]int, out []float32, epoch, index int) (err error) {
+	wk.decoded = m
+	h, w := shape[1], shape[2]
+	if wk.out == nil || wk.out.W != w || wk.out.H != h {
+		wk.out = NewRGB(w, h)
+	}
+	draw := t.draw(epoch, index)
+	if t.ResizedCrop {
+		rng := rand.New(rand.NewPCG(draw, t.Seed))
+		left, top, cw, ch := randomResizedCrop(m.W, m.H, rng)
+		wk.resize.resizeInto(wk.out, m, left, top, cw, ch)
+		m = wk.out
+	} else if m, err = EvalTransform(m, h*8/7, h); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	flip := t.Flip && draw>>63 == 1
+	n := h * w
+	r, g, b := out[:n], out[n:2*n], out[2*n:3*n]
+	tr, tg, tb := &tab[0], &tab[1], &tab[2]
+	for y := range h {
+		src := m.Pix[3*y*w : 3*(y+1)*w]
+		or, og, ob := r[y*w:(y+1)*w], g[y*w:(y+1)*w], b[y*w:(y+1)*w]
+		for x := range w {
+			sx := x
+			if flip {
+				sx = w - 1 - x
+			}
+			p := src[3*sx : 3*sx+3]
+			or[x], og[x], ob[x] = tr[p[0]], tg[p[1]], tb[p[2]]
+		}
+	}
+	return nil
 }

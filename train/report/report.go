@@ -40,6 +40,13 @@ type Epoch struct {
 	Seconds      float64
 	ImagesPerSec float64
 	LR           float32
+	// Skipped counts the training images left out because their files
+	// could not be read (--skip-bad-images), over all ranks;
+	// SkippedExample is one of them, the error naming its file.
+	Skipped        int
+	SkippedExample string
+	// TestSkipped counts the test images left out likewise.
+	TestSkipped int
 }
 
 // TestAccuracy returns TestCorrect/TestTotal.

@@ -39,13 +39,20 @@ func (l *LogLines) Epoch(e Epoch) error {
 
 func printEpoch(w io.Writer, e Epoch) error {
 	_, err := fmt.Fprintf(w, "Epoch %d: train loss %.4f, %.1f s, %.0f img/s\n", e.Epoch, e.TrainLoss, e.Seconds, e.ImagesPerSec)
+	if err == nil && e.Skipped > 0 {
+		_, err = fmt.Fprintf(w, "Epoch %d: skipped %d unreadable images, e.g. %s\n", e.Epoch, e.Skipped, e.SkippedExample)
+	}
 	if err == nil && e.TestTotal > 0 {
 		top5 := ""
 		if e.ShowsTop5() {
 			top5 = fmt.Sprintf(", Top-5: %d/%d (%.2f%%)", e.TestTop5, e.TestTotal, 100*e.TestTop5Accuracy())
 		}
-		_, err = fmt.Fprintf(w, "\nTest set: Average loss: %.4f, Accuracy: %d/%d (%.2f%%)%s\n\n",
-			e.TestLoss, e.TestCorrect, e.TestTotal, 100*e.TestAccuracy(), top5)
+		skipped := ""
+		if e.TestSkipped > 0 {
+			skipped = fmt.Sprintf(" (%d unreadable images skipped)", e.TestSkipped)
+		}
+		_, err = fmt.Fprintf(w, "\nTest set: Average loss: %.4f, Accuracy: %d/%d (%.2f%%)%s%s\n\n",
+			e.TestLoss, e.TestCorrect, e.TestTotal, 100*e.TestAccuracy(), top5, skipped)
 	}
 	return err
 }

@@ -1,0 +1,57 @@
+// Command shard packs an image folder (torchvision's ImageFolder layout:
+// DIR/train/CLASS/IMAGE, DIR/val/CLASS/IMAGE) into WebDataset-style tar
+// shards for training on clusters, where many small files are slow and
+// large sequential reads are fast:
+//
+//	shard --data photos --out photos-shards [--samples 1000] [--resize 256]
+//
+// Each shard holds --samples samples, KEY.jpg (or .png) and KEY.cls (the
+// class index); the training samples are shuffled first. shards.json,
+// written last, names the classes and lists the shards. train --data
+// reads the output like the folder: each rank streams its own shards
+// through a shuffle buffer.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/gorun/gorun/train/data"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "shard:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("shard", flag.ContinueOnError)
+	dir := fs.String("data", "", "the image folder to pack")
+	out := fs.String("out", "", "the directory the shards and shards.json go to")
+	samples := fs.Int("samples", 1000, "samples per shard (the last of each split may have fewer); a job needs at least as many training shards as ranks")
+	resize := fs.Int("resize", 0, "scale images whose shorter side is longer down to this size and store them as JPEG (quality 90); 0 keeps the files as they are")
+	seed := fs.Uint64("seed", 1, "the shuffle of the training samples")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q (flags start with --)", fs.Args())
+	}
+	if *dir == "" || *out == "" {
+		return fmt.Errorf("--data DIR and --out DIR are required")
+	}
+	if err := data.WriteShards(*dir, *out, data.ShardOptions{Samples: *samples, Resize: *resize, Seed: *seed}); err != nil {
+		return err
+	}
+	train, val, err := data.LoadShards(*out, 224)
+	if err != nil {
+		return fmt.Errorf("reading back the index: %w", err)
+	}
+	_, err = fmt.Fprintf(stdout, "%d training samples in %d shards, %d validation samples in %d shards, %d classes: %s\n",
+		train.Len(), len(train.Shards.Files), val.Len(), len(val.Shards.Files), len(train.Classes), *out)
+	return err
+}

@@ -1,0 +1,109 @@
+package data
+
+import (
+	"fmt"
+	"os"
+	"unsafe"
+
+	"github.com/ebitengine/purego"
+)
+
+// turboJPEG decodes JPEG images with libjpeg-turbo's TurboJPEG API, loaded
+// at run time (no cgo): the library Pillow decodes JPEG with, so images
+// come out as Pillow's to the byte, several times faster than Go's
+// image/jpeg. A handle serves one goroutine at a time.
+type turboJPEG struct {
+	path string
+	h    uintptr
+	// Entry points, called with purego.SyscallN (no allocation per call).
+	header, decompress, destroy uintptr
+	errorStr                    func(h uintptr) string
+}
+
+// The TurboJPEG constants used (turbojpeg.h, libjpeg-turbo 2.x).
+const (
+	tjPixelRGB  = 0 // TJPF_RGB
+	tjSpaceCMYK = 3 // TJCS_CMYK
+	tjSpaceYCCK = 4 // TJCS_YCCK
+)
+
+// turboLibraries are the names TurboJPEG is looked for under.
+var turboLibraries = []string{"libturbojpeg.so.0", "libturbojpeg.so"}
+
+// openTurboJPEG loads TurboJPEG (GORUN_TURBOJPEG names the library file
+// when set) and makes a decompressor.
+func openTurboJPEG() (*turboJPEG, error) {
+	names := turboLibraries
+	if p := os.Getenv("GORUN_TURBOJPEG"); p != "" {
+		names = []string{p}
+	}
+	var lib uintptr
+	var t turboJPEG
+	var err error
+	for _, n := range names {
+		if lib, err = purego.Dlopen(n, purego.RTLD_NOW|purego.RTLD_LOCAL); err == nil {
+			t.path = n
+			break
+		}
+	}
+	if lib == 0 {
+		return nil, fmt.Errorf("TurboJPEG (libjpeg-turbo) not found (tried %v: %v); Debian: apt-get install libturbojpeg0", names, err)
+	}
+	var init uintptr
+	for _, f := range []struct {
+		name string
+		at   *uintptr
+	}{{"tjInitDecompress", &init}, {"tjDecompressHeader3", &t.header}, {"tjDecompress2", &t.decompress},
+		{"tjGetErrorStr2", new(uintptr)}, {"tjDestroy", &t.destroy}} {
+		if *f.at, err = purego.Dlsym(lib, f.name); err != nil {
+			return nil, fmt.Errorf("%s: %w", t.path, err)
+		}
+	}
+	purego.RegisterLibFunc(&t.errorStr, lib, "tjGetErrorStr2")
+	if t.h, _, _ = purego.SyscallN(init); t.h == 0 {
+		return nil, fmt.Errorf("%s: tjInitDecompress failed", t.path)
+	}
+	return &t, nil
+}
+
+// decode decodes the JPEG image in b into RGB, in m's pixel buffer when
+// it is large enough (m may be nil). It returns nil and no error for CMYK
+// and YCCK images, whose conversion Go's decoder does as Pillow does.
+func (t *turboJPEG) decode(b []byte, m *RGB) (*RGB, error) {
+	if len(b) == 0 {
+		return nil, fmt.Errorf("empty file")
+	}
+	var w, h, subsamp, space int32
+	if r, _, _ := purego.SyscallN(t.header, t.h, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)),
+		uintptr(unsafe.Pointer(&w)), uintptr(unsafe.Pointer(&h)), uintptr(unsafe.Pointer(&subsamp)), uintptr(unsafe.Pointer(&space))); int32(r) != 0 {
+		return nil, t.err()
+	}
+	if space == tjSpaceCMYK || space == tjSpaceYCCK {
+		return nil, nil
+	}
+	if w < 1 || h < 1 || int64(w)*int64(h) > 1<<28 {
+		return nil, fmt.Errorf("%d×%d pixels", w, h)
+	}
+	if m == nil || cap(m.Pix) < int(3*w*h) {
+		m = NewRGB(int(w), int(h))
+	}
+	m.W, m.H, m.Pix = int(w), int(h), m.Pix[:3*w*h]
+	// Flags 0: the accurate integer IDCT and smooth chroma upsampling, as
+	// Pillow has them; a warning (corrupt data) fails as an error does.
+	if r, _, _ := purego.SyscallN(t.decompress, t.h, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)),
+		uintptr(unsafe.Pointer(&m.Pix[0])), uintptr(w), uintptr(3*w), uintptr(h), tjPixelRGB, 0); int32(r) != 0 {
+		return nil, t.err()
+	}
+	return m, nil
+}
+
+// err is the handle's last error.
+func (t *turboJPEG) err() error { return fmt.Errorf("libjpeg-turbo: %s", t.errorStr(t.h)) }
+
+// close frees the decompressor.
+func (t *turboJPEG) close() {
+	if t.h != 0 {
+		purego.SyscallN(t.destroy, t.h)
+		t.h = 0
+	}
+}
