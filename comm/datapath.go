@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/gorun/gorun/comm/rendezvous"
 	"github.com/gorun/gorun/mailbox"
 	"github.com/gorun/gorun/rdma"
 	"github.com/gorun/gorun/ring"
@@ -58,7 +57,7 @@ func (d *dataPath) add(t peerTransport, name string, close func()) {
 // each other (its queue pairs are exchanged through the store), then
 // shared memory for the ranks of this machine (GORUN_TRANSPORT=tcp skips
 // both). On failure it closes what it set up.
-func (d *dataPath) setUp(ctx context.Context, store *rendezvous.Client, s *Settings) error {
+func (d *dataPath) setUp(ctx context.Context, store store, s *Settings) error {
 	rd, err := setupRDMA(ctx, store, s, openDevice, d.tcp.Err, d.tcp.Left)
 	if err != nil {
 		return fmt.Errorf("RDMA set-up: %w", err)

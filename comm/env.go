@@ -22,6 +22,14 @@ type Settings struct {
 	MasterPort int
 	// Source names where rank and size came from: "options", "gorun/torchrun", "slurm", "openmpi" or "single".
 	Source string
+	// AgentStore says that torchrun's agent serves a torch TCPStore at
+	// MASTER_ADDR:MASTER_PORT for the job (TORCHELASTIC_USE_AGENT_STORE):
+	// every rank rendezvouses there as a TCPStore client, under the key
+	// prefix "gorun/attempt_N/" (N: TORCHELASTIC_RESTART_COUNT), and no
+	// rank serves a store of its own.
+	AgentStore bool
+	// Attempt is torchrun's restart count (TORCHELASTIC_RESTART_COUNT).
+	Attempt int
 	// Token authenticates connections (GORUN_TOKEN; gorun sets a fresh one per job).
 	Token []byte
 	// JoinTimeout bounds the rendezvous: every rank must arrive within it.
@@ -172,7 +180,9 @@ func WithAddr(addr string) Option { return func(s *Settings) { s.Addr = addr } }
 // LOCAL_RANK, LOCAL_WORLD_SIZE); Slurm (SLURM_PROCID, SLURM_NTASKS,
 // SLURM_LOCALID, SLURM_NODEID, SLURM_TASKS_PER_NODE); Open MPI
 // (OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE); else a single
-// process. MASTER_ADDR and MASTER_PORT apply to every source; under Slurm
+// process. MASTER_ADDR and MASTER_PORT apply to every source (under
+// torchrun with TORCHELASTIC_USE_AGENT_STORE=True they locate its
+// agent's TCPStore, Settings.AgentStore); under Slurm
 // they default to the first host of SLURM_JOB_NODELIST and a port derived
 // from SLURM_JOB_ID, under Open MPI on one node to 127.0.0.1 and a port
 // derived from the job id.
@@ -198,6 +208,16 @@ func ResolveSettings(getenv func(string) string, opts ...Option) (Settings, erro
 		}
 		s.LocalRank = e.int("LOCAL_RANK", 0)
 		s.LocalSize = e.int("LOCAL_WORLD_SIZE", max(s.LocalRank+1, 1))
+		switch v := getenv("TORCHELASTIC_USE_AGENT_STORE"); strings.ToLower(v) {
+		case "true", "1":
+			s.AgentStore = true
+			s.Attempt = e.int("TORCHELASTIC_RESTART_COUNT", 0)
+		case "", "false", "0":
+		default:
+			if e.err == nil {
+				e.err = fmt.Errorf("TORCHELASTIC_USE_AGENT_STORE=%q: want True or False", v)
+			}
+		}
 	case getenv("SLURM_PROCID") != "":
 		s.Source = "slurm"
 		s.Rank = e.int("SLURM_PROCID", 0)

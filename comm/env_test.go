@@ -19,6 +19,10 @@ func TestResolveSettings(t *testing.T) {
 			want: Settings{Rank: 0, Size: 1, LocalRank: 0, LocalSize: 1, MasterPort: DefaultMasterPort, Source: "single"}},
 		{name: "gorun/torchrun", env: map[string]string{"RANK": "2", "WORLD_SIZE": "4", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "node1", "MASTER_PORT": "1234"},
 			want: Settings{Rank: 2, Size: 4, LocalRank: 0, LocalSize: 2, MasterAddr: "node1", MasterPort: 1234, Source: "gorun/torchrun"}},
+		{name: "torchrun's agent store", env: map[string]string{"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "a", "MASTER_PORT": "29400", "TORCHELASTIC_USE_AGENT_STORE": "True", "TORCHELASTIC_RESTART_COUNT": "3"},
+			want: Settings{Rank: 1, Size: 2, LocalRank: 0, LocalSize: 1, MasterAddr: "a", MasterPort: 29400, Source: "gorun/torchrun", AgentStore: true, Attempt: 3}},
+		{name: "torchrun without the agent store", env: map[string]string{"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "a", "TORCHELASTIC_USE_AGENT_STORE": "False"},
+			want: Settings{Rank: 1, Size: 2, LocalRank: 0, LocalSize: 1, MasterAddr: "a", MasterPort: DefaultMasterPort, Source: "gorun/torchrun"}},
 		{name: "torchrun wins over slurm", env: map[string]string{"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "a", "SLURM_PROCID": "0", "SLURM_NTASKS": "8"},
 			want: Settings{Rank: 1, Size: 2, LocalRank: 0, LocalSize: 1, MasterAddr: "a", MasterPort: DefaultMasterPort, Source: "gorun/torchrun"}},
 		{name: "slurm with compressed nodelist", env: map[string]string{"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1", "SLURM_NODEID": "2",
@@ -44,6 +48,7 @@ func TestResolveSettings(t *testing.T) {
 		{name: "bad compression", env: map[string]string{"GORUN_COMPRESS": "zip"}, wantErr: `GORUN_COMPRESS="zip"`},
 		{name: "negative stall", env: map[string]string{"GORUN_STALL": "-5s"}, wantErr: "GORUN_STALL=-5s: want 0 (off) or a positive duration"},
 		{name: "bad stall", env: map[string]string{"GORUN_STALL": "later"}, wantErr: `GORUN_STALL="later"`},
+		{name: "bad agent store flag", env: map[string]string{"RANK": "0", "WORLD_SIZE": "1", "TORCHELASTIC_USE_AGENT_STORE": "yes"}, wantErr: `TORCHELASTIC_USE_AGENT_STORE="yes": want True or False`},
 		{name: "bad launcher pid", env: map[string]string{"GORUN_LAUNCHER_PID": "gorun"}, wantErr: `GORUN_LAUNCHER_PID="gorun"`},
 	}
 	for _, tc := range tests {
@@ -60,7 +65,8 @@ func TestResolveSettings(t *testing.T) {
 			}
 			w := tc.want
 			if got.Rank != w.Rank || got.Size != w.Size || got.LocalRank != w.LocalRank || got.LocalSize != w.LocalSize ||
-				got.MasterAddr != w.MasterAddr || got.MasterPort != w.MasterPort || got.Source != w.Source {
+				got.MasterAddr != w.MasterAddr || got.MasterPort != w.MasterPort || got.Source != w.Source ||
+				got.AgentStore != w.AgentStore || got.Attempt != w.Attempt {
 				t.Errorf("got %+v\nwant %+v", got, w)
 			}
 		})

@@ -311,27 +311,16 @@ func connect(ctx context.Context, s *Settings, control func(from int, msg []byte
 		return d, nil
 	}
 	master := net.JoinHostPort(s.MasterAddr, strconv.Itoa(s.MasterPort))
-	if s.Rank == 0 {
-		storeLn, lerr := storeListener(s)
-		if lerr != nil {
-			return nil, lerr
-		}
-		srv := rendezvous.Serve(storeLn, s.Token, s.Size)
-		// The store is needed only until everyone is connected. After a
-		// failed rendezvous it stays up a little longer, so that the other
-		// ranks can still ask it which ranks are missing.
-		defer func() {
-			if err != nil {
-				srv.WaitIdle(1500 * time.Millisecond)
-			}
-			srv.Close()
-		}()
-	}
-	store, err := rendezvous.Dial(ctx, master, s.Token, s.Rank, s.Size)
+	store, err := joinStore(ctx, s, master)
 	if err != nil {
 		return nil, err
 	}
-	defer store.Close()
+	defer func() {
+		if served, ok := store.(*servedStore); ok && err != nil {
+			served.failed = true
+		}
+		store.Close()
+	}()
 
 	host := s.Addr
 	if host == "" {
@@ -379,6 +368,69 @@ func connect(ctx context.Context, s *Settings, control func(from int, msg []byte
 	return d, nil
 }
 
+// store is the rendezvous store as the join uses it: gorun's own
+// (rendezvous.Client) or torchrun's agent's TCPStore
+// (rendezvous.TorchClient).
+type store interface {
+	Set(ctx context.Context, key string, val []byte) error
+	Get(ctx context.Context, key string) ([]byte, error)
+	Has(ctx context.Context, key string) (bool, error)
+	LocalAddr() net.Addr
+	Close() error
+}
+
+// joinStore connects to the job's rendezvous store: torchrun's agent's
+// when it serves one, else rank 0's, which rank 0 starts here (it serves
+// until this rank is past the rendezvous: closing the returned store
+// stops it; after a failed rendezvous it stays up a little longer, so
+// that the other ranks can still ask it which ranks are missing).
+func joinStore(ctx context.Context, s *Settings, master string) (store, error) {
+	if s.AgentStore {
+		c, err := rendezvous.DialTorch(ctx, master, "gorun/attempt_"+strconv.Itoa(s.Attempt)+"/")
+		if err != nil {
+			return nil, err
+		}
+		return c, nil
+	}
+	if s.Rank != 0 {
+		c, err := rendezvous.Dial(ctx, master, s.Token, s.Rank, s.Size)
+		if err != nil {
+			return nil, err
+		}
+		return c, nil
+	}
+	storeLn, err := storeListener(s)
+	if err != nil {
+		return nil, err
+	}
+	srv := rendezvous.Serve(storeLn, s.Token, s.Size)
+	c, err := rendezvous.Dial(ctx, master, s.Token, s.Rank, s.Size)
+	if err != nil {
+		srv.WaitIdle(1500 * time.Millisecond)
+		srv.Close()
+		return nil, err
+	}
+	return &servedStore{Client: c, srv: srv}, nil
+}
+
+// servedStore is rank 0's connection to the store it serves.
+type servedStore struct {
+	*rendezvous.Client
+	srv    *rendezvous.Server
+	failed bool
+}
+
+// Close closes the connection and stops the server, after a grace
+// period when the rendezvous failed.
+func (s *servedStore) Close() error {
+	err := s.Client.Close()
+	if s.failed {
+		s.srv.WaitIdle(1500 * time.Millisecond)
+	}
+	s.srv.Close()
+	return err
+}
+
 // tcpConfig is the TCP transport's configuration for settings s.
 func tcpConfig(s *Settings, control func(from int, msg []byte)) tcp.Config {
 	return tcp.Config{Rank: s.Rank, Size: s.Size, Token: s.Token, Timeout: s.Timeout, Compress: s.Compress, SocketBuffer: s.SocketBuffer, Spin: s.Spin, Control: control}
@@ -389,7 +441,7 @@ func doneKey(r int) string { return "done/" + strconv.Itoa(r) }
 
 // gatherAddrs waits for every rank's data address. When the join deadline
 // passes it names the ranks that never published one.
-func gatherAddrs(ctx context.Context, store *rendezvous.Client, s *Settings, master string) ([]string, error) {
+func gatherAddrs(ctx context.Context, store store, s *Settings, master string) ([]string, error) {
 	// Keep a second of the join time to find out who is missing.
 	wctx := ctx
 	if d, ok := ctx.Deadline(); ok {

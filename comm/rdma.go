@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gorun/gorun/comm/rendezvous"
 	"github.com/gorun/gorun/rdma"
 )
 
@@ -60,7 +59,7 @@ func wantsRDMA(mode string, a, b *rdma.Offer) bool {
 // endpoint for each other; each rank connects its queue pairs and
 // publishes which came up, and a pair uses RDMA only when both ends did.
 // Nothing here fails the job: whatever goes wrong, the pair uses TCP.
-func setupRDMA(ctx context.Context, store *rendezvous.Client, s *Settings, open openVerbs, failed func() error, left func(int) error) (*rdmaSetup, error) {
+func setupRDMA(ctx context.Context, store store, s *Settings, open openVerbs, failed func() error, left func(int) error) (*rdmaSetup, error) {
 	host, err := hostIdentity()
 	if err != nil {
 		host = fmt.Sprintf("unknown-%d", s.Rank)
