@@ -469,3 +469,18 @@ func TestReceiveStallNamed(t *testing.T) {
 		t.Errorf("rank 1, which never waited, reported a stall:\n%s", out)
 	}
 }
+
+// TestManyLocalRanks: 64 ranks on one machine join and all-reduce
+// through shared memory. Each rank's segment is bounded (64 MiB:
+// shm.SlotBytesFor) and rings are not prefaulted past 8 local ranks; with
+// 8 MiB rings, prefaulted, the same job needed 32 GiB and every rank's
+// first collective timed out.
+func TestManyLocalRanks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("64 processes; the full run covers it")
+	}
+	lines := allOK(t, 64, "sum")
+	if !slices.ContainsFunc(lines[0], func(l string) bool { return strings.Contains(l, "through shared memory") }) {
+		t.Errorf("rank 0 did not use shared memory:\n%s", strings.Join(lines[0], "\n"))
+	}
+}

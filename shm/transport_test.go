@@ -847,3 +847,18 @@ func TestSendRecvKeepsOneDeadline(t *testing.T) {
 		t.Fatalf("SendRecv gave up after %v; its timeout is %v", d, timeout)
 	}
 }
+
+// TestSlotBytesFor: up to 8 ranks on a machine keep the default 1 MiB
+// slots (8 MiB rings); with more, the slots shrink so that a rank's
+// segment stays within SegmentBudget (64 MiB at 64 local ranks, not 512),
+// down to MinSlotBytes.
+func TestSlotBytesFor(t *testing.T) {
+	for _, c := range []struct{ local, slotKiB, segmentMiB int }{
+		{2, 1024, 16}, {8, 1024, 64}, {9, 512, 36}, {16, 512, 64}, {64, 128, 64}, {128, 64, 64}, {256, 64, 128},
+	} {
+		b := SlotBytesFor(c.local, DefaultSlots)
+		if seg := segmentBytes(c.local, DefaultSlots, b) >> 20; b>>10 != c.slotKiB || seg != c.segmentMiB {
+			t.Errorf("%d local ranks: slots of %d KiB, segment %d MiB; want %d KiB, %d MiB", c.local, b>>10, seg, c.slotKiB, c.segmentMiB)
+		}
+	}
+}
