@@ -3,6 +3,7 @@
 //	bench collectives [-np 2,4] [-sizes 8B:64MB] [-ops all_reduce,...] [-variants default,ring,small,s2] [-csv F] [-json F]
 //	bench train [-np 1,2,4] [-model mnist] [-samples 12800]
 //	bench data -data DIR [-workers 1] [-images 2048] [-batch 32] [-size 224] [-eval] [-json]
+//	bench cluster -hosts 3 -np 2 [-rate 10gbit] [-delay 25us] [-loss 0.001] -- PROGRAM [ARGS]
 //
 // collectives starts the ranks itself (as gorun does) for each world size
 // and variant and prints nccl-tests-style tables: size, count, type,
@@ -14,23 +15,34 @@
 // decoding, torchvision's RandomResizedCrop and flip (or evaluation's
 // resize and center crop) and normalisation, in images per second
 // (bench/competitors/torch_data.py measures torchvision's DataLoader).
+// cluster runs a gorun job across hosts simulated on this machine:
+// network namespaces on a bridge, links shaped with tc (bench/netcluster;
+// root), gorun -nnodes on each; everything is removed afterwards, also
+// after a failure or an interrupt.
 package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/gorun/gorun/bench"
+	"github.com/gorun/gorun/bench/netcluster"
 	"github.com/gorun/gorun/comm"
 	"github.com/gorun/gorun/comm/launch"
 	"github.com/gorun/gorun/train/data"
@@ -57,7 +69,7 @@ func main() {
 
 func run(args []string, stdout io.Writer) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: bench collectives|train|data [flags] (bench <command> -h for the flags)")
+		return fmt.Errorf("usage: bench collectives|train|data|cluster [flags] (bench <command> -h for the flags)")
 	}
 	switch args[0] {
 	case "collectives":
@@ -66,8 +78,69 @@ func run(args []string, stdout io.Writer) error {
 		return trainScaling(args[1:], stdout)
 	case "data":
 		return dataPipeline(args[1:], stdout)
+	case "cluster":
+		return cluster(args[1:], stdout)
 	}
-	return fmt.Errorf("unknown command %q: want collectives, train or data", args[0])
+	return fmt.Errorf("unknown command %q: want collectives, train, data or cluster", args[0])
+}
+
+func cluster(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("bench cluster", flag.ContinueOnError)
+	hosts := fs.Int("hosts", 3, "hosts (network namespaces)")
+	np := fs.Int("np", 2, "ranks per host")
+	rate := fs.String("rate", "", "each host's link rate, as tc writes it (10gbit, 1gbit, 100mbit; default: unshaped)")
+	delay := fs.Duration("delay", 0, "one-way delay added to each host's link (needs tc netem in the kernel)")
+	loss := fs.Float64("loss", 0, "fraction of packets dropped on each host's link (needs tc netem)")
+	gorun := fs.String("gorun", "bin/gorun", "the gorun binary")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() == 0 {
+		return fmt.Errorf("bench cluster: no program to run (bench cluster [flags] -- PROGRAM [ARGS])")
+	}
+	if *np < 1 {
+		return fmt.Errorf("bench cluster: -np %d: want at least 1", *np)
+	}
+	exe, err := filepath.Abs(*gorun)
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(exe); err != nil {
+		return fmt.Errorf("bench cluster: -gorun %s: %w (go build -o bin/ ./cmd/gorun)", *gorun, err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	c, err := netcluster.Start(ctx, netcluster.Config{Hosts: *hosts, Rate: *rate, Delay: *delay, Loss: *loss})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	fmt.Fprintf(stdout, "# %s; %d ranks per host\n", c.Describe(), *np)
+	token := make([]byte, 16)
+	if _, err := rand.Read(token); err != nil {
+		return err
+	}
+	var mu sync.Mutex
+	errs := make([]error, *hosts)
+	var wg sync.WaitGroup
+	for h := range *hosts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cmd := c.Command(ctx, h, exe, append([]string{"-nnodes", fmt.Sprint(*hosts), "-node-rank", fmt.Sprint(h),
+				"-master", c.Addrs[0] + ":29519", "-np", fmt.Sprint(*np)}, fs.Args()...)...)
+			cmd.Env = append(os.Environ(), "GORUN_TOKEN="+hex.EncodeToString(token))
+			out, err := cmd.CombinedOutput()
+			mu.Lock()
+			defer mu.Unlock()
+			stdout.Write(out)
+			if err != nil {
+				errs[h] = fmt.Errorf("host %d (%s): %w", h, c.Names[h], err)
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 func dataPipeline(args []string, stdout io.Writer) error {

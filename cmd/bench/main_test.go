@@ -3,12 +3,16 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/gorun/gorun/bench"
+	"github.com/gorun/gorun/bench/netcluster"
 	"github.com/gorun/gorun/train/data"
 )
 
@@ -144,5 +148,46 @@ func TestDataCommand(t *testing.T) {
 		if err := run(c.args, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("bench %v: %v, want an error saying %q", c.args, err, c.want)
 		}
+	}
+}
+
+// TestClusterCommand runs examples/allreduce on 2 simulated hosts × 2
+// ranks (network namespaces, links limited to 1 Gbit/s; root only, and
+// CI runs as root) and removes them; missing flags are errors.
+func TestClusterCommand(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"cluster", "-hosts", "2"}, "no program to run"},
+		{[]string{"cluster", "-np", "0", "--", "true"}, "-np 0"},
+		{[]string{"cluster", "-gorun", "/nonexistent/gorun", "--", "true"}, "/nonexistent/gorun"},
+	} {
+		if err := run(c.args, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("bench %v: %v, want an error saying %q", c.args, err, c.want)
+		}
+	}
+	if os.Getuid() != 0 {
+		t.Skip("network namespaces need root")
+	}
+	bin := t.TempDir()
+	if out, err := exec.Command("go", "build", "-o", bin+"/", "../gorun", "../../examples/allreduce").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	var out bytes.Buffer
+	err := run([]string{"cluster", "-hosts", "2", "-np", "2", "-rate", "1gbit", "-gorun", filepath.Join(bin, "gorun"), "--", filepath.Join(bin, "allreduce")}, &out)
+	if errors.Is(err, netcluster.ErrNoNamespaces) && os.Getenv("CI") != "true" {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	for _, want := range []string{"# 2 hosts", "tbf rate 1gbit", "[3] rank 3 of 4: sum of ranks = 6, ranks counted = 4"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	if names, _ := exec.Command("ip", "netns", "list").Output(); strings.Contains(string(names), fmt.Sprintf("gnc%d-", os.Getpid()%250)) {
+		t.Errorf("namespaces left behind:\n%s", names)
 	}
 }

@@ -1,0 +1,223 @@
+// Package netcluster makes a cluster of "hosts" on one Linux machine:
+// network namespaces, each with its own address, joined by a bridge, each
+// host's link shaped with tc (rate, delay, loss) as a real network would
+// be. gorun treats each namespace as a separate host (no shared memory
+// between them), so jobs across them exercise the multi-host paths —
+// rendezvous, TCP between hosts, shared memory within one — and their
+// speed on a link of a chosen kind. It needs root and iproute2.
+package netcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+)
+
+// Config describes a cluster.
+type Config struct {
+	// Hosts is the number of network namespaces (at least 1, at most 200).
+	Hosts int
+	// Rate limits each host's outgoing link ("10gbit", "1gbit",
+	// "100mbit"; "" for none) with tc's token bucket (tbf); Delay adds
+	// one-way latency and Loss drops this fraction of packets (0 to 1)
+	// with tc's netem, where the kernel has it (CONFIG_NET_SCH_NETEM; the
+	// development VM's has not), the rate then set by netem too.
+	Rate  string
+	Delay time.Duration
+	Loss  float64
+	// Name prefixes the namespaces and links (short: interface names have
+	// at most 15 characters); default "gnc" and this process's id.
+	Name string
+	// Subnet is the first three octets of the hosts' /24 (default
+	// "10.79.N" with N from the process id); host i is Subnet.(i+1).
+	Subnet string
+}
+
+// Cluster is a running cluster; Close removes it.
+type Cluster struct {
+	cfg    Config
+	bridge string
+	// Names are the namespaces, Addrs their addresses, host by host.
+	Names, Addrs []string
+}
+
+// ErrNoNamespaces reports a machine where the cluster cannot be made (no
+// root, no iproute2, namespaces not allowed).
+var ErrNoNamespaces = errors.New("netcluster: cannot make network namespaces here")
+
+// Start makes the cluster: the namespaces, a veth pair from each to a
+// bridge in this namespace, addresses, shaping. Leftovers of an earlier
+// cluster of the same name (a killed run) are removed first; on failure
+// everything made so far is removed.
+func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
+	if cfg.Hosts < 1 || cfg.Hosts > 200 {
+		return nil, fmt.Errorf("netcluster: %d hosts: want 1 to 200", cfg.Hosts)
+	}
+	if cfg.Loss < 0 || cfg.Loss >= 1 || cfg.Delay < 0 {
+		return nil, fmt.Errorf("netcluster: loss %v, delay %v: want a loss in [0, 1) and a delay of 0 or more", cfg.Loss, cfg.Delay)
+	}
+	if os.Getuid() != 0 {
+		return nil, fmt.Errorf("%w: not root", ErrNoNamespaces)
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		return nil, fmt.Errorf("%w: ip (iproute2) is not installed", ErrNoNamespaces)
+	}
+	id := os.Getpid() % 250
+	if cfg.Name == "" {
+		cfg.Name = fmt.Sprintf("gnc%d", id)
+	}
+	if cfg.Subnet == "" {
+		cfg.Subnet = fmt.Sprintf("10.79.%d", id)
+	}
+	if len(cfg.Name)+5 > 15 {
+		return nil, fmt.Errorf("netcluster: name %q is too long for interface names (at most 10 characters)", cfg.Name)
+	}
+	c := &Cluster{cfg: cfg, bridge: cfg.Name + "br"}
+	if _, err := c.qdisc(); err != nil {
+		return nil, err
+	}
+	for i := range cfg.Hosts {
+		c.Names = append(c.Names, fmt.Sprintf("%s-h%d", cfg.Name, i))
+		c.Addrs = append(c.Addrs, fmt.Sprintf("%s.%d", cfg.Subnet, i+1))
+	}
+	c.remove() // leftovers of a killed run
+	defer func() {
+		if err != nil {
+			c.remove()
+		}
+	}()
+	if err := c.ip(ctx, "netns", "add", c.Names[0]); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNoNamespaces, err)
+	}
+	steps := [][]string{{"link", "add", c.bridge, "type", "bridge"}, {"link", "set", c.bridge, "up"}}
+	for i, n := range c.Names {
+		host, peer := c.veth(i)
+		if i > 0 {
+			steps = append(steps, []string{"netns", "add", n})
+		}
+		steps = append(steps,
+			[]string{"link", "add", host, "type", "veth", "peer", "name", peer},
+			[]string{"link", "set", peer, "master", c.bridge},
+			[]string{"link", "set", peer, "up"},
+			[]string{"link", "set", host, "netns", n},
+			[]string{"-n", n, "addr", "add", c.Addrs[i] + "/24", "dev", host},
+			[]string{"-n", n, "link", "set", host, "up"},
+			[]string{"-n", n, "link", "set", "lo", "up"})
+	}
+	for _, s := range steps {
+		if err := c.ip(ctx, s...); err != nil {
+			return nil, err
+		}
+	}
+	if shaping, err := c.qdisc(); err != nil {
+		return nil, err
+	} else if shaping != nil {
+		for i, n := range c.Names {
+			host, _ := c.veth(i)
+			args := append([]string{"netns", "exec", n, "tc", "qdisc", "add", "dev", host, "root"}, shaping...)
+			if out, err := exec.CommandContext(ctx, "ip", args...).CombinedOutput(); err != nil {
+				if strings.Contains(string(out), "qdisc kind is unknown") && shaping[0] == "netem" {
+					return nil, fmt.Errorf("netcluster: this kernel has no tc netem (CONFIG_NET_SCH_NETEM): a delay or loss cannot be set here, a rate alone can (tbf)")
+				}
+				return nil, fmt.Errorf("netcluster: shaping %s (tc qdisc add ... %s): %v: %s", n, strings.Join(shaping, " "), err, out)
+			}
+		}
+	}
+	return c, nil
+}
+
+// veth returns host i's interface names: inside its namespace, and on the
+// bridge.
+func (c *Cluster) veth(i int) (host, peer string) {
+	return fmt.Sprintf("%sv%d", c.cfg.Name, i), fmt.Sprintf("%sb%d", c.cfg.Name, i)
+}
+
+// qdisc returns the tc queueing discipline that shapes a host's link
+// (its kind and arguments), nil for none: netem for a delay or loss,
+// else tbf for a rate.
+func (c *Cluster) qdisc() ([]string, error) {
+	if c.cfg.Delay > 0 || c.cfg.Loss > 0 {
+		a := []string{"netem"}
+		if c.cfg.Delay > 0 {
+			a = append(a, "delay", fmt.Sprintf("%dus", c.cfg.Delay.Microseconds()))
+		}
+		if c.cfg.Loss > 0 {
+			a = append(a, "loss", fmt.Sprintf("%g%%", 100*c.cfg.Loss))
+		}
+		if c.cfg.Rate != "" {
+			a = append(a, "rate", c.cfg.Rate)
+		}
+		return append(a, "limit", "100000"), nil
+	}
+	if c.cfg.Rate == "" {
+		return nil, nil
+	}
+	bps, err := bitsPerSecond(c.cfg.Rate)
+	if err != nil {
+		return nil, err
+	}
+	// A bucket of a millisecond's bytes (at least 64 KiB) lets the link
+	// run at its rate without bursting far past it.
+	burst := max(bps/8/1000, 64<<10)
+	return []string{"tbf", "rate", c.cfg.Rate, "burst", fmt.Sprint(burst), "latency", "50ms"}, nil
+}
+
+// bitsPerSecond parses a tc rate: a number and kbit, mbit or gbit.
+func bitsPerSecond(rate string) (int64, error) {
+	r := strings.ToLower(rate)
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"gbit", 1e9}, {"mbit", 1e6}, {"kbit", 1e3}} {
+		if n, ok := strings.CutSuffix(r, u.suffix); ok {
+			var v float64
+			if _, err := fmt.Sscanf(n, "%g", &v); err == nil && v > 0 {
+				return int64(v * float64(u.mult)), nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("netcluster: rate %q: want a number and kbit, mbit or gbit (\"10gbit\")", rate)
+}
+
+// Describe says what the cluster is, for logs and benchmark headers.
+func (c *Cluster) Describe() string {
+	link := "unshaped veth links"
+	if s, _ := c.qdisc(); s != nil {
+		link = "links shaped by tc " + strings.Join(s, " ")
+	}
+	return fmt.Sprintf("%d hosts (network namespaces %s … %s, %s.1–%d) on a bridge, %s", c.cfg.Hosts, c.Names[0], c.Names[len(c.Names)-1], c.cfg.Subnet, c.cfg.Hosts, link)
+}
+
+// Command returns a command that runs name with args on host i.
+func (c *Cluster) Command(ctx context.Context, i int, name string, args ...string) *exec.Cmd {
+	return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", c.Names[i], name}, args...)...)
+}
+
+// Close removes the namespaces (and with them their links) and the
+// bridge.
+func (c *Cluster) Close() error { return c.remove() }
+
+func (c *Cluster) remove() error {
+	var errs []error
+	for _, n := range c.Names {
+		if err := exec.Command("ip", "netns", "del", n).Run(); err == nil {
+			continue
+		}
+		if _, err := os.Stat("/run/netns/" + n); err == nil {
+			errs = append(errs, fmt.Errorf("netcluster: could not remove namespace %s", n))
+		}
+	}
+	exec.Command("ip", "link", "del", c.bridge).Run()
+	return errors.Join(errs...)
+}
+
+func (c *Cluster) ip(ctx context.Context, args ...string) error {
+	if out, err := exec.CommandContext(ctx, "ip", args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("netcluster: ip %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}

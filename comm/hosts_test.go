@@ -1,0 +1,73 @@
+package comm_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorun/gorun/bench/netcluster"
+	"github.com/gorun/gorun/comm/commtest"
+)
+
+// TestCollectivesAcrossHosts runs the collective matrix (every
+// collective, op and element type at the matrix's counts, checked against
+// the sequential reference) on 3 hosts × 2 ranks: network namespaces on a
+// bridge (bench/netcluster), links limited to 1 Gbit/s, gorun started on
+// each host (-nnodes 3). Ranks of a host talk through shared memory,
+// hosts over TCP. It needs root; CI (CI=true) runs it as root and fails
+// where the hosts cannot be made.
+func TestCollectivesAcrossHosts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a 6-rank matrix across network namespaces; the full run covers it")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	c, err := netcluster.Start(ctx, netcluster.Config{Hosts: 3, Rate: "1gbit", Name: fmt.Sprintf("gch%d", os.Getpid()%1000)})
+	if errors.Is(err, netcluster.ErrNoNamespaces) && os.Getenv("CI") != "true" {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	bin := t.TempDir()
+	if out, err := exec.Command("go", "build", "-o", bin+"/", "../cmd/gorun").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	outs, errs := make([]string, 3), make([]error, 3)
+	var wg sync.WaitGroup
+	for h := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cmd := c.Command(ctx, h, filepath.Join(bin, "gorun"), "-nnodes", "3", "-node-rank", fmt.Sprint(h), "-master", c.Addrs[0]+":29518",
+				"-np", "2", os.Args[0], "-test.run=^$")
+			cmd.Env = append(os.Environ(), workerEnv+"=matrix", "GORUN_TOKEN=hosts-test", "GORUN_JOIN_TIMEOUT=60s", "GORUN_TIMEOUT=120s")
+			out, err := cmd.CombinedOutput()
+			outs[h], errs[h] = string(out), err
+		}()
+	}
+	wg.Wait()
+	all := strings.Join(outs, "")
+	for h := range 3 {
+		if errs[h] != nil {
+			t.Fatalf("host %d: %v\n%s", h, errs[h], all)
+		}
+	}
+	lines := commtest.RankLines(all)
+	for r := range 6 {
+		if len(lines[r]) == 0 || lines[r][len(lines[r])-1] != "OK" {
+			t.Errorf("rank %d did not report OK:\n%s", r, all)
+		}
+	}
+	if !strings.Contains(all, "reaches ranks [1] through shared memory and ranks [2 3 4 5] over TCP") {
+		t.Errorf("rank 0 does not reach its host's rank by shared memory and the others by TCP:\n%s", all)
+	}
+}
