@@ -44,6 +44,9 @@ type dataPath struct {
 	rdma  *rdma.Transport // nil: no peer over RDMA; staged GPU buffers register with it
 	rdmaW string          // why a pair that wanted RDMA has none ("" when none did)
 	port  rdma.Port
+	// hostOf numbers each rank's host, alike on every rank (nil when
+	// the ranks did not compare hosts: TCP forced).
+	hostOf []int
 }
 
 // add registers t for the peers it reaches, after those registered
@@ -69,7 +72,7 @@ func (d *dataPath) setUp(ctx context.Context, store store, s *Settings) error {
 		d.add(d.rdma, fmt.Sprintf("over RDMA (%v)", d.port), func() { d.rdma.Close() })
 	}
 	if s.Transport != "tcp" {
-		if d.shm, err = setupSharedMemory(ctx, d.tcp, s); err != nil {
+		if d.shm, d.hostOf, err = setupSharedMemory(ctx, d.tcp, s); err != nil {
 			d.close()
 			return err
 		}

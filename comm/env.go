@@ -30,6 +30,11 @@ type Settings struct {
 	AgentStore bool
 	// Attempt is torchrun's restart count (TORCHELASTIC_RESTART_COUNT).
 	Attempt int
+	// Algo picks the all-reduce across hosts (GORUN_ALGO): "auto"
+	// (hierarchical above DefaultHierBytes when every host holds the same
+	// number of ranks, two or more), "flat" (never hierarchical), or
+	// "hierarchical" (at every size where the hosts allow it).
+	Algo string
 	// Token authenticates connections (GORUN_TOKEN; gorun sets a fresh one per job).
 	Token []byte
 	// JoinTimeout bounds the rendezvous: every rank must arrive within it.
@@ -303,6 +308,16 @@ func ResolveSettings(getenv func(string) string, opts ...Option) (Settings, erro
 		s.Transport = v
 	default:
 		e.err = fmt.Errorf("GORUN_TRANSPORT=%q: want auto, tcp or rdma", v)
+	}
+	switch v := getenv("GORUN_ALGO"); v {
+	case "", "auto":
+		s.Algo = "auto"
+	case "flat", "hierarchical":
+		s.Algo = v
+	default:
+		if e.err == nil {
+			e.err = fmt.Errorf("GORUN_ALGO=%q: want auto, flat or hierarchical", v)
+		}
 	}
 	s.RDMADevice = getenv("GORUN_RDMA_DEVICE")
 	s.RDMAGIDIndex = e.int("GORUN_RDMA_GID_INDEX", 0)

@@ -18,7 +18,8 @@ import (
 
 // TestCollectivesAcrossHosts runs the collective matrix (every
 // collective, op and element type at the matrix's counts, checked against
-// the sequential reference) on 3 hosts × 2 ranks: network namespaces on a
+// the sequential reference), all-reduce hierarchical at every size and
+// never (flat), on 3 hosts × 2 ranks: network namespaces on a
 // bridge (bench/netcluster), links limited to 1 Gbit/s, gorun started on
 // each host (-nnodes 3). Ranks of a host talk through shared memory,
 // hosts over TCP. It needs root; CI (CI=true) runs it as root and fails
@@ -27,6 +28,22 @@ func TestCollectivesAcrossHosts(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a 6-rank matrix across network namespaces; the full run covers it")
 	}
+	for _, c := range []struct{ algo, log string }{
+		{"hierarchical", "; all-reduces of more than 0 bytes hierarchical: 3 hosts × 2 ranks"},
+		{"flat", ""},
+	} {
+		t.Run(c.algo, func(t *testing.T) {
+			all := matrixAcrossHosts(t, c.algo)
+			if c.log != "" && !strings.Contains(all, c.log) || c.log == "" && strings.Contains(all, "hierarchical") {
+				t.Errorf("GORUN_ALGO=%s: rank 0's log does not say %q:\n%s", c.algo, c.log, all)
+			}
+		})
+	}
+}
+
+// matrixAcrossHosts runs the matrix with GORUN_ALGO=algo and returns the
+// job's output.
+func matrixAcrossHosts(t *testing.T, algo string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	c, err := netcluster.Start(ctx, netcluster.Config{Hosts: 3, Rate: "1gbit", Name: fmt.Sprintf("gch%d", os.Getpid()%1000)})
@@ -49,7 +66,7 @@ func TestCollectivesAcrossHosts(t *testing.T) {
 			defer wg.Done()
 			cmd := c.Command(ctx, h, filepath.Join(bin, "gorun"), "-nnodes", "3", "-node-rank", fmt.Sprint(h), "-master", c.Addrs[0]+":29518",
 				"-np", "2", os.Args[0], "-test.run=^$")
-			cmd.Env = append(os.Environ(), workerEnv+"=matrix", "GORUN_TOKEN=hosts-test", "GORUN_JOIN_TIMEOUT=60s", "GORUN_TIMEOUT=120s")
+			cmd.Env = append(os.Environ(), workerEnv+"=matrix", "GORUN_TOKEN=hosts-test", "GORUN_JOIN_TIMEOUT=60s", "GORUN_TIMEOUT=120s", "GORUN_ALGO="+algo)
 			out, err := cmd.CombinedOutput()
 			outs[h], errs[h] = string(out), err
 		}()
@@ -70,4 +87,5 @@ func TestCollectivesAcrossHosts(t *testing.T) {
 	if !strings.Contains(all, "reaches ranks [1] through shared memory and ranks [2 3 4 5] over TCP") {
 		t.Errorf("rank 0 does not reach its host's rank by shared memory and the others by TCP:\n%s", all)
 	}
+	return all
 }

@@ -37,21 +37,39 @@ func hostIdentity() (string, error) {
 	return id, nil
 }
 
+// hostIndices numbers the hosts of ranks with identities ids in the
+// order they first appear: every rank computes the same numbers.
+func hostIndices(ids [][]byte) []int {
+	seen := map[string]int{}
+	out := make([]int, len(ids))
+	for r, id := range ids {
+		h, ok := seen[string(id)]
+		if !ok {
+			h = len(seen)
+			seen[string(id)] = h
+		}
+		out[r] = h
+	}
+	return out
+}
+
 // setupSharedMemory finds the ranks on this machine and connects them
 // through shared memory, in two rounds over TCP: every rank tells every
 // other its host identity (both ends of a pair decide alike from the same
 // two identities); then the ranks of each machine make segments with a
 // ring for each other and tell each other where they are. It returns nil
 // when no other rank shares this machine.
-func setupSharedMemory(ctx context.Context, t *tcp.Transport, s *Settings) (*shm.Transport, error) {
+func setupSharedMemory(ctx context.Context, t *tcp.Transport, s *Settings) (*shm.Transport, []int, error) {
 	host, err := hostIdentity()
 	if err != nil {
 		host = fmt.Sprintf("unknown-%d", s.Rank) // no /proc: share with nobody
 	}
 	ids, err := exchange(ctx, t, s, []byte(host), nil)
 	if err != nil {
-		return nil, fmt.Errorf("shared memory handshake: %w", err)
+		return nil, nil, fmt.Errorf("shared memory handshake: %w", err)
 	}
+	ids[s.Rank] = []byte(host) // (exchange leaves this rank's own out)
+	hostOf := hostIndices(ids)
 	var local []int
 	for r, id := range ids {
 		if r == s.Rank || string(id) == host {
@@ -59,16 +77,16 @@ func setupSharedMemory(ctx context.Context, t *tcp.Transport, s *Settings) (*shm
 		}
 	}
 	if len(local) < 2 {
-		return nil, nil
+		return nil, hostOf, nil
 	}
 	st, info, err := shm.New(shm.Config{Rank: s.Rank, Size: s.Size, Local: local, Timeout: s.Timeout, Spin: s.Spin, Failed: t.Err, Left: t.Left})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	where, err := exchange(ctx, t, s, fmt.Appendf(nil, "%d %d", info.PID, info.FD), local)
 	if err != nil {
 		st.Close()
-		return nil, fmt.Errorf("shared memory handshake: %w", err)
+		return nil, nil, fmt.Errorf("shared memory handshake: %w", err)
 	}
 	for _, r := range local {
 		if r == s.Rank {
@@ -77,14 +95,14 @@ func setupSharedMemory(ctx context.Context, t *tcp.Transport, s *Settings) (*shm
 		var pid, fd int
 		if _, err := fmt.Sscanf(string(where[r]), "%d %d", &pid, &fd); err != nil {
 			st.Close()
-			return nil, fmt.Errorf("shared memory: rank %d sent a malformed handshake %q", r, where[r])
+			return nil, nil, fmt.Errorf("shared memory: rank %d sent a malformed handshake %q", r, where[r])
 		}
 		if err := st.Attach(r, shm.Info{PID: pid, FD: fd}); err != nil {
 			st.Close()
-			return nil, fmt.Errorf("shared memory with rank %d on this host: %w (GORUN_TRANSPORT=tcp uses TCP instead)", r, err)
+			return nil, nil, fmt.Errorf("shared memory with rank %d on this host: %w (GORUN_TRANSPORT=tcp uses TCP instead)", r, err)
 		}
 	}
-	return st, nil
+	return st, hostOf, nil
 }
 
 // exchange sends msg to the ranks in with (every other rank when with is

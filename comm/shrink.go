@@ -181,7 +181,7 @@ func build(ctx context.Context, old *world, set []member, idx int, ln *net.TCPLi
 	}
 	d := &dataPath{tcp: t, host: old.host}
 	if s.Size > 1 && s.Transport != "tcp" {
-		if d.shm, err = setupSharedMemory(ctx, t, &s); err != nil {
+		if d.shm, d.hostOf, err = setupSharedMemory(ctx, t, &s); err != nil {
 			t.Abort(err)
 			t.Close(ctx)
 			return nil, err

@@ -48,6 +48,9 @@ func runWorkers(size int, env func(rank int) []string) ([]string, []error) {
 // attempt uses fresh keys, and a rank that never joins is named; without
 // the agent's store, every rank says which store it could not reach.
 func TestUnderTorchrun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts torch's TCPStore and three jobs; the full run covers it")
+	}
 	if err := exec.Command("/usr/bin/python3", "-c", "import torch.distributed").Run(); err != nil {
 		t.Skipf("no torch in /usr/bin/python3 (Debian: apt-get install python3-torch): %v", err)
 	}

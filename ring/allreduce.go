@@ -14,6 +14,8 @@ func AllReduce[T Elem](ctx context.Context, c *Collectives, buf []T, op Op) erro
 	}
 	algo := AlgoRing
 	switch bytes := len(AsBytes(buf)); {
+	case c.Hier != nil && bytes > c.Hier.MinBytes:
+		algo = AlgoHierarchical
 	case c.Size() > 2 && bytes <= c.OneShotBytes:
 		algo = AlgoOneShot
 	case bytes <= c.smallBytes():
@@ -32,6 +34,8 @@ func AllReduce[T Elem](ctx context.Context, c *Collectives, buf []T, op Op) erro
 		return doublingAllReduce(ctx, c, call, buf, op)
 	case algo == AlgoHalving:
 		return halvingAllReduce(ctx, c, call, buf, op)
+	case algo == AlgoHierarchical:
+		return hierarchicalAllReduce(ctx, c, buf, op)
 	default:
 		return ringAllReduce(ctx, c, call, buf, op)
 	}

@@ -74,9 +74,10 @@ const (
 	AlgoDissemination
 	AlgoOneShot
 	AlgoHalving
+	AlgoHierarchical
 )
 
-var algoNames = [...]string{"-", "ring", "recursive-doubling", "binomial-tree", "chain", "dissemination", "one-shot", "halving-doubling"}
+var algoNames = [...]string{"-", "ring", "recursive-doubling", "binomial-tree", "chain", "dissemination", "one-shot", "halving-doubling", "hierarchical"}
 
 func (a Algo) String() string {
 	if int(a) < len(algoNames) {

@@ -53,6 +53,9 @@ type Collectives struct {
 	// bytes among more than two ranks use halving-doubling (0: never). All
 	// ranks must use the same value.
 	HalvingBytes int
+	// Hier, when set, splits all-reduces of more than Hier.MinBytes
+	// across the group's hosts (AllReduce).
+	Hier *Hierarchy
 
 	seq      uint64
 	history  [historyCalls]Call // the latest calls, by Seq mod historyCalls

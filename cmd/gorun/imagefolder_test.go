@@ -49,6 +49,9 @@ func TestResNet50OnImageFolder(t *testing.T) {
 // its own; evaluation scores every validation sample once across the
 // ranks.
 func TestDDPOnShards(t *testing.T) {
+	if testing.Short() {
+		t.Skip("packs shards and trains; the full run covers it")
+	}
 	bin := buildTools(t, "../train", "../gendata", "../shard")
 	dir := filepath.Join(t.TempDir(), "photos")
 	shards := filepath.Join(t.TempDir(), "shards")
