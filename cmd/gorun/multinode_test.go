@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -10,76 +11,42 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gorun/gorun/bench/netcluster"
 )
 
-// netns makes two network namespaces joined by a veth pair with private
-// addresses 10.77.N.1 and 10.77.N.2, and returns their names and
-// addresses; they are removed when the test ends. Without root it skips
-// the test, saying so; where root cannot make them it skips too, except
-// under CI (CI=true), which installs iproute2 and runs as root: there it
-// fails, so that the multi-node tests cannot pass by not running.
-func netns(t *testing.T) (names, addrs [2]string) {
+// twoHosts makes two hosts (network namespaces with their own addresses,
+// bench/netcluster), removed when the test ends. Without root, or where
+// namespaces cannot be made, it skips the test saying so, except under
+// CI (CI=true), which installs iproute2 and runs as root: there it fails,
+// so that the multi-node tests cannot pass by not running.
+func twoHosts(t *testing.T) *netcluster.Cluster {
 	t.Helper()
-	if os.Getuid() != 0 {
-		t.Skip("making network namespaces needs root")
+	c, err := netcluster.Start(context.Background(), netcluster.Config{Hosts: 2, Name: fmt.Sprintf("gmn%d", os.Getpid()%1000)})
+	if errors.Is(err, netcluster.ErrNoNamespaces) && os.Getenv("CI") != "true" {
+		t.Skip(err)
 	}
-	cannot := t.Skipf
-	if os.Getenv("CI") == "true" {
-		cannot = t.Fatalf
+	if err != nil {
+		t.Fatal(err)
 	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		cannot("ip (iproute2) is not installed: %v", err)
-	}
-	id := os.Getpid() % 250
-	names = [2]string{fmt.Sprintf("gorun-a%d", id), fmt.Sprintf("gorun-b%d", id)}
-	addrs = [2]string{fmt.Sprintf("10.77.%d.1", id), fmt.Sprintf("10.77.%d.2", id)}
-	veth := [2]string{fmt.Sprintf("gra%d", id), fmt.Sprintf("grb%d", id)}
-	ip := func(args ...string) error {
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, out)
-		}
-		return nil
-	}
-	t.Cleanup(func() {
-		for _, n := range names {
-			exec.Command("ip", "netns", "del", n).Run()
-		}
-	})
-	if err := ip("netns", "add", names[0]); err != nil {
-		cannot("this machine does not allow network namespaces: %v", err)
-	}
-	for _, step := range [][]string{
-		{"netns", "add", names[1]},
-		{"link", "add", veth[0], "type", "veth", "peer", "name", veth[1]},
-		{"link", "set", veth[0], "netns", names[0]},
-		{"link", "set", veth[1], "netns", names[1]},
-		{"-n", names[0], "addr", "add", addrs[0] + "/24", "dev", veth[0]},
-		{"-n", names[1], "addr", "add", addrs[1] + "/24", "dev", veth[1]},
-		{"-n", names[0], "link", "set", veth[0], "up"},
-		{"-n", names[1], "link", "set", veth[1], "up"},
-		{"-n", names[0], "link", "set", "lo", "up"},
-		{"-n", names[1], "link", "set", "lo", "up"},
-	} {
-		if err := ip(step...); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return names, addrs
+	t.Cleanup(func() { c.Close() })
+	return c
 }
 
 // TestMultiNodeAcrossNamespaces runs one job over two "hosts" — network
 // namespaces with their own addresses — with gorun started on each, as
 // torchrun's multi-node mode: 2 ranks per node, global ranks from the node
-// rank, rendezvous at node 0's address, all traffic over the veth pair.
+// rank, rendezvous at node 0's address, traffic between the hosts over
+// their links (veth pairs on a bridge).
 func TestMultiNodeAcrossNamespaces(t *testing.T) {
-	names, addrs := netns(t)
+	hosts := twoHosts(t)
 	bin := t.TempDir()
 	if out, err := exec.Command("go", "build", "-o", bin+"/", ".", "../../examples/allreduce").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	master := addrs[0] + ":29517"
+	master := hosts.Addrs[0] + ":29517"
 	outs := make([]string, 2)
 	errs := make([]error, 2)
 	var wg sync.WaitGroup
@@ -87,7 +54,7 @@ func TestMultiNodeAcrossNamespaces(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			cmd := exec.CommandContext(ctx, "ip", "netns", "exec", names[node], filepath.Join(bin, "gorun"),
+			cmd := hosts.Command(ctx, node, filepath.Join(bin, "gorun"),
 				"-nnodes", "2", "-node-rank", fmt.Sprint(node), "-master", master, "-np", "2", filepath.Join(bin, "allreduce"))
 			cmd.Env = append(os.Environ(), "GORUN_TOKEN=test-token-shared-by-both-nodes", "GORUN_JOIN_TIMEOUT=30s")
 			out, err := cmd.CombinedOutput()
