@@ -45,6 +45,9 @@ const (
 	torchValidateMagic = 0x3C85F7CE
 
 	torchReady = 0 // CHECK's answer when every key exists
+
+	// redialTimeout bounds reconnecting after a Get that timed out.
+	redialTimeout = 10 * time.Second
 )
 
 // DialTorch connects to the TCPStore at addr, retrying until ctx ends
@@ -187,7 +190,10 @@ func (c *TorchClient) Get(ctx context.Context, key string) ([]byte, error) {
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {
 			c.conn.Close()
-			if err := c.dial(context.Background()); err != nil {
+			// A fresh context: ctx's deadline has just passed.
+			rctx, cancel := context.WithTimeout(context.Background(), redialTimeout)
+			defer cancel()
+			if err := c.dial(rctx); err != nil {
 				return nil, err
 			}
 			return nil, fmt.Errorf("%q: %w", key, ErrMissing)

@@ -50,6 +50,9 @@ time.sleep(60)
 // it), sets one torch reads, answers Has, and after a Get that timed out
 // (ErrMissing) goes on working on a fresh connection.
 func TestTorchClientAgainstTCPStore(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts Python with torch; the full run covers it")
+	}
 	addr, lines := torchStore(t, `
 s.set("job/from-torch", b"hello")
 s.wait(["job/from-go"])
