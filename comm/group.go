@@ -302,15 +302,15 @@ func hierarchy(w *world, id uint32, peers []int, rank int) *ring.Hierarchy {
 	for j, h := range hosts {
 		cross[j] = peers[members[h][li]]
 	}
-	min := DefaultHierBytes
+	above := DefaultHierBytes
 	if s.Algo == "hierarchical" {
-		min = 0
+		above = 0
 	}
 	sub := func(p []int, r int, stream uint32) *ring.Collectives {
 		return &ring.Collectives{T: w.data, Peers: p, Rank: r, Stream: id<<16 | stream,
 			SmallBytes: s.SmallBytes, ChunkBytes: chunkBytes(w, p), OneShotBytes: oneShotBytes(w, p), HalvingBytes: halvingBytes(w, p)}
 	}
-	return &ring.Hierarchy{Local: sub(local, li, localStream), Cross: sub(cross, slices.Index(cross, peers[rank]), crossStream), MinBytes: min}
+	return &ring.Hierarchy{Local: sub(local, li, localStream), Cross: sub(cross, slices.Index(cross, peers[rank]), crossStream), MinBytes: above}
 }
 
 // chunkBytes is the ring algorithms' chunk for a group of peers: the

@@ -12,10 +12,18 @@ func AllReduce[T Elem](ctx context.Context, c *Collectives, buf []T, op Op) erro
 	if err := ValidOp[T](op); err != nil {
 		return err
 	}
+	if c.Hier != nil && len(AsBytes(buf)) > c.Hier.MinBytes {
+		c.begin(KindAllReduce, DTypeOf[T](), op, AlgoHierarchical, 0, len(buf))
+		return hierarchicalAllReduce(ctx, c, buf, op)
+	}
+	return flatAllReduce(ctx, c, buf, op)
+}
+
+// flatAllReduce is AllReduce over the whole group at once: one-shot,
+// recursive doubling, halving-doubling or the ring, by size.
+func flatAllReduce[T Elem](ctx context.Context, c *Collectives, buf []T, op Op) error {
 	algo := AlgoRing
 	switch bytes := len(AsBytes(buf)); {
-	case c.Hier != nil && bytes > c.Hier.MinBytes:
-		algo = AlgoHierarchical
 	case c.Size() > 2 && bytes <= c.OneShotBytes:
 		algo = AlgoOneShot
 	case bytes <= c.smallBytes():
@@ -34,8 +42,6 @@ func AllReduce[T Elem](ctx context.Context, c *Collectives, buf []T, op Op) erro
 		return doublingAllReduce(ctx, c, call, buf, op)
 	case algo == AlgoHalving:
 		return halvingAllReduce(ctx, c, call, buf, op)
-	case algo == AlgoHierarchical:
-		return hierarchicalAllReduce(ctx, c, buf, op)
 	default:
 		return ringAllReduce(ctx, c, call, buf, op)
 	}

@@ -41,11 +41,7 @@ func hierarchicalAllReduce[T Elem](ctx context.Context, c *Collectives, buf []T,
 		}
 	}
 	if tail := buf[k*l:]; len(tail) > 0 {
-		hier := c.Hier
-		c.Hier = nil // the tail: flat
-		err := AllReduce(ctx, c, tail, op)
-		c.Hier = hier
-		return err
+		return flatAllReduce(ctx, c, tail, op)
 	}
 	return nil
 }
