@@ -54,6 +54,7 @@ func LoadClassifier(path, model, labels string, be tensor.Backend) (*Classifier,
 		return nil, err
 	}
 	m.Net.SetTraining(false)
+	nn.SetGradEnabled(m.Net, false)
 	c := &Classifier{Model: m, be: be}
 	if meta != nil && (meta.Model == model || pipelineModel(meta.Model, meta.Stages) == model) {
 		c.Classes, c.Mean, c.Std, c.Dataset = meta.Classes, meta.Mean, meta.Std, meta.Dataset

@@ -142,7 +142,10 @@ type wholeModel struct {
 }
 
 func (w *wholeModel) layer() nn.Layer     { return w.net }
-func (w *wholeModel) setTraining(on bool) { w.net.SetTraining(on) }
+func (w *wholeModel) setTraining(on bool) {
+	w.net.SetTraining(on)
+	nn.SetGradEnabled(w.net, on)
+}
 
 func (w *wholeModel) gradients(_ context.Context, t *Trainer, b *data.Batch, sync gradSync, update bool) (float32, error) {
 	t0 := time.Now()

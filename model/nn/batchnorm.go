@@ -20,7 +20,9 @@ type BatchNorm2d struct {
 	BatchesTracked          int64
 	tracked                 *int64 // a replica's: the original's BatchesTracked
 	mean, invStd            *tensor.Tensor
-	x, y, dx                *tensor.Tensor
+	x, y                    *tensor.Tensor
+	inputGrad
+	result
 }
 
 // NewBatchNorm2d returns a batch norm over c channels with weight 1, bias 0,
@@ -47,7 +49,8 @@ func (b *BatchNorm2d) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 	b.x = x
 	tensor.ReuseLike(&b.mean, x, b.C)
 	tensor.ReuseLike(&b.invStd, x, b.C)
-	y := tensor.ReuseLike(&b.y, x, x.Shape...)
+	y := b.out.get(x, x.Shape...)
+	b.y = y
 	b.be.BatchNorm(x, y, b.Weight, b.Bias, b.RunningMean, b.RunningVar, b.mean, b.invStd, b.P)
 	if b.P.Training {
 		*b.counter()++
@@ -60,7 +63,7 @@ func (b *BatchNorm2d) Backward(dy *tensor.Tensor) (*tensor.Tensor, error) {
 	if err := sameShape(dy, b.y); err != nil {
 		return nil, err
 	}
-	dx := tensor.ReuseLike(&b.dx, dy, b.x.Shape...)
+	dx := b.dx.get(dy, b.x.Shape...)
 	b.be.BatchNormBackward(b.x, dy, dx, b.Weight, b.WeightGrad, b.BGrad, b.mean, b.invStd, b.P)
 	return dx, nil
 }
@@ -83,7 +86,7 @@ func (b *BatchNorm2d) SetTraining(training bool) { b.P.Training = training }
 // and batch counter.
 func (b *BatchNorm2d) Replica() Layer {
 	r := *b
-	r.x, r.y, r.dx = nil, nil, nil
+	r.x, r.y, r.inputGrad, r.result = nil, nil, inputGrad{}, result{}
 	r.mean, r.invStd = nil, nil
 	r.tracked = b.counter()
 	return &r

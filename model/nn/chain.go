@@ -17,6 +17,7 @@ type Chain struct {
 	// Backward: that child's parameter gradients are then final. DDP uses
 	// it to start reducing them while the rest of backward runs.
 	GradReady func(child Layer)
+	lending
 }
 
 // Child is one entry of a Chain.
@@ -55,27 +56,23 @@ func (c *Chain) label(i int) string {
 
 // Forward implements Layer.
 func (c *Chain) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
-	var err error
-	for i, l := range c.Layers {
-		if x, err = l.Forward(x); err != nil {
-			return nil, fmt.Errorf("%s: %w", c.label(i), err)
-		}
+	if c.noGrad {
+		y, held, err := through(c.Layers, x, nil, c.outTarget, c.pool(), false, c.label, nil)
+		c.kept = held
+		return y, err
 	}
-	return x, nil
+	return forwardAll(c.Layers, x, c.label)
 }
 
 // Backward implements Layer.
 func (c *Chain) Backward(dy *tensor.Tensor) (*tensor.Tensor, error) {
-	var err error
-	for i := len(c.Layers) - 1; i >= 0; i-- {
-		if dy, err = c.Layers[i].Backward(dy); err != nil {
-			return nil, fmt.Errorf("%s backward: %w", c.label(i), err)
-		}
-		if c.GradReady != nil {
-			c.GradReady(c.Layers[i])
-		}
+	if c.noGrad {
+		return nil, errNoGrad
 	}
-	return dy, nil
+	pool := c.pool()
+	dx, held, err := through(c.Layers, dy, nil, c.target, pool, true, c.label, c.GradReady)
+	c.kept = held
+	return dx, err
 }
 
 // State implements Layer.
@@ -108,6 +105,7 @@ func (c *Chain) Children() []Layer { return c.Layers }
 // (without the GradReady hook, which belongs to the original).
 func (c *Chain) Replica() Layer {
 	r := &Chain{Names: c.Names, Layers: make([]Layer, len(c.Layers))}
+	r.noGrad = c.noGrad
 	for i, l := range c.Layers {
 		r.Layers[i] = l.Replica()
 	}

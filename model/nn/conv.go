@@ -28,7 +28,9 @@ type Conv2d struct {
 	// input and return nil: for a network's first layer, whose input is
 	// data (PyTorch skips it too, as the data does not require grad).
 	NoInputGrad bool
-	x, y, dx    *tensor.Tensor
+	x, y        *tensor.Tensor
+	inputGrad
+	result
 }
 
 // NewConv2d returns a convolution initialised as PyTorch does:
@@ -59,7 +61,8 @@ func (c *Conv2d) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 		return nil, fmt.Errorf("input %s is smaller than the %dx%d kernel with padding %d", x, c.P.KernelH, c.P.KernelW, c.P.PadH)
 	}
 	c.x = x
-	y := tensor.ReuseLike(&c.y, x, x.Shape[0], c.Out, oh, ow)
+	y := c.out.get(x, x.Shape[0], c.Out, oh, ow)
+	c.y = y
 	c.be.Conv2d(x, c.Weight, c.Bias, y, c.P)
 	return y, nil
 }
@@ -73,7 +76,7 @@ func (c *Conv2d) Backward(dy *tensor.Tensor) (*tensor.Tensor, error) {
 		c.be.Conv2dBackward(c.x, c.Weight, dy, nil, c.WeightGrad, c.BGrad, c.P)
 		return nil, nil
 	}
-	dx := tensor.ReuseLike(&c.dx, dy, c.x.Shape...)
+	dx := c.dx.get(dy, c.x.Shape...)
 	c.be.Conv2dBackward(c.x, c.Weight, dy, dx, c.WeightGrad, c.BGrad, c.P)
 	return dx, nil
 }
@@ -93,7 +96,7 @@ func (c *Conv2d) SetTraining(bool) {}
 // Replica implements Layer: it shares the weights and their gradients.
 func (c *Conv2d) Replica() Layer {
 	r := *c
-	r.x, r.y, r.dx = nil, nil, nil
+	r.x, r.y, r.inputGrad, r.result = nil, nil, inputGrad{}, result{}
 	return &r
 }
 

@@ -20,7 +20,8 @@ type Dropout struct {
 	calls     *uint64 // a replica's: the original's Calls
 	training  bool
 	mask, out *tensor.Tensor
-	y, dx     *tensor.Tensor // y is the last output (x itself in evaluation)
+	y         *tensor.Tensor // the last output (x itself in evaluation)
+	inputGrad
 }
 
 // NewDropout returns dropout with probability p, in training mode.
@@ -60,7 +61,7 @@ func (d *Dropout) Backward(dy *tensor.Tensor) (*tensor.Tensor, error) {
 	if !d.training || d.P == 0 {
 		return dy, nil
 	}
-	dx := tensor.ReuseLike(&d.dx, dy, dy.Shape...)
+	dx := d.dx.get(dy, dy.Shape...)
 	d.be.Mul(dy, d.mask, dx)
 	return dx, nil
 }

@@ -14,7 +14,9 @@ type Linear struct {
 	In, Out           int
 	Weight, Bias      *tensor.Tensor
 	WeightGrad, BGrad *tensor.Tensor
-	x, y, dx          *tensor.Tensor
+	x, y              *tensor.Tensor
+	inputGrad
+	result
 }
 
 // NewLinear returns a linear layer initialised as PyTorch does (uniform in
@@ -35,7 +37,8 @@ func (l *Linear) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 		return nil, fmt.Errorf("input %s, want [N %d]", x, l.In)
 	}
 	l.x = x
-	y := tensor.ReuseLike(&l.y, x, x.Shape[0], l.Out)
+	y := l.out.get(x, x.Shape[0], l.Out)
+	l.y = y
 	l.be.MatMul(x, false, l.Weight, true, y, 1, 0)
 	l.be.AddBias(y, l.Bias)
 	return y, nil
@@ -48,7 +51,7 @@ func (l *Linear) Backward(dy *tensor.Tensor) (*tensor.Tensor, error) {
 	}
 	l.be.MatMul(dy, true, l.x, false, l.WeightGrad, 1, 1)
 	l.be.BiasGrad(dy, l.BGrad)
-	dx := tensor.ReuseLike(&l.dx, dy, l.x.Shape...)
+	dx := l.dx.get(dy, l.x.Shape...)
 	l.be.MatMul(dy, false, l.Weight, false, dx, 1, 0)
 	return dx, nil
 }
@@ -64,6 +67,6 @@ func (l *Linear) SetTraining(bool) {}
 // Replica implements Layer: it shares the weights and their gradients.
 func (l *Linear) Replica() Layer {
 	r := *l
-	r.x, r.y, r.dx = nil, nil, nil
+	r.x, r.y, r.inputGrad, r.result = nil, nil, inputGrad{}, result{}
 	return &r
 }

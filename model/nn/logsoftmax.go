@@ -9,8 +9,10 @@ import (
 // LogSoftmax is torch.nn.LogSoftmax(dim=1) on [N, C].
 type LogSoftmax struct {
 	stateless
-	be    tensor.Backend
-	y, dx *tensor.Tensor
+	be tensor.Backend
+	y  *tensor.Tensor
+	inputGrad
+	result
 }
 
 // NewLogSoftmax returns a log-softmax over classes.
@@ -21,7 +23,8 @@ func (l *LogSoftmax) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 	if x.Dims() != 2 || x.Shape[1] == 0 {
 		return nil, fmt.Errorf("input %s, want [N C]", x)
 	}
-	y := tensor.ReuseLike(&l.y, x, x.Shape...)
+	y := l.out.get(x, x.Shape...)
+	l.y = y
 	l.be.LogSoftmax(x, y)
 	return y, nil
 }
@@ -31,7 +34,7 @@ func (l *LogSoftmax) Backward(dy *tensor.Tensor) (*tensor.Tensor, error) {
 	if err := sameShape(dy, l.y); err != nil {
 		return nil, err
 	}
-	dx := tensor.ReuseLike(&l.dx, dy, dy.Shape...)
+	dx := l.dx.get(dy, dy.Shape...)
 	l.be.LogSoftmaxBackward(l.y, dy, dx)
 	return dx, nil
 }

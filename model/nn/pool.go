@@ -10,10 +10,12 @@ import (
 // count_include_pad true); the stride defaults to the kernel size.
 type Pool2d struct {
 	stateless
-	be       tensor.Backend
-	Max      bool
-	P        tensor.PoolParams
-	x, y, dx *tensor.Tensor
+	be   tensor.Backend
+	Max  bool
+	P    tensor.PoolParams
+	x, y *tensor.Tensor
+	inputGrad
+	result
 }
 
 // NewMaxPool2d returns max pooling; stride 0 means the kernel size.
@@ -46,7 +48,8 @@ func (p *Pool2d) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 		return nil, fmt.Errorf("input %s is smaller than the %dx%d window", x, p.P.KernelH, p.P.KernelW)
 	}
 	p.x = x
-	y := tensor.ReuseLike(&p.y, x, x.Shape[0], x.Shape[1], oh, ow)
+	y := p.out.get(x, x.Shape[0], x.Shape[1], oh, ow)
+	p.y = y
 	if p.Max {
 		p.be.MaxPool2d(x, y, p.P)
 	} else {
@@ -60,7 +63,7 @@ func (p *Pool2d) Backward(dy *tensor.Tensor) (*tensor.Tensor, error) {
 	if err := sameShape(dy, p.y); err != nil {
 		return nil, err
 	}
-	dx := tensor.ReuseLike(&p.dx, dy, p.x.Shape...)
+	dx := p.dx.get(dy, p.x.Shape...)
 	if p.Max {
 		p.be.MaxPool2dBackward(p.x, dy, dx, p.P)
 	} else {
@@ -72,9 +75,11 @@ func (p *Pool2d) Backward(dy *tensor.Tensor) (*tensor.Tensor, error) {
 // AdaptiveAvgPool2d is torch.nn.AdaptiveAvgPool2d to an OH×OW output.
 type AdaptiveAvgPool2d struct {
 	stateless
-	be       tensor.Backend
-	OH, OW   int
-	x, y, dx *tensor.Tensor
+	be     tensor.Backend
+	OH, OW int
+	x, y   *tensor.Tensor
+	inputGrad
+	result
 }
 
 // NewAdaptiveAvgPool2d returns adaptive average pooling to oh×ow.
@@ -91,7 +96,8 @@ func (p *AdaptiveAvgPool2d) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 		return nil, fmt.Errorf("input %s has no pixels", x)
 	}
 	p.x = x
-	y := tensor.ReuseLike(&p.y, x, x.Shape[0], x.Shape[1], p.OH, p.OW)
+	y := p.out.get(x, x.Shape[0], x.Shape[1], p.OH, p.OW)
+	p.y = y
 	p.be.AdaptiveAvgPool2d(x, y)
 	return y, nil
 }
@@ -101,7 +107,7 @@ func (p *AdaptiveAvgPool2d) Backward(dy *tensor.Tensor) (*tensor.Tensor, error) 
 	if err := sameShape(dy, p.y); err != nil {
 		return nil, err
 	}
-	dx := tensor.ReuseLike(&p.dx, dy, p.x.Shape...)
+	dx := p.dx.get(dy, p.x.Shape...)
 	p.be.AdaptiveAvgPool2dBackward(dy, dx)
 	return dx, nil
 }

@@ -7,17 +7,32 @@ import (
 // ReLU is torch.nn.ReLU.
 type ReLU struct {
 	stateless
-	be    tensor.Backend
-	y, dx *tensor.Tensor
+	be tensor.Backend
+	// InPlace overwrites the input with the output, as
+	// torch.nn.ReLU(inplace=True): no memory for the output, but only
+	// right where nothing else reads the input afterwards — after a batch
+	// norm, convolution or linear layer, whose backward does not read its
+	// output, and which no other layer reads.
+	InPlace bool
+	y       *tensor.Tensor // the last output
+	inputGrad
+	result
 }
 
 // NewReLU returns a ReLU.
 func NewReLU(be tensor.Backend) *ReLU { return &ReLU{be: be} }
 
+// NewReLUInPlace returns a ReLU that overwrites its input (see InPlace).
+func NewReLUInPlace(be tensor.Backend) *ReLU { return &ReLU{be: be, InPlace: true} }
+
 // Forward implements Layer.
 func (r *ReLU) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
-	y := tensor.ReuseLike(&r.y, x, x.Shape...)
+	y := x
+	if !r.InPlace {
+		y = r.out.get(x, x.Shape...)
+	}
 	r.be.ReLU(x, y)
+	r.y = y
 	return y, nil
 }
 
@@ -26,10 +41,10 @@ func (r *ReLU) Backward(dy *tensor.Tensor) (*tensor.Tensor, error) {
 	if err := sameShape(dy, r.y); err != nil {
 		return nil, err
 	}
-	dx := tensor.ReuseLike(&r.dx, dy, dy.Shape...)
+	dx := r.dx.get(dy, dy.Shape...)
 	r.be.ReLUBackward(r.y, dy, dx)
 	return dx, nil
 }
 
 // Replica implements Layer.
-func (r *ReLU) Replica() Layer { return &ReLU{be: r.be} }
+func (r *ReLU) Replica() Layer { return &ReLU{be: r.be, InPlace: r.InPlace} }

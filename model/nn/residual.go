@@ -19,7 +19,8 @@ type Residual struct {
 	Downsample *Chain  // nil when the shortcut is the identity
 	main       []Layer
 	sum, y     *tensor.Tensor
-	dsum, dx   *tensor.Tensor
+	ds, dx     output // the gradients of the sum and of the input
+	lending
 }
 
 // NewBasicBlock returns torchvision's BasicBlock from in to out channels:
@@ -28,7 +29,7 @@ func NewBasicBlock(be tensor.Backend, in, out, stride int, rng *rand.Rand) *Resi
 	return newResidual(be, in, out, stride, rng, []Child{
 		{"conv1", NewConv2d(be, in, out, 3, Conv2dOptions{Stride: stride, Padding: 1, NoBias: true}, rng)},
 		{"bn1", NewBatchNorm2d(be, out)},
-		{"", NewReLU(be)},
+		{"", NewReLUInPlace(be)},
 		{"conv2", NewConv2d(be, out, out, 3, Conv2dOptions{Padding: 1, NoBias: true}, rng)},
 		{"bn2", NewBatchNorm2d(be, out)},
 	})
@@ -47,10 +48,10 @@ func NewBottleneck(be tensor.Backend, in, width, stride int, rng *rand.Rand) *Re
 	return newResidual(be, in, out, stride, rng, []Child{
 		{"conv1", NewConv2d(be, in, width, 1, Conv2dOptions{NoBias: true}, rng)},
 		{"bn1", NewBatchNorm2d(be, width)},
-		{"", NewReLU(be)},
+		{"", NewReLUInPlace(be)},
 		{"conv2", NewConv2d(be, width, width, 3, Conv2dOptions{Stride: stride, Padding: 1, NoBias: true}, rng)},
 		{"bn2", NewBatchNorm2d(be, width)},
-		{"", NewReLU(be)},
+		{"", NewReLUInPlace(be)},
 		{"conv3", NewConv2d(be, width, out, 1, Conv2dOptions{NoBias: true}, rng)},
 		{"bn3", NewBatchNorm2d(be, out)},
 	})
@@ -96,6 +97,7 @@ func (b *Residual) Children() []Layer {
 // Replica implements Layer.
 func (b *Residual) Replica() Layer {
 	r := &Residual{be: b.be, Main: make([]Child, len(b.Main))}
+	r.noGrad = b.noGrad
 	for i, c := range b.Main {
 		r.Main[i] = Child{Name: c.Name, Layer: c.Layer.Replica()}
 	}
@@ -108,24 +110,57 @@ func (b *Residual) Replica() Layer {
 
 // Forward implements Layer.
 func (b *Residual) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
-	h := x
+	var pool *bufferPool
+	var h *tensor.Tensor
 	var err error
-	for _, l := range b.main {
-		if h, err = l.Forward(h); err != nil {
-			return nil, err
-		}
+	if b.noGrad {
+		// Outputs are dead once read: the main path and the shortcut
+		// borrow from the network's pool, and the block's output goes
+		// where its caller lent.
+		pool = b.pool()
+		h, b.kept, err = through(b.main, x, nil, b.outTarget, pool, false, b.label, nil)
+	} else {
+		h, err = forwardAll(b.main, x, b.label)
+	}
+	if err != nil {
+		return nil, err
 	}
 	short := x
 	if b.Downsample != nil {
+		if pool != nil {
+			dBuf := pool.get()
+			defer pool.put(dBuf)
+			lendOut(b.Downsample, dBuf, pool)
+			defer lendOut(b.Downsample, nil, nil)
+		}
 		if short, err = b.Downsample.Forward(x); err != nil {
 			return nil, fmt.Errorf("downsample: %w", err)
 		}
 	}
-	sum := tensor.ReuseLike(&b.sum, h, h.Shape...)
+	// The sum and relu overwrite the main path's output when nothing
+	// reads it afterwards: in evaluation, or when its last layer's
+	// backward does not (a batch norm, as in torchvision's blocks, whose
+	// out += identity; relu(out) is in place too).
+	sum := h
+	_, unread := b.main[len(b.main)-1].(outputUnread)
+	if (!unread && !b.noGrad) || tensor.Overlaps(h, x) || tensor.Overlaps(h, short) {
+		sum = tensor.ReuseLike(&b.sum, h, h.Shape...)
+	}
 	b.be.Add(h, short, sum)
-	y := tensor.ReuseLike(&b.y, h, h.Shape...)
-	b.be.ReLU(sum, y)
-	return y, nil
+	b.be.ReLU(sum, sum)
+	b.y = sum
+	return sum, nil
+}
+
+// forwardAll runs x through layers in order.
+func forwardAll(layers []Layer, x *tensor.Tensor, label func(int) string) (*tensor.Tensor, error) {
+	var err error
+	for i, l := range layers {
+		if x, err = l.Forward(x); err != nil {
+			return nil, fmt.Errorf("%s: %w", label(i), err)
+		}
+	}
+	return x, nil
 }
 
 // Backward implements Layer.
@@ -133,24 +168,43 @@ func (b *Residual) Backward(dy *tensor.Tensor) (*tensor.Tensor, error) {
 	if err := sameShape(dy, b.y); err != nil {
 		return nil, err
 	}
-	ds := tensor.ReuseLike(&b.dsum, dy, dy.Shape...)
+	if b.noGrad {
+		return nil, errNoGrad
+	}
+	pool := b.pool()
+	dsBuf := pool.get()
+	defer pool.put(dsBuf)
+	b.ds.lent = dsBuf
+	ds := b.ds.get(dy, dy.Shape...)
 	b.be.ReLUBackward(b.y, dy, ds)
-	g := ds
-	var err error
-	for i := len(b.main) - 1; i >= 0; i-- {
-		if g, err = b.main[i].Backward(g); err != nil {
-			return nil, err
-		}
+	// ds feeds both paths: the main path must not give its buffer back.
+	g, gBuf, err := through(b.main, ds, nil, b.target, pool, true, b.label, nil)
+	defer pool.put(gBuf)
+	if err != nil {
+		return nil, err
 	}
 	gs := ds
 	if b.Downsample != nil {
+		dBuf := pool.get()
+		defer pool.put(dBuf)
+		lendTo(b.Downsample, dBuf, pool)
+		defer lendTo(b.Downsample, nil, nil)
 		if gs, err = b.Downsample.Backward(ds); err != nil {
 			return nil, fmt.Errorf("downsample backward: %w", err)
 		}
 	}
-	dx := tensor.ReuseLike(&b.dx, g, g.Shape...)
+	b.dx.lent = b.target
+	dx := b.dx.get(g, g.Shape...)
 	b.be.Add(g, gs, dx)
+	b.ds.lent, b.dx.lent = nil, nil
 	return dx, nil
+}
+
+func (b *Residual) label(i int) string {
+	if b.Main[i].Name != "" {
+		return b.Main[i].Name
+	}
+	return fmt.Sprintf("step %d (%T)", i, b.main[i])
 }
 
 // State implements Layer.

@@ -85,9 +85,9 @@ type Backend interface {
 	// AdaptiveAvgPool2dBackward sets dx.
 	AdaptiveAvgPool2dBackward(dy, dx *Tensor)
 
-	// BatchNorm normalises x [N, C, H, W] (or [N, C]) per channel. In
-	// training it uses the batch statistics, saves mean and 1/std in
-	// saveMean and saveInvStd, and updates runMean and runVar (unbiased
+	// BatchNorm normalises x [N, C, H, W] (or [N, C]) per channel (y may
+	// be x). In training it uses the batch statistics, saves mean and 1/std
+	// in saveMean and saveInvStd, and updates runMean and runVar (unbiased
 	// variance); in evaluation it uses runMean and runVar.
 	BatchNorm(x, y, gamma, beta, runMean, runVar, saveMean, saveInvStd *Tensor, p BatchNormParams)
 	// BatchNormBackward sets dx and accumulates dgamma and dbeta.

@@ -1,10 +1,10 @@
 package tensor
 
 import (
-	"math"
-
 	"fmt"
+	"math"
 	"strings"
+	"unsafe"
 )
 
 // Tensor is a dense float32 tensor in row-major order. On the host Data
@@ -173,4 +173,21 @@ func RelDiff(got, want []float32, floor float64) float64 {
 		n += float64(w) * float64(w)
 	}
 	return math.Sqrt(d) / math.Max(math.Sqrt(n), floor)
+}
+
+// Overlaps reports whether a and b share any element of storage, on the
+// host or on a device. A nil or empty tensor overlaps nothing.
+func Overlaps(a, b *Tensor) bool {
+	if a == nil || b == nil {
+		return false
+	}
+	if a.Mem != nil || b.Mem != nil {
+		return a.Mem == b.Mem && a.Off < b.Off+b.Len() && b.Off < a.Off+a.Len()
+	}
+	if len(a.Data) == 0 || len(b.Data) == 0 {
+		return false
+	}
+	pa := uintptr(unsafe.Pointer(unsafe.SliceData(a.Data)))
+	pb := uintptr(unsafe.Pointer(unsafe.SliceData(b.Data)))
+	return pa < pb+uintptr(4*len(b.Data)) && pb < pa+uintptr(4*len(a.Data))
 }

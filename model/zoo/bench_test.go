@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/gorun/gorun/model/cpu"
+	"github.com/gorun/gorun/model/nn"
 	"github.com/gorun/gorun/model/tensor"
 )
 
@@ -61,6 +62,7 @@ func inference(b *testing.B, model string, batch, threads int) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	m, _ := New(model, be, rng)
 	m.Net.SetTraining(false)
+	nn.SetGradEnabled(m.Net, false)
 	x := tensor.New(append([]int{batch}, m.Input...)...)
 	for i := range x.Data {
 		x.Data[i] = rng.Float32()

@@ -196,7 +196,12 @@ func part(name, kind string, build func(be tensor.Backend) nn.Layer) Part {
 	return Part{Name: name, Kind: kind, build: func(be tensor.Backend, _ *rand.Rand) nn.Layer { return build(be) }}
 }
 
-func relu() Part { return part("", "relu", func(be tensor.Backend) nn.Layer { return nn.NewReLU(be) }) }
+// relu is torch.nn.ReLU(inplace=True), as torchvision's models use it:
+// every relu of the zoo follows a convolution, linear layer or batch norm,
+// which leave their output to it.
+func relu() Part {
+	return part("", "relu", func(be tensor.Backend) nn.Layer { return nn.NewReLUInPlace(be) })
+}
 
 func dropout(p float32) Part {
 	return Part{Kind: "dropout", build: func(be tensor.Backend, rng *rand.Rand) nn.Layer { return nn.NewDropout(be, p, rng.Uint64()) }}

@@ -1,0 +1,293 @@
+package nn
+
+import (
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/gorun/gorun/model/tensor"
+)
+
+// Gradient memory. A layer's input gradient is needed only until the layer
+// before it has run its backward, so a network does not need one gradient
+// tensor per layer: containers (Chain, Residual) lend their children
+// buffers from a pool shared by the whole network for one Backward call and
+// take them back as soon as the next child has consumed them. A backward
+// pass through a ResNet then holds a handful of gradient tensors at a time
+// instead of one per layer (`TestBackwardGradientBuffers`).
+//
+// The pool belongs to the outermost container and is handed down on every
+// call; a layer used on its own (a test calling Backward) keeps its own
+// gradient tensor, as before. Replicas never share a pool with their
+// original: pipeline stages keep several microbatches in flight.
+
+// buffer is storage that layers take turns writing, one at a time.
+type buffer struct {
+	t    *tensor.Tensor // flat storage, grown on demand
+	pool *bufferPool    // the pool it belongs to
+}
+
+// holds reports whether t lies (partly) in b's storage.
+func (b *buffer) holds(t *tensor.Tensor) bool {
+	return b != nil && tensor.Overlaps(b.t, t)
+}
+
+// bufferPool lends buffers; a buffer is either in the free list or held by
+// exactly one borrower.
+type bufferPool struct {
+	free []*buffer
+	made int // buffers created, for tests
+}
+
+func (p *bufferPool) get() *buffer {
+	if n := len(p.free); n > 0 {
+		b := p.free[n-1]
+		p.free = p.free[:n-1]
+		return b
+	}
+	p.made++
+	return &buffer{pool: p}
+}
+
+// fit gives b the storage, among its own and the free buffers', that holds
+// n elements on dev most tightly (exchanging storage with a free buffer),
+// so that small tensors do not take up large buffers and large ones grow
+// as few as possible.
+func (p *bufferPool) fit(b *buffer, dev tensor.Device, n int) {
+	best, bestCap := -1, capacity(b, dev)
+	if bestCap < n {
+		bestCap = math.MaxInt
+	}
+	for i, f := range p.free {
+		if c := capacity(f, dev); c >= n && c < bestCap {
+			best, bestCap = i, c
+		}
+	}
+	if best >= 0 {
+		f := p.free[best]
+		b.t, f.t = f.t, b.t
+	}
+}
+
+// capacity is how many elements b's storage holds on dev.
+func capacity(b *buffer, dev tensor.Device) int {
+	switch {
+	case b.t == nil || b.t.Device() != dev:
+		return 0
+	case dev == nil:
+		return cap(b.t.Data)
+	default:
+		return b.t.Mem.Cap - b.t.Off
+	}
+}
+
+func (p *bufferPool) put(b *buffer) {
+	if b != nil {
+		p.free = append(p.free, b)
+	}
+}
+
+// output is where a layer writes a result: its own tensor, or a view of the
+// buffer its container lent it for the current call.
+type output struct {
+	own  *tensor.Tensor
+	lent *buffer
+	view *tensor.Tensor // the layer's header over lent's storage
+}
+
+// get returns a tensor of the given shape on like's device, its contents
+// unspecified.
+func (o *output) get(like *tensor.Tensor, shape ...int) *tensor.Tensor {
+	if o.lent == nil {
+		return tensor.ReuseLike(&o.own, like, shape...)
+	}
+	n := tensor.Volume(shape)
+	o.lent.pool.fit(o.lent, like.Device(), n)
+	s := tensor.ReuseLike(&o.lent.t, like, n)
+	v, err := tensor.View(&o.view, s, shape...)
+	if err != nil {
+		panic(fmt.Sprintf("nn: %v", err)) // the volumes agree by construction
+	}
+	return v
+}
+
+// borrower is a layer that writes its input gradient where its container
+// says: a buffer lent for the next Backward call (nil: its own storage),
+// and, for containers, the pool their own children borrow from.
+type borrower interface {
+	borrow(grad *buffer, pool *bufferPool)
+}
+
+// lendTo lends l the buffer for its next Backward, if l takes one.
+func lendTo(l Layer, grad *buffer, pool *bufferPool) {
+	if b, ok := l.(borrower); ok {
+		b.borrow(grad, pool)
+	}
+}
+
+// inputGrad is a plain layer's input-gradient storage; layers embed it and
+// take their gradient tensor from dx.get.
+type inputGrad struct{ dx output }
+
+func (g *inputGrad) borrow(b *buffer, _ *bufferPool) { g.dx.lent = b }
+
+// lending is a container's side: the pool its children borrow from (the
+// network's, or its own when it is the outermost), the buffers its caller
+// lent for its input gradient and its output, whether gradients are off
+// (outputs are lent only then: SetGradEnabled), and a pool buffer it keeps because its
+// result lies there (a child that passes its input through, such as
+// Flatten, at the end of the pass), given back on the next call.
+type lending struct {
+	shared    *bufferPool
+	own       bufferPool
+	target    *buffer
+	outTarget *buffer
+	noGrad    bool
+	kept      *buffer
+}
+
+func (l *lending) borrow(b *buffer, p *bufferPool)    { l.target, l.shared = b, p }
+func (l *lending) borrowOut(b *buffer, p *bufferPool) { l.outTarget, l.shared = b, p }
+
+// pool returns the pool for this call, after giving back the buffer the
+// previous call's result was kept in.
+func (l *lending) pool() *bufferPool {
+	if l.kept != nil {
+		l.kept.pool.put(l.kept)
+		l.kept = nil
+	}
+	if l.shared != nil {
+		return l.shared
+	}
+	return &l.own
+}
+
+// through runs one pass through layers — backward (last layer first,
+// each lent the buffer for its input gradient) or forward in evaluation
+// (each lent the buffer for its output) — taking every buffer back from
+// pool as soon as the next layer has consumed it. The final layer of the
+// pass writes into final (nil: its own storage). inBuf is the pool buffer
+// holding in, if the caller gives it up (nil: in stays untouched in the
+// caller's hands). ready, when set, is called after each layer. It returns
+// the result and the pool buffer holding it, if any (a final layer that
+// passes its input through, as Flatten does), which the caller then owns.
+func through(layers []Layer, in *tensor.Tensor, inBuf, final *buffer, pool *bufferPool, backward bool, label func(int) string, ready func(Layer)) (*tensor.Tensor, *buffer, error) {
+	held := inBuf
+	n := len(layers)
+	for k := range n {
+		i, out := k, final
+		if backward {
+			i = n - 1 - k
+		}
+		switch {
+		case k == n-1:
+		case !backward && held != nil && overwritesInput(layers[i]):
+			out = held // an elementwise layer over an input only it reads
+		default:
+			out = pool.get()
+		}
+		var res *tensor.Tensor
+		var err error
+		// A loan lasts one call: called again on its own, a layer uses
+		// its own storage.
+		if backward {
+			lendTo(layers[i], out, pool)
+			res, err = layers[i].Backward(in)
+			lendTo(layers[i], nil, nil)
+		} else {
+			lendOut(layers[i], out, pool)
+			res, err = layers[i].Forward(in)
+			lendOut(layers[i], nil, nil)
+		}
+		if err != nil {
+			pool.put(held)
+			if k < n-1 && out != held {
+				pool.put(out)
+			}
+			if backward {
+				return nil, nil, fmt.Errorf("%s backward: %w", label(i), err)
+			}
+			return nil, nil, fmt.Errorf("%s: %w", label(i), err)
+		}
+		// The input is dead now, unless the result is a view of it.
+		if held != nil && !held.holds(res) {
+			pool.put(held)
+			held = nil
+		}
+		if k < n-1 && out != held {
+			if out.holds(res) {
+				held = out
+			} else {
+				pool.put(out)
+			}
+		}
+		if ready != nil {
+			ready(layers[i])
+		}
+		in = res
+	}
+	return in, held, nil
+}
+
+// inPlaceCapable is a layer whose Forward may write its output over its
+// input (an elementwise layer: batch norm). Containers let it when nothing
+// else reads the input: with gradients off, inside the container.
+type inPlaceCapable interface{ elementwise() }
+
+func (*BatchNorm2d) elementwise() {}
+
+func overwritesInput(l Layer) bool {
+	_, ok := l.(inPlaceCapable)
+	return ok
+}
+
+// outputUnread is a layer whose Backward does not read its own output, so
+// the layer after it may overwrite that output in place (an in-place relu,
+// a residual block's sum).
+type outputUnread interface{ backwardIgnoresOutput() }
+
+func (*BatchNorm2d) backwardIgnoresOutput() {}
+func (*Conv2d) backwardIgnoresOutput()      {}
+func (*Linear) backwardIgnoresOutput()      {}
+
+// result is a plain layer's output storage; layers embed it and take their
+// output tensor from out.get. With gradients off containers lend it
+// buffers (outputs are dead once the next layer has read them); otherwise
+// the layer keeps its own, which backward reads.
+type result struct{ out output }
+
+func (r *result) borrowOut(b *buffer, _ *bufferPool) { r.out.lent = b }
+
+// outBorrower is a layer that writes its output where its container says
+// (nil: its own storage) and, for containers, the pool their children
+// borrow from.
+type outBorrower interface {
+	borrowOut(out *buffer, pool *bufferPool)
+}
+
+// lendOut lends l the buffer for its next Forward's output, if l takes one.
+func lendOut(l Layer, out *buffer, pool *bufferPool) {
+	if b, ok := l.(outBorrower); ok {
+		b.borrowOut(out, pool)
+	}
+}
+
+// SetGradEnabled turns off (false) or back on what backward needs in l, as
+// torch.no_grad() does: with gradients off, the containers in l (Chain,
+// Residual) let their children's outputs share a few buffers, each taken
+// back once the next layer has read it, so a forward pass holds a handful
+// of activations instead of one per layer; Backward then fails. Evaluation
+// and inference turn gradients off; training mode (SetTraining) is a
+// separate switch, as in PyTorch.
+func SetGradEnabled(l Layer, enabled bool) {
+	Walk(l, func(x Layer) {
+		if c, ok := x.(interface{ setNoGrad(bool) }); ok {
+			c.setNoGrad(!enabled)
+		}
+	})
+}
+
+func (l *lending) setNoGrad(off bool) { l.noGrad = off }
+
+// errNoGrad is Backward's failure after a forward pass without gradients.
+var errNoGrad = errors.New("backward after a forward pass with gradients off (SetGradEnabled)")
