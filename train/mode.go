@@ -141,7 +141,7 @@ type wholeModel struct {
 	syncErr error          // the first failure of a SyncBatchNorm all-reduce
 }
 
-func (w *wholeModel) layer() nn.Layer     { return w.net }
+func (w *wholeModel) layer() nn.Layer { return w.net }
 func (w *wholeModel) setTraining(on bool) {
 	w.net.SetTraining(on)
 	nn.SetGradEnabled(w.net, on)
