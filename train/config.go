@@ -60,6 +60,10 @@ type Config struct {
 	// ZeroInitResidual starts each residual block as the identity
 	// (torchvision's zero_init_residual; ResNets only).
 	ZeroInitResidual bool `json:"zero_init_residual,omitempty"`
+	// Recompute checkpoints the model's residual blocks: backward
+	// recomputes their activations instead of keeping them (ResNets;
+	// activation checkpointing, less memory for more arithmetic).
+	Recompute bool `json:"recompute,omitempty"`
 	// Nesterov uses Nesterov momentum (SGD with a momentum only).
 	Nesterov bool `json:"nesterov,omitempty"`
 	// NoDecayNormBias exempts batch-norm parameters and biases (every

@@ -245,6 +245,12 @@ func configureSpec(spec *zoo.Spec, cfg Config, dataClasses int) error {
 		}
 		spec.ZeroInitResidual = true
 	}
+	if cfg.Recompute {
+		if !strings.HasPrefix(spec.Name, "resnet") {
+			return fmt.Errorf("recompute: %s has no residual blocks to recompute", spec.Name)
+		}
+		spec.Recompute = true
+	}
 	return nil
 }
 
@@ -416,7 +422,11 @@ func StagePath(path string, stage int) string {
 
 // Describe writes a summary of the run's setup.
 func (t *Trainer) Describe(w io.Writer, backend string) {
-	fmt.Fprintf(w, "Model %s: %d parameters; backend %s\n", t.cfg.Model, t.compute.params(), backend)
+	recompute := ""
+	if t.cfg.Recompute {
+		recompute = " (residual blocks recomputed in backward)"
+	}
+	fmt.Fprintf(w, "Model %s: %d parameters%s; backend %s\n", t.cfg.Model, t.compute.params(), recompute, backend)
 	t.compute.describe(w)
 	testN := 0
 	if t.test != nil {

@@ -116,14 +116,28 @@ def steps(n=60):
 
 def resnet50(what):
     """torchvision's resnet50 at batch 32, 224x224, random data: training
-    steps (SGD with momentum) or evaluation-mode forwards; prints img/s
-    over at least 3 steps after a warm-up one, and the peak RSS (compare
-    with `go test ./model/zoo -run '^$' -bench 'TrainStep/resnet50|Inference/resnet50'`,
-    bench/resnet50.sh runs both, alternating)."""
+    steps (SGD with momentum; "recompute": every Bottleneck under
+    torch.utils.checkpoint, as gorun's --recompute) or evaluation-mode
+    forwards; prints img/s over at least 3 steps after a warm-up one, and
+    the peak RSS (compare with `go test ./model/zoo -run '^$' -bench
+    'TrainStep/resnet50|Inference/resnet50'`, bench/resnet50.sh runs both,
+    alternating)."""
     import torchvision
+    import torch.utils.checkpoint
     net = torchvision.models.resnet50()
     x, y = torch.randn(32, 3, 224, 224), torch.randint(0, 1000, (32,))
-    if what == "train":
+    if what == "recompute":
+        class Checkpointed(torch.nn.Module):
+            def __init__(self, block):
+                super().__init__()
+                self.block = block
+
+            def forward(self, h):
+                return torch.utils.checkpoint.checkpoint(self.block, h, use_reentrant=False)
+        for layer in (net.layer1, net.layer2, net.layer3, net.layer4):
+            for i in range(len(layer)):
+                layer[i] = Checkpointed(layer[i])
+    if what in ("train", "recompute"):
         o = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
         net.train()
 
@@ -143,4 +157,5 @@ def resnet50(what):
 
 
 {"speed": speed, "fashion": fashion, "steps": steps,
- "resnet50-train": lambda: resnet50("train"), "resnet50-infer": lambda: resnet50("infer")}[mode]()
+ "resnet50-train": lambda: resnet50("train"), "resnet50-recompute": lambda: resnet50("recompute"),
+ "resnet50-infer": lambda: resnet50("infer")}[mode]()

@@ -77,6 +77,7 @@ func parseFlags(args []string) (train.Config, options, error) {
 	var cfg train.Config
 	fs.StringVar(&cfg.Model, "model", "mnist", "model: mnist, cifarnet, resnet18 (CIFAR-10), resnet34, resnet50, resnet101, resnet152 (ImageNet)")
 	fs.IntVar(&cfg.NumClasses, "num-classes", 0, "the model's outputs (default: the training data's class count)")
+	fs.BoolVar(&cfg.Recompute, "recompute", false, "ResNets: keep only each residual block's input and output for backward and recompute the rest there (activation checkpointing): about 2.5× less memory for ResNet-50, about a third more arithmetic")
 	fs.BoolVar(&cfg.ZeroInitResidual, "zero-init-residual", false, "ResNets: start each residual block's last batch norm at zero weight, so the block starts as the identity (torchvision's zero_init_residual)")
 	fs.StringVar(&o.dataDir, "data", "", "dataset directory: MNIST-format, CIFAR-10 binary, or an image folder (train/CLASS/*.jpg and val/CLASS/*.jpg, as torchvision's ImageFolder; JPEG or PNG) (default "+fashionMNIST+" when installed)")
 	fs.BoolVar(&o.synthetic, "synthetic", false, "train on generated data shaped for the model instead of --data")
@@ -359,7 +360,8 @@ func resolveConfig(flags train.Config, set map[string]bool, resume string) (trai
 		"pipeline": func() { base.Pipeline = flags.Pipeline }, "schedule": func() { base.Schedule = flags.Schedule }, "microbatches": func() { base.Microbatches = flags.Microbatches },
 		"balance": func() { base.Balance = flags.Balance }, "split": func() { base.Split = flags.Split },
 		"num-classes": func() { base.NumClasses = flags.NumClasses }, "zero-init-residual": func() { base.ZeroInitResidual = flags.ZeroInitResidual },
-		"nesterov": func() { base.Nesterov = flags.Nesterov }, "label-smoothing": func() { base.LabelSmoothing = flags.LabelSmoothing },
+		"recompute": func() { base.Recompute = flags.Recompute },
+		"nesterov":  func() { base.Nesterov = flags.Nesterov }, "label-smoothing": func() { base.LabelSmoothing = flags.LabelSmoothing },
 		"warmup-epochs": func() { base.WarmupEpochs = flags.WarmupEpochs }, "no-decay-norm-bias": func() { base.NoDecayNormBias = flags.NoDecayNormBias },
 		"workers": func() { base.Workers = flags.Workers }, "skip-bad-images": func() { base.SkipBadImages = flags.SkipBadImages },
 	}

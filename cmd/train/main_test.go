@@ -224,6 +224,40 @@ func TestResNetOptions(t *testing.T) {
 	}
 }
 
+// TestRecompute: --recompute trains a ResNet to the same losses and
+// accuracy, to the last printed digit, as keeping every activation, and
+// says so in the run's description; a model without residual blocks is an
+// error.
+func TestRecompute(t *testing.T) {
+	results := func(extra ...string) (string, string) {
+		var out bytes.Buffer
+		args := append([]string{"--model", "resnet18", "--synthetic", "--train-samples", "48", "--test-samples", "16", "--batch-size", "16",
+			"--threads", "1", "--epochs", "2", "--log-interval", "1"}, extra...)
+		if err := run(args, &out); err != nil {
+			t.Fatalf("%v\n%s", err, out.String())
+		}
+		var keep []string
+		for _, l := range strings.Split(out.String(), "\n") {
+			if strings.Contains(l, "Loss:") || strings.HasPrefix(l, "Test set:") {
+				keep = append(keep, l)
+			}
+		}
+		return strings.Join(keep, "\n"), out.String()
+	}
+	want, _ := results()
+	got, out := results("--recompute")
+	if got != want || len(want) == 0 {
+		t.Errorf("with --recompute:\n%s\nwithout:\n%s", got, want)
+	}
+	if !strings.Contains(out, "(residual blocks recomputed in backward)") {
+		t.Errorf("the run's description does not mention --recompute:\n%s", out)
+	}
+	var errOut bytes.Buffer
+	if err := run([]string{"--synthetic", "--recompute"}, &errOut); err == nil || !strings.Contains(err.Error(), "recompute: mnist has no residual blocks") {
+		t.Errorf("--recompute on mnist: %v", err)
+	}
+}
+
 // TestBadImageInFolder: a file in an image folder that is not an image
 // stops training with an error naming it; with --skip-bad-images the
 // epoch goes on without it and its end says how many were skipped, with

@@ -37,6 +37,12 @@ func (b *buffer) holds(t *tensor.Tensor) bool {
 type bufferPool struct {
 	free []*buffer
 	made int // buffers created, for tests
+	// retain, while set (a Checkpoint recomputing its layer), makes
+	// forward passes with gradients on keep their outputs in pool
+	// buffers, listed here, instead of the layers' own storage.
+	retain *[]*buffer
+	// largest is the most elements of any tensor noted so far.
+	largest int
 }
 
 func (p *bufferPool) get() *buffer {
@@ -51,9 +57,11 @@ func (p *bufferPool) get() *buffer {
 
 // fit gives b the storage, among its own and the free buffers', that holds
 // n elements on dev most tightly (exchanging storage with a free buffer),
-// so that small tensors do not take up large buffers and large ones grow
-// as few as possible.
-func (p *bufferPool) fit(b *buffer, dev tensor.Device, n int) {
+// so that small tensors do not take up large buffers and no storage is
+// ever outgrown and thrown away.
+func (p *bufferPool) fit(b *buffer, like *tensor.Tensor, n int) {
+	p.note(n)
+	dev := like.Device()
 	best, bestCap := -1, capacity(b, dev)
 	if bestCap < n {
 		bestCap = math.MaxInt
@@ -63,11 +71,27 @@ func (p *bufferPool) fit(b *buffer, dev tensor.Device, n int) {
 			best, bestCap = i, c
 		}
 	}
-	if best >= 0 {
+	switch {
+	case best >= 0:
 		f := p.free[best]
 		b.t, f.t = f.t, b.t
+	case capacity(b, dev) < n:
+		// Nothing fits: b gets new storage, as large as the largest
+		// tensor of the network so far, so that it will fit whatever
+		// comes later (a backward pass asks for small gradients first);
+		// its old storage stays in the pool, as dropping it would not
+		// free it while layers' headers from earlier passes point there.
+		if b.t != nil {
+			p.made++
+			p.free = append(p.free, &buffer{t: b.t, pool: p})
+			b.t = nil
+		}
+		tensor.ReuseLike(&b.t, like, max(n, p.largest))
 	}
 }
+
+// note records a tensor of n elements in the network the pool serves.
+func (p *bufferPool) note(n int) { p.largest = max(p.largest, n) }
 
 // capacity is how many elements b's storage holds on dev.
 func capacity(b *buffer, dev tensor.Device) int {
@@ -102,7 +126,9 @@ func (o *output) get(like *tensor.Tensor, shape ...int) *tensor.Tensor {
 		return tensor.ReuseLike(&o.own, like, shape...)
 	}
 	n := tensor.Volume(shape)
-	o.lent.pool.fit(o.lent, like.Device(), n)
+	if o.lent.pool != nil {
+		o.lent.pool.fit(o.lent, like, n)
+	}
 	s := tensor.ReuseLike(&o.lent.t, like, n)
 	v, err := tensor.View(&o.view, s, shape...)
 	if err != nil {
@@ -113,53 +139,79 @@ func (o *output) get(like *tensor.Tensor, shape ...int) *tensor.Tensor {
 
 // borrower is a layer that writes its input gradient where its container
 // says: a buffer lent for the next Backward call (nil: its own storage),
-// and, for containers, the pool their own children borrow from.
+// and, for containers, the pool their own children borrow from and the
+// pool buffer holding the gradient they are given (in), which is theirs
+// for the call: they may overwrite it and must give it back.
 type borrower interface {
-	borrow(grad *buffer, pool *bufferPool)
+	borrow(grad *buffer, pool *bufferPool, in *buffer)
 }
 
 // lendTo lends l the buffer for its next Backward, if l takes one.
-func lendTo(l Layer, grad *buffer, pool *bufferPool) {
+func lendTo(l Layer, grad *buffer, pool *bufferPool, in *buffer) {
 	if b, ok := l.(borrower); ok {
-		b.borrow(grad, pool)
+		b.borrow(grad, pool, in)
 	}
+}
+
+// takesInput reports whether l takes over the buffer holding its output
+// gradient (containers do: their first step is an elementwise one, or a
+// child that can take it over in turn).
+func takesInput(l Layer) bool {
+	_, ok := l.(interface{ takeIn() *buffer })
+	return ok
 }
 
 // inputGrad is a plain layer's input-gradient storage; layers embed it and
 // take their gradient tensor from dx.get.
 type inputGrad struct{ dx output }
 
-func (g *inputGrad) borrow(b *buffer, _ *bufferPool) { g.dx.lent = b }
+func (g *inputGrad) borrow(b *buffer, _ *bufferPool, _ *buffer) { g.dx.lent = b }
 
 // lending is a container's side: the pool its children borrow from (the
 // network's, or its own when it is the outermost), the buffers its caller
 // lent for its input gradient and its output, whether gradients are off
-// (outputs are lent only then: SetGradEnabled), and a pool buffer it keeps because its
-// result lies there (a child that passes its input through, such as
-// Flatten, at the end of the pass), given back on the next call.
+// (outputs are lent only then: SetGradEnabled), and the pool buffers it
+// keeps because its last result lies there (a child that passes its input
+// through, such as Flatten, at the end of the pass), given back on the
+// next call in the same direction.
 type lending struct {
 	shared    *bufferPool
 	own       bufferPool
 	target    *buffer
 	outTarget *buffer
 	noGrad    bool
-	kept      *buffer
+	in        *buffer // holds the gradient given to this Backward, ours
+	kept      *buffer // the last Backward's result
+	keptOut   *buffer // the last Forward's result, gradients off
 }
 
-func (l *lending) borrow(b *buffer, p *bufferPool)    { l.target, l.shared = b, p }
+func (l *lending) borrow(b *buffer, p *bufferPool, in *buffer) {
+	l.target, l.shared, l.in = b, p, in
+}
+
+// takeIn returns the buffer given with this call's gradient, if any; the
+// caller must give it back to the pool.
+func (l *lending) takeIn() *buffer {
+	in := l.in
+	l.in = nil
+	return in
+}
 func (l *lending) borrowOut(b *buffer, p *bufferPool) { l.outTarget, l.shared = b, p }
 
-// pool returns the pool for this call, after giving back the buffer the
-// previous call's result was kept in.
+// pool returns the pool for this call.
 func (l *lending) pool() *bufferPool {
-	if l.kept != nil {
-		l.kept.pool.put(l.kept)
-		l.kept = nil
-	}
 	if l.shared != nil {
 		return l.shared
 	}
 	return &l.own
+}
+
+// giveBack returns *kept, a previous result's buffer, to its pool.
+func giveBack(kept **buffer) {
+	if *kept != nil {
+		(*kept).pool.put(*kept)
+		*kept = nil
+	}
 }
 
 // through runs one pass through layers — backward (last layer first,
@@ -191,9 +243,13 @@ func through(layers []Layer, in *tensor.Tensor, inBuf, final *buffer, pool *buff
 		// A loan lasts one call: called again on its own, a layer uses
 		// its own storage.
 		if backward {
-			lendTo(layers[i], out, pool)
+			var give *buffer
+			if held != nil && takesInput(layers[i]) {
+				give, held = held, nil
+			}
+			lendTo(layers[i], out, pool, give)
 			res, err = layers[i].Backward(in)
-			lendTo(layers[i], nil, nil)
+			lendTo(layers[i], nil, nil, nil)
 		} else {
 			lendOut(layers[i], out, pool)
 			res, err = layers[i].Forward(in)

@@ -57,20 +57,24 @@ func (c *Chain) label(i int) string {
 // Forward implements Layer.
 func (c *Chain) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 	if c.noGrad {
+		giveBack(&c.keptOut)
 		y, held, err := through(c.Layers, x, nil, c.outTarget, c.pool(), false, c.label, nil)
-		c.kept = held
+		c.keptOut = held
 		return y, err
 	}
-	return forwardAll(c.Layers, x, c.label)
+	return forwardAll(c.Layers, x, c.pool(), c.label)
 }
 
 // Backward implements Layer.
 func (c *Chain) Backward(dy *tensor.Tensor) (*tensor.Tensor, error) {
+	in := c.takeIn()
+	giveBack(&c.kept)
+	pool := c.pool()
 	if c.noGrad {
+		pool.put(in)
 		return nil, errNoGrad
 	}
-	pool := c.pool()
-	dx, held, err := through(c.Layers, dy, nil, c.target, pool, true, c.label, c.GradReady)
+	dx, held, err := through(c.Layers, dy, in, c.target, pool, true, c.label, c.GradReady)
 	c.kept = held
 	return dx, err
 }

@@ -43,10 +43,7 @@ func (d *Dropout) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 	}
 	mask := tensor.ReuseLike(&d.mask, x, x.Shape...)
 	y := tensor.ReuseLike(&d.out, x, x.Shape...)
-	calls := &d.Calls
-	if d.calls != nil {
-		calls = d.calls
-	}
+	calls := d.counter()
 	d.be.Dropout(x, y, mask, d.P, d.Seed^(*calls*0xd1b54a32d192ed03+0x632be59bd9b4e019))
 	*calls++
 	d.y = y
@@ -64,6 +61,15 @@ func (d *Dropout) Backward(dy *tensor.Tensor) (*tensor.Tensor, error) {
 	dx := d.dx.get(dy, dy.Shape...)
 	d.be.Mul(dy, d.mask, dx)
 	return dx, nil
+}
+
+// counter is the call counter this layer advances: its own, or for a
+// replica its original's.
+func (d *Dropout) counter() *uint64 {
+	if d.calls != nil {
+		return d.calls
+	}
+	return &d.Calls
 }
 
 // Replica implements Layer: the replica draws from the same call counter,

@@ -117,22 +117,25 @@ func (b *Residual) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 		// Outputs are dead once read: the main path and the shortcut
 		// borrow from the network's pool, and the block's output goes
 		// where its caller lent.
+		giveBack(&b.keptOut)
 		pool = b.pool()
-		h, b.kept, err = through(b.main, x, nil, b.outTarget, pool, false, b.label, nil)
+		h, b.keptOut, err = through(b.main, x, nil, b.outTarget, pool, false, b.label, nil)
 	} else {
-		h, err = forwardAll(b.main, x, b.label)
+		pool = b.pool()
+		h, err = forwardAll(b.main, x, pool, b.label)
 	}
 	if err != nil {
 		return nil, err
 	}
 	short := x
 	if b.Downsample != nil {
-		if pool != nil {
-			dBuf := pool.get()
+		var dBuf *buffer
+		if b.noGrad {
+			dBuf = pool.get()
 			defer pool.put(dBuf)
-			lendOut(b.Downsample, dBuf, pool)
-			defer lendOut(b.Downsample, nil, nil)
 		}
+		lendOut(b.Downsample, dBuf, pool)
+		defer lendOut(b.Downsample, nil, nil)
 		if short, err = b.Downsample.Forward(x); err != nil {
 			return nil, fmt.Errorf("downsample: %w", err)
 		}
@@ -152,46 +155,83 @@ func (b *Residual) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 	return sum, nil
 }
 
-// forwardAll runs x through layers in order.
-func forwardAll(layers []Layer, x *tensor.Tensor, label func(int) string) (*tensor.Tensor, error) {
-	var err error
+// forwardAll runs x through layers in order with gradients on. Each layer
+// keeps its output for backward: in its own storage or, while pool
+// retains (a Checkpoint recomputing), in a pool buffer the checkpoint
+// gives back after backward.
+func forwardAll(layers []Layer, x *tensor.Tensor, pool *bufferPool, label func(int) string) (*tensor.Tensor, error) {
 	for i, l := range layers {
-		if x, err = l.Forward(x); err != nil {
+		var out *buffer
+		if pool.retain != nil {
+			out = pool.get()
+		}
+		lendOut(l, out, pool)
+		y, err := l.Forward(x)
+		lendOut(l, nil, nil)
+		if err == nil {
+			pool.note(y.Len())
+		}
+		if err != nil {
+			pool.put(out)
 			return nil, fmt.Errorf("%s: %w", label(i), err)
 		}
+		if out != nil {
+			if out.holds(y) {
+				*pool.retain = append(*pool.retain, out)
+			} else {
+				pool.put(out) // unused: an in-place or pass-through layer
+			}
+		}
+		x = y
 	}
 	return x, nil
 }
 
 // Backward implements Layer.
 func (b *Residual) Backward(dy *tensor.Tensor) (*tensor.Tensor, error) {
+	pool := b.pool()
+	in := b.takeIn()
 	if err := sameShape(dy, b.y); err != nil {
+		pool.put(in)
 		return nil, err
 	}
 	if b.noGrad {
+		pool.put(in)
 		return nil, errNoGrad
 	}
-	pool := b.pool()
-	dsBuf := pool.get()
-	defer pool.put(dsBuf)
-	b.ds.lent = dsBuf
-	ds := b.ds.get(dy, dy.Shape...)
-	b.be.ReLUBackward(b.y, dy, ds)
-	// ds feeds both paths: the main path must not give its buffer back.
-	g, gBuf, err := through(b.main, ds, nil, b.target, pool, true, b.label, nil)
-	defer pool.put(gBuf)
-	if err != nil {
-		return nil, err
+	// ds, the sum's gradient, overwrites dy when dy's buffer was given.
+	ds, dsBuf := dy, in
+	if !in.holds(dy) {
+		pool.put(in)
+		dsBuf = pool.get()
+		b.ds.lent = dsBuf
+		ds = b.ds.get(dy, dy.Shape...)
 	}
-	gs := ds
+	b.be.ReLUBackward(b.y, dy, ds)
+	// ds feeds both paths. The shortcut goes first: its gradient is the
+	// block input's size, often a quarter of ds's, and ds's buffer can
+	// then go down the main path, which gives it back as soon as it is
+	// read. Without a downsample, the shortcut's gradient is ds itself.
+	gs, mainIn := ds, (*buffer)(nil)
 	if b.Downsample != nil {
 		dBuf := pool.get()
 		defer pool.put(dBuf)
-		lendTo(b.Downsample, dBuf, pool)
-		defer lendTo(b.Downsample, nil, nil)
-		if gs, err = b.Downsample.Backward(ds); err != nil {
+		lendTo(b.Downsample, dBuf, pool, nil)
+		var err error
+		gs, err = b.Downsample.Backward(ds)
+		lendTo(b.Downsample, nil, nil, nil)
+		if err != nil {
+			pool.put(dsBuf)
 			return nil, fmt.Errorf("downsample backward: %w", err)
 		}
+		mainIn = dsBuf
+	} else {
+		defer pool.put(dsBuf)
+	}
+	g, gBuf, err := through(b.main, ds, mainIn, b.target, pool, true, b.label, nil)
+	defer pool.put(gBuf)
+	if err != nil {
+		return nil, err
 	}
 	b.dx.lent = b.target
 	dx := b.dx.get(g, g.Shape...)

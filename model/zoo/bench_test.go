@@ -18,15 +18,25 @@ import (
 //	go test ./model/zoo -run '^$' -bench 'TrainStep|Inference' -count 3
 func BenchmarkTrainStep(b *testing.B) {
 	for _, c := range []struct {
-		model string
-		batch int
-	}{{"mnist", 64}, {"cifarnet", 128}, {"resnet50", 32}} {
+		model     string
+		batch     int
+		recompute bool
+	}{{"mnist", 64, false}, {"cifarnet", 128, false}, {"resnet50", 32, false}, {"resnet50", 32, true}} {
+		name := c.model
+		if c.recompute {
+			name += "-recompute" // checkpointed residual blocks
+		}
 		for _, threads := range []int{1, 2} {
-			b.Run(fmt.Sprintf("%s/batch=%d/threads=%d", c.model, c.batch, threads), func(b *testing.B) {
+			b.Run(fmt.Sprintf("%s/batch=%d/threads=%d", name, c.batch, threads), func(b *testing.B) {
 				be := cpu.New(threads)
 				defer be.Close()
 				rng := rand.New(rand.NewPCG(1, 2))
-				m, _ := New(c.model, be, rng)
+				spec, err := Lookup(c.model)
+				if err != nil {
+					b.Fatal(err)
+				}
+				spec.Recompute = c.recompute
+				m := spec.Build(be, rng.Uint64())
 				step := newTrainStep(b, be, m, c.batch, rng)
 				step()
 				b.ResetTimer()

@@ -67,6 +67,11 @@ type Spec struct {
 	// zero weight, so that each block starts as the identity (torchvision's
 	// zero_init_residual; ResNets only).
 	ZeroInitResidual bool
+	// Recompute checkpoints every residual block (nn.Checkpoint): only
+	// the blocks' inputs and outputs are kept for backward, which
+	// recomputes the rest block by block — less memory for about a third
+	// more arithmetic (ResNets only).
+	Recompute bool
 }
 
 // SetClasses makes the model's classifier (its last linear part) give n
@@ -349,6 +354,9 @@ func resnetSpec(name string, bottleneck bool, blocks [4]int, classes int, input 
 					clear(r.LastBN().Weight.Data) // built on the host
 				}
 				layers[b] = r
+				if s.Recompute {
+					layers[b] = nn.NewCheckpoint(be, r)
+				}
 			}
 			return nn.NewSequential(layers...)
 		}}))

@@ -1,0 +1,153 @@
+package nn
+
+import (
+	"math/rand/v2"
+	"runtime"
+	"testing"
+
+	"github.com/gorun/gorun/model/cpu"
+	"github.com/gorun/gorun/model/tensor"
+)
+
+// TestCheckpointMatches: with every residual block checkpointed, three
+// training steps give the same outputs, parameter gradients, input
+// gradient and batch-norm buffers, bit for bit, as without; so do
+// evaluation passes with gradients off.
+func TestCheckpointMatches(t *testing.T) {
+	be := cpu.New(2)
+	defer be.Close()
+	plain, ckpt := tinyResNet(be, 5), tinyResNet(be, 5)
+	if n := CheckpointBlocks(be, ckpt); n != 4 {
+		t.Fatalf("CheckpointBlocks wrapped %d blocks, want 4", n)
+	}
+	rng := rand.New(rand.NewPCG(1, 9))
+	for s := range 3 {
+		x := randTensor(rng, 4, 3, 16, 16)
+		r := randTensor(rng, 4, 5).Data
+		wantY, wantG := step(t, be, plain, x, r)
+		gotY, gotG := step(t, be, ckpt, x, r)
+		if !sameBits(gotY, wantY) {
+			t.Fatalf("step %d: outputs differ", s)
+		}
+		for i := range wantG {
+			if !sameBits(gotG[i], wantG[i]) {
+				t.Fatalf("step %d: gradient of %s differs", s, Params(plain)[i].Name)
+			}
+		}
+	}
+	want, got := plain.State(), ckpt.State()
+	if len(want) != len(got) {
+		t.Fatalf("%d state entries, want %d", len(got), len(want))
+	}
+	for i, v := range want {
+		if got[i].Name != v.Name {
+			t.Fatalf("state %d is %s, want %s", i, got[i].Name, v.Name)
+		}
+		switch {
+		case v.Count != nil:
+			if *got[i].Count != *v.Count {
+				t.Errorf("%s = %d, want %d", v.Name, *got[i].Count, *v.Count)
+			}
+		case !sameBits(got[i].Value.Data, v.Value.Data):
+			t.Errorf("%s differs", v.Name)
+		}
+	}
+	for _, net := range []Layer{plain, ckpt} {
+		net.SetTraining(false)
+		SetGradEnabled(net, false)
+	}
+	x := randTensor(rng, 2, 3, 16, 16)
+	yp, _ := plain.Forward(x)
+	yc, err := ckpt.Forward(x)
+	if err != nil || !sameBits(yc.HostData(), yp.HostData()) {
+		t.Fatalf("evaluation with gradients off: %v, or outputs differ", err)
+	}
+}
+
+// TestCheckpointInputGradAndDropout: a checkpointed chain with dropout
+// inside draws the same masks when it recomputes, and its input gradient
+// equals the unwrapped chain's.
+func TestCheckpointInputGradAndDropout(t *testing.T) {
+	be := cpu.New(1)
+	defer be.Close()
+	build := func() Layer {
+		rng := rand.New(rand.NewPCG(3, 3))
+		return NewSequential(NewLinear(be, 6, 8, rng), NewReLUInPlace(be), NewDropout(be, 0.5, 42), NewLinear(be, 8, 4, rng))
+	}
+	plain, ckpt := build(), NewCheckpoint(be, build())
+	rng := rand.New(rand.NewPCG(4, 4))
+	for s := range 3 {
+		x := randTensor(rng, 5, 6)
+		dy := randTensor(rng, 5, 4)
+		var outs, dxs [2][]float32
+		for k, net := range []Layer{plain, ckpt} {
+			y, err := net.Forward(x)
+			if err != nil {
+				t.Fatal(err)
+			}
+			outs[k] = y.HostData()
+			dx, err := net.Backward(dy)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dxs[k] = dx.HostData()
+		}
+		if !sameBits(outs[0], outs[1]) || !sameBits(dxs[0], dxs[1]) {
+			t.Fatalf("step %d: the checkpointed chain's output or input gradient differs", s)
+		}
+	}
+}
+
+// blockNet is ten Bottlenecks at one resolution behind a small stem: the
+// blocks' activations dominate, as in a ResNet-50.
+func blockNet(be tensor.Backend) *Chain {
+	rng := rand.New(rand.NewPCG(6, 6))
+	blocks := make([]Layer, 10)
+	for i := range blocks {
+		blocks[i] = NewBottleneck(be, 16, 4, 1, rng)
+	}
+	c := NewChain(
+		Child{"conv1", NewConv2d(be, 3, 16, 3, Conv2dOptions{Padding: 1, NoBias: true}, rng)},
+		Child{"bn1", NewBatchNorm2d(be, 16)},
+		Child{"", NewReLUInPlace(be)},
+		Child{"layer1", NewSequential(blocks...)},
+		Child{"", NewAdaptiveAvgPool2d(be, 1, 1)},
+		Child{"", NewFlatten()},
+		Child{"fc", NewLinear(be, 16, 5, rng)},
+	)
+	SkipInputGrad(c)
+	return c
+}
+
+// TestCheckpointSavesMemory: with a ResNet's blocks checkpointed, the
+// memory a forward pass leaves for backward (measured on the heap) is much
+// smaller than with every activation kept.
+func TestCheckpointSavesMemory(t *testing.T) {
+	be := cpu.New(1)
+	defer be.Close()
+	rng := rand.New(rand.NewPCG(2, 2))
+	x := randTensor(rng, 8, 3, 64, 64)
+	r := randTensor(rng, 8, 5).Data
+	step(t, be, blockNet(be), x, r) // the backend's scratch grows here
+	held := func(checkpoint bool) uint64 {
+		net := blockNet(be)
+		if checkpoint {
+			CheckpointBlocks(be, net)
+		}
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		if _, err := net.Forward(x); err != nil {
+			t.Fatal(err)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		runtime.KeepAlive(net)
+		return after.HeapAlloc - before.HeapAlloc
+	}
+	plain, ckpt := held(false), held(true)
+	t.Logf("a forward pass keeps %d bytes, %d with checkpointed blocks", plain, ckpt)
+	if float64(ckpt) > 0.6*float64(plain) {
+		t.Errorf("checkpointed blocks keep %d bytes, more than 0.6× the %d without", ckpt, plain)
+	}
+}
