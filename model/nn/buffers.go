@@ -8,18 +8,20 @@ import (
 	"github.com/gorun/gorun/model/tensor"
 )
 
-// Gradient memory. A layer's input gradient is needed only until the layer
-// before it has run its backward, so a network does not need one gradient
-// tensor per layer: containers (Chain, Residual) lend their children
-// buffers from a pool shared by the whole network for one Backward call and
-// take them back as soon as the next child has consumed them. A backward
-// pass through a ResNet then holds a handful of gradient tensors at a time
-// instead of one per layer (`TestBackwardGradientBuffers`).
+// Activation memory. A layer's input gradient is needed only until the
+// layer before it has run its backward, and with gradients off a layer's
+// output only until the next layer has read it; so a network does not need
+// one such tensor per layer: containers (Chain, Residual, Checkpoint) lend
+// their children buffers from a pool shared by the whole network, one call
+// at a time, and take them back as soon as the next child has consumed
+// them. A backward pass through a ResNet then holds a handful of gradient
+// tensors at a time instead of one per layer
+// (TestBackwardGradientBuffers).
 //
 // The pool belongs to the outermost container and is handed down on every
 // call; a layer used on its own (a test calling Backward) keeps its own
-// gradient tensor, as before. Replicas never share a pool with their
-// original: pipeline stages keep several microbatches in flight.
+// tensors, as before. Replicas never share a pool with their original:
+// pipeline stages keep several microbatches in flight.
 
 // buffer is storage that layers take turns writing, one at a time.
 type buffer struct {

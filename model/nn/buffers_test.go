@@ -1,6 +1,7 @@
 package nn
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -75,6 +76,22 @@ func step(t *testing.T, be tensor.Backend, net Layer, x *tensor.Tensor, r []floa
 	return out, grads
 }
 
+// sameStep runs one training step of got and of want and fails unless
+// their outputs and parameter gradients are the same, bit for bit.
+func sameStep(t *testing.T, be tensor.Backend, got, want Layer, x *tensor.Tensor, r []float32, what string) {
+	t.Helper()
+	gotY, gotG := step(t, be, got, x, r)
+	wantY, wantG := step(t, be, want, x, r)
+	if !sameBits(gotY, wantY) {
+		t.Fatalf("%s: the outputs differ", what)
+	}
+	for i := range wantG {
+		if !sameBits(gotG[i], wantG[i]) {
+			t.Fatalf("%s: the gradients of %s differ", what, Params(want)[i].Name)
+		}
+	}
+}
+
 func sameBits(a, b []float32) bool {
 	if len(a) != len(b) {
 		return false
@@ -113,16 +130,7 @@ func TestBackwardGradientBuffers(t *testing.T) {
 	r := randTensor(rng, 4, 5).Data
 	var made, elems int
 	for s := range 3 {
-		gotY, gotG := step(t, be, shared, x, r)
-		wantY, wantG := step(t, be, reference, x, r)
-		if !sameBits(gotY, wantY) {
-			t.Fatalf("step %d: outputs differ from the unshared network's", s)
-		}
-		for i := range wantG {
-			if !sameBits(gotG[i], wantG[i]) {
-				t.Fatalf("step %d: gradient of %s differs from the unshared network's", s, Params(shared)[i].Name)
-			}
-		}
+		sameStep(t, be, shared, reference, x, r, fmt.Sprintf("step %d", s))
 		m, e := poolStorage(&shared.own)
 		if s > 0 && (m != made || e != elems) {
 			t.Errorf("step %d: the pool grew from %d buffers (%d elements) to %d (%d)", s, made, elems, m, e)

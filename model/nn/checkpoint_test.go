@@ -1,6 +1,7 @@
 package nn
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"runtime"
 	"testing"
@@ -24,16 +25,7 @@ func TestCheckpointMatches(t *testing.T) {
 	for s := range 3 {
 		x := randTensor(rng, 4, 3, 16, 16)
 		r := randTensor(rng, 4, 5).Data
-		wantY, wantG := step(t, be, plain, x, r)
-		gotY, gotG := step(t, be, ckpt, x, r)
-		if !sameBits(gotY, wantY) {
-			t.Fatalf("step %d: outputs differ", s)
-		}
-		for i := range wantG {
-			if !sameBits(gotG[i], wantG[i]) {
-				t.Fatalf("step %d: gradient of %s differs", s, Params(plain)[i].Name)
-			}
-		}
+		sameStep(t, be, ckpt, plain, x, r, fmt.Sprintf("step %d", s))
 	}
 	want, got := plain.State(), ckpt.State()
 	if len(want) != len(got) {

@@ -12,6 +12,14 @@
 // implements Container. Nothing in this package lists the layer types, so a
 // layer defined in another package works everywhere a built-in one does.
 // One file per layer kind: conv.go, linear.go, batchnorm.go, relu.go,
-// pool.go, dropout.go, flatten.go, logsoftmax.go, chain.go,
-// basicblock.go; loss.go holds the criteria, state.go saving and loading.
+// pool.go, dropout.go, flatten.go, logsoftmax.go, chain.go, residual.go,
+// checkpoint.go; loss.go holds the criteria, state.go saving and loading.
+//
+// Memory (buffers.go): a layer keeps what its backward needs, but the
+// gradients flowing backward, and with gradients off (SetGradEnabled) the
+// outputs flowing forward, live only until the next layer has read them,
+// so containers lend them from one pool of buffers per network. ReLUs
+// after batch norms and the residual sums work in place, as torchvision's
+// do, and Checkpoint recomputes a block's activations in backward instead
+// of keeping them.
 package nn
