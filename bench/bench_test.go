@@ -129,16 +129,24 @@ func TestHarness(t *testing.T) {
 }
 
 func TestParseCompetitor(t *testing.T) {
-	in := "noise\ngloo np=2 bytes=8 us=180.5\nmpi np=4 bytes=1048576 us=1297.9\n"
+	in := "noise\ngloo np=2 bytes=8 us=180.5\nmpi np=4 bytes=1048576 us=1297.9\nmpi op=alltoall np=2 bytes=64 us=12.5\n"
 	got := parseCompetitor(strings.NewReader(in))
-	want := []Competitor{{"gloo", 2, 8, 180.5}, {"mpi", 4, 1048576, 1297.9}}
+	want := []Competitor{{"gloo", "all_reduce", 2, 8, 180.5}, {"mpi", "all_reduce", 4, 1048576, 1297.9}, {"mpi", "alltoall", 2, 64, 12.5}}
 	if !slices.Equal(got, want) {
 		t.Fatalf("parsed %v, want %v", got, want)
 	}
 	var buf bytes.Buffer
-	got = append(got, Competitor{"mpi-shm", 2, 8, 45.125})
-	WriteComparison(&buf, []Result{{Op: "all_reduce", NP: 2, Bytes: 8, TimeUS: 90.25}}, got, "")
-	if !strings.Contains(buf.String(), "90.25     180.50   2.00x") || !strings.Contains(buf.String(), "45.12   0.50x") {
-		t.Fatalf("comparison:\n%s", buf.String())
+	got = append(got, Competitor{"mpi-shm", "all_reduce", 2, 8, 45.125})
+	ours := []Result{{Op: "all_reduce", NP: 2, Bytes: 8, TimeUS: 90.25}, {Op: "alltoall", NP: 2, Bytes: 64, TimeUS: 25}, {Op: "alltoall", NP: 2, Bytes: 8, TimeUS: 1}}
+	WriteComparison(&buf, ours, got[:2], "")
+	WriteComparison(&buf, ours, got[2:], "")
+	out := buf.String()
+	if !strings.Contains(out, "# all_reduce against") || !strings.Contains(out, "90.25     180.50   2.00x") || !strings.Contains(out, "45.12   0.50x") {
+		t.Fatalf("comparison:\n%s", out)
+	}
+	// The alltoall table compares like with like: the competitor's 64
+	// bytes against gorun's 64 (half the speed), nothing against 8.
+	if !strings.Contains(out, "# alltoall against") || !strings.Contains(out, "64      25.00          -       -") || !strings.Contains(out, "8       1.00          -       -          -       -          -       -") {
+		t.Fatalf("alltoall comparison:\n%s", out)
 	}
 }

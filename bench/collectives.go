@@ -12,7 +12,7 @@ import (
 )
 
 // Ops are the collectives the harness runs, in order.
-var Ops = []string{"all_reduce", "broadcast", "all_gather", "reduce_scatter", "sendrecv"}
+var Ops = []string{"all_reduce", "broadcast", "all_gather", "reduce_scatter", "reduce", "gather", "scatter", "alltoall", "sendrecv"}
 
 // Config says what to measure.
 type Config struct {
@@ -56,10 +56,10 @@ func BusFactor(op string, n int) float64 {
 	switch op {
 	case "all_reduce":
 		return 2 * (f - 1) / f
-	case "all_gather", "reduce_scatter":
+	case "all_gather", "reduce_scatter", "gather", "scatter", "alltoall":
 		return (f - 1) / f
 	}
-	return 1 // broadcast, sendrecv
+	return 1 // broadcast, reduce, sendrecv
 }
 
 // Bandwidths returns the algorithm bandwidth (bytes/time) and the bus
@@ -201,6 +201,20 @@ func runOne(ctx context.Context, g *comm.Group, cfg Config, op string, bytes int
 		res.RedOp = "sum"
 		count = max(count-count%n, n)
 		send, recv = make([]float32, count), make([]float32, count/n)
+	case "reduce":
+		res.RedOp, res.Root = "sum", 0
+		send = make([]float32, count)
+	case "gather": // count: the gathered buffer on the root
+		res.Root = 0
+		count = max(count-count%n, n)
+		send, recv = make([]float32, count/n), make([]float32, count)
+	case "scatter": // count: the root's buffer
+		res.Root = 0
+		count = max(count-count%n, n)
+		send, recv = make([]float32, count), make([]float32, count/n)
+	case "alltoall": // count: each rank's send buffer
+		count = max(count-count%n, n)
+		send, recv = make([]float32, count), make([]float32, count)
 	case "sendrecv":
 		send, recv = make([]float32, count), make([]float32, count)
 	default:
@@ -228,6 +242,14 @@ func runOne(ctx context.Context, g *comm.Group, cfg Config, op string, bytes int
 			return g.AllGather(ctx, send, recv)
 		case "reduce_scatter":
 			return g.ReduceScatter(ctx, send, recv, reduce)
+		case "reduce":
+			return g.Reduce(ctx, send, reduce, 0)
+		case "gather":
+			return g.Gather(ctx, send, recv, 0)
+		case "scatter":
+			return g.Scatter(ctx, send, recv, 0)
+		case "alltoall":
+			return g.AllToAll(ctx, send, recv)
 		default: // ring of pairs: send to the next rank, receive from the previous
 			next, prev := (r+1)%n, (r+n-1)%n
 			w := g.RecvAsync(ctx, recv, prev, 0)
@@ -237,8 +259,14 @@ func runOne(ctx context.Context, g *comm.Group, cfg Config, op string, bytes int
 			return w.Wait()
 		}
 	}
-	// Correctness: one checked call on fresh inputs.
+	// Correctness: one checked call on fresh inputs (the scatter's root
+	// sends the blocks a gather of value(q, i) would have made).
 	fill()
+	if op == "scatter" {
+		for i := range send {
+			send[i] = value(i/len(recv), i%len(recv))
+		}
+	}
 	if err := call(); err != nil {
 		return res, err
 	}
@@ -312,6 +340,40 @@ func check(op string, send, recv []float32, r, n int) int64 {
 				want += value(q, r*per+i)
 			}
 			expect(v, want)
+		}
+	case "reduce":
+		if r != 0 {
+			break
+		}
+		for i, v := range send {
+			var want float32
+			for q := range n {
+				want += value(q, i)
+			}
+			expect(v, want)
+		}
+	case "gather":
+		if r != 0 {
+			break
+		}
+		per := len(send)
+		for q := range n {
+			for i := range per {
+				expect(recv[q*per+i], value(q, i))
+			}
+		}
+	case "scatter":
+		for i, v := range recv {
+			expect(v, value(r, i))
+		}
+	case "alltoall":
+		// Block p of rank q's send holds value(q, p·per + i); rank r's
+		// block q is rank q's block r.
+		per := len(recv) / n
+		for q := range n {
+			for i := range per {
+				expect(recv[q*per+i], value(q, r*per+i))
+			}
 		}
 	case "sendrecv":
 		prev := (r + n - 1) % n

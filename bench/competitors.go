@@ -9,20 +9,27 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 )
 
-// Competitor is another implementation's all-reduce time at one size.
+// Competitor is another implementation's time for one collective at one
+// size.
 type Competitor struct {
 	Name   string
+	Op     string // as the harness names it: all_reduce, reduce, ...
 	NP     int
 	Bytes  int64
 	TimeUS float64
 }
 
-var competitorLine = regexp.MustCompile(`^(gloo|mpi) np=(\d+) bytes=(\d+) us=([0-9.]+)`)
+var competitorLine = regexp.MustCompile(`^(gloo|mpi)(?: op=(\w+))? np=(\d+) bytes=(\d+) us=([0-9.]+)`)
 
-// parseCompetitor reads the helpers' "NAME np=N bytes=B us=T" lines.
+// mpiOps are the collectives the Open MPI helper times.
+var mpiOps = []string{"all_reduce", "reduce", "gather", "scatter", "alltoall"}
+
+// parseCompetitor reads the helpers' "NAME [op=OP] np=N bytes=B us=T"
+// lines (no op: all_reduce).
 func parseCompetitor(r io.Reader) []Competitor {
 	var out []Competitor
 	sc := bufio.NewScanner(r)
@@ -31,31 +38,39 @@ func parseCompetitor(r io.Reader) []Competitor {
 		if m == nil {
 			continue
 		}
-		np, _ := strconv.Atoi(m[2])
-		b, _ := strconv.ParseInt(m[3], 10, 64)
-		us, _ := strconv.ParseFloat(m[4], 64)
-		out = append(out, Competitor{Name: m[1], NP: np, Bytes: b, TimeUS: us})
+		op := m[2]
+		if op == "" {
+			op = "all_reduce"
+		}
+		np, _ := strconv.Atoi(m[3])
+		b, _ := strconv.ParseInt(m[4], 10, 64)
+		us, _ := strconv.ParseFloat(m[5], 64)
+		out = append(out, Competitor{Name: m[1], Op: op, NP: np, Bytes: b, TimeUS: us})
 	}
 	return out
 }
 
-// RunCompetitors measures all-reduce with gloo (Debian's python3-torch)
-// and Open MPI (openmpi-bin with mpicc) at the given sizes and world size,
-// using the helpers in dir (bench/competitors). A competitor that is not
-// installed is reported in skipped and left out.
-func RunCompetitors(dir string, np int, sizes []int64) (results []Competitor, skipped []string) {
+// RunCompetitors measures the collectives ops among all_reduce, reduce,
+// gather, scatter and alltoall with Open MPI (openmpi-bin with mpicc), and
+// all-reduce with gloo (Debian's python3-torch), at the given sizes and
+// world size, using the helpers in dir (bench/competitors). A competitor
+// that is not installed is reported in skipped and left out.
+func RunCompetitors(dir string, np int, sizes []int64, ops []string) (results []Competitor, skipped []string) {
 	args := []string{}
 	for _, s := range sizes {
 		args = append(args, strconv.FormatInt(s, 10))
 	}
-	if _, err := os.Stat("/usr/bin/python3"); err == nil && exec.Command("/usr/bin/python3", "-c", "import torch.distributed").Run() == nil {
-		out, err := exec.Command("/usr/bin/python3", append([]string{filepath.Join(dir, "gloo_allreduce.py"), strconv.Itoa(np)}, args...)...).Output()
-		if err != nil {
-			skipped = append(skipped, fmt.Sprintf("gloo: %v", err))
+	var mpiArgs []string
+	for _, op := range ops {
+		if slices.Contains(mpiOps, op) {
+			mpiArgs = append(append(mpiArgs, "op="+op), args...)
 		}
-		results = append(results, parseCompetitor(bytes.NewReader(out))...)
-	} else {
-		skipped = append(skipped, "gloo: /usr/bin/python3 with torch not found (apt-get install python3-torch)")
+	}
+	if len(mpiArgs) == 0 {
+		return nil, nil
+	}
+	if slices.Contains(ops, "all_reduce") { // gloo's helper times all-reduce only
+		results, skipped = runGloo(dir, np, args)
 	}
 	mpicc, errc := exec.LookPath("mpicc")
 	mpirun, errr := exec.LookPath("mpirun")
@@ -74,7 +89,7 @@ func RunCompetitors(dir string, np int, sizes []int64) (results []Competitor, sk
 	// Over TCP, and through shared memory (vader, Open MPI 4's
 	// shared-memory transport).
 	for _, path := range []struct{ btl, name string }{{"self,tcp", "mpi-tcp"}, {"self,vader", "mpi-shm"}} {
-		cmd := exec.Command(mpirun, append([]string{"--allow-run-as-root", "--oversubscribe", "-np", strconv.Itoa(np), "--mca", "btl", path.btl, bin}, args...)...)
+		cmd := exec.Command(mpirun, append([]string{"--allow-run-as-root", "--oversubscribe", "-np", strconv.Itoa(np), "--mca", "btl", path.btl, bin}, mpiArgs...)...)
 		out, err := cmd.Output()
 		if err != nil {
 			skipped = append(skipped, fmt.Sprintf("Open MPI (%s): %v", path.btl, err))
@@ -87,14 +102,39 @@ func RunCompetitors(dir string, np int, sizes []int64) (results []Competitor, sk
 	return results, skipped
 }
 
-// WriteComparison prints gorun's all-reduce time beside the competitors'
-// at each size: their time over ours (above 1: gorun is faster).
+// runGloo times all-reduce with gloo through bench/competitors/gloo_allreduce.py.
+func runGloo(dir string, np int, args []string) (results []Competitor, skipped []string) {
+	if _, err := os.Stat("/usr/bin/python3"); err != nil || exec.Command("/usr/bin/python3", "-c", "import torch.distributed").Run() != nil {
+		return nil, []string{"gloo: /usr/bin/python3 with torch not found (apt-get install python3-torch)"}
+	}
+	out, err := exec.Command("/usr/bin/python3", append([]string{filepath.Join(dir, "gloo_allreduce.py"), strconv.Itoa(np)}, args...)...).Output()
+	if err != nil {
+		skipped = append(skipped, fmt.Sprintf("gloo: %v", err))
+	}
+	return parseCompetitor(bytes.NewReader(out)), skipped
+}
+
+// WriteComparison prints, for every collective the competitors ran,
+// gorun's time beside theirs at each size: their time over ours (above 1:
+// gorun is faster).
 func WriteComparison(w io.Writer, ours []Result, theirs []Competitor, variant string) {
-	fmt.Fprintf(w, "# all_reduce against the competitors (variant %s): time in µs; ratio = their time / gorun's\n", variant)
+	var ops []string
+	for _, c := range theirs {
+		if !slices.Contains(ops, c.Op) {
+			ops = append(ops, c.Op)
+		}
+	}
+	for _, op := range ops {
+		writeComparison(w, op, ours, theirs, variant)
+	}
+}
+
+func writeComparison(w io.Writer, op string, ours []Result, theirs []Competitor, variant string) {
+	fmt.Fprintf(w, "# %s against the competitors (variant %s): time in µs; ratio = their time / gorun's\n", op, variant)
 	fmt.Fprintf(w, "# %3s %10s %10s %10s %7s %10s %7s %10s %7s\n", "np", "size(B)", "gorun", "gloo", "ratio", "mpi-tcp", "ratio", "mpi-shm", "ratio")
 	find := func(name string, np int, b int64) (float64, bool) {
 		for _, c := range theirs {
-			if c.Name == name && c.NP == np && c.Bytes == b {
+			if c.Name == name && c.Op == op && c.NP == np && c.Bytes == b {
 				return c.TimeUS, true
 			}
 		}
@@ -107,7 +147,7 @@ func WriteComparison(w io.Writer, ours []Result, theirs []Competitor, variant st
 		return fmt.Sprintf("%10.2f %6.2fx", v, v/us)
 	}
 	for _, r := range ours {
-		if r.Op != "all_reduce" || r.Variant != variant {
+		if r.Op != op || r.Variant != variant {
 			continue
 		}
 		g, gok := find("gloo", r.NP, r.Bytes)

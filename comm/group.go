@@ -31,8 +31,26 @@ const (
 	Prod = ring.Prod
 )
 
-// Elem is an element type the collectives accept.
+// Elem is an element type the collectives accept: float32, float64,
+// BFloat16, Float16, int8, int16, int32, int64, uint8, uint16, uint32,
+// uint64.
 type Elem = ring.Elem
+
+// BFloat16 is a bfloat16 number. Sum, Avg and Prod of 16-bit floats
+// combine every rank's contribution in float32 and round once, the bytes
+// on the wire staying 16-bit (ring/halfreduce.go).
+type BFloat16 = ring.BFloat16
+
+// Float16 is an IEEE 754 half-precision number, reduced as BFloat16 is.
+type Float16 = ring.Float16
+
+// NewBFloat16 rounds f to the nearest bfloat16, ties to even (torch's
+// conversion); read it back with its Float32 method.
+func NewBFloat16(f float32) BFloat16 { return ring.NewBFloat16(f) }
+
+// NewFloat16 rounds f to the nearest float16, ties to even, overflowing
+// to infinity (torch's conversion); read it back with its Float32 method.
+func NewFloat16(f float32) Float16 { return ring.NewFloat16(f) }
 
 // MismatchError reports that ranks made different calls.
 type MismatchError = ring.MismatchError
@@ -699,14 +717,19 @@ const (
 	allGather
 	reduceScatter
 	barrier
+	reduce
+	gather
+	scatter
+	allToAll
 )
 
-var collectiveNames = [...]string{allReduce: "AllReduce", broadcast: "Broadcast", allGather: "AllGather", reduceScatter: "ReduceScatter", barrier: "Barrier"}
+var collectiveNames = [...]string{allReduce: "AllReduce", broadcast: "Broadcast", allGather: "AllGather", reduceScatter: "ReduceScatter", barrier: "Barrier",
+	reduce: "Reduce", gather: "Gather", scatter: "Scatter", allToAll: "AllToAll"}
 
 // collective is one collective call's arguments: what dispatch runs.
 type collective[T Elem] struct {
 	kind      collectiveKind
-	buf, recv []T // buf is send for AllGather and ReduceScatter
+	buf, recv []T // buf is send for AllGather, ReduceScatter, Gather, Scatter and AllToAll
 	op        Op
 	root      int
 	count     int // the call's element count, for errors; -1 for none
@@ -729,6 +752,14 @@ func (c *collective[T]) run(ctx context.Context, r *ring.Collectives) error {
 		return ring.AllGather(ctx, r, c.buf, c.recv)
 	case reduceScatter:
 		return ring.ReduceScatter(ctx, r, c.buf, c.recv, c.op)
+	case reduce:
+		return ring.ReduceToRoot(ctx, r, c.buf, c.op, c.root)
+	case gather:
+		return ring.Gather(ctx, r, c.buf, c.recv, c.root)
+	case scatter:
+		return ring.Scatter(ctx, r, c.buf, c.recv, c.root)
+	case allToAll:
+		return ring.AllToAll(ctx, r, c.buf, c.recv)
 	}
 	return ring.Barrier(ctx, r)
 }
@@ -763,10 +794,19 @@ func AllReduceAsync[T Elem](ctx context.Context, g *Group, buf []T, op Op) *Work
 
 // Broadcast copies root's buf into every rank's buf.
 func Broadcast[T Elem](ctx context.Context, g *Group, buf []T, root int) error {
-	if root < 0 || root >= g.Size() {
-		return g.wrap(call{kind: "Broadcast", count: len(buf), dtype: ring.DTypeOf[T]()}.String(), fmt.Errorf("root %d outside the group of %d", root, g.Size()))
+	c := collective[T]{kind: broadcast, buf: buf, root: root, count: len(buf)}
+	if err := c.checkRoot(g); err != nil {
+		return err
 	}
-	return dispatch(ctx, g, collective[T]{kind: broadcast, buf: buf, root: root, count: len(buf)})
+	return dispatch(ctx, g, c)
+}
+
+// checkRoot fails, naming the call, when c's root is not a rank of g.
+func (c *collective[T]) checkRoot(g *Group) error {
+	if c.root < 0 || c.root >= g.Size() {
+		return g.wrap(c.call().String(), fmt.Errorf("root %d outside the group of %d", c.root, g.Size()))
+	}
+	return nil
 }
 
 // AllGather gathers every rank's send, in rank order, into recv (Size()·len(send) elements).

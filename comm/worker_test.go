@@ -251,21 +251,58 @@ func benchScenario(ctx context.Context, g *comm.Group) error {
 // and products of up to 8 ranks are exact in every type and any order.
 func value[T comm.Elem](r, i int, op comm.Op) T {
 	if op == comm.Prod {
-		return T([]int{1, 2, 1, 3}[(i+r)%4])
+		return elem[T]([]float32{1, 2, 1, 3}[(i+r)%4])
 	}
-	v := (i*7+r*13)%17 - 8
+	v := float32((i*7+r*13)%17 - 8)
 	var z T
 	switch any(z).(type) {
-	case float32, float64:
-		return T(float64(v) / 4)
-	case uint8:
-		return T(uint8(v + 8))
+	case float32, float64, comm.BFloat16, comm.Float16:
+		return elem[T](v / 4)
+	case uint8, uint16, uint32, uint64:
+		return elem[T](v + 8)
 	default:
-		return T(v)
+		return elem[T](v)
 	}
 }
 
+// elem converts x, an integer or a multiple of 1/4, to T.
+func elem[T comm.Elem](x float32) T {
+	var z T
+	switch any(z).(type) {
+	case comm.BFloat16:
+		return any(comm.NewBFloat16(x)).(T)
+	case comm.Float16:
+		return any(comm.NewFloat16(x)).(T)
+	}
+	return T(x)
+}
+
+// reference is the result of reducing element i over n ranks: in T's own
+// arithmetic, or for the 16-bit floats in float32, rounded once, as the
+// collectives define it (the inputs are exact there).
 func reference[T comm.Elem](n, i int, op comm.Op) T {
+	var z T
+	switch any(z).(type) {
+	case comm.BFloat16, comm.Float16:
+		acc := asFloat32(value[T](0, i, op))
+		for r := 1; r < n; r++ {
+			x := asFloat32(value[T](r, i, op))
+			switch op {
+			case comm.Sum, comm.Avg:
+				acc += x
+			case comm.Prod:
+				acc *= x
+			case comm.Max:
+				acc = max(acc, x)
+			case comm.Min:
+				acc = min(acc, x)
+			}
+		}
+		if op == comm.Avg {
+			acc /= float32(n)
+		}
+		return elem[T](acc)
+	}
 	acc := value[T](0, i, op)
 	for r := 1; r < n; r++ {
 		x := value[T](r, i, op)
@@ -286,6 +323,16 @@ func reference[T comm.Elem](n, i int, op comm.Op) T {
 	return acc
 }
 
+func asFloat32[T comm.Elem](v T) float32 {
+	switch h := any(v).(type) {
+	case comm.BFloat16:
+		return h.Float32()
+	case comm.Float16:
+		return h.Float32()
+	}
+	return float32(v)
+}
+
 func counts(n int) []int {
 	c := []int{0, 1, n - 1, n + 1, 4097, 1<<20 + 3}
 	slices.Sort(c)
@@ -299,7 +346,17 @@ func matrix(ctx context.Context, g *comm.Group) error {
 		}
 		if count <= 4097 {
 			for _, check := range []func(context.Context, *comm.Group, int) error{
-				checkType[float64], checkType[int32], checkType[int64], checkType[uint8]} {
+				checkType[float64], checkType[int32], checkType[int64], checkType[uint8],
+				checkType[comm.BFloat16], checkType[comm.Float16]} {
+				if err := check(ctx, g, count); err != nil {
+					return err
+				}
+			}
+		}
+		if count == 4097 {
+			// MPI's other integer types, at one count.
+			for _, check := range []func(context.Context, *comm.Group, int) error{
+				checkType[int8], checkType[int16], checkType[uint16], checkType[uint32], checkType[uint64]} {
 				if err := check(ctx, g, count); err != nil {
 					return err
 				}
@@ -382,6 +439,80 @@ func checkType[T comm.Elem](ctx context.Context, g *comm.Group, count int) error
 	for i, v := range recv {
 		if want := value[T](i/max(count, 1), i%max(count, 1), comm.Sum); v != want {
 			return where("AllGather", i, v, want)
+		}
+	}
+	if count > 4097 {
+		return nil // the rooted collectives and AllToAll: the counts
+	}
+	return checkRooted[T](ctx, g, count)
+}
+
+// checkRooted runs Reduce (every op), Gather, Scatter and AllToAll with
+// roots 0 and n−1, synchronously and asynchronously, against the
+// sequential reference; Reduce leaves the other ranks' buffers alone.
+func checkRooted[T comm.Elem](ctx context.Context, g *comm.Group, count int) error {
+	n, r := g.Size(), g.Rank()
+	where := func(what string, i int, got, want T) error {
+		return fmt.Errorf("%s of %d × %v: element %d is %v, want %v", what, count, ring.DTypeOf[T](), i, got, want)
+	}
+	for _, root := range []int{0, n - 1} {
+		for _, op := range ops[T]() {
+			buf := make([]T, count)
+			for i := range buf {
+				buf[i] = value[T](r, i, op)
+			}
+			if err := comm.Reduce(ctx, g, buf, op, root); err != nil {
+				return err
+			}
+			for i, v := range buf {
+				want := value[T](r, i, op)
+				if r == root {
+					want = reference[T](n, i, op)
+				}
+				if v != want {
+					return where(fmt.Sprintf("Reduce %v to %d", op, root), i, v, want)
+				}
+			}
+		}
+		send := make([]T, count)
+		for i := range send {
+			send[i] = value[T](r, i, comm.Sum)
+		}
+		var all []T // the gathered blocks, on the root
+		if r == root {
+			all = make([]T, n*count)
+		}
+		if err := comm.GatherAsync(ctx, g, send, all, root).Wait(); err != nil {
+			return err
+		}
+		for i, v := range all {
+			if want := value[T](i/count, i%count, comm.Sum); v != want {
+				return where(fmt.Sprintf("Gather to %d", root), i, v, want)
+			}
+		}
+		mine := make([]T, count)
+		if err := comm.Scatter(ctx, g, all, mine, root); err != nil {
+			return err
+		}
+		for i, v := range mine {
+			if want := value[T](r, i, comm.Sum); v != want {
+				return where(fmt.Sprintf("Scatter from %d", root), i, v, want)
+			}
+		}
+	}
+	// AllToAll: block p of rank r's send is value(r·n+p, i); rank r's
+	// block p comes from rank p.
+	send := make([]T, n*count)
+	for i := range send {
+		send[i] = value[T](r*n+i/max(count, 1), i%max(count, 1), comm.Sum)
+	}
+	recv := make([]T, n*count)
+	if err := comm.AllToAllAsync(ctx, g, send, recv).Wait(); err != nil {
+		return err
+	}
+	for i, v := range recv {
+		if want := value[T](i/count*n+r, i%count, comm.Sum); v != want {
+			return where("AllToAll", i, v, want)
 		}
 	}
 	return nil

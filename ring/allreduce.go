@@ -12,6 +12,12 @@ func AllReduce[T Elem](ctx context.Context, c *Collectives, buf []T, op Op) erro
 	if err := ValidOp[T](op); err != nil {
 		return err
 	}
+	switch b := any(buf).(type) {
+	case []BFloat16:
+		return halfAllReduce(ctx, c, b, op)
+	case []Float16:
+		return halfAllReduce(ctx, c, b, op)
+	}
 	if c.Hier != nil && len(AsBytes(buf)) > c.Hier.MinBytes {
 		c.begin(KindAllReduce, DTypeOf[T](), op, AlgoHierarchical, 0, len(buf))
 		return hierarchicalAllReduce(ctx, c, buf, op)

@@ -16,9 +16,13 @@ const (
 	KindReduceScatter
 	KindBarrier
 	KindSend
+	KindReduce
+	KindGather
+	KindScatter
+	KindAllToAll
 )
 
-var kindNames = [...]string{"", "AllReduce", "Broadcast", "AllGather", "ReduceScatter", "Barrier", "Send"}
+var kindNames = [...]string{"", "AllReduce", "Broadcast", "AllGather", "ReduceScatter", "Barrier", "Send", "Reduce", "Gather", "Scatter", "AllToAll"}
 
 func (k Kind) String() string {
 	if int(k) < len(kindNames) && k != 0 {
@@ -37,9 +41,16 @@ const (
 	Int32
 	Int64
 	Uint8
+	BF16 // BFloat16
+	FP16 // Float16
+	Int8
+	Int16
+	Uint16
+	Uint32
+	Uint64
 )
 
-var dtypeNames = [...]string{"", "float32", "float64", "int32", "int64", "uint8"}
+var dtypeNames = [...]string{"", "float32", "float64", "int32", "int64", "uint8", "bfloat16", "float16", "int8", "int16", "uint16", "uint32", "uint64"}
 
 func (d DType) String() string {
 	if int(d) < len(dtypeNames) && d != 0 {
@@ -51,11 +62,13 @@ func (d DType) String() string {
 // Size returns the element size in bytes.
 func (d DType) Size() int {
 	switch d {
-	case Float64, Int64:
+	case Float64, Int64, Uint64:
 		return 8
-	case Float32, Int32:
+	case Float32, Int32, Uint32:
 		return 4
-	case Uint8:
+	case BF16, FP16, Int16, Uint16:
+		return 2
+	case Uint8, Int8:
 		return 1
 	}
 	return 0
@@ -75,9 +88,11 @@ const (
 	AlgoOneShot
 	AlgoHalving
 	AlgoHierarchical
+	AlgoDirect   // every rank to or from the root
+	AlgoPairwise // every rank to every other, one peer after the other
 )
 
-var algoNames = [...]string{"-", "ring", "recursive-doubling", "binomial-tree", "chain", "dissemination", "one-shot", "halving-doubling", "hierarchical"}
+var algoNames = [...]string{"-", "ring", "recursive-doubling", "binomial-tree", "chain", "dissemination", "one-shot", "halving-doubling", "hierarchical", "direct", "pairwise"}
 
 func (a Algo) String() string {
 	if int(a) < len(algoNames) {
@@ -103,7 +118,9 @@ func (c Call) String() string {
 	switch c.Kind {
 	case KindAllReduce, KindReduceScatter:
 		fmt.Fprintf(&b, ", op %v", c.Op)
-	case KindBroadcast:
+	case KindReduce:
+		fmt.Fprintf(&b, ", op %v, root %d", c.Op, c.Root)
+	case KindBroadcast, KindGather, KindScatter:
 		fmt.Fprintf(&b, ", root %d", c.Root)
 	case KindSend:
 		fmt.Fprintf(&b, ", tag %d", c.Root)

@@ -70,6 +70,12 @@ func ReduceScatter[T Elem](ctx context.Context, c *Collectives, send, recv []T, 
 	if len(send) != n*cnt {
 		return fmt.Errorf("ring: ReduceScatter: send holds %d elements, want %d (%d ranks × %d)", len(send), n*cnt, n, cnt)
 	}
+	switch s := any(send).(type) {
+	case []BFloat16:
+		return halfReduceScatter(ctx, c, s, any(recv).([]BFloat16), op)
+	case []Float16:
+		return halfReduceScatter(ctx, c, s, any(recv).([]Float16), op)
+	}
 	call := c.begin(KindReduceScatter, DTypeOf[T](), op, AlgoRing, 0, cnt)
 	c.tickets = c.tickets[:0]
 	if n == 1 {

@@ -2,9 +2,11 @@ package ring
 
 import "fmt"
 
-// Elem is an element type the collectives move and reduce.
+// Elem is an element type the collectives move and reduce: MPI's
+// floating-point and integer types, and the 16-bit floats GPUs train in
+// (reduced in float32).
 type Elem interface {
-	float32 | float64 | int32 | int64 | uint8
+	float32 | float64 | BFloat16 | Float16 | int8 | int16 | int32 | int64 | uint8 | uint16 | uint32 | uint64
 }
 
 // Op is a reduction.
@@ -36,14 +38,34 @@ func DTypeOf[T Elem]() DType {
 		return Float32
 	case float64:
 		return Float64
+	case BFloat16:
+		return BF16
+	case Float16:
+		return FP16
+	case int8:
+		return Int8
+	case int16:
+		return Int16
 	case int32:
 		return Int32
 	case int64:
 		return Int64
+	case uint16:
+		return Uint16
+	case uint32:
+		return Uint32
+	case uint64:
+		return Uint64
 	default:
 		return Uint8
 	}
 }
+
+// IsHalf reports whether d is a 16-bit floating-point type.
+func (d DType) IsHalf() bool { return d == BF16 || d == FP16 }
+
+// IsFloat reports whether d is a floating-point type.
+func (d DType) IsFloat() bool { return d == Float32 || d == Float64 || d.IsHalf() }
 
 // ValidOp reports whether op applies to T.
 func ValidOp[T Elem](op Op) error {
@@ -51,7 +73,7 @@ func ValidOp[T Elem](op Op) error {
 	case Sum, Max, Min, Prod:
 		return nil
 	case Avg:
-		if d := DTypeOf[T](); d == Float32 || d == Float64 {
+		if DTypeOf[T]().IsFloat() {
 			return nil
 		}
 		return fmt.Errorf("ring: op avg needs a floating-point type, not %v", DTypeOf[T]())
@@ -66,6 +88,14 @@ func ValidOp[T Elem](op Op) error {
 // processor has them (reduce_amd64.s, the same bits as the scalar loop),
 // the rest in reduceScalar.
 func Reduce[T Elem](op Op, dst, a, b []T) {
+	switch d := any(dst).(type) {
+	case []BFloat16:
+		reduceHalf(op, d, any(a).([]BFloat16), any(b).([]BFloat16))
+		return
+	case []Float16:
+		reduceHalf(op, d, any(a).([]Float16), any(b).([]Float16))
+		return
+	}
 	n := len(dst)
 	a, b = a[:n], b[:n]
 	i := reduceVector(op, dst, a, b)
@@ -124,6 +154,10 @@ func Divide[T Elem](s []T, n int) {
 		for i := range v {
 			v[i] /= g
 		}
+	case []BFloat16:
+		divideHalf(v, n)
+	case []Float16:
+		divideHalf(v, n)
 	case []float64:
 		if pow2 {
 			scale(v, 1/float64(n))

@@ -30,6 +30,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -49,6 +50,12 @@ import (
 )
 
 const workerEnv = "GORUN_BENCH_WORKER_OUT"
+
+// variantNames lists the variants, sorted.
+func variantNames() string {
+	names := slices.Sorted(maps.Keys(variants))
+	return strings.Join(names, ", ")
+}
 
 // variants are the algorithm settings compared side by side.
 var variants = map[string][]string{
@@ -203,7 +210,7 @@ func collectives(args []string, stdout io.Writer) error {
 	nps := fs.String("np", "2,4", "world sizes")
 	sizes := fs.String("sizes", "8B:64MB", "message sizes: FIRST:LAST doubling, or a list")
 	ops := fs.String("ops", strings.Join(bench.Ops, ","), "collectives")
-	vars := fs.String("variants", "default", "algorithm variants side by side: default, ring, small, s2")
+	vars := fs.String("variants", "default", "algorithm variants side by side: "+variantNames())
 	warmup := fs.Int("warmup", 5, "untimed iterations per size")
 	warmupTime := fs.Duration("warmup-time", 200*time.Millisecond, "how long the job warms up before the first size")
 	iters := fs.Int("iters", 0, "timed iterations per size (0: by size, 20 to 20,000, as the Open MPI helper counts them)")
@@ -246,7 +253,7 @@ func collectives(args []string, stdout io.Writer) error {
 	for _, variant := range strings.Split(*vars, ",") {
 		env, ok := variants[variant]
 		if !ok {
-			return fmt.Errorf("-variants: unknown %q (have default, ring, small, s2)", variant)
+			return fmt.Errorf("-variants: unknown %q (have %s)", variant, variantNames())
 		}
 		for _, np := range worlds {
 			out := filepath.Join(dir, fmt.Sprintf("%s-%d.json", variant, np))
@@ -279,13 +286,13 @@ func collectives(args []string, stdout io.Writer) error {
 		}
 	}
 	bench.WriteSummary(stdout, all)
-	if *competitors && slices.Contains(cfg.Ops, "all_reduce") && os.Getenv(workerEnv) == "" {
+	if *competitors && os.Getenv(workerEnv) == "" {
 		if _, err := os.Stat(*helpers); err != nil {
 			fmt.Fprintf(stdout, "# competitors skipped: %s not found (run from the repository root or pass -helpers)\n", *helpers)
 		} else {
 			var theirs []bench.Competitor
 			for _, np := range worlds {
-				res, skipped := bench.RunCompetitors(*helpers, np, cfg.Sizes)
+				res, skipped := bench.RunCompetitors(*helpers, np, cfg.Sizes, cfg.Ops)
 				theirs = append(theirs, res...)
 				for _, s := range skipped {
 					fmt.Fprintf(stdout, "# np=%d competitor skipped: %s\n", np, s)

@@ -1,0 +1,135 @@
+package ring
+
+import "math"
+
+// BFloat16 is a bfloat16 number (8 exponent bits, 7 mantissa bits: float32
+// with the low half cut off), as GPUs train in. Collectives move it as two
+// bytes and reduce it in float32.
+type BFloat16 uint16
+
+// Float16 is an IEEE 754 half-precision number (5 exponent bits, 10
+// mantissa bits).
+type Float16 uint16
+
+// NewBFloat16 rounds f to the nearest bfloat16, ties to even, as
+// torch's conversion does; every NaN becomes torch's canonical NaN.
+func NewBFloat16(f float32) BFloat16 {
+	b := math.Float32bits(f)
+	if b&0x7FFFFFFF > 0x7F800000 { // NaN: torch's canonical one
+		return 0x7FC0
+	}
+	return BFloat16((b + 0x7FFF + (b>>16)&1) >> 16)
+}
+
+// Float32 returns b exactly.
+func (b BFloat16) Float32() float32 { return math.Float32frombits(uint32(b) << 16) }
+
+// NewFloat16 rounds f to the nearest float16, ties to even, as torch's
+// conversion does: beyond the largest finite float16 (65504) to infinity,
+// below the smallest normal to subnormals, NaN to NaN.
+func NewFloat16(f float32) Float16 {
+	b := math.Float32bits(f)
+	sign := uint16(b>>16) & 0x8000
+	abs := b & 0x7FFFFFFF
+	switch {
+	case abs > 0x7F800000: // NaN: the quiet one, signed, as torch makes it
+		return Float16(sign | 0x7E00)
+	case abs >= 0x477FF000: // rounds to 65520 or more: infinity
+		return Float16(sign | 0x7C00)
+	case abs < 0x38800000: // below 2^-14: a subnormal (or zero)
+		// The value in units of 2^-24, rounded to nearest even.
+		if abs < 0x33000000 { // below 2^-25: rounds to zero
+			return Float16(sign)
+		}
+		e := abs >> 23
+		m := abs&0x7FFFFF | 0x800000
+		shift := 126 - e // 14 + (127−e) − 1 bits to drop, for 2^-24 units
+		half := uint32(1) << (shift - 1)
+		r := m >> shift
+		rem := m & (1<<shift - 1)
+		if rem > half || (rem == half && r&1 == 1) {
+			r++
+		}
+		return Float16(sign | uint16(r))
+	}
+	// Normal: rebias the exponent, round the mantissa's 13 dropped bits.
+	h := (abs - 0x38000000) >> 13
+	rem := abs & 0x1FFF
+	if rem > 0x1000 || (rem == 0x1000 && h&1 == 1) {
+		h++ // may carry into the exponent, up to infinity: still right
+	}
+	return Float16(sign | uint16(h))
+}
+
+// Float32 returns h exactly (a NaN quiet, as torch widens it).
+func (h Float16) Float32() float32 {
+	sign := uint32(h&0x8000) << 16
+	e := uint32(h>>10) & 0x1F
+	m := uint32(h) & 0x3FF
+	switch {
+	case e == 0x1F && m == 0:
+		return math.Float32frombits(sign | 0x7F800000)
+	case e == 0x1F: // NaN, made quiet as torch does
+		return math.Float32frombits(sign | 0x7FC00000 | m<<13)
+	case e != 0:
+		return math.Float32frombits(sign | (e+112)<<23 | m<<13)
+	case m == 0:
+		return math.Float32frombits(sign)
+	}
+	// Subnormal: m·2^-24, made normal.
+	e = 113
+	for m&0x400 == 0 {
+		m <<= 1
+		e--
+	}
+	return math.Float32frombits(sign | e<<23 | (m&0x3FF)<<13)
+}
+
+// half is either 16-bit float type.
+type half interface{ BFloat16 | Float16 }
+
+// widen returns h as float32.
+func widen[H half](h H) float32 {
+	if b, ok := any(h).(BFloat16); ok {
+		return b.Float32()
+	}
+	return Float16(h).Float32()
+}
+
+// narrow rounds f to H.
+func narrow[H half](f float32) H {
+	var z H
+	if _, ok := any(z).(BFloat16); ok {
+		return H(NewBFloat16(f))
+	}
+	return H(NewFloat16(f))
+}
+
+// reduceHalf sets dst[i] = a[i] op b[i], computed in float32 and rounded
+// once.
+func reduceHalf[H half](op Op, dst, a, b []H) {
+	n := len(dst)
+	a, b = a[:n], b[:n]
+	for i := range dst {
+		x, y := widen(a[i]), widen(b[i])
+		var v float32
+		switch op {
+		case Sum, Avg:
+			v = x + y
+		case Prod:
+			v = x * y
+		case Max:
+			v = max(x, y)
+		case Min:
+			v = min(x, y)
+		}
+		dst[i] = narrow[H](v)
+	}
+}
+
+// divideHalf divides every element by n in float32, rounding once.
+func divideHalf[H half](v []H, n int) {
+	for i, h := range v {
+		v[i] = narrow[H](widen(h) / float32(n))
+	}
+}

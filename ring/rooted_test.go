@@ -1,0 +1,217 @@
+package ring
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// onEveryRank runs fn(ctx, rank, c) for every rank of an in-process group of n
+// with ChunkBytes chunk bytes, each in its own goroutine, and fails on
+// the first error.
+func onEveryRank(t *testing.T, n, chunkBytes int, fn func(ctx context.Context, r int, c *Collectives) error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	net := newMemNet(n)
+	peers := make([]int, n)
+	for r := range peers {
+		peers[r] = r
+	}
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		c := &Collectives{T: net.end(r), Peers: peers, Rank: r, ChunkBytes: chunkBytes}
+		wg.Go(func() { errs[r] = fn(ctx, r, c) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// contributions returns n ranks' random inputs of count elements.
+func contributions(n, count int) [][]float32 {
+	rng := rand.New(rand.NewPCG(uint64(n), uint64(count)))
+	in := make([][]float32, n)
+	for r := range in {
+		in[r] = make([]float32, count)
+		for i := range in[r] {
+			in[r][i] = rng.Float32()*2 - 0.5
+		}
+	}
+	return in
+}
+
+// TestRootedCollectives runs ReduceToRoot (every op), Gather, Scatter and
+// AllToAll in process for groups of 1 to 8 ranks, counts 0 to 1000 in
+// frames of 64 bytes (many chunks per block), and every root kind (first,
+// middle, last), against the sequential reference: the reduction exactly
+// as the ranks' inputs combine along the binomial tree, the rest
+// element for element; the non-root ranks' buffers stay untouched.
+func TestRootedCollectives(t *testing.T) {
+	for _, n := range []int{1, 2, 3, 5, 8} {
+		for _, count := range []int{0, 1, 7, 1000} {
+			in := contributions(n, count)
+			for _, root := range []int{0, n / 2, n - 1} {
+				t.Run(fmt.Sprintf("n=%d/count=%d/root=%d", n, count, root), func(t *testing.T) {
+					for _, op := range []Op{Sum, Avg, Max, Min, Prod} {
+						want := treeReference(op, in, root)
+						out := make([][]float32, n)
+						onEveryRank(t, n, 64, func(ctx context.Context, r int, c *Collectives) error {
+							out[r] = append([]float32(nil), in[r]...)
+							return ReduceToRoot(ctx, c, out[r], op, root)
+						})
+						for r := range n {
+							w := in[r]
+							if r == root {
+								w = want
+							}
+							if i := firstDiff(out[r], w); i >= 0 {
+								t.Fatalf("Reduce %v: rank %d element %d is %v, want %v", op, r, i, out[r][i], w[i])
+							}
+						}
+					}
+					gathered := make([]float32, n*count)
+					onEveryRank(t, n, 64, func(ctx context.Context, r int, c *Collectives) error {
+						var recv []float32
+						if r == root {
+							recv = gathered
+						}
+						return Gather(ctx, c, in[r], recv, root)
+					})
+					for r := range n {
+						if i := firstDiff(gathered[r*count:(r+1)*count], in[r]); i >= 0 {
+							t.Fatalf("Gather: block %d element %d is %v, want %v", r, i, gathered[r*count+i], in[r][i])
+						}
+					}
+					scattered := make([][]float32, n)
+					onEveryRank(t, n, 64, func(ctx context.Context, r int, c *Collectives) error {
+						scattered[r] = make([]float32, count)
+						var send []float32
+						if r == root {
+							send = gathered
+						}
+						return Scatter(ctx, c, send, scattered[r], root)
+					})
+					for r := range n {
+						if i := firstDiff(scattered[r], in[r]); i >= 0 {
+							t.Fatalf("Scatter: rank %d element %d is %v, want %v", r, i, scattered[r][i], in[r][i])
+						}
+					}
+				})
+			}
+			t.Run(fmt.Sprintf("n=%d/count=%d/alltoall", n, count), func(t *testing.T) {
+				// Rank r's send holds n blocks of count: block p goes to p.
+				sends := contributions(n, n*count)
+				out := make([][]float32, n)
+				onEveryRank(t, n, 64, func(ctx context.Context, r int, c *Collectives) error {
+					out[r] = make([]float32, n*count)
+					return AllToAll(ctx, c, sends[r], out[r])
+				})
+				for r := range n {
+					for p := range n {
+						got, want := out[r][p*count:(p+1)*count], sends[p][r*count:(r+1)*count]
+						if i := firstDiff(got, want); i >= 0 {
+							t.Fatalf("AllToAll: rank %d block %d element %d is %v, want %v", r, p, i, got[i], want[i])
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
+// treeReference reduces in as the binomial tree rooted at root does: each
+// virtual rank v adds, in rounds of growing distance, the partial result
+// of v+1, v+2, v+4, … (virtual ranks count from the root).
+func treeReference(op Op, in [][]float32, root int) []float32 {
+	n := len(in)
+	acc := make([][]float32, n)
+	for v := range n {
+		acc[v] = append([]float32(nil), in[(v+root)%n]...)
+	}
+	for mask := 1; mask < n; mask <<= 1 {
+		for v := 0; v+mask < n; v += 2 * mask {
+			Reduce(op, acc[v], acc[v], acc[v+mask])
+		}
+	}
+	if op == Avg {
+		Divide(acc[0], n)
+	}
+	return acc[0]
+}
+
+func firstDiff(got, want []float32) int {
+	if len(got) != len(want) {
+		return 0
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			return i
+		}
+	}
+	return -1
+}
+
+// TestRootedBadArguments: a root outside the group, or buffers of the
+// wrong length, are errors that say so (on the ranks where they matter),
+// before anything is sent.
+func TestRootedBadArguments(t *testing.T) {
+	ctx := context.Background()
+	c := &Collectives{T: newMemNet(3).end(0), Peers: []int{0, 1, 2}, Rank: 0}
+	buf := make([]float32, 4)
+	for _, tc := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"reduce root", ReduceToRoot(ctx, c, buf, Sum, 3), "root 3 outside the group of 3"},
+		{"reduce op", ReduceToRoot(ctx, c, []int32{1}, Avg, 0), "avg needs a floating-point type"},
+		{"gather root", Gather(ctx, c, buf, buf, -1), "root -1 outside"},
+		{"gather recv", Gather(ctx, c, buf, buf, 0), "recv holds 4 elements, want 12"},
+		{"scatter send", Scatter(ctx, c, buf, buf, 0), "send holds 4 elements, want 12"},
+		{"alltoall", AllToAll(ctx, c, buf, buf), "want the same multiple of the 3 ranks"},
+		{"alltoall recv", AllToAll(ctx, c, make([]float32, 6), buf), "send holds 6 and recv 4"},
+	} {
+		if tc.err == nil || !strings.Contains(tc.err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error containing %q", tc.name, tc.err, tc.want)
+		}
+	}
+}
+
+// TestRootedMismatchNamed: rank 2 reduces while ranks 0 and 1 gather to
+// rank 0; the root finds rank 2's frame and names both calls.
+func TestRootedMismatchNamed(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	net := newMemNet(3)
+	peers := []int{0, 1, 2}
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	for r := range 3 {
+		c := &Collectives{T: net.end(r), Peers: peers, Rank: r}
+		buf := make([]float32, 5)
+		wg.Go(func() {
+			if r == 2 {
+				errs[r] = ReduceToRoot(ctx, c, buf, Max, 0)
+				return
+			}
+			var recv []float32
+			if r == 0 {
+				recv = make([]float32, 15)
+			}
+			errs[r] = Gather(ctx, c, buf, recv, 0)
+		})
+	}
+	wg.Wait()
+	var m *MismatchError
+	if !errors.As(errs[0], &m) || !strings.Contains(m.Error(), "Gather #0 (5 × float32, root 0, direct)") || !strings.Contains(m.Error(), "Reduce #0 (5 × float32, op max, root 0, binomial-tree)") {
+		t.Fatalf("the root's error: %v, want a mismatch naming Gather and Reduce", errs[0])
+	}
+}
