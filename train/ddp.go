@@ -39,16 +39,22 @@ type DDP struct {
 	stager      comm.Stager
 	closeStager func()
 
+	// compress is the 16-bit type gradients travel as ("": float32).
+	compress string
+
 	// Per-run accounting.
 	busy, exposed time.Duration
 	steps         int // Finish calls that reduced
+	wireBytes     int64
 }
 
 type bucket struct {
-	buf       []float32      // on the host
-	dev       *tensor.Tensor // on a device (buf nil)
-	params    int            // parameters in the bucket
-	remaining int            // parameters whose gradient is not final yet this step
+	buf       []float32       // on the host
+	bf16      []comm.BFloat16 // buf on the wire, with bf16 compression
+	fp16      []comm.Float16  // buf on the wire, with fp16 compression
+	dev       *tensor.Tensor  // on a device (buf nil)
+	params    int             // parameters in the bucket
+	remaining int             // parameters whose gradient is not final yet this step
 	work      *comm.Work
 }
 
@@ -207,12 +213,73 @@ func (d *DDP) gradReady(l nn.Layer) {
 }
 
 func (d *DDP) launch(b *bucket) {
-	if b.dev != nil {
+	switch {
+	case b.dev != nil:
 		b.work = d.g.AllReduceDeviceAsync(d.ctx, d.stager, b.dev.Ptr(), b.dev.Len(), comm.Avg)
-		return
+		d.wireBytes += 4 * int64(b.dev.Len())
+	case d.compress == "bf16":
+		b.bf16 = grown(b.bf16, len(b.buf))
+		for i, v := range b.buf {
+			b.bf16[i] = comm.NewBFloat16(v)
+		}
+		b.work = comm.AllReduceAsync(d.ctx, d.g, b.bf16, comm.Avg)
+		d.wireBytes += 2 * int64(len(b.buf))
+	case d.compress == "fp16":
+		b.fp16 = grown(b.fp16, len(b.buf))
+		for i, v := range b.buf {
+			b.fp16[i] = comm.NewFloat16(v)
+		}
+		b.work = comm.AllReduceAsync(d.ctx, d.g, b.fp16, comm.Avg)
+		d.wireBytes += 2 * int64(len(b.buf))
+	default:
+		b.work = d.g.AllReduceAsync(d.ctx, b.buf, comm.Avg)
+		d.wireBytes += 4 * int64(len(b.buf))
 	}
-	b.work = d.g.AllReduceAsync(d.ctx, b.buf, comm.Avg)
 }
+
+// decompress widens a compressed bucket's average back into its
+// gradients.
+func (d *DDP) decompress(b *bucket) {
+	switch d.compress {
+	case "bf16":
+		for i, h := range b.bf16 {
+			b.buf[i] = h.Float32()
+		}
+	case "fp16":
+		for i, h := range b.fp16 {
+			b.buf[i] = h.Float32()
+		}
+	}
+}
+
+// grown returns s with n elements, reallocated only when too short.
+func grown[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
+}
+
+// SetCompression makes the gradients travel as "bf16" or "fp16" ("" or
+// "none": float32): Config.GradCompression. Host buckets only.
+func (d *DDP) SetCompression(kind string) error {
+	switch kind {
+	case "", "none":
+		d.compress = ""
+		return nil
+	case "bf16", "fp16":
+		if d.dev != nil {
+			return fmt.Errorf("ddp: --grad-compression %s: gradients on a GPU travel as float32 (not built yet)", kind)
+		}
+		d.compress = kind
+		return nil
+	}
+	return fmt.Errorf("ddp: gradient compression %q: want none, bf16 or fp16", kind)
+}
+
+// WireBytes returns the gradient bytes this rank has handed to the
+// all-reduces so far (each bucket's size in its wire type, per reduction).
+func (d *DDP) WireBytes() int64 { return d.wireBytes }
 
 // Close releases the staging buffers of a GPU run.
 func (d *DDP) Close() {
@@ -237,6 +304,7 @@ func (d *DDP) Finish() (time.Duration, error) {
 		if err := b.work.Wait(); err != nil {
 			return 0, fmt.Errorf("ddp: averaging gradient bucket %d: %w", i, err)
 		}
+		d.decompress(b)
 		start, end := b.work.Span()
 		d.busy += end.Sub(start)
 	}

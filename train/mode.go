@@ -127,8 +127,12 @@ func (d *dataParallel) describe(w io.Writer, t *Trainer) {
 			}
 		})
 	}
-	fmt.Fprintf(w, "Data parallel over %d ranks: batch %d per rank (%d in all), gradients averaged in %d buckets of %v elements%s\n",
-		d.world(), t.cfg.BatchSize, t.cfg.BatchSize*d.world(), len(d.ddp.Buckets()), d.ddp.Buckets(), bn)
+	wire := ""
+	if c := d.ddp.compress; c != "" {
+		wire = fmt.Sprintf(" (as %s on the wire, summed in float32)", c)
+	}
+	fmt.Fprintf(w, "Data parallel over %d ranks: batch %d per rank (%d in all), gradients averaged in %d buckets of %v elements%s%s\n",
+		d.world(), t.cfg.BatchSize, t.cfg.BatchSize*d.world(), len(d.ddp.Buckets()), d.ddp.Buckets(), wire, bn)
 }
 
 func (d *dataParallel) close() { d.ddp.Close() }

@@ -311,6 +311,10 @@ func (t *Trainer) replicateFrom(ctx context.Context, g *comm.Group, root int) er
 	if err != nil {
 		return err
 	}
+	if err := ddp.SetCompression(strings.ToLower(t.cfg.GradCompression)); err != nil {
+		ddp.Close()
+		return err
+	}
 	t.sync = &dataParallel{g: g, ddp: ddp, perBatch: !isWhole}
 	if isWhole && t.cfg.SyncBatchNorm {
 		sum := func(v []float64) {

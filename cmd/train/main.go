@@ -131,6 +131,7 @@ func parseFlags(args []string) (train.Config, options, error) {
 		return nil
 	})
 	fs.StringVar(&o.timeline, "timeline", "", "with --pipeline: draw the last batch's schedule (every stage's forwards and backwards) as an SVG here")
+	fs.StringVar(&cfg.GradCompression, "grad-compression", "none", "in a distributed run, gradients travel as none (float32), bf16 or fp16, averaged in float32 and rounded once (PyTorch's bf16/fp16 compression hooks): half the bytes")
 	fs.BoolVar(&cfg.SyncBatchNorm, "sync-bn", false, "in a distributed run, batch norm uses the statistics of the whole batch across ranks (SyncBatchNorm)")
 	fs.BoolVar(&o.verbose, "verbose", false, "in a distributed run, every rank prints its progress (default: rank 0 only)")
 	if err := fs.Parse(args); err != nil {
@@ -357,7 +358,8 @@ func resolveConfig(flags train.Config, set map[string]bool, resume string) (trai
 		"seed": func() { base.Seed = flags.Seed }, "augment": func() { base.Augment = flags.Augment },
 		"threads": func() { base.Threads = flags.Threads }, "log-interval": func() { base.LogInterval = flags.LogInterval },
 		"accumulate": func() { base.Accumulate = flags.Accumulate }, "sync-bn": func() { base.SyncBatchNorm = flags.SyncBatchNorm },
-		"pipeline": func() { base.Pipeline = flags.Pipeline }, "schedule": func() { base.Schedule = flags.Schedule }, "microbatches": func() { base.Microbatches = flags.Microbatches },
+		"grad-compression": func() { base.GradCompression = flags.GradCompression },
+		"pipeline":         func() { base.Pipeline = flags.Pipeline }, "schedule": func() { base.Schedule = flags.Schedule }, "microbatches": func() { base.Microbatches = flags.Microbatches },
 		"balance": func() { base.Balance = flags.Balance }, "split": func() { base.Split = flags.Split },
 		"num-classes": func() { base.NumClasses = flags.NumClasses }, "zero-init-residual": func() { base.ZeroInitResidual = flags.ZeroInitResidual },
 		"recompute": func() { base.Recompute = flags.Recompute },

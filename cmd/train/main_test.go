@@ -91,6 +91,7 @@ func TestTrainCommandErrors(t *testing.T) {
 		{[]string{"--synthetic", "--num-classes", "7"}, "model mnist has 7 outputs (--num-classes); synthetic-mnist has 10 classes"},
 		{[]string{"--synthetic", "--num-classes", "-1"}, "--num-classes -1"},
 		{[]string{"--synthetic", "--zero-init-residual"}, "zero-init-residual: mnist has no residual blocks"},
+		{[]string{"--synthetic", "--grad-compression", "zstd"}, "--grad-compression \"zstd\": want none, bf16 or fp16"},
 		{[]string{"--synthetic", "--label-smoothing", "1"}, "--label-smoothing 1: want at least 0 and below 1"},
 		{[]string{"--synthetic", "--warmup-epochs", "3"}, "--warmup-epochs 3 with --epochs 3: want 0 or more, fewer than the epochs"},
 		{[]string{"--synthetic", "--warmup-epochs", "-1"}, "--warmup-epochs -1"},
