@@ -286,17 +286,7 @@ func reference[T comm.Elem](n, i int, op comm.Op) T {
 	case comm.BFloat16, comm.Float16:
 		acc := asFloat32(value[T](0, i, op))
 		for r := 1; r < n; r++ {
-			x := asFloat32(value[T](r, i, op))
-			switch op {
-			case comm.Sum, comm.Avg:
-				acc += x
-			case comm.Prod:
-				acc *= x
-			case comm.Max:
-				acc = max(acc, x)
-			case comm.Min:
-				acc = min(acc, x)
-			}
+			acc = combine(op, acc, asFloat32(value[T](r, i, op)))
 		}
 		if op == comm.Avg {
 			acc /= float32(n)
@@ -305,22 +295,26 @@ func reference[T comm.Elem](n, i int, op comm.Op) T {
 	}
 	acc := value[T](0, i, op)
 	for r := 1; r < n; r++ {
-		x := value[T](r, i, op)
-		switch op {
-		case comm.Sum, comm.Avg:
-			acc += x
-		case comm.Prod:
-			acc *= x
-		case comm.Max:
-			acc = max(acc, x)
-		case comm.Min:
-			acc = min(acc, x)
-		}
+		acc = combine(op, acc, value[T](r, i, op))
 	}
 	if op == comm.Avg {
 		acc /= T(n)
 	}
 	return acc
+}
+
+// combine is acc op x in N's own arithmetic (not for the 16-bit floats,
+// whose arithmetic is float32's).
+func combine[N comm.Elem](op comm.Op, acc, x N) N {
+	switch op {
+	case comm.Sum, comm.Avg:
+		return acc + x
+	case comm.Prod:
+		return acc * x
+	case comm.Max:
+		return max(acc, x)
+	}
+	return min(acc, x)
 }
 
 func asFloat32[T comm.Elem](v T) float32 {

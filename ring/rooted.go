@@ -67,13 +67,9 @@ func ReduceToRoot[T Elem](ctx context.Context, c *Collectives, buf []T, op Op, r
 // (Size()·len(send) elements; ignored elsewhere). Every rank sends its
 // block straight to the root, which receives them in place.
 func Gather[T Elem](ctx context.Context, c *Collectives, send, recv []T, root int) error {
-	n, r := c.Size(), c.Rank
-	if root < 0 || root >= n {
-		return fmt.Errorf("ring: Gather: root %d outside the group of %d", root, n)
-	}
-	cnt := len(send)
-	if r == root && len(recv) != n*cnt {
-		return fmt.Errorf("ring: Gather: recv holds %d elements, want %d (%d ranks × %d)", len(recv), n*cnt, n, cnt)
+	r, cnt := c.Rank, len(send)
+	if err := checkRooted(c, "Gather", root, "recv", len(recv), cnt); err != nil {
+		return err
 	}
 	call := c.begin(KindGather, DTypeOf[T](), 0, AlgoDirect, root, cnt)
 	c.tickets = c.tickets[:0]
@@ -87,13 +83,9 @@ func Gather[T Elem](ctx context.Context, c *Collectives, send, recv []T, root in
 // Scatter sends block i of root's send (Size()·len(recv) elements; ignored
 // elsewhere) to rank i's recv, straight from the root.
 func Scatter[T Elem](ctx context.Context, c *Collectives, send, recv []T, root int) error {
-	n, r := c.Size(), c.Rank
-	if root < 0 || root >= n {
-		return fmt.Errorf("ring: Scatter: root %d outside the group of %d", root, n)
-	}
-	cnt := len(recv)
-	if r == root && len(send) != n*cnt {
-		return fmt.Errorf("ring: Scatter: send holds %d elements, want %d (%d ranks × %d)", len(send), n*cnt, n, cnt)
+	n, r, cnt := c.Size(), c.Rank, len(recv)
+	if err := checkRooted(c, "Scatter", root, "send", len(send), cnt); err != nil {
+		return err
 	}
 	call := c.begin(KindScatter, DTypeOf[T](), 0, AlgoDirect, root, cnt)
 	c.tickets = c.tickets[:0]
@@ -128,6 +120,19 @@ func AllToAll[T Elem](ctx context.Context, c *Collectives, send, recv []T) error
 	c.tickets = c.tickets[:0]
 	copy(recv[r*cnt:(r+1)*cnt], send[r*cnt:(r+1)*cnt])
 	return exchange(ctx, c, call, recv, cnt, send)
+}
+
+// checkRooted fails unless root is a group rank and, on the root, the
+// buffer named whole holds Size() blocks of cnt elements.
+func checkRooted(c *Collectives, what string, root int, whole string, have, cnt int) error {
+	n := c.Size()
+	if root < 0 || root >= n {
+		return fmt.Errorf("ring: %s: root %d outside the group of %d", what, root, n)
+	}
+	if c.Rank == root && have != n*cnt {
+		return fmt.Errorf("ring: %s: %s holds %d elements, want %d (%d ranks × %d)", what, whole, have, n*cnt, n, cnt)
+	}
+	return nil
 }
 
 // exchange receives block p of recv (cnt elements) from every other group
