@@ -93,8 +93,12 @@ func TestCollectivesMultiProcess(t *testing.T) {
 				// without the race detector in the main pass.
 				continue
 			}
+			env := v.env
+			if testing.Short() {
+				env = append(env[:len(env):len(env)], shortEnv+"=1")
+			}
 			t.Run(fmt.Sprintf("np=%d/%s", np, v.name), func(t *testing.T) {
-				allOK(t, np, "matrix", v.env...)
+				allOK(t, np, "matrix", env...)
 			})
 		}
 	}
