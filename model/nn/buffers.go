@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 
 	"github.com/gorun/gorun/model/tensor"
 )
@@ -148,13 +149,6 @@ type borrower interface {
 	borrow(grad *buffer, pool *bufferPool, in *buffer)
 }
 
-// lendTo lends l the buffer for its next Backward, if l takes one.
-func lendTo(l Layer, grad *buffer, pool *bufferPool, in *buffer) {
-	if b, ok := l.(borrower); ok {
-		b.borrow(grad, pool, in)
-	}
-}
-
 // takesInput reports whether l takes over the buffer holding its output
 // gradient (containers do: their first step is an elementwise one, or a
 // child that can take it over in turn).
@@ -185,6 +179,7 @@ type lending struct {
 	in        *buffer // holds the gradient given to this Backward, ours
 	kept      *buffer // the last Backward's result
 	keptOut   *buffer // the last Forward's result, gradients off
+	children  capsCache
 }
 
 func (l *lending) borrow(b *buffer, p *bufferPool, in *buffer) {
@@ -225,7 +220,7 @@ func giveBack(kept **buffer) {
 // caller's hands). ready, when set, is called after each layer. It returns
 // the result and the pool buffer holding it, if any (a final layer that
 // passes its input through, as Flatten does), which the caller then owns.
-func through(layers []Layer, in *tensor.Tensor, inBuf, final *buffer, pool *bufferPool, backward bool, label func(int) string, ready func(Layer)) (*tensor.Tensor, *buffer, error) {
+func through(layers []Layer, cs []caps, in *tensor.Tensor, inBuf, final *buffer, pool *bufferPool, backward bool, label func(int) string, ready func(Layer)) (*tensor.Tensor, *buffer, error) {
 	held := inBuf
 	n := len(layers)
 	for k := range n {
@@ -235,7 +230,7 @@ func through(layers []Layer, in *tensor.Tensor, inBuf, final *buffer, pool *buff
 		}
 		switch {
 		case k == n-1:
-		case !backward && held != nil && overwritesInput(layers[i]):
+		case !backward && held != nil && cs[i].inPlace:
 			out = held // an elementwise layer over an input only it reads
 		default:
 			out = pool.get()
@@ -246,16 +241,16 @@ func through(layers []Layer, in *tensor.Tensor, inBuf, final *buffer, pool *buff
 		// its own storage.
 		if backward {
 			var give *buffer
-			if held != nil && takesInput(layers[i]) {
+			if held != nil && cs[i].takes {
 				give, held = held, nil
 			}
-			lendTo(layers[i], out, pool, give)
+			cs[i].lend(out, pool, give)
 			res, err = layers[i].Backward(in)
-			lendTo(layers[i], nil, nil, nil)
+			cs[i].lend(nil, nil, nil)
 		} else {
-			lendOut(layers[i], out, pool)
+			cs[i].lendOut(out, pool)
 			res, err = layers[i].Forward(in)
-			lendOut(layers[i], nil, nil)
+			cs[i].lendOut(nil, nil)
 		}
 		if err != nil {
 			pool.put(held)
@@ -323,13 +318,6 @@ type outBorrower interface {
 	borrowOut(out *buffer, pool *bufferPool)
 }
 
-// lendOut lends l the buffer for its next Forward's output, if l takes one.
-func lendOut(l Layer, out *buffer, pool *bufferPool) {
-	if b, ok := l.(outBorrower); ok {
-		b.borrowOut(out, pool)
-	}
-}
-
 // SetGradEnabled turns off (false) or back on what backward needs in l, as
 // torch.no_grad() does: with gradients off, the containers in l (Chain,
 // Residual) let their children's outputs share a few buffers, each taken
@@ -349,3 +337,61 @@ func (l *lending) setNoGrad(off bool) { l.noGrad = off }
 
 // errNoGrad is Backward's failure after a forward pass without gradients.
 var errNoGrad = errors.New("backward after a forward pass with gradients off (SetGradEnabled)")
+
+// caps is what a container may do with a child, found by type assertions
+// once rather than on every call: an assertion to an interface allocates
+// now and then while the runtime fills its per-call-site caches, which
+// would break "a training step allocates nothing".
+type caps struct {
+	layer      Layer
+	comparable bool // layer can be compared with ==
+	grad       borrower
+	out        outBorrower
+	takes      bool // takes over the buffer of its output gradient
+	inPlace    bool // may overwrite its input (inPlaceCapable)
+	unread     bool // its backward does not read its output (outputUnread)
+}
+
+func capsOf(l Layer) caps {
+	c := caps{layer: l, comparable: reflect.TypeOf(l).Comparable()}
+	c.grad, _ = l.(borrower)
+	c.out, _ = l.(outBorrower)
+	c.takes = takesInput(l)
+	c.inPlace = overwritesInput(l)
+	_, c.unread = l.(outputUnread)
+	return c
+}
+
+// lend lends c's layer the buffer for its next Backward, if it takes one.
+func (c *caps) lend(grad *buffer, pool *bufferPool, in *buffer) {
+	if c.grad != nil {
+		c.grad.borrow(grad, pool, in)
+	}
+}
+
+// lendOut lends c's layer the buffer for its next Forward's output, if
+// it takes one.
+func (c *caps) lendOut(out *buffer, pool *bufferPool) {
+	if c.out != nil {
+		c.out.borrowOut(out, pool)
+	}
+}
+
+// capsCache holds the caps of a container's children, rebuilt when the
+// children change (Chain.Layers is the caller's to edit).
+type capsCache []caps
+
+func (cc *capsCache) of(layers []Layer) []caps {
+	same := len(*cc) == len(layers)
+	for i := 0; same && i < len(layers); i++ {
+		c := &(*cc)[i]
+		same = c.comparable && c.layer == layers[i]
+	}
+	if !same {
+		*cc = (*cc)[:0]
+		for _, l := range layers {
+			*cc = append(*cc, capsOf(l))
+		}
+	}
+	return *cc
+}

@@ -58,11 +58,11 @@ func (c *Chain) label(i int) string {
 func (c *Chain) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 	if c.noGrad {
 		giveBack(&c.keptOut)
-		y, held, err := through(c.Layers, x, nil, c.outTarget, c.pool(), false, c.label, nil)
+		y, held, err := through(c.Layers, c.children.of(c.Layers), x, nil, c.outTarget, c.pool(), false, c.label, nil)
 		c.keptOut = held
 		return y, err
 	}
-	return forwardAll(c.Layers, x, c.pool(), c.label)
+	return forwardAll(c.Layers, c.children.of(c.Layers), x, c.pool(), c.label)
 }
 
 // Backward implements Layer.
@@ -74,7 +74,7 @@ func (c *Chain) Backward(dy *tensor.Tensor) (*tensor.Tensor, error) {
 		pool.put(in)
 		return nil, errNoGrad
 	}
-	dx, held, err := through(c.Layers, dy, in, c.target, pool, true, c.label, c.GradReady)
+	dx, held, err := through(c.Layers, c.children.of(c.Layers), dy, in, c.target, pool, true, c.label, c.GradReady)
 	c.kept = held
 	return dx, err
 }

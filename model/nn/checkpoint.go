@@ -28,27 +28,36 @@ type Checkpoint struct {
 	counts  []int64
 	drops   []uint64
 	rebuilt []*buffer // the recomputed activations, given back after backward
+	inner   caps
 	lending
 }
 
 // NewCheckpoint wraps inner in activation checkpointing.
 func NewCheckpoint(be tensor.Backend, inner Layer) *Checkpoint {
-	return &Checkpoint{be: be, Inner: inner}
+	return &Checkpoint{be: be, Inner: inner, inner: capsOf(inner)}
+}
+
+// innerCaps returns the inner layer's caps, looked up again if Inner changed.
+func (c *Checkpoint) innerCaps() *caps {
+	if !c.inner.comparable || c.inner.layer != c.Inner {
+		c.inner = capsOf(c.Inner)
+	}
+	return &c.inner
 }
 
 // Forward implements Layer.
 func (c *Checkpoint) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 	pool := c.pool()
 	if c.noGrad {
-		lendOut(c.Inner, c.outTarget, pool)
-		defer lendOut(c.Inner, nil, nil)
+		c.innerCaps().lendOut(c.outTarget, pool)
+		defer c.innerCaps().lendOut(nil, nil)
 		return c.Inner.Forward(x)
 	}
 	c.saveDropouts()
 	SetGradEnabled(c.Inner, false)
 	defer SetGradEnabled(c.Inner, true)
-	lendOut(c.Inner, &c.store, pool)
-	defer lendOut(c.Inner, nil, nil)
+	c.innerCaps().lendOut(&c.store, pool)
+	defer c.innerCaps().lendOut(nil, nil)
 	y, err := c.Inner.Forward(x)
 	if err != nil {
 		return nil, err
@@ -84,17 +93,17 @@ func (c *Checkpoint) Backward(dy *tensor.Tensor) (*tensor.Tensor, error) {
 	// backward.
 	c.restoreDropouts()
 	pool.retain = &c.rebuilt
-	lendOut(c.Inner, nil, pool)
+	c.innerCaps().lendOut(nil, pool)
 	_, err := c.Inner.Forward(c.x)
-	lendOut(c.Inner, nil, nil)
+	c.innerCaps().lendOut(nil, nil)
 	pool.retain = nil
 	c.restoreBuffers()
 	if err != nil {
 		pool.put(in)
 		return nil, fmt.Errorf("recomputing: %w", err)
 	}
-	lendTo(c.Inner, c.target, pool, in)
-	defer lendTo(c.Inner, nil, nil, nil)
+	c.innerCaps().lend(c.target, pool, in)
+	defer c.innerCaps().lend(nil, nil, nil)
 	return c.Inner.Backward(dy)
 }
 

@@ -119,10 +119,10 @@ func (b *Residual) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 		// where its caller lent.
 		giveBack(&b.keptOut)
 		pool = b.pool()
-		h, b.keptOut, err = through(b.main, x, nil, b.outTarget, pool, false, b.label, nil)
+		h, b.keptOut, err = through(b.main, b.children.of(b.main), x, nil, b.outTarget, pool, false, b.label, nil)
 	} else {
 		pool = b.pool()
-		h, err = forwardAll(b.main, x, pool, b.label)
+		h, err = forwardAll(b.main, b.children.of(b.main), x, pool, b.label)
 	}
 	if err != nil {
 		return nil, err
@@ -134,8 +134,8 @@ func (b *Residual) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 			dBuf = pool.get()
 			defer pool.put(dBuf)
 		}
-		lendOut(b.Downsample, dBuf, pool)
-		defer lendOut(b.Downsample, nil, nil)
+		b.Downsample.borrowOut(dBuf, pool)
+		defer b.Downsample.borrowOut(nil, nil)
 		if short, err = b.Downsample.Forward(x); err != nil {
 			return nil, fmt.Errorf("downsample: %w", err)
 		}
@@ -145,7 +145,7 @@ func (b *Residual) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 	// backward does not (a batch norm, as in torchvision's blocks, whose
 	// out += identity; relu(out) is in place too).
 	sum := h
-	_, unread := b.main[len(b.main)-1].(outputUnread)
+	unread := b.children.of(b.main)[len(b.main)-1].unread
 	if (!unread && !b.noGrad) || tensor.Overlaps(h, x) || tensor.Overlaps(h, short) {
 		sum = tensor.ReuseLike(&b.sum, h, h.Shape...)
 	}
@@ -159,22 +159,20 @@ func (b *Residual) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 // keeps its output for backward: in its own storage or, while pool
 // retains (a Checkpoint recomputing), in a pool buffer the checkpoint
 // gives back after backward.
-func forwardAll(layers []Layer, x *tensor.Tensor, pool *bufferPool, label func(int) string) (*tensor.Tensor, error) {
+func forwardAll(layers []Layer, cs []caps, x *tensor.Tensor, pool *bufferPool, label func(int) string) (*tensor.Tensor, error) {
 	for i, l := range layers {
 		var out *buffer
 		if pool.retain != nil {
 			out = pool.get()
 		}
-		lendOut(l, out, pool)
+		cs[i].lendOut(out, pool)
 		y, err := l.Forward(x)
-		lendOut(l, nil, nil)
-		if err == nil {
-			pool.note(y.Len())
-		}
+		cs[i].lendOut(nil, nil)
 		if err != nil {
 			pool.put(out)
 			return nil, fmt.Errorf("%s: %w", label(i), err)
 		}
+		pool.note(y.Len())
 		if out != nil {
 			if out.holds(y) {
 				*pool.retain = append(*pool.retain, out)
@@ -216,10 +214,10 @@ func (b *Residual) Backward(dy *tensor.Tensor) (*tensor.Tensor, error) {
 	if b.Downsample != nil {
 		dBuf := pool.get()
 		defer pool.put(dBuf)
-		lendTo(b.Downsample, dBuf, pool, nil)
+		b.Downsample.borrow(dBuf, pool, nil)
 		var err error
 		gs, err = b.Downsample.Backward(ds)
-		lendTo(b.Downsample, nil, nil, nil)
+		b.Downsample.borrow(nil, nil, nil)
 		if err != nil {
 			pool.put(dsBuf)
 			return nil, fmt.Errorf("downsample backward: %w", err)
@@ -228,7 +226,7 @@ func (b *Residual) Backward(dy *tensor.Tensor) (*tensor.Tensor, error) {
 	} else {
 		defer pool.put(dsBuf)
 	}
-	g, gBuf, err := through(b.main, ds, mainIn, b.target, pool, true, b.label, nil)
+	g, gBuf, err := through(b.main, b.children.of(b.main), ds, mainIn, b.target, pool, true, b.label, nil)
 	defer pool.put(gBuf)
 	if err != nil {
 		return nil, err

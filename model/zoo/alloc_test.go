@@ -12,7 +12,7 @@ import (
 
 // TestTrainingStepAllocatesNothing runs training steps of the MNIST net and
 // ResNet-18 (two threads) and asserts that, once warm, a step — forward,
-// loss, backward, optimizer — allocates no memory.
+// loss, backward, optimizer — allocates no memory, over 20 steps.
 func TestTrainingStepAllocatesNothing(t *testing.T) {
 	for _, name := range []string{"mnist", "resnet18"} {
 		t.Run(name, func(t *testing.T) {
@@ -22,8 +22,15 @@ func TestTrainingStepAllocatesNothing(t *testing.T) {
 			m, _ := New(name, be, rng)
 			step := newTrainStep(t, be, m, 4, rng)
 			step()
-			if a := testing.AllocsPerRun(3, step); a != 0 {
-				t.Fatalf("a training step allocates %v times", a)
+			// Many steps: an allocation now and then (a type assertion
+			// filling the runtime's caches, a pool that keeps growing)
+			// is an allocation too. The race pass (-short) takes three.
+			runs := 20
+			if testing.Short() {
+				runs = 3
+			}
+			if a := testing.AllocsPerRun(runs, step); a != 0 {
+				t.Fatalf("a training step allocates %v times on average", a)
 			}
 		})
 	}
