@@ -218,19 +218,9 @@ func (d *DDP) launch(b *bucket) {
 		b.work = d.g.AllReduceDeviceAsync(d.ctx, d.stager, b.dev.Ptr(), b.dev.Len(), comm.Avg)
 		d.wireBytes += 4 * int64(b.dev.Len())
 	case d.compress == "bf16":
-		b.bf16 = grown(b.bf16, len(b.buf))
-		for i, v := range b.buf {
-			b.bf16[i] = comm.NewBFloat16(v)
-		}
-		b.work = comm.AllReduceAsync(d.ctx, d.g, b.bf16, comm.Avg)
-		d.wireBytes += 2 * int64(len(b.buf))
+		b.work = launchHalf(d, &b.bf16, b.buf, comm.NewBFloat16)
 	case d.compress == "fp16":
-		b.fp16 = grown(b.fp16, len(b.buf))
-		for i, v := range b.buf {
-			b.fp16[i] = comm.NewFloat16(v)
-		}
-		b.work = comm.AllReduceAsync(d.ctx, d.g, b.fp16, comm.Avg)
-		d.wireBytes += 2 * int64(len(b.buf))
+		b.work = launchHalf(d, &b.fp16, b.buf, comm.NewFloat16)
 	default:
 		b.work = d.g.AllReduceAsync(d.ctx, b.buf, comm.Avg)
 		d.wireBytes += 4 * int64(len(b.buf))
@@ -242,13 +232,32 @@ func (d *DDP) launch(b *bucket) {
 func (d *DDP) decompress(b *bucket) {
 	switch d.compress {
 	case "bf16":
-		for i, h := range b.bf16 {
-			b.buf[i] = h.Float32()
-		}
+		widenInto(b.buf, b.bf16)
 	case "fp16":
-		for i, h := range b.fp16 {
-			b.buf[i] = h.Float32()
-		}
+		widenInto(b.buf, b.fp16)
+	}
+}
+
+// wireHalf is a 16-bit float gradients may travel as.
+type wireHalf interface {
+	comm.BFloat16 | comm.Float16
+	Float32() float32
+}
+
+// launchHalf rounds src into *wire and starts averaging it.
+func launchHalf[H wireHalf](d *DDP, wire *[]H, src []float32, narrow func(float32) H) *comm.Work {
+	*wire = grown(*wire, len(src))
+	for i, v := range src {
+		(*wire)[i] = narrow(v)
+	}
+	d.wireBytes += 2 * int64(len(src))
+	return comm.AllReduceAsync(d.ctx, d.g, *wire, comm.Avg)
+}
+
+// widenInto sets dst to src's values.
+func widenInto[H wireHalf](dst []float32, src []H) {
+	for i, h := range src {
+		dst[i] = h.Float32()
 	}
 }
 
