@@ -721,18 +721,26 @@ const (
 	gather
 	scatter
 	allToAll
+	allGatherV
+	gatherV
+	scatterV
+	allToAllV
+	reduceScatterV
 )
 
 var collectiveNames = [...]string{allReduce: "AllReduce", broadcast: "Broadcast", allGather: "AllGather", reduceScatter: "ReduceScatter", barrier: "Barrier",
-	reduce: "Reduce", gather: "Gather", scatter: "Scatter", allToAll: "AllToAll"}
+	reduce: "Reduce", gather: "Gather", scatter: "Scatter", allToAll: "AllToAll",
+	allGatherV: "AllGatherV", gatherV: "GatherV", scatterV: "ScatterV", allToAllV: "AllToAllV", reduceScatterV: "ReduceScatterV"}
 
 // collective is one collective call's arguments: what dispatch runs.
 type collective[T Elem] struct {
 	kind      collectiveKind
-	buf, recv []T // buf is send for AllGather, ReduceScatter, Gather, Scatter and AllToAll
+	buf, recv []T // buf is send for AllGather, ReduceScatter, Gather, Scatter and AllToAll, and their v forms
 	op        Op
 	root      int
-	count     int // the call's element count, for errors; -1 for none
+	count     int   // the call's element count, for errors; -1 for none
+	counts    []int // the v forms' counts; AllToAllV's send counts
+	recvCount []int // AllToAllV's receive counts
 }
 
 func (c *collective[T]) call() call {
@@ -760,6 +768,16 @@ func (c *collective[T]) run(ctx context.Context, r *ring.Collectives) error {
 		return ring.Scatter(ctx, r, c.buf, c.recv, c.root)
 	case allToAll:
 		return ring.AllToAll(ctx, r, c.buf, c.recv)
+	case allGatherV:
+		return ring.AllGatherV(ctx, r, c.buf, c.recv, c.counts)
+	case gatherV:
+		return ring.GatherV(ctx, r, c.buf, c.recv, c.counts, c.root)
+	case scatterV:
+		return ring.ScatterV(ctx, r, c.buf, c.counts, c.recv, c.root)
+	case allToAllV:
+		return ring.AllToAllV(ctx, r, c.buf, c.counts, c.recv, c.recvCount)
+	case reduceScatterV:
+		return ring.ReduceScatterV(ctx, r, c.buf, c.recv, c.counts, c.op)
 	}
 	return ring.Barrier(ctx, r)
 }

@@ -442,9 +442,109 @@ func checkType[T comm.Elem](ctx context.Context, g *comm.Group, count int) error
 		}
 	}
 	if count > 4097 || (os.Getenv(shortEnv) != "" && ring.DTypeOf[T]() != ring.Float32) {
-		return nil // the rooted collectives and AllToAll: the counts (float32 only in the race pass)
+		return nil // the rooted collectives, AllToAll and the v forms: the counts (float32 only in the race pass)
 	}
-	return checkRooted[T](ctx, g, count)
+	if err := checkRooted[T](ctx, g, count); err != nil {
+		return err
+	}
+	return checkVector[T](ctx, g, count)
+}
+
+// checkVector runs the v forms (AllGatherV, GatherV and ScatterV to and
+// from rank n−1, AllToAllV, ReduceScatterV with every op) with uneven
+// counts around count, zeros among them, against the sequential
+// reference.
+func checkVector[T comm.Elem](ctx context.Context, g *comm.Group, count int) error {
+	n, r := g.Size(), g.Rank()
+	counts := make([]int, n)
+	off := make([]int, n+1) // block k spans [off[k], off[k+1])
+	for k := range counts {
+		counts[k] = max(count-k, 0) + k%2
+		off[k+1] = off[k] + counts[k]
+	}
+	total := off[n]
+	// owner returns the rank whose block holds element i of the whole.
+	owner := func(i int) int {
+		k, _ := slices.BinarySearch(off, i+1)
+		return k - 1
+	}
+	where := func(what string, i int, got, want T) error {
+		return fmt.Errorf("%s of counts %v × %v: element %d is %v, want %v", what, counts, ring.DTypeOf[T](), i, got, want)
+	}
+	mine := make([]T, counts[r])
+	for i := range mine {
+		mine[i] = value[T](r, i, comm.Sum)
+	}
+	all := make([]T, total)
+	if err := comm.AllGatherV(ctx, g, mine, all, counts); err != nil {
+		return err
+	}
+	for i, v := range all {
+		if k := owner(i); v != value[T](k, i-off[k], comm.Sum) {
+			return where("AllGatherV", i, v, value[T](k, i-off[k], comm.Sum))
+		}
+	}
+	root := n - 1
+	var gathered []T
+	if r == root {
+		gathered = make([]T, total)
+	}
+	if err := comm.GatherVAsync(ctx, g, mine, gathered, counts, root).Wait(); err != nil {
+		return err
+	}
+	for i, v := range gathered {
+		if v != all[i] {
+			return where("GatherV", i, v, all[i])
+		}
+	}
+	back := make([]T, counts[r])
+	if err := comm.ScatterV(ctx, g, gathered, counts, back, root); err != nil {
+		return err
+	}
+	for i, v := range back {
+		if v != mine[i] {
+			return where("ScatterV", i, v, mine[i])
+		}
+	}
+	// AllToAllV: rank r sends counts[(r+p)%n] elements to rank p, element
+	// i of that block being value(r·n+p, i).
+	sendCounts, recvCounts := make([]int, n), make([]int, n)
+	var send []T
+	for p := range n {
+		sendCounts[p], recvCounts[p] = counts[(r+p)%n], counts[(p+r)%n]
+		for i := range sendCounts[p] {
+			send = append(send, value[T](r*n+p, i, comm.Sum))
+		}
+	}
+	recv := make([]T, len(send))
+	if err := comm.AllToAllVAsync(ctx, g, send, sendCounts, recv, recvCounts).Wait(); err != nil {
+		return err
+	}
+	at := 0
+	for p := range n {
+		for i := range recvCounts[p] {
+			if want := value[T](p*n+r, i, comm.Sum); recv[at] != want {
+				return where(fmt.Sprintf("AllToAllV, block from %d", p), i, recv[at], want)
+			}
+			at++
+		}
+	}
+	for _, op := range ops[T]() {
+		whole := make([]T, total)
+		for i := range whole {
+			whole[i] = value[T](r, i, op)
+		}
+		out := make([]T, counts[r])
+		if err := comm.ReduceScatterV(ctx, g, whole, out, counts, op); err != nil {
+			return err
+		}
+		for i, v := range out {
+			if want := reference[T](n, off[r]+i, op); v != want {
+				return where("ReduceScatterV "+op.String(), i, v, want)
+			}
+		}
+	}
+	return nil
 }
 
 // checkRooted runs Reduce (every op), Gather, Scatter and AllToAll with

@@ -20,9 +20,15 @@ const (
 	KindGather
 	KindScatter
 	KindAllToAll
+	KindAllGatherV
+	KindGatherV
+	KindScatterV
+	KindAllToAllV
+	KindReduceScatterV
 )
 
-var kindNames = [...]string{"", "AllReduce", "Broadcast", "AllGather", "ReduceScatter", "Barrier", "Send", "Reduce", "Gather", "Scatter", "AllToAll"}
+var kindNames = [...]string{"", "AllReduce", "Broadcast", "AllGather", "ReduceScatter", "Barrier", "Send", "Reduce", "Gather", "Scatter", "AllToAll",
+	"AllGatherV", "GatherV", "ScatterV", "AllToAllV", "ReduceScatterV"}
 
 func (k Kind) String() string {
 	if int(k) < len(kindNames) && k != 0 {
@@ -109,18 +115,24 @@ type Call struct {
 	Op    Op
 	Algo  Algo
 	Root  int
+	// Count is the call's element count: per rank, or for the vector
+	// collectives the counts' sum; -1 where ranks may differ (AllToAllV).
 	Count int
 }
 
 func (c Call) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%v #%d (%d × %v", c.Kind, c.Seq, c.Count, c.DType)
+	if c.Count < 0 {
+		fmt.Fprintf(&b, "%v #%d (%v", c.Kind, c.Seq, c.DType)
+	} else {
+		fmt.Fprintf(&b, "%v #%d (%d × %v", c.Kind, c.Seq, c.Count, c.DType)
+	}
 	switch c.Kind {
-	case KindAllReduce, KindReduceScatter:
+	case KindAllReduce, KindReduceScatter, KindReduceScatterV:
 		fmt.Fprintf(&b, ", op %v", c.Op)
 	case KindReduce:
 		fmt.Fprintf(&b, ", op %v, root %d", c.Op, c.Root)
-	case KindBroadcast, KindGather, KindScatter:
+	case KindBroadcast, KindGather, KindScatter, KindGatherV, KindScatterV:
 		fmt.Fprintf(&b, ", root %d", c.Root)
 	case KindSend:
 		fmt.Fprintf(&b, ", tag %d", c.Root)

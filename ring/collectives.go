@@ -61,7 +61,8 @@ type Collectives struct {
 	history  [historyCalls]Call // the latest calls, by Seq mod historyCalls
 	scratch  []byte
 	tickets  []uint64
-	combined []bool // per posted receive of a ring all-reduce: folded in by the transport
+	offs     [2][]int // the vector collectives' layouts (layoutOf)
+	combined []bool   // per posted receive of a ring all-reduce: folded in by the transport
 
 	combineFn func(dst, src []byte) // the last combine function made, for combineOp on combineDT
 	combineOp Op

@@ -9,22 +9,44 @@ import (
 // every rank: len(recv) must be Size()·len(send). Ring algorithm, chunked,
 // with receives landing directly in recv.
 func AllGather[T Elem](ctx context.Context, c *Collectives, send, recv []T) error {
-	n, r := c.Size(), c.Rank
-	cnt := len(send)
+	n, cnt := c.Size(), len(send)
 	if len(recv) != n*cnt {
 		return fmt.Errorf("ring: AllGather: recv holds %d elements, want %d (%d ranks × %d)", len(recv), n*cnt, n, cnt)
 	}
 	call := c.begin(KindAllGather, DTypeOf[T](), 0, AlgoRing, 0, cnt)
+	return allGather(ctx, c, call, send, recv, equalBlocks(cnt))
+}
+
+// AllGatherV is AllGather with blocks of any sizes: rank k's send holds
+// counts[k] elements, and recv their sum, the blocks end to end in rank
+// order. Every rank passes the same counts.
+func AllGatherV[T Elem](ctx context.Context, c *Collectives, send, recv []T, counts []int) error {
+	const what = "AllGatherV"
+	l, err := c.layoutOf(0, what, "counts", counts)
+	if err != nil {
+		return err
+	}
+	if err := checkBlocks(c, what, l, "send", len(send), "recv", len(recv)); err != nil {
+		return err
+	}
+	call := c.begin(KindAllGatherV, DTypeOf[T](), 0, AlgoRing, 0, len(recv))
+	return allGather(ctx, c, call, send, recv, l)
+}
+
+// allGather is the ring all-gather of send into block Rank of recv, laid
+// out as l.
+func allGather[T Elem](ctx context.Context, c *Collectives, call Call, send, recv []T, l layout) error {
+	n, r := c.Size(), c.Rank
 	c.tickets = c.tickets[:0]
-	copy(recv[r*cnt:(r+1)*cnt], send)
+	lo, hi := l.block(r)
+	copy(recv[lo:hi], send)
 	if n == 1 {
 		return nil
 	}
 	left, right := mod(r-1, n), mod(r+1, n)
 	ce := c.chunkElems(elemSize[T]())
-	block := func(k int) (int, int) { return k * cnt, (k + 1) * cnt }
 	for t := 0; t < n-1; t++ {
-		lo, hi := block(mod(r-t-1, n))
+		lo, hi := l.block(mod(r-t-1, n))
 		for j := range subchunks(lo, hi, ce) {
 			a, b := sub(lo, hi, ce, j)
 			if err := c.post(left, AsBytes(recv[a:b])); err != nil {
@@ -32,7 +54,6 @@ func AllGather[T Elem](ctx context.Context, c *Collectives, send, recv []T) erro
 			}
 		}
 	}
-	lo, hi := block(r)
 	for j := range subchunks(lo, hi, ce) {
 		a, b := sub(lo, hi, ce, j)
 		if err := c.send(ctx, right, call, 0, j, AsBytes(recv[a:b])); err != nil {
@@ -41,7 +62,7 @@ func AllGather[T Elem](ctx context.Context, c *Collectives, send, recv []T) erro
 	}
 	k := 0
 	for t := 0; t < n-1; t++ {
-		lo, hi := block(mod(r-t-1, n))
+		lo, hi := l.block(mod(r-t-1, n))
 		for j := range subchunks(lo, hi, ce) {
 			a, b := sub(lo, hi, ce, j)
 			if err := c.wait(ctx, left, k, call, t, j, len(AsBytes(recv[a:b]))); err != nil {
@@ -65,18 +86,43 @@ func ReduceScatter[T Elem](ctx context.Context, c *Collectives, send, recv []T, 
 	if err := ValidOp[T](op); err != nil {
 		return err
 	}
-	n, r := c.Size(), c.Rank
-	cnt := len(recv)
+	n, cnt := c.Size(), len(recv)
 	if len(send) != n*cnt {
 		return fmt.Errorf("ring: ReduceScatter: send holds %d elements, want %d (%d ranks × %d)", len(send), n*cnt, n, cnt)
 	}
+	return reduceScatter(ctx, c, KindReduceScatter, cnt, send, recv, equalBlocks(cnt), op)
+}
+
+// ReduceScatterV is ReduceScatter with blocks of any sizes: send holds
+// the sum of counts, laid end to end in rank order, and rank k's recv
+// receives block k of the result (counts[k] elements). Every rank passes
+// the same counts.
+func ReduceScatterV[T Elem](ctx context.Context, c *Collectives, send, recv []T, counts []int, op Op) error {
+	const what = "ReduceScatterV"
+	if err := ValidOp[T](op); err != nil {
+		return err
+	}
+	l, err := c.layoutOf(0, what, "counts", counts)
+	if err != nil {
+		return err
+	}
+	if err := checkBlocks(c, what, l, "recv", len(recv), "send", len(send)); err != nil {
+		return err
+	}
+	return reduceScatter(ctx, c, KindReduceScatterV, len(send), send, recv, l, op)
+}
+
+// reduceScatter runs the reduce-scatter of send, laid out as l, into
+// recv, as a call of kind and count.
+func reduceScatter[T Elem](ctx context.Context, c *Collectives, kind Kind, count int, send, recv []T, l layout, op Op) error {
+	n, r := c.Size(), c.Rank
 	switch s := any(send).(type) {
 	case []BFloat16:
-		return halfReduceScatter(ctx, c, s, any(recv).([]BFloat16), op)
+		return halfReduceScatter(ctx, c, kind, count, s, any(recv).([]BFloat16), l, op)
 	case []Float16:
-		return halfReduceScatter(ctx, c, s, any(recv).([]Float16), op)
+		return halfReduceScatter(ctx, c, kind, count, s, any(recv).([]Float16), l, op)
 	}
-	call := c.begin(KindReduceScatter, DTypeOf[T](), op, AlgoRing, 0, cnt)
+	call := c.begin(kind, DTypeOf[T](), op, AlgoRing, 0, count)
 	c.tickets = c.tickets[:0]
 	if n == 1 {
 		copy(recv, send)
@@ -85,9 +131,8 @@ func ReduceScatter[T Elem](ctx context.Context, c *Collectives, send, recv []T, 
 	left, right := mod(r-1, n), mod(r+1, n)
 	ce := c.chunkElems(elemSize[T]())
 	tmp := scratchOf[T](c, len(send))
-	block := func(k int) (int, int) { return k * cnt, (k + 1) * cnt }
 	for t := 0; t < n-1; t++ {
-		lo, hi := block(mod(r-t-2, n))
+		lo, hi := l.block(mod(r-t-2, n))
 		for j := range subchunks(lo, hi, ce) {
 			a, b := sub(lo, hi, ce, j)
 			if err := c.post(left, AsBytes(tmp[a:b])); err != nil {
@@ -95,7 +140,7 @@ func ReduceScatter[T Elem](ctx context.Context, c *Collectives, send, recv []T, 
 			}
 		}
 	}
-	lo, hi := block(mod(r-1, n))
+	lo, hi := l.block(mod(r-1, n))
 	for j := range subchunks(lo, hi, ce) {
 		a, b := sub(lo, hi, ce, j)
 		if err := c.send(ctx, right, call, 0, j, AsBytes(send[a:b])); err != nil {
@@ -104,7 +149,7 @@ func ReduceScatter[T Elem](ctx context.Context, c *Collectives, send, recv []T, 
 	}
 	k := 0
 	for t := 0; t < n-1; t++ {
-		lo, hi := block(mod(r-t-2, n))
+		lo, hi := l.block(mod(r-t-2, n))
 		for j := range subchunks(lo, hi, ce) {
 			a, b := sub(lo, hi, ce, j)
 			if err := c.wait(ctx, left, k, call, t, j, len(AsBytes(tmp[a:b]))); err != nil {
@@ -124,6 +169,19 @@ func ReduceScatter[T Elem](ctx context.Context, c *Collectives, send, recv []T, 
 				Divide(out, n)
 			}
 		}
+	}
+	return nil
+}
+
+// checkBlocks fails unless this rank's own block, the argument named
+// mine, holds its count in l, and the argument named whole holds all n
+// blocks.
+func checkBlocks(c *Collectives, what string, l layout, mine string, haveMine int, whole string, haveWhole int) error {
+	if want := l.size(c.Rank); haveMine != want {
+		return fmt.Errorf("ring: %s: %s holds %d elements, want this rank's count, %d", what, mine, haveMine, want)
+	}
+	if want := l.total(c.Size()); haveWhole != want {
+		return fmt.Errorf("ring: %s: %s holds %d elements, want the counts' sum, %d", what, whole, haveWhole, want)
 	}
 	return nil
 }

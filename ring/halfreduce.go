@@ -53,17 +53,16 @@ func halfAllReduce[H half](ctx context.Context, c *Collectives, buf []H, op Op) 
 	return nil
 }
 
-// halfReduceScatter is ReduceScatter for BFloat16 and Float16.
-func halfReduceScatter[H half](ctx context.Context, c *Collectives, send, recv []H, op Op) error {
-	n := c.Size()
-	call := c.begin(KindReduceScatter, DTypeOf[H](), op, AlgoPairwise, 0, len(recv))
+// halfReduceScatter is ReduceScatter and ReduceScatterV (kind, count)
+// for BFloat16 and Float16, send laid out as l.
+func halfReduceScatter[H half](ctx context.Context, c *Collectives, kind Kind, count int, send, recv []H, l layout, op Op) error {
+	call := c.begin(kind, DTypeOf[H](), op, AlgoPairwise, 0, count)
 	c.tickets = c.tickets[:0]
-	if n == 1 {
+	if c.Size() == 1 {
 		copy(recv, send)
 		return nil
 	}
-	cnt := len(recv)
-	return ownerReduce(ctx, c, call, send, func(k int) (int, int) { return k * cnt, (k + 1) * cnt }, op, recv)
+	return ownerReduce(ctx, c, call, send, l.block, op, recv)
 }
 
 // halfReduceToRoot is ReduceToRoot for BFloat16 and Float16: every rank

@@ -67,41 +67,86 @@ func ReduceToRoot[T Elem](ctx context.Context, c *Collectives, buf []T, op Op, r
 // (Size()·len(send) elements; ignored elsewhere). Every rank sends its
 // block straight to the root, which receives them in place.
 func Gather[T Elem](ctx context.Context, c *Collectives, send, recv []T, root int) error {
-	r, cnt := c.Rank, len(send)
+	cnt := len(send)
 	if err := checkRooted(c, "Gather", root, "recv", len(recv), cnt); err != nil {
 		return err
 	}
 	call := c.begin(KindGather, DTypeOf[T](), 0, AlgoDirect, root, cnt)
+	return gather(ctx, c, call, send, recv, equalBlocks(cnt), root)
+}
+
+// GatherV is Gather with blocks of any sizes: rank k's send holds
+// counts[k] elements, and root's recv their sum, end to end in rank
+// order. Every rank passes the same counts.
+func GatherV[T Elem](ctx context.Context, c *Collectives, send, recv []T, counts []int, root int) error {
+	const what = "GatherV"
+	l, err := c.layoutOf(0, what, "counts", counts)
+	if err != nil {
+		return err
+	}
+	if err := checkRootedV(c, what, root, l, "send", len(send), "recv", len(recv)); err != nil {
+		return err
+	}
+	call := c.begin(KindGatherV, DTypeOf[T](), 0, AlgoDirect, root, l.total(c.Size()))
+	return gather(ctx, c, call, send, recv, l, root)
+}
+
+func gather[T Elem](ctx context.Context, c *Collectives, call Call, send, recv []T, l layout, root int) error {
+	r := c.Rank
 	c.tickets = c.tickets[:0]
 	if r != root {
-		return sendChunks(ctx, c, call, root, 0, send, 0, cnt)
+		return sendChunks(ctx, c, call, root, 0, send, 0, len(send))
 	}
-	copy(recv[r*cnt:(r+1)*cnt], send)
-	return exchange(ctx, c, call, recv, cnt, nil)
+	lo, hi := l.block(r)
+	copy(recv[lo:hi], send)
+	return exchange(ctx, c, call, recv, l, nil, layout{}, false)
 }
 
 // Scatter sends block i of root's send (Size()·len(recv) elements; ignored
 // elsewhere) to rank i's recv, straight from the root.
 func Scatter[T Elem](ctx context.Context, c *Collectives, send, recv []T, root int) error {
-	n, r, cnt := c.Size(), c.Rank, len(recv)
+	cnt := len(recv)
 	if err := checkRooted(c, "Scatter", root, "send", len(send), cnt); err != nil {
 		return err
 	}
 	call := c.begin(KindScatter, DTypeOf[T](), 0, AlgoDirect, root, cnt)
+	return scatter(ctx, c, call, send, equalBlocks(cnt), recv, root)
+}
+
+// ScatterV is Scatter with blocks of any sizes: root's send holds the sum
+// of counts, end to end in rank order, and rank k's recv receives block k
+// (counts[k] elements). Every rank passes the same counts.
+func ScatterV[T Elem](ctx context.Context, c *Collectives, send []T, counts []int, recv []T, root int) error {
+	const what = "ScatterV"
+	l, err := c.layoutOf(0, what, "counts", counts)
+	if err != nil {
+		return err
+	}
+	if err := checkRootedV(c, what, root, l, "recv", len(recv), "send", len(send)); err != nil {
+		return err
+	}
+	call := c.begin(KindScatterV, DTypeOf[T](), 0, AlgoDirect, root, l.total(c.Size()))
+	return scatter(ctx, c, call, send, l, recv, root)
+}
+
+func scatter[T Elem](ctx context.Context, c *Collectives, call Call, send []T, l layout, recv []T, root int) error {
+	n, r := c.Size(), c.Rank
 	c.tickets = c.tickets[:0]
 	if r != root {
-		if err := postChunks(c, root, recv, 0, cnt); err != nil {
+		if err := postChunks(c, root, recv, 0, len(recv)); err != nil {
 			return err
 		}
-		return waitChunks(ctx, c, call, root, 0, 0, recv, 0, cnt, nil)
+		return waitChunks(ctx, c, call, root, 0, 0, recv, 0, len(recv), nil)
 	}
 	for i := 1; i < n; i++ { // the next ranks first
 		to := mod(r+i, n)
-		if err := sendChunks(ctx, c, call, to, 0, send, to*cnt, (to+1)*cnt); err != nil {
+		lo, hi := l.block(to)
+		if err := sendChunks(ctx, c, call, to, 0, send, lo, hi); err != nil {
 			return err
 		}
 	}
-	copy(recv, send[r*cnt:(r+1)*cnt])
+	lo, hi := l.block(r)
+	copy(recv, send[lo:hi])
 	return nil
 }
 
@@ -111,15 +156,48 @@ func Scatter[T Elem](ctx context.Context, c *Collectives, send, recv []T, root i
 // sends to r+1, r+2, …, so that at each moment the ranks send to
 // different peers.
 func AllToAll[T Elem](ctx context.Context, c *Collectives, send, recv []T) error {
-	n, r := c.Size(), c.Rank
+	n := c.Size()
 	if len(send)%n != 0 || len(recv) != len(send) {
 		return fmt.Errorf("ring: AllToAll: send holds %d and recv %d elements, want the same multiple of the %d ranks", len(send), len(recv), n)
 	}
 	cnt := len(send) / n
 	call := c.begin(KindAllToAll, DTypeOf[T](), 0, AlgoPairwise, 0, cnt)
+	l := equalBlocks(cnt)
+	return allToAll(ctx, c, call, send, l, recv, l)
+}
+
+// AllToAllV is AllToAll with blocks of any sizes: block i of send
+// (sendCounts[i] elements) goes to rank i, and block i of recv
+// (recvCounts[i] elements) comes from rank i; blocks lie end to end in
+// rank order. Rank i's recvCounts[j] must equal rank j's sendCounts[i].
+func AllToAllV[T Elem](ctx context.Context, c *Collectives, send []T, sendCounts []int, recv []T, recvCounts []int) error {
+	const what = "AllToAllV"
+	n := c.Size()
+	sl, err := c.layoutOf(0, what, "sendCounts", sendCounts)
+	if err != nil {
+		return err
+	}
+	rl, err := c.layoutOf(1, what, "recvCounts", recvCounts)
+	if err != nil {
+		return err
+	}
+	if len(send) != sl.total(n) || len(recv) != rl.total(n) {
+		return fmt.Errorf("ring: %s: send holds %d and recv %d elements, want the sums of sendCounts and recvCounts, %d and %d", what, len(send), len(recv), sl.total(n), rl.total(n))
+	}
+	if a, b := sl.size(c.Rank), rl.size(c.Rank); a != b {
+		return fmt.Errorf("ring: %s: this rank sends itself %d elements (sendCounts[%d]) but receives %d (recvCounts[%d])", what, a, c.Rank, b, c.Rank)
+	}
+	call := c.begin(KindAllToAllV, DTypeOf[T](), 0, AlgoPairwise, 0, -1)
+	return allToAll(ctx, c, call, send, sl, recv, rl)
+}
+
+func allToAll[T Elem](ctx context.Context, c *Collectives, call Call, send []T, sl layout, recv []T, rl layout) error {
+	r := c.Rank
 	c.tickets = c.tickets[:0]
-	copy(recv[r*cnt:(r+1)*cnt], send[r*cnt:(r+1)*cnt])
-	return exchange(ctx, c, call, recv, cnt, send)
+	slo, shi := sl.block(r)
+	rlo, _ := rl.block(r)
+	copy(recv[rlo:], send[slo:shi])
+	return exchange(ctx, c, call, recv, rl, send, sl, true)
 }
 
 // checkRooted fails unless root is a group rank and, on the root, the
@@ -135,33 +213,49 @@ func checkRooted(c *Collectives, what string, root int, whole string, have, cnt 
 	return nil
 }
 
-// exchange receives block p of recv (cnt elements) from every other group
-// rank p: all receives posted, then, when send is not nil, block p of send
-// sent to each rank p from the next rank on, then the receives waited for
-// in the order posted.
-func exchange[T Elem](ctx context.Context, c *Collectives, call Call, recv []T, cnt int, send []T) error {
+// checkRootedV fails unless root is a group rank, this rank's own block
+// (the argument named mine) holds its count in l, and, on the root, the
+// argument named whole holds every block.
+func checkRootedV(c *Collectives, what string, root int, l layout, mine string, haveMine int, whole string, haveWhole int) error {
+	if root < 0 || root >= c.Size() {
+		return fmt.Errorf("ring: %s: root %d outside the group of %d", what, root, c.Size())
+	}
+	if c.Rank != root {
+		haveWhole = l.total(c.Size()) // ignored off the root
+	}
+	return checkBlocks(c, what, l, mine, haveMine, whole, haveWhole)
+}
+
+// exchange receives block p of recv (laid out as rl) from every other
+// group rank p: all receives posted, then, when sending, block p of send
+// (laid out as sl) sent to each rank p from the next rank on, then the
+// receives waited for in the order posted.
+func exchange[T Elem](ctx context.Context, c *Collectives, call Call, recv []T, rl layout, send []T, sl layout, sending bool) error {
 	n, r := c.Size(), c.Rank
 	for i := 1; i < n; i++ {
 		from := mod(r-i, n)
-		if err := postChunks(c, from, recv, from*cnt, (from+1)*cnt); err != nil {
+		lo, hi := rl.block(from)
+		if err := postChunks(c, from, recv, lo, hi); err != nil {
 			return err
 		}
 	}
-	if send != nil {
+	if sending {
 		for i := 1; i < n; i++ {
 			to := mod(r+i, n)
-			if err := sendChunks(ctx, c, call, to, 0, send, to*cnt, (to+1)*cnt); err != nil {
+			lo, hi := sl.block(to)
+			if err := sendChunks(ctx, c, call, to, 0, send, lo, hi); err != nil {
 				return err
 			}
 		}
 	}
-	first := 0
+	first, ce := 0, c.chunkElems(elemSize[T]())
 	for i := 1; i < n; i++ {
 		from := mod(r-i, n)
-		if err := waitChunks(ctx, c, call, from, first, 0, recv, from*cnt, (from+1)*cnt, nil); err != nil {
+		lo, hi := rl.block(from)
+		if err := waitChunks(ctx, c, call, from, first, 0, recv, lo, hi, nil); err != nil {
 			return err
 		}
-		first += subchunks(from*cnt, (from+1)*cnt, c.chunkElems(elemSize[T]()))
+		first += subchunks(lo, hi, ce)
 	}
 	return nil
 }

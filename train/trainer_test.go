@@ -58,6 +58,9 @@ func resumeErr(cfg Config, train, test *data.Dataset, path string) error {
 }
 
 func TestTrainingLearns(t *testing.T) {
+	if testing.Short() {
+		t.Skip("two epochs of training under the race detector take minutes; the main pass runs this, and TestResumeIsBitIdentical trains under -short")
+	}
 	train, test := synthetic(t, data.FormatMNIST, 1536, 512)
 	cfg, _ := Defaults("mnist")
 	cfg.Epochs, cfg.Threads = 2, 2
@@ -123,15 +126,18 @@ func sameState(t *testing.T, straight, resumed *Trainer) {
 // 2 give bit-identical weights and optimizer state, for each optimizer and
 // schedule (dropout counters, momentum buffers and the schedule included).
 func TestResumeIsBitIdentical(t *testing.T) {
-	train, test := synthetic(t, data.FormatMNIST, 320, 64)
+	images, epochs := 320, 3
 	cases := []struct{ optimizer, scheduler string }{{"adadelta", "step"}, {"sgd", "cosine"}, {"adam", "none"}}
 	if testing.Short() {
-		cases = cases[:1] // the race-detector pass: one optimizer is enough to catch races
+		// The race-detector pass: one optimizer, a shorter run (a resume
+		// in the middle of a schedule either way).
+		cases, images, epochs = cases[:1], 160, 2
 	}
+	train, test := synthetic(t, data.FormatMNIST, images, 64)
 	for _, c := range cases {
 		t.Run(c.optimizer, func(t *testing.T) {
 			cfg, _ := Defaults("mnist")
-			cfg.Epochs, cfg.Threads, cfg.BatchSize, cfg.Optimizer, cfg.Scheduler, cfg.Momentum = 3, 2, 32, c.optimizer, c.scheduler, 0.9
+			cfg.Epochs, cfg.Threads, cfg.BatchSize, cfg.Optimizer, cfg.Scheduler, cfg.Momentum = epochs, 2, 32, c.optimizer, c.scheduler, 0.9
 			if c.optimizer != "adadelta" {
 				cfg.LR = 0.01
 			}
@@ -170,7 +176,11 @@ func TestResumeIsBitIdentical(t *testing.T) {
 // without gradient accumulation (dropout and a learning-rate schedule on).
 func TestResumeMidEpochIsBitIdentical(t *testing.T) {
 	train, test := synthetic(t, data.FormatMNIST, 320, 64)
-	for _, accumulate := range []int{1, 3} {
+	accumulates := []int{1, 3}
+	if testing.Short() {
+		accumulates = accumulates[1:] // the race run: accumulation's path includes the plain one
+	}
+	for _, accumulate := range accumulates {
 		cfg, _ := Defaults("mnist")
 		cfg.Epochs, cfg.Threads, cfg.BatchSize, cfg.Accumulate = 2, 2, 32, accumulate
 		straight := newTrainer(t, cfg, train, test)

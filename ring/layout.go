@@ -1,0 +1,55 @@
+package ring
+
+import "fmt"
+
+// layout places one block per group rank in a buffer: equal blocks of
+// cnt elements, or, for the vector (v) collectives, blocks of any sizes
+// laid end to end in rank order.
+type layout struct {
+	cnt  int   // every block holds cnt elements, when offs is nil
+	offs []int // else block k is [offs[k], offs[k+1])
+}
+
+// equalBlocks is the layout of blocks of cnt elements each.
+func equalBlocks(cnt int) layout { return layout{cnt: cnt} }
+
+// block returns the range block k spans.
+func (l layout) block(k int) (int, int) {
+	if l.offs == nil {
+		return k * l.cnt, (k + 1) * l.cnt
+	}
+	return l.offs[k], l.offs[k+1]
+}
+
+// size returns block k's element count.
+func (l layout) size(k int) int {
+	lo, hi := l.block(k)
+	return hi - lo
+}
+
+// total returns the element count of n blocks.
+func (l layout) total(n int) int {
+	_, hi := l.block(n - 1)
+	return hi
+}
+
+// layoutOf checks that counts holds one non-negative count per group rank
+// and returns their layout, kept in the Collectives' scratch slot which
+// (0 or 1, so that a call can hold two). what and name describe the call
+// and the argument for errors.
+func (c *Collectives) layoutOf(which int, what, name string, counts []int) (layout, error) {
+	n := c.Size()
+	if len(counts) != n {
+		return layout{}, fmt.Errorf("ring: %s: %s holds %d counts, want one per rank of the %d", what, name, len(counts), n)
+	}
+	offs := c.offs[which][:0]
+	offs = append(offs, 0)
+	for k, cnt := range counts {
+		if cnt < 0 {
+			return layout{}, fmt.Errorf("ring: %s: %s[%d] is %d, want a count ≥ 0", what, name, k, cnt)
+		}
+		offs = append(offs, offs[k]+cnt)
+	}
+	c.offs[which] = offs
+	return layout{offs: offs}, nil
+}
