@@ -3,12 +3,14 @@ package tcp
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 )
 
 // A mailbox holds, for one peer and one stream, the receives posted by the
 // algorithms and the frames that arrived before their receive was posted.
 // Frames fill posted receives strictly in order, as TCP delivers them.
 type mailbox struct {
+	flow       *flow // the peer's, shared by its mailboxes
 	mu         sync.Mutex
 	nextTicket uint64           // ticket for the next Post
 	fillTicket uint64           // ticket the next arriving frame fills
@@ -29,20 +31,50 @@ const (
 	maxSpareBytes = 1 << 20
 )
 
+// flow is one peer's receive-side flow control. Frames that come before
+// their receive is posted are copied into memory of their own; a peer
+// that keeps running ahead (the senders of a stream of Reduce or Gather
+// calls, which need nothing back) would make that memory grow without
+// bound and every such frame cost a fresh allocation and an extra copy.
+// So the reader goroutine stops reading a peer whose early frames hold
+// maxEarlyBytes or more, leaving the rest in the socket, where TCP's own
+// flow control holds the sender back — unless a wait on that peer is
+// still unfilled: its frame may be behind the early ones, and a wait
+// always gets its data (no program that worked without the limit can hang
+// because of it).
+type flow struct {
+	early    atomic.Int64 // bytes of early frames held
+	unfilled atomic.Int32 // waits on this peer whose frame has not come
+}
+
+// maxEarlyBytes is how much a peer's early frames may hold before its
+// reader pauses: a few of the collectives' 1 MiB frames, which the
+// recycled buffers (maxSpares of maxSpareBytes) cover without allocating.
+const maxEarlyBytes = 4 << 20
+
+// paused reports whether the reader should leave the next frame, which
+// would be an early one, in the socket.
+func (f *flow) paused() bool {
+	return f.early.Load() >= maxEarlyBytes && f.unfilled.Load() == 0
+}
+
 // slot is one posted receive.
 type slot struct {
-	buf   []byte
-	meta  [4]uint64
-	n     int
-	err   error
-	done  bool
-	ready chan struct{} // capacity 1: signalled once when done
+	buf    []byte
+	meta   [4]uint64
+	n      int
+	err    error
+	done   bool
+	waited bool          // a Wait counts it in flow.unfilled
+	flow   *flow         // set with waited
+	ready  chan struct{} // capacity 1: signalled once when done
 }
 
 // earlyFrame is a frame that came before its receive was posted. Its place
 // in the order is taken when its header is read, before its payload is, so
 // a later frame can never overtake it.
 type earlyFrame struct {
+	size    int // bytes counted in flow.early while queued
 	meta    [4]uint64
 	data    []byte // the payload, in buf
 	buf     []byte // kept across reuses
@@ -50,8 +82,8 @@ type earlyFrame struct {
 	slot    *slot // posted while the payload was still being read
 }
 
-func newMailbox() *mailbox {
-	return &mailbox{slots: make(map[uint64]*slot)}
+func newMailbox(f *flow) *mailbox {
+	return &mailbox{flow: f, slots: make(map[uint64]*slot)}
 }
 
 func (m *mailbox) getSlot() *slot {
@@ -81,6 +113,7 @@ func (m *mailbox) post(buf []byte) uint64 {
 		m.early[k] = nil
 		m.early = m.early[:k]
 		m.fillTicket++
+		m.flow.early.Add(-int64(f.size))
 		if f.arrived {
 			s.fillFrom(f)
 			m.recycle(f)
@@ -107,9 +140,42 @@ func (s *slot) fillFrom(f *earlyFrame) {
 
 func (s *slot) finish() {
 	s.done = true
+	if s.waited {
+		s.waited = false
+		s.flow.unfilled.Add(-1)
+	}
 	select {
 	case s.ready <- struct{}{}:
 	default:
+	}
+}
+
+// queues reports whether the next frame would be an early one.
+func (m *mailbox) queues() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.fillTicket == m.nextTicket && m.closed == nil
+}
+
+// waiting marks the receive of ticket t as waited for, counting it in
+// flow.unfilled until its frame comes (finish).
+func (m *mailbox) waiting(t uint64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s := m.slots[t]; s != nil && !s.done && !s.waited {
+		s.waited, s.flow = true, m.flow
+		m.flow.unfilled.Add(1)
+	}
+}
+
+// unwait undoes waiting for a wait that gives up (timeout, cancellation,
+// failure) before its frame comes.
+func (m *mailbox) unwait(t uint64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s := m.slots[t]; s != nil && s.waited {
+		s.waited = false
+		m.flow.unfilled.Add(-1)
 	}
 }
 
@@ -131,8 +197,9 @@ func (m *mailbox) claim(size int) (*slot, *earlyFrame) {
 		if cap(f.buf) < size {
 			f.buf = make([]byte, size)
 		}
-		f.data = f.buf[:size]
+		f.data, f.size = f.buf[:size], size
 		m.early = append(m.early, f)
+		m.flow.early.Add(int64(size))
 		return nil, f
 	}
 	s := m.slots[m.fillTicket]

@@ -115,6 +115,9 @@ func (t *Transport) step(p *peer, fd int) error {
 		if err != nil {
 			return fmt.Errorf("corrupt frame: %w", err)
 		}
+		if isData(h.Kind) && p.flow.paused() && p.box(h.Stream).queues() {
+			return errAgain // the frame stays in the stage; a wait reads it (flow)
+		}
 		rs.beg += HeaderSize
 		return t.beginFrame(p, h)
 	}
@@ -144,6 +147,11 @@ func (rs *recvState) fill(fd int) error {
 	n, err := rs.readInto(fd, rs.stage[rs.end:])
 	rs.end += n
 	return err
+}
+
+// isData reports whether frames of kind k go to a mailbox.
+func isData(k Kind) bool {
+	return k != KindBye && k != KindAbort && k != KindControl
 }
 
 func (t *Transport) beginFrame(p *peer, h Header) error {

@@ -169,6 +169,7 @@ type peer struct {
 
 	boxMu sync.Mutex
 	boxes map[uint32]*mailbox
+	flow  flow // the receive side's flow control, over every box
 
 	wmu     sync.Mutex // one frame at a time on the wire
 	order   *ioOrder   // the transport's, released before every write
@@ -190,7 +191,7 @@ func (p *peer) box(stream uint32) *mailbox {
 	defer p.boxMu.Unlock()
 	m := p.boxes[stream]
 	if m == nil {
-		m = newMailbox()
+		m = newMailbox(&p.flow)
 		p.boxes[stream] = m
 	}
 	return m
@@ -375,16 +376,27 @@ func (t *Transport) Wait(ctx context.Context, rank int, stream uint32, ticket ui
 			t.timers.Put(timer)
 		}
 	}()
-	for polling, first := true, true; ; first = false {
-		if polling && (first || t.readable(p)) {
+	// pumpNow: read this peer's socket before looking, whether or not it
+	// polls readable — at the start, and once the wait counts as unfilled
+	// (the reader may have paused with this wait's frame already read into
+	// its staging buffer).
+	pumpNow, counted := true, false
+	for polling := true; ; {
+		if polling && (pumpNow || t.readable(p)) {
 			t.progress(p)
 		}
+		pumpNow = false
 		s, meta, n, err, ok := m.result(ticket)
 		if ok {
 			if err != nil {
 				err = &PeerError{Rank: p.rank, Addr: p.addr, Err: err}
 			}
 			return meta, n, err
+		}
+		if !counted {
+			counted, pumpNow = true, true
+			m.waiting(ticket)
+			continue
 		}
 		if polling {
 			now := time.Now()
@@ -411,6 +423,7 @@ func (t *Transport) Wait(ctx context.Context, rank int, stream uint32, ticket ui
 		}
 		select {
 		case <-timeout:
+			m.unwait(ticket)
 			return [4]uint64{}, 0, &PeerError{Rank: p.rank, Addr: p.addr,
 				Err: fmt.Errorf("no data from this rank within %v (the transport's timeout)", t.cfg.Timeout)}
 		case <-s.ready:
@@ -419,8 +432,10 @@ func (t *Transport) Wait(ctx context.Context, rank int, stream uint32, ticket ui
 			if _, meta, n, err, ok := m.result(ticket); ok && err == nil {
 				return meta, n, nil
 			}
+			m.unwait(ticket)
 			return [4]uint64{}, 0, t.Err()
 		case <-ctx.Done():
+			m.unwait(ticket)
 			return [4]uint64{}, 0, &PeerError{Rank: p.rank, Addr: p.addr,
 				Err: fmt.Errorf("waiting for data from this rank: %w", ctx.Err())}
 		}

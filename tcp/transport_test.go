@@ -510,3 +510,86 @@ func TestGone(t *testing.T) {
 		})
 	}
 }
+
+// TestEarlyFramesBounded: a peer that sends far ahead of this rank's
+// receives (a stream of Reduce or Gather calls) is held back by TCP once
+// the frames queued early hold maxEarlyBytes: memory stays bounded and the
+// sender blocks, and every frame still arrives, in order, once this rank
+// receives.
+func TestEarlyFramesBounded(t *testing.T) {
+	ts := mesh(t, 2, Config{}, nil)
+	ctx := context.Background()
+	const frames, size = 64, 256 << 10 // 16 MiB, four times the limit
+	sent := make(chan int, frames)
+	go func() {
+		payload := make([]byte, size)
+		for i := range frames {
+			payload[0] = byte(i)
+			if err := ts[0].Send(ctx, 1, 1, [4]uint64{uint64(i)}, payload); err != nil {
+				t.Error(err)
+				break
+			}
+			sent <- i
+		}
+		close(sent)
+	}()
+	time.Sleep(300 * time.Millisecond) // the sender runs as far ahead as it can
+	p := ts[1].peers[0]
+	if early := p.flow.early.Load(); early > maxEarlyBytes+size {
+		t.Errorf("%d bytes held in early frames, want at most %d", early, maxEarlyBytes+size)
+	}
+	if len(sent) == frames {
+		t.Errorf("all %d frames (%d MiB) sent before any receive: the sender was not held back", frames, frames*size>>20)
+	}
+	buf := make([]byte, size)
+	for i := range frames {
+		tk, err := ts[1].Post(0, 1, buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		meta, n, err := ts[1].Wait(ctx, 0, 1, tk)
+		if err != nil || n != size || meta[0] != uint64(i) || buf[0] != byte(i) {
+			t.Fatalf("frame %d: meta %v, %d bytes, first byte %d, %v", i, meta, n, buf[0], err)
+		}
+	}
+	if early := p.flow.early.Load(); early != 0 {
+		t.Errorf("%d bytes still counted as early after every frame was received", early)
+	}
+}
+
+// TestWaitReadsPastTheLimit: a wait whose frame is behind more than
+// maxEarlyBytes of early frames on another stream still gets it — the
+// limit never turns a program that works into one that hangs — and the
+// early frames arrive afterwards.
+func TestWaitReadsPastTheLimit(t *testing.T) {
+	ts := mesh(t, 2, Config{}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	const frames, size = 48, 256 << 10 // 12 MiB on stream 1, then one frame on stream 2
+	go func() {
+		payload := make([]byte, size)
+		for i := range frames {
+			if err := ts[0].Send(ctx, 1, 1, [4]uint64{uint64(i)}, payload); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+		if err := ts[0].Send(ctx, 1, 2, [4]uint64{99}, []byte("last")); err != nil {
+			t.Error(err)
+		}
+	}()
+	time.Sleep(100 * time.Millisecond) // the reader pauses at the limit
+	buf := make([]byte, 8)
+	tk, _ := ts[1].Post(0, 2, buf)
+	meta, n, err := ts[1].Wait(ctx, 0, 2, tk)
+	if err != nil || meta[0] != 99 || string(buf[:n]) != "last" {
+		t.Fatalf("the frame behind the early ones: meta %v, %q, %v", meta, buf[:n], err)
+	}
+	big := make([]byte, size)
+	for i := range frames {
+		tk, _ := ts[1].Post(0, 1, big)
+		if meta, _, err := ts[1].Wait(ctx, 0, 1, tk); err != nil || meta[0] != uint64(i) {
+			t.Fatalf("early frame %d: meta %v, %v", i, meta, err)
+		}
+	}
+}
