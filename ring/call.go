@@ -94,11 +94,12 @@ const (
 	AlgoOneShot
 	AlgoHalving
 	AlgoHierarchical
-	AlgoDirect   // every rank to or from the root
-	AlgoPairwise // every rank to every other, one peer after the other
+	AlgoDirect        // every rank to or from the root
+	AlgoPairwise      // every rank to every other, one peer after the other
+	AlgoScatterGather // a ring reduce-scatter, then a gather to the root
 )
 
-var algoNames = [...]string{"-", "ring", "recursive-doubling", "binomial-tree", "chain", "dissemination", "one-shot", "halving-doubling", "hierarchical", "direct", "pairwise"}
+var algoNames = [...]string{"-", "ring", "recursive-doubling", "binomial-tree", "chain", "dissemination", "one-shot", "halving-doubling", "hierarchical", "direct", "pairwise", "reduce-scatter+gather"}
 
 func (a Algo) String() string {
 	if int(a) < len(algoNames) {

@@ -115,7 +115,6 @@ func ReduceScatterV[T Elem](ctx context.Context, c *Collectives, send, recv []T,
 // reduceScatter runs the reduce-scatter of send, laid out as l, into
 // recv, as a call of kind and count.
 func reduceScatter[T Elem](ctx context.Context, c *Collectives, kind Kind, count int, send, recv []T, l layout, op Op) error {
-	n, r := c.Size(), c.Rank
 	switch s := any(send).(type) {
 	case []BFloat16:
 		return halfReduceScatter(ctx, c, kind, count, s, any(recv).([]BFloat16), l, op)
@@ -123,6 +122,14 @@ func reduceScatter[T Elem](ctx context.Context, c *Collectives, kind Kind, count
 		return halfReduceScatter(ctx, c, kind, count, s, any(recv).([]Float16), l, op)
 	}
 	call := c.begin(kind, DTypeOf[T](), op, AlgoRing, 0, count)
+	return ringReduceScatter(ctx, c, call, send, recv, l, op)
+}
+
+// ringReduceScatter is the ring reduce-scatter of send, laid out as l,
+// into recv (this rank's block), as steps 0 to n−2 of call. Its scratch
+// is the first len(send) elements of the Collectives' scratch.
+func ringReduceScatter[T Elem](ctx context.Context, c *Collectives, call Call, send, recv []T, l layout, op Op) error {
+	n, r := c.Size(), c.Rank
 	c.tickets = c.tickets[:0]
 	if n == 1 {
 		copy(recv, send)

@@ -53,3 +53,17 @@ func (c *Collectives) layoutOf(which int, what, name string, counts []int) (layo
 	c.offs[which] = offs
 	return layout{offs: offs}, nil
 }
+
+// segments returns the layout of count elements cut into one nearly equal
+// segment per group rank (segment), kept in scratch slot 1.
+func (c *Collectives) segments(count int) layout {
+	n := c.Size()
+	offs := c.offs[1][:0]
+	for k := range n {
+		lo, _ := segment(k, n, count)
+		offs = append(offs, lo)
+	}
+	offs = append(offs, count)
+	c.offs[1] = offs
+	return layout{offs: offs}
+}

@@ -11,9 +11,10 @@ import (
 // between ranks is always seen.
 
 // ReduceToRoot reduces buf across the group into root's buf; the other
-// ranks' buf are left as they were. Binomial tree: ceil(log2(n)) rounds,
-// each rank adding its children's partial results to its own, chunk by
-// chunk as they land, before passing the sum to its parent.
+// ranks' buf are left as they were. Up to SmallBytes, a binomial tree
+// (treeReduce); above, among more than two ranks, a ring reduce-scatter
+// then a gather of the reduced blocks to the root (scatterGatherReduce),
+// which spreads the reduction's work and links over every rank.
 func ReduceToRoot[T Elem](ctx context.Context, c *Collectives, buf []T, op Op, root int) error {
 	if err := ValidOp[T](op); err != nil {
 		return err
@@ -28,7 +29,19 @@ func ReduceToRoot[T Elem](ctx context.Context, c *Collectives, buf []T, op Op, r
 	case []Float16:
 		return halfReduceToRoot(ctx, c, b, op, root)
 	}
+	if n > 2 && len(AsBytes(buf)) > c.smallBytes() {
+		call := c.begin(KindReduce, DTypeOf[T](), op, AlgoScatterGather, root, len(buf))
+		return scatterGatherReduce(ctx, c, call, buf, op, root)
+	}
 	call := c.begin(KindReduce, DTypeOf[T](), op, AlgoTree, root, len(buf))
+	return treeReduce(ctx, c, call, buf, op, root)
+}
+
+// treeReduce is the binomial tree: ceil(log2(n)) rounds, each rank adding
+// its children's partial results to its own, chunk by chunk as they land,
+// before passing the sum to its parent.
+func treeReduce[T Elem](ctx context.Context, c *Collectives, call Call, buf []T, op Op, root int) error {
+	n := c.Size()
 	c.tickets = c.tickets[:0]
 	vr := mod(c.Rank-root, n)
 	// acc holds the partial result (buf itself on the root, a copy
@@ -63,6 +76,26 @@ func ReduceToRoot[T Elem](ctx context.Context, c *Collectives, buf []T, op Op, r
 	return nil
 }
 
+// scatterGatherReduce is the ring reduce-scatter of buf into a block of
+// scratch per rank (steps 0 to n−2), then a gather of those blocks into
+// root's buf (step n−1).
+func scatterGatherReduce[T Elem](ctx context.Context, c *Collectives, call Call, buf []T, op Op, root int) error {
+	n, r := c.Size(), c.Rank
+	l := c.segments(len(buf))
+	lo, hi := l.block(r)
+	// The reduce-scatter's scratch is the first len(buf) elements; this
+	// rank's reduced block goes after them.
+	out := scratchOf[T](c, len(buf)+hi-lo)[len(buf):]
+	if err := ringReduceScatter(ctx, c, call, buf, out, l, op); err != nil {
+		return err
+	}
+	var recv []T
+	if r == root {
+		recv = buf
+	}
+	return gather(ctx, c, call, n-1, out, recv, l, root)
+}
+
 // Gather concatenates every rank's send, in rank order, into root's recv
 // (Size()·len(send) elements; ignored elsewhere). Every rank sends its
 // block straight to the root, which receives them in place.
@@ -72,7 +105,7 @@ func Gather[T Elem](ctx context.Context, c *Collectives, send, recv []T, root in
 		return err
 	}
 	call := c.begin(KindGather, DTypeOf[T](), 0, AlgoDirect, root, cnt)
-	return gather(ctx, c, call, send, recv, equalBlocks(cnt), root)
+	return gather(ctx, c, call, 0, send, recv, equalBlocks(cnt), root)
 }
 
 // GatherV is Gather with blocks of any sizes: rank k's send holds
@@ -88,18 +121,20 @@ func GatherV[T Elem](ctx context.Context, c *Collectives, send, recv []T, counts
 		return err
 	}
 	call := c.begin(KindGatherV, DTypeOf[T](), 0, AlgoDirect, root, l.total(c.Size()))
-	return gather(ctx, c, call, send, recv, l, root)
+	return gather(ctx, c, call, 0, send, recv, l, root)
 }
 
-func gather[T Elem](ctx context.Context, c *Collectives, call Call, send, recv []T, l layout, root int) error {
+// gather sends every rank's send to root, into its block of recv (laid
+// out as l), as step of call.
+func gather[T Elem](ctx context.Context, c *Collectives, call Call, step int, send, recv []T, l layout, root int) error {
 	r := c.Rank
 	c.tickets = c.tickets[:0]
 	if r != root {
-		return sendChunks(ctx, c, call, root, 0, send, 0, len(send))
+		return sendChunks(ctx, c, call, root, step, send, 0, len(send))
 	}
 	lo, hi := l.block(r)
 	copy(recv[lo:hi], send)
-	return exchange(ctx, c, call, recv, l, nil, layout{}, false)
+	return exchange(ctx, c, call, step, recv, l, nil, layout{}, false)
 }
 
 // Scatter sends block i of root's send (Size()·len(recv) elements; ignored
@@ -197,7 +232,7 @@ func allToAll[T Elem](ctx context.Context, c *Collectives, call Call, send []T, 
 	slo, shi := sl.block(r)
 	rlo, _ := rl.block(r)
 	copy(recv[rlo:], send[slo:shi])
-	return exchange(ctx, c, call, recv, rl, send, sl, true)
+	return exchange(ctx, c, call, 0, recv, rl, send, sl, true)
 }
 
 // checkRooted fails unless root is a group rank and, on the root, the
@@ -229,8 +264,8 @@ func checkRootedV(c *Collectives, what string, root int, l layout, mine string, 
 // exchange receives block p of recv (laid out as rl) from every other
 // group rank p: all receives posted, then, when sending, block p of send
 // (laid out as sl) sent to each rank p from the next rank on, then the
-// receives waited for in the order posted.
-func exchange[T Elem](ctx context.Context, c *Collectives, call Call, recv []T, rl layout, send []T, sl layout, sending bool) error {
+// receives waited for in the order posted; frames are step of call.
+func exchange[T Elem](ctx context.Context, c *Collectives, call Call, step int, recv []T, rl layout, send []T, sl layout, sending bool) error {
 	n, r := c.Size(), c.Rank
 	for i := 1; i < n; i++ {
 		from := mod(r-i, n)
@@ -243,7 +278,7 @@ func exchange[T Elem](ctx context.Context, c *Collectives, call Call, recv []T, 
 		for i := 1; i < n; i++ {
 			to := mod(r+i, n)
 			lo, hi := sl.block(to)
-			if err := sendChunks(ctx, c, call, to, 0, send, lo, hi); err != nil {
+			if err := sendChunks(ctx, c, call, to, step, send, lo, hi); err != nil {
 				return err
 			}
 		}
@@ -252,7 +287,7 @@ func exchange[T Elem](ctx context.Context, c *Collectives, call Call, recv []T, 
 	for i := 1; i < n; i++ {
 		from := mod(r-i, n)
 		lo, hi := rl.block(from)
-		if err := waitChunks(ctx, c, call, from, first, 0, recv, lo, hi, nil); err != nil {
+		if err := waitChunks(ctx, c, call, from, first, step, recv, lo, hi, nil); err != nil {
 			return err
 		}
 		first += subchunks(lo, hi, ce)

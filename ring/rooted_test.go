@@ -16,6 +16,12 @@ import (
 // the first error.
 func onEveryRank(t *testing.T, n, chunkBytes int, fn func(ctx context.Context, r int, c *Collectives) error) {
 	t.Helper()
+	onEveryRankSmall(t, n, chunkBytes, 0, fn)
+}
+
+// onEveryRankSmall is onEveryRank with SmallBytes set to smallBytes.
+func onEveryRankSmall(t *testing.T, n, chunkBytes, smallBytes int, fn func(ctx context.Context, r int, c *Collectives) error) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	net := newMemNet(n)
@@ -26,7 +32,7 @@ func onEveryRank(t *testing.T, n, chunkBytes int, fn func(ctx context.Context, r
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for r := range n {
-		c := &Collectives{T: net.end(r), Peers: peers, Rank: r, ChunkBytes: chunkBytes}
+		c := &Collectives{T: net.end(r), Peers: peers, Rank: r, ChunkBytes: chunkBytes, SmallBytes: smallBytes}
 		wg.Go(func() { errs[r] = fn(ctx, r, c) })
 	}
 	wg.Wait()
@@ -123,6 +129,44 @@ func TestRootedCollectives(t *testing.T) {
 					}
 				}
 			})
+		}
+	}
+}
+
+// TestReduceScatterGather: Reduce above SmallBytes among more than two
+// ranks (here every size: SmallBytes −1) runs as a reduce-scatter and a
+// gather to the root, for every op, root kind and counts 0 to 1000 in
+// 64-byte frames, against the sequential reference (whole-number inputs:
+// exact in any order); the other ranks' buffers stay untouched.
+func TestReduceScatterGather(t *testing.T) {
+	for _, n := range []int{3, 4, 5, 8} {
+		for _, count := range []int{0, 1, 7, 1000} {
+			in := integral(n, count)
+			for _, root := range []int{0, n / 2, n - 1} {
+				for _, op := range []Op{Sum, Avg, Max, Min, Prod} {
+					want := append([]float32(nil), in[0]...)
+					for r := 1; r < n; r++ {
+						Reduce(op, want, want, in[r])
+					}
+					if op == Avg {
+						Divide(want, n)
+					}
+					out := make([][]float32, n)
+					onEveryRankSmall(t, n, 64, -1, func(ctx context.Context, r int, c *Collectives) error {
+						out[r] = append([]float32(nil), in[r]...)
+						return ReduceToRoot(ctx, c, out[r], op, root)
+					})
+					for r := range n {
+						w := in[r]
+						if r == root {
+							w = want
+						}
+						if i := firstDiff(out[r], w); i >= 0 {
+							t.Fatalf("n=%d count=%d root=%d %v: rank %d element %d is %v, want %v", n, count, root, op, r, i, out[r][i], w[i])
+						}
+					}
+				}
+			}
 		}
 	}
 }
