@@ -5,8 +5,10 @@ import "context"
 // The rooted collectives (Reduce, Gather, Scatter) and AllToAll, as MPI's
 // and torch.distributed's. Each has an asynchronous form returning a
 // *Work; a call's buffers must not be touched until its Wait returns.
-// Algorithms: a binomial tree for Reduce; direct sends to or from the root
-// for Gather and Scatter; pairwise exchange for AllToAll (ring/rooted.go).
+// Algorithms: for Reduce a binomial tree up to GORUN_SMALL_BYTES (256 KiB
+// by default) and, among more than two ranks, a ring reduce-scatter then a
+// gather to the root above; direct sends to or from the root for Gather and
+// Scatter; pairwise exchange for AllToAll (ring/rooted.go).
 
 // Reduce reduces buf across the group into root's buf, in place; the
 // other ranks' buf are left as they were.

@@ -46,6 +46,9 @@ type Config struct {
 	// bf16/fp16 compression hooks: every rank's gradient is rounded to 16
 	// bits, the average is taken in float32 and rounded once, and every
 	// rank widens the same result back. Half the bytes per step.
+	// "powersgd:R" (or "powersgd:R:START", compressing from step START
+	// on) sends a rank-R approximation of each gradient matrix with error
+	// feedback, as PyTorch's PowerSGD hook.
 	GradCompression string `json:"grad_compression,omitempty"`
 	// Pipeline splits the model into this many stages, one per rank
 	// (GPipe); Microbatches cuts each batch for it.
@@ -177,8 +180,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--balance %q: want time or params", c.Balance)
 	case len(c.Split) > 0 && len(c.Split) != c.Pipeline-1:
 		return fmt.Errorf("--split %v: a pipeline of %d stages needs %d split points", c.Split, c.Pipeline, max(c.Pipeline-1, 0))
-	case !validName(c.GradCompression, "", "none", "bf16", "fp16"):
-		return fmt.Errorf("--grad-compression %q: want none, bf16 or fp16", c.GradCompression)
+	case !validName(c.GradCompression, "", "none", "bf16", "fp16") && !strings.HasPrefix(strings.ToLower(c.GradCompression), "powersgd:"):
+		return fmt.Errorf("--grad-compression %q: want none, bf16, fp16 or powersgd:RANK", c.GradCompression)
 	case c.Pipeline > 1 && c.Accumulate > 1:
 		return fmt.Errorf("--accumulate %d with a pipeline: the microbatches already accumulate; raise the batch size instead", c.Accumulate)
 	}

@@ -39,8 +39,10 @@ type DDP struct {
 	stager      comm.Stager
 	closeStager func()
 
-	// compress is the 16-bit type gradients travel as ("": float32).
+	// compress is the 16-bit type gradients travel as ("": float32), or
+	// "powersgd" (psgd).
 	compress string
+	psgd     *powerSGD
 
 	// Per-run accounting.
 	busy, exposed time.Duration
@@ -54,6 +56,8 @@ type bucket struct {
 	fp16      []comm.Float16  // buf on the wire, with fp16 compression
 	dev       *tensor.Tensor  // on a device (buf nil)
 	params    int             // parameters in the bucket
+	shapes    [][]int         // each parameter's gradient shape
+	offs      []int           // and where it starts in the bucket
 	remaining int             // parameters whose gradient is not final yet this step
 	work      *comm.Work
 }
@@ -133,6 +137,7 @@ func newDDP(ctx context.Context, g *comm.Group, net nn.Layer, be tensor.Backend,
 				p.Grad.Data = view
 			}
 			bucketOf[p.Grad] = len(d.buckets)
+			b.shapes, b.offs = append(b.shapes, p.Grad.Shape), append(b.offs, off)
 			off += m
 		}
 		d.buckets = append(d.buckets, b)
@@ -221,10 +226,23 @@ func (d *DDP) launch(b *bucket) {
 		b.work = launchHalf(d, &b.bf16, b.buf, comm.NewBFloat16)
 	case d.compress == "fp16":
 		b.work = launchHalf(d, &b.fp16, b.buf, comm.NewFloat16)
+	case d.psgd != nil && d.psgd.active():
+		d.wireBytes += d.psgd.launch(d, d.bucketIndex(b), b.buf)
+		b.work = d.psgd.buckets[d.bucketIndex(b)].work
 	default:
 		b.work = d.g.AllReduceAsync(d.ctx, b.buf, comm.Avg)
 		d.wireBytes += 4 * int64(len(b.buf))
 	}
+}
+
+// bucketIndex returns b's place in d.buckets.
+func (d *DDP) bucketIndex(b *bucket) int {
+	for i, c := range d.buckets {
+		if c == b {
+			return i
+		}
+	}
+	panic("train: DDP bucket not found")
 }
 
 // decompress widens a compressed bucket's average back into its
@@ -269,31 +287,47 @@ func grown[T any](s []T, n int) []T {
 	return s[:n]
 }
 
-// SetCompression makes the gradients travel as "bf16" or "fp16" ("" or
-// "none": float32): Config.GradCompression. Host buckets only.
+// SetCompression makes the gradients travel as "bf16" or "fp16" (16-bit
+// floats averaged in float32), "powersgd:R[:START]" (PowerSGD of rank R
+// from step START on, powersgd.go), or "" / "none" (float32):
+// Config.GradCompression. Host buckets only.
 func (d *DDP) SetCompression(kind string) error {
-	switch kind {
-	case "", "none":
+	if d.psgd != nil {
+		d.psgd.eng.Close()
+		d.psgd = nil
+	}
+	rank, start, isPowerSGD, err := parsePowerSGD(kind)
+	switch {
+	case err != nil:
+		return fmt.Errorf("ddp: %w", err)
+	case kind == "" || kind == "none":
 		d.compress = ""
 		return nil
-	case "bf16", "fp16":
-		if d.dev != nil {
-			return fmt.Errorf("ddp: --grad-compression %s: gradients on a GPU travel as float32 (not built yet)", kind)
-		}
-		d.compress = kind
+	case kind != "bf16" && kind != "fp16" && !isPowerSGD:
+		return fmt.Errorf("ddp: gradient compression %q: want none, bf16, fp16 or powersgd:RANK", kind)
+	case d.dev != nil:
+		return fmt.Errorf("ddp: --grad-compression %s: gradients on a GPU travel as float32 (not built yet)", kind)
+	case isPowerSGD:
+		d.compress = "powersgd"
+		d.psgd = newPowerSGD(d, rank, start)
 		return nil
 	}
-	return fmt.Errorf("ddp: gradient compression %q: want none, bf16 or fp16", kind)
+	d.compress = kind
+	return nil
 }
 
 // WireBytes returns the gradient bytes this rank has handed to the
 // all-reduces so far (each bucket's size in its wire type, per reduction).
 func (d *DDP) WireBytes() int64 { return d.wireBytes }
 
-// Close releases the staging buffers of a GPU run.
+// Close releases the staging buffers of a GPU run and PowerSGD's
+// threads.
 func (d *DDP) Close() {
 	if d.closeStager != nil {
 		d.closeStager()
+	}
+	if d.psgd != nil {
+		d.psgd.eng.Close()
 	}
 }
 
@@ -304,10 +338,14 @@ func (d *DDP) Finish() (time.Duration, error) {
 		return 0, nil
 	}
 	t0 := time.Now()
+	compressing := d.psgd != nil && d.psgd.active()
 	for _, b := range d.buckets {
 		if b.work == nil {
 			d.launch(b)
 		}
+	}
+	if compressing {
+		return d.finishPowerSGD(t0)
 	}
 	for i, b := range d.buckets {
 		if err := b.work.Wait(); err != nil {
@@ -317,6 +355,36 @@ func (d *DDP) Finish() (time.Duration, error) {
 		start, end := b.work.Span()
 		d.busy += end.Sub(start)
 	}
+	if d.psgd != nil {
+		d.psgd.steps++ // before PowerSGD's start step
+	}
+	d.steps++
+	waited := time.Since(t0)
+	d.exposed += waited
+	return waited, nil
+}
+
+// finishPowerSGD is Finish for a step PowerSGD compresses: every
+// bucket's second all-reduce (Q) starts, in bucket order, once its first
+// (P and the uncompressed gradients) is done; then each is decompressed.
+func (d *DDP) finishPowerSGD(t0 time.Time) (time.Duration, error) {
+	for i, b := range d.buckets {
+		d.psgd.buckets[i].started, _ = b.work.Span()
+		bytes, err := d.psgd.second(d, i, b.buf)
+		if err != nil {
+			return 0, fmt.Errorf("ddp: averaging gradient bucket %d (PowerSGD's P): %w", i, err)
+		}
+		d.wireBytes += bytes
+	}
+	for i := range d.buckets {
+		if err := d.psgd.finish(i, d.buckets[i].buf); err != nil {
+			return 0, fmt.Errorf("ddp: averaging gradient bucket %d (PowerSGD's Q): %w", i, err)
+		}
+		pb := &d.psgd.buckets[i]
+		_, end := pb.work.Span()
+		d.busy += end.Sub(pb.started)
+	}
+	d.psgd.steps++
 	d.steps++
 	waited := time.Since(t0)
 	d.exposed += waited

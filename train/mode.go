@@ -128,7 +128,10 @@ func (d *dataParallel) describe(w io.Writer, t *Trainer) {
 		})
 	}
 	wire := ""
-	if c := d.ddp.compress; c != "" {
+	switch c := d.ddp.compress; {
+	case d.ddp.psgd != nil:
+		wire = " (" + d.ddp.psgd.describe() + ")"
+	case c != "":
 		wire = fmt.Sprintf(" (as %s on the wire, summed in float32)", c)
 	}
 	fmt.Fprintf(w, "Data parallel over %d ranks: batch %d per rank (%d in all), gradients averaged in %d buckets of %v elements%s%s\n",

@@ -1,0 +1,279 @@
+package train
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gorun/gorun/comm"
+	"github.com/gorun/gorun/model/gemm"
+)
+
+// PowerSGD (Vogels, Karimireddy and Jaggi, NeurIPS 2019), as PyTorch's
+// powerSGD_hook: each gradient matrix M (a parameter's gradient viewed as
+// shape[0] × the rest) is replaced by a rank-r approximation P·Qᵀ found
+// by one step of power iteration, warm-started from the last step's Q:
+//
+//	P = M·Q, averaged across ranks, then orthogonalized;
+//	Q = Mᵀ·P, averaged across ranks;
+//	M ≈ P·Qᵀ.
+//
+// Only P and Q travel: r·(rows+cols) numbers instead of rows·cols. What
+// the approximation leaves out of this rank's M is kept (error feedback)
+// and added to the next step's gradient before compressing. Gradients
+// where compression does not pay — vectors (biases, batch norm) and
+// matrices for which rows·cols < 2·r·(rows+cols), PyTorch's
+// min_compression_rate — travel uncompressed, in the same all-reduce as
+// the P matrices. Before step Start every gradient travels uncompressed
+// (PyTorch's start_powerSGD_iter), and error feedback begins at Start.
+type powerSGD struct {
+	rank, start int
+	steps       int // reductions done
+	eng         *gemm.Engine
+	buckets     []psgdBucket // parallel to DDP.buckets
+}
+
+// psgdBucket is one gradient bucket's compression state.
+type psgdBucket struct {
+	mats    []psgdMatrix
+	plain   [][2]int  // [lo, hi) ranges of the bucket that travel uncompressed
+	first   []float32 // every matrix's P, then the uncompressed elements
+	second  []float32 // every matrix's Q (kept: the next step's warm start)
+	work    *comm.Work
+	started time.Time // when this step's first all-reduce began
+}
+
+// psgdMatrix is one compressed gradient.
+type psgdMatrix struct {
+	off, rows, cols int       // the gradient: rows×cols from off in the bucket, row-major
+	p, q            []float32 // rows×r in first, cols×r in second
+	err             []float32 // error feedback, rows×cols
+}
+
+// parsePowerSGD reads "powersgd:R" or "powersgd:R:START".
+func parsePowerSGD(kind string) (rank, start int, ok bool, err error) {
+	rest, found := strings.CutPrefix(kind, "powersgd:")
+	if !found {
+		return 0, 0, false, nil
+	}
+	r, s, hasStart := strings.Cut(rest, ":")
+	rank, err = strconv.Atoi(r)
+	if err != nil || rank < 1 {
+		return 0, 0, true, fmt.Errorf("--grad-compression %s: the rank after powersgd: must be a whole number ≥ 1", kind)
+	}
+	if hasStart {
+		start, err = strconv.Atoi(s)
+		if err != nil || start < 0 {
+			return 0, 0, true, fmt.Errorf("--grad-compression %s: the start step after the rank must be a whole number ≥ 0", kind)
+		}
+	}
+	return rank, start, true, nil
+}
+
+// newPowerSGD lays out the compression of d's buckets at rank r. Q starts
+// from the same pseudo-random normal values on every rank.
+func newPowerSGD(d *DDP, r, start int) *powerSGD {
+	ps := &powerSGD{rank: r, start: start, eng: gemm.New(1)}
+	for bi, b := range d.buckets {
+		var pb psgdBucket
+		nP, nQ, nPlain := 0, 0, 0
+		for i, shape := range b.shapes {
+			lo, hi := b.offs[i], b.offs[i]+numel(shape)
+			rows := 0
+			if len(shape) >= 2 {
+				rows = shape[0]
+			}
+			if rows > 0 && compressionPays(rows, (hi-lo)/rows, r) {
+				cols := (hi - lo) / rows
+				pb.mats = append(pb.mats, psgdMatrix{off: lo, rows: rows, cols: cols, err: make([]float32, hi-lo)})
+				nP += rows * r
+				nQ += cols * r
+				continue
+			}
+			if k := len(pb.plain); k > 0 && pb.plain[k-1][1] == lo {
+				pb.plain[k-1][1] = hi // adjacent: one range
+			} else {
+				pb.plain = append(pb.plain, [2]int{lo, hi})
+			}
+			nPlain += hi - lo
+		}
+		pb.first, pb.second = make([]float32, nP+nPlain), make([]float32, nQ)
+		rng := rand.New(rand.NewPCG(0x50_57_45_52, uint64(bi)))
+		p, q := 0, 0
+		for i := range pb.mats {
+			m := &pb.mats[i]
+			m.p, m.q = pb.first[p:p+m.rows*r], pb.second[q:q+m.cols*r]
+			for j := range m.q {
+				m.q[j] = float32(rng.NormFloat64())
+			}
+			p += m.rows * r
+			q += m.cols * r
+		}
+		ps.buckets = append(ps.buckets, pb)
+	}
+	return ps
+}
+
+// describe says what travels: "PowerSGD rank 2 on 3 gradient matrices,
+// 0.41 MB a step on the wire instead of 4.80 MB, from step 0".
+func (ps *powerSGD) describe() string {
+	mats := 0
+	var now, plain int64
+	for _, pb := range ps.buckets {
+		mats += len(pb.mats)
+		now += 4 * int64(len(pb.first)+len(pb.second))
+		plain += 4 * int64(ps.plainLen(&pb))
+		for _, m := range pb.mats {
+			plain += 4 * int64(m.rows*m.cols)
+		}
+	}
+	return fmt.Sprintf("PowerSGD rank %d on %d gradient matrices, %.2f MB a step on the wire instead of %.2f MB, from step %d", ps.rank, mats, float64(now)/1e6, float64(plain)/1e6, ps.start)
+}
+
+// compressionPays reports whether a rows×cols matrix at rank r sends at
+// most half its elements, PyTorch's default min_compression_rate of 2.
+func compressionPays(rows, cols, r int) bool {
+	return rows*cols >= 2*r*(rows+cols)
+}
+
+func numel(shape []int) int {
+	n := 1
+	for _, s := range shape {
+		n *= s
+	}
+	return n
+}
+
+// active reports whether this step compresses.
+func (ps *powerSGD) active() bool { return ps.steps >= ps.start }
+
+// launch adds the error feedback to bucket bi's matrices (buf), computes
+// their P = M·Q, and starts averaging the P matrices with the uncompressed
+// gradients. It returns the bytes handed to the all-reduce.
+func (ps *powerSGD) launch(d *DDP, bi int, buf []float32) int64 {
+	pb := &ps.buckets[bi]
+	r := ps.rank
+	for i := range pb.mats {
+		m := &pb.mats[i]
+		g := buf[m.off : m.off+m.rows*m.cols]
+		addInto(g, m.err) // M = gradient + what earlier steps left out
+		copy(m.err, g)    // M, until the approximation is subtracted
+		ps.gemm(m.rows, r, m.cols, g, false, m.q, false, m.p)
+	}
+	at := len(pb.first) - ps.plainLen(pb)
+	for _, rg := range pb.plain {
+		at += copy(pb.first[at:], buf[rg[0]:rg[1]])
+	}
+	pb.work = comm.AllReduceAsync(d.ctx, d.g, pb.first, comm.Avg)
+	return 4 * int64(len(pb.first))
+}
+
+func (ps *powerSGD) plainLen(pb *psgdBucket) int {
+	n := 0
+	for _, rg := range pb.plain {
+		n += rg[1] - rg[0]
+	}
+	return n
+}
+
+// second waits for bucket bi's first all-reduce, puts the averaged
+// uncompressed gradients back into buf, orthogonalizes each P, computes
+// Q = Mᵀ·P and starts averaging the Q matrices. It returns the bytes
+// handed to the all-reduce.
+func (ps *powerSGD) second(d *DDP, bi int, buf []float32) (int64, error) {
+	pb := &ps.buckets[bi]
+	if err := pb.work.Wait(); err != nil {
+		return 0, err
+	}
+	at := len(pb.first) - ps.plainLen(pb)
+	for _, rg := range pb.plain {
+		at += copy(buf[rg[0]:rg[1]], pb.first[at:])
+	}
+	r := ps.rank
+	for i := range pb.mats {
+		m := &pb.mats[i]
+		orthogonalize(m.p, m.rows, r)
+		ps.gemm(m.cols, r, m.rows, m.err, true, m.p, false, m.q) // Mᵀ·P (err holds M)
+	}
+	pb.work = comm.AllReduceAsync(d.ctx, d.g, pb.second, comm.Avg)
+	return 4 * int64(len(pb.second)), nil
+}
+
+// finish waits for bucket bi's second all-reduce and replaces each
+// matrix's gradient in buf with P·Qᵀ, keeping M − P·Qᵀ as the error.
+func (ps *powerSGD) finish(bi int, buf []float32) error {
+	pb := &ps.buckets[bi]
+	if err := pb.work.Wait(); err != nil {
+		return err
+	}
+	for i := range pb.mats {
+		m := &pb.mats[i]
+		g := buf[m.off : m.off+m.rows*m.cols]
+		ps.gemm(m.rows, m.cols, ps.rank, m.p, false, m.q, true, g)
+		subInto(m.err, g)
+	}
+	return nil
+}
+
+// gemm sets c (m×n) to op(a)·op(b), where op(a) is m×k and op(b) k×n, all
+// row-major and packed; ta and tb say a and b are stored transposed.
+func (ps *powerSGD) gemm(m, n, k int, a []float32, ta bool, b []float32, tb bool, c []float32) {
+	lda, ldb := k, n
+	if ta {
+		lda = m
+	}
+	if tb {
+		ldb = k
+	}
+	if m == 0 || n == 0 {
+		return
+	}
+	if k == 0 {
+		clear(c[:m*n])
+		return
+	}
+	// The shapes are the ones built here; an error is a bug.
+	if err := ps.eng.Sgemm(m, n, k, 1, gemm.Matrix{Data: a, Stride: lda, Trans: ta}, gemm.Matrix{Data: b, Stride: ldb, Trans: tb}, 0, gemm.Matrix{Data: c, Stride: n}); err != nil {
+		panic(fmt.Sprintf("train: PowerSGD product %d×%d×%d: %v", m, n, k, err))
+	}
+}
+
+// orthogonalize makes the r columns of p (rows×r, row-major) orthonormal
+// by Gram–Schmidt, as PyTorch's hook does; a column that vanishes is
+// left (near) zero rather than divided by zero.
+func orthogonalize(p []float32, rows, r int) {
+	for j := range r {
+		for k := range j {
+			var dot float64
+			for i := range rows {
+				dot += float64(p[i*r+j]) * float64(p[i*r+k])
+			}
+			for i := range rows {
+				p[i*r+j] -= float32(dot) * p[i*r+k]
+			}
+		}
+		var norm float64
+		for i := range rows {
+			norm += float64(p[i*r+j]) * float64(p[i*r+j])
+		}
+		scale := float32(1 / (math.Sqrt(norm) + 1e-8))
+		for i := range rows {
+			p[i*r+j] *= scale
+		}
+	}
+}
+
+func addInto(dst, src []float32) {
+	for i, v := range src {
+		dst[i] += v
+	}
+}
+
+func subInto(dst, src []float32) {
+	for i, v := range src {
+		dst[i] -= v
+	}
+}
