@@ -369,7 +369,6 @@ func (d *DDP) Finish() (time.Duration, error) {
 // (P and the uncompressed gradients) is done; then each is decompressed.
 func (d *DDP) finishPowerSGD(t0 time.Time) (time.Duration, error) {
 	for i, b := range d.buckets {
-		d.psgd.buckets[i].started, _ = b.work.Span()
 		bytes, err := d.psgd.second(d, i, b.buf)
 		if err != nil {
 			return 0, fmt.Errorf("ddp: averaging gradient bucket %d (PowerSGD's P): %w", i, err)

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gorun/gorun/comm"
 	"github.com/gorun/gorun/comm/commtest"
@@ -154,6 +155,12 @@ func TestPowerSGD(t *testing.T) {
 					got[g.Rank()] = append(got[g.Rank()], out)
 				}
 				wire[g.Rank()] = d.WireBytes()
+				// The time the reductions ran is a span of this test, not
+				// an interval from a zero time (a Work's start read before
+				// it began).
+				if busy, _ := d.CommTimes(); busy <= 0 || busy > time.Minute {
+					return fmt.Errorf("rank %d: gradient reductions ran %v", g.Rank(), busy)
+				}
 				return nil
 			})
 			// The reference, in float64.

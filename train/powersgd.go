@@ -188,6 +188,7 @@ func (ps *powerSGD) second(d *DDP, bi int, buf []float32) (int64, error) {
 	if err := pb.work.Wait(); err != nil {
 		return 0, err
 	}
+	pb.started, _ = pb.work.Span()
 	at := len(pb.first) - ps.plainLen(pb)
 	for _, rg := range pb.plain {
 		at += copy(buf[rg[0]:rg[1]], pb.first[at:])

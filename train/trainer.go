@@ -94,9 +94,11 @@ type epochProgress struct {
 	// offset counts the batches of the epoch done before it was last
 	// dealt out, for progress reports.
 	offset int
-	// skipped holds the errors of the images left out of the epoch
-	// (SkipBadImages), each naming its file.
-	skipped []string
+	// skipped counts the images left out of the epoch (SkipBadImages);
+	// skippedFirst is the first one's error, naming its file (one is
+	// reported; a dataset full of bad files must not fill memory with them).
+	skipped      int
+	skippedFirst string
 }
 
 // Option adds to what New sets up.
@@ -549,14 +551,14 @@ func (t *Trainer) finishEpoch(ctx context.Context, epoch int, at *epochProgress,
 	}
 	// The epoch's loss, throughput and unreadable images over all
 	// replicas.
-	sums := []float64{at.loss / float64(max(at.lossN, 1)), float64(at.seen), float64(len(at.skipped))}
+	sums := []float64{at.loss / float64(max(at.lossN, 1)), float64(at.seen), float64(at.skipped)}
 	if err := t.sync.sum(ctx, sums); err != nil {
 		return report.Epoch{}, 0, fmt.Errorf("epoch %d: combining the training loss: %w", epoch, err)
 	}
 	*trained = time.Now()
 	e := report.Epoch{Epoch: epoch, GlobalStep: t.step, TrainLoss: sums[0] / float64(t.sync.world()), Skipped: int(sums[2])}
-	if len(at.skipped) > 0 {
-		e.SkippedExample = at.skipped[0]
+	if at.skipped > 0 {
+		e.SkippedExample = at.skippedFirst
 	}
 	if t.test != nil {
 		ev, err := t.Evaluate(ctx, t.test)
@@ -610,7 +612,12 @@ func (t *Trainer) trainShard(ctx context.Context, epoch int, at *epochProgress) 
 			if err := t.trainLoader.Err(); err != nil {
 				return fmt.Errorf("epoch %d batch %d: %w", epoch, batch, err)
 			}
-			at.skipped = append(at.skipped, t.trainLoader.Skipped()...)
+			if bad := t.trainLoader.Skipped(); len(bad) > 0 {
+				if at.skipped == 0 {
+					at.skippedFirst = bad[0]
+				}
+				at.skipped += len(bad)
+			}
 			break
 		}
 		// The optimizer steps after every accumulate batches and at the
@@ -638,7 +645,7 @@ func (t *Trainer) trainShard(ctx context.Context, epoch int, at *epochProgress) 
 		if !update {
 			continue
 		}
-		*at = epochProgress{batch: batch + 1, loss: lossSum, lossN: lossN, seen: seen, skip: at.skip, world: world, offset: at.offset, skipped: at.skipped}
+		*at = epochProgress{batch: batch + 1, loss: lossSum, lossN: lossN, seen: seen, skip: at.skip, world: world, offset: at.offset, skipped: at.skipped, skippedFirst: at.skippedFirst}
 		for i, d := range t.dropouts {
 			t.stepCalls[i] = d.Calls
 		}

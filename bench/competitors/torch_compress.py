@@ -5,9 +5,11 @@ StepLR gamma 0.7 (seed 004), the test set evaluated after each epoch.
 KIND is none, fp16, bf16 (fp16_compress_hook, bf16_compress_hook) or
 powersgd:R[:START] (powerSGD_hook at matrix_approximation_rank R, from
 step START, default 0; min_compression_rate 2, error feedback and warm
-start on). Prints rank 0's epochs, the training time and the bytes the
+start on; with one gradient bucket, as the hook's all-reduces reach gloo
+out of order across ranks with two). Prints rank 0's epochs, the training time and the bytes the
 hook handed to all-reduce per step (counted at dist.all_reduce). It spawns
-the ranks itself (Debian's torchrun fails on its Python 3.11):
+the ranks itself (Debian's torchrun fails on its Python 3.11); IMAGES
+limits the training images (for a quick try):
 
     /usr/bin/python3 bench/competitors/torch_compress.py powersgd:2 3
 """
@@ -48,7 +50,13 @@ def main(rank, port):
     norm = lambda a: (torch.from_numpy(a.astype(np.float32) / 255)[:, None] - 0.1307) / 0.3081
     xtr, ytr = norm(idx(d + "/train-images-idx3-ubyte.gz")), torch.from_numpy(idx(d + "/train-labels-idx1-ubyte.gz").astype(np.int64))
     xte, yte = norm(idx(d + "/t10k-images-idx3-ubyte.gz")), torch.from_numpy(idx(d + "/t10k-labels-idx1-ubyte.gz").astype(np.int64))
-    model = torch.nn.parallel.DistributedDataParallel(MNISTNet())
+    if kind.startswith("powersgd:"):
+        # One gradient bucket: with DDP's two (a 1 MB first one), the
+        # hook's chained all-reduces reach gloo in a different order on
+        # each rank, and gloo aborts ("op.preamble.length <= op.nbytes") or
+        # the job hangs (torch 1.13).
+        dist._DEFAULT_FIRST_BUCKET_BYTES = 100 << 20
+    model = torch.nn.parallel.DistributedDataParallel(MNISTNet(), bucket_cap_mb=100 if kind.startswith("powersgd:") else 25)
     if kind == "fp16":
         model.register_comm_hook(dist.group.WORLD, default_hooks.fp16_compress_hook)
     elif kind == "bf16":
@@ -65,9 +73,10 @@ def main(rank, port):
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.7)
     sampler = torch.utils.data.DistributedSampler(range(len(ytr)), num_replicas=world, rank=rank, shuffle=True, seed=1)
     t0, steps = time.perf_counter(), 0
+    limit = int(os.environ.get("IMAGES", len(ytr)))
     for epoch in range(1, epochs + 1):
         sampler.set_epoch(epoch)
-        mine = list(sampler)
+        mine = list(sampler)[:limit // world]
         model.train()
         te = time.perf_counter()
         for i in range(0, len(mine), 64):
