@@ -2,11 +2,11 @@ package comm_test
 
 import (
 	"context"
-	"net"
 	"strings"
 	"testing"
 
 	"github.com/gorun/gorun/comm"
+	"github.com/gorun/gorun/comm/commtest"
 )
 
 // TestRootedBadRoot: a root outside the group is an error naming the call
@@ -49,26 +49,7 @@ func TestRootedBadRoot(t *testing.T) {
 }
 
 // oneRank joins a group of one rank.
-func oneRank(t *testing.T) *comm.Group {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	s, err := comm.ResolveSettings(func(string) string { return "" },
-		comm.WithRank(0, 1), comm.WithMaster("127.0.0.1", port), comm.WithToken("t"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := comm.Join(context.Background(), s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { g.Close() })
-	return g
-}
+func oneRank(t *testing.T) *comm.Group { return commtest.Groups(t, 1)[0] }
 
 // TestVectorBadCounts: v-form counts that do not fit the group or the
 // buffers are errors naming the call and what is wrong, from the

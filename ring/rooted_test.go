@@ -67,21 +67,7 @@ func TestRootedCollectives(t *testing.T) {
 			for _, root := range []int{0, n / 2, n - 1} {
 				t.Run(fmt.Sprintf("n=%d/count=%d/root=%d", n, count, root), func(t *testing.T) {
 					for _, op := range []Op{Sum, Avg, Max, Min, Prod} {
-						want := treeReference(op, in, root)
-						out := make([][]float32, n)
-						onEveryRank(t, n, 64, func(ctx context.Context, r int, c *Collectives) error {
-							out[r] = append([]float32(nil), in[r]...)
-							return ReduceToRoot(ctx, c, out[r], op, root)
-						})
-						for r := range n {
-							w := in[r]
-							if r == root {
-								w = want
-							}
-							if i := firstDiff(out[r], w); i >= 0 {
-								t.Fatalf("Reduce %v: rank %d element %d is %v, want %v", op, r, i, out[r][i], w[i])
-							}
-						}
+						checkReduce(t, 0, in, op, root, treeReference(op, in, root))
 					}
 					gathered := make([]float32, n*count)
 					onEveryRank(t, n, 64, func(ctx context.Context, r int, c *Collectives) error {
@@ -151,22 +137,31 @@ func TestReduceScatterGather(t *testing.T) {
 					if op == Avg {
 						Divide(want, n)
 					}
-					out := make([][]float32, n)
-					onEveryRankSmall(t, n, 64, -1, func(ctx context.Context, r int, c *Collectives) error {
-						out[r] = append([]float32(nil), in[r]...)
-						return ReduceToRoot(ctx, c, out[r], op, root)
-					})
-					for r := range n {
-						w := in[r]
-						if r == root {
-							w = want
-						}
-						if i := firstDiff(out[r], w); i >= 0 {
-							t.Fatalf("n=%d count=%d root=%d %v: rank %d element %d is %v, want %v", n, count, root, op, r, i, out[r][i], w[i])
-						}
-					}
+					checkReduce(t, -1, in, op, root, want)
 				}
 			}
+		}
+	}
+}
+
+// checkReduce runs ReduceToRoot of in (one slice per rank) with op to
+// root, in 64-byte frames and with SmallBytes smallBytes, and checks that
+// root ends with want and every other rank with its input.
+func checkReduce(t *testing.T, smallBytes int, in [][]float32, op Op, root int, want []float32) {
+	t.Helper()
+	n := len(in)
+	out := make([][]float32, n)
+	onEveryRankSmall(t, n, 64, smallBytes, func(ctx context.Context, r int, c *Collectives) error {
+		out[r] = append([]float32(nil), in[r]...)
+		return ReduceToRoot(ctx, c, out[r], op, root)
+	})
+	for r := range n {
+		w := in[r]
+		if r == root {
+			w = want
+		}
+		if i := firstDiff(out[r], w); i >= 0 {
+			t.Fatalf("Reduce %v of %d elements to %d among %d: rank %d element %d is %v, want %v", op, len(w), root, n, r, i, out[r][i], w[i])
 		}
 	}
 }
