@@ -182,6 +182,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--split %v: a pipeline of %d stages needs %d split points", c.Split, c.Pipeline, max(c.Pipeline-1, 0))
 	case !validName(c.GradCompression, "", "none", "bf16", "fp16") && !strings.HasPrefix(strings.ToLower(c.GradCompression), "powersgd:"):
 		return fmt.Errorf("--grad-compression %q: want none, bf16, fp16 or powersgd:RANK", c.GradCompression)
+	case badPowerSGD(c.GradCompression) != nil:
+		return badPowerSGD(c.GradCompression)
 	case c.Pipeline > 1 && c.Accumulate > 1:
 		return fmt.Errorf("--accumulate %d with a pipeline: the microbatches already accumulate; raise the batch size instead", c.Accumulate)
 	}
@@ -189,6 +191,12 @@ func (c Config) Validate() error {
 }
 
 // validName reports whether v is one of names, ignoring case.
+// badPowerSGD returns the error in a "powersgd:R[:START]" kind, if any.
+func badPowerSGD(kind string) error {
+	_, _, _, err := parsePowerSGD(strings.ToLower(kind))
+	return err
+}
+
 func validName(v string, names ...string) bool {
 	for _, n := range names {
 		if strings.EqualFold(v, n) {
