@@ -44,11 +44,16 @@ func treeReduce[T Elem](ctx context.Context, c *Collectives, call Call, buf []T,
 	n := c.Size()
 	c.tickets = c.tickets[:0]
 	vr := mod(c.Rank-root, n)
-	// acc holds the partial result (buf itself on the root, a copy
-	// elsewhere); in receives each child's.
-	acc, in := buf, scratchOf[T](c, 2*len(buf))
-	if vr != 0 {
-		acc, in = in[:len(buf)], in[len(buf):]
+	// acc holds the partial result: buf itself on the root and on a leaf
+	// (which sends it unchanged), a copy on the other inner ranks, whose
+	// buf must stay as it was; in receives each child's.
+	acc, in := buf, []T(nil)
+	switch leaf := vr%2 == 1 || vr+1 >= n; {
+	case vr == 0:
+		in = scratchOf[T](c, len(buf))
+	case !leaf:
+		s := scratchOf[T](c, 2*len(buf))
+		acc, in = s[:len(buf)], s[len(buf):]
 		copy(acc, buf)
 	}
 	cnt := len(buf)
