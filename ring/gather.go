@@ -21,12 +21,8 @@ func AllGather[T Elem](ctx context.Context, c *Collectives, send, recv []T) erro
 // counts[k] elements, and recv their sum, the blocks end to end in rank
 // order. Every rank passes the same counts.
 func AllGatherV[T Elem](ctx context.Context, c *Collectives, send, recv []T, counts []int) error {
-	const what = "AllGatherV"
-	l, err := c.layoutOf(0, what, "counts", counts)
+	l, err := c.vectorLayout("AllGatherV", counts, "send", len(send), "recv", len(recv))
 	if err != nil {
-		return err
-	}
-	if err := checkBlocks(c, what, l, "send", len(send), "recv", len(recv)); err != nil {
 		return err
 	}
 	call := c.begin(KindAllGatherV, DTypeOf[T](), 0, AlgoRing, 0, len(recv))
@@ -98,15 +94,11 @@ func ReduceScatter[T Elem](ctx context.Context, c *Collectives, send, recv []T, 
 // receives block k of the result (counts[k] elements). Every rank passes
 // the same counts.
 func ReduceScatterV[T Elem](ctx context.Context, c *Collectives, send, recv []T, counts []int, op Op) error {
-	const what = "ReduceScatterV"
 	if err := ValidOp[T](op); err != nil {
 		return err
 	}
-	l, err := c.layoutOf(0, what, "counts", counts)
+	l, err := c.vectorLayout("ReduceScatterV", counts, "recv", len(recv), "send", len(send))
 	if err != nil {
-		return err
-	}
-	if err := checkBlocks(c, what, l, "recv", len(recv), "send", len(send)); err != nil {
 		return err
 	}
 	return reduceScatter(ctx, c, KindReduceScatterV, len(send), send, recv, l, op)
@@ -176,19 +168,6 @@ func ringReduceScatter[T Elem](ctx context.Context, c *Collectives, call Call, s
 				Divide(out, n)
 			}
 		}
-	}
-	return nil
-}
-
-// checkBlocks fails unless this rank's own block, the argument named
-// mine, holds its count in l, and the argument named whole holds all n
-// blocks.
-func checkBlocks(c *Collectives, what string, l layout, mine string, haveMine int, whole string, haveWhole int) error {
-	if want := l.size(c.Rank); haveMine != want {
-		return fmt.Errorf("ring: %s: %s holds %d elements, want this rank's count, %d", what, mine, haveMine, want)
-	}
-	if want := l.total(c.Size()); haveWhole != want {
-		return fmt.Errorf("ring: %s: %s holds %d elements, want the counts' sum, %d", what, whole, haveWhole, want)
 	}
 	return nil
 }

@@ -54,6 +54,24 @@ func (c *Collectives) layoutOf(which int, what, name string, counts []int) (layo
 	return layout{offs: offs}, nil
 }
 
+// vectorLayout checks a v form's counts (layoutOf, slot 0) and buffers:
+// this rank's own block, the argument named mine, must hold its count,
+// and the argument named whole all the blocks (haveWhole < 0: not
+// checked, a rooted call's buffer off the root).
+func (c *Collectives) vectorLayout(what string, counts []int, mine string, haveMine int, whole string, haveWhole int) (layout, error) {
+	l, err := c.layoutOf(0, what, "counts", counts)
+	if err != nil {
+		return layout{}, err
+	}
+	if want := l.size(c.Rank); haveMine != want {
+		return layout{}, fmt.Errorf("ring: %s: %s holds %d elements, want this rank's count, %d", what, mine, haveMine, want)
+	}
+	if want := l.total(c.Size()); haveWhole >= 0 && haveWhole != want {
+		return layout{}, fmt.Errorf("ring: %s: %s holds %d elements, want the counts' sum, %d", what, whole, haveWhole, want)
+	}
+	return l, nil
+}
+
 // segments returns the layout of count elements cut into one nearly equal
 // segment per group rank (segment), kept in scratch slot 1.
 func (c *Collectives) segments(count int) layout {

@@ -117,12 +117,8 @@ func Gather[T Elem](ctx context.Context, c *Collectives, send, recv []T, root in
 // counts[k] elements, and root's recv their sum, end to end in rank
 // order. Every rank passes the same counts.
 func GatherV[T Elem](ctx context.Context, c *Collectives, send, recv []T, counts []int, root int) error {
-	const what = "GatherV"
-	l, err := c.layoutOf(0, what, "counts", counts)
+	l, err := rootedLayout(c, "GatherV", root, counts, "send", len(send), "recv", len(recv))
 	if err != nil {
-		return err
-	}
-	if err := checkRootedV(c, what, root, l, "send", len(send), "recv", len(recv)); err != nil {
 		return err
 	}
 	call := c.begin(KindGatherV, DTypeOf[T](), 0, AlgoDirect, root, l.total(c.Size()))
@@ -157,12 +153,8 @@ func Scatter[T Elem](ctx context.Context, c *Collectives, send, recv []T, root i
 // of counts, end to end in rank order, and rank k's recv receives block k
 // (counts[k] elements). Every rank passes the same counts.
 func ScatterV[T Elem](ctx context.Context, c *Collectives, send []T, counts []int, recv []T, root int) error {
-	const what = "ScatterV"
-	l, err := c.layoutOf(0, what, "counts", counts)
+	l, err := rootedLayout(c, "ScatterV", root, counts, "recv", len(recv), "send", len(send))
 	if err != nil {
-		return err
-	}
-	if err := checkRootedV(c, what, root, l, "recv", len(recv), "send", len(send)); err != nil {
 		return err
 	}
 	call := c.begin(KindScatterV, DTypeOf[T](), 0, AlgoDirect, root, l.total(c.Size()))
@@ -253,17 +245,17 @@ func checkRooted(c *Collectives, what string, root int, whole string, have, cnt 
 	return nil
 }
 
-// checkRootedV fails unless root is a group rank, this rank's own block
-// (the argument named mine) holds its count in l, and, on the root, the
-// argument named whole holds every block.
-func checkRootedV(c *Collectives, what string, root int, l layout, mine string, haveMine int, whole string, haveWhole int) error {
+// rootedLayout is vectorLayout for GatherV and ScatterV: root must be a
+// group rank, and the argument named whole holds every block on the root
+// only.
+func rootedLayout(c *Collectives, what string, root int, counts []int, mine string, haveMine int, whole string, haveWhole int) (layout, error) {
 	if root < 0 || root >= c.Size() {
-		return fmt.Errorf("ring: %s: root %d outside the group of %d", what, root, c.Size())
+		return layout{}, fmt.Errorf("ring: %s: root %d outside the group of %d", what, root, c.Size())
 	}
 	if c.Rank != root {
-		haveWhole = l.total(c.Size()) // ignored off the root
+		haveWhole = -1 // ignored off the root
 	}
-	return checkBlocks(c, what, l, mine, haveMine, whole, haveWhole)
+	return c.vectorLayout(what, counts, mine, haveMine, whole, haveWhole)
 }
 
 // exchange receives block p of recv (laid out as rl) from every other

@@ -55,6 +55,7 @@ type bucket struct {
 	bf16      []comm.BFloat16 // buf on the wire, with bf16 compression
 	fp16      []comm.Float16  // buf on the wire, with fp16 compression
 	dev       *tensor.Tensor  // on a device (buf nil)
+	index     int             // place in DDP.buckets
 	params    int             // parameters in the bucket
 	shapes    [][]int         // each parameter's gradient shape
 	offs      []int           // and where it starts in the bucket
@@ -117,7 +118,7 @@ func newDDP(ctx context.Context, g *comm.Group, net nn.Layer, be tensor.Backend,
 		for _, p := range cur {
 			n += p.Grad.Len()
 		}
-		b := &bucket{params: len(cur)}
+		b := &bucket{index: len(d.buckets), params: len(cur)}
 		if d.dev != nil {
 			b.dev = tensor.NewOn(d.dev, n)
 		} else {
@@ -227,22 +228,12 @@ func (d *DDP) launch(b *bucket) {
 	case d.compress == "fp16":
 		b.work = launchHalf(d, &b.fp16, b.buf, comm.NewFloat16)
 	case d.psgd != nil && d.psgd.active():
-		d.wireBytes += d.psgd.launch(d, d.bucketIndex(b), b.buf)
-		b.work = d.psgd.buckets[d.bucketIndex(b)].work
+		d.wireBytes += d.psgd.launch(d, b.index, b.buf)
+		b.work = d.psgd.buckets[b.index].work
 	default:
 		b.work = d.g.AllReduceAsync(d.ctx, b.buf, comm.Avg)
 		d.wireBytes += 4 * int64(len(b.buf))
 	}
-}
-
-// bucketIndex returns b's place in d.buckets.
-func (d *DDP) bucketIndex(b *bucket) int {
-	for i, c := range d.buckets {
-		if c == b {
-			return i
-		}
-	}
-	panic("train: DDP bucket not found")
 }
 
 // decompress widens a compressed bucket's average back into its
@@ -345,18 +336,21 @@ func (d *DDP) Finish() (time.Duration, error) {
 		}
 	}
 	if compressing {
-		return d.finishPowerSGD(t0)
-	}
-	for i, b := range d.buckets {
-		if err := b.work.Wait(); err != nil {
-			return 0, fmt.Errorf("ddp: averaging gradient bucket %d: %w", i, err)
+		if err := d.finishPowerSGD(); err != nil {
+			return 0, err
 		}
-		d.decompress(b)
-		start, end := b.work.Span()
-		d.busy += end.Sub(start)
+	} else {
+		for i, b := range d.buckets {
+			if err := b.work.Wait(); err != nil {
+				return 0, fmt.Errorf("ddp: averaging gradient bucket %d: %w", i, err)
+			}
+			d.decompress(b)
+			start, end := b.work.Span()
+			d.busy += end.Sub(start)
+		}
 	}
 	if d.psgd != nil {
-		d.psgd.steps++ // before PowerSGD's start step
+		d.psgd.steps++
 	}
 	d.steps++
 	waited := time.Since(t0)
@@ -367,27 +361,23 @@ func (d *DDP) Finish() (time.Duration, error) {
 // finishPowerSGD is Finish for a step PowerSGD compresses: every
 // bucket's second all-reduce (Q) starts, in bucket order, once its first
 // (P and the uncompressed gradients) is done; then each is decompressed.
-func (d *DDP) finishPowerSGD(t0 time.Time) (time.Duration, error) {
+func (d *DDP) finishPowerSGD() error {
 	for i, b := range d.buckets {
 		bytes, err := d.psgd.second(d, i, b.buf)
 		if err != nil {
-			return 0, fmt.Errorf("ddp: averaging gradient bucket %d (PowerSGD's P): %w", i, err)
+			return fmt.Errorf("ddp: averaging gradient bucket %d (PowerSGD's P): %w", i, err)
 		}
 		d.wireBytes += bytes
 	}
 	for i := range d.buckets {
 		if err := d.psgd.finish(i, d.buckets[i].buf); err != nil {
-			return 0, fmt.Errorf("ddp: averaging gradient bucket %d (PowerSGD's Q): %w", i, err)
+			return fmt.Errorf("ddp: averaging gradient bucket %d (PowerSGD's Q): %w", i, err)
 		}
 		pb := &d.psgd.buckets[i]
 		_, end := pb.work.Span()
 		d.busy += end.Sub(pb.started)
 	}
-	d.psgd.steps++
-	d.steps++
-	waited := time.Since(t0)
-	d.exposed += waited
-	return waited, nil
+	return nil
 }
 
 // ReduceAll averages every bucket now, whatever BeginStep said (a

@@ -40,6 +40,7 @@ type powerSGD struct {
 type psgdBucket struct {
 	mats    []psgdMatrix
 	plain   [][2]int  // [lo, hi) ranges of the bucket that travel uncompressed
+	plainAt int       // where the uncompressed elements start in first
 	first   []float32 // every matrix's P, then the uncompressed elements
 	second  []float32 // every matrix's Q (kept: the next step's warm start)
 	work    *comm.Work
@@ -100,7 +101,7 @@ func newPowerSGD(d *DDP, r, start int) *powerSGD {
 			}
 			nPlain += hi - lo
 		}
-		pb.first, pb.second = make([]float32, nP+nPlain), make([]float32, nQ)
+		pb.first, pb.second, pb.plainAt = make([]float32, nP+nPlain), make([]float32, nQ), nP
 		rng := rand.New(rand.NewPCG(0x50_57_45_52, uint64(bi)))
 		p, q := 0, 0
 		for i := range pb.mats {
@@ -125,7 +126,7 @@ func (ps *powerSGD) describe() string {
 	for _, pb := range ps.buckets {
 		mats += len(pb.mats)
 		now += 4 * int64(len(pb.first)+len(pb.second))
-		plain += 4 * int64(ps.plainLen(&pb))
+		plain += 4 * int64(len(pb.first)-pb.plainAt)
 		for _, m := range pb.mats {
 			plain += 4 * int64(m.rows*m.cols)
 		}
@@ -163,20 +164,12 @@ func (ps *powerSGD) launch(d *DDP, bi int, buf []float32) int64 {
 		copy(m.err, g)    // M, until the approximation is subtracted
 		ps.gemm(m.rows, r, m.cols, g, false, m.q, false, m.p)
 	}
-	at := len(pb.first) - ps.plainLen(pb)
+	at := pb.plainAt
 	for _, rg := range pb.plain {
 		at += copy(pb.first[at:], buf[rg[0]:rg[1]])
 	}
 	pb.work = comm.AllReduceAsync(d.ctx, d.g, pb.first, comm.Avg)
 	return 4 * int64(len(pb.first))
-}
-
-func (ps *powerSGD) plainLen(pb *psgdBucket) int {
-	n := 0
-	for _, rg := range pb.plain {
-		n += rg[1] - rg[0]
-	}
-	return n
 }
 
 // second waits for bucket bi's first all-reduce, puts the averaged
@@ -189,7 +182,7 @@ func (ps *powerSGD) second(d *DDP, bi int, buf []float32) (int64, error) {
 		return 0, err
 	}
 	pb.started, _ = pb.work.Span()
-	at := len(pb.first) - ps.plainLen(pb)
+	at := pb.plainAt
 	for _, rg := range pb.plain {
 		at += copy(buf[rg[0]:rg[1]], pb.first[at:])
 	}
