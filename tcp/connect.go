@@ -137,7 +137,7 @@ func Connect(ctx context.Context, cfg Config, ln *net.TCPListener, addrs []strin
 					continue
 				}
 				t.peers[r.rank] = &peer{rank: r.rank, addr: addrs[r.rank], conn: r.conn, rc: rc, order: &t.order,
-					rs: recvState{order: &t.order, stage: make([]byte, stageSize)}, boxes: make(map[uint32]*mailbox)}
+					rs: recvState{order: &t.order, stage: make([]byte, stageSize)}, boxes: make(map[uint32]*mailbox), flow: flow{stalled: &t.stalled}}
 				pending--
 			}
 		case <-ctx.Done():

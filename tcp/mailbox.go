@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // A mailbox holds, for one peer and one stream, the receives posted by the
@@ -41,10 +42,14 @@ const (
 // flow control holds the sender back — unless a wait on that peer is
 // still unfilled: its frame may be behind the early ones, and a wait
 // always gets its data (no program that worked without the limit can hang
-// because of it).
+// because of it) — and unless some wait of this rank, on any peer, has
+// waited stallRelease: a peer that died with its last frames still
+// unsent behind a full window sends its end only once this rank reads
+// them, and that death must reach the ranks waiting elsewhere.
 type flow struct {
-	early    atomic.Int64 // bytes of early frames held
-	unfilled atomic.Int32 // waits on this peer whose frame has not come
+	early    atomic.Int64  // bytes of early frames held
+	unfilled atomic.Int32  // waits on this peer whose frame has not come
+	stalled  *atomic.Int32 // the transport's waits past stallRelease
 }
 
 // maxEarlyBytes is how much a peer's early frames may hold before its
@@ -55,8 +60,12 @@ const maxEarlyBytes = 4 << 20
 // paused reports whether the reader should leave the next frame, which
 // would be an early one, in the socket.
 func (f *flow) paused() bool {
-	return f.early.Load() >= maxEarlyBytes && f.unfilled.Load() == 0
+	return f.early.Load() >= maxEarlyBytes && f.unfilled.Load() == 0 && f.stalled.Load() == 0
 }
+
+// stallRelease is how long a wait goes before every paused peer is read
+// again (flow).
+const stallRelease = 500 * time.Millisecond
 
 // slot is one posted receive.
 type slot struct {

@@ -142,14 +142,15 @@ type Transport struct {
 	cfg   Config
 	peers []*peer // indexed by rank; nil at our own rank
 
-	timers sync.Pool // *time.Timer bounding waits whose context has no deadline
+	timers sync.Pool // *time.Timer: bounds on waits whose context has no deadline, and their stallRelease
 
 	failOnce sync.Once
 	failed   chan struct{}         // closed when the transport failed
 	failErr  atomic.Pointer[error] // set before failed is closed
 	closing  atomic.Bool
 	readers  sync.WaitGroup
-	order    ioOrder // sends before later reads, for the race detector
+	order    ioOrder      // sends before later reads, for the race detector
+	stalled  atomic.Int32 // waits past stallRelease: no peer's reader pauses (flow)
 }
 
 type peer struct {
@@ -370,10 +371,20 @@ func (t *Transport) Wait(ctx context.Context, rank int, stream uint32, ticket ui
 	var start time.Time   // of the first poll that found nothing
 	var timer *time.Timer // bounds the wait when ctx has no deadline
 	var timeout <-chan time.Time
+	var release *time.Timer // stallRelease after the wait began to sleep
+	var released <-chan time.Time
+	stalled := false
 	defer func() {
 		if timer != nil {
 			timer.Stop()
 			t.timers.Put(timer)
+		}
+		if release != nil {
+			release.Stop()
+			t.timers.Put(release)
+		}
+		if stalled {
+			t.stalled.Add(-1)
 		}
 	}()
 	// pumpNow: read this peer's socket before looking, whether or not it
@@ -421,7 +432,22 @@ func (t *Transport) Wait(ctx context.Context, rank int, stream uint32, ticket ui
 			timer = t.getTimer()
 			timeout = timer.C
 		}
+		if release == nil && !stalled {
+			release = t.timerFor(stallRelease)
+			released = release.C
+		}
 		select {
+		case <-released:
+			// Long enough: read every peer again, paused or not, so a
+			// peer's end behind its unread frames is seen (flow).
+			released, stalled = nil, true
+			t.stalled.Add(1)
+			for _, q := range t.peers {
+				if q != nil {
+					t.progress(q)
+				}
+			}
+			continue
 		case <-timeout:
 			m.unwait(ticket)
 			return [4]uint64{}, 0, &PeerError{Rank: p.rank, Addr: p.addr,
@@ -452,12 +478,15 @@ func (t *Transport) readable(p *peer) bool {
 }
 
 // getTimer returns a pooled timer running for cfg.Timeout.
-func (t *Transport) getTimer() *time.Timer {
+func (t *Transport) getTimer() *time.Timer { return t.timerFor(t.cfg.Timeout) }
+
+// timerFor returns a timer from the pool, set to fire after d.
+func (t *Transport) timerFor(d time.Duration) *time.Timer {
 	tm, _ := t.timers.Get().(*time.Timer)
 	if tm == nil {
-		return time.NewTimer(t.cfg.Timeout)
+		return time.NewTimer(d)
 	}
-	tm.Reset(t.cfg.Timeout)
+	tm.Reset(d)
 	return tm
 }
 

@@ -593,3 +593,44 @@ func TestWaitReadsPastTheLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestDeathBehindEarlyFrames: a peer whose early frames have paused this
+// rank's reader, and which then dies, is still reported at once to a wait
+// on another peer — its end is read past the frames, not left behind
+// them in the socket.
+func TestDeathBehindEarlyFrames(t *testing.T) {
+	ts := mesh(t, 3, Config{}, nil)
+	const frames, size = 32, 256 << 10 // 8 MiB from rank 2, never received
+	go func() {
+		payload := make([]byte, size)
+		for i := range frames {
+			if ts[2].Send(context.Background(), 0, 1, [4]uint64{uint64(i)}, payload) != nil {
+				return // the connections closed under it
+			}
+		}
+	}()
+	p := ts[0].peers[2]
+	for deadline := time.Now().Add(5 * time.Second); p.flow.early.Load() < maxEarlyBytes; {
+		if time.Now().After(deadline) {
+			t.Fatalf("rank 0 holds %d early bytes from rank 2 after 5 s, want the %d that pause it", p.flow.early.Load(), maxEarlyBytes)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	for _, q := range ts[2].peers {
+		if q != nil {
+			q.conn.Close() // rank 2 "dies"
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ticket, _ := ts[0].Post(1, 0, make([]byte, 8)) // rank 0 waits on rank 1
+	start := time.Now()
+	_, _, err := ts[0].Wait(ctx, 1, 0, ticket)
+	var pe *PeerError
+	if !errors.As(err, &pe) || pe.Rank != 2 || !errors.Is(err, ErrPeerDied) {
+		t.Fatalf("got %v after %v, want a PeerError for rank 2 wrapping ErrPeerDied", err, time.Since(start))
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("took %v", d)
+	}
+}
