@@ -11,6 +11,8 @@ import os
 import sys
 import time
 
+from common import allocator  # first, before torch: it picks PyTorch's memory allocator
+
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp

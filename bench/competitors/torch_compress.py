@@ -17,6 +17,8 @@ import os
 import sys
 import time
 
+from common import allocator  # first, before torch: it picks PyTorch's memory allocator
+
 import numpy as np
 import torch
 import torch.distributed as dist
@@ -99,6 +101,7 @@ def main(rank, port):
     if kind == "none":  # DDP's own reducer, not dist.all_reduce: every gradient, float32
         wire[0] = 4 * sum(p.numel() for p in model.parameters()) * steps
     if rank == 0:
+        print("torch-ddp %s: allocator %s" % (kind, allocator))
         print("torch-ddp %s: training time %.2f s, %.2f MB a step handed to all-reduce (rank 0, mean over %d steps)" % (
             kind, time.perf_counter() - t0, wire[0] / steps / 1e6, steps))
     dist.destroy_process_group()

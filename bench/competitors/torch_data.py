@@ -14,6 +14,8 @@ import os
 import sys
 import time
 
+from common import allocator  # first, before torch: it picks PyTorch's memory allocator
+
 import PIL
 import torch
 import torchvision
@@ -46,6 +48,6 @@ for x, y in loader:
         continue
     n += len(y)
 sec = time.perf_counter() - start
-print(json.dumps({"images_per_sec": n / sec, "workers": workers, "images": n, "batch": batch, "seconds": sec,
+print(json.dumps({"allocator": allocator, "images_per_sec": n / sec, "workers": workers, "images": n, "batch": batch, "seconds": sec,
                   "transform": f"{what} to {size}×{size}",
                   "decoder": f"PIL {PIL.__version__} (libjpeg-turbo), torchvision {torchvision.__version__}, DataLoader num_workers={workers}"}))

@@ -11,6 +11,8 @@ import os
 import sys
 import time
 
+from common import allocator  # first, before torch: it picks PyTorch's memory allocator
+
 import numpy as np
 import torch
 import torch.distributed as dist
@@ -56,7 +58,7 @@ def train(rank):
     dist.barrier()
     secs = time.perf_counter() - t0
     if rank == 0:
-        print("torch-ddp %s np=%d: %d images in %.2f s, %.0f img/s" % (model_name, world, len(mine) * world, secs, len(mine) * world / secs))
+        print("torch-ddp %s np=%d: %d images in %.2f s, %.0f img/s (%s)" % (model_name, world, len(mine) * world, secs, len(mine) * world / secs, allocator))
 
 
 if __name__ == "__main__":

@@ -7,6 +7,8 @@ the weights gorun saves are PyTorch's.
 import os
 import sys
 
+from common import allocator  # first, before torch: it picks PyTorch's memory allocator
+
 import numpy as np
 import torch
 

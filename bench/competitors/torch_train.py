@@ -23,6 +23,8 @@ import resource
 import sys
 import time
 
+from common import allocator  # first, before torch: it picks PyTorch's memory allocator
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -36,7 +38,7 @@ threads = int(sys.argv[2]) if len(sys.argv) > 2 else 1
 torch.set_num_threads(threads)
 torch.manual_seed(1)
 
-print("torch", torch.__version__, "threads", threads, "oneDNN", torch.backends.mkldnn.is_available())
+print("torch", torch.__version__, "threads", threads, "oneDNN", torch.backends.mkldnn.is_available(), "allocator", allocator)
 
 
 def speed():

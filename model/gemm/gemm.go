@@ -15,8 +15,10 @@ type kernel struct {
 	kc   int // depth per block
 	nc   int // columns of B per block (multiple of nr)
 	// tile adds the product of an mr×kc packed panel of A and a kc×nr packed
-	// panel of B into the mr×nr tile of c at stride ldc.
-	tile func(kc int, a, b, c []float32, ldc int)
+	// panel of B into the mr×nr tile of c at stride ldc, or with add false
+	// stores it there without reading c (a product with beta = 0 writes C
+	// in its first pass over K instead of clearing it first).
+	tile func(kc int, a, b, c []float32, ldc int, add bool)
 }
 
 // Engine multiplies matrices with a fixed number of threads, reusing its
@@ -238,30 +240,35 @@ func (e *Engine) serial(ws *workspace, m, n, k int, alpha float32, a, b Matrix, 
 	if m == 0 || n == 0 {
 		return
 	}
-	if beta != 1 {
-		scale(m, n, beta, c)
-	}
 	if k == 0 || alpha == 0 {
+		if beta != 1 {
+			scale(m, n, beta, c)
+		}
 		return
+	}
+	if beta != 0 && beta != 1 {
+		scale(m, n, beta, c)
 	}
 	kr := e.k
 	for jc := 0; jc < n; jc += kr.nc {
 		nc := min(kr.nc, n-jc)
 		for pc := 0; pc < k; pc += kr.kc {
 			kc := min(kr.kc, k-pc)
+			add := beta != 0 || pc > 0 // beta = 0: the first pass over K stores
 			packB(ws.b, b, pc, jc, kc, nc, kr.nr)
 			for ic := 0; ic < m; ic += kr.mc {
 				mc := min(kr.mc, m-ic)
 				packA(ws.a, a, ic, pc, mc, kc, kr.mr, alpha)
-				e.macro(ws, mc, nc, kc, c.Data[ic*c.Stride+jc:], c.Stride)
+				e.macro(ws, mc, nc, kc, c.Data[ic*c.Stride+jc:], c.Stride, add)
 			}
 		}
 	}
 }
 
 // macro multiplies a packed mc×kc block of A by a packed kc×nc block of B
-// into C, one mr×nr tile at a time.
-func (e *Engine) macro(ws *workspace, mc, nc, kc int, c []float32, ldc int) {
+// into C (adding to it, or with add false replacing it), one mr×nr tile at
+// a time.
+func (e *Engine) macro(ws *workspace, mc, nc, kc int, c []float32, ldc int, add bool) {
 	kr := e.k
 	for jr := 0; jr < nc; jr += kr.nr {
 		nr := min(kr.nr, nc-jr)
@@ -271,15 +278,18 @@ func (e *Engine) macro(ws *workspace, mc, nc, kc int, c []float32, ldc int) {
 			ap := ws.a[ir*kc : ir*kc+kc*kr.mr]
 			off := ir*ldc + jr
 			if mr == kr.mr && nr == kr.nr {
-				kr.tile(kc, ap, bp, c[off:], ldc)
+				kr.tile(kc, ap, bp, c[off:], ldc, add)
 				continue
 			}
 			edge := ws.edge
-			clear(edge)
-			kr.tile(kc, ap, bp, edge, kr.nr)
+			kr.tile(kc, ap, bp, edge, kr.nr, false)
 			for i := 0; i < mr; i++ {
 				row := c[off+i*ldc : off+i*ldc+nr]
 				src := edge[i*kr.nr : i*kr.nr+nr]
+				if !add {
+					copy(row, src)
+					continue
+				}
 				for j := range row {
 					row[j] += src[j]
 				}
@@ -307,7 +317,12 @@ func packA(dst []float32, a Matrix, ic, pc, mc, kc, mr int, alpha float32) {
 			}
 			continue
 		}
-		for i := 0; i < rows; i++ {
+		i := 0
+		for ; i+4 <= rows; i += 4 {
+			base := (ic+ir+i)*a.Stride + pc
+			interleave4(panel[i:], mr, a.Data, base, a.Stride, kc, alpha)
+		}
+		for ; i < rows; i++ {
 			src := a.Data[(ic+ir+i)*a.Stride+pc:]
 			src = src[:kc]
 			for l, v := range src {
@@ -339,7 +354,11 @@ func packB(dst []float32, b Matrix, pc, jc, kc, nc, nr int) {
 			continue
 		}
 		// op(B)(l, j) = Data[(jc+jr+j)*Stride + pc+l]: columns are contiguous.
-		for j := 0; j < cols; j++ {
+		j := 0
+		for ; j+4 <= cols; j += 4 {
+			interleave4(panel[j:], nr, b.Data, (jc+jr+j)*b.Stride+pc, b.Stride, kc, 1)
+		}
+		for ; j < cols; j++ {
 			src := b.Data[(jc+jr+j)*b.Stride+pc:]
 			src = src[:kc]
 			for l, v := range src {
@@ -351,6 +370,29 @@ func packB(dst []float32, b Matrix, pc, jc, kc, nc, nr int) {
 				panel[l*nr+j] = 0
 			}
 		}
+	}
+}
+
+// interleave4 transposes four rows of kc values, src[base+r·stride+l] for
+// r < 4, into dst[l·width+r], scaled by alpha: the transposing step of both
+// packings. Four rows at a time keep the stores of one l in one 16-byte
+// run and read four sequential streams, where a row at a time strided
+// every store.
+func interleave4(dst []float32, width int, src []float32, base, stride, kc int, alpha float32) {
+	r0 := src[base : base+kc]
+	r1 := src[base+stride : base+stride+kc]
+	r2 := src[base+2*stride : base+2*stride+kc]
+	r3 := src[base+3*stride : base+3*stride+kc]
+	if kc == 0 {
+		return
+	}
+	_ = dst[(kc-1)*width+3]
+	for l := range r0 {
+		o := dst[l*width : l*width+4 : l*width+4]
+		o[0] = alpha * r0[l]
+		o[1] = alpha * r1[l]
+		o[2] = alpha * r2[l]
+		o[3] = alpha * r3[l]
 	}
 }
 

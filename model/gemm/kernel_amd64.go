@@ -20,19 +20,20 @@ func bestKernel() kernel {
 	return goKernel
 }
 
-func tileAVX2(kc int, a, b, c []float32, ldc int) {
+func tileAVX2(kc int, a, b, c []float32, ldc int, add bool) {
 	// Bounds checks once per tile; the assembly then runs unchecked.
 	_ = a[6*kc-1]
 	_ = b[16*kc-1]
 	_ = c[5*ldc+15]
-	kernel6x16(kc, &a[0], &b[0], &c[0], ldc)
+	kernel6x16(kc, &a[0], &b[0], &c[0], ldc, add)
 }
 
 // kernel6x16 adds the product of a packed 6×kc panel a and a packed kc×16
-// panel b into the 6×16 tile at c (row stride ldc elements). kc ≥ 1.
+// panel b into the 6×16 tile at c (row stride ldc elements), or with add
+// false stores it there without reading c. kc ≥ 1.
 //
 //go:noescape
-func kernel6x16(kc int, a, b, c *float32, ldc int)
+func kernel6x16(kc int, a, b, c *float32, ldc int, add bool)
 
 // availableKernels lists every micro-kernel this CPU can run, best first.
 func availableKernels() []kernel {
@@ -46,14 +47,14 @@ func availableKernels() []kernel {
 	return append(ks, goKernel)
 }
 
-func tileAVX512(kc int, a, b, c []float32, ldc int) {
+func tileAVX512(kc int, a, b, c []float32, ldc int, add bool) {
 	_ = a[12*kc-1]
 	_ = b[32*kc-1]
 	_ = c[11*ldc+31]
-	kernel12x32(kc, &a[0], &b[0], &c[0], ldc)
+	kernel12x32(kc, &a[0], &b[0], &c[0], ldc, add)
 }
 
 // kernel12x32 is kernel6x16's AVX-512 counterpart for a 12×32 tile.
 //
 //go:noescape
-func kernel12x32(kc int, a, b, c *float32, ldc int)
+func kernel12x32(kc int, a, b, c *float32, ldc int, add bool)

@@ -1,7 +1,7 @@
 #include "textflag.h"
 
-// func kernel6x16(kc int, a, b, c *float32, ldc int)
-TEXT ·kernel6x16(SB), NOSPLIT, $0-40
+// func kernel6x16(kc int, a, b, c *float32, ldc int, add bool)
+TEXT ·kernel6x16(SB), NOSPLIT, $0-41
 	MOVQ kc+0(FP), CX
 	MOVQ a+8(FP), SI
 	MOVQ b+16(FP), DI
@@ -149,6 +149,9 @@ loop1:
 	JNZ  loop1
 
 store:
+	MOVBLZX add+40(FP), R9
+	TESTL R9, R9
+	JZ store_set
 	VADDPS (DX), Y4, Y4
 	VADDPS 32(DX), Y5, Y5
 	VMOVUPS Y4, (DX)
@@ -180,10 +183,30 @@ store:
 	VMOVUPS Y15, 32(DX)
 	VZEROUPPER
 	RET
+store_set:
+	VMOVUPS Y4, (DX)
+	VMOVUPS Y5, 32(DX)
+	ADDQ R8, DX
+	VMOVUPS Y6, (DX)
+	VMOVUPS Y7, 32(DX)
+	ADDQ R8, DX
+	VMOVUPS Y8, (DX)
+	VMOVUPS Y9, 32(DX)
+	ADDQ R8, DX
+	VMOVUPS Y10, (DX)
+	VMOVUPS Y11, 32(DX)
+	ADDQ R8, DX
+	VMOVUPS Y12, (DX)
+	VMOVUPS Y13, 32(DX)
+	ADDQ R8, DX
+	VMOVUPS Y14, (DX)
+	VMOVUPS Y15, 32(DX)
+	VZEROUPPER
+	RET
 
-// func kernel12x32(kc int, a, b, c *float32, ldc int)
+// func kernel12x32(kc int, a, b, c *float32, ldc int, add bool)
 // AVX-512: a 12×32 tile in 24 ZMM accumulators (Z8–Z31).
-TEXT ·kernel12x32(SB), NOSPLIT, $0-40
+TEXT ·kernel12x32(SB), NOSPLIT, $0-41
 	MOVQ kc+0(FP), CX
 	MOVQ a+8(FP), SI
 	MOVQ b+16(FP), DI
@@ -257,6 +280,9 @@ loop512:
 	ADDQ $128, DI
 	DECQ CX
 	JNZ loop512
+	MOVBLZX add+40(FP), R9
+	TESTL R9, R9
+	JZ store512_set
 	VADDPS (DX), Z8, Z8
 	VADDPS 64(DX), Z9, Z9
 	VMOVUPS Z8, (DX)
@@ -314,6 +340,44 @@ loop512:
 	ADDQ R8, DX
 	VADDPS (DX), Z30, Z30
 	VADDPS 64(DX), Z31, Z31
+	VMOVUPS Z30, (DX)
+	VMOVUPS Z31, 64(DX)
+	VZEROUPPER
+	RET
+store512_set:
+	VMOVUPS Z8, (DX)
+	VMOVUPS Z9, 64(DX)
+	ADDQ R8, DX
+	VMOVUPS Z10, (DX)
+	VMOVUPS Z11, 64(DX)
+	ADDQ R8, DX
+	VMOVUPS Z12, (DX)
+	VMOVUPS Z13, 64(DX)
+	ADDQ R8, DX
+	VMOVUPS Z14, (DX)
+	VMOVUPS Z15, 64(DX)
+	ADDQ R8, DX
+	VMOVUPS Z16, (DX)
+	VMOVUPS Z17, 64(DX)
+	ADDQ R8, DX
+	VMOVUPS Z18, (DX)
+	VMOVUPS Z19, 64(DX)
+	ADDQ R8, DX
+	VMOVUPS Z20, (DX)
+	VMOVUPS Z21, 64(DX)
+	ADDQ R8, DX
+	VMOVUPS Z22, (DX)
+	VMOVUPS Z23, 64(DX)
+	ADDQ R8, DX
+	VMOVUPS Z24, (DX)
+	VMOVUPS Z25, 64(DX)
+	ADDQ R8, DX
+	VMOVUPS Z26, (DX)
+	VMOVUPS Z27, 64(DX)
+	ADDQ R8, DX
+	VMOVUPS Z28, (DX)
+	VMOVUPS Z29, 64(DX)
+	ADDQ R8, DX
 	VMOVUPS Z30, (DX)
 	VMOVUPS Z31, 64(DX)
 	VZEROUPPER

@@ -4,7 +4,7 @@ package gemm
 // accumulators, which the Go compiler keeps in registers well enough.
 var goKernel = kernel{name: "go 4x8", mr: 4, nr: 8, mc: 128, kc: 256, nc: 2048, tile: tileGo4x8}
 
-func tileGo4x8(kc int, a, b, c []float32, ldc int) {
+func tileGo4x8(kc int, a, b, c []float32, ldc int, add bool) {
 	var c00, c01, c02, c03, c04, c05, c06, c07 float32
 	var c10, c11, c12, c13, c14, c15, c16, c17 float32
 	var c20, c21, c22, c23, c24, c25, c26, c27 float32
@@ -51,6 +51,13 @@ func tileGo4x8(kc int, a, b, c []float32, ldc int) {
 		c35 += a3 * b5
 		c36 += a3 * b6
 		c37 += a3 * b7
+	}
+	if !add {
+		copy(c[0*ldc:0*ldc+8], []float32{c00, c01, c02, c03, c04, c05, c06, c07})
+		copy(c[1*ldc:1*ldc+8], []float32{c10, c11, c12, c13, c14, c15, c16, c17})
+		copy(c[2*ldc:2*ldc+8], []float32{c20, c21, c22, c23, c24, c25, c26, c27})
+		copy(c[3*ldc:3*ldc+8], []float32{c30, c31, c32, c33, c34, c35, c36, c37})
+		return
 	}
 	addRow8(c[0*ldc:0*ldc+8], c00, c01, c02, c03, c04, c05, c06, c07)
 	addRow8(c[1*ldc:1*ldc+8], c10, c11, c12, c13, c14, c15, c16, c17)
