@@ -111,6 +111,7 @@ func runWorker(scenario string) error {
 	}
 	cfg, trainSet, testSet := ddpSetupModel(model, envInt("DDP_DATA_WORLD"), perRank, steps, epochs)
 	cfg.BatchSize = perRank
+	cfg.GradCompression = os.Getenv("DDP_COMPRESS")
 	if scenario == "equiv-localbn" {
 		cfg.SyncBatchNorm = false
 	}

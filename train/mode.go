@@ -10,6 +10,7 @@ import (
 
 	"github.com/gorun/gorun/comm"
 	"github.com/gorun/gorun/model/nn"
+	"github.com/gorun/gorun/model/safetensors"
 	"github.com/gorun/gorun/model/tensor"
 	"github.com/gorun/gorun/train/checkpoint"
 	"github.com/gorun/gorun/train/data"
@@ -67,6 +68,12 @@ type gradSync interface {
 	// sum adds v up across the replicas.
 	sum(ctx context.Context, v []float64) error
 	commTimes() (busy, exposed time.Duration)
+	// state gathers what the sync keeps from step to step for a
+	// checkpoint (PowerSGD's), onto rank 0; every replica calls it. restore
+	// loads it from a checkpoint's training file, whose tensors for it
+	// carry prefix, and says why it started afresh if it did.
+	state(ctx context.Context) ([]nn.Var, error)
+	restore(f *safetensors.File, prefix string) (string, error)
 	describe(w io.Writer, t *Trainer)
 	close()
 }
@@ -80,8 +87,12 @@ func (alone) beforeBackward(bool)                      {}
 func (alone) afterBackward() error                     { return nil }
 func (alone) sum(context.Context, []float64) error     { return nil }
 func (alone) commTimes() (busy, exposed time.Duration) { return 0, 0 }
-func (alone) describe(io.Writer, *Trainer)             {}
-func (alone) close()                                   {}
+func (alone) state(context.Context) ([]nn.Var, error)  { return nil, nil }
+func (alone) restore(*safetensors.File, string) (string, error) {
+	return "", nil
+}
+func (alone) describe(io.Writer, *Trainer) {}
+func (alone) close()                       {}
 
 // dataParallel averages gradients across the group with DDP. A whole
 // model's buckets are reduced during backward, on the batches that end an
@@ -136,6 +147,20 @@ func (d *dataParallel) describe(w io.Writer, t *Trainer) {
 	}
 	fmt.Fprintf(w, "Data parallel over %d ranks: batch %d per rank (%d in all), gradients averaged in %d buckets of %v elements%s%s\n",
 		d.world(), t.cfg.BatchSize, t.cfg.BatchSize*d.world(), len(d.ddp.Buckets()), d.ddp.Buckets(), wire, bn)
+}
+
+func (d *dataParallel) state(ctx context.Context) ([]nn.Var, error) {
+	if d.ddp.psgd == nil {
+		return nil, nil
+	}
+	return d.ddp.psgd.state(ctx, d.g)
+}
+
+func (d *dataParallel) restore(f *safetensors.File, prefix string) (string, error) {
+	if d.ddp.psgd == nil {
+		return "", nil
+	}
+	return d.ddp.psgd.restore(f, prefix, d.g.Rank(), d.g.Size())
 }
 
 func (d *dataParallel) close() { d.ddp.Close() }

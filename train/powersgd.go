@@ -1,6 +1,7 @@
 package train
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -10,6 +11,9 @@ import (
 
 	"github.com/gorun/gorun/comm"
 	"github.com/gorun/gorun/model/gemm"
+	"github.com/gorun/gorun/model/nn"
+	"github.com/gorun/gorun/model/safetensors"
+	"github.com/gorun/gorun/model/tensor"
 )
 
 // PowerSGD (Vogels, Karimireddy and Jaggi, NeurIPS 2019), as PyTorch's
@@ -271,3 +275,119 @@ func subInto(dst, src []float32) {
 		dst[i] -= v
 	}
 }
+
+// PowerSGD's state in a checkpoint's training file: the step count, each
+// bucket's Q (the same on every replica: it was averaged) and every
+// replica's error feedback, gathered to rank 0, so that a resumed run
+// compresses exactly as an uninterrupted one would.
+const (
+	psgdStepsName = "powersgd.steps"
+	psgdQName     = "powersgd.q.%d"     // by bucket
+	psgdErrorName = "powersgd.error.%d" // by replica, every matrix's error feedback in bucket order
+)
+
+// errorLen is the number of error-feedback values one replica keeps.
+func (ps *powerSGD) errorLen() int {
+	n := 0
+	for _, b := range ps.buckets {
+		for _, m := range b.mats {
+			n += len(m.err)
+		}
+	}
+	return n
+}
+
+// state gathers the compression state for a checkpoint onto rank 0 (nil
+// elsewhere). Every replica calls it.
+func (ps *powerSGD) state(ctx context.Context, g *comm.Group) ([]nn.Var, error) {
+	n := ps.errorLen()
+	mine := make([]float32, 0, n)
+	for _, b := range ps.buckets {
+		for _, m := range b.mats {
+			mine = append(mine, m.err...)
+		}
+	}
+	var all []float32
+	if g.Rank() == 0 {
+		all = make([]float32, n*g.Size())
+	}
+	if err := g.Gather(ctx, mine, all, 0); err != nil {
+		return nil, fmt.Errorf("gathering PowerSGD's error feedback for the checkpoint: %w", err)
+	}
+	if g.Rank() != 0 {
+		return nil, nil
+	}
+	steps := int64(ps.steps)
+	vars := []nn.Var{{Name: psgdStepsName, Count: &steps}}
+	for bi, b := range ps.buckets {
+		vars = append(vars, nn.Var{Name: fmt.Sprintf(psgdQName, bi), Value: vector(append([]float32(nil), b.second...))})
+	}
+	for r := range g.Size() {
+		vars = append(vars, nn.Var{Name: fmt.Sprintf(psgdErrorName, r), Value: vector(all[r*n : (r+1)*n])})
+	}
+	return vars, nil
+}
+
+// restore loads the state saved by state from a checkpoint's training
+// file (tensors named with prefix) into replica rank of world. It returns
+// why it started afresh instead ("" when it restored everything): a
+// checkpoint without PowerSGD's state, or with another layout (another
+// rank or model), starts compression over as a new run does; one saved
+// by another number of replicas keeps the step count and Q and starts
+// the error feedback at zero.
+func (ps *powerSGD) restore(f *safetensors.File, prefix string, rank, world int) (string, error) {
+	st, ok := f.Get(prefix + psgdStepsName)
+	if !ok {
+		return "the checkpoint holds no PowerSGD state (saved without it, or by an older build): PowerSGD starts afresh", nil
+	}
+	if len(st.I64) != 1 || st.I64[0] < 0 {
+		return "", fmt.Errorf("%s: %s%s: want one step count ≥ 0, have %s %v", f.Path, prefix, psgdStepsName, st.DType, st.Shape)
+	}
+	for bi, b := range ps.buckets {
+		name := prefix + fmt.Sprintf(psgdQName, bi)
+		q, ok := f.Get(name)
+		if !ok || len(q.F32) != len(b.second) {
+			return "the checkpoint's PowerSGD state has another layout (another rank or model): PowerSGD starts afresh", nil
+		}
+	}
+	if _, ok := f.Get(prefix + fmt.Sprintf(psgdQName, len(ps.buckets))); ok {
+		return "the checkpoint's PowerSGD state has another layout (more gradient buckets): PowerSGD starts afresh", nil
+	}
+	saved := 0
+	for {
+		if _, ok := f.Get(prefix + fmt.Sprintf(psgdErrorName, saved)); !ok {
+			break
+		}
+		saved++
+	}
+	n := ps.errorLen()
+	var mine []float32
+	if saved == world {
+		e, _ := f.Get(prefix + fmt.Sprintf(psgdErrorName, rank))
+		if len(e.F32) != n {
+			return "", fmt.Errorf("%s: %s%s holds %d values, want %d", f.Path, prefix, fmt.Sprintf(psgdErrorName, rank), len(e.F32), n)
+		}
+		mine = e.F32
+	}
+	ps.steps = int(st.I64[0])
+	for bi := range ps.buckets {
+		b := &ps.buckets[bi]
+		q, _ := f.Get(prefix + fmt.Sprintf(psgdQName, bi))
+		copy(b.second, q.F32)
+		for i := range b.mats {
+			m := &b.mats[i]
+			if mine == nil {
+				clear(m.err)
+				continue
+			}
+			mine = mine[copy(m.err, mine):]
+		}
+	}
+	if saved != world {
+		return fmt.Sprintf("the checkpoint holds PowerSGD's error feedback of %d replicas, this run has %d: it starts at zero", saved, world), nil
+	}
+	return "", nil
+}
+
+// vector is v as a one-dimensional host tensor (sharing v).
+func vector(v []float32) *tensor.Tensor { return &tensor.Tensor{Shape: []int{len(v)}, Data: v} }

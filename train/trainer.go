@@ -78,6 +78,8 @@ type Trainer struct {
 	// origin numbers the ranks of a shrunk job as the job first did (nil
 	// before a shrink).
 	origin []int
+	// notes are lines for the run's description (Describe).
+	notes []string
 }
 
 // epochProgress is how far an epoch got: skip positions of its order
@@ -211,8 +213,31 @@ func New(ctx context.Context, cfg Config, be tensor.Backend, train, test *data.D
 		if err := t.replicate(ctx, replicas); err != nil {
 			return nil, err
 		}
+		if s.resume != "" {
+			if err := t.restoreSync(s.resume); err != nil {
+				return nil, err
+			}
+		}
 	}
 	return t, nil
+}
+
+// restoreSync loads the gradient sync's state (PowerSGD's) saved with the
+// checkpoint at path; why it started afresh instead, if it did, goes into
+// the run's description.
+func (t *Trainer) restoreSync(path string) error {
+	f, err := checkpoint.ReadTrainState(t.compute.checkpointPath(path))
+	if err != nil {
+		return err
+	}
+	note, err := t.sync.restore(f, checkpoint.SyncPrefix)
+	if err != nil {
+		return err
+	}
+	if note != "" {
+		t.notes = append(t.notes, "Resumed: "+note)
+	}
+	return nil
 }
 
 // loaderConfig is the configuration of a loader keeping prefetch
@@ -460,6 +485,9 @@ func (t *Trainer) Describe(w io.Writer, backend string) {
 	}
 	fmt.Fprintf(w, "Training %s from epoch %d, batch %d, %s, seed %d\n", epochs, t.epoch+1, t.cfg.BatchSize, t.cfg.describe(), t.cfg.Seed)
 	t.sync.describe(w, t)
+	for _, n := range t.notes {
+		fmt.Fprintln(w, n)
+	}
 }
 
 // Run trains the remaining epochs, evaluating after each, reporting, and
@@ -530,10 +558,16 @@ func (t *Trainer) runEpoch(ctx context.Context, epoch int) error {
 			return fmt.Errorf("report: %w", err)
 		}
 	}
-	if t.SavePath != "" && t.sync.rank() == 0 { // a pipeline's rank 0 is pipeline 0: each of its stages saves
+	if t.SavePath != "" {
 		t0 := time.Now()
-		if err := t.Save(t.SavePath); err != nil {
+		sync, err := t.sync.state(ctx) // every replica: PowerSGD's state goes to rank 0
+		if err != nil {
 			return err
+		}
+		if t.sync.rank() == 0 { // a pipeline's rank 0 is pipeline 0: each of its stages saves
+			if err := t.save(t.SavePath, sync); err != nil {
+				return err
+			}
 		}
 		t.times.Checkpoint += time.Since(t0)
 	}
@@ -746,12 +780,14 @@ func (t *Trainer) saveInEpoch(ctx context.Context, p epochProgress) error {
 	}
 	w := float64(t.sync.world())
 	p.loss, p.seen = sums[0]/w, int(sums[1]/w)
-	if t.sync.rank() != 0 {
-		return nil
-	}
 	t0 := time.Now()
+	sync, err := t.sync.state(ctx)
+	if err != nil || t.sync.rank() != 0 {
+		t.times.Checkpoint += time.Since(t0)
+		return err
+	}
 	t.inEpoch = p
-	err := t.Save(t.SavePath)
+	err = t.save(t.SavePath, sync)
 	t.inEpoch = epochProgress{}
 	t.times.Checkpoint += time.Since(t0)
 	return err
@@ -759,13 +795,19 @@ func (t *Trainer) saveInEpoch(ctx context.Context, p epochProgress) error {
 
 // Save writes a checkpoint (weights at path, training state beside it);
 // a pipeline stage writes its own stage's, at StagePath(path, stage).
-func (t *Trainer) Save(path string) error {
+// What the gradient sync keeps from step to step (PowerSGD's state) is
+// gathered from every replica, so only the checkpoints the trainer
+// writes itself (SavePath) hold it; a run resumed from one saved here
+// starts PowerSGD afresh.
+func (t *Trainer) Save(path string) error { return t.save(path, nil) }
+
+func (t *Trainer) save(path string, sync []nn.Var) error {
 	m, err := t.meta()
 	if err != nil {
 		return err
 	}
 	t.compute.stamp(&m)
-	return checkpoint.Save(t.compute.checkpointPath(path), t.compute.layer(), t.opt, m)
+	return checkpoint.Save(t.compute.checkpointPath(path), t.compute.layer(), t.opt, m, sync...)
 }
 
 // resume restores the run saved at path (see ResumeFrom).

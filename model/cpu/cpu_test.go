@@ -198,14 +198,14 @@ func TestConvolution(t *testing.T) {
 		n, c, f, hw int
 		p           tensor.ConvParams
 	}{
-		{7, 3, 5, 8, tensor.ConvParams{KernelH: 3, KernelW: 3, StrideH: 1, StrideW: 1, PadH: 1, PadW: 1}},  // 64 outputs: grouped
-		{5, 4, 6, 16, tensor.ConvParams{KernelH: 3, KernelW: 3, StrideH: 1, StrideW: 1, PadH: 1, PadW: 1}}, // 256: pairs
-		{3, 2, 4, 28, tensor.ConvParams{KernelH: 3, KernelW: 3, StrideH: 1, StrideW: 1}},                   // one per GEMM
-		{6, 8, 3, 4, tensor.ConvParams{KernelH: 1, KernelW: 1, StrideH: 1, StrideW: 1}},                    // pointwise, grouped
-		{2, 8, 3, 20, tensor.ConvParams{KernelH: 1, KernelW: 1, StrideH: 1, StrideW: 1}},                   // pointwise, direct
-		{4, 3, 4, 15, tensor.ConvParams{KernelH: 7, KernelW: 7, StrideH: 2, StrideW: 2, PadH: 3, PadW: 3}}, // strided
+		{7, 3, 5, 8, tensor.ConvParams{KernelH: 3, KernelW: 3, StrideH: 1, StrideW: 1, PadH: 1, PadW: 1}},    // 64 outputs: grouped
+		{5, 4, 6, 16, tensor.ConvParams{KernelH: 3, KernelW: 3, StrideH: 1, StrideW: 1, PadH: 1, PadW: 1}},   // 256: pairs
+		{3, 2, 4, 28, tensor.ConvParams{KernelH: 3, KernelW: 3, StrideH: 1, StrideW: 1}},                     // one per GEMM
+		{6, 8, 3, 4, tensor.ConvParams{KernelH: 1, KernelW: 1, StrideH: 1, StrideW: 1}},                      // pointwise, grouped
+		{2, 8, 3, 20, tensor.ConvParams{KernelH: 1, KernelW: 1, StrideH: 1, StrideW: 1}},                     // pointwise, direct
+		{4, 3, 4, 15, tensor.ConvParams{KernelH: 7, KernelW: 7, StrideH: 2, StrideW: 2, PadH: 3, PadW: 3}},   // strided
 		{1, 32, 64, 32, tensor.ConvParams{KernelH: 3, KernelW: 3, StrideH: 1, StrideW: 1, PadH: 1, PadW: 1}}, // one image: the GEMM split over threads
-		{3, 2, 3, 9, tensor.ConvParams{KernelH: 3, KernelW: 2, StrideH: 2, StrideW: 1, PadH: 2, PadW: 1}},   // uneven kernel, wide padding
+		{3, 2, 3, 9, tensor.ConvParams{KernelH: 3, KernelW: 2, StrideH: 2, StrideW: 1, PadH: 2, PadW: 1}},    // uneven kernel, wide padding
 	}
 	for _, threads := range []int{1, 2} {
 		be := New(threads)

@@ -138,10 +138,15 @@ func notDirectories(path string) error {
 	return nil
 }
 
+// SyncPrefix starts the names of the gradient sync's state in the
+// training file (PowerSGD's: train's data-parallel code reads them).
+const SyncPrefix = "sync."
+
 // Save writes net's weights to path and the resumable training state
-// (weights, opt's state, meta) to TrainPath(path). opt may be nil to save
-// weights and metadata only.
-func Save(path string, net nn.Layer, opt optim.Optimizer, meta Meta) error {
+// (weights, opt's state, meta, and sync, the gradient sync's state, under
+// SyncPrefix) to TrainPath(path). opt may be nil to save weights and
+// metadata only.
+func Save(path string, net nn.Layer, opt optim.Optimizer, meta Meta, sync ...nn.Var) error {
 	// Also here, for callers that did not probe: before either file.
 	if err := notDirectories(path); err != nil {
 		return err
@@ -154,6 +159,7 @@ func Save(path string, net nn.Layer, opt optim.Optimizer, meta Meta) error {
 	md := map[string]string{metaKey: string(mj), "format": "pt"}
 	if opt != nil {
 		tensors := append(nn.VarTensors("model.", net.State()), nn.VarTensors("optimizer.", opt.State())...)
+		tensors = append(tensors, nn.VarTensors(SyncPrefix, sync)...)
 		if err := safetensors.WriteFile(TrainPath(path), tensors, md); err != nil {
 			return fmt.Errorf("checkpoint: %w", err)
 		}
@@ -214,6 +220,16 @@ func ReadTrainMeta(path string) (*Meta, error) {
 		return nil, fmt.Errorf("checkpoint: cannot resume from %s: %w", path, err)
 	}
 	return parseMeta(f)
+}
+
+// ReadTrainState reads the training state file of the checkpoint at path
+// (for the gradient sync's state under SyncPrefix).
+func ReadTrainState(path string) (*safetensors.File, error) {
+	f, err := safetensors.ReadFile(TrainPath(path))
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: cannot resume from %s: %w", path, err)
+	}
+	return f, nil
 }
 
 // Resume restores net and opt from the training state saved with the
