@@ -16,7 +16,9 @@ type Backend struct {
 	chunks []scratch // per-chunk buffers of the parallel convolution loops
 	conv   convTask
 	elem   elemTask
+	bn     bnTask
 	stats  []float64 // batch norm's per-channel sums
+	shift  []float32 // batch norm's per-channel K (norm.go)
 }
 
 // scratch is one chunk's working memory, grown on demand and then reused.

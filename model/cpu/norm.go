@@ -6,132 +6,235 @@ import (
 	"github.com/gorun/gorun/model/tensor"
 )
 
-// channelSums returns Σx per channel of x [N, C, ...] in float64.
-func channelSums(x *tensor.Tensor, out []float64) {
-	n, c, hw := tensor.Planes(x)
-	for ch := 0; ch < c; ch++ {
-		var s float64
-		for i := 0; i < n; i++ {
-			for _, v := range x.Data[(i*c+ch)*hw : (i*c+ch+1)*hw] {
-				s += float64(v)
+// Batch norm runs in phases over channel ranges spread across the threads
+// (each channel's work is the same whatever the thread count, so results
+// do not depend on it): the statistics, then — after SumAcross has
+// combined them over the replicas, on the calling goroutine — the
+// normalisation. Sums accumulate in float64, in independent partial sums
+// per plane so that the additions do not wait on each other. The mean and
+// variance come from one pass: Σ(x − K) and Σ(x − K)², K a value of the
+// channel itself (its first) — within a few standard deviations of the
+// mean, so the variance Σ(x − K)² − (Σ(x − K))²/m loses nothing to
+// cancellation. Statistics combined across replicas need one K for all:
+// there K is the running mean, the same on every replica, which costs
+// precision only while the variance is below about 1e-10 of
+// (mean − running mean)².
+
+// bnPhase is what a bnTask computes for its channels.
+type bnPhase int
+
+const (
+	bnMoments   bnPhase = iota // stats[ch], stats[c+1+ch] = Σ(x − K), Σ(x − K)², K = shift[ch]
+	bnNormalize                // y = x·scale + shift with saveMean, saveInvStd
+	bnGradSums                 // stats[2ch], stats[2ch+1] = Σdy, Σdy·x̂
+	bnGradInput                // dx from the sums
+)
+
+// bnTask is one phase of a batch norm, kept in the backend so that handing
+// it to the pool allocates nothing.
+type bnTask struct {
+	phase                bnPhase
+	x, y, dy, dx         *tensor.Tensor
+	gamma, beta          *tensor.Tensor
+	saveMean, saveInvStd *tensor.Tensor
+	shift                []float32 // bnMoments' K per channel
+	stats                []float64
+	n, c, hw, per        int
+	training             bool
+}
+
+// runBN runs phase over every channel, in ranges across the threads.
+func (b *Backend) runBN(phase bnPhase) {
+	t := &b.bn
+	t.phase = phase
+	chunks := min(b.pool.Threads(), t.c, ceilDiv(t.n*t.c*t.hw, elemGrain))
+	if chunks <= 1 {
+		t.per = t.c
+		t.Do(0, 0)
+		return
+	}
+	t.per = ceilDiv(t.c, chunks)
+	b.pool.Run(ceilDiv(t.c, t.per), t)
+}
+
+func (t *bnTask) Do(_, i int) {
+	for ch := i * t.per; ch < min((i+1)*t.per, t.c); ch++ {
+		t.channel(ch)
+	}
+}
+
+// plane returns image i's plane of channel ch of v.
+func (t *bnTask) plane(v *tensor.Tensor, i, ch int) []float32 {
+	at := (i*t.c + ch) * t.hw
+	return v.Data[at : at+t.hw]
+}
+
+func (t *bnTask) channel(ch int) {
+	c := t.c
+	switch t.phase {
+	case bnMoments:
+		k := float64(t.shift[ch])
+		var s1, s2 float64
+		for i := range t.n {
+			a, b := planeMoments(t.plane(t.x, i, ch), k)
+			s1 += a
+			s2 += b
+		}
+		t.stats[ch], t.stats[c+1+ch] = s1, s2
+	case bnNormalize:
+		scale := t.saveInvStd.Data[ch] * t.gamma.Data[ch]
+		shift := t.beta.Data[ch] - t.saveMean.Data[ch]*scale
+		for i := range t.n {
+			out := t.plane(t.y, i, ch)
+			for s, v := range t.plane(t.x, i, ch) {
+				out[s] = v*scale + shift
 			}
 		}
-		out[ch] = s
+	case bnGradSums:
+		mean, invStd := float64(t.saveMean.Data[ch]), float64(t.saveInvStd.Data[ch])
+		var sumDy, sumDyDev float64
+		for i := range t.n {
+			a, b := planeGradSums(t.plane(t.x, i, ch), t.plane(t.dy, i, ch), mean)
+			sumDy += a
+			sumDyDev += b
+		}
+		t.stats[2*ch], t.stats[2*ch+1] = sumDy, sumDyDev*invStd
+	case bnGradInput:
+		invStd := float64(t.saveInvStd.Data[ch])
+		k := float64(t.gamma.Data[ch]) * invStd
+		if !t.training {
+			kf := float32(k)
+			for i := range t.n {
+				out := t.plane(t.dx, i, ch)
+				for s, g := range t.plane(t.dy, i, ch) {
+					out[s] = g * kf
+				}
+			}
+			return
+		}
+		// dx = γ·σ⁻¹·(dy − mean(dy) − x̂·mean(dy·x̂)), x̂ = (x − μ)·σ⁻¹:
+		// dx = a·dy + b·x + d, the coefficients in float64, the
+		// elements in float32.
+		m := t.stats[2*c]
+		meanDy, meanDyXhat := t.stats[2*ch]/m, t.stats[2*ch+1]/m
+		mu := float64(t.saveMean.Data[ch])
+		a := float32(k)
+		bx := float32(-k * invStd * meanDyXhat)
+		d := float32(k * (mu*invStd*meanDyXhat - meanDy))
+		for i := range t.n {
+			out, x := t.plane(t.dx, i, ch), t.plane(t.x, i, ch)
+			g := t.plane(t.dy, i, ch)
+			g = g[:len(x)]
+			out = out[:len(x)]
+			for s, v := range x {
+				out[s] = a*g[s] + bx*v + d
+			}
+		}
 	}
+}
+
+// planeMoments returns Σ(v − k) and Σ(v − k)² in float64.
+func planeMoments(v []float32, k float64) (float64, float64) {
+	var a0, a1, b0, b1 float64
+	i := 0
+	for ; i+2 <= len(v); i += 2 {
+		d0, d1 := float64(v[i])-k, float64(v[i+1])-k
+		a0 += d0
+		a1 += d1
+		b0 += d0 * d0
+		b1 += d1 * d1
+	}
+	for ; i < len(v); i++ {
+		d := float64(v[i]) - k
+		a0 += d
+		b0 += d * d
+	}
+	return a0 + a1, b0 + b1
+}
+
+// planeGradSums returns Σg and Σg·(x − mean) in float64.
+func planeGradSums(x, g []float32, mean float64) (float64, float64) {
+	g = g[:len(x)]
+	var a0, a1, b0, b1 float64
+	i := 0
+	for ; i+2 <= len(x); i += 2 {
+		g0, g1 := float64(g[i]), float64(g[i+1])
+		a0 += g0
+		a1 += g1
+		b0 += g0 * (float64(x[i]) - mean)
+		b1 += g1 * (float64(x[i+1]) - mean)
+	}
+	for ; i < len(x); i++ {
+		gi := float64(g[i])
+		a0 += gi
+		b0 += gi * (float64(x[i]) - mean)
+	}
+	return a0 + a1, b0 + b1
 }
 
 // BatchNorm implements tensor.Backend. Statistics accumulate in float64;
 // with p.SumAcross they are the whole distributed batch's.
 func (b *Backend) BatchNorm(x, y, gamma, beta, runMean, runVar, saveMean, saveInvStd *tensor.Tensor, p tensor.BatchNormParams) {
 	n, c, hw := tensor.Planes(x)
+	t := &b.bn
+	*t = bnTask{x: x, y: y, gamma: gamma, beta: beta, saveMean: saveMean, saveInvStd: saveInvStd, n: n, c: c, hw: hw, training: p.Training}
 	if p.Training {
-		// Pass 1: the mean. Pass 2: the variance about it.
-		stats := growF64(&b.stats, 2*c+1)[:c+1]
-		channelSums(x, stats[:c])
-		stats[c] = float64(n * hw)
-		if p.SumAcross != nil {
-			p.SumAcross(stats)
-		}
-		m := stats[c]
-		means := stats[:c]
-		for ch := range means {
-			means[ch] /= m
-		}
-		ss := b.stats[c+1 : 2*c+1]
-		for ch := 0; ch < c; ch++ {
-			mean := means[ch]
-			var acc float64
-			for i := 0; i < n; i++ {
-				for _, v := range x.Data[(i*c+ch)*hw : (i*c+ch+1)*hw] {
-					d := float64(v) - mean
-					acc += d * d
-				}
+		// The first two moments about K, in one pass.
+		t.shift = runMean.Data
+		if p.SumAcross == nil {
+			t.shift = grow(&b.shift, c)
+			for ch := range c {
+				t.shift[ch] = x.Data[ch*hw]
 			}
-			ss[ch] = acc
 		}
+		t.stats = growF64(&b.stats, 2*c+1)
+		b.runBN(bnMoments)
+		t.stats[c] = float64(n * hw)
 		if p.SumAcross != nil {
-			p.SumAcross(ss)
+			p.SumAcross(t.stats)
 		}
+		m := t.stats[c]
 		mom := float64(p.Momentum)
-		for ch := 0; ch < c; ch++ {
-			variance := ss[ch] / m
+		for ch := range c {
+			d := t.stats[ch] / m // mean − K
+			mean := float64(t.shift[ch]) + d
+			ss := max(t.stats[c+1+ch]-d*t.stats[ch], 0) // Σ(x − mean)²
+			variance := ss / m
 			unbiased := variance
 			if m > 1 {
-				unbiased = ss[ch] / (m - 1)
+				unbiased = ss / (m - 1)
 			}
-			runMean.Data[ch] = float32((1-mom)*float64(runMean.Data[ch]) + mom*means[ch])
+			runMean.Data[ch] = float32((1-mom)*float64(runMean.Data[ch]) + mom*mean)
 			runVar.Data[ch] = float32((1-mom)*float64(runVar.Data[ch]) + mom*unbiased)
-			saveMean.Data[ch] = float32(means[ch])
+			saveMean.Data[ch] = float32(mean)
 			saveInvStd.Data[ch] = float32(1 / math.Sqrt(variance+float64(p.Eps)))
 		}
 	} else {
-		for ch := 0; ch < c; ch++ {
+		for ch := range c {
 			saveMean.Data[ch] = runMean.Data[ch]
 			saveInvStd.Data[ch] = float32(1 / math.Sqrt(float64(runVar.Data[ch])+float64(p.Eps)))
 		}
 	}
-	for ch := 0; ch < c; ch++ {
-		scale := saveInvStd.Data[ch] * gamma.Data[ch]
-		shift := beta.Data[ch] - saveMean.Data[ch]*scale
-		for i := 0; i < n; i++ {
-			in := x.Data[(i*c+ch)*hw : (i*c+ch+1)*hw]
-			out := y.Data[(i*c+ch)*hw : (i*c+ch+1)*hw]
-			for s, v := range in {
-				out[s] = v*scale + shift
-			}
-		}
-	}
+	b.runBN(bnNormalize)
 }
 
 // BatchNormBackward implements tensor.Backend.
 func (b *Backend) BatchNormBackward(x, dy, dx, gamma, dgamma, dbeta, saveMean, saveInvStd *tensor.Tensor, p tensor.BatchNormParams) {
 	n, c, hw := tensor.Planes(x)
+	t := &b.bn
+	*t = bnTask{x: x, dy: dy, dx: dx, gamma: gamma, saveMean: saveMean, saveInvStd: saveInvStd, n: n, c: c, hw: hw, training: p.Training}
 	// Per channel: Σdy and Σdy·x̂, then the element count.
-	sums := growF64(&b.stats, 2*c+1)
-	for ch := 0; ch < c; ch++ {
-		mean, invStd := float64(saveMean.Data[ch]), float64(saveInvStd.Data[ch])
-		var sumDy, sumDyXhat float64
-		for i := 0; i < n; i++ {
-			in := x.Data[(i*c+ch)*hw : (i*c+ch+1)*hw]
-			g := dy.Data[(i*c+ch)*hw : (i*c+ch+1)*hw]
-			for s, v := range in {
-				sumDy += float64(g[s])
-				sumDyXhat += float64(g[s]) * (float64(v) - mean) * invStd
-			}
-		}
-		dgamma.Data[ch] += float32(sumDyXhat)
-		dbeta.Data[ch] += float32(sumDy)
-		sums[2*ch], sums[2*ch+1] = sumDy, sumDyXhat
+	t.stats = growF64(&b.stats, 2*c+1)
+	b.runBN(bnGradSums)
+	for ch := range c {
+		dgamma.Data[ch] += float32(t.stats[2*ch+1])
+		dbeta.Data[ch] += float32(t.stats[2*ch])
 	}
-	sums[2*c] = float64(n * hw)
+	t.stats[2*c] = float64(n * hw)
 	if p.Training && p.SumAcross != nil {
-		p.SumAcross(sums)
+		p.SumAcross(t.stats)
 	}
-	m := sums[2*c]
-	for ch := 0; ch < c; ch++ {
-		invStd := float64(saveInvStd.Data[ch])
-		mean := float64(saveMean.Data[ch])
-		gm := float64(gamma.Data[ch])
-		sumDy, sumDyXhat := sums[2*ch], sums[2*ch+1]
-		for i := 0; i < n; i++ {
-			in := x.Data[(i*c+ch)*hw : (i*c+ch+1)*hw]
-			g := dy.Data[(i*c+ch)*hw : (i*c+ch+1)*hw]
-			out := dx.Data[(i*c+ch)*hw : (i*c+ch+1)*hw]
-			if !p.Training {
-				k := float32(gm * invStd)
-				for s := range out {
-					out[s] = g[s] * k
-				}
-				continue
-			}
-			// dx = γ·σ⁻¹·(dy − mean(dy) − x̂·mean(dy·x̂))
-			k := gm * invStd / m
-			for s, v := range in {
-				xhat := (float64(v) - mean) * invStd
-				out[s] = float32(k * (m*float64(g[s]) - sumDy - xhat*sumDyXhat))
-			}
-		}
-	}
+	b.runBN(bnGradInput)
 }
 
 // growF64 returns (*buf)[:n], reallocating only when it is too short.
