@@ -257,7 +257,7 @@ func BenchmarkBatchNorm(b *testing.B) {
 		b.Run(fmt.Sprintf("threads=%d", threads), func(b *testing.B) {
 			be := New(threads)
 			defer be.Close()
-			b.SetBytes(int64(4 * len(x.Data) * 7))                   // reads and writes of forward and backward
+			b.SetBytes(int64(4 * len(x.Data) * 8))                   // the arrays read and written: 3 forward, 5 backward
 			be.BatchNorm(x, y, gamma, beta, rm, rv, mean, invStd, p) // the outputs' first touch, outside the timing
 			be.BatchNormBackward(x, dy, dx, gamma, dg, db, mean, invStd, p)
 			for b.Loop() {
