@@ -85,8 +85,9 @@ func (t *bnTask) channel(ch int) {
 		scale := t.saveInvStd.Data[ch] * t.gamma.Data[ch]
 		shift := t.beta.Data[ch] - t.saveMean.Data[ch]*scale
 		for i := range t.n {
-			out := t.plane(t.y, i, ch)
-			for s, v := range t.plane(t.x, i, ch) {
+			in := t.plane(t.x, i, ch)
+			out := t.plane(t.y, i, ch)[:len(in)]
+			for s, v := range in {
 				out[s] = v*scale + shift
 			}
 		}
@@ -105,9 +106,10 @@ func (t *bnTask) channel(ch int) {
 		if !t.training {
 			kf := float32(k)
 			for i := range t.n {
-				out := t.plane(t.dx, i, ch)
-				for s, g := range t.plane(t.dy, i, ch) {
-					out[s] = g * kf
+				g := t.plane(t.dy, i, ch)
+				out := t.plane(t.dx, i, ch)[:len(g)]
+				for s, v := range g {
+					out[s] = v * kf
 				}
 			}
 			return
