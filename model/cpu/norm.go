@@ -115,21 +115,22 @@ func (t *bnTask) channel(ch int) {
 			return
 		}
 		// dx = γ·σ⁻¹·(dy − mean(dy) − x̂·mean(dy·x̂)), x̂ = (x − μ)·σ⁻¹:
-		// dx = a·dy + b·x + d, the coefficients in float64, the
-		// elements in float32.
+		// dx = a·dy + b·(x − μ) + d, the coefficients in float64, the
+		// elements in float32 (x − μ first: x·b and μ·b can be large
+		// and cancel).
 		m := t.stats[2*c]
 		meanDy, meanDyXhat := t.stats[2*ch]/m, t.stats[2*ch+1]/m
-		mu := float64(t.saveMean.Data[ch])
+		mu := t.saveMean.Data[ch]
 		a := float32(k)
 		bx := float32(-k * invStd * meanDyXhat)
-		d := float32(k * (mu*invStd*meanDyXhat - meanDy))
+		d := float32(-k * meanDy)
 		for i := range t.n {
 			out, x := t.plane(t.dx, i, ch), t.plane(t.x, i, ch)
 			g := t.plane(t.dy, i, ch)
 			g = g[:len(x)]
 			out = out[:len(x)]
 			for s, v := range x {
-				out[s] = a*g[s] + bx*v + d
+				out[s] = a*g[s] + bx*(v-mu) + d
 			}
 		}
 	}

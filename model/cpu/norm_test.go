@@ -158,7 +158,7 @@ func TestBatchNormMatchesReference(t *testing.T) {
 					c := shape[1]
 					x := randTensor(rng, shape...)
 					for i := range x.Data {
-						x.Data[i] = x.Data[i]*3 + 5 // an offset mean, as activations have
+						x.Data[i] = x.Data[i]*0.5 + 50 // a mean far from zero against the spread, as activations can have
 					}
 					gamma, beta := randTensor(rng, c), randTensor(rng, c)
 					p := tensor.BatchNormParams{Training: training, Momentum: 0.1, Eps: 1e-5}
@@ -196,8 +196,12 @@ func TestBatchNormMatchesReference(t *testing.T) {
 						for _, v := range r.want.Data {
 							scale = max(scale, math.Abs(float64(v)))
 						}
+						tol := 1e-5 * (1 + scale)
+						if r.what == "dx" {
+							tol = 2e-6 * scale // float32 elements, float64 coefficients: a few roundings, no cancellation
+						}
 						for i, v := range r.want.Data {
-							if d := math.Abs(float64(r.got.Data[i]) - float64(v)); d > 1e-5*(1+scale) || math.IsNaN(float64(r.got.Data[i])) {
+							if d := math.Abs(float64(r.got.Data[i]) - float64(v)); d > tol || math.IsNaN(float64(r.got.Data[i])) {
 								t.Fatalf("%s: %s[%d] = %v, the reference gives %v", name, r.what, i, r.got.Data[i], v)
 							}
 						}
