@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/gorun/gorun/comm"
@@ -70,10 +71,9 @@ type gradSync interface {
 	commTimes() (busy, exposed time.Duration)
 	// state gathers what the sync keeps from step to step for a
 	// checkpoint (PowerSGD's), onto rank 0; every replica calls it. restore
-	// loads it from a checkpoint's training file, whose tensors for it
-	// carry prefix, and says why it started afresh if it did.
+	// loads it from a checkpoint and says why it started afresh if it did.
 	state(ctx context.Context) ([]nn.Var, error)
-	restore(f *safetensors.File, prefix string) (string, error)
+	restore(s syncState) (string, error)
 	describe(w io.Writer, t *Trainer)
 	close()
 }
@@ -88,11 +88,9 @@ func (alone) afterBackward() error                     { return nil }
 func (alone) sum(context.Context, []float64) error     { return nil }
 func (alone) commTimes() (busy, exposed time.Duration) { return 0, 0 }
 func (alone) state(context.Context) ([]nn.Var, error)  { return nil, nil }
-func (alone) restore(*safetensors.File, string) (string, error) {
-	return "", nil
-}
-func (alone) describe(io.Writer, *Trainer) {}
-func (alone) close()                       {}
+func (alone) restore(syncState) (string, error)        { return "", nil }
+func (alone) describe(io.Writer, *Trainer)             {}
+func (alone) close()                                   {}
 
 // dataParallel averages gradients across the group with DDP. A whole
 // model's buckets are reduced during backward, on the batches that end an
@@ -156,11 +154,34 @@ func (d *dataParallel) state(ctx context.Context) ([]nn.Var, error) {
 	return d.ddp.psgd.state(ctx, d.g)
 }
 
-func (d *dataParallel) restore(f *safetensors.File, prefix string) (string, error) {
+func (d *dataParallel) restore(s syncState) (string, error) {
 	if d.ddp.psgd == nil {
 		return "", nil
 	}
-	return d.ddp.psgd.restore(f, prefix, d.g.Rank(), d.g.Size())
+	return d.ddp.psgd.restore(s, d.g.Rank(), d.g.Size())
+}
+
+// syncState is the gradient sync's part of a checkpoint's training file:
+// its tensors under checkpoint.SyncPrefix, by name without the prefix.
+type syncState struct {
+	path    string // the file, for errors
+	tensors map[string]*safetensors.Tensor
+}
+
+// syncStateOf picks the gradient sync's tensors out of a training file.
+func syncStateOf(f *safetensors.File) syncState {
+	s := syncState{path: f.Path, tensors: map[string]*safetensors.Tensor{}}
+	for i := range f.Tensors {
+		if name, ok := strings.CutPrefix(f.Tensors[i].Name, checkpoint.SyncPrefix); ok {
+			s.tensors[name] = &f.Tensors[i]
+		}
+	}
+	return s
+}
+
+func (s syncState) get(name string) (*safetensors.Tensor, bool) {
+	t, ok := s.tensors[name]
+	return t, ok
 }
 
 func (d *dataParallel) close() { d.ddp.Close() }

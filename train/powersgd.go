@@ -12,7 +12,6 @@ import (
 	"github.com/gorun/gorun/comm"
 	"github.com/gorun/gorun/model/gemm"
 	"github.com/gorun/gorun/model/nn"
-	"github.com/gorun/gorun/model/safetensors"
 	"github.com/gorun/gorun/model/tensor"
 )
 
@@ -328,52 +327,50 @@ func (ps *powerSGD) state(ctx context.Context, g *comm.Group) ([]nn.Var, error) 
 	return vars, nil
 }
 
-// restore loads the state saved by state from a checkpoint's training
-// file (tensors named with prefix) into replica rank of world. It returns
-// why it started afresh instead ("" when it restored everything): a
-// checkpoint without PowerSGD's state, or with another layout (another
-// rank or model), starts compression over as a new run does; one saved
-// by another number of replicas keeps the step count and Q and starts
-// the error feedback at zero.
-func (ps *powerSGD) restore(f *safetensors.File, prefix string, rank, world int) (string, error) {
-	st, ok := f.Get(prefix + psgdStepsName)
+// restore loads the state saved by state from a checkpoint into replica
+// rank of world. It returns why it started afresh instead ("" when it
+// restored everything): a checkpoint without PowerSGD's state, or with
+// another layout (another rank or model), starts compression over as a
+// new run does; one saved by another number of replicas keeps the step
+// count and Q and starts the error feedback at zero.
+func (ps *powerSGD) restore(s syncState, rank, world int) (string, error) {
+	st, ok := s.get(psgdStepsName)
 	if !ok {
 		return "the checkpoint holds no PowerSGD state (saved without it, or by an older build): PowerSGD starts afresh", nil
 	}
 	if len(st.I64) != 1 || st.I64[0] < 0 {
-		return "", fmt.Errorf("%s: %s%s: want one step count ≥ 0, have %s %v", f.Path, prefix, psgdStepsName, st.DType, st.Shape)
+		return "", fmt.Errorf("%s: %s: want one step count ≥ 0, have %s %v", s.path, st.Name, st.DType, st.Shape)
 	}
+	qs := make([][]float32, len(ps.buckets))
 	for bi, b := range ps.buckets {
-		name := prefix + fmt.Sprintf(psgdQName, bi)
-		q, ok := f.Get(name)
+		q, ok := s.get(fmt.Sprintf(psgdQName, bi))
 		if !ok || len(q.F32) != len(b.second) {
 			return "the checkpoint's PowerSGD state has another layout (another rank or model): PowerSGD starts afresh", nil
 		}
+		qs[bi] = q.F32
 	}
-	if _, ok := f.Get(prefix + fmt.Sprintf(psgdQName, len(ps.buckets))); ok {
+	if _, ok := s.get(fmt.Sprintf(psgdQName, len(ps.buckets))); ok {
 		return "the checkpoint's PowerSGD state has another layout (more gradient buckets): PowerSGD starts afresh", nil
 	}
 	saved := 0
 	for {
-		if _, ok := f.Get(prefix + fmt.Sprintf(psgdErrorName, saved)); !ok {
+		if _, ok := s.get(fmt.Sprintf(psgdErrorName, saved)); !ok {
 			break
 		}
 		saved++
 	}
-	n := ps.errorLen()
 	var mine []float32
 	if saved == world {
-		e, _ := f.Get(prefix + fmt.Sprintf(psgdErrorName, rank))
-		if len(e.F32) != n {
-			return "", fmt.Errorf("%s: %s%s holds %d values, want %d", f.Path, prefix, fmt.Sprintf(psgdErrorName, rank), len(e.F32), n)
+		e, _ := s.get(fmt.Sprintf(psgdErrorName, rank))
+		if n := ps.errorLen(); len(e.F32) != n {
+			return "", fmt.Errorf("%s: %s holds %d values, want %d", s.path, e.Name, len(e.F32), n)
 		}
 		mine = e.F32
 	}
 	ps.steps = int(st.I64[0])
 	for bi := range ps.buckets {
 		b := &ps.buckets[bi]
-		q, _ := f.Get(prefix + fmt.Sprintf(psgdQName, bi))
-		copy(b.second, q.F32)
+		copy(b.second, qs[bi])
 		for i := range b.mats {
 			m := &b.mats[i]
 			if mine == nil {

@@ -34,7 +34,7 @@ func TestPowerSGDResumeIsBitIdentical(t *testing.T) {
 	if res, log := runJob(t, 2, "stopat", append(env, "DDP_OUT="+stopped, "SHRINK_AT=4")...); res.Error() != nil || !strings.Contains(log, "STOPPED at step 4") {
 		t.Fatalf("the run stopped at step 4: %v\n%s", res.Error(), log)
 	}
-	f, err := checkpoint.ReadTrainState(stopped)
+	f, _, err := checkpoint.ReadTrainState(stopped)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +137,7 @@ func TestPowerSGDRestore(t *testing.T) {
 			return err
 		}
 		if g.Rank() == 0 {
-			if err := safetensors.WriteFile(path, nn.VarTensors("sync.", vars), nil); err != nil {
+			if err := safetensors.WriteFile(path, nn.VarTensors(checkpoint.SyncPrefix, vars), nil); err != nil {
 				return err
 			}
 		}
@@ -154,7 +154,7 @@ func TestPowerSGDRestore(t *testing.T) {
 				return err
 			}
 			defer fresh.Close()
-			note, err := fresh.psgd.restore(f, "sync.", g.Rank(), world)
+			note, err := fresh.psgd.restore(syncStateOf(f), g.Rank(), world)
 			if err != nil || !strings.Contains(note, wantNote) || (wantNote == "" && note != "") {
 				return fmt.Errorf("world %d: note %q, error %v; want a note with %q", world, note, err, wantNote)
 			}
@@ -179,14 +179,14 @@ func TestPowerSGDRestore(t *testing.T) {
 			return err
 		}
 		defer other.Close()
-		if note, err := other.psgd.restore(f, "sync.", g.Rank(), 2); err != nil || !strings.Contains(note, "another layout") || other.psgd.steps != 0 {
+		if note, err := other.psgd.restore(syncStateOf(f), g.Rank(), 2); err != nil || !strings.Contains(note, "another layout") || other.psgd.steps != 0 {
 			return fmt.Errorf("rank 3 from a rank-2 state: note %q, error %v, step %d", note, err, other.psgd.steps)
 		}
-		if note, err := other.psgd.restore(&safetensors.File{Path: "empty"}, "sync.", g.Rank(), 2); err != nil || !strings.Contains(note, "no PowerSGD state") {
+		if note, err := other.psgd.restore(syncState{path: "empty"}, g.Rank(), 2); err != nil || !strings.Contains(note, "no PowerSGD state") {
 			return fmt.Errorf("from no state: note %q, error %v", note, err)
 		}
 		bad := filepath.Join(filepath.Dir(path), fmt.Sprintf("bad%d.safetensors", g.Rank()))
-		tensors := []safetensors.Tensor{{Name: "sync." + psgdStepsName, DType: safetensors.I64, Shape: []int{2}, I64: []int64{1, 2}}}
+		tensors := []safetensors.Tensor{{Name: checkpoint.SyncPrefix + psgdStepsName, DType: safetensors.I64, Shape: []int{2}, I64: []int64{1, 2}}}
 		if err := safetensors.WriteFile(bad, tensors, nil); err != nil {
 			return err
 		}
@@ -194,7 +194,7 @@ func TestPowerSGDRestore(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if _, err := other.psgd.restore(fb, "sync.", g.Rank(), 2); err == nil || !strings.Contains(err.Error(), bad) {
+		if _, err := other.psgd.restore(syncStateOf(fb), g.Rank(), 2); err == nil || !strings.Contains(err.Error(), bad) {
 			return fmt.Errorf("a malformed step count: %v, want an error naming %s", err, bad)
 		}
 		return nil

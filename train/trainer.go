@@ -80,6 +80,9 @@ type Trainer struct {
 	origin []int
 	// notes are lines for the run's description (Describe).
 	notes []string
+	// resumedSync is the gradient sync's part of the checkpoint resumed
+	// from, kept from resume until the sync exists.
+	resumedSync syncState
 }
 
 // epochProgress is how far an epoch got: skip positions of its order
@@ -214,30 +217,20 @@ func New(ctx context.Context, cfg Config, be tensor.Backend, train, test *data.D
 			return nil, err
 		}
 		if s.resume != "" {
-			if err := t.restoreSync(s.resume); err != nil {
+			// The gradient sync's state (PowerSGD's) from the checkpoint;
+			// why it started afresh instead, if it did, goes into the
+			// run's description.
+			note, err := t.sync.restore(t.resumedSync)
+			if err != nil {
 				return nil, err
+			}
+			if note != "" {
+				t.notes = append(t.notes, "Resumed: "+note)
 			}
 		}
 	}
+	t.resumedSync = syncState{}
 	return t, nil
-}
-
-// restoreSync loads the gradient sync's state (PowerSGD's) saved with the
-// checkpoint at path; why it started afresh instead, if it did, goes into
-// the run's description.
-func (t *Trainer) restoreSync(path string) error {
-	f, err := checkpoint.ReadTrainState(t.compute.checkpointPath(path))
-	if err != nil {
-		return err
-	}
-	note, err := t.sync.restore(f, checkpoint.SyncPrefix)
-	if err != nil {
-		return err
-	}
-	if note != "" {
-		t.notes = append(t.notes, "Resumed: "+note)
-	}
-	return nil
 }
 
 // loaderConfig is the configuration of a loader keeping prefetch
@@ -813,7 +806,7 @@ func (t *Trainer) save(path string, sync []nn.Var) error {
 // resume restores the run saved at path (see ResumeFrom).
 func (t *Trainer) resume(path string) error {
 	path = t.compute.checkpointPath(path)
-	pre, err := checkpoint.ReadTrainMeta(path)
+	f, pre, err := checkpoint.ReadTrainState(path)
 	if err != nil {
 		return err
 	}
@@ -826,10 +819,11 @@ func (t *Trainer) resume(path string) error {
 	if len(pre.DropoutCalls) != len(t.dropouts) {
 		return fmt.Errorf("checkpoint %s has %d dropout counters; model %s has %d dropout layers", path, len(pre.DropoutCalls), t.cfg.Model, len(t.dropouts))
 	}
-	m, err := checkpoint.Resume(path, t.compute.layer(), t.opt)
-	if err != nil {
+	if err := checkpoint.Restore(f, t.compute.layer(), t.opt); err != nil {
 		return err
 	}
+	m := pre
+	t.resumedSync = syncStateOf(f) // for the gradient sync, which does not exist yet
 	t.epoch, t.step = m.Epoch, m.Step
 	t.inEpoch = epochProgress{batch: m.Batch, loss: m.EpochLoss, lossN: m.EpochBatches, seen: m.EpochSeen, skip: m.Skip, world: m.World}
 	if m.EpochBatches == 0 {

@@ -52,21 +52,19 @@ func tileGo4x8(kc int, a, b, c []float32, ldc int, add bool) {
 		c36 += a3 * b6
 		c37 += a3 * b7
 	}
-	if !add {
-		copy(c[0*ldc:0*ldc+8], []float32{c00, c01, c02, c03, c04, c05, c06, c07})
-		copy(c[1*ldc:1*ldc+8], []float32{c10, c11, c12, c13, c14, c15, c16, c17})
-		copy(c[2*ldc:2*ldc+8], []float32{c20, c21, c22, c23, c24, c25, c26, c27})
-		copy(c[3*ldc:3*ldc+8], []float32{c30, c31, c32, c33, c34, c35, c36, c37})
-		return
-	}
-	addRow8(c[0*ldc:0*ldc+8], c00, c01, c02, c03, c04, c05, c06, c07)
-	addRow8(c[1*ldc:1*ldc+8], c10, c11, c12, c13, c14, c15, c16, c17)
-	addRow8(c[2*ldc:2*ldc+8], c20, c21, c22, c23, c24, c25, c26, c27)
-	addRow8(c[3*ldc:3*ldc+8], c30, c31, c32, c33, c34, c35, c36, c37)
+	putRow8(c[0*ldc:0*ldc+8], add, c00, c01, c02, c03, c04, c05, c06, c07)
+	putRow8(c[1*ldc:1*ldc+8], add, c10, c11, c12, c13, c14, c15, c16, c17)
+	putRow8(c[2*ldc:2*ldc+8], add, c20, c21, c22, c23, c24, c25, c26, c27)
+	putRow8(c[3*ldc:3*ldc+8], add, c30, c31, c32, c33, c34, c35, c36, c37)
 }
 
-func addRow8(r []float32, v0, v1, v2, v3, v4, v5, v6, v7 float32) {
+// putRow8 adds v0…v7 into r, or with add false stores them there.
+func putRow8(r []float32, add bool, v0, v1, v2, v3, v4, v5, v6, v7 float32) {
 	r = r[:8]
+	if !add {
+		r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7] = v0, v1, v2, v3, v4, v5, v6, v7
+		return
+	}
 	r[0] += v0
 	r[1] += v1
 	r[2] += v2

@@ -215,48 +215,55 @@ func LoadWeights(path string, net nn.Layer) (*Meta, error) {
 // ReadTrainMeta returns the metadata of the training state saved with the
 // checkpoint at path, without loading it into a model.
 func ReadTrainMeta(path string) (*Meta, error) {
-	f, err := safetensors.ReadFile(TrainPath(path))
-	if err != nil {
-		return nil, fmt.Errorf("checkpoint: cannot resume from %s: %w", path, err)
-	}
-	return parseMeta(f)
+	_, m, err := ReadTrainState(path)
+	return m, err
 }
 
 // ReadTrainState reads the training state file of the checkpoint at path
-// (for the gradient sync's state under SyncPrefix).
-func ReadTrainState(path string) (*safetensors.File, error) {
+// and its metadata, for Restore (and the gradient sync's state under
+// SyncPrefix): one read of a file that holds the weights and the
+// optimizer's state.
+func ReadTrainState(path string) (*safetensors.File, *Meta, error) {
 	f, err := safetensors.ReadFile(TrainPath(path))
 	if err != nil {
-		return nil, fmt.Errorf("checkpoint: cannot resume from %s: %w", path, err)
+		return nil, nil, fmt.Errorf("checkpoint: cannot resume from %s: %w", path, err)
 	}
-	return f, nil
+	m, err := parseMeta(f)
+	if err != nil {
+		return nil, nil, err
+	}
+	return f, m, nil
 }
 
 // Resume restores net and opt from the training state saved with the
 // checkpoint at path and returns its metadata. Nothing is changed unless
 // everything matches.
 func Resume(path string, net nn.Layer, opt optim.Optimizer) (*Meta, error) {
-	tp := TrainPath(path)
-	f, err := safetensors.ReadFile(tp)
-	if err != nil {
-		return nil, fmt.Errorf("checkpoint: cannot resume from %s: %w", path, err)
-	}
-	m, err := parseMeta(f)
+	f, m, err := ReadTrainState(path)
 	if err != nil {
 		return nil, err
 	}
+	if err := Restore(f, net, opt); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// Restore loads net and opt from a training state file (ReadTrainState).
+// Nothing is changed unless everything matches.
+func Restore(f *safetensors.File, net nn.Layer, opt optim.Optimizer) error {
 	// Each LoadVars changes nothing unless all of it matches; a trial load
 	// of the optimizer state first makes the pair all or nothing.
 	if err := nn.LoadVars(f, "optimizer.", cloneVars(opt.State())); err != nil {
-		return nil, fmt.Errorf("%s: optimizer (was it saved with another optimizer?): %w", tp, err)
+		return fmt.Errorf("%s: optimizer (was it saved with another optimizer?): %w", f.Path, err)
 	}
 	if err := nn.LoadVars(f, "model.", net.State()); err != nil {
-		return nil, fmt.Errorf("%s: model: %w", tp, err)
+		return fmt.Errorf("%s: model: %w", f.Path, err)
 	}
 	if err := nn.LoadVars(f, "optimizer.", opt.State()); err != nil {
-		return nil, fmt.Errorf("%s: optimizer: %w", tp, err)
+		return fmt.Errorf("%s: optimizer: %w", f.Path, err)
 	}
-	return m, nil
+	return nil
 }
 
 // cloneVars returns vars with their own storage, for trial loads.
