@@ -197,7 +197,9 @@ func runWorker(scenario string) error {
 // shrinkWorker trains with OnFailureShrink until step SHRINK_AT, checking
 // after every step that all ranks hold the same parameters. Then, with
 // scenario shrink, rank 2 is SIGKILLed and the others go on without it;
-// with stopat, every rank stops there, the checkpoint saved.
+// with stopat, every rank stops there, the checkpoint saved. With
+// SHRINK_POINT=epoch-state rank 2 is killed at the end of the first epoch
+// instead (beforeEpochState).
 func shrinkWorker(ctx context.Context, t *Trainer, g *comm.Group, scenario, out string) error {
 	at := int64(envInt("SHRINK_AT"))
 	errStop := errors.New("stopped")
@@ -205,6 +207,16 @@ func shrinkWorker(ctx context.Context, t *Trainer, g *comm.Group, scenario, out 
 	t.SavePath, t.OnFailure, t.Log = out, OnFailureShrink, os.Stdout
 	if scenario == "stopat" {
 		t.SaveEvery = int(at)
+	}
+	if os.Getenv("SHRINK_POINT") == "epoch-state" {
+		// Rank 2 dies as the replicas gather the gradient sync's state for
+		// the first epoch's checkpoint, not during a step.
+		at = -1
+		t.beforeEpochState = func(epoch int) {
+			if epoch == 1 && orig == 2 {
+				syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			}
+		}
 	}
 	t.AfterStep = func(step int64) error {
 		switch {

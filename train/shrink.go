@@ -143,8 +143,12 @@ func (t *Trainer) shrinkOnce(ctx context.Context, cause error, epoch int, at *ep
 		if behind {
 			redo = fmt.Sprintf("step %d, which rank %d finished, is taken from it", t.step, root)
 		}
-		fmt.Fprintf(t.Log, "train: lost %s at epoch %d, step %d (%v); going on with %d ranks (this one is rank %d of %d, was %d) after %v: %s, and the %d samples of the epoch left are dealt out again\n",
-			rankList(lost), epoch, t.step, cause, g.Size(), g.Rank(), g.Size(), origin[g.Rank()], time.Since(start).Round(time.Millisecond), redo, t.train.Len()-done)
+		rest := fmt.Sprintf("%s, and the %d samples of the epoch left are dealt out again", redo, t.train.Len()-done)
+		if done == t.train.Len() {
+			rest = "the epoch's training had ended; its loss, evaluation and checkpoint are redone"
+		}
+		fmt.Fprintf(t.Log, "train: lost %s at epoch %d, step %d (%v); going on with %d ranks (this one is rank %d of %d, was %d) after %v: %s\n",
+			rankList(lost), epoch, t.step, cause, g.Size(), g.Rank(), g.Size(), origin[g.Rank()], time.Since(start).Round(time.Millisecond), rest)
 	}
 	if t.SavePath != "" {
 		if err := t.saveInEpoch(ctx, *at); err != nil {

@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/gorun/gorun/comm/launch"
@@ -106,4 +107,55 @@ func TestDDPShrinks(t *testing.T) {
 	}
 	worst := sameParams(t, rest, got, "shrunk job vs one process")
 	t.Logf("weights within %.2g of one process's", worst)
+}
+
+// TestDDPShrinksAtEpochState: 3 ranks train with PowerSGD and --on-failure
+// shrink, saving a checkpoint every epoch; rank 2 is SIGKILLed as the
+// replicas gather PowerSGD's error feedback for the first epoch's
+// checkpoint (a collective outside any step). The other two shrink past
+// it — the epoch's training is not redone — finish the second epoch, and
+// their checkpoint holds the error feedback of the two replicas left.
+func TestDDPShrinksAtEpochState(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains a job of three ranks; the full run covers it")
+	}
+	out := filepath.Join(t.TempDir(), "run.safetensors")
+	res, log := runJobWith(t, launch.Config{KeepGoing: true}, 3, "shrink", "DDP_PER_RANK=8", "DDP_STEPS=4", "DDP_EPOCHS=2",
+		"DDP_DATA_WORLD=3", "DDP_COMPRESS=powersgd:1", "SHRINK_POINT=epoch-state", "DDP_OUT="+out)
+	if err := res.Error(); err != nil {
+		t.Fatalf("job failed: %v\n%s", err, log)
+	}
+	if len(res.Lost) != 1 || res.Lost[0].Rank != 2 {
+		t.Fatalf("lost %v, want rank 2\n%s", res.Lost, log)
+	}
+	// Epoch 2: 96 samples in 6 steps of 2×8 after the first epoch's 4.
+	lost := regexp.MustCompile(`^train: lost rank 2 at epoch 1, step 4 \(.*rank 2.*\); going on with 2 ranks \(this one is rank (\d) of 2, was (\d)\) after .*: the epoch's training had ended; its loss, evaluation and checkpoint are redone$`)
+	lines := commtest.RankLines(log)
+	for i, r := range []int{0, 1} {
+		if !slices.ContainsFunc(lines[r], func(l string) bool {
+			m := lost.FindStringSubmatch(l)
+			return m != nil && m[1] == strconv.Itoa(i) && m[2] == strconv.Itoa(r)
+		}) {
+			t.Errorf("rank %d did not report the shrink:\n%s", r, log)
+		}
+		if want := fmt.Sprintf("DONE rank %d of 2, step 10", i); !slices.Contains(lines[r], want) {
+			t.Errorf("rank %d did not finish with %q:\n%s", r, want, log)
+		}
+	}
+	f, meta, err := checkpoint.ReadTrainState(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []checkpoint.Shrink{{Epoch: 1, Step: 4, Lost: []int{2}, World: 2}}; meta.Epoch != 2 || meta.Step != 10 || fmt.Sprint(meta.Shrinks) != fmt.Sprint(want) {
+		t.Errorf("checkpoint: epoch %d, step %d, shrinks %+v; want 2, 10, %+v", meta.Epoch, meta.Step, meta.Shrinks, want)
+	}
+	var replicas []string
+	for _, tn := range f.Tensors {
+		if strings.HasPrefix(tn.Name, checkpoint.SyncPrefix+"powersgd.error.") {
+			replicas = append(replicas, tn.Name)
+		}
+	}
+	if want := []string{"sync.powersgd.error.0", "sync.powersgd.error.1"}; !slices.Equal(replicas, want) {
+		t.Errorf("the checkpoint holds error feedback %v, want %v", replicas, want)
+	}
 }

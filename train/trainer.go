@@ -83,6 +83,9 @@ type Trainer struct {
 	// resumedSync is the gradient sync's part of the checkpoint resumed
 	// from, kept from resume until the sync exists.
 	resumedSync syncState
+	// beforeEpochState, when set (by tests), is called as every replica
+	// is about to gather the gradient sync's state at the end of an epoch.
+	beforeEpochState func(epoch int)
 }
 
 // epochProgress is how far an epoch got: skip positions of its order
@@ -527,13 +530,18 @@ func (t *Trainer) runEpoch(ctx context.Context, epoch int) error {
 	// A run that shrinks past a lost rank goes on from the furthest point
 	// any rank left reached, all ranks from here: the rest of the epoch,
 	// then what ends it.
+	// The gradient sync's state for the checkpoint is gathered from every
+	// replica in the same loop: a rank lost there is shrunk past too.
 	var e report.Epoch
 	var seen int
 	var trained time.Time // when the epoch's training (not evaluation) ended
+	var sync []nn.Var
 	for {
 		var err error
 		if e, seen, err = t.finishEpoch(ctx, epoch, &at, &trained); err == nil {
-			break
+			if sync, err = t.epochSyncState(ctx, epoch); err == nil {
+				break
+			}
 		}
 		if err = t.shrinkPast(ctx, err, epoch, &at); err != nil {
 			return err
@@ -551,20 +559,33 @@ func (t *Trainer) runEpoch(ctx context.Context, epoch int) error {
 			return fmt.Errorf("report: %w", err)
 		}
 	}
-	if t.SavePath != "" {
+	if t.SavePath != "" && t.sync.rank() == 0 { // a pipeline's rank 0 is pipeline 0: each of its stages saves
 		t0 := time.Now()
-		sync, err := t.sync.state(ctx) // every replica: PowerSGD's state goes to rank 0
-		if err != nil {
+		if err := t.save(t.SavePath, sync); err != nil {
 			return err
-		}
-		if t.sync.rank() == 0 { // a pipeline's rank 0 is pipeline 0: each of its stages saves
-			if err := t.save(t.SavePath, sync); err != nil {
-				return err
-			}
 		}
 		t.times.Checkpoint += time.Since(t0)
 	}
 	return nil
+}
+
+// epochSyncState gathers what the gradient sync keeps from step to step
+// (PowerSGD's state) for the checkpoint that ends epoch: a collective,
+// which every replica calls when the run saves; rank 0 gets the state.
+func (t *Trainer) epochSyncState(ctx context.Context, epoch int) ([]nn.Var, error) {
+	if t.SavePath == "" {
+		return nil, nil
+	}
+	if t.beforeEpochState != nil {
+		t.beforeEpochState(epoch)
+	}
+	t0 := time.Now()
+	defer func() { t.times.Checkpoint += time.Since(t0) }()
+	sync, err := t.sync.state(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("epoch %d: %w", epoch, err)
+	}
+	return sync, nil
 }
 
 // finishEpoch trains the rest of the epoch after at, combines its loss
