@@ -93,6 +93,40 @@ func ReadFile(path string) (*File, error) {
 	return f, nil
 }
 
+// ReadMetadata reads only the header of the safetensors file at path and
+// returns its metadata (nil when it has none): what a caller needs before
+// it decides to load the tensors, without reading them.
+func ReadMetadata(path string) (map[string]string, error) {
+	fd, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("safetensors: %w", err)
+	}
+	defer fd.Close()
+	st, err := fd.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("safetensors: %w", err)
+	}
+	var prefix [8]byte
+	if _, err := io.ReadFull(fd, prefix[:]); err != nil {
+		return nil, fmt.Errorf("safetensors: %s: %d bytes is too short for the 8-byte header length", path, st.Size())
+	}
+	n := binary.LittleEndian.Uint64(prefix[:])
+	if n > maxHeader || n > uint64(st.Size()-8) {
+		return nil, fmt.Errorf("safetensors: %s: header length %d at offset 0 exceeds the file (%d bytes) or the %d-byte limit", path, n, st.Size(), maxHeader)
+	}
+	header := make([]byte, n)
+	if _, err := io.ReadFull(fd, header); err != nil {
+		return nil, fmt.Errorf("safetensors: %s: reading the header: %w", path, err)
+	}
+	var raw struct {
+		Metadata map[string]string `json:"__metadata__"`
+	}
+	if err := json.Unmarshal(header, &raw); err != nil {
+		return nil, fmt.Errorf("safetensors: %s: header (offset 8, %d bytes): %w", path, n, err)
+	}
+	return raw.Metadata, nil
+}
+
 // Parse decodes a safetensors file held in memory. Errors name the tensor
 // and byte offset at fault.
 func Parse(b []byte) (*File, error) {

@@ -3,9 +3,11 @@ package safetensors
 import (
 	"bytes"
 	"encoding/binary"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -103,4 +105,69 @@ func FuzzParse(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		Parse(b) // must not panic
 	})
+}
+
+// TestReadMetadata: the header alone gives the metadata ReadFile gives
+// (also when the tensors' data is cut short, which it does not read), and
+// a file whose header cannot be read is an error naming the file.
+func TestReadMetadata(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "m.safetensors")
+	md := map[string]string{"format": "pt", "gorun": `{"epoch":3}`}
+	if err := WriteFile(path, sample(), md); err != nil {
+		t.Fatal(err)
+	}
+	whole, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hdrEnd := 8 + int(binary.LittleEndian.Uint64(whole))
+	plain := filepath.Join(dir, "plain.safetensors")
+	if err := WriteFile(plain, sample(), nil); err != nil {
+		t.Fatal(err)
+	}
+	cut := func(n int) string {
+		p := filepath.Join(dir, "cut"+strconv.Itoa(n))
+		if err := os.WriteFile(p, whole[:n], 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	for _, tc := range []struct {
+		name, path string
+		want       map[string]string
+		err        string
+	}{
+		{"whole file", path, md, ""},
+		{"data cut short", cut(hdrEnd + 3), md, ""},
+		{"no metadata", plain, nil, ""},
+		{"missing", filepath.Join(dir, "nope"), nil, "no such file"},
+		{"shorter than the length", cut(5), nil, "too short for the 8-byte header length"},
+		{"header cut short", cut(hdrEnd - 4), nil, "exceeds the file"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ReadMetadata(tc.path)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) || !strings.Contains(err.Error(), tc.path) {
+					t.Fatalf("got %v, want an error naming %s with %q", err, tc.path, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !maps.Equal(got, tc.want) {
+				t.Errorf("metadata %v, want %v", got, tc.want)
+			}
+		})
+	}
+	// A header that is not JSON.
+	bad := filepath.Join(dir, "bad")
+	b := binary.LittleEndian.AppendUint64(nil, 4)
+	if err := os.WriteFile(bad, append(b, "{{{{"...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadMetadata(bad); err == nil || !strings.Contains(err.Error(), bad) || !strings.Contains(err.Error(), "header (offset 8, 4 bytes)") {
+		t.Errorf("a header that is not JSON: %v", err)
+	}
 }

@@ -213,10 +213,13 @@ func LoadWeights(path string, net nn.Layer) (*Meta, error) {
 }
 
 // ReadTrainMeta returns the metadata of the training state saved with the
-// checkpoint at path, without loading it into a model.
+// checkpoint at path, reading only the file's header.
 func ReadTrainMeta(path string) (*Meta, error) {
-	_, m, err := ReadTrainState(path)
-	return m, err
+	md, err := safetensors.ReadMetadata(TrainPath(path))
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: cannot resume from %s: %w", path, err)
+	}
+	return parseMeta(&safetensors.File{Path: TrainPath(path), Metadata: md})
 }
 
 // ReadTrainState reads the training state file of the checkpoint at path
