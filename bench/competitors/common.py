@@ -22,7 +22,7 @@ TCMALLOC = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4"
 
 
 def _choose_allocator():
-    want = os.environ.get("TORCH_ALLOCATOR", "best")
+    want = os.environ.get("TORCH_ALLOCATOR") or "best"  # set but empty: the default
     if want not in ("best", "glibc"):
         sys.exit("TORCH_ALLOCATOR=%r: want best or glibc" % want)
     if want == "glibc":

@@ -1,0 +1,67 @@
+package bench
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// debianPython is the interpreter the competitor scripts run on (Debian's,
+// with torch); a python3 earlier on PATH may be another one.
+const debianPython = "/usr/bin/python3"
+
+// TestCompetitorAllocatorChoice runs bench/competitors/common.py's
+// allocator choice as the competitor scripts do (a script importing it):
+// TORCH_ALLOCATOR=glibc keeps glibc's defaults, the default gives tcmalloc
+// when it is installed (the script re-executed with it preloaded) and
+// glibc with a pinned mmap threshold otherwise, and a value it does not
+// know stops the script with an error naming the variable and the choices.
+func TestCompetitorAllocatorChoice(t *testing.T) {
+	if _, err := exec.Command(debianPython, "-c", "import numpy").CombinedOutput(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%s with numpy is installed in CI (python3-torch): %v", debianPython, err)
+		}
+		t.Skipf("needs %s with numpy (apt-get install python3-torch): %v", debianPython, err)
+	}
+	dir, err := filepath.Abs("competitors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(t.TempDir(), "which.py")
+	body := "import sys\nsys.path.insert(0, " + "'" + dir + "'" + ")\nfrom common import allocator\nprint('ALLOCATOR', allocator)\n"
+	if err := os.WriteFile(script, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want := "glibc malloc, mmap threshold 32 MiB"
+	if _, err := os.Stat("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4"); err == nil {
+		want = "tcmalloc"
+	}
+	for _, tc := range []struct {
+		value, want, fails string
+	}{
+		{"", want, ""},
+		{"best", want, ""},
+		{"glibc", "glibc malloc (defaults)", ""},
+		{"jemalloc", "", "TORCH_ALLOCATOR='jemalloc': want best or glibc"},
+	} {
+		t.Run("TORCH_ALLOCATOR="+tc.value, func(t *testing.T) {
+			cmd := exec.Command(debianPython, script)
+			cmd.Env = append(os.Environ(), "TORCH_ALLOCATOR="+tc.value, "LD_PRELOAD=")
+			out, err := cmd.CombinedOutput()
+			if tc.fails != "" {
+				if err == nil || !strings.Contains(string(out), tc.fails) {
+					t.Fatalf("got %v and %q, want a failure saying %q", err, out, tc.fails)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("%v: %s", err, out)
+			}
+			if !strings.HasPrefix(string(out), "ALLOCATOR "+tc.want) {
+				t.Errorf("printed %q, want the allocator %q", out, tc.want)
+			}
+		})
+	}
+}
