@@ -19,6 +19,11 @@ type Backend struct {
 	bn     bnTask
 	stats  []float64 // batch norm's per-channel sums
 	shift  []float32 // batch norm's per-channel K (norm.go)
+	// convAlgo is the convolution algorithm chosen (SetConvAlgorithm);
+	// winoU holds the layer's transformed weights while it runs as
+	// Winograd (winograd.go).
+	convAlgo ConvAlgorithm
+	winoU    []float32
 }
 
 // scratch is one chunk's working memory, grown on demand and then reused.
@@ -26,6 +31,7 @@ type scratch struct {
 	col, dcol []float32
 	ybuf      []float32 // a group's output (gradient) as one matrix
 	dw, db    []float32
+	wino      winoRows // Winograd's transforms' rows
 }
 
 var _ tensor.Backend = (*Backend)(nil)

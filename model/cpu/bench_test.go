@@ -3,6 +3,8 @@ package cpu
 import (
 	"math/rand/v2"
 	"testing"
+
+	"github.com/gorun/gorun/model/tensor"
 )
 
 // reluBackwardBranchy is the obvious loop, kept to measure the branch-free
@@ -59,6 +61,52 @@ func TestReLUBackwardMatchesBranchy(t *testing.T) {
 	for i := range got {
 		if got[i] != want[i] {
 			t.Fatalf("element %d (y=%v): %v, want %v", i, y[i], got[i], want[i])
+		}
+	}
+}
+
+// BenchmarkConvAlgorithms times forward + backward (data and weight
+// gradients) of the 3×3 stride-1 convolutions of CIFARNet and ResNet-50
+// as im2col + GEMM and as Winograd F(2×2, 3×3), one thread, batch 32 (8
+// for ResNet-50's 56×56 layer): the measurement behind useWinograd's
+// choice.
+//
+//	go test ./model/cpu -run '^$' -bench ConvAlgorithms -count 5
+func BenchmarkConvAlgorithms(b *testing.B) {
+	for _, s := range []struct {
+		name        string
+		n, c, f, hw int
+	}{
+		{"cifar_conv1_3x64x32", 32, 3, 64, 32},
+		{"cifar_conv2_64x128x16", 32, 64, 128, 16},
+		{"cifar_conv3_128x256x8", 32, 128, 256, 8},
+		{"cifar_conv4_256x512x8", 32, 256, 512, 8},
+		{"resnet_64x64x56", 8, 64, 64, 56},
+		{"resnet_128x128x28", 32, 128, 128, 28},
+		{"resnet_256x256x14", 32, 256, 256, 14},
+		{"resnet_512x512x7", 32, 512, 512, 7},
+		{"thin_16x16x32", 32, 16, 16, 32},
+		{"thin_32x32x32", 32, 32, 32, 32},
+	} {
+		rng := rand.New(rand.NewPCG(1, 1))
+		p := tensor.ConvParams{KernelH: 3, KernelW: 3, StrideH: 1, StrideW: 1, PadH: 1, PadW: 1}
+		x, w, bias := randTensor(rng, s.n, s.c, s.hw, s.hw), randTensor(rng, s.f, s.c, 3, 3), randTensor(rng, s.f)
+		y := tensor.New(s.n, s.f, s.hw, s.hw)
+		dy, dx, dw, db := randTensor(rng, y.Shape...), tensor.New(x.Shape...), tensor.New(w.Shape...), tensor.New(s.f)
+		for _, a := range []struct {
+			name string
+			algo ConvAlgorithm
+		}{{"im2col", ConvIm2col}, {"winograd", ConvWinograd}} {
+			b.Run(s.name+"/"+a.name, func(b *testing.B) {
+				be := New(1)
+				defer be.Close()
+				be.SetConvAlgorithm(a.algo)
+				for b.Loop() {
+					be.Conv2d(x, w, bias, y, p)
+					be.Conv2dBackward(x, w, dy, dx, dw, db, p)
+				}
+				b.ReportMetric(float64(s.n*b.N)/b.Elapsed().Seconds(), "img/s")
+			})
 		}
 	}
 }

@@ -5,7 +5,8 @@ import (
 	"github.com/gorun/gorun/model/tensor"
 )
 
-// Convolution is im2col + GEMM per image. The images of a batch are split
+// Convolution is im2col + GEMM per image, or Winograd for 3×3 stride-1
+// layers (winograd.go). The images of a batch are split
 // into one contiguous chunk per thread; each chunk has its own column buffer
 // and its own weight-gradient partial sums, which are added in chunk order
 // afterwards, so results do not depend on thread scheduling.
@@ -20,6 +21,7 @@ type convTask struct {
 	g          geometry
 	n, per     int // images, images per chunk
 	serialGEMM bool
+	winograd   bool // Winograd F(2×2, 3×3) instead of im2col (winograd.go)
 }
 
 // geometry of one convolution.
@@ -68,6 +70,10 @@ func (b *Backend) runConv(backward bool, x, w, bias, y, dy, dx *tensor.Tensor, p
 	threads := b.pool.Threads()
 	t := &b.conv
 	*t = convTask{b: b, backward: backward, x: x, w: w, bias: bias, y: y, dy: dy, dx: dx, p: p, g: geom(x, w, p), n: n}
+	if t.winograd = b.useWinograd(t.g, p); t.winograd && (!backward || dx != nil) {
+		// Forward: U [16][F][C]; backward: the data gradient's U [16][C][F].
+		winogradWeights(grow(&b.winoU, 16*winoStride(t.g.f*t.g.c)), w.Data, t.g.f, t.g.c, backward)
+	}
 	if n < threads {
 		// Too few images to go round: one chunk, multi-threaded GEMMs.
 		t.per = n
@@ -101,6 +107,10 @@ const groupColumns = 512
 // im2col into a shared column matrix (row stride ld = images·OH·OW) and
 // one GEMM per product.
 func (t *convTask) Do(worker, i int) {
+	if t.winograd {
+		t.winogradChunk(worker, i)
+		return
+	}
 	g := t.g
 	s := &t.b.chunks[i]
 	lo, hi := i*t.per, min((i+1)*t.per, t.n)

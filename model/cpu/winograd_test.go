@@ -1,0 +1,117 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/gorun/gorun/model/tensor"
+)
+
+// TestWinograd checks Winograd convolutions (forced on) against the
+// float64 definition: forward, data and weight gradients, bias gradient,
+// for even and odd feature maps (a tile past the edge), non-square maps,
+// paddings 0, 1 and 2, one image per group and several (with a ragged last
+// group), one image with the products split over threads, without a data
+// gradient (a first layer), on 1 and 2 threads. The error bound is
+// relative to the sum of the magnitudes each result adds up.
+func TestWinograd(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	cases := []struct {
+		n, c, f, h, w, pad int
+		noDX               bool
+	}{
+		{20, 4, 6, 8, 8, 1, false},    // 16 tiles an image: a group of 16 images and a ragged one of 4 (1 thread)
+		{3, 3, 5, 7, 7, 1, false},     // odd: the last tiles half outside
+		{2, 5, 3, 6, 11, 1, false},    // not square
+		{3, 2, 4, 9, 8, 0, false},     // no padding: 7×6 outputs
+		{2, 3, 2, 5, 6, 2, false},     // padding 2: 7×8 outputs
+		{1, 16, 24, 12, 12, 1, false}, // one image: products over threads
+		{4, 3, 8, 32, 32, 1, true},    // 256 tiles an image: one per group; no dx
+		{9, 64, 72, 4, 4, 1, false},   // channels past the automatic threshold
+	}
+	worst := 0.0 // the largest error, as a fraction of its bound
+	for _, threads := range []int{1, 2} {
+		be := New(threads)
+		be.SetConvAlgorithm(ConvWinograd)
+		for _, c := range cases {
+			p := tensor.ConvParams{KernelH: 3, KernelW: 3, StrideH: 1, StrideW: 1, PadH: c.pad, PadW: c.pad}
+			x := randTensor(rng, c.n, c.c, c.h, c.w)
+			w := randTensor(rng, c.f, c.c, 3, 3)
+			bias := randTensor(rng, c.f)
+			oh, ow := p.OutSize(c.h, c.w)
+			y := tensor.New(c.n, c.f, oh, ow)
+			dy := randTensor(rng, y.Shape...)
+			dx, dw, db := tensor.New(x.Shape...), tensor.New(w.Shape...), tensor.New(c.f)
+			if !be.useWinograd(geom(x, w, p), p) {
+				t.Fatalf("case %+v: Winograd not chosen", c)
+			}
+			be.Conv2d(x, w, bias, y, p)
+			dxArg := dx
+			if c.noDX {
+				dxArg = nil
+			}
+			be.Conv2dBackward(x, w, dy, dxArg, dw, db, p)
+			wy, wdx, wdw, wdb := referenceConv(x, w, bias, dy, p)
+			// Each result sums about this many products of values below 3.
+			terms := map[string]float64{"y": float64(9 * c.c), "dx": float64(9 * c.f), "dw": float64(c.n * oh * ow), "db": float64(c.n * oh * ow)}
+			results := []struct {
+				name string
+				got  []float32
+				want []float64
+			}{{"y", y.Data, wy}, {"dw", dw.Data, wdw}, {"db", db.Data, wdb}}
+			if !c.noDX {
+				results = append(results, struct {
+					name string
+					got  []float32
+					want []float64
+				}{"dx", dx.Data, wdx})
+			}
+			for _, r := range results {
+				tol := 2e-7 * 9 * terms[r.name]
+				for i, v := range r.want {
+					e := math.Abs(float64(r.got[i]) - v)
+					if e > tol {
+						t.Fatalf("threads %d, case %+v: %s[%d] = %v, want %v (±%.2g)", threads, c, r.name, i, r.got[i], v, tol)
+					}
+					worst = max(worst, e/tol)
+				}
+			}
+		}
+		be.Close()
+	}
+	t.Logf("the largest error is %.2g of its bound", worst)
+}
+
+// TestWinogradChoice: the automatic choice takes Winograd for 3×3 stride-1
+// layers with enough channels only; ConvIm2col turns it off.
+func TestWinogradChoice(t *testing.T) {
+	be := New(1)
+	defer be.Close()
+	p3 := tensor.ConvParams{KernelH: 3, KernelW: 3, StrideH: 1, StrideW: 1, PadH: 1, PadW: 1}
+	for _, c := range []struct {
+		c, f int
+		p    tensor.ConvParams
+		algo ConvAlgorithm
+		want bool
+	}{
+		{64, 128, p3, ConvAuto, true},
+		{3, 64, p3, ConvAuto, false}, // a first layer: too few channels
+		{64, 32, p3, ConvAuto, false},
+		{32, 64, p3, ConvAuto, false},
+		{64, 128, p3, ConvIm2col, false},
+		{3, 64, p3, ConvWinograd, true},
+		{64, 64, tensor.ConvParams{KernelH: 3, KernelW: 3, StrideH: 2, StrideW: 2, PadH: 1, PadW: 1}, ConvWinograd, false},
+		{64, 64, tensor.ConvParams{KernelH: 1, KernelW: 1, StrideH: 1, StrideW: 1}, ConvWinograd, false},
+		{64, 64, tensor.ConvParams{KernelH: 3, KernelW: 3, StrideH: 1, StrideW: 1, PadH: 3, PadW: 3}, ConvWinograd, false},
+	} {
+		t.Run(fmt.Sprintf("%d-%d-%+v-%d", c.c, c.f, c.p, c.algo), func(t *testing.T) {
+			be.SetConvAlgorithm(c.algo)
+			x, w := tensor.New(1, c.c, 8, 8), tensor.New(c.f, c.c, c.p.KernelH, c.p.KernelW)
+			if got := be.useWinograd(geom(x, w, c.p), c.p); got != c.want {
+				t.Errorf("Winograd chosen: %v, want %v", got, c.want)
+			}
+		})
+	}
+}
