@@ -127,9 +127,8 @@ func winogradWeights(u, w []float32, f, c int, flipped bool) {
 
 // winoRows is a transform's working memory: rows of one row of tiles.
 type winoRows struct {
-	buf    []float32
-	rows   [16][]float32
-	planes []float32 // a padded plane split into even and odd columns
+	buf  []float32
+	rows [10][]float32
 }
 
 // get returns k zeroed rows of length n.
@@ -142,75 +141,49 @@ func (r *winoRows) get(k, n int) [][]float32 {
 	return r.rows[:k]
 }
 
-// splitRow sets even[k] and odd[k] to columns 2k and 2k + 1 of a row that
-// holds src from column pad on and zeros elsewhere. Tiles start at even
-// columns, so split rows let every later loop run over contiguous memory.
-func splitRow(even, odd, src []float32, pad int) {
-	clear(even)
-	clear(odd)
-	first := pad & 1 // the first element of src in an even column
-	for x := first; x < len(src); x += 2 {
-		even[(x+pad)>>1] = src[x]
-	}
-	for x := 1 - first; x < len(src); x += 2 {
-		odd[(x+pad)>>1] = src[x]
-	}
-}
-
-// transformBT sets the rows t to Bᵀ d: d0 − d2, d1 + d2, d2 − d1, d1 − d3
-// (the rows d at least as long as t's).
-func transformBT(t [][]float32, d [4][]float32) {
-	t0 := t[0]
-	n := len(t0)
-	t1, t2, t3 := t[1][:n], t[2][:n], t[3][:n]
-	d0, d1, d2, d3 := d[0][:n], d[1][:n], d[2][:n], d[3][:n]
-	for k := range t0 {
-		t0[k] = d0[k] - d2[k]
-		t1[k] = d1[k] + d2[k]
-		t2[k] = d2[k] - d1[k]
-		t3[k] = d1[k] - d3[k]
-	}
-}
-
 // winogradInput writes Bᵀ d B of every 4×4 input tile of one image
 // x [C, H, W] into v: element ξ of tile t of channel ch at
 // v[ξ·es + ch·ld + t0 + t]. Tile (i, j) starts at row 2i − padH, column
 // 2j − padW; what lies outside the image is zero. It works a row of
-// tiles at a time: Bᵀ down the four rows, then B along them, on rows
-// split into even and odd columns.
+// tiles at a time: Bᵀ down the four rows (contiguous loops over padded
+// copies), then B along them, tile by tile.
 func winogradInput(v []float32, es, ld, t0 int, x []float32, c, h, w, padH, padW int, s winoShape, work *winoRows) {
-	n := s.tw + 1    // the even (and odd) columns the tiles span
-	ph := 2*s.th + 2 // the padded rows they span
-	rows := work.get(8, n)
-	te, to := rows[0:4], rows[4:8]
-	split := grow(&work.planes, 2*ph*n)
-	even, odd := split[:ph*n], split[ph*n:]
+	pw := 2*s.tw + 2 // the padded width the tiles span
+	rows := work.get(8, pw)
+	d, t := rows[:4], rows[4:]
 	for ch := range c {
-		// The channel's padded plane, split into even and odd columns.
 		plane := x[ch*h*w : (ch+1)*h*w]
-		for r := range ph {
-			var src []float32
-			if y := r - padH; y >= 0 && y < h {
-				src = plane[y*w : (y+1)*w]
-			}
-			splitRow(even[r*n:(r+1)*n], odd[r*n:(r+1)*n], src, padW)
-		}
 		for i := range s.th {
-			transformBT(te, [4][]float32{even[2*i*n:], even[(2*i+1)*n:], even[(2*i+2)*n:], even[(2*i+3)*n:]})
-			transformBT(to, [4][]float32{odd[2*i*n:], odd[(2*i+1)*n:], odd[(2*i+2)*n:], odd[(2*i+3)*n:]})
-			// (Bᵀ d) B along each row: tile j's columns are even[j],
-			// odd[j], even[j+1], odd[j+1].
+			y0 := 2*i - padH
+			for r := range 4 {
+				clear(d[r])
+				if y := y0 + r; y >= 0 && y < h {
+					copy(d[r][padW:padW+w], plane[y*w:(y+1)*w])
+				}
+			}
+			// Bᵀ d: rows d0 − d2, d1 + d2, d2 − d1, d1 − d3.
+			t0r := t[0]
+			t1r, t2r, t3r := t[1][:len(t0r)], t[2][:len(t0r)], t[3][:len(t0r)]
+			d0, d1, d2, d3 := d[0][:len(t0r)], d[1][:len(t0r)], d[2][:len(t0r)], d[3][:len(t0r)]
+			for k := range t0r {
+				t0r[k] = d0[k] - d2[k]
+				t1r[k] = d1[k] + d2[k]
+				t2r[k] = d2[k] - d1[k]
+				t3r[k] = d1[k] - d3[k]
+			}
+			// (Bᵀ d) B: the same along each row, tile by tile.
 			at := ch*ld + t0 + i*s.tw
 			for r := range 4 {
+				row := t[r]
 				v0 := v[(r*4+0)*es+at : (r*4+0)*es+at+s.tw]
 				k := len(v0)
 				v1, v2, v3 := v[(r*4+1)*es+at:][:k], v[(r*4+2)*es+at:][:k], v[(r*4+3)*es+at:][:k]
-				e0, e1, o0, o1 := te[r][:k], te[r][1:k+1], to[r][:k], to[r][1:k+1]
 				for j := range v0 {
-					v0[j] = e0[j] - e1[j]
-					v1[j] = o0[j] + e1[j]
-					v2[j] = e1[j] - o0[j]
-					v3[j] = o0[j] - o1[j]
+					a := row[2*j : 2*j+4 : 2*j+4]
+					v0[j] = a[0] - a[2]
+					v1[j] = a[1] + a[2]
+					v2[j] = a[2] - a[1]
+					v3[j] = a[1] - a[3]
 				}
 			}
 		}
@@ -267,38 +240,35 @@ func winogradOutput(y []float32, m []float32, es, ld, t0 int, f, oh, ow int, s w
 // output gradient dy [F, OH, OW] into m, laid out as winogradOutput reads
 // it (zero past an odd edge).
 func winogradOutputGrad(m []float32, es, ld, t0 int, dy []float32, f, oh, ow int, s winoShape, work *winoRows) {
-	k := s.tw
-	rows := work.get(12, k)
-	even, odd, ae, ao := rows[0:2], rows[2:4], rows[4:8], rows[8:12]
+	rows := work.get(6, 2*s.tw)
+	y, a := rows[:2], rows[2:]
 	for o := range f {
 		plane := dy[o*oh*ow : (o+1)*oh*ow]
 		for i := range s.th {
 			for r := range 2 {
-				var src []float32
+				clear(y[r])
 				if 2*i+r < oh {
-					src = plane[(2*i+r)*ow : (2*i+r+1)*ow]
-				}
-				splitRow(even[r], odd[r], src, 0)
-			}
-			// A dY: rows y0, y0 + y1, y0 − y1, −y1, of the even and the
-			// odd columns.
-			for h, a := range [2][][]float32{ae, ao} {
-				y0 := [2][]float32{even[0], odd[0]}[h][:k]
-				y1 := [2][]float32{even[1], odd[1]}[h][:k]
-				a0, a1, a2, a3 := a[0][:k], a[1][:k], a[2][:k], a[3][:k]
-				for j := range y0 {
-					a0[j], a1[j], a2[j], a3[j] = y0[j], y0[j]+y1[j], y0[j]-y1[j], -y1[j]
+					copy(y[r], plane[(2*i+r)*ow:(2*i+r+1)*ow])
 				}
 			}
-			// (A dY) Aᵀ along each row: tile j's columns are even[j] and
-			// odd[j].
+			// A dY: rows y0, y0 + y1, y0 − y1, −y1.
+			y0 := y[0]
+			y1 := y[1][:len(y0)]
+			a0, a1, a2, a3 := a[0][:len(y0)], a[1][:len(y0)], a[2][:len(y0)], a[3][:len(y0)]
+			for k := range y0 {
+				a0[k], a1[k], a2[k], a3[k] = y0[k], y0[k]+y1[k], y0[k]-y1[k], -y1[k]
+			}
+			// (A dY) Aᵀ: the same along each row, tile by tile.
 			at := o*ld + t0 + i*s.tw
 			for r := range 4 {
-				m0 := m[(r*4+0)*es+at:][:k]
+				row := a[r]
+				m0 := m[(r*4+0)*es+at : (r*4+0)*es+at+s.tw]
+				k := len(m0)
 				m1, m2, m3 := m[(r*4+1)*es+at:][:k], m[(r*4+2)*es+at:][:k], m[(r*4+3)*es+at:][:k]
-				pe, po := ae[r][:k], ao[r][:k]
 				for j := range m0 {
-					m0[j], m1[j], m2[j], m3[j] = pe[j], pe[j]+po[j], pe[j]-po[j], -po[j]
+					pq := row[2*j : 2*j+2 : 2*j+2]
+					p, q := pq[0], pq[1]
+					m0[j], m1[j], m2[j], m3[j] = p, p+q, p-q, -q
 				}
 			}
 		}
