@@ -110,3 +110,20 @@ func BenchmarkConvAlgorithms(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkMaxPoolBackward times the 2×2 max-pooling backward pass on the
+// MNIST net's shape (batch 64, 64 channels of 24×24), one thread.
+//
+//	go test ./model/cpu -run '^$' -bench MaxPoolBackward -count 5
+func BenchmarkMaxPoolBackward(b *testing.B) {
+	rng := rand.New(rand.NewPCG(1, 1))
+	p := tensor.PoolParams{KernelH: 2, KernelW: 2, StrideH: 2, StrideW: 2}
+	x := randTensor(rng, 64, 64, 24, 24)
+	dy, dx := randTensor(rng, 64, 64, 12, 12), tensor.New(x.Shape...)
+	be := New(1)
+	defer be.Close()
+	b.SetBytes(int64(4 * (2*len(x.Data) + len(dy.Data))))
+	for b.Loop() {
+		be.MaxPool2dBackward(x, dy, dx, p)
+	}
+}

@@ -63,11 +63,15 @@ func TestMaxPool(t *testing.T) {
 			for _, hw := range []int{7, 8, 26} {
 				x := randTensor(rng, 5, 3, hw, hw)
 				for i := range x.Data {
-					switch rng.IntN(10) {
+					switch rng.IntN(12) {
 					case 0:
 						x.Data[i] = 1 // ties
 					case 1:
 						x.Data[i] = float32(math.NaN())
+					case 2:
+						x.Data[i] = float32(math.Copysign(0, -1)) // ties of −0 and +0
+					case 3:
+						x.Data[i] = 0
 					}
 				}
 				oh, ow := p.OutSize(hw, hw)

@@ -73,39 +73,26 @@ func maxPoolPlanes(x, y *tensor.Tensor, p tensor.PoolParams, lo, hi int) {
 func maxPoolBackwardPlanes(x, dy, dx *tensor.Tensor, p tensor.PoolParams, lo, hi int) {
 	h, w := x.Shape[2], x.Shape[3]
 	oh, ow := dy.Shape[2], dy.Shape[3]
-	clear(dx.Data[lo*h*w : hi*h*w])
+	if !halving(p) {
+		clear(dx.Data[lo*h*w : hi*h*w])
+	}
 	for pl := lo; pl < hi; pl++ {
 		in := x.Data[pl*h*w : (pl+1)*h*w]
 		g := dy.Data[pl*oh*ow : (pl+1)*oh*ow]
 		out := dx.Data[pl*h*w : (pl+1)*h*w]
 		if halving(p) {
+			// Every element of the 2×2 windows is written; an odd last
+			// row or column belongs to none.
+			if h > 2*oh {
+				clear(out[2*oh*w:])
+			}
 			for i := 0; i < oh; i++ {
 				r0, r1 := in[2*i*w:2*i*w+2*ow], in[(2*i+1)*w:(2*i+1)*w+2*ow]
-				d0, d1 := out[2*i*w:2*i*w+2*ow], out[(2*i+1)*w:(2*i+1)*w+2*ow]
-				gr := g[i*ow : (i+1)*ow]
-				for j, gv := range gr {
-					a, b, c, d := r0[2*j], r0[2*j+1], r1[2*j], r1[2*j+1]
-					best, at := a, 0
-					if b > best || b != b {
-						best, at = b, 1
-					}
-					if c > best || c != c {
-						best, at = c, 2
-					}
-					if d > best || d != d {
-						at = 3
-					}
-					switch at {
-					case 0:
-						d0[2*j] = gv
-					case 1:
-						d0[2*j+1] = gv
-					case 2:
-						d1[2*j] = gv
-					default:
-						d1[2*j+1] = gv
-					}
+				d0, d1 := out[2*i*w:(2*i+1)*w], out[(2*i+1)*w:(2*i+2)*w]
+				if w > 2*ow {
+					d0[w-1], d1[w-1] = 0, 0
 				}
+				halvingBackwardRow(d0[:2*ow], d1[:2*ow], r0, r1, g[i*ow:(i+1)*ow])
 			}
 			continue
 		}
@@ -127,6 +114,46 @@ func maxPoolBackwardPlanes(x, dy, dx *tensor.Tensor, p tensor.PoolParams, lo, hi
 			}
 		}
 	}
+}
+
+// halvingBackwardRow routes one row of 2×2 windows' gradients g to the
+// windows' maxima in x rows r0, r1, writing every element of d0, d1 (the
+// gradient there, zero elsewhere). The maximum's position is the first
+// holding the window's maximum — PyTorch's forward keeps the first of
+// equal values — found without branches, which random data mispredicts
+// half the time; a window holding a NaN sends its gradient to its last
+// NaN, as PyTorch's forward (which takes every NaN it meets) picks it.
+func halvingBackwardRow(d0, d1, r0, r1, g []float32) {
+	for j, gv := range g {
+		a, b, c, d := r0[2*j], r0[2*j+1], r1[2*j], r1[2*j+1]
+		m := max(max(a, b), max(c, d))
+		bits := math.Float32bits(gv)
+		var pa, pb, pc, pd uint32
+		if m == m {
+			ia, ib, ic := b2u(a == m), b2u(b == m), b2u(c == m)
+			pa, pb, pc, pd = ia, ib&^ia, ic&^(ia|ib), 1&^(ia|ib|ic)
+		} else {
+			// The last NaN of a, b, c, d.
+			nb, nc, nd := b2u(b != b), b2u(c != c), b2u(d != d)
+			pd = nd
+			pc = nc &^ nd
+			pb = nb &^ (nc | nd)
+			pa = 1 &^ (nb | nc | nd)
+		}
+		o0, o1 := d0[2*j:2*j+2:2*j+2], d1[2*j:2*j+2:2*j+2]
+		o0[0] = math.Float32frombits(bits & -pa)
+		o0[1] = math.Float32frombits(bits & -pb)
+		o1[0] = math.Float32frombits(bits & -pc)
+		o1[1] = math.Float32frombits(bits & -pd)
+	}
+}
+
+// b2u is 1 for true and 0 for false (compiled to a flag move, no branch).
+func b2u(v bool) uint32 {
+	if v {
+		return 1
+	}
+	return 0
 }
 
 // AvgPool2d implements tensor.Backend.
