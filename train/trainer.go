@@ -530,18 +530,14 @@ func (t *Trainer) runEpoch(ctx context.Context, epoch int) error {
 	// A run that shrinks past a lost rank goes on from the furthest point
 	// any rank left reached, all ranks from here: the rest of the epoch,
 	// then what ends it.
-	// The gradient sync's state for the checkpoint is gathered from every
-	// replica in the same loop: a rank lost there is shrunk past too.
 	var e report.Epoch
 	var seen int
 	var trained time.Time // when the epoch's training (not evaluation) ended
 	var sync []nn.Var
 	for {
 		var err error
-		if e, seen, err = t.finishEpoch(ctx, epoch, &at, &trained); err == nil {
-			if sync, err = t.epochSyncState(ctx, epoch); err == nil {
-				break
-			}
+		if e, seen, sync, err = t.finishEpoch(ctx, epoch, &at, &trained); err == nil {
+			break
 		}
 		if err = t.shrinkPast(ctx, err, epoch, &at); err != nil {
 			return err
@@ -588,20 +584,31 @@ func (t *Trainer) epochSyncState(ctx context.Context, epoch int) ([]nn.Var, erro
 	return sync, nil
 }
 
-// finishEpoch trains the rest of the epoch after at, combines its loss
-// and samples seen over the replicas (noting when in trained), and
-// evaluates the model. It changes
-// nothing that a retry after a shrink would repeat: reporting the epoch,
-// the schedule and saving are the caller's.
-func (t *Trainer) finishEpoch(ctx context.Context, epoch int, at *epochProgress, trained *time.Time) (report.Epoch, int, error) {
+// finishEpoch trains the rest of the epoch after at, gathers the
+// gradient sync's state for the epoch's checkpoint (epochSyncState),
+// combines the epoch's loss and samples seen over the replicas (noting
+// when in trained), and evaluates the model. It changes nothing that a
+// retry after a shrink would repeat: reporting the epoch, the schedule
+// and saving are the caller's.
+//
+// The state is gathered before the loss is combined: a gather is rooted,
+// so a rank it does not wait for can pass it although a rank died there,
+// and the all-reduce after it makes every replica see the loss in the
+// same epoch (a replica that went on to the next epoch's first step
+// would shrink at another point than rank 0).
+func (t *Trainer) finishEpoch(ctx context.Context, epoch int, at *epochProgress, trained *time.Time) (report.Epoch, int, []nn.Var, error) {
 	if err := t.trainShard(ctx, epoch, at); err != nil {
-		return report.Epoch{}, 0, err
+		return report.Epoch{}, 0, nil, err
+	}
+	sync, err := t.epochSyncState(ctx, epoch)
+	if err != nil {
+		return report.Epoch{}, 0, nil, err
 	}
 	// The epoch's loss, throughput and unreadable images over all
 	// replicas.
 	sums := []float64{at.loss / float64(max(at.lossN, 1)), float64(at.seen), float64(at.skipped)}
 	if err := t.sync.sum(ctx, sums); err != nil {
-		return report.Epoch{}, 0, fmt.Errorf("epoch %d: combining the training loss: %w", epoch, err)
+		return report.Epoch{}, 0, nil, fmt.Errorf("epoch %d: combining the training loss: %w", epoch, err)
 	}
 	*trained = time.Now()
 	e := report.Epoch{Epoch: epoch, GlobalStep: t.step, TrainLoss: sums[0] / float64(t.sync.world()), Skipped: int(sums[2])}
@@ -611,12 +618,12 @@ func (t *Trainer) finishEpoch(ctx context.Context, epoch int, at *epochProgress,
 	if t.test != nil {
 		ev, err := t.Evaluate(ctx, t.test)
 		if err != nil {
-			return report.Epoch{}, 0, err
+			return report.Epoch{}, 0, nil, err
 		}
 		e.TestLoss, e.TestCorrect, e.TestTotal, e.TestTop5, e.Classes = ev.Loss, ev.Correct, ev.Total, ev.Top5, len(ev.Confusion)
 		e.TestSkipped = ev.Skipped
 	}
-	return e, int(sums[1]), nil
+	return e, int(sums[1]), sync, nil
 }
 
 // trainShard trains this rank's shard of what is left of the epoch

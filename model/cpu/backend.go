@@ -60,10 +60,15 @@ func (b *Backend) Threads() int { return b.pool.Threads() }
 
 // Name describes the backend.
 func (b *Backend) Name() string {
+	conv := map[ConvAlgorithm]string{
+		ConvAuto:     fmt.Sprintf("Winograd for 3×3 layers of %d+ channels", winoMinChannels),
+		ConvIm2col:   "im2col convolutions",
+		ConvWinograd: "Winograd for every 3×3 layer",
+	}[b.convAlgo]
 	if b.pool.Threads() == 1 {
-		return fmt.Sprintf("cpu %s, 1 thread", b.gemm.Kernel())
+		return fmt.Sprintf("cpu %s, %s, 1 thread", b.gemm.Kernel(), conv)
 	}
-	return fmt.Sprintf("cpu %s, %d threads", b.gemm.Kernel(), b.pool.Threads())
+	return fmt.Sprintf("cpu %s, %s, %d threads", b.gemm.Kernel(), conv, b.pool.Threads())
 }
 
 func must(err error) {

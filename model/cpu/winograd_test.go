@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/gorun/gorun/model/tensor"
@@ -113,5 +114,25 @@ func TestWinogradChoice(t *testing.T) {
 				t.Errorf("Winograd chosen: %v, want %v", got, c.want)
 			}
 		})
+	}
+}
+
+// TestNameSaysConvAlgorithm: the backend's description, which the trainer
+// prints first, names the convolution algorithm in use.
+func TestNameSaysConvAlgorithm(t *testing.T) {
+	be := New(2)
+	defer be.Close()
+	for _, c := range []struct {
+		algo ConvAlgorithm
+		want string
+	}{
+		{ConvAuto, ", Winograd for 3×3 layers of 64+ channels, 2 threads"},
+		{ConvIm2col, ", im2col convolutions, 2 threads"},
+		{ConvWinograd, ", Winograd for every 3×3 layer, 2 threads"},
+	} {
+		be.SetConvAlgorithm(c.algo)
+		if got := be.Name(); !strings.HasPrefix(got, "cpu ") || !strings.HasSuffix(got, c.want) {
+			t.Errorf("algorithm %d: %q, want cpu KERNEL%s", c.algo, got, c.want)
+		}
 	}
 }

@@ -51,7 +51,8 @@ type BatchNormParams struct {
 // The CPU backend (package model/cpu) implements it in Go; a GPU backend
 // implements the same methods on device memory.
 type Backend interface {
-	// Name identifies the backend and its kernel ("cpu avx2-fma 6x16, 2 threads").
+	// Name identifies the backend and its kernels ("cpu avx2-fma 6x16, Winograd for
+	// 3×3 layers of 64+ channels, 2 threads").
 	Name() string
 
 	// MatMul sets c = alpha·op(a)·op(b) + beta·c for 2-D tensors, op being
