@@ -317,23 +317,7 @@ func packA(dst []float32, a Matrix, ic, pc, mc, kc, mr int, alpha float32) {
 			}
 			continue
 		}
-		i := 0
-		for ; i+4 <= rows; i += 4 {
-			base := (ic+ir+i)*a.Stride + pc
-			interleave4(panel[i:], mr, a.Data, base, a.Stride, kc, alpha)
-		}
-		for ; i < rows; i++ {
-			src := a.Data[(ic+ir+i)*a.Stride+pc:]
-			src = src[:kc]
-			for l, v := range src {
-				panel[l*mr+i] = alpha * v
-			}
-		}
-		for i := rows; i < mr; i++ {
-			for l := 0; l < kc; l++ {
-				panel[l*mr+i] = 0
-			}
-		}
+		transposeRows(panel, mr, a.Data, (ic+ir)*a.Stride+pc, a.Stride, kc, rows, alpha)
 	}
 }
 
@@ -354,21 +338,27 @@ func packB(dst []float32, b Matrix, pc, jc, kc, nc, nr int) {
 			continue
 		}
 		// op(B)(l, j) = Data[(jc+jr+j)*Stride + pc+l]: columns are contiguous.
-		j := 0
-		for ; j+4 <= cols; j += 4 {
-			interleave4(panel[j:], nr, b.Data, (jc+jr+j)*b.Stride+pc, b.Stride, kc, 1)
+		transposeRows(panel, nr, b.Data, (jc+jr)*b.Stride+pc, b.Stride, kc, cols, 1)
+	}
+}
+
+// transposeRows writes rows r < n of kc values, src[base+r·stride+l],
+// scaled by alpha, into a panel of width w as dst[l·w+r], and zeros in
+// the panel's columns n ≤ r < w: the transposing step of both packings,
+// four rows at a time (interleave4), then what is left one row at a time.
+func transposeRows(dst []float32, w int, src []float32, base, stride, kc, n int, alpha float32) {
+	r := 0
+	for ; r+4 <= n; r += 4 {
+		interleave4(dst[r:], w, src, base+r*stride, stride, kc, alpha)
+	}
+	for ; r < n; r++ {
+		for l, v := range src[base+r*stride : base+r*stride+kc] {
+			dst[l*w+r] = alpha * v
 		}
-		for ; j < cols; j++ {
-			src := b.Data[(jc+jr+j)*b.Stride+pc:]
-			src = src[:kc]
-			for l, v := range src {
-				panel[l*nr+j] = v
-			}
-		}
-		for j := cols; j < nr; j++ {
-			for l := 0; l < kc; l++ {
-				panel[l*nr+j] = 0
-			}
+	}
+	if n < w {
+		for l := range kc {
+			clear(dst[l*w+n : l*w+w])
 		}
 	}
 }
