@@ -141,6 +141,13 @@ func (r *winoRows) get(k, n int) [][]float32 {
 	return r.rows[:k]
 }
 
+// tileRow returns where row r of the 4×4 tile elements (ξ = 4r … 4r+3)
+// of n consecutive tiles lies in a transformed operand x whose 16
+// matrices are es apart: four slices of n elements from offset at.
+func tileRow(x []float32, es, at, r, n int) (x0, x1, x2, x3 []float32) {
+	return x[(r*4+0)*es+at:][:n], x[(r*4+1)*es+at:][:n], x[(r*4+2)*es+at:][:n], x[(r*4+3)*es+at:][:n]
+}
+
 // winogradInput writes Bᵀ d B of every 4×4 input tile of one image
 // x [C, H, W] into v: element ξ of tile t of channel ch at
 // v[ξ·es + ch·ld + t0 + t]. Tile (i, j) starts at row 2i − padH, column
@@ -175,9 +182,7 @@ func winogradInput(v []float32, es, ld, t0 int, x []float32, c, h, w, padH, padW
 			at := ch*ld + t0 + i*s.tw
 			for r := range 4 {
 				row := t[r]
-				v0 := v[(r*4+0)*es+at : (r*4+0)*es+at+s.tw]
-				k := len(v0)
-				v1, v2, v3 := v[(r*4+1)*es+at:][:k], v[(r*4+2)*es+at:][:k], v[(r*4+3)*es+at:][:k]
+				v0, v1, v2, v3 := tileRow(v, es, at, r, s.tw)
 				for j := range v0 {
 					a := row[2*j : 2*j+4 : 2*j+4]
 					v0[j] = a[0] - a[2]
@@ -262,9 +267,7 @@ func winogradOutputGrad(m []float32, es, ld, t0 int, dy []float32, f, oh, ow int
 			at := o*ld + t0 + i*s.tw
 			for r := range 4 {
 				row := a[r]
-				m0 := m[(r*4+0)*es+at : (r*4+0)*es+at+s.tw]
-				k := len(m0)
-				m1, m2, m3 := m[(r*4+1)*es+at:][:k], m[(r*4+2)*es+at:][:k], m[(r*4+3)*es+at:][:k]
+				m0, m1, m2, m3 := tileRow(m, es, at, r, s.tw)
 				for j := range m0 {
 					pq := row[2*j : 2*j+2 : 2*j+2]
 					p, q := pq[0], pq[1]
