@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"reflect"
 
 	"github.com/gorun/gorun/model/tensor"
@@ -44,8 +45,6 @@ type bufferPool struct {
 	// forward passes with gradients on keep their outputs in pool
 	// buffers, listed here, instead of the layers' own storage.
 	retain *[]*buffer
-	// largest is the most elements of any tensor noted so far.
-	largest int
 }
 
 func (p *bufferPool) get() *buffer {
@@ -58,19 +57,26 @@ func (p *bufferPool) get() *buffer {
 	return &buffer{pool: p}
 }
 
-// fit gives b the storage, among its own and the free buffers', that holds
-// n elements on dev most tightly (exchanging storage with a free buffer),
-// so that small tensors do not take up large buffers and no storage is
-// ever outgrown and thrown away.
+// fit gives b storage for n elements on like's device: storage of n's size
+// class (sizeClass), its own or a free buffer's (exchanging storage with
+// it), or new storage of that class when the pool has none free. Storage
+// serves only tensors of its own class, so that a small tensor never ties
+// up storage a large one needs later: the pool then holds, for each class,
+// as many buffers as the network ever uses of that class at once, and a
+// pass that repeats the last one's requests (a training step) finds
+// everything it needs in the pool. (Storage sized to the network's largest
+// tensor, as before, cost every small request a large buffer; exact sizes
+// shared by best fit kept growing from step to step, small tensors taking
+// large buffers first.)
 func (p *bufferPool) fit(b *buffer, like *tensor.Tensor, n int) {
-	p.note(n)
 	dev := like.Device()
+	class := sizeClass(n)
 	best, bestCap := -1, capacity(b, dev)
-	if bestCap < n {
+	if bestCap < class {
 		bestCap = math.MaxInt
 	}
 	for i, f := range p.free {
-		if c := capacity(f, dev); c >= n && c < bestCap {
+		if c := capacity(f, dev); c >= class && c < bestCap {
 			best, bestCap = i, c
 		}
 	}
@@ -78,23 +84,33 @@ func (p *bufferPool) fit(b *buffer, like *tensor.Tensor, n int) {
 	case best >= 0:
 		f := p.free[best]
 		b.t, f.t = f.t, b.t
-	case capacity(b, dev) < n:
-		// Nothing fits: b gets new storage, as large as the largest
-		// tensor of the network so far, so that it will fit whatever
-		// comes later (a backward pass asks for small gradients first);
-		// its old storage stays in the pool, as dropping it would not
-		// free it while layers' headers from earlier passes point there.
-		if b.t != nil {
-			p.made++
-			p.free = append(p.free, &buffer{t: b.t, pool: p})
-			b.t = nil
-		}
-		tensor.ReuseLike(&b.t, like, max(n, p.largest))
+		return
+	case bestCap != math.MaxInt:
+		return // b's own storage fits best
 	}
+	// Nothing of n's class is free: b gets new storage; its old storage
+	// stays in the pool, as dropping it would not free it while layers'
+	// headers from earlier passes point there.
+	if b.t != nil {
+		p.made++
+		p.free = append(p.free, &buffer{t: b.t, pool: p})
+		b.t = nil
+	}
+	tensor.ReuseLike(&b.t, like, class)
 }
 
-// note records a tensor of n elements in the network the pool serves.
-func (p *bufferPool) note(n int) { p.largest = max(p.largest, n) }
+// sizeClass rounds n up to the nearest number whose binary form has at
+// most four significant bits (eight classes per doubling, at most 12.5%
+// unused), so that tensors of one shape, and of nearly equal sizes, share
+// storage.
+func sizeClass(n int) int {
+	shift := bits.Len(uint(n)) - 4
+	if shift <= 0 {
+		return n
+	}
+	unit := 1 << shift
+	return (n + unit - 1) &^ (unit - 1)
+}
 
 // capacity is how many elements b's storage holds on dev.
 func capacity(b *buffer, dev tensor.Device) int {

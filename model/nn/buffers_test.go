@@ -208,3 +208,43 @@ func TestPassThroughKeepsNoBuffer(t *testing.T) {
 		made = m
 	}
 }
+
+// TestSizeClass: sizes round up to at most four significant bits — by
+// less than an eighth — and equal sizes share a class.
+func TestSizeClass(t *testing.T) {
+	for _, c := range []struct{ n, want int }{
+		{1, 1}, {15, 15}, {16, 16}, {17, 18}, {31, 32}, {33, 36},
+		{1000, 1024}, {4 * 16 * 8 * 8, 4096},
+		{32 * 256 * 56 * 56, 27262976}, // ResNet-50's largest activation at batch 32 (+6%)
+	} {
+		got := sizeClass(c.n)
+		if got != c.want {
+			t.Errorf("sizeClass(%d) = %d, want %d", c.n, got, c.want)
+		}
+		if got < c.n || float64(got) > 1.125*float64(c.n) {
+			t.Errorf("sizeClass(%d) = %d: not within [n, 1.125n]", c.n, got)
+		}
+	}
+}
+
+// TestShortcutOutputLent: a downsampling shortcut whose last layer (batch
+// norm) does not read its output in backward writes that output into a
+// pool buffer, given back once added, instead of keeping it for the step.
+func TestShortcutOutputLent(t *testing.T) {
+	be := cpu.New(1)
+	defer be.Close()
+	net := tinyResNet(be, 3)
+	rng := rand.New(rand.NewPCG(3, 4))
+	step(t, be, net, randTensor(rng, 2, 3, 16, 16), randTensor(rng, 2, 5).Data)
+	block := net.Layers[4].(*Chain).Layers[0].(*Residual)
+	if block.Downsample == nil {
+		t.Fatal("layer1's first block has no downsample")
+	}
+	last := block.Downsample.Layers[len(block.Downsample.Layers)-1].(*BatchNorm2d)
+	if last.out.own != nil {
+		t.Errorf("the shortcut's batch norm keeps its own output %s", last.out.own)
+	}
+	if p := &net.own; len(p.free) != p.made {
+		t.Errorf("after a step the pool has %d of its %d buffers free", len(p.free), p.made)
+	}
+}

@@ -62,7 +62,7 @@ func (c *Chain) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 		c.keptOut = held
 		return y, err
 	}
-	return forwardAll(c.Layers, c.children.of(c.Layers), x, c.pool(), c.label)
+	return forwardAll(c.Layers, c.children.of(c.Layers), x, c.outTarget, c.pool(), c.label)
 }
 
 // Backward implements Layer.

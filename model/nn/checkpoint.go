@@ -21,7 +21,11 @@ type Checkpoint struct {
 	be    tensor.Backend
 	Inner Layer
 	x, y  *tensor.Tensor
-	store buffer // the output, kept until backward
+	// store holds the output from forward until backward, lent by the
+	// network's pool and given back once backward is done: the layers
+	// after it have run their backward by then, and its storage serves
+	// the recomputations and gradients of the layers before it.
+	store *buffer
 	// The inner layer's buffers after the first forward pass, restored
 	// after the recomputation; the dropout counters before it.
 	buffers []*tensor.Tensor
@@ -56,14 +60,18 @@ func (c *Checkpoint) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 	c.saveDropouts()
 	SetGradEnabled(c.Inner, false)
 	defer SetGradEnabled(c.Inner, true)
-	c.innerCaps().lendOut(&c.store, pool)
+	giveBack(&c.store) // a forward pass that no backward followed
+	c.store = pool.get()
+	c.innerCaps().lendOut(c.store, pool)
 	defer c.innerCaps().lendOut(nil, nil)
 	y, err := c.Inner.Forward(x)
 	if err != nil {
+		giveBack(&c.store)
 		return nil, err
 	}
 	if !c.store.holds(y) {
 		// The layer passed its input through: keep a copy.
+		pool.fit(c.store, y, y.Len())
 		s := tensor.ReuseLike(&c.store.t, y, y.Len())
 		c.be.Copy(y, s)
 		if y, err = tensor.View(&c.y, s, y.Shape...); err != nil {
@@ -90,10 +98,10 @@ func (c *Checkpoint) Backward(dy *tensor.Tensor) (*tensor.Tensor, error) {
 	defer c.release(pool)
 	// Recompute: the same input, dropout masks and batch statistics give
 	// the same activations, which this time stay (in pool buffers) for
-	// backward.
+	// backward; the output, the same bits again, goes over the stored one.
 	c.restoreDropouts()
 	pool.retain = &c.rebuilt
-	c.innerCaps().lendOut(nil, pool)
+	c.innerCaps().lendOut(c.store, pool)
 	_, err := c.Inner.Forward(c.x)
 	c.innerCaps().lendOut(nil, nil)
 	pool.retain = nil
@@ -107,12 +115,14 @@ func (c *Checkpoint) Backward(dy *tensor.Tensor) (*tensor.Tensor, error) {
 	return c.Inner.Backward(dy)
 }
 
-// release returns the recomputed activations' buffers to the pool.
+// release returns the recomputed activations' buffers and the stored
+// output to the pool.
 func (c *Checkpoint) release(pool *bufferPool) {
 	for _, b := range c.rebuilt {
 		pool.put(b)
 	}
 	c.rebuilt = c.rebuilt[:0]
+	giveBack(&c.store)
 }
 
 // saveDropouts records the inner dropout layers' call counters, so that

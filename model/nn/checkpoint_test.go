@@ -143,3 +143,56 @@ func TestCheckpointSavesMemory(t *testing.T) {
 		t.Errorf("checkpointed blocks keep %d bytes, more than 0.6× the %d without", ckpt, plain)
 	}
 }
+
+// TestCheckpointStoresGoBack: a checkpoint's output is kept in a buffer of
+// the network's pool and given back after its backward, for the layers
+// before it to use; the recomputation writes the block's output over the
+// stored one instead of into a buffer of its own; the pool stops growing
+// after the first step.
+func TestCheckpointStoresGoBack(t *testing.T) {
+	be := cpu.New(1)
+	defer be.Close()
+	net := tinyResNet(be, 5)
+	CheckpointBlocks(be, net)
+	rng := rand.New(rand.NewPCG(4, 4))
+	x := randTensor(rng, 4, 3, 16, 16)
+	r := randTensor(rng, 4, 5).Data
+	var made, elems int
+	for s := range 3 {
+		if _, err := net.Forward(x); err != nil {
+			t.Fatal(err)
+		}
+		var ckpts []*Checkpoint
+		Walk(net, func(l Layer) {
+			if c, ok := l.(*Checkpoint); ok {
+				ckpts = append(ckpts, c)
+			}
+		})
+		for i, c := range ckpts {
+			if c.store == nil || c.store.pool != &net.own || !c.store.holds(c.y) {
+				t.Fatalf("step %d: checkpoint %d's output is not held in a pool buffer", s, i)
+			}
+		}
+		if _, err := net.Forward(x); err != nil { // a forward pass without backward gives its stores back
+			t.Fatal(err)
+		}
+		step(t, be, net, x, r)
+		for i, c := range ckpts {
+			if c.store != nil {
+				t.Errorf("step %d: checkpoint %d still holds its output after backward", s, i)
+			}
+			if y := c.Inner.(*Residual).y; !tensor.Overlaps(y, c.y) {
+				t.Errorf("step %d: checkpoint %d recomputed its output into a buffer of its own", s, i)
+			}
+		}
+		p := &net.own
+		if len(p.free) != p.made {
+			t.Errorf("step %d: %d of the pool's %d buffers free after the step", s, len(p.free), p.made)
+		}
+		m, e := poolStorage(p)
+		if s > 0 && (m != made || e != elems) {
+			t.Errorf("step %d: the pool grew from %d buffers (%d elements) to %d (%d)", s, made, elems, m, e)
+		}
+		made, elems = m, e
+	}
+}

@@ -122,15 +122,17 @@ func (b *Residual) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 		h, b.keptOut, err = through(b.main, b.children.of(b.main), x, nil, b.outTarget, pool, false, b.label, nil)
 	} else {
 		pool = b.pool()
-		h, err = forwardAll(b.main, b.children.of(b.main), x, pool, b.label)
+		h, err = forwardAll(b.main, b.children.of(b.main), x, b.outTarget, pool, b.label)
 	}
 	if err != nil {
 		return nil, err
 	}
 	short := x
 	if b.Downsample != nil {
+		// The shortcut's output is dead once added, unless its last
+		// layer's backward reads it: it then borrows from the pool.
 		var dBuf *buffer
-		if b.noGrad {
+		if ds := b.Downsample.children.of(b.Downsample.Layers); b.noGrad || (len(ds) > 0 && ds[len(ds)-1].unread) {
 			dBuf = pool.get()
 			defer pool.put(dBuf)
 		}
@@ -158,11 +160,21 @@ func (b *Residual) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 // forwardAll runs x through layers in order with gradients on. Each layer
 // keeps its output for backward: in its own storage or, while pool
 // retains (a Checkpoint recomputing), in a pool buffer the checkpoint
-// gives back after backward.
-func forwardAll(layers []Layer, cs []caps, x *tensor.Tensor, pool *bufferPool, label func(int) string) (*tensor.Tensor, error) {
+// gives back after backward. The last layer writes into final, the
+// caller's, when it is set.
+func forwardAll(layers []Layer, cs []caps, x *tensor.Tensor, final *buffer, pool *bufferPool, label func(int) string) (*tensor.Tensor, error) {
 	for i, l := range layers {
 		var out *buffer
-		if pool.retain != nil {
+		switch {
+		case i == len(layers)-1 && final != nil:
+			cs[i].lendOut(final, pool)
+			y, err := l.Forward(x)
+			cs[i].lendOut(nil, nil)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", label(i), err)
+			}
+			return y, nil
+		case pool.retain != nil:
 			out = pool.get()
 		}
 		cs[i].lendOut(out, pool)
@@ -172,7 +184,6 @@ func forwardAll(layers []Layer, cs []caps, x *tensor.Tensor, pool *bufferPool, l
 			pool.put(out)
 			return nil, fmt.Errorf("%s: %w", label(i), err)
 		}
-		pool.note(y.Len())
 		if out != nil {
 			if out.holds(y) {
 				*pool.retain = append(*pool.retain, out)
