@@ -132,7 +132,7 @@ func (b *Residual) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 		// The shortcut's output is dead once added, unless its last
 		// layer's backward reads it: it then borrows from the pool.
 		var dBuf *buffer
-		if ds := b.Downsample.children.of(b.Downsample.Layers); b.noGrad || (len(ds) > 0 && ds[len(ds)-1].unread) {
+		if b.noGrad || b.shortcutOutputDead() {
 			dBuf = pool.get()
 			defer pool.put(dBuf)
 		}
@@ -157,6 +157,14 @@ func (b *Residual) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 	return sum, nil
 }
 
+// shortcutOutputDead reports whether the downsample's backward does not
+// read its output (its last layer's does not), which is then dead once
+// added to the main path's.
+func (b *Residual) shortcutOutputDead() bool {
+	ds := b.Downsample.children.of(b.Downsample.Layers)
+	return len(ds) > 0 && ds[len(ds)-1].unread
+}
+
 // forwardAll runs x through layers in order with gradients on. Each layer
 // keeps its output for backward: in its own storage or, while pool
 // retains (a Checkpoint recomputing), in a pool buffer the checkpoint
@@ -167,19 +175,16 @@ func forwardAll(layers []Layer, cs []caps, x *tensor.Tensor, final *buffer, pool
 		var out *buffer
 		switch {
 		case i == len(layers)-1 && final != nil:
-			cs[i].lendOut(final, pool)
-			y, err := l.Forward(x)
-			cs[i].lendOut(nil, nil)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", label(i), err)
-			}
-			return y, nil
+			out = final // the caller's: neither retained nor given back here
 		case pool.retain != nil:
 			out = pool.get()
 		}
 		cs[i].lendOut(out, pool)
 		y, err := l.Forward(x)
 		cs[i].lendOut(nil, nil)
+		if out == final {
+			out = nil
+		}
 		if err != nil {
 			pool.put(out)
 			return nil, fmt.Errorf("%s: %w", label(i), err)
