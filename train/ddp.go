@@ -152,16 +152,28 @@ func newDDP(ctx context.Context, g *comm.Group, net nn.Layer, be tensor.Backend,
 		}
 	}
 	closeBucket()
-	// Which layers report which parameters: every child of every chain
-	// that is not itself a chain (a chain's children report for it).
+	// Which layers report which parameters: the outermost layers that are
+	// some chain's children and not chains themselves. A chain's child
+	// reports for every parameter inside it, so nothing inside it (a
+	// residual block's downsampling chain, a checkpoint's inner layers)
+	// reports again: a parameter counted twice would never let its bucket
+	// start.
 	reported := 0
-	nn.Walk(net, func(l nn.Layer) {
+	var visit func(l nn.Layer)
+	visit = func(l nn.Layer) {
 		c, ok := l.(*nn.Chain)
 		if !ok {
+			if box, ok := l.(nn.Container); ok {
+				for _, child := range box.Children() {
+					visit(child)
+				}
+			}
 			return
 		}
+		c.GradReady = d.gradReady
 		for _, child := range c.Layers {
 			if _, nested := child.(*nn.Chain); nested {
+				visit(child)
 				continue
 			}
 			for _, p := range nn.Params(child) {
@@ -171,8 +183,8 @@ func newDDP(ctx context.Context, g *comm.Group, net nn.Layer, be tensor.Backend,
 				}
 			}
 		}
-		c.GradReady = d.gradReady
-	})
+	}
+	visit(net)
 	if reported != len(params) {
 		// Parameters outside any chain: they are reduced at Finish.
 		d.units = map[nn.Layer][]int{}
