@@ -9,7 +9,10 @@ import (
 
 // Chain runs named layers in order, like a PyTorch module whose forward
 // calls its children one after another. Children named "" are stateless
-// functional steps (F.relu, F.max_pool2d) that do not appear in the state.
+// functional steps (F.relu, F.max_pool2d) that do not appear in the state,
+// or groups — a Chain, or a Checkpoint of one — whose own children carry
+// the names, which then appear unprefixed (a checkpointed run of a
+// network's layers keeps their names).
 type Chain struct {
 	Names  []string
 	Layers []Layer
@@ -62,7 +65,7 @@ func (c *Chain) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 		c.keptOut = held
 		return y, err
 	}
-	return forwardAll(c.Layers, c.children.of(c.Layers), x, c.outTarget, c.pool(), c.label)
+	return forwardAll(c.Layers, c.children.of(c.Layers), x, c.outTarget, c.pool(), c.label, &c.acts)
 }
 
 // Backward implements Layer.
@@ -75,6 +78,7 @@ func (c *Chain) Backward(dy *tensor.Tensor) (*tensor.Tensor, error) {
 		return nil, errNoGrad
 	}
 	dx, held, err := through(c.Layers, c.children.of(c.Layers), dy, in, c.target, pool, true, c.label, c.GradReady)
+	releaseActs(pool, c.acts) // the recomputed activations, read by now
 	c.kept = held
 	return dx, err
 }
@@ -87,10 +91,14 @@ func (c *Chain) State() []Var {
 		if len(st) == 0 {
 			continue
 		}
-		if c.Names[i] == "" {
+		switch {
+		case c.Names[i] != "":
+			s = append(s, prefixed(c.Names[i], st)...)
+		case namesItsState(l):
+			s = append(s, st...)
+		default:
 			panic(fmt.Sprintf("nn: unnamed chain step %d (%T) has state", i, l))
 		}
-		s = append(s, prefixed(c.Names[i], st)...)
 	}
 	return s
 }
@@ -122,4 +130,16 @@ func (c *Chain) SkipInputGrad() {
 	if len(c.Layers) > 0 {
 		SkipInputGrad(c.Layers[0])
 	}
+}
+
+// namesItsState reports whether l is a group whose children carry their
+// own names: a chain, or a checkpoint of one.
+func namesItsState(l Layer) bool {
+	switch g := l.(type) {
+	case *Chain:
+		return true
+	case *Checkpoint:
+		return namesItsState(g.Inner)
+	}
+	return false
 }

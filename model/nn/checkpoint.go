@@ -31,20 +31,38 @@ type Checkpoint struct {
 	buffers []*tensor.Tensor
 	counts  []int64
 	drops   []uint64
-	rebuilt []*buffer // the recomputed activations, given back after backward
 	inner   caps
+	// What the inner layer has that a recomputation must leave as the
+	// first pass left it, found once (State and Walk allocate): its
+	// buffers and counters, and its dropout layers.
+	bufVars  []Var
+	dropouts []*Dropout
 	lending
 }
 
 // NewCheckpoint wraps inner in activation checkpointing.
 func NewCheckpoint(be tensor.Backend, inner Layer) *Checkpoint {
-	return &Checkpoint{be: be, Inner: inner, inner: capsOf(inner)}
+	c := &Checkpoint{be: be, Inner: inner}
+	c.innerCaps()
+	return c
 }
 
-// innerCaps returns the inner layer's caps, looked up again if Inner changed.
+// innerCaps returns the inner layer's caps, looked up again, with its
+// buffers and dropout layers, if Inner changed.
 func (c *Checkpoint) innerCaps() *caps {
 	if !c.inner.comparable || c.inner.layer != c.Inner {
 		c.inner = capsOf(c.Inner)
+		c.bufVars, c.dropouts = c.bufVars[:0], c.dropouts[:0]
+		for _, v := range c.Inner.State() {
+			if v.Count != nil || (v.Grad == nil && v.Value != nil) {
+				c.bufVars = append(c.bufVars, v)
+			}
+		}
+		Walk(c.Inner, func(l Layer) {
+			if d, ok := l.(*Dropout); ok {
+				c.dropouts = append(c.dropouts, d)
+			}
+		})
 	}
 	return &c.inner
 }
@@ -95,16 +113,16 @@ func (c *Checkpoint) Backward(dy *tensor.Tensor) (*tensor.Tensor, error) {
 		pool.put(in)
 		return nil, err
 	}
-	defer c.release(pool)
+	defer giveBack(&c.store) // unless the inner layer took it
 	// Recompute: the same input, dropout masks and batch statistics give
 	// the same activations, which this time stay (in pool buffers) for
 	// backward; the output, the same bits again, goes over the stored one.
 	c.restoreDropouts()
-	pool.retain = &c.rebuilt
+	pool.recomputing = true
 	c.innerCaps().lendOut(c.store, pool)
-	_, err := c.Inner.Forward(c.x)
+	y, err := c.Inner.Forward(c.x)
 	c.innerCaps().lendOut(nil, nil)
-	pool.retain = nil
+	pool.recomputing = false
 	c.restoreBuffers()
 	if err != nil {
 		pool.put(in)
@@ -112,45 +130,39 @@ func (c *Checkpoint) Backward(dy *tensor.Tensor) (*tensor.Tensor, error) {
 	}
 	c.innerCaps().lend(c.target, pool, in)
 	defer c.innerCaps().lend(nil, nil, nil)
-	return c.Inner.Backward(dy)
-}
-
-// release returns the recomputed activations' buffers and the stored
-// output to the pool.
-func (c *Checkpoint) release(pool *bufferPool) {
-	for _, b := range c.rebuilt {
-		pool.put(b)
+	if c.store.holds(y) && c.innerCaps().handOut(c.store) {
+		c.store = nil // the inner layer gives it back once read
 	}
-	c.rebuilt = c.rebuilt[:0]
-	giveBack(&c.store)
+	return c.Inner.Backward(dy)
 }
 
 // saveDropouts records the inner dropout layers' call counters, so that
 // the recomputation draws the same masks.
 func (c *Checkpoint) saveDropouts() {
 	c.drops = c.drops[:0]
-	Walk(c.Inner, func(l Layer) {
-		if d, ok := l.(*Dropout); ok {
-			c.drops = append(c.drops, *d.counter())
-		}
-	})
+	for _, d := range c.innerLayers().dropouts {
+		c.drops = append(c.drops, *d.counter())
+	}
 }
 
 func (c *Checkpoint) restoreDropouts() {
-	i := 0
-	Walk(c.Inner, func(l Layer) {
-		if d, ok := l.(*Dropout); ok {
-			*d.counter() = c.drops[i]
-			i++
-		}
-	})
+	for i, d := range c.innerLayers().dropouts {
+		*d.counter() = c.drops[i]
+	}
+}
+
+// innerLayers returns c with its lists of the inner layer's buffers and
+// dropout layers up to date.
+func (c *Checkpoint) innerLayers() *Checkpoint {
+	c.innerCaps()
+	return c
 }
 
 // saveBuffers records the inner layer's buffers and counters after the
 // first forward pass; the recomputation would update them a second time.
 func (c *Checkpoint) saveBuffers() {
 	i, j := 0, 0
-	for _, v := range c.Inner.State() {
+	for _, v := range c.innerLayers().bufVars {
 		switch {
 		case v.Count != nil:
 			if j == len(c.counts) {
@@ -158,7 +170,7 @@ func (c *Checkpoint) saveBuffers() {
 			}
 			c.counts[j] = *v.Count
 			j++
-		case v.Grad == nil && v.Value != nil:
+		default:
 			if i == len(c.buffers) {
 				c.buffers = append(c.buffers, nil)
 			}
@@ -171,12 +183,12 @@ func (c *Checkpoint) saveBuffers() {
 
 func (c *Checkpoint) restoreBuffers() {
 	i, j := 0, 0
-	for _, v := range c.Inner.State() {
+	for _, v := range c.innerLayers().bufVars {
 		switch {
 		case v.Count != nil:
 			*v.Count = c.counts[j]
 			j++
-		case v.Grad == nil && v.Value != nil:
+		default:
 			c.be.Copy(c.buffers[i], v.Value)
 			i++
 		}
@@ -221,4 +233,21 @@ func CheckpointBlocks(be tensor.Backend, l Layer) int {
 	}
 	wrap(l)
 	return n
+}
+
+// CheckpointSteps puts steps [lo, hi) of c under one Checkpoint, which
+// takes their place as an unnamed step of c: a chain of them whose state
+// keeps their names, so c's state does not change. A network's stem, the
+// layers before its first residual block, is checkpointed so.
+func CheckpointSteps(be tensor.Backend, c *Chain, lo, hi int) error {
+	if lo < 0 || hi > len(c.Layers) || lo >= hi {
+		return fmt.Errorf("nn: checkpointing steps [%d, %d) of a chain of %d", lo, hi, len(c.Layers))
+	}
+	steps := make([]Child, 0, hi-lo)
+	for i := lo; i < hi; i++ {
+		steps = append(steps, Child{Name: c.Names[i], Layer: c.Layers[i]})
+	}
+	c.Names = append(append(c.Names[:lo:lo], ""), c.Names[hi:]...)
+	c.Layers = append(append(c.Layers[:lo:lo], NewCheckpoint(be, NewChain(steps...))), c.Layers[hi:]...)
+	return nil
 }

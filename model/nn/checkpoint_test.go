@@ -4,22 +4,30 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/gorun/gorun/model/cpu"
 	"github.com/gorun/gorun/model/tensor"
 )
 
-// TestCheckpointMatches: with every residual block checkpointed, three
+// TestCheckpointMatches: with every residual block checkpointed, and the
+// stem (conv, batch norm, relu, max pool) as one checkpoint too, three
 // training steps give the same outputs, parameter gradients, input
-// gradient and batch-norm buffers, bit for bit, as without; so do
-// evaluation passes with gradients off.
+// gradient and batch-norm buffers, bit for bit, as without, and the state
+// has the same names; so do evaluation passes with gradients off.
 func TestCheckpointMatches(t *testing.T) {
 	be := cpu.New(2)
 	defer be.Close()
 	plain, ckpt := tinyResNet(be, 5), tinyResNet(be, 5)
 	if n := CheckpointBlocks(be, ckpt); n != 4 {
 		t.Fatalf("CheckpointBlocks wrapped %d blocks, want 4", n)
+	}
+	if err := CheckpointSteps(be, ckpt, 0, 4); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := ckpt.Layers[0].(*Checkpoint); !ok || len(ckpt.Layers) != len(plain.Layers)-3 {
+		t.Fatalf("the stem is %T among %d steps, want a checkpoint among %d", ckpt.Layers[0], len(ckpt.Layers), len(plain.Layers)-3)
 	}
 	rng := rand.New(rand.NewPCG(1, 9))
 	for s := range 3 {
@@ -194,5 +202,93 @@ func TestCheckpointStoresGoBack(t *testing.T) {
 			t.Errorf("step %d: the pool grew from %d buffers (%d elements) to %d (%d)", s, made, elems, m, e)
 		}
 		made, elems = m, e
+	}
+}
+
+// TestCheckpointStepsRange: a range of steps that is empty or out of the
+// chain is an error naming it, and leaves the chain as it was.
+func TestCheckpointStepsRange(t *testing.T) {
+	be := cpu.New(1)
+	defer be.Close()
+	for _, r := range [][2]int{{-1, 2}, {0, 10}, {3, 3}, {4, 2}} {
+		net := tinyResNet(be, 1)
+		n := len(net.Layers)
+		err := CheckpointSteps(be, net, r[0], r[1])
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("[%d, %d) of a chain of %d", r[0], r[1], n)) {
+			t.Errorf("steps [%d, %d): %v", r[0], r[1], err)
+		}
+		if len(net.Layers) != n {
+			t.Errorf("steps [%d, %d): the chain changed", r[0], r[1])
+		}
+	}
+}
+
+// poolSpy passes its input through and, in Backward, reports whether a
+// given buffer is free in the pool it was lent by its container.
+type poolSpy struct {
+	pool  *bufferPool
+	watch **buffer
+	free  bool // whether *watch was free at the last Backward
+}
+
+func (s *poolSpy) Forward(x *tensor.Tensor) (*tensor.Tensor, error) { return x, nil }
+func (s *poolSpy) Backward(dy *tensor.Tensor) (*tensor.Tensor, error) {
+	s.free = false
+	for _, f := range s.pool.free {
+		s.free = s.free || f == *s.watch
+	}
+	return dy, nil
+}
+func (s *poolSpy) borrow(_ *buffer, p *bufferPool, _ *buffer) { s.pool = p }
+func (s *poolSpy) State() []Var                               { return nil }
+func (s *poolSpy) SetTraining(bool)                           {}
+func (s *poolSpy) Replica() Layer                             { return s }
+
+// TestCheckpointOutputFreedInBackward: a checkpointed residual block's
+// stored output goes back to the pool as soon as the block's backward has
+// read it (its relu's mask), before the main path's backward, where the
+// gradients of the layers below can use its storage. (When the block's
+// output gradient is not a pool buffer, the sum's gradient goes over the
+// stored output instead: TestCheckpointMatches checks those results.)
+func TestCheckpointOutputFreedInBackward(t *testing.T) {
+	be := cpu.New(1)
+	defer be.Close()
+	rng := rand.New(rand.NewPCG(6, 6))
+	var stored *buffer
+	spy := &poolSpy{watch: &stored}
+	block := newResidual(be, 4, 4, 1, rng, []Child{
+		{"", spy},
+		{"conv1", NewConv2d(be, 4, 4, 3, Conv2dOptions{Padding: 1, NoBias: true}, rng)},
+		{"bn1", NewBatchNorm2d(be, 4)},
+	})
+	ckpt := NewCheckpoint(be, block)
+	net := NewChain(
+		Child{"conv", NewConv2d(be, 3, 4, 3, Conv2dOptions{Padding: 1}, rng)},
+		Child{"block", ckpt},
+		// The block's output gradient then comes in a pool buffer, which
+		// the sum's gradient overwrites.
+		Child{"head", NewConv2d(be, 4, 4, 1, Conv2dOptions{}, rng)},
+	)
+	x := randTensor(rng, 2, 3, 6, 6)
+	r := randTensor(rng, 2, 4, 6, 6).Data
+	for s := range 2 {
+		if _, err := net.Forward(x); err != nil {
+			t.Fatal(err)
+		}
+		stored = ckpt.store
+		if stored == nil {
+			t.Fatalf("step %d: the checkpoint stored no output buffer", s)
+		}
+		dy := tensor.New(2, 4, 6, 6)
+		copy(dy.Data, r)
+		if _, err := net.Backward(dy); err != nil {
+			t.Fatal(err)
+		}
+		if !spy.free {
+			t.Errorf("step %d: the block's stored output was not back in the pool during its main path's backward", s)
+		}
+		if p := &net.own; len(p.free) != p.made {
+			t.Errorf("step %d: %d of the pool's %d buffers free after the step", s, len(p.free), p.made)
+		}
 	}
 }

@@ -18,8 +18,14 @@ type Residual struct {
 	Main       []Child // the main path in order; relus are unnamed
 	Downsample *Chain  // nil when the shortcut is the identity
 	main       []Layer
+	kids       []Layer // Children's result
 	sum, y     *tensor.Tensor
 	ds, dx     output // the gradients of the sum and of the input
+	// outBuf, when a Checkpoint hands it over for one Backward call, is
+	// the pool buffer holding the block's output (y), the block's to give
+	// back as soon as backward has read y: the sum's gradient then goes
+	// over it or the pool has it for the gradients of the layers below.
+	outBuf *buffer
 	lending
 }
 
@@ -86,12 +92,15 @@ func (b *Residual) LastBN() *BatchNorm2d {
 }
 
 // Children implements Container: the main path, then the downsample.
+//
+// The slice is the block's, rebuilt in place on every call (no
+// allocation: a checkpoint walks its block twice a step).
 func (b *Residual) Children() []Layer {
-	ch := append([]Layer(nil), b.main...)
+	b.kids = append(b.kids[:0], b.main...)
 	if b.Downsample != nil {
-		ch = append(ch, b.Downsample)
+		b.kids = append(b.kids, b.Downsample)
 	}
-	return ch
+	return b.kids
 }
 
 // Replica implements Layer.
@@ -122,7 +131,7 @@ func (b *Residual) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 		h, b.keptOut, err = through(b.main, b.children.of(b.main), x, nil, b.outTarget, pool, false, b.label, nil)
 	} else {
 		pool = b.pool()
-		h, err = forwardAll(b.main, b.children.of(b.main), x, b.outTarget, pool, b.label)
+		h, err = forwardAll(b.main, b.children.of(b.main), x, b.outTarget, pool, b.label, &b.acts)
 	}
 	if err != nil {
 		return nil, err
@@ -157,6 +166,9 @@ func (b *Residual) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 	return sum, nil
 }
 
+// takeOutput implements outputTaker.
+func (b *Residual) takeOutput(buf *buffer) { b.outBuf = buf }
+
 // shortcutOutputDead reports whether the downsample's backward does not
 // read its output (its last layer's does not), which is then dead once
 // added to the main path's.
@@ -166,17 +178,22 @@ func (b *Residual) shortcutOutputDead() bool {
 }
 
 // forwardAll runs x through layers in order with gradients on. Each layer
-// keeps its output for backward: in its own storage or, while pool
-// retains (a Checkpoint recomputing), in a pool buffer the checkpoint
-// gives back after backward. The last layer writes into final, the
-// caller's, when it is set.
-func forwardAll(layers []Layer, cs []caps, x *tensor.Tensor, final *buffer, pool *bufferPool, label func(int) string) (*tensor.Tensor, error) {
+// keeps its output for backward: in its own storage or, while the pool
+// recomputes (a Checkpoint rebuilding its layer's activations), in a pool
+// buffer held in the layer's slot of acts, the container's, which gives
+// them back when its backward is done (releaseActs). The last layer
+// writes into final, the caller's, when it is set.
+func forwardAll(layers []Layer, cs []caps, x *tensor.Tensor, final *buffer, pool *bufferPool, label func(int) string, acts *[]*buffer) (*tensor.Tensor, error) {
+	releaseActs(pool, *acts) // a pass no backward followed
+	if pool.recomputing && len(*acts) < len(layers) {
+		*acts = make([]*buffer, len(layers))
+	}
 	for i, l := range layers {
 		var out *buffer
 		switch {
 		case i == len(layers)-1 && final != nil:
-			out = final // the caller's: neither retained nor given back here
-		case pool.retain != nil:
+			out = final // the caller's: neither kept nor given back here
+		case pool.recomputing:
 			out = pool.get()
 		}
 		cs[i].lendOut(out, pool)
@@ -187,11 +204,12 @@ func forwardAll(layers []Layer, cs []caps, x *tensor.Tensor, final *buffer, pool
 		}
 		if err != nil {
 			pool.put(out)
+			releaseActs(pool, *acts)
 			return nil, fmt.Errorf("%s: %w", label(i), err)
 		}
 		if out != nil {
 			if out.holds(y) {
-				*pool.retain = append(*pool.retain, out)
+				(*acts)[i] = out
 			} else {
 				pool.put(out) // unused: an in-place or pass-through layer
 			}
@@ -201,27 +219,50 @@ func forwardAll(layers []Layer, cs []caps, x *tensor.Tensor, final *buffer, pool
 	return x, nil
 }
 
+// releaseActs gives every recomputed activation still held in acts back
+// to the pool.
+func releaseActs(pool *bufferPool, acts []*buffer) {
+	for i, b := range acts {
+		if b != nil {
+			pool.put(b)
+			acts[i] = nil
+		}
+	}
+}
+
 // Backward implements Layer.
 func (b *Residual) Backward(dy *tensor.Tensor) (*tensor.Tensor, error) {
 	pool := b.pool()
+	defer releaseActs(pool, b.acts) // the recomputed activations, read by now
 	in := b.takeIn()
+	outBuf := b.outBuf
+	b.outBuf = nil
 	if err := sameShape(dy, b.y); err != nil {
 		pool.put(in)
+		pool.put(outBuf)
 		return nil, err
 	}
 	if b.noGrad {
 		pool.put(in)
+		pool.put(outBuf)
 		return nil, errNoGrad
 	}
-	// ds, the sum's gradient, overwrites dy when dy's buffer was given.
+	// ds, the sum's gradient, overwrites dy when dy's buffer was given,
+	// else the output (read element by element just before) when its
+	// buffer was handed over.
 	ds, dsBuf := dy, in
 	if !in.holds(dy) {
 		pool.put(in)
-		dsBuf = pool.get()
+		if outBuf.holds(b.y) {
+			dsBuf, outBuf = outBuf, nil
+		} else {
+			dsBuf = pool.get()
+		}
 		b.ds.lent = dsBuf
 		ds = b.ds.get(dy, dy.Shape...)
 	}
 	b.be.ReLUBackward(b.y, dy, ds)
+	pool.put(outBuf) // the output is dead now
 	// ds feeds both paths. The shortcut goes first: its gradient is the
 	// block input's size, often a quarter of ds's, and ds's buffer can
 	// then go down the main path, which gives it back as soon as it is

@@ -2,6 +2,7 @@ package zoo
 
 import (
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/gorun/gorun/model/cpu"
@@ -11,15 +12,22 @@ import (
 )
 
 // TestTrainingStepAllocatesNothing runs training steps of the MNIST net and
-// ResNet-18 (two threads) and asserts that, once warm, a step — forward,
-// loss, backward, optimizer — allocates no memory, over 20 steps.
+// ResNet-18 (two threads; and with --recompute's checkpoints) and asserts
+// that, once warm, a step — forward, loss, backward, optimizer —
+// allocates no memory, over 20 steps.
 func TestTrainingStepAllocatesNothing(t *testing.T) {
-	for _, name := range []string{"mnist", "resnet18"} {
+	for _, name := range []string{"mnist", "resnet18", "resnet18-recompute"} {
 		t.Run(name, func(t *testing.T) {
 			be := cpu.New(2)
 			defer be.Close()
 			rng := rand.New(rand.NewPCG(1, 2))
-			m, _ := New(name, be, rng)
+			model, recompute := strings.CutSuffix(name, "-recompute")
+			spec, err := Lookup(model)
+			if err != nil {
+				t.Fatal(err)
+			}
+			spec.Recompute = recompute
+			m := spec.Build(be, rng.Uint64())
 			step := newTrainStep(t, be, m, 4, rng)
 			step()
 			// Many steps: an allocation now and then (a type assertion

@@ -67,10 +67,10 @@ type Spec struct {
 	// zero weight, so that each block starts as the identity (torchvision's
 	// zero_init_residual; ResNets only).
 	ZeroInitResidual bool
-	// Recompute checkpoints every residual block (nn.Checkpoint): only
-	// the blocks' inputs and outputs are kept for backward, which
-	// recomputes the rest block by block — less memory for about a third
-	// more arithmetic (ResNets only).
+	// Recompute checkpoints every residual block and, in Build, the stem
+	// before them (nn.Checkpoint): only the blocks' inputs and outputs are
+	// kept for backward, which recomputes the rest block by block — less
+	// memory for about a third more arithmetic (ResNets only).
 	Recompute bool
 }
 
@@ -169,8 +169,41 @@ func (s *Spec) Unbuilt() *Model {
 // Build builds the whole model with weights drawn from seed.
 func (s *Spec) Build(be tensor.Backend, seed uint64) *Model {
 	m := s.Unbuilt()
-	m.Net = s.BuildParts(be, seed, 0, len(s.Parts))
+	net := s.BuildParts(be, seed, 0, len(s.Parts))
+	if s.Recompute {
+		checkpointStem(be, net)
+	}
+	m.Net = net
 	return m
+}
+
+// checkpointStem puts a ResNet's stem — every top-level child before the
+// first stage of residual blocks: conv1, bn1, relu, max pool — under one
+// nn.Checkpoint, so that only the image is kept of it for backward. At
+// 224² the stem's activations are ResNet-50's largest (three tensors of
+// 64×112×112 a sample), and without this they would outlive every
+// checkpointed block. The state's names do not change. Pipeline stages
+// (BuildParts) keep the stem as it is.
+func checkpointStem(be tensor.Backend, net *nn.Chain) {
+	n := 0
+	for n < len(net.Layers) && !containsResidual(net.Layers[n]) {
+		n++
+	}
+	if n > 0 && n < len(net.Layers) {
+		_ = nn.CheckpointSteps(be, net, 0, n) // in range by construction
+	}
+}
+
+// containsResidual reports whether l is or holds a residual block
+// (checkpointed or not).
+func containsResidual(l nn.Layer) bool {
+	found := false
+	nn.Walk(l, func(l nn.Layer) {
+		if _, ok := l.(*nn.Residual); ok {
+			found = true
+		}
+	})
+	return found
 }
 
 // BuildParts builds parts [lo, hi) as a chain named as in the whole

@@ -513,4 +513,34 @@ func TestSpecOptions(t *testing.T) {
 	if zeroed != 8 {
 		t.Errorf("%d batch norms zeroed, want 8 (one per block)", zeroed)
 	}
+
+	// Recompute: the stem is one checkpoint and so is every block; the
+	// state's names stay torchvision's.
+	s, _ = Lookup("resnet18")
+	plain := s.Build(be, 1).Net.(*nn.Chain)
+	s.Recompute = true
+	ckpt := s.Build(be, 1).Net.(*nn.Chain)
+	if _, ok := ckpt.Layers[0].(*nn.Checkpoint); !ok || len(ckpt.Layers) != len(plain.Layers)-3 {
+		t.Errorf("recompute: the first of %d top-level layers is %T, want the stem's checkpoint (conv1, bn1, relu, max pool)", len(ckpt.Layers), ckpt.Layers[0])
+	}
+	blocks := 0
+	nn.Walk(ckpt, func(l nn.Layer) {
+		if c, ok := l.(*nn.Checkpoint); ok {
+			if _, ok := c.Inner.(*nn.Residual); ok {
+				blocks++
+			}
+		}
+	})
+	if blocks != 8 {
+		t.Errorf("recompute: %d residual blocks checkpointed, want 8", blocks)
+	}
+	names := func(net nn.Layer) (n []string) {
+		for _, v := range net.State() {
+			n = append(n, v.Name)
+		}
+		return n
+	}
+	if got, want := names(ckpt), names(plain); strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("recompute: state names\n%v\nwant\n%v", got, want)
+	}
 }
