@@ -69,6 +69,10 @@ type RankError struct {
 	ExitCode int
 	Signal   syscall.Signal
 	Err      error // a start failure
+	// exited is when the launcher saw the process end: a rank's exit is
+	// reported only once its output has been copied, which on a busy
+	// machine can put a rank that failed first behind its victims.
+	exited time.Time
 }
 
 func (e *RankError) Error() string {
@@ -114,7 +118,9 @@ type Result struct {
 	// succeeded): the first rank killed by a signal gorun did not send, or
 	// else the first rank to exit with a non-zero status. A rank killed from
 	// outside makes its peers fail with a status a moment later, and on a
-	// busy machine their exits can be reaped before its own.
+	// busy machine their exits can be reaped before its own; and a rank's
+	// exit is reported once its output is copied, so "first" goes by when
+	// each process ended, not by when its exit was reported.
 	First *RankError
 	// Failures lists every rank that failed on its own, before being stopped.
 	Failures []*RankError
@@ -240,7 +246,8 @@ type rank struct {
 	copiers         sync.WaitGroup
 	err             *RankError // how it ended, nil for success
 	stopped         bool       // we stopped it
-	done            bool       // it has exited
+	exited          time.Time  // when its process ended (zero: running)
+	done            bool       // it has exited and its output is copied
 }
 
 type job struct {
@@ -279,6 +286,11 @@ func (j *job) run(ctx context.Context) (*Result, error) {
 		running++
 		go func(rk *rank) {
 			err := rk.cmd.Wait()
+			j.mu.Lock()
+			rk.exited = time.Now()
+			j.mu.Unlock()
+			// A process it left behind may hold its output open: until
+			// the copiers are done it stays among those killAll stops.
 			rk.copiers.Wait()
 			j.mu.Lock()
 			rk.err = exitError(rk, err)
@@ -330,6 +342,9 @@ func (j *job) run(ctx context.Context) (*Result, error) {
 				case res.First.Err == nil && res.First.Signal == 0 && rk.err.Signal != 0:
 					res.First = rk.err
 					j.errOut.printf("gorun: %v\n", rk.err)
+				case res.First.Err == nil && (res.First.Signal == 0) == (rk.err.Signal == 0) && rk.err.exited.Before(res.First.exited):
+					j.errOut.printf("gorun: %v before rank %d did: the first failure\n", rk.err, res.First.Rank)
+					res.First = rk.err
 				}
 			}
 			if rk.err == nil {
@@ -388,7 +403,7 @@ func (j *job) markStopped() {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	for _, rk := range j.ranks {
-		if !rk.done {
+		if !rk.done && rk.exited.IsZero() {
 			rk.stopped = true
 		}
 	}
@@ -398,7 +413,7 @@ func exitError(rk *rank, err error) *RankError {
 	if err == nil {
 		return nil
 	}
-	e := &RankError{Rank: rk.global, Pid: rk.cmd.Process.Pid}
+	e := &RankError{Rank: rk.global, Pid: rk.cmd.Process.Pid, exited: rk.exited}
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {

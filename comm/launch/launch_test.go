@@ -109,6 +109,23 @@ func TestKilledRankBlamedOverItsVictims(t *testing.T) {
 	}
 }
 
+// TestFirstExitBlamedWhenReportedLate: rank 1 exits 7 at once but leaves
+// a process holding its output open for a while, so its exit is reported
+// after rank 2's (status 3, 0.2 s later, as a survivor that lost its
+// peer); rank 1, whose process ended first, is the first failure.
+func TestFirstExitBlamedWhenReportedLate(t *testing.T) {
+	res, out := sh(t, `case $RANK in 1) sleep 1 & exit 7;; 2) sleep 0.2; exit 3;; esac; exec sleep 60`, Config{NP: 3})
+	if res.First == nil || res.First.Rank != 1 || res.First.Status() != 7 {
+		t.Fatalf("first failure %v, want rank 1 with status 7\n%s", res.First, out)
+	}
+	if len(res.Failures) != 2 {
+		t.Errorf("failures %v, want ranks 2 and 1", res.Failures)
+	}
+	if !strings.Contains(out, "exited with status 7 before rank 2 did: the first failure") {
+		t.Errorf("the launcher did not say rank 1 failed first:\n%s", out)
+	}
+}
+
 func TestTimeout(t *testing.T) {
 	res, _ := sh(t, `exec sleep 60`, Config{NP: 2, Timeout: 300 * time.Millisecond})
 	if !errors.Is(res.Err, ErrTimeout) || res.First != nil {
