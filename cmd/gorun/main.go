@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/comm/launch"
+	"golang.org/x/sys/unix"
 )
 
 func main() {
@@ -46,6 +47,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	nodeRank := fs.Int("node-rank", 0, "with -nnodes: this machine's number, 0 … nnodes−1 (its ranks are node-rank·np … node-rank·np+np−1)")
 	master := fs.String("master", "", "with -nnodes: HOST:PORT where node 0 serves the rendezvous store (an address of node 0 the others reach)")
 	maxRestarts := fs.Int("max-restarts", 0, "when a rank fails, stop the job and start every rank again (fresh token and port; ranks see GORUN_RESTART=n), up to this many times (as torchrun --max-restarts; train --resume auto continues from the last checkpoint)")
+	noStatus := fs.Bool("no-status", false, "do not keep rank 0's progress bar at the bottom of the terminal (shown only when gorun's output is a terminal: rank 0 writes it to GORUN_STATUS_FD, as train does with --progress auto)")
 	onFailure := fs.String("on-failure", "", "what the job does when a rank fails: abort (stop every rank), restart (as -max-restarts, 3 unless given), or shrink (the others go on without it: train --on-failure shrink; gorun exits 0 when they finish well); the ranks see GORUN_ON_FAILURE (default abort, restart with -max-restarts)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: gorun [flags] PROGRAM [ARGS...]\n\nStarts PROGRAM as -np ranks on this machine.\n\nflags:\n")
@@ -103,6 +105,15 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		Token:          os.Getenv("GORUN_TOKEN"),
 		KeepGoing:      *onFailure == "shrink",
 	}
+	if term := statusTerminal(stdout, *noStatus); term != nil {
+		// Rank 0's progress bar stays at the bottom; every line, the
+		// ranks' and gorun's own, goes above it.
+		defer term.Close()
+		cfg.Stdout, cfg.Status = term, term.SetStatus
+		if sameFile(stdout, stderr) {
+			cfg.Stderr, stderr = term, term
+		}
+	}
 	var deadline time.Time
 	if *timeout > 0 {
 		deadline = time.Now().Add(*timeout)
@@ -145,6 +156,33 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(stderr, "gorun: %v; restarting every rank (restart %d of %d)\n", res.First, restart+1, *maxRestarts)
 	}
+}
+
+// statusTerminal returns a StatusTerminal over stdout when it is a
+// terminal and the status line is wanted; else nil.
+func statusTerminal(stdout io.Writer, off bool) *launch.StatusTerminal {
+	f, ok := stdout.(*os.File)
+	if off || !ok {
+		return nil
+	}
+	ws, err := unix.IoctlGetWinsize(int(f.Fd()), unix.TIOCGWINSZ)
+	if err != nil {
+		return nil // not a terminal
+	}
+	return launch.NewStatusTerminal(f, int(ws.Col))
+}
+
+// sameFile reports whether a and b are the same open file (stdout and
+// stderr both on one terminal).
+func sameFile(a, b io.Writer) bool {
+	fa, ok1 := a.(*os.File)
+	fb, ok2 := b.(*os.File)
+	if !ok1 || !ok2 {
+		return false
+	}
+	sa, err1 := fa.Stat()
+	sb, err2 := fb.Stat()
+	return err1 == nil && err2 == nil && os.SameFile(sa, sb)
 }
 
 // exitStatus is gorun's exit code for a job stopped from outside: 128 plus

@@ -36,6 +36,7 @@ import (
 	"github.com/gorun/gorun/train/checkpoint"
 	"github.com/gorun/gorun/train/data"
 	"github.com/gorun/gorun/train/report"
+	"golang.org/x/sys/unix"
 )
 
 const fashionMNIST = "/usr/share/datasets/fashion-mnist"
@@ -306,6 +307,31 @@ func runJob(cfg train.Config, o options, stdout io.Writer) error {
 	return nil
 }
 
+// statusPipe returns the pipe gorun gives rank 0 for its progress bar
+// when its output is a terminal (GORUN_STATUS_FD), gated like stdout;
+// nil when there is none.
+func statusPipe(stdout io.Writer) (io.Writer, error) {
+	v := os.Getenv("GORUN_STATUS_FD")
+	if v == "" {
+		return nil, nil
+	}
+	fd, err := strconv.Atoi(v)
+	if err == nil && fd < 3 {
+		err = errors.New("not above stderr's 2")
+	}
+	if err == nil {
+		_, err = unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("GORUN_STATUS_FD=%s: want an open file descriptor, as gorun passes (unset it to print progress lines): %w", v, err)
+	}
+	var w io.Writer = os.NewFile(uintptr(fd), "gorun status pipe")
+	if r, ok := stdout.(*rankWriter); ok {
+		w = &rankWriter{w: w, print: r.print}
+	}
+	return w, nil
+}
+
 // rankWriter passes on what is written while print says so.
 type rankWriter struct {
 	w     io.Writer
@@ -468,9 +494,20 @@ func reporters(o options, cfg train.Config, stdout io.Writer) (report.Reporter, 
 	} else if o.progress != "bar" && o.progress != "lines" {
 		return nil, fmt.Errorf("--progress %q: want bar, lines or auto", o.progress)
 	}
-	if bar {
+	var status io.Writer
+	if o.progress == "auto" {
+		var err error
+		if status, err = statusPipe(stdout); err != nil {
+			return nil, err
+		}
+	}
+	switch {
+	case status != nil:
+		// Under gorun on a terminal: gorun draws the bar.
+		out = &report.Progress{W: stdout, Bar: status, Epochs: cfg.Epochs}
+	case bar:
 		out = &report.Progress{W: stdout, Epochs: cfg.Epochs}
-	} else {
+	default:
 		out = &report.LogLines{W: stdout, Interval: cfg.LogInterval}
 	}
 	rs := report.Multi{out}

@@ -290,3 +290,25 @@ func TestBadImageInFolder(t *testing.T) {
 		}
 	}
 }
+
+// TestBadStatusFD: a GORUN_STATUS_FD that is not a number, or names no
+// open file descriptor, is an error naming the variable before any
+// training; with --progress lines it is not looked at.
+func TestBadStatusFD(t *testing.T) {
+	for _, v := range []string{"abc", "1", "97"} {
+		t.Setenv("GORUN_STATUS_FD", v)
+		var out bytes.Buffer
+		err := run([]string{"--synthetic", "--train-samples", "64", "--test-samples", "16", "--epochs", "1", "--threads", "1"}, &out)
+		if err == nil || !strings.Contains(err.Error(), "GORUN_STATUS_FD="+v+": want an open file descriptor") {
+			t.Errorf("GORUN_STATUS_FD=%s: %v", v, err)
+		}
+		if strings.Contains(out.String(), "Epoch 1:") {
+			t.Errorf("GORUN_STATUS_FD=%s: trained anyway:\n%s", v, out.String())
+		}
+	}
+	t.Setenv("GORUN_STATUS_FD", "97")
+	var out bytes.Buffer
+	if err := run([]string{"--synthetic", "--train-samples", "64", "--test-samples", "16", "--epochs", "1", "--threads", "1", "--progress", "lines"}, &out); err != nil {
+		t.Errorf("--progress lines with a bad GORUN_STATUS_FD: %v", err)
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"os/signal"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -59,6 +60,13 @@ type Config struct {
 	Nodes, NodeRank int
 	Master          string
 	Token           string
+
+	// Status, when set, receives rank 0's status lines as they come: rank
+	// 0 (of the job, so on node 0) gets a pipe, its file descriptor named
+	// by GORUN_STATUS_FD, where it may write one line per update — a
+	// progress bar's text — for the launcher to show (StatusTerminal keeps
+	// the latest at the bottom of a terminal).
+	Status func(line string)
 }
 
 // RankError describes how a rank ended badly.
@@ -214,6 +222,22 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			prefix = "[" + strconv.Itoa(global) + "] "
 		}
 		rk := &rank{id: r, global: global, cmd: cmd}
+		if global == 0 && cfg.Status != nil {
+			pr, pw, err := os.Pipe()
+			if err != nil {
+				j.killAll(syscall.SIGKILL)
+				return nil, err
+			}
+			cmd.ExtraFiles = append(cmd.ExtraFiles, pw)
+			cmd.Env = append(cmd.Env, "GORUN_STATUS_FD="+strconv.Itoa(2+len(cmd.ExtraFiles)))
+			rk.closeAfterStart = append(rk.closeAfterStart, pw)
+			rk.copiers.Add(1)
+			go func() {
+				defer rk.copiers.Done()
+				defer pr.Close()
+				readLines(pr, cfg.Status)
+			}()
+		}
 		for i, dst := range []*lineWriter{out, errOut} {
 			pr, pw, err := os.Pipe()
 			if err != nil {
@@ -455,6 +479,21 @@ func (lw *lineWriter) copyLines(r io.Reader, prefix string) {
 			lw.mu.Lock()
 			lw.w.Write(line)
 			lw.mu.Unlock()
+		}
+		if err != nil && err != bufio.ErrBufferFull {
+			return
+		}
+	}
+}
+
+// readLines calls fn with every line of r, without its newline, until r
+// ends; a line longer than 64 KiB comes in pieces.
+func readLines(r io.Reader, fn func(string)) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if line := strings.TrimSuffix(string(chunk), "\n"); len(chunk) > 0 {
+			fn(line)
 		}
 		if err != nil && err != bufio.ErrBufferFull {
 			return

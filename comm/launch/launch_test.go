@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -151,3 +152,63 @@ func TestMissingProgram(t *testing.T) {
 }
 
 func TestMain(m *testing.M) { os.Exit(m.Run()) }
+
+// TestStatusLines: rank 0, and only rank 0, gets GORUN_STATUS_FD; what it
+// writes there reaches Config.Status line by line, not the output.
+func TestStatusLines(t *testing.T) {
+	var mu sync.Mutex
+	var got []string
+	res, out := sh(t, `if [ -n "$GORUN_STATUS_FD" ]; then printf 'step 1\nstep 2\n' >&$GORUN_STATUS_FD; echo "fd $GORUN_STATUS_FD"; else echo "no status fd"; fi`, Config{NP: 2, Status: func(line string) {
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, line)
+	}})
+	if err := res.Error(); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(got, "|") != "step 1|step 2" {
+		t.Errorf("status lines %q, want step 1, step 2", got)
+	}
+	if !strings.Contains(out, "[0] fd 4") || !strings.Contains(out, "[1] no status fd") || strings.Contains(out, "step") {
+		t.Errorf("output:\n%s", out)
+	}
+}
+
+// TestStatusTerminal: output lines go above the status line, which is
+// cleared before each and drawn again after it; a new status redraws the
+// line in place, control characters dropped and cut to the width; Close
+// leaves the last status and ends its line.
+func TestStatusTerminal(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		width int
+		do    func(st *StatusTerminal)
+		want  string
+	}{
+		{"lines only", 80, func(st *StatusTerminal) {
+			st.Write([]byte("[0] a\n"))
+			st.Write([]byte("[1] b\n"))
+			st.Close()
+		}, "[0] a\n[1] b\n"},
+		{"bar under lines", 80, func(st *StatusTerminal) {
+			st.Write([]byte("[0] a\n"))
+			st.SetStatus("Epoch 1/2 [=> ] 10%")
+			st.Write([]byte("[1] b\n"))
+			st.SetStatus("Epoch 1/2 [==>] 50%")
+			st.Close()
+		}, "[0] a\n\r\033[KEpoch 1/2 [=> ] 10%\r\033[K[1] b\nEpoch 1/2 [=> ] 10%\r\033[KEpoch 1/2 [==>] 50%\n"},
+		{"cut and cleaned", 8, func(st *StatusTerminal) {
+			st.SetStatus("ab\r\033cdefghijk")
+			st.Close()
+		}, "\r\033[Kabcdefg\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var b strings.Builder
+			st := NewStatusTerminal(&b, c.width)
+			c.do(st)
+			if b.String() != c.want {
+				t.Errorf("wrote %q\nwant  %q", b.String(), c.want)
+			}
+		})
+	}
+}

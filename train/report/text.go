@@ -62,9 +62,12 @@ func (l *LogLines) Close() error { return nil }
 
 // Progress draws a one-line progress bar on a terminal, redrawn at most
 // ten times a second: epoch, bar, samples, loss, images/s and the epoch's
-// remaining time.
+// remaining time. Epoch summaries go to W.
 type Progress struct {
-	W      io.Writer
+	W io.Writer
+	// Bar, when set, receives the bar instead of W, one line of text per
+	// redraw, for a launcher to draw (gorun's GORUN_STATUS_FD).
+	Bar    io.Writer
 	Epochs int
 	Width  int // of the bar; 30 when 0
 	last   time.Time
@@ -93,8 +96,12 @@ func (p *Progress) Step(s Step) error {
 	if done > 0 {
 		eta = (time.Duration(float64(s.Elapsed)/done) - s.Elapsed).Round(time.Second).String()
 	}
-	_, err := fmt.Fprintf(p.W, "\r\033[KEpoch %d/%d [%s] %3.0f%%  loss %.4f  %.0f img/s  ETA %s",
-		s.Epoch, p.Epochs, bar, 100*done, s.Loss, s.ImagesPerSec, eta)
+	const format = "Epoch %d/%d [%s] %3.0f%%  loss %.4f  %.0f img/s  ETA %s"
+	if p.Bar != nil {
+		_, err := fmt.Fprintf(p.Bar, format+"\n", s.Epoch, p.Epochs, bar, 100*done, s.Loss, s.ImagesPerSec, eta)
+		return err
+	}
+	_, err := fmt.Fprintf(p.W, "\r\033[K"+format, s.Epoch, p.Epochs, bar, 100*done, s.Loss, s.ImagesPerSec, eta)
 	p.drawn = true
 	return err
 }
