@@ -2,6 +2,7 @@ package launch
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -14,7 +15,6 @@ import (
 	"os/signal"
 	"runtime"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -235,7 +235,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			go func() {
 				defer rk.copiers.Done()
 				defer pr.Close()
-				readLines(pr, cfg.Status)
+				eachLine(pr, func(line []byte) { cfg.Status(string(line)) })
 			}()
 		}
 		for i, dst := range []*lineWriter{out, errOut} {
@@ -466,34 +466,24 @@ func (lw *lineWriter) printf(format string, args ...any) {
 // copyLines copies r to the writer line by line, each prefixed. A line
 // longer than the buffer is written in pieces, each on its own line.
 func (lw *lineWriter) copyLines(r io.Reader, prefix string) {
-	br := bufio.NewReaderSize(r, 64<<10)
 	line := make([]byte, 0, 64<<10+len(prefix)+1)
+	eachLine(r, func(text []byte) {
+		line = append(append(append(line[:0], prefix...), text...), '\n')
+		lw.mu.Lock()
+		lw.w.Write(line)
+		lw.mu.Unlock()
+	})
+}
+
+// eachLine calls fn with every line of r, without its newline, until r
+// ends; a line longer than 64 KiB comes in pieces. The slice is valid
+// only during the call.
+func eachLine(r io.Reader, fn func(line []byte)) {
+	br := bufio.NewReaderSize(r, 64<<10)
 	for {
 		chunk, err := br.ReadSlice('\n')
 		if len(chunk) > 0 {
-			line = append(line[:0], prefix...)
-			line = append(line, chunk...)
-			if line[len(line)-1] != '\n' {
-				line = append(line, '\n')
-			}
-			lw.mu.Lock()
-			lw.w.Write(line)
-			lw.mu.Unlock()
-		}
-		if err != nil && err != bufio.ErrBufferFull {
-			return
-		}
-	}
-}
-
-// readLines calls fn with every line of r, without its newline, until r
-// ends; a line longer than 64 KiB comes in pieces.
-func readLines(r io.Reader, fn func(string)) {
-	br := bufio.NewReaderSize(r, 64<<10)
-	for {
-		chunk, err := br.ReadSlice('\n')
-		if line := strings.TrimSuffix(string(chunk), "\n"); len(chunk) > 0 {
-			fn(line)
+			fn(bytes.TrimSuffix(chunk, []byte("\n")))
 		}
 		if err != nil && err != bufio.ErrBufferFull {
 			return

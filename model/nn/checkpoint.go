@@ -140,29 +140,25 @@ func (c *Checkpoint) Backward(dy *tensor.Tensor) (*tensor.Tensor, error) {
 // the recomputation draws the same masks.
 func (c *Checkpoint) saveDropouts() {
 	c.drops = c.drops[:0]
-	for _, d := range c.innerLayers().dropouts {
+	c.innerCaps() // the dropout list up to date
+	for _, d := range c.dropouts {
 		c.drops = append(c.drops, *d.counter())
 	}
 }
 
 func (c *Checkpoint) restoreDropouts() {
-	for i, d := range c.innerLayers().dropouts {
+	c.innerCaps()
+	for i, d := range c.dropouts {
 		*d.counter() = c.drops[i]
 	}
-}
-
-// innerLayers returns c with its lists of the inner layer's buffers and
-// dropout layers up to date.
-func (c *Checkpoint) innerLayers() *Checkpoint {
-	c.innerCaps()
-	return c
 }
 
 // saveBuffers records the inner layer's buffers and counters after the
 // first forward pass; the recomputation would update them a second time.
 func (c *Checkpoint) saveBuffers() {
+	c.innerCaps() // the buffer list up to date
 	i, j := 0, 0
-	for _, v := range c.innerLayers().bufVars {
+	for _, v := range c.bufVars {
 		switch {
 		case v.Count != nil:
 			if j == len(c.counts) {
@@ -182,8 +178,9 @@ func (c *Checkpoint) saveBuffers() {
 }
 
 func (c *Checkpoint) restoreBuffers() {
+	c.innerCaps() // the buffer list up to date
 	i, j := 0, 0
-	for _, v := range c.innerLayers().bufVars {
+	for _, v := range c.bufVars {
 		switch {
 		case v.Count != nil:
 			*v.Count = c.counts[j]

@@ -96,12 +96,13 @@ func (p *Progress) Step(s Step) error {
 	if done > 0 {
 		eta = (time.Duration(float64(s.Elapsed)/done) - s.Elapsed).Round(time.Second).String()
 	}
-	const format = "Epoch %d/%d [%s] %3.0f%%  loss %.4f  %.0f img/s  ETA %s"
+	text := fmt.Sprintf("Epoch %d/%d [%s] %3.0f%%  loss %.4f  %.0f img/s  ETA %s",
+		s.Epoch, p.Epochs, bar, 100*done, s.Loss, s.ImagesPerSec, eta)
 	if p.Bar != nil {
-		_, err := fmt.Fprintf(p.Bar, format+"\n", s.Epoch, p.Epochs, bar, 100*done, s.Loss, s.ImagesPerSec, eta)
+		_, err := io.WriteString(p.Bar, text+"\n")
 		return err
 	}
-	_, err := fmt.Fprintf(p.W, "\r\033[K"+format, s.Epoch, p.Epochs, bar, 100*done, s.Loss, s.ImagesPerSec, eta)
+	_, err := io.WriteString(p.W, "\r\033[K"+text)
 	p.drawn = true
 	return err
 }
