@@ -24,6 +24,7 @@ type Backend struct {
 	// Winograd (winograd.go).
 	convAlgo ConvAlgorithm
 	winoU    []float32
+	wino     winoOps // the transforms' row operations (winorows.go)
 }
 
 // scratch is one chunk's working memory, grown on demand and then reused.
@@ -40,15 +41,17 @@ var _ tensor.Backend = (*Backend)(nil)
 // ranks sharing a machine should divide its cores between them.
 func New(threads int) *Backend {
 	p := parallel.New(threads)
-	b := &Backend{pool: p, gemm: gemm.NewWithPool(p), chunks: make([]scratch, p.Threads())}
+	b := &Backend{pool: p, gemm: gemm.NewWithPool(p), chunks: make([]scratch, p.Threads()), wino: winoOps{vector: vectorWinoOps()}}
 	b.conv.b = b
 	return b
 }
 
-// NewPureGo is New with the portable GEMM micro-kernel, for comparisons.
+// NewPureGo is New with the portable GEMM micro-kernel and Winograd
+// transforms, for comparisons.
 func NewPureGo(threads int) *Backend {
 	b := New(threads)
 	b.gemm = gemm.NewPureGoWithPool(b.pool)
+	b.wino = winoOps{}
 	return b
 }
 
@@ -61,7 +64,7 @@ func (b *Backend) Threads() int { return b.pool.Threads() }
 // Name describes the backend.
 func (b *Backend) Name() string {
 	conv := map[ConvAlgorithm]string{
-		ConvAuto:     fmt.Sprintf("Winograd for 3×3 layers of %d+ channels", winoMinChannels),
+		ConvAuto:     fmt.Sprintf("Winograd for 3×3 layers of %d+ channels", b.winoMinChannels()),
 		ConvIm2col:   "im2col convolutions",
 		ConvWinograd: "Winograd for every 3×3 layer",
 	}[b.convAlgo]

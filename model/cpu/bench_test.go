@@ -69,7 +69,8 @@ func TestReLUBackwardMatchesBranchy(t *testing.T) {
 // gradients) of the 3×3 stride-1 convolutions of CIFARNet and ResNet-50
 // as im2col + GEMM and as Winograd F(2×2, 3×3), one thread, batch 32 (8
 // for ResNet-50's 56×56 layer): the measurement behind useWinograd's
-// choice.
+// choice. winograd-loops runs the transforms without the vector kernels
+// of winorows_amd64.s: the measurement behind them.
 //
 //	go test ./model/cpu -run '^$' -bench ConvAlgorithms -count 5
 func BenchmarkConvAlgorithms(b *testing.B) {
@@ -94,13 +95,17 @@ func BenchmarkConvAlgorithms(b *testing.B) {
 		y := tensor.New(s.n, s.f, s.hw, s.hw)
 		dy, dx, dw, db := randTensor(rng, y.Shape...), tensor.New(x.Shape...), tensor.New(w.Shape...), tensor.New(s.f)
 		for _, a := range []struct {
-			name string
-			algo ConvAlgorithm
-		}{{"im2col", ConvIm2col}, {"winograd", ConvWinograd}} {
+			name  string
+			algo  ConvAlgorithm
+			loops bool // the transforms without the vector kernels
+		}{{"im2col", ConvIm2col, false}, {"winograd", ConvWinograd, false}, {"winograd-loops", ConvWinograd, true}} {
 			b.Run(s.name+"/"+a.name, func(b *testing.B) {
 				be := New(1)
 				defer be.Close()
 				be.SetConvAlgorithm(a.algo)
+				if a.loops {
+					be.wino = winoOps{}
+				}
 				for b.Loop() {
 					be.Conv2d(x, w, bias, y, p)
 					be.Conv2dBackward(x, w, dy, dx, dw, db, p)

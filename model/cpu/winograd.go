@@ -27,8 +27,10 @@ import (
 const (
 	// winoMinChannels: below this many input or output channels the
 	// products are too thin for the GEMM and im2col is used
-	// (BenchmarkConvAlgorithms).
-	winoMinChannels = 64
+	// (BenchmarkConvAlgorithms); with the vector transforms
+	// (winorows_amd64.s) Winograd wins from winoMinChannelsVector.
+	winoMinChannels       = 64
+	winoMinChannelsVector = 16
 	// winoGroupTiles is the number of tiles a group of images should give
 	// the products at least (small feature maps are batched).
 	winoGroupTiles = 256
@@ -58,7 +60,16 @@ func (b *Backend) useWinograd(g geometry, p tensor.ConvParams) bool {
 		p.PadH > 2 || p.PadW > 2 || g.oh < 1 || g.ow < 1 {
 		return false
 	}
-	return b.convAlgo == ConvWinograd || g.c >= winoMinChannels && g.f >= winoMinChannels
+	return b.convAlgo == ConvWinograd || min(g.c, g.f) >= b.winoMinChannels()
+}
+
+// winoMinChannels is the fewest input and output channels for which
+// ConvAuto runs a layer as Winograd.
+func (b *Backend) winoMinChannels() int {
+	if b.wino.vector {
+		return winoMinChannelsVector
+	}
+	return winoMinChannels
 }
 
 // winoShape is the tiling of one image's output: th×tw tiles of 2×2.
@@ -125,72 +136,55 @@ func winogradWeights(u, w []float32, f, c int, flipped bool) {
 	}
 }
 
-// winoRows is a transform's working memory: rows of one row of tiles.
+// winoRows is a transform's working memory.
 type winoRows struct {
-	buf  []float32
-	rows [10][]float32
+	buf []float32
 }
 
-// get returns k zeroed rows of length n.
-func (r *winoRows) get(k, n int) [][]float32 {
-	buf := grow(&r.buf, k*n)
+// get returns n zeroed elements.
+func (r *winoRows) get(n int) []float32 {
+	buf := grow(&r.buf, n)
 	clear(buf)
-	for i := range k {
-		r.rows[i] = buf[i*n : (i+1)*n : (i+1)*n]
-	}
-	return r.rows[:k]
-}
-
-// tileRow returns where row r of the 4×4 tile elements (ξ = 4r … 4r+3)
-// of n consecutive tiles lies in a transformed operand x whose 16
-// matrices are es apart: four slices of n elements from offset at.
-func tileRow(x []float32, es, at, r, n int) (x0, x1, x2, x3 []float32) {
-	return x[(r*4+0)*es+at:][:n], x[(r*4+1)*es+at:][:n], x[(r*4+2)*es+at:][:n], x[(r*4+3)*es+at:][:n]
+	return buf
 }
 
 // winogradInput writes Bᵀ d B of every 4×4 input tile of one image
 // x [C, H, W] into v: element ξ of tile t of channel ch at
 // v[ξ·es + ch·ld + t0 + t]. Tile (i, j) starts at row 2i − padH, column
-// 2j − padW; what lies outside the image is zero. It works a row of
-// tiles at a time: Bᵀ down the four rows (contiguous loops over padded
-// copies), then B along them, tile by tile.
-func winogradInput(v []float32, es, ld, t0 int, x []float32, c, h, w, padH, padW int, s winoShape, work *winoRows) {
-	pw := 2*s.tw + 2 // the padded width the tiles span
-	rows := work.get(8, pw)
-	d, t := rows[:4], rows[4:]
+// 2j − padW; what lies outside the image is zero. Each channel is copied
+// into a padded plane, B is applied along its rows (hbt4, the even rows
+// and the odd rows apart, so that a tile row's four image rows are two
+// rows of each, one tile row apart), then Bᵀ down the columns of tiles
+// over the whole plane at once.
+func winogradInput(ops winoOps, v []float32, es, ld, t0 int, x []float32, c, h, w, padH, padW int, s winoShape, work *winoRows) {
+	th, tw, tiles := s.th, s.tw, s.tiles
+	pw, hp := 2*tw+2, 2*th+2 // the padded width and height the tiles span
+	half := 4 * (th + 1) * tw
+	buf := work.get(hp*pw + 2*half)
+	// padded: the channel with its padding, zero outside the image (only
+	// the image's part is written); de, do: d B of the even and of the
+	// odd padded rows, [4][th+1][tw] (tile column q first).
+	padded, de, do := buf[:hp*pw], buf[hp*pw:hp*pw+half], buf[hp*pw+half:]
+	q4 := func(d []float32) (d0, d1, d2, d3 []float32) {
+		n := (th + 1) * tw
+		return d[:n], d[n : 2*n], d[2*n : 3*n], d[3*n:]
+	}
+	e0, e1, e2, e3 := q4(de)
+	o0, o1, o2, o3 := q4(do)
 	for ch := range c {
 		plane := x[ch*h*w : (ch+1)*h*w]
-		for i := range s.th {
-			y0 := 2*i - padH
-			for r := range 4 {
-				clear(d[r])
-				if y := y0 + r; y >= 0 && y < h {
-					copy(d[r][padW:padW+w], plane[y*w:(y+1)*w])
-				}
-			}
-			// Bᵀ d: rows d0 − d2, d1 + d2, d2 − d1, d1 − d3.
-			t0r := t[0]
-			t1r, t2r, t3r := t[1][:len(t0r)], t[2][:len(t0r)], t[3][:len(t0r)]
-			d0, d1, d2, d3 := d[0][:len(t0r)], d[1][:len(t0r)], d[2][:len(t0r)], d[3][:len(t0r)]
-			for k := range t0r {
-				t0r[k] = d0[k] - d2[k]
-				t1r[k] = d1[k] + d2[k]
-				t2r[k] = d2[k] - d1[k]
-				t3r[k] = d1[k] - d3[k]
-			}
-			// (Bᵀ d) B: the same along each row, tile by tile.
-			at := ch*ld + t0 + i*s.tw
-			for r := range 4 {
-				row := t[r]
-				v0, v1, v2, v3 := tileRow(v, es, at, r, s.tw)
-				for j := range v0 {
-					a := row[2*j : 2*j+4 : 2*j+4]
-					v0[j] = a[0] - a[2]
-					v1[j] = a[1] + a[2]
-					v2[j] = a[2] - a[1]
-					v3[j] = a[1] - a[3]
-				}
-			}
+		for iy := max(0, -padH); iy < h && iy+padH < hp; iy++ {
+			y := iy + padH
+			copy(padded[y*pw+padW:y*pw+padW+w], plane[iy*w:(iy+1)*w])
+		}
+		ops.hbt4(e0, e1, e2, e3, tw, padded, 2*pw, tw, th+1)
+		ops.hbt4(o0, o1, o2, o3, tw, padded[pw:], 2*pw, tw, th+1)
+		at := ch*ld + t0
+		for q, e := range [4][]float32{e0, e1, e2, e3} {
+			o := [4][]float32{o0, o1, o2, o3}[q]
+			v0, v1, v2, v3 := v[(0+q)*es+at:][:tiles], v[(4+q)*es+at:][:tiles], v[(8+q)*es+at:][:tiles], v[(12+q)*es+at:][:tiles]
+			// Tile row i reads padded rows 2i, 2i + 1, 2i + 2, 2i + 3.
+			ops.bt4(v0, v1, v2, v3, e, o, e[tw:], o[tw:])
 		}
 	}
 }
@@ -198,44 +192,43 @@ func winogradInput(v []float32, es, ld, t0 int, x []float32, c, h, w, padH, padW
 // winogradOutput sets one image's output y [F, OH, OW] from the products
 // m (element ξ of tile t of filter o at m[ξ·es + o·ld + t0 + t]) as
 // Aᵀ m A, plus the bias when there is one; the part of a tile past an odd
-// edge is dropped.
-func winogradOutput(y []float32, m []float32, es, ld, t0 int, f, oh, ow int, s winoShape, bias []float32, work *winoRows) {
-	rows := work.get(9, 2*s.tw)
-	c, out := rows[:8], rows[8]
-	k := s.tw
+// edge is dropped. Each step runs over all the filter's tiles at once;
+// the last puts each tile's two columns in place, the even output rows
+// and the odd ones apart.
+func winogradOutput(ops winoOps, y []float32, m []float32, es, ld, t0 int, f, oh, ow int, s winoShape, bias []float32, work *winoRows) {
+	tw, tiles := s.tw, s.tiles
+	n := 12 * tiles
+	if ow != 2*tw {
+		n += 2 * tw * s.th // whole tile rows, cut to ow when copied
+	}
+	buf := work.get(n)
+	// c: Aᵀ m, [2][4][tiles]; p: its A, [2][2][tiles] (output row r,
+	// column 2j + k at p[(2r + k)·tiles + tile]).
+	c, p, rows := buf[:8*tiles], buf[8*tiles:12*tiles], buf[12*tiles:]
+	part := func(d []float32, i int) []float32 { return d[i*tiles : (i+1)*tiles] }
 	for o := range f {
 		plane := y[o*oh*ow : (o+1)*oh*ow]
 		var b float32
 		if bias != nil {
 			b = bias[o]
 		}
-		for i := range s.th {
-			at := o*ld + t0 + i*s.tw
-			// c = Aᵀ m: rows m0 + m1 + m2 and m1 − m2 − m3, for each
-			// column q of the tiles.
-			for q := range 4 {
-				m0 := m[(0+q)*es+at:][:k]
-				m1, m2, m3 := m[(4+q)*es+at:][:k], m[(8+q)*es+at:][:k], m[(12+q)*es+at:][:k]
-				c0, c1 := c[q][:k], c[4+q][:k]
-				for j := range m0 {
-					c0[j] = m0[j] + m1[j] + m2[j]
-					c1[j] = m1[j] - m2[j] - m3[j]
-				}
+		at := o*ld + t0
+		for q := range 4 {
+			ops.at2(part(c, q), part(c, 4+q), m[(0+q)*es+at:][:tiles], m[(4+q)*es+at:][:tiles], m[(8+q)*es+at:][:tiles], m[(12+q)*es+at:][:tiles])
+		}
+		for r := range 2 {
+			count := (oh - r + 1) / 2 // output rows 2i + r
+			if count == 0 {
+				break
 			}
-			// (Aᵀ m) A: two outputs of each tile along each of two rows.
-			for r := range 2 {
-				if 2*i+r >= oh {
-					break
-				}
-				c0 := c[4*r][:k]
-				c1, c2, c3 := c[4*r+1][:k], c[4*r+2][:k], c[4*r+3][:k]
-				row := out[:2*k]
-				for j := range c0 {
-					p := row[2*j : 2*j+2 : 2*j+2]
-					p[0] = c0[j] + c1[j] + c2[j] + b
-					p[1] = c1[j] - c2[j] - c3[j] + b
-				}
-				copy(plane[(2*i+r)*ow:(2*i+r+1)*ow], row)
+			ops.at2(part(p, 2*r), part(p, 2*r+1), part(c, 4*r), part(c, 4*r+1), part(c, 4*r+2), part(c, 4*r+3))
+			if ow == 2*tw {
+				ops.interleave(plane[r*ow:], 2*ow, part(p, 2*r), part(p, 2*r+1), tw, b, tw, count)
+				continue
+			}
+			ops.interleave(rows, 2*tw, part(p, 2*r), part(p, 2*r+1), tw, b, tw, count)
+			for i := range count {
+				copy(plane[(2*i+r)*ow:(2*i+r+1)*ow], rows[i*2*tw:])
 			}
 		}
 	}
@@ -243,37 +236,37 @@ func winogradOutput(y []float32, m []float32, es, ld, t0 int, f, oh, ow int, s w
 
 // winogradOutputGrad writes A dY Aᵀ of every 2×2 block of one image's
 // output gradient dy [F, OH, OW] into m, laid out as winogradOutput reads
-// it (zero past an odd edge).
-func winogradOutputGrad(m []float32, es, ld, t0 int, dy []float32, f, oh, ow int, s winoShape, work *winoRows) {
-	rows := work.get(6, 2*s.tw)
-	y, a := rows[:2], rows[2:]
+// it (zero past an odd edge): the even and the odd rows and columns
+// apart, then A along the rows and down the columns, each over all the
+// filter's tiles at once.
+func winogradOutputGrad(ops winoOps, m []float32, es, ld, t0 int, dy []float32, f, oh, ow int, s winoShape, work *winoRows) {
+	th, tw, tiles := s.th, s.tw, s.tiles
+	buf := work.get(12 * tiles)
+	part := func(i int) []float32 { return buf[i*tiles : (i+1)*tiles] }
+	// dY's element (2i + r, 2j + k) at part(2r + k)[i·tw + j]: a row or
+	// column past an odd edge stays zero.
+	even0, odd0, even1, odd1 := part(0), part(1), part(2), part(3)
+	h0, h1 := buf[4*tiles:8*tiles], buf[8*tiles:] // dY Aᵀ of rows 2i and 2i + 1, [4][tiles]
+	hpart := func(h []float32, q int) []float32 { return h[q*tiles : (q+1)*tiles] }
 	for o := range f {
 		plane := dy[o*oh*ow : (o+1)*oh*ow]
-		for i := range s.th {
-			for r := range 2 {
-				clear(y[r])
-				if 2*i+r < oh {
-					copy(y[r], plane[(2*i+r)*ow:(2*i+r+1)*ow])
+		ops.deinterleave(even0, odd0, tw, plane, 2*ow, ow/2, th)
+		ops.deinterleave(even1, odd1, tw, plane[min(ow, len(plane)):], 2*ow, ow/2, oh/2)
+		if ow%2 == 1 {
+			for y := range oh {
+				even := even0
+				if y%2 == 1 {
+					even = even1
 				}
+				even[(y/2)*tw+tw-1] = plane[y*ow+ow-1]
 			}
-			// A dY: rows y0, y0 + y1, y0 − y1, −y1.
-			y0 := y[0]
-			y1 := y[1][:len(y0)]
-			a0, a1, a2, a3 := a[0][:len(y0)], a[1][:len(y0)], a[2][:len(y0)], a[3][:len(y0)]
-			for k := range y0 {
-				a0[k], a1[k], a2[k], a3[k] = y0[k], y0[k]+y1[k], y0[k]-y1[k], -y1[k]
-			}
-			// (A dY) Aᵀ: the same along each row, tile by tile.
-			at := o*ld + t0 + i*s.tw
-			for r := range 4 {
-				row := a[r]
-				m0, m1, m2, m3 := tileRow(m, es, at, r, s.tw)
-				for j := range m0 {
-					pq := row[2*j : 2*j+2 : 2*j+2]
-					p, q := pq[0], pq[1]
-					m0[j], m1[j], m2[j], m3[j] = p, p+q, p-q, -q
-				}
-			}
+		}
+		ops.a4(hpart(h0, 0), hpart(h0, 1), hpart(h0, 2), hpart(h0, 3), even0, odd0)
+		ops.a4(hpart(h1, 0), hpart(h1, 1), hpart(h1, 2), hpart(h1, 3), even1, odd1)
+		at := o*ld + t0
+		for q := range 4 {
+			m0, m1, m2, m3 := m[(0+q)*es+at:][:tiles], m[(4+q)*es+at:][:tiles], m[(8+q)*es+at:][:tiles], m[(12+q)*es+at:][:tiles]
+			ops.a4(m0, m1, m2, m3, hpart(h0, q), hpart(h1, q))
 		}
 	}
 }
@@ -337,11 +330,11 @@ func (t *convTask) winogradChunk(worker, i int) {
 			n := min(group, hi-first)
 			ld := n * out.tiles
 			for k := range n {
-				winogradInput(v, winoStride(g.c*ld), ld, k*out.tiles, t.x.Data[(first+k)*inLen:(first+k+1)*inLen], g.c, g.h, g.wd, p.PadH, p.PadW, out, &s.wino)
+				winogradInput(t.b.wino, v, winoStride(g.c*ld), ld, k*out.tiles, t.x.Data[(first+k)*inLen:(first+k+1)*inLen], g.c, g.h, g.wd, p.PadH, p.PadW, out, &s.wino)
 			}
 			t.winogradProducts(worker, g.f, ld, g.c, t.b.winoU, v, ld, false, m, false)
 			for k := range n {
-				winogradOutput(t.y.Data[(first+k)*outLen:(first+k+1)*outLen], m, winoStride(g.f*ld), ld, k*out.tiles, g.f, g.oh, g.ow, out, bias, &s.wino)
+				winogradOutput(t.b.wino, t.y.Data[(first+k)*outLen:(first+k+1)*outLen], m, winoStride(g.f*ld), ld, k*out.tiles, g.f, g.oh, g.ow, out, bias, &s.wino)
 			}
 		}
 		return
@@ -354,9 +347,9 @@ func (t *convTask) winogradChunk(worker, i int) {
 		n := min(group, hi-first)
 		ld := n * out.tiles
 		for k := range n {
-			winogradInput(v, winoStride(g.c*ld), ld, k*out.tiles, t.x.Data[(first+k)*inLen:(first+k+1)*inLen], g.c, g.h, g.wd, p.PadH, p.PadW, out, &s.wino)
+			winogradInput(t.b.wino, v, winoStride(g.c*ld), ld, k*out.tiles, t.x.Data[(first+k)*inLen:(first+k+1)*inLen], g.c, g.h, g.wd, p.PadH, p.PadW, out, &s.wino)
 			dyn := t.dy.Data[(first+k)*outLen : (first+k+1)*outLen]
-			winogradOutputGrad(m, winoStride(g.f*ld), ld, k*out.tiles, dyn, g.f, g.oh, g.ow, out, &s.wino)
+			winogradOutputGrad(t.b.wino, m, winoStride(g.f*ld), ld, k*out.tiles, dyn, g.f, g.oh, g.ow, out, &s.wino)
 			for f := range g.f {
 				var sum float32
 				for _, x := range dyn[f*g.ohw : (f+1)*g.ohw] {
@@ -384,11 +377,11 @@ func (t *convTask) winogradChunk(worker, i int) {
 		n := min(group, hi-first)
 		ld := n * in.tiles
 		for k := range n {
-			winogradInput(v, winoStride(g.f*ld), ld, k*in.tiles, t.dy.Data[(first+k)*outLen:(first+k+1)*outLen], g.f, g.oh, g.ow, 2-p.PadH, 2-p.PadW, in, &s.wino)
+			winogradInput(t.b.wino, v, winoStride(g.f*ld), ld, k*in.tiles, t.dy.Data[(first+k)*outLen:(first+k+1)*outLen], g.f, g.oh, g.ow, 2-p.PadH, 2-p.PadW, in, &s.wino)
 		}
 		t.winogradProducts(worker, g.c, ld, g.f, t.b.winoU, v, ld, false, m, false)
 		for k := range n {
-			winogradOutput(t.dx.Data[(first+k)*inLen:(first+k+1)*inLen], m, winoStride(g.c*ld), ld, k*in.tiles, g.c, g.h, g.wd, in, nil, &s.wino)
+			winogradOutput(t.b.wino, t.dx.Data[(first+k)*inLen:(first+k+1)*inLen], m, winoStride(g.c*ld), ld, k*in.tiles, g.c, g.h, g.wd, in, nil, &s.wino)
 		}
 	}
 }

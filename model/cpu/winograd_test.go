@@ -98,9 +98,11 @@ func TestWinogradChoice(t *testing.T) {
 		want bool
 	}{
 		{64, 128, p3, ConvAuto, true},
-		{3, 64, p3, ConvAuto, false}, // a first layer: too few channels
-		{64, 32, p3, ConvAuto, false},
-		{32, 64, p3, ConvAuto, false},
+		{3, 64, p3, ConvAuto, false},           // a first layer: too few channels
+		{64, 32, p3, ConvAuto, be.wino.vector}, // thin layers: Winograd with the vector transforms
+		{32, 64, p3, ConvAuto, be.wino.vector},
+		{16, 16, p3, ConvAuto, be.wino.vector},
+		{8, 64, p3, ConvAuto, false},
 		{64, 128, p3, ConvIm2col, false},
 		{3, 64, p3, ConvWinograd, true},
 		{64, 64, tensor.ConvParams{KernelH: 3, KernelW: 3, StrideH: 2, StrideW: 2, PadH: 1, PadW: 1}, ConvWinograd, false},
@@ -114,6 +116,12 @@ func TestWinogradChoice(t *testing.T) {
 				t.Errorf("Winograd chosen: %v, want %v", got, c.want)
 			}
 		})
+	} // Without the vector transforms, thin layers stay im2col.
+	loops := NewPureGo(1)
+	defer loops.Close()
+	x, w := tensor.New(1, 32, 8, 8), tensor.New(64, 32, 3, 3)
+	if loops.useWinograd(geom(x, w, p3), p3) {
+		t.Errorf("32 → 64 channels with the transforms' loops: Winograd chosen, want im2col")
 	}
 }
 
@@ -126,7 +134,7 @@ func TestNameSaysConvAlgorithm(t *testing.T) {
 		algo ConvAlgorithm
 		want string
 	}{
-		{ConvAuto, ", Winograd for 3×3 layers of 64+ channels, 2 threads"},
+		{ConvAuto, fmt.Sprintf(", Winograd for 3×3 layers of %d+ channels, 2 threads", be.winoMinChannels())},
 		{ConvIm2col, ", im2col convolutions, 2 threads"},
 		{ConvWinograd, ", Winograd for every 3×3 layer, 2 threads"},
 	} {

@@ -1,0 +1,31 @@
+//go:build amd64 && !purego
+
+package cpu
+
+import "golang.org/x/sys/cpu"
+
+// vectorWinoOps reports whether this processor runs the AVX2 kernels of
+// winorows_amd64.s (cpu.X86.HasAVX2 also checks that the operating system
+// saves the YMM registers).
+func vectorWinoOps() bool { return cpu.X86.HasAVX2 }
+
+// The kernels of winorows_amd64.s, as winoOps' methods describe them, for
+// n ≥ 1 and rows ≥ 1, strides in elements.
+
+//go:noescape
+func bt4Vector(y0, y1, y2, y3, x0, x1, x2, x3 *float32, n int)
+
+//go:noescape
+func at2Vector(y0, y1, x0, x1, x2, x3 *float32, n int)
+
+//go:noescape
+func a4Vector(y0, y1, y2, y3, x0, x1 *float32, n int)
+
+//go:noescape
+func hbt4Vector(y0, y1, y2, y3 *float32, ys int, x *float32, xs, n, rows int)
+
+//go:noescape
+func deinterleaveVector(e, o *float32, es int, x *float32, xs, n, rows int)
+
+//go:noescape
+func interleaveVector(y *float32, ys int, e, o *float32, es int, b float32, n, rows int)

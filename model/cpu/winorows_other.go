@@ -1,0 +1,21 @@
+//go:build !amd64 || purego
+
+package cpu
+
+// vectorWinoOps: without the vector kernels the loops do it all.
+func vectorWinoOps() bool { return false }
+
+// Unreachable: winoOps.vector is never true on this build.
+
+func bt4Vector(y0, y1, y2, y3, x0, x1, x2, x3 *float32, n int) { panic("no vector kernels") }
+func at2Vector(y0, y1, x0, x1, x2, x3 *float32, n int)         { panic("no vector kernels") }
+func a4Vector(y0, y1, y2, y3, x0, x1 *float32, n int)          { panic("no vector kernels") }
+func hbt4Vector(y0, y1, y2, y3 *float32, ys int, x *float32, xs, n, rows int) {
+	panic("no vector kernels")
+}
+func deinterleaveVector(e, o *float32, es int, x *float32, xs, n, rows int) {
+	panic("no vector kernels")
+}
+func interleaveVector(y *float32, ys int, e, o *float32, es int, b float32, n, rows int) {
+	panic("no vector kernels")
+}
