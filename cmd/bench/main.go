@@ -218,13 +218,18 @@ func collectives(args []string, stdout io.Writer) error {
 	jsonPath := fs.String("json", "", "also write the results as JSON here")
 	competitors := fs.Bool("competitors", true, "also run gloo and Open MPI all-reduce at the same sizes, when installed")
 	helpers := fs.String("helpers", "bench/competitors", "directory of the competitor helper programs")
-	chart := fs.String("chart", "", "draw all-reduce bus bandwidth by size as SVG here")
+	chart := fs.String("chart", "", "draw bus bandwidth and latency by message size for every collective, competitors included, here: SVG, or PNG for a name ending in .png")
 	brk := fs.String("break", "", "testing: make this collective reduce with Max instead of Sum, to see #wrong count it")
 	inJob := fs.Bool("in-job", false, "run as one rank of a job someone else started (srun, gorun, mpirun, torchrun): rank 0 prints the table; -np and the variants do not apply")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	cfg := bench.Config{Ops: strings.Split(*ops, ","), Warmup: *warmup, WarmupTime: *warmupTime, Iters: *iters, Break: *brk}
+	if *chart != "" {
+		if err := bench.ChartFormatOK(*chart); err != nil {
+			return fmt.Errorf("-chart: %w", err)
+		}
+	}
 	var err error
 	if cfg.Sizes, err = bench.ParseSizes(*sizes); err != nil {
 		return err
@@ -286,11 +291,11 @@ func collectives(args []string, stdout io.Writer) error {
 		}
 	}
 	bench.WriteSummary(stdout, all)
+	var theirs []bench.Competitor
 	if *competitors && os.Getenv(workerEnv) == "" {
 		if _, err := os.Stat(*helpers); err != nil {
 			fmt.Fprintf(stdout, "# competitors skipped: %s not found (run from the repository root or pass -helpers)\n", *helpers)
 		} else {
-			var theirs []bench.Competitor
 			for _, np := range worlds {
 				res, skipped := bench.RunCompetitors(*helpers, np, cfg.Sizes, cfg.Ops)
 				theirs = append(theirs, res...)
@@ -303,7 +308,7 @@ func collectives(args []string, stdout io.Writer) error {
 			}
 		}
 	}
-	if err := files.write(all); err != nil {
+	if err := files.write(all, theirs); err != nil {
 		return err
 	}
 	for _, r := range all {
@@ -346,7 +351,7 @@ func worker(cfg bench.Config, out string, table io.Writer, files outputFiles) er
 	if table != nil {
 		fmt.Fprintf(table, "# gorun collectives, %d ranks in a job started outside bench\n", g.Size())
 		bench.WriteTable(table, res)
-		return files.write(res)
+		return files.write(res, nil)
 	}
 	return writeFile(out, func(w io.Writer) error { return bench.WriteJSON(w, res) })
 }
@@ -354,9 +359,12 @@ func worker(cfg bench.Config, out string, table io.Writer, files outputFiles) er
 // outputFiles are the files the results also go to ("": not written).
 type outputFiles struct{ csv, json, chart string }
 
-func (f outputFiles) write(res []bench.Result) error {
+// write writes gorun's results, and the chart with the competitors'
+// times beside them.
+func (f outputFiles) write(res []bench.Result, theirs []bench.Competitor) error {
 	if f.chart != "" {
-		if err := writeFile(f.chart, func(w io.Writer) error { return bench.WriteChartSVG(w, res, "all_reduce") }); err != nil {
+		series := bench.ChartSeries(res, theirs)
+		if err := writeFile(f.chart, func(w io.Writer) error { return bench.WriteChart(w, f.chart, series) }); err != nil {
 			return err
 		}
 	}

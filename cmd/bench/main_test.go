@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -53,8 +54,28 @@ func TestCollectivesCommand(t *testing.T) {
 	}
 
 	svg, err := os.ReadFile(chart)
-	if err != nil || strings.Count(string(svg), "<polyline") != 4 {
-		t.Fatalf("chart: %v\n%s", err, svg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"all_reduce: bus bandwidth", "alltoall: latency", "gorun np=2", "gorun ring np=3"} {
+		if !strings.Contains(string(svg), want) {
+			t.Fatalf("chart lacks %q:\n%s", want, svg)
+		}
+	}
+
+	// A PNG chart; a format the chart cannot be is refused before
+	// anything runs.
+	png := filepath.Join(t.TempDir(), "c.png")
+	if err := run([]string{"collectives", "-np", "2", "-sizes", "96B", "-iters", "1", "-warmup", "0", "-ops", "all_reduce", "-competitors=false", "-chart", png}, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(png); err != nil || !bytes.HasPrefix(b, []byte("\x89PNG\r\n\x1a\n")) {
+		t.Fatalf("PNG chart: %v, %d bytes", err, len(b))
+	}
+	out.Reset()
+	err = run([]string{"collectives", "-np", "2", "-sizes", "96B", "-chart", "c.jpg"}, &out)
+	if err == nil || !strings.Contains(err.Error(), "-chart") || !strings.Contains(err.Error(), "c.jpg") || out.Len() != 0 {
+		t.Fatalf("-chart c.jpg: %v\n%s", err, out.String())
 	}
 
 	// A broken reduction is counted and fails the command.
