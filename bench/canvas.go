@@ -12,6 +12,24 @@ import (
 	"strings"
 )
 
+// canvas is what the charts are drawn on (SVG or raster). Coordinates are
+// the SVG's pixels; text is placed by its baseline.
+type canvas interface {
+	polyline(xs, ys []float64, c color.RGBA, width float64, dash []float64)
+	rect(x, y, w, h float64, c color.RGBA)
+	dot(x, y float64, c color.RGBA)
+	text(x, y float64, s string, c color.RGBA, anchor textAnchor)
+}
+
+// textAnchor is which part of a text lies at its x.
+type textAnchor int
+
+const (
+	anchorStart textAnchor = iota
+	anchorMiddle
+	anchorEnd
+)
+
 // svgCanvas writes the drawing as SVG elements.
 type svgCanvas struct {
 	b strings.Builder

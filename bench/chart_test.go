@@ -101,7 +101,7 @@ func TestChartSVG(t *testing.T) {
 	ours, theirs := chartFixture()
 	series := ChartSeries(ours, theirs)
 	var b bytes.Buffer
-	if err := WriteChartSVG(&b, series); err != nil {
+	if err := WriteChart(&b, "c.svg", series); err != nil {
 		t.Fatal(err)
 	}
 	elems := parseSVG(t, b.Bytes())
@@ -192,16 +192,15 @@ func TestChartPNG(t *testing.T) {
 	ours, theirs := chartFixture()
 	series := ChartSeries(ours, theirs)
 	var b bytes.Buffer
-	if err := WriteChartPNG(&b, series); err != nil {
+	if err := WriteChart(&b, "c.png", series); err != nil {
 		t.Fatal(err)
 	}
 	img, err := png.Decode(&b)
 	if err != nil {
 		t.Fatalf("not a PNG: %v", err)
 	}
-	l, _ := newChartLayout(series)
-	if r := img.Bounds(); r.Dx() != 2*l.width || r.Dy() != 2*l.height {
-		t.Fatalf("image %v, want %d×%d", r, 2*l.width, 2*l.height)
+	if r := img.Bounds(); r.Dx() != 2*chartWidth || r.Dy() != 2*(2*chartRowH+10) {
+		t.Fatalf("image %v, want %d×%d", r, 2*chartWidth, 2*(2*chartRowH+10))
 	}
 	// Every contestant's colour is drawn, and most of the image is the
 	// white background.
@@ -278,7 +277,7 @@ func TestFontGlyphs(t *testing.T) {
 }
 
 func TestChartErrors(t *testing.T) {
-	if err := WriteChartSVG(io.Discard, nil); err == nil || !strings.Contains(err.Error(), "no results") {
+	if err := WriteChart(io.Discard, "c.svg", nil); err == nil || !strings.Contains(err.Error(), "no results") {
 		t.Errorf("no series: %v", err)
 	}
 	for _, c := range []struct {

@@ -384,19 +384,37 @@ func (f outputFiles) write(res []bench.Result, theirs []bench.Competitor) error 
 var epochLine = regexp.MustCompile(`(?m)^Epoch 1: train loss [0-9.]+, ([0-9.]+) s, ([0-9.]+) img/s`)
 
 // trainScaling is seed 003's table: the same training work on each world
-// size, one thread per rank.
+// size, one thread per rank, for gorun (each transport asked for) and
+// PyTorch DDP over gloo.
 func trainScaling(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("bench train", flag.ContinueOnError)
 	nps := fs.String("np", "1,2,4", "world sizes")
 	model := fs.String("model", "mnist", "model: mnist (on Fashion-MNIST) or cifarnet (generated data)")
 	samples := fs.Int("samples", 0, "training images (default: mnist 12800, cifarnet 2560)")
 	trainBin := fs.String("train", "", "the train binary (default: train beside this program)")
+	transports := fs.String("transports", "auto", "gorun's transports, each a contestant: auto (shared memory within a machine), tcp")
+	competitors := fs.Bool("competitors", true, "also run PyTorch DDP (gloo, Debian's python3-torch) on the same work")
+	helpers := fs.String("helpers", "bench/competitors", "directory of the competitor helper programs")
+	jsonPath := fs.String("json", "", "also write the rows as JSON here")
+	chart := fs.String("chart", "", "draw img/s and speed-up by world size here: SVG, or PNG for a name ending in .png")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	worlds, err := parseInts(*nps)
 	if err != nil {
 		return fmt.Errorf("-np %w", err)
+	}
+	if *chart != "" {
+		if err := bench.ChartFormatOK(*chart); err != nil {
+			return fmt.Errorf("-chart: %w", err)
+		}
+	}
+	var transportEnv []string
+	for _, t := range strings.Split(*transports, ",") {
+		if t != "auto" && t != "tcp" {
+			return fmt.Errorf("-transports: unknown %q (want auto or tcp)", t)
+		}
+		transportEnv = append(transportEnv, t)
 	}
 	if *trainBin == "" {
 		exe, err := os.Executable()
@@ -410,40 +428,82 @@ func trainScaling(args []string, stdout io.Writer) error {
 	}
 	targs := []string{"--model", *model, "--epochs", "1", "--threads", "1", "--test-samples", "1000", "--progress", "lines",
 		"--optimizer", "sgd", "--lr", "0.01", "--momentum", "0.9", "--scheduler", "none", "--augment=false"}
+	var n int
 	switch *model {
 	case "mnist":
-		targs = append(targs, "--batch-size", "64", "--train-samples", strconv.Itoa(cmpOr(*samples, 12800)))
+		n = cmpOr(*samples, 12800)
+		targs = append(targs, "--batch-size", "64", "--train-samples", strconv.Itoa(n))
 	case "cifarnet":
-		targs = append(targs, "--batch-size", "128", "--synthetic", "--train-samples", strconv.Itoa(cmpOr(*samples, 2560)))
+		n = cmpOr(*samples, 2560)
+		targs = append(targs, "--batch-size", "128", "--synthetic", "--train-samples", strconv.Itoa(n))
 	default:
 		return fmt.Errorf("-model %q: want mnist or cifarnet", *model)
 	}
-	fmt.Fprintf(stdout, "# gorun train %s, one thread per rank\n# %4s %10s %10s %8s\n", *model, "np", "seconds", "img/s", "speedup")
-	var base float64
-	for _, np := range worlds {
-		var out launch.Buffer
-		res, err := launch.Run(context.Background(), launch.Config{NP: np, Program: *trainBin, Args: targs, Stdout: &out, Stderr: &out,
-			Timeout: 30 * time.Minute, Grace: 5 * time.Second})
-		if err == nil {
-			err = res.Error()
+	var rows []bench.ScalingRow
+	for _, transport := range transportEnv {
+		name, env := "gorun", []string(nil)
+		if transport == "tcp" {
+			name, env = "gorun tcp", []string{"GORUN_TRANSPORT=tcp"}
 		}
-		if err != nil {
-			return fmt.Errorf("np=%d: %w\n%s", np, err, out.String())
+		for _, np := range worlds {
+			row, err := runTraining(*trainBin, targs, env, np)
+			if err != nil {
+				return fmt.Errorf("%s np=%d: %w", name, np, err)
+			}
+			row.Contestant = name
+			rows = append(rows, row)
 		}
-		// Rank 0's lines carry the prefix "[0] ".
-		text := strings.ReplaceAll(out.String(), "[0] ", "")
-		m := epochLine.FindStringSubmatch(text)
-		if m == nil {
-			return fmt.Errorf("np=%d: no epoch summary in the output:\n%s", np, out.String())
+	}
+	if *competitors {
+		if err := bench.TorchDDPAvailable(*helpers); err != nil {
+			fmt.Fprintf(stdout, "# pytorch-ddp skipped: %v\n", err)
+		} else {
+			for _, np := range worlds {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+				row, err := bench.RunTorchDDP(ctx, *helpers, *model, n, np)
+				cancel()
+				if err != nil {
+					return err
+				}
+				rows = append(rows, row)
+			}
 		}
-		secs, _ := strconv.ParseFloat(m[1], 64)
-		ips, _ := strconv.ParseFloat(m[2], 64)
-		if base == 0 {
-			base = ips
+	}
+	bench.FillSpeedUps(rows)
+	title := fmt.Sprintf("seed 003's table: %s, %d training images, one thread per rank, one epoch", *model, n)
+	bench.WriteScalingTable(stdout, title, rows)
+	if *jsonPath != "" {
+		if err := writeFile(*jsonPath, func(w io.Writer) error { return bench.WriteScalingJSON(w, rows) }); err != nil {
+			return err
 		}
-		fmt.Fprintf(stdout, "  %4d %10.1f %10.0f %7.2fx\n", np, secs, ips, ips/base)
+	}
+	if *chart != "" {
+		return writeFile(*chart, func(w io.Writer) error { return bench.WriteScalingChart(w, *chart, *model, rows) })
 	}
 	return nil
+}
+
+// runTraining runs the train binary as np ranks and reads rank 0's epoch
+// summary.
+func runTraining(trainBin string, args, env []string, np int) (bench.ScalingRow, error) {
+	var out launch.Buffer
+	res, err := launch.Run(context.Background(), launch.Config{NP: np, Program: trainBin, Args: args, Env: env, Stdout: &out, Stderr: &out,
+		Timeout: 30 * time.Minute, Grace: 5 * time.Second})
+	if err == nil {
+		err = res.Error()
+	}
+	if err != nil {
+		return bench.ScalingRow{}, fmt.Errorf("%w\n%s", err, out.String())
+	}
+	// Rank 0's lines carry the prefix "[0] ".
+	text := strings.ReplaceAll(out.String(), "[0] ", "")
+	m := epochLine.FindStringSubmatch(text)
+	if m == nil {
+		return bench.ScalingRow{}, fmt.Errorf("no epoch summary in the output:\n%s", out.String())
+	}
+	secs, _ := strconv.ParseFloat(m[1], 64)
+	ips, _ := strconv.ParseFloat(m[2], 64)
+	return bench.ScalingRow{NP: np, Seconds: secs, ImgPerSec: ips}, nil
 }
 
 func cmpOr(v, def int) int {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -211,5 +212,78 @@ func TestClusterCommand(t *testing.T) {
 	}
 	if names, _ := exec.Command("ip", "netns", "list").Output(); strings.Contains(string(names), fmt.Sprintf("gnc%d-", os.Getpid()%250)) {
 		t.Errorf("namespaces left behind:\n%s", names)
+	}
+}
+
+// TestTrainCommand runs seed 003's table as a user would: gorun over
+// shared memory and over TCP, and PyTorch DDP on the same work, with the
+// JSON and the chart; bad flags are refused before anything runs.
+func TestTrainCommand(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: six training runs and a build of cmd/train (about 45 s)")
+	}
+	bin := t.TempDir()
+	if out, err := exec.Command("go", "build", "-o", bin+"/", "../train").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	torch := bench.TorchDDPAvailable("../../bench/competitors") == nil
+	if !torch && os.Getenv("CI") == "true" {
+		t.Fatal("PyTorch DDP cannot run here: CI installs python3-torch")
+	}
+	dir := t.TempDir()
+	js, chart := filepath.Join(dir, "rows.json"), filepath.Join(dir, "scaling.svg")
+	var out bytes.Buffer
+	err := run([]string{"train", "-np", "1,2", "-model", "cifarnet", "-samples", "256", "-transports", "auto,tcp", "-train", bin + "/train",
+		"-helpers", "../../bench/competitors", "-json", js, "-chart", chart}, &out)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	b, err := os.ReadFile(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []bench.ScalingRow
+	if err := json.Unmarshal(b, &rows); err != nil {
+		t.Fatalf("JSON: %v\n%s", err, b)
+	}
+	var got []string
+	for _, r := range rows {
+		got = append(got, fmt.Sprintf("%s %d", r.Contestant, r.NP))
+		if r.ImgPerSec <= 0 || r.Seconds <= 0 || r.NP == 1 && r.SpeedUp != 1 || r.NP == 2 && math.Abs(r.Efficiency-r.SpeedUp/2) > 1e-9 {
+			t.Errorf("row %+v", r)
+		}
+		// Each row is in the table as the JSON has it.
+		if !strings.Contains(out.String(), fmt.Sprintf("  %-14s %4d %10.1f %10.0f %7.2fx", r.Contestant, r.NP, r.Seconds, r.ImgPerSec, r.SpeedUp)) {
+			t.Errorf("table lacks %+v:\n%s", r, out.String())
+		}
+	}
+	want := "gorun 1, gorun 2, gorun tcp 1, gorun tcp 2"
+	if torch {
+		want += ", pytorch-ddp 1, pytorch-ddp 2"
+	}
+	if strings.Join(got, ", ") != want {
+		t.Fatalf("rows %v, want %s\n%s", got, want, out.String())
+	}
+	if torch && !strings.Contains(out.String(), "# gorun ÷ pytorch-ddp (img/s): np=1 ") {
+		t.Errorf("no comparison with PyTorch:\n%s", out.String())
+	}
+	if svg, err := os.ReadFile(chart); err != nil || !strings.Contains(string(svg), "cifarnet: img/s by world size") {
+		t.Fatalf("chart: %v\n%s", err, svg)
+	}
+
+	for _, bad := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-transports", "rdma"}, "-transports"},
+		{[]string{"-chart", "s.gif"}, "s.gif"},
+		{[]string{"-model", "vgg"}, "vgg"},
+		{[]string{"-np", "0"}, "-np"},
+	} {
+		var out bytes.Buffer
+		err := run(append([]string{"train", "-train", bin + "/train", "-samples", "64"}, bad.args...), &out)
+		if err == nil || !strings.Contains(err.Error(), bad.want) || out.Len() != 0 {
+			t.Errorf("bench train %v: %v (want an error naming %s, nothing run)\n%s", bad.args, err, bad.want, out.String())
+		}
 	}
 }
