@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gorun/gorun/train/report"
 )
 
 // Times is where a run's time went.
@@ -48,6 +50,30 @@ func (t Times) Print(w io.Writer) {
 		fmt.Fprintf(w, "Gradient all-reduce ran %.2f s: %.2f s (%.0f%%) hidden behind backward, %.2f s waited for\n",
 			t.Comm.Seconds(), hidden.Seconds(), 100*hidden.Seconds()/t.Comm.Seconds(), t.CommExposed.Seconds())
 	}
+}
+
+// epochTimes is the time breakdown since before (the run's times when
+// an epoch began), for the epoch's report; the all-reduce parts only in
+// data-parallel runs. (A group made anew after a lost rank counts its
+// all-reduces from zero again: in the epoch that happens they are
+// reported as no less than zero.)
+func (t *Trainer) epochTimes(before Times) []report.Part {
+	now := t.times
+	now.Comm, now.CommExposed = t.sync.commTimes()
+	delta := func(a, b time.Duration) float64 { return max(a-b, 0).Seconds() }
+	parts := []report.Part{
+		{Name: "data", Seconds: delta(now.Data, before.Data)},
+		{Name: "forward", Seconds: delta(now.Forward, before.Forward)},
+		{Name: "backward", Seconds: delta(now.Backward, before.Backward)},
+		{Name: "optimizer", Seconds: delta(now.Optimizer, before.Optimizer)},
+		{Name: "evaluation", Seconds: delta(now.Eval, before.Eval)},
+		{Name: "checkpoint", Seconds: delta(now.Checkpoint, before.Checkpoint)},
+	}
+	if t.sync.world() > 1 {
+		parts = append(parts, report.Part{Name: "allreduce", Seconds: delta(now.Comm, before.Comm)},
+			report.Part{Name: "allreduce_wait", Seconds: delta(now.CommExposed, before.CommExposed)})
+	}
+	return parts
 }
 
 // PeakRSS returns the process's peak resident memory in bytes (VmHWM on

@@ -518,6 +518,8 @@ func (t *Trainer) Run(ctx context.Context) error {
 
 func (t *Trainer) runEpoch(ctx context.Context, epoch int) error {
 	epochStart := time.Now()
+	timesBefore := t.times
+	timesBefore.Comm, timesBefore.CommExposed = t.sync.commTimes()
 	lr := t.opt.LR()
 	// A run resumed mid-epoch skips the batches done: the sampler's order,
 	// the augmentation (seeded per epoch and image) and dropout (its
@@ -545,6 +547,7 @@ func (t *Trainer) runEpoch(ctx context.Context, epoch int) error {
 	}
 	e.Seconds = trained.Sub(epochStart).Seconds()
 	e.ImagesPerSec, e.LR = float64(seen)/e.Seconds, lr
+	e.Times = t.epochTimes(timesBefore)
 	if t.sched != nil {
 		t.sched.Step()
 	}

@@ -47,6 +47,18 @@ type Epoch struct {
 	SkippedExample string
 	// TestSkipped counts the test images left out likewise.
 	TestSkipped int
+	// Times is where the epoch's time went on the reporting rank, in the
+	// order of the run's final breakdown: data, forward, backward,
+	// optimizer, evaluation, checkpoint, and in data-parallel runs
+	// allreduce (the time the gradient all-reduces ran) and
+	// allreduce_wait (the part of it steps waited for after backward).
+	Times []Part
+}
+
+// Part is a named share of an epoch's time.
+type Part struct {
+	Name    string
+	Seconds float64
 }
 
 // TestAccuracy returns TestCorrect/TestTotal.

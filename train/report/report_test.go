@@ -8,6 +8,7 @@ import (
 	"hash/crc32"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -165,7 +166,8 @@ func TestTensorBoard(t *testing.T) {
 	for b := range 6 {
 		tb.Step(Step{Epoch: 1, Batch: b, Batches: 6, GlobalStep: int64(b + 1), Loss: 2.5 - float64(b)/10, LR: 1, ImagesPerSec: 600})
 	}
-	tb.Epoch(Epoch{Epoch: 1, GlobalStep: 6, TrainLoss: 2, TestLoss: 0.5, TestCorrect: 9, TestTotal: 10})
+	tb.Epoch(Epoch{Epoch: 1, GlobalStep: 6, TrainLoss: 2, TestLoss: 0.5, TestCorrect: 9, TestTotal: 10, Seconds: 3.5, ImagesPerSec: 640,
+		Times: []Part{{"forward", 1.25}, {"backward", 2}, {"allreduce", 0.75}, {"allreduce_wait", 0.125}}})
 	if err := tb.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -173,17 +175,80 @@ func TestTensorBoard(t *testing.T) {
 		t.Fatalf("file name %s", tb.Path())
 	}
 	evs := readEvents(t, tb.Path())
-	if len(evs) != 1+6+3 || evs[0].version != "brain.Event:2" || evs[0].wall < 1.7e9 {
+	want := tensorBoardWant()
+	if len(evs) != 1+len(want) || evs[0].version != "brain.Event:2" || evs[0].wall < 1.7e9 {
 		t.Fatalf("events %+v", evs)
 	}
-	want := []event{{step: 1, tag: "train/loss", value: 2.5}, {step: 1, tag: "train/lr", value: 1}, {step: 1, tag: "train/images_per_sec", value: 600},
-		{step: 6, tag: "train/loss", value: 2.0}, {step: 6, tag: "train/lr", value: 1}, {step: 6, tag: "train/images_per_sec", value: 600},
-		{step: 6, tag: "train/epoch_loss", value: 2}, {step: 6, tag: "test/loss", value: 0.5}, {step: 6, tag: "test/accuracy", value: 0.9}}
 	for i, w := range want {
 		got := evs[i+1]
 		if got.step != w.step || got.tag != w.tag || got.value != w.value {
 			t.Fatalf("event %d: %+v, want %+v", i+1, got, w)
 		}
+	}
+	checkWithProtobuf(t, tb.Path(), evs)
+}
+
+// tensorBoardWant is what TestTensorBoard's run logs, in order.
+func tensorBoardWant() []event {
+	return []event{{step: 1, tag: "train/loss", value: 2.5}, {step: 1, tag: "train/lr", value: 1}, {step: 1, tag: "train/images_per_sec", value: 600},
+		{step: 6, tag: "train/loss", value: 2.0}, {step: 6, tag: "train/lr", value: 1}, {step: 6, tag: "train/images_per_sec", value: 600},
+		{step: 6, tag: "train/epoch_loss", value: 2}, {step: 6, tag: "train/epoch_images_per_sec", value: 640}, {step: 6, tag: "time/epoch", value: 3.5},
+		{step: 6, tag: "time/forward", value: 1.25}, {step: 6, tag: "time/backward", value: 2},
+		{step: 6, tag: "time/allreduce", value: 0.75}, {step: 6, tag: "time/allreduce_wait", value: 0.125},
+		{step: 6, tag: "test/loss", value: 0.5}, {step: 6, tag: "test/accuracy", value: 0.9}}
+}
+
+// checkWithProtobuf reads the event file with a second, independent
+// reader (testdata/tfevents.py: Python's protobuf decoding a declaration
+// of TensorFlow's Event, its own CRC-32C) and compares it with evs, this
+// package's reading; and checks that reader refuses the file with one
+// byte of its last record changed.
+func checkWithProtobuf(t *testing.T, path string, evs []event) {
+	t.Helper()
+	const python = "/usr/bin/python3"
+	if err := exec.Command(python, "-c", "import google.protobuf").Run(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI installs python3-protobuf: %v", err)
+		}
+		t.Skipf("the independent reader needs Debian's python3-protobuf (apt-get install python3-protobuf): %v", err)
+	}
+	out, err := exec.Command(python, "testdata/tfevents.py", path).CombinedOutput()
+	if err != nil {
+		t.Fatalf("tfevents.py: %v\n%s", err, out)
+	}
+	var got []event
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		var r struct {
+			Step        int64   `json:"step"`
+			Wall        float64 `json:"wall_time"`
+			FileVersion string  `json:"file_version"`
+			Tag         string  `json:"tag"`
+			Value       float64 `json:"value"`
+		}
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("tfevents.py line %q: %v", line, err)
+		}
+		got = append(got, event{wall: r.Wall, step: r.Step, version: r.FileVersion, tag: r.Tag, value: float32(r.Value)})
+	}
+	if len(got) != len(evs) {
+		t.Fatalf("protobuf read %d events, we read %d:\n%s", len(got), len(evs), out)
+	}
+	for i := range evs {
+		if got[i] != evs[i] {
+			t.Fatalf("event %d: protobuf reads %+v, we read %+v", i, got[i], evs[i])
+		}
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)-6] ^= 1 // in the last record's payload
+	bad := filepath.Join(t.TempDir(), "events.out.tfevents.bad")
+	if err := os.WriteFile(bad, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(python, "testdata/tfevents.py", bad).CombinedOutput(); err == nil || !strings.Contains(string(out), "payload checksum mismatch") {
+		t.Fatalf("a changed byte: %v\n%s", err, out)
 	}
 }
 

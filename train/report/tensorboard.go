@@ -12,8 +12,12 @@ import (
 
 // TensorBoard writes scalar summaries to a TensorBoard event file in Dir,
 // so `tensorboard --logdir DIR` plots them: train/loss, train/lr and
-// train/images_per_sec every Interval batches, test/loss and
-// test/accuracy after each epoch.
+// train/images_per_sec every Interval batches; after each epoch
+// train/epoch_loss, train/epoch_images_per_sec, test/loss, test/accuracy
+// (and test/top5_accuracy where reports show it), and the epoch's time
+// breakdown in seconds as time/epoch and time/NAME for each of
+// Epoch.Times (time/allreduce and time/allreduce_wait in data-parallel
+// runs).
 //
 // An event file is a sequence of records: the payload length (uint64,
 // little-endian), its masked CRC-32C, the payload, and the payload's masked
@@ -83,8 +87,20 @@ func (t *TensorBoard) Step(s Step) error {
 
 // Epoch implements Reporter.
 func (t *TensorBoard) Epoch(e Epoch) error {
-	if err := t.Scalar("train/epoch_loss", e.GlobalStep, e.TrainLoss); err != nil {
-		return err
+	scalars := []struct {
+		tag string
+		v   float64
+	}{{"train/epoch_loss", e.TrainLoss}, {"train/epoch_images_per_sec", e.ImagesPerSec}, {"time/epoch", e.Seconds}}
+	for _, p := range e.Times {
+		scalars = append(scalars, struct {
+			tag string
+			v   float64
+		}{"time/" + p.Name, p.Seconds})
+	}
+	for _, sc := range scalars {
+		if err := t.Scalar(sc.tag, e.GlobalStep, sc.v); err != nil {
+			return err
+		}
 	}
 	if e.TestTotal == 0 {
 		return nil
