@@ -261,7 +261,7 @@ func TestProgress(t *testing.T) {
 	p.Epoch(Epoch{Epoch: 1, TrainLoss: 1, Seconds: 4, ImagesPerSec: 1000})
 	p.Close()
 	got := buf.String()
-	for _, want := range []string{"\r\033[KEpoch 1/3 [==>       ]  25%  loss 2.5000  900 img/s  ETA 3s", "[==========] 100%  loss 0.5000  1000 img/s  ETA 0s\nEpoch 1: train loss 1.0000"} {
+	for _, want := range []string{"\r\033[KEpoch 1/3 [==>       ]  25%  step 1/4  loss 2.5000  900 img/s  ETA 3s", "[==========] 100%  step 4/4  loss 0.5000  1000 img/s  ETA 0s\nEpoch 1: train loss 1.0000"} {
 		if !strings.Contains(got, want) {
 			t.Fatalf("progress output %q lacks %q", got, want)
 		}

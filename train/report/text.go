@@ -61,8 +61,8 @@ func printEpoch(w io.Writer, e Epoch) error {
 func (l *LogLines) Close() error { return nil }
 
 // Progress draws a one-line progress bar on a terminal, redrawn at most
-// ten times a second: epoch, bar, samples, loss, images/s and the epoch's
-// remaining time. Epoch summaries go to W.
+// ten times a second: epoch, bar, step within the epoch, loss, images/s
+// (over all ranks) and the epoch's remaining time. Epoch summaries go to W.
 type Progress struct {
 	W io.Writer
 	// Bar, when set, receives the bar instead of W, one line of text per
@@ -96,8 +96,8 @@ func (p *Progress) Step(s Step) error {
 	if done > 0 {
 		eta = (time.Duration(float64(s.Elapsed)/done) - s.Elapsed).Round(time.Second).String()
 	}
-	text := fmt.Sprintf("Epoch %d/%d [%s] %3.0f%%  loss %.4f  %.0f img/s  ETA %s",
-		s.Epoch, p.Epochs, bar, 100*done, s.Loss, s.ImagesPerSec, eta)
+	text := fmt.Sprintf("Epoch %d/%d [%s] %3.0f%%  step %d/%d  loss %.4f  %.0f img/s  ETA %s",
+		s.Epoch, p.Epochs, bar, 100*done, s.Batch+1, s.Batches, s.Loss, s.ImagesPerSec, eta)
 	if p.Bar != nil {
 		_, err := io.WriteString(p.Bar, text+"\n")
 		return err
