@@ -24,7 +24,7 @@ type Backend struct {
 	// Winograd (winograd.go).
 	convAlgo ConvAlgorithm
 	winoU    []float32
-	wino     winoOps // the transforms' row operations (winorows.go)
+	vec      vecOps // the transforms' row operations (vecops.go)
 }
 
 // scratch is one chunk's working memory, grown on demand and then reused.
@@ -41,7 +41,7 @@ var _ tensor.Backend = (*Backend)(nil)
 // ranks sharing a machine should divide its cores between them.
 func New(threads int) *Backend {
 	p := parallel.New(threads)
-	b := &Backend{pool: p, gemm: gemm.NewWithPool(p), chunks: make([]scratch, p.Threads()), wino: winoOps{vector: vectorWinoOps()}}
+	b := &Backend{pool: p, gemm: gemm.NewWithPool(p), chunks: make([]scratch, p.Threads()), vec: vecOps{vector: hasVectorOps()}}
 	b.conv.b = b
 	return b
 }
@@ -51,7 +51,7 @@ func New(threads int) *Backend {
 func NewPureGo(threads int) *Backend {
 	b := New(threads)
 	b.gemm = gemm.NewPureGoWithPool(b.pool)
-	b.wino = winoOps{}
+	b.vec = vecOps{}
 	return b
 }
 

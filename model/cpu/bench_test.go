@@ -70,7 +70,7 @@ func TestReLUBackwardMatchesBranchy(t *testing.T) {
 // as im2col + GEMM and as Winograd F(2×2, 3×3), one thread, batch 32 (8
 // for ResNet-50's 56×56 layer): the measurement behind useWinograd's
 // choice. winograd-loops runs the transforms without the vector kernels
-// of winorows_amd64.s: the measurement behind them.
+// of vecops_amd64.s: the measurement behind them.
 //
 //	go test ./model/cpu -run '^$' -bench ConvAlgorithms -count 5
 func BenchmarkConvAlgorithms(b *testing.B) {
@@ -104,7 +104,7 @@ func BenchmarkConvAlgorithms(b *testing.B) {
 				defer be.Close()
 				be.SetConvAlgorithm(a.algo)
 				if a.loops {
-					be.wino = winoOps{}
+					be.vec = vecOps{}
 				}
 				for b.Loop() {
 					be.Conv2d(x, w, bias, y, p)

@@ -41,12 +41,13 @@ type bnTask struct {
 	stats                []float64
 	n, c, hw, per        int
 	training             bool
+	vec                  vecOps // the per-element passes' kernels (vecops.go)
 }
 
 // runBN runs phase over every channel, in ranges across the threads.
 func (b *Backend) runBN(phase bnPhase) {
 	t := &b.bn
-	t.phase = phase
+	t.phase, t.vec = phase, b.vec
 	chunks := min(b.pool.Threads(), t.c, ceilDiv(t.n*t.c*t.hw, elemGrain))
 	if chunks <= 1 {
 		t.per = t.c
@@ -85,11 +86,7 @@ func (t *bnTask) channel(ch int) {
 		scale := t.saveInvStd.Data[ch] * t.gamma.Data[ch]
 		shift := t.beta.Data[ch] - t.saveMean.Data[ch]*scale
 		for i := range t.n {
-			in := t.plane(t.x, i, ch)
-			out := t.plane(t.y, i, ch)[:len(in)]
-			for s, v := range in {
-				out[s] = v*scale + shift
-			}
+			t.vec.affine(t.plane(t.y, i, ch), t.plane(t.x, i, ch), scale, shift)
 		}
 	case bnGradSums:
 		mean, invStd := float64(t.saveMean.Data[ch]), float64(t.saveInvStd.Data[ch])
@@ -125,13 +122,7 @@ func (t *bnTask) channel(ch int) {
 		bx := float32(-k * invStd * meanDyXhat)
 		d := float32(-k * meanDy)
 		for i := range t.n {
-			out, x := t.plane(t.dx, i, ch), t.plane(t.x, i, ch)
-			g := t.plane(t.dy, i, ch)
-			g = g[:len(x)]
-			out = out[:len(x)]
-			for s, v := range x {
-				out[s] = a*g[s] + bx*(v-mu) + d
-			}
+			t.vec.bnGrad(t.plane(t.dx, i, ch), t.plane(t.dy, i, ch), t.plane(t.x, i, ch), a, bx, mu, d)
 		}
 	}
 }

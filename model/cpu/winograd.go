@@ -28,7 +28,7 @@ const (
 	// winoMinChannels: below this many input or output channels the
 	// products are too thin for the GEMM and im2col is used
 	// (BenchmarkConvAlgorithms); with the vector transforms
-	// (winorows_amd64.s) Winograd wins from winoMinChannelsVector.
+	// (vecops_amd64.s) Winograd wins from winoMinChannelsVector.
 	winoMinChannels       = 64
 	winoMinChannelsVector = 16
 	// winoGroupTiles is the number of tiles a group of images should give
@@ -66,7 +66,7 @@ func (b *Backend) useWinograd(g geometry, p tensor.ConvParams) bool {
 // winoMinChannels is the fewest input and output channels for which
 // ConvAuto runs a layer as Winograd.
 func (b *Backend) winoMinChannels() int {
-	if b.wino.vector {
+	if b.vec.vector {
 		return winoMinChannelsVector
 	}
 	return winoMinChannels
@@ -156,7 +156,7 @@ func (r *winoRows) get(n int) []float32 {
 // and the odd rows apart, so that a tile row's four image rows are two
 // rows of each, one tile row apart), then Bᵀ down the columns of tiles
 // over the whole plane at once.
-func winogradInput(ops winoOps, v []float32, es, ld, t0 int, x []float32, c, h, w, padH, padW int, s winoShape, work *winoRows) {
+func winogradInput(ops vecOps, v []float32, es, ld, t0 int, x []float32, c, h, w, padH, padW int, s winoShape, work *winoRows) {
 	th, tw, tiles := s.th, s.tw, s.tiles
 	pw, hp := 2*tw+2, 2*th+2 // the padded width and height the tiles span
 	half := 4 * (th + 1) * tw
@@ -195,7 +195,7 @@ func winogradInput(ops winoOps, v []float32, es, ld, t0 int, x []float32, c, h, 
 // edge is dropped. Each step runs over all the filter's tiles at once;
 // the last puts each tile's two columns in place, the even output rows
 // and the odd ones apart.
-func winogradOutput(ops winoOps, y []float32, m []float32, es, ld, t0 int, f, oh, ow int, s winoShape, bias []float32, work *winoRows) {
+func winogradOutput(ops vecOps, y []float32, m []float32, es, ld, t0 int, f, oh, ow int, s winoShape, bias []float32, work *winoRows) {
 	tw, tiles := s.tw, s.tiles
 	n := 12 * tiles
 	if ow != 2*tw {
@@ -239,7 +239,7 @@ func winogradOutput(ops winoOps, y []float32, m []float32, es, ld, t0 int, f, oh
 // it (zero past an odd edge): the even and the odd rows and columns
 // apart, then A along the rows and down the columns, each over all the
 // filter's tiles at once.
-func winogradOutputGrad(ops winoOps, m []float32, es, ld, t0 int, dy []float32, f, oh, ow int, s winoShape, work *winoRows) {
+func winogradOutputGrad(ops vecOps, m []float32, es, ld, t0 int, dy []float32, f, oh, ow int, s winoShape, work *winoRows) {
 	th, tw, tiles := s.th, s.tw, s.tiles
 	buf := work.get(12 * tiles)
 	part := func(i int) []float32 { return buf[i*tiles : (i+1)*tiles] }
@@ -330,11 +330,11 @@ func (t *convTask) winogradChunk(worker, i int) {
 			n := min(group, hi-first)
 			ld := n * out.tiles
 			for k := range n {
-				winogradInput(t.b.wino, v, winoStride(g.c*ld), ld, k*out.tiles, t.x.Data[(first+k)*inLen:(first+k+1)*inLen], g.c, g.h, g.wd, p.PadH, p.PadW, out, &s.wino)
+				winogradInput(t.b.vec, v, winoStride(g.c*ld), ld, k*out.tiles, t.x.Data[(first+k)*inLen:(first+k+1)*inLen], g.c, g.h, g.wd, p.PadH, p.PadW, out, &s.wino)
 			}
 			t.winogradProducts(worker, g.f, ld, g.c, t.b.winoU, v, ld, false, m, false)
 			for k := range n {
-				winogradOutput(t.b.wino, t.y.Data[(first+k)*outLen:(first+k+1)*outLen], m, winoStride(g.f*ld), ld, k*out.tiles, g.f, g.oh, g.ow, out, bias, &s.wino)
+				winogradOutput(t.b.vec, t.y.Data[(first+k)*outLen:(first+k+1)*outLen], m, winoStride(g.f*ld), ld, k*out.tiles, g.f, g.oh, g.ow, out, bias, &s.wino)
 			}
 		}
 		return
@@ -347,9 +347,9 @@ func (t *convTask) winogradChunk(worker, i int) {
 		n := min(group, hi-first)
 		ld := n * out.tiles
 		for k := range n {
-			winogradInput(t.b.wino, v, winoStride(g.c*ld), ld, k*out.tiles, t.x.Data[(first+k)*inLen:(first+k+1)*inLen], g.c, g.h, g.wd, p.PadH, p.PadW, out, &s.wino)
+			winogradInput(t.b.vec, v, winoStride(g.c*ld), ld, k*out.tiles, t.x.Data[(first+k)*inLen:(first+k+1)*inLen], g.c, g.h, g.wd, p.PadH, p.PadW, out, &s.wino)
 			dyn := t.dy.Data[(first+k)*outLen : (first+k+1)*outLen]
-			winogradOutputGrad(t.b.wino, m, winoStride(g.f*ld), ld, k*out.tiles, dyn, g.f, g.oh, g.ow, out, &s.wino)
+			winogradOutputGrad(t.b.vec, m, winoStride(g.f*ld), ld, k*out.tiles, dyn, g.f, g.oh, g.ow, out, &s.wino)
 			for f := range g.f {
 				var sum float32
 				for _, x := range dyn[f*g.ohw : (f+1)*g.ohw] {
@@ -377,11 +377,11 @@ func (t *convTask) winogradChunk(worker, i int) {
 		n := min(group, hi-first)
 		ld := n * in.tiles
 		for k := range n {
-			winogradInput(t.b.wino, v, winoStride(g.f*ld), ld, k*in.tiles, t.dy.Data[(first+k)*outLen:(first+k+1)*outLen], g.f, g.oh, g.ow, 2-p.PadH, 2-p.PadW, in, &s.wino)
+			winogradInput(t.b.vec, v, winoStride(g.f*ld), ld, k*in.tiles, t.dy.Data[(first+k)*outLen:(first+k+1)*outLen], g.f, g.oh, g.ow, 2-p.PadH, 2-p.PadW, in, &s.wino)
 		}
 		t.winogradProducts(worker, g.c, ld, g.f, t.b.winoU, v, ld, false, m, false)
 		for k := range n {
-			winogradOutput(t.b.wino, t.dx.Data[(first+k)*inLen:(first+k+1)*inLen], m, winoStride(g.c*ld), ld, k*in.tiles, g.c, g.h, g.wd, in, nil, &s.wino)
+			winogradOutput(t.b.vec, t.dx.Data[(first+k)*inLen:(first+k+1)*inLen], m, winoStride(g.c*ld), ld, k*in.tiles, g.c, g.h, g.wd, in, nil, &s.wino)
 		}
 	}
 }

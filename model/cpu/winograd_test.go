@@ -98,10 +98,10 @@ func TestWinogradChoice(t *testing.T) {
 		want bool
 	}{
 		{64, 128, p3, ConvAuto, true},
-		{3, 64, p3, ConvAuto, false},           // a first layer: too few channels
-		{64, 32, p3, ConvAuto, be.wino.vector}, // thin layers: Winograd with the vector transforms
-		{32, 64, p3, ConvAuto, be.wino.vector},
-		{16, 16, p3, ConvAuto, be.wino.vector},
+		{3, 64, p3, ConvAuto, false},          // a first layer: too few channels
+		{64, 32, p3, ConvAuto, be.vec.vector}, // thin layers: Winograd with the vector transforms
+		{32, 64, p3, ConvAuto, be.vec.vector},
+		{16, 16, p3, ConvAuto, be.vec.vector},
 		{8, 64, p3, ConvAuto, false},
 		{64, 128, p3, ConvIm2col, false},
 		{3, 64, p3, ConvWinograd, true},

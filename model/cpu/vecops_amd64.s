@@ -2,11 +2,11 @@
 
 #include "textflag.h"
 
-// The Winograd row kernels (winorows.go): each runs its operation over n ≥ 1
+// The Winograd row kernels (vecops.go): each runs its operation over n ≥ 1
 // elements with AVX2, eight at a time (YMM), then four (XMM), then one,
 // index in AX; the kernels over rows do so for each of rows ≥ 1 rows (BX
 // counts them down), moving their pointers by the strides, in bytes, of
-// R11 and R12. Each computes exactly what the Go loop in winorows.go
+// R11 and R12. Each computes exactly what the Go loop in vecops.go
 // computes, in the same order, so the results are the same bits.
 
 // ROWS runs BODY8, BODY4 and BODY1 over AX from 0 to CX (DX is scratch)
@@ -287,3 +287,59 @@ TEXT ·interleaveVector(SB), NOSPLIT, $0-64
 	MOVQ	n+48(FP), CX
 	MOVQ	rows+56(FP), BX
 	ROWS(INTERLEAVE_8, INTERLEAVE_4, INTERLEAVE_1, INTERLEAVE_NEXT)
+
+// y = x·scale + shift: scale in Y15, shift in Y14.
+#define AFFINE(MOV, MUL, ADD, A) \
+	MOV	(SI)(AX*4), A \
+	MUL	Y15, A, A \
+	ADD	Y14, A, A \
+	MOV	A, (DI)(AX*4)
+
+#define AFFINE_8 AFFINE(VMOVUPS, VMULPS, VADDPS, Y0)
+#define AFFINE_4 \
+	VMOVUPS	(SI)(AX*4), X0 \
+	VMULPS	X15, X0, X0 \
+	VADDPS	X14, X0, X0 \
+	VMOVUPS	X0, (DI)(AX*4)
+#define AFFINE_1 \
+	VMOVSS	(SI)(AX*4), X0 \
+	VMULSS	X15, X0, X0 \
+	VADDSS	X14, X0, X0 \
+	VMOVSS	X0, (DI)(AX*4)
+
+// func affineVector(y, x *float32, scale, shift float32, n int)
+TEXT ·affineVector(SB), NOSPLIT, $0-32
+	MOVQ	y+0(FP), DI
+	MOVQ	x+8(FP), SI
+	VBROADCASTSS	scale+16(FP), Y15
+	VBROADCASTSS	shift+20(FP), Y14
+	MOVQ	n+24(FP), CX
+	LOOPS(AFFINE_8, AFFINE_4, AFFINE_1)
+
+// out = (a·g + bx·(x − mu)) + d: a in Y15, bx in Y14, mu in Y13, d in
+// Y12.
+#define BNGRAD(MOV, MUL, ADD, SUB, G, X, A, B, C, D) \
+	MOV	(SI)(AX*4), G \
+	MOV	(R8)(AX*4), X \
+	MUL	G, A, G \
+	SUB	C, X, X \
+	MUL	X, B, X \
+	ADD	X, G, G \
+	ADD	D, G, G \
+	MOV	G, (DI)(AX*4)
+
+#define BNGRAD_8 BNGRAD(VMOVUPS, VMULPS, VADDPS, VSUBPS, Y0, Y1, Y15, Y14, Y13, Y12)
+#define BNGRAD_4 BNGRAD(VMOVUPS, VMULPS, VADDPS, VSUBPS, X0, X1, X15, X14, X13, X12)
+#define BNGRAD_1 BNGRAD(VMOVSS, VMULSS, VADDSS, VSUBSS, X0, X1, X15, X14, X13, X12)
+
+// func bnGradVector(out, dy, x *float32, a, bx, mu, d float32, n int)
+TEXT ·bnGradVector(SB), NOSPLIT, $0-48
+	MOVQ	out+0(FP), DI
+	MOVQ	dy+8(FP), SI
+	MOVQ	x+16(FP), R8
+	VBROADCASTSS	a+24(FP), Y15
+	VBROADCASTSS	bx+28(FP), Y14
+	VBROADCASTSS	mu+32(FP), Y13
+	VBROADCASTSS	d+36(FP), Y12
+	MOVQ	n+40(FP), CX
+	LOOPS(BNGRAD_8, BNGRAD_4, BNGRAD_1)

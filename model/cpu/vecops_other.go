@@ -2,10 +2,10 @@
 
 package cpu
 
-// vectorWinoOps: without the vector kernels the loops do it all.
-func vectorWinoOps() bool { return false }
+// hasVectorOps: without the vector kernels the loops do it all.
+func hasVectorOps() bool { return false }
 
-// Unreachable: winoOps.vector is never true on this build.
+// Unreachable: vecOps.vector is never true on this build.
 
 func bt4Vector(y0, y1, y2, y3, x0, x1, x2, x3 *float32, n int) { panic("no vector kernels") }
 func at2Vector(y0, y1, x0, x1, x2, x3 *float32, n int)         { panic("no vector kernels") }
@@ -17,5 +17,9 @@ func deinterleaveVector(e, o *float32, es int, x *float32, xs, n, rows int) {
 	panic("no vector kernels")
 }
 func interleaveVector(y *float32, ys int, e, o *float32, es int, b float32, n, rows int) {
+	panic("no vector kernels")
+}
+func affineVector(y, x *float32, scale, shift float32, n int) { panic("no vector kernels") }
+func bnGradVector(out, dy, x *float32, a, bx, mu, d float32, n int) {
 	panic("no vector kernels")
 }

@@ -4,12 +4,12 @@ package cpu
 
 import "golang.org/x/sys/cpu"
 
-// vectorWinoOps reports whether this processor runs the AVX2 kernels of
-// winorows_amd64.s (cpu.X86.HasAVX2 also checks that the operating system
+// hasVectorOps reports whether this processor runs the AVX2 kernels of
+// vecops_amd64.s (cpu.X86.HasAVX2 also checks that the operating system
 // saves the YMM registers).
-func vectorWinoOps() bool { return cpu.X86.HasAVX2 }
+func hasVectorOps() bool { return cpu.X86.HasAVX2 }
 
-// The kernels of winorows_amd64.s, as winoOps' methods describe them, for
+// The kernels of vecops_amd64.s, as vecOps' methods describe them, for
 // n ≥ 1 and rows ≥ 1, strides in elements.
 
 //go:noescape
@@ -29,3 +29,9 @@ func deinterleaveVector(e, o *float32, es int, x *float32, xs, n, rows int)
 
 //go:noescape
 func interleaveVector(y *float32, ys int, e, o *float32, es int, b float32, n, rows int)
+
+//go:noescape
+func affineVector(y, x *float32, scale, shift float32, n int)
+
+//go:noescape
+func bnGradVector(out, dy, x *float32, a, bx, mu, d float32, n int)

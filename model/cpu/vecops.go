@@ -1,19 +1,22 @@
 package cpu
 
-// The Winograd transforms (winograd.go) are built from six operations on
-// rows of tiles (n consecutive tiles' values of one tile element) or on
-// rows of an image. winoOps runs them with the AVX2 kernels of
-// winorows_amd64.s where the processor has them (vector true), else with
-// the loops below; both give the same bits (TestWinoOps). The operations
-// over several rows take each row's start as a stride in elements: rows
-// of a plane, or every other row.
-type winoOps struct {
+// vecOps are the element-wise loops that run often enough to pay for
+// vector kernels: the Winograd transforms' six operations (winograd.go)
+// on rows of tiles (n consecutive tiles' values of one tile element) or
+// on rows of an image, and batch norm's two per-element passes (norm.go).
+// It runs them with the AVX2 kernels of vecops_amd64.s where the
+// processor has them (vector true), else with the loops below; both give
+// the same bits (TestVecOps): the loops round every product to float32
+// (explicit conversions), so that no compiler fuses a multiply and an add
+// the kernels do apart. The operations over several rows take each row's
+// start as a stride in elements: rows of a plane, or every other row.
+type vecOps struct {
 	vector bool
 }
 
 // bt4 applies Bᵀ to four rows: y0 = x0 − x2, y1 = x1 + x2, y2 = x2 − x1,
 // y3 = x1 − x3, over len(y0) elements.
-func (o winoOps) bt4(y0, y1, y2, y3, x0, x1, x2, x3 []float32) {
+func (o vecOps) bt4(y0, y1, y2, y3, x0, x1, x2, x3 []float32) {
 	n := len(y0)
 	y1, y2, y3, x0, x1, x2, x3 = y1[:n], y2[:n], y3[:n], x0[:n], x1[:n], x2[:n], x3[:n]
 	if n == 0 {
@@ -30,7 +33,7 @@ func (o winoOps) bt4(y0, y1, y2, y3, x0, x1, x2, x3 []float32) {
 }
 
 // at2 applies Aᵀ to four rows: y0 = (x0 + x1) + x2, y1 = (x1 − x2) − x3.
-func (o winoOps) at2(y0, y1, x0, x1, x2, x3 []float32) {
+func (o vecOps) at2(y0, y1, x0, x1, x2, x3 []float32) {
 	n := len(y0)
 	y1, x0, x1, x2, x3 = y1[:n], x0[:n], x1[:n], x2[:n], x3[:n]
 	if n == 0 {
@@ -47,7 +50,7 @@ func (o winoOps) at2(y0, y1, x0, x1, x2, x3 []float32) {
 }
 
 // a4 applies A to two rows: y0 = x0, y1 = x0 + x1, y2 = x0 − x1, y3 = −x1.
-func (o winoOps) a4(y0, y1, y2, y3, x0, x1 []float32) {
+func (o vecOps) a4(y0, y1, y2, y3, x0, x1 []float32) {
 	n := len(y0)
 	y1, y2, y3, x0, x1 = y1[:n], y2[:n], y3[:n], x0[:n], x1[:n]
 	if n == 0 {
@@ -70,7 +73,7 @@ func rowsLen(rows, stride, n int) int { return (rows-1)*stride + n }
 // hbt4 applies B along rows of an image: for each of rows rows, x[r·xs:]
 // with 2n + 2 elements, and j < n, it is bt4 of x[2j], x[2j+1], x[2j+2],
 // x[2j+3] (a tile's four columns) into y0 … y3 [r·ys + j].
-func (o winoOps) hbt4(y0, y1, y2, y3 []float32, ys int, x []float32, xs, n, rows int) {
+func (o vecOps) hbt4(y0, y1, y2, y3 []float32, ys int, x []float32, xs, n, rows int) {
 	if n == 0 || rows == 0 {
 		return
 	}
@@ -92,7 +95,7 @@ func (o winoOps) hbt4(y0, y1, y2, y3 []float32, ys int, x []float32, xs, n, rows
 
 // deinterleave sets e[r·es + j] = x[r·xs + 2j] and o[r·es + j] =
 // x[r·xs + 2j + 1] for rows rows and j < n.
-func (o winoOps) deinterleave(e, od []float32, es int, x []float32, xs, n, rows int) {
+func (o vecOps) deinterleave(e, od []float32, es int, x []float32, xs, n, rows int) {
 	if n == 0 || rows == 0 {
 		return
 	}
@@ -112,7 +115,7 @@ func (o winoOps) deinterleave(e, od []float32, es int, x []float32, xs, n, rows 
 
 // interleave sets y[r·ys + 2j] = e[r·es + j] + b and y[r·ys + 2j + 1] =
 // o[r·es + j] + b for rows rows and j < n.
-func (o winoOps) interleave(y []float32, ys int, e, od []float32, es int, b float32, n, rows int) {
+func (o vecOps) interleave(y []float32, ys int, e, od []float32, es int, b float32, n, rows int) {
 	if n == 0 || rows == 0 {
 		return
 	}
@@ -127,5 +130,39 @@ func (o winoOps) interleave(y []float32, ys int, e, od []float32, es int, b floa
 		for j := range er {
 			yr[2*j], yr[2*j+1] = er[j]+b, or[j]+b
 		}
+	}
+}
+
+// affine sets y[i] = x[i]·scale + shift over len(y) elements (batch
+// norm's normalisation with its scale and shift folded).
+func (o vecOps) affine(y, x []float32, scale, shift float32) {
+	n := len(y)
+	x = x[:n]
+	if n == 0 {
+		return
+	}
+	if o.vector {
+		affineVector(&y[0], &x[0], scale, shift, n)
+		return
+	}
+	for i, v := range x {
+		y[i] = float32(v*scale) + shift
+	}
+}
+
+// bnGrad sets out[i] = (a·g[i] + bx·(x[i] − mu)) + d over len(out)
+// elements (batch norm's input gradient).
+func (o vecOps) bnGrad(out, g, x []float32, a, bx, mu, d float32) {
+	n := len(out)
+	g, x = g[:n], x[:n]
+	if n == 0 {
+		return
+	}
+	if o.vector {
+		bnGradVector(&out[0], &g[0], &x[0], a, bx, mu, d, n)
+		return
+	}
+	for i, v := range x {
+		out[i] = float32(a*g[i]) + float32(bx*(v-mu)) + d
 	}
 }
