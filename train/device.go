@@ -35,13 +35,22 @@ func (d *Device) Close() {
 // of one machine spread over its GPUs and share them when there are more
 // ranks than GPUs; localRank is comm's (LOCAL_RANK, SLURM_LOCALID or
 // OMPI_COMM_WORLD_LOCAL_RANK). threads is the CPU backend's thread count;
-// tf32 lets GPU matrix products use TF32.
+// tf32 lets GPU matrix products use TF32. The CPU backend takes the
+// GEMM micro-kernel GORUN_CPU_KERNEL names (avx512, avx2-fma or go), when
+// set, instead of the best this CPU runs; one it cannot run is an error
+// naming those it can.
 func OpenBackend(device string, localRank, threads int, tf32 bool) (*Device, error) {
+	openCPU := func(note string) (*Device, error) {
+		c, err := cpu.NewWithKernel(threads, os.Getenv("GORUN_CPU_KERNEL"))
+		if err != nil {
+			return nil, fmt.Errorf("GORUN_CPU_KERNEL: %w", err)
+		}
+		return &Device{Backend: c, close: c.Close, Note: note}, nil
+	}
 	switch device {
 	case "", "auto", "cuda", "gpu":
 	case "cpu":
-		c := cpu.New(threads)
-		return &Device{Backend: c, close: c.Close}, nil
+		return openCPU("")
 	default:
 		return nil, fmt.Errorf("unknown device %q (want auto, cpu or cuda)", device)
 	}
@@ -59,8 +68,7 @@ func OpenBackend(device string, localRank, threads int, tf32 bool) (*Device, err
 	if device == "cuda" || device == "gpu" || !(errors.Is(err, cuda.ErrNoDriver) || errors.Is(err, cuda.ErrNoDevice)) {
 		return nil, fmt.Errorf("device %s: %w", device, err)
 	}
-	c := cpu.New(threads)
-	return &Device{Backend: c, close: c.Close, Note: fmt.Sprintf("%v: training on the CPU", err)}, nil
+	return openCPU(fmt.Sprintf("%v: training on the CPU", err))
 }
 
 func openGPU(localRank int, tf32 bool) (*gpu.Backend, error) {

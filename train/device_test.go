@@ -50,3 +50,22 @@ func TestOpenBackendWithoutGPU(t *testing.T) {
 		d.Close()
 	}
 }
+
+// TestOpenBackendCPUKernel: GORUN_CPU_KERNEL picks the CPU backend's GEMM
+// micro-kernel, which the backend's description (the run's first lines)
+// names; one this CPU cannot run is an error naming the variable.
+func TestOpenBackendCPUKernel(t *testing.T) {
+	t.Setenv("GORUN_CPU_KERNEL", "go")
+	d, err := OpenBackend("cpu", 0, 1, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if name := d.Backend.Name(); !strings.HasPrefix(name, "cpu go 4x8") {
+		t.Errorf("GORUN_CPU_KERNEL=go: backend %q", name)
+	}
+	d.Close()
+	t.Setenv("GORUN_CPU_KERNEL", "avx1024")
+	if _, err := OpenBackend("cpu", 0, 1, false); err == nil || !strings.Contains(err.Error(), "GORUN_CPU_KERNEL") || !strings.Contains(err.Error(), "avx1024") {
+		t.Fatalf("GORUN_CPU_KERNEL=avx1024: %v", err)
+	}
+}

@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/gorun/gorun/model/gemm"
 	"github.com/gorun/gorun/model/parallel"
@@ -44,6 +45,27 @@ func New(threads int) *Backend {
 	b := &Backend{pool: p, gemm: gemm.NewWithPool(p), chunks: make([]scratch, p.Threads()), vec: vecOps{vector: hasVectorOps()}}
 	b.conv.b = b
 	return b
+}
+
+// NewWithKernel is New with the GEMM micro-kernel named (gemm.Kernels:
+// "avx512", "avx2-fma", "go"), the user's override of the choice New makes
+// for this CPU; "go" also runs the element-wise loops without vector
+// kernels. An empty name is New's choice.
+func NewWithKernel(threads int, name string) (*Backend, error) {
+	b := New(threads)
+	if name == "" {
+		return b, nil
+	}
+	g, err := gemm.NewKernelWithPool(b.pool, name)
+	if err != nil {
+		b.Close()
+		return nil, err
+	}
+	b.gemm = g
+	if strings.HasPrefix(g.Kernel(), "go ") {
+		b.vec = vecOps{}
+	}
+	return b, nil
 }
 
 // NewPureGo is New with the portable GEMM micro-kernel and Winograd

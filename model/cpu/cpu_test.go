@@ -4,8 +4,10 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
+	"github.com/gorun/gorun/model/gemm"
 	"github.com/gorun/gorun/model/tensor"
 )
 
@@ -237,5 +239,31 @@ func TestConvolution(t *testing.T) {
 			}
 		}
 		be.Close()
+	}
+}
+
+// TestNewWithKernel: the GEMM kernel a user names is the one the backend
+// runs and describes; "go" also turns the vector element-wise kernels
+// off; an unknown name is an error.
+func TestNewWithKernel(t *testing.T) {
+	for _, name := range gemm.Kernels() {
+		b, err := NewWithKernel(1, name)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !strings.HasPrefix(b.Name(), "cpu "+name) || b.vec.vector != (name != "go" && hasVectorOps()) {
+			t.Errorf("%s: %q, vector element-wise kernels %v", name, b.Name(), b.vec.vector)
+		}
+		b.Close()
+	}
+	def := New(1)
+	defer def.Close()
+	b, err := NewWithKernel(1, "")
+	if err != nil || b.Name() != def.Name() {
+		t.Fatalf("no override: %v, %v", b, err)
+	}
+	b.Close()
+	if _, err := NewWithKernel(1, "avx1024"); err == nil || !strings.Contains(err.Error(), "avx1024") {
+		t.Fatalf("avx1024: %v", err)
 	}
 }

@@ -2,6 +2,7 @@ package gemm
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/gorun/gorun/model/parallel"
 )
@@ -59,6 +60,34 @@ func NewPureGo(threads int) *Engine {
 // NewPureGoWithPool is NewPureGo on an existing pool.
 func NewPureGoWithPool(p *parallel.Pool) *Engine {
 	return newEngine(p, false, goKernel)
+}
+
+// Kernels names the micro-kernels this CPU can run, best first, by the
+// first word of their names ("avx512", "avx2-fma", "go").
+func Kernels() []string {
+	var names []string
+	for _, k := range availableKernels() {
+		names = append(names, k.id())
+	}
+	return names
+}
+
+// NewKernelWithPool is NewWithPool with the micro-kernel named (by the
+// first word of its name, or whole), for a user's override; a kernel this
+// CPU cannot run is an error naming the ones it can.
+func NewKernelWithPool(p *parallel.Pool, name string) (*Engine, error) {
+	for _, k := range availableKernels() {
+		if name == k.id() || name == k.name {
+			return newEngine(p, false, k), nil
+		}
+	}
+	return nil, fmt.Errorf("GEMM micro-kernel %q: this CPU runs %s", name, strings.Join(Kernels(), ", "))
+}
+
+// id is the first word of the kernel's name.
+func (k kernel) id() string {
+	id, _, _ := strings.Cut(k.name, " ")
+	return id
 }
 
 func newEngine(p *parallel.Pool, own bool, k kernel) *Engine {

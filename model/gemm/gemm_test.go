@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/gorun/gorun/model/parallel"
@@ -140,5 +141,34 @@ func TestSgemmAllocatesNothing(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Fatalf("Sgemm allocates %v times per call", allocs)
+	}
+}
+
+// TestNewKernelWithPool: a user's override picks each kernel this CPU
+// runs, by its first word or its whole name, and one it cannot run is an
+// error naming those it can.
+func TestNewKernelWithPool(t *testing.T) {
+	p := parallel.New(1)
+	defer p.Close()
+	names := Kernels()
+	if len(names) == 0 || names[len(names)-1] != "go" {
+		t.Fatalf("kernels %v: the Go kernel runs everywhere and comes last", names)
+	}
+	for _, k := range availableKernels() {
+		for _, name := range []string{k.id(), k.name} {
+			e, err := NewKernelWithPool(p, name)
+			if err != nil || e.Kernel() != k.name {
+				t.Fatalf("%q: %v, %v", name, e, err)
+			}
+		}
+	}
+	_, err := NewKernelWithPool(p, "sse9")
+	if err == nil {
+		t.Fatal("sse9: no error")
+	}
+	for _, want := range append([]string{`"sse9"`}, names...) {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
 	}
 }
