@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"slices"
+	"time"
 )
 
 // Series is one contestant's times for one collective at one world size:
@@ -26,7 +27,8 @@ type Point struct {
 
 // busBW is the point's bus bandwidth in GB/s, as the tables count it.
 func (p Point) busBW(op string, np int) float64 {
-	return float64(p.Bytes) / (p.TimeUS * 1e3) * BusFactor(op, np)
+	_, bus := Bandwidths(op, np, p.Bytes, time.Duration(p.TimeUS*float64(time.Microsecond)))
+	return bus
 }
 
 // ChartSeries gathers gorun's results (one contestant per variant) and the
@@ -80,9 +82,6 @@ func ChartSeries(ours []Result, theirs []Competitor) []Series {
 // size: a colour per contestant, a dash pattern per world size, and a
 // legend. SVG, or PNG for a path ending in .png.
 func WriteChart(w io.Writer, path string, series []Series) error {
-	if err := ChartFormatOK(path); err != nil {
-		return err
-	}
 	l, err := newChartLayout(series)
 	if err != nil {
 		return err

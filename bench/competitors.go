@@ -104,10 +104,10 @@ func RunCompetitors(dir string, np int, sizes []int64, ops []string) (results []
 
 // runGloo times all-reduce with gloo through bench/competitors/gloo_allreduce.py.
 func runGloo(dir string, np int, args []string) (results []Competitor, skipped []string) {
-	if _, err := os.Stat("/usr/bin/python3"); err != nil || exec.Command("/usr/bin/python3", "-c", "import torch.distributed").Run() != nil {
-		return nil, []string{"gloo: /usr/bin/python3 with torch not found (apt-get install python3-torch)"}
+	if err := torchAvailable(); err != nil {
+		return nil, []string{"gloo: " + err.Error()}
 	}
-	out, err := exec.Command("/usr/bin/python3", append([]string{filepath.Join(dir, "gloo_allreduce.py"), strconv.Itoa(np)}, args...)...).Output()
+	out, err := exec.Command(TorchPython, append([]string{filepath.Join(dir, "gloo_allreduce.py"), strconv.Itoa(np)}, args...)...).Output()
 	if err != nil {
 		skipped = append(skipped, fmt.Sprintf("gloo: %v", err))
 	}

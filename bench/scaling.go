@@ -100,9 +100,6 @@ func WriteScalingJSON(w io.Writer, rows []ScalingRow) error {
 // ideal (speed-up = growth of the world size) in grey. SVG, or PNG for a
 // path ending in .png.
 func WriteScalingChart(w io.Writer, path, title string, rows []ScalingRow) error {
-	if err := ChartFormatOK(path); err != nil {
-		return err
-	}
 	if len(rows) == 0 {
 		return fmt.Errorf("chart: no results to draw")
 	}
@@ -171,6 +168,12 @@ func TorchDDPAvailable(helpers string) error {
 	if _, err := os.Stat(filepath.Join(helpers, "torch_ddp.py")); err != nil {
 		return fmt.Errorf("%w (run from the repository root or pass -helpers)", err)
 	}
+	return torchAvailable()
+}
+
+// torchAvailable reports why TorchPython cannot run torch.distributed
+// (nil: it can).
+func torchAvailable() error {
 	if err := exec.Command(TorchPython, "-c", "import torch.distributed").Run(); err != nil {
 		return fmt.Errorf("%s with torch not found (apt-get install python3-torch): %w", TorchPython, err)
 	}

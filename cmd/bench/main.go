@@ -409,12 +409,12 @@ func trainScaling(args []string, stdout io.Writer) error {
 			return fmt.Errorf("-chart: %w", err)
 		}
 	}
-	var transportEnv []string
+	var transportNames []string
 	for _, t := range strings.Split(*transports, ",") {
 		if t != "auto" && t != "tcp" {
 			return fmt.Errorf("-transports: unknown %q (want auto or tcp)", t)
 		}
-		transportEnv = append(transportEnv, t)
+		transportNames = append(transportNames, t)
 	}
 	if *trainBin == "" {
 		exe, err := os.Executable()
@@ -440,7 +440,7 @@ func trainScaling(args []string, stdout io.Writer) error {
 		return fmt.Errorf("-model %q: want mnist or cifarnet", *model)
 	}
 	var rows []bench.ScalingRow
-	for _, transport := range transportEnv {
+	for _, transport := range transportNames {
 		name, env := "gorun", []string(nil)
 		if transport == "tcp" {
 			name, env = "gorun tcp", []string{"GORUN_TRANSPORT=tcp"}

@@ -279,6 +279,7 @@ func TestTrainCommand(t *testing.T) {
 		{[]string{"-chart", "s.gif"}, "s.gif"},
 		{[]string{"-model", "vgg"}, "vgg"},
 		{[]string{"-np", "0"}, "-np"},
+		{[]string{"-train", filepath.Join(bin, "missing")}, "missing"},
 	} {
 		var out bytes.Buffer
 		err := run(append([]string{"train", "-train", bin + "/train", "-samples", "64"}, bad.args...), &out)

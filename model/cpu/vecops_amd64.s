@@ -49,11 +49,9 @@ next: \
 	ROWS(BODY8, BODY4, BODY1, NOTHING)
 
 // y0 = x0 − x2, y1 = x1 + x2, y2 = x2 − x1, y3 = x1 − x3.
-#define BT4(MOV, SUB, ADD, A, B, C, D, E, F, G, H) \
-	MOV	(R10)(AX*4), A \
-	MOV	(R11)(AX*4), B \
-	MOV	(R12)(AX*4), C \
-	MOV	(R13)(AX*4), D \
+// BT4STORE computes it from A, B, C, D and stores it; BT4 loads them from
+// R10 … R13 first.
+#define BT4STORE(MOV, SUB, ADD, A, B, C, D, E, F, G, H) \
 	SUB	C, A, E \
 	ADD	C, B, F \
 	SUB	B, C, G \
@@ -62,6 +60,13 @@ next: \
 	MOV	F, (SI)(AX*4) \
 	MOV	G, (R8)(AX*4) \
 	MOV	H, (R9)(AX*4)
+
+#define BT4(MOV, SUB, ADD, A, B, C, D, E, F, G, H) \
+	MOV	(R10)(AX*4), A \
+	MOV	(R11)(AX*4), B \
+	MOV	(R12)(AX*4), C \
+	MOV	(R13)(AX*4), D \
+	BT4STORE(MOV, SUB, ADD, A, B, C, D, E, F, G, H)
 
 #define BT4_8 BT4(VMOVUPS, VSUBPS, VADDPS, Y0, Y1, Y2, Y3, Y4, Y5, Y6, Y7)
 #define BT4_4 BT4(VMOVUPS, VSUBPS, VADDPS, X0, X1, X2, X3, X4, X5, X6, X7)
@@ -157,33 +162,22 @@ TEXT ·a4Vector(SB), NOSPLIT, $0-56
 	VSHUFPS	$0x88, X9, X8, E \
 	VSHUFPS	$0xDD, X9, X8, O
 
-// HBT4 is BT4 once the columns are in A, B, C, D.
-#define HBT4(MOV, SUB, ADD, A, B, C, D, E, F, G, H) \
-	SUB	C, A, E \
-	ADD	C, B, F \
-	SUB	B, C, G \
-	SUB	D, B, H \
-	MOV	E, (DI)(AX*4) \
-	MOV	F, (SI)(AX*4) \
-	MOV	G, (R8)(AX*4) \
-	MOV	H, (R9)(AX*4)
-
 #define HBT4_8 \
 	SPLIT8(0, Y0, Y1) \
 	SPLIT8(8, Y2, Y3) \
-	HBT4(VMOVUPS, VSUBPS, VADDPS, Y0, Y1, Y2, Y3, Y4, Y5, Y6, Y7)
+	BT4STORE(VMOVUPS, VSUBPS, VADDPS, Y0, Y1, Y2, Y3, Y4, Y5, Y6, Y7)
 
 #define HBT4_4 \
 	SPLIT4(0, X0, X1) \
 	SPLIT4(8, X2, X3) \
-	HBT4(VMOVUPS, VSUBPS, VADDPS, X0, X1, X2, X3, X4, X5, X6, X7)
+	BT4STORE(VMOVUPS, VSUBPS, VADDPS, X0, X1, X2, X3, X4, X5, X6, X7)
 
 #define HBT4_1 \
 	VMOVSS	(R10)(AX*8), X0 \
 	VMOVSS	4(R10)(AX*8), X1 \
 	VMOVSS	8(R10)(AX*8), X2 \
 	VMOVSS	12(R10)(AX*8), X3 \
-	HBT4(VMOVSS, VSUBSS, VADDSS, X0, X1, X2, X3, X4, X5, X6, X7)
+	BT4STORE(VMOVSS, VSUBSS, VADDSS, X0, X1, X2, X3, X4, X5, X6, X7)
 
 #define HBT4_NEXT \
 	ADDQ	R11, DI \
@@ -289,23 +283,15 @@ TEXT ·interleaveVector(SB), NOSPLIT, $0-64
 	ROWS(INTERLEAVE_8, INTERLEAVE_4, INTERLEAVE_1, INTERLEAVE_NEXT)
 
 // y = x·scale + shift: scale in Y15, shift in Y14.
-#define AFFINE(MOV, MUL, ADD, A) \
+#define AFFINE(MOV, MUL, ADD, A, SCALE, SHIFT) \
 	MOV	(SI)(AX*4), A \
-	MUL	Y15, A, A \
-	ADD	Y14, A, A \
+	MUL	SCALE, A, A \
+	ADD	SHIFT, A, A \
 	MOV	A, (DI)(AX*4)
 
-#define AFFINE_8 AFFINE(VMOVUPS, VMULPS, VADDPS, Y0)
-#define AFFINE_4 \
-	VMOVUPS	(SI)(AX*4), X0 \
-	VMULPS	X15, X0, X0 \
-	VADDPS	X14, X0, X0 \
-	VMOVUPS	X0, (DI)(AX*4)
-#define AFFINE_1 \
-	VMOVSS	(SI)(AX*4), X0 \
-	VMULSS	X15, X0, X0 \
-	VADDSS	X14, X0, X0 \
-	VMOVSS	X0, (DI)(AX*4)
+#define AFFINE_8 AFFINE(VMOVUPS, VMULPS, VADDPS, Y0, Y15, Y14)
+#define AFFINE_4 AFFINE(VMOVUPS, VMULPS, VADDPS, X0, X15, X14)
+#define AFFINE_1 AFFINE(VMOVSS, VMULSS, VADDSS, X0, X15, X14)
 
 // func affineVector(y, x *float32, scale, shift float32, n int)
 TEXT ·affineVector(SB), NOSPLIT, $0-32

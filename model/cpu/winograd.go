@@ -171,6 +171,7 @@ func winogradInput(ops vecOps, v []float32, es, ld, t0 int, x []float32, c, h, w
 	}
 	e0, e1, e2, e3 := q4(de)
 	o0, o1, o2, o3 := q4(do)
+	evens, odds := [4][]float32{e0, e1, e2, e3}, [4][]float32{o0, o1, o2, o3}
 	for ch := range c {
 		plane := x[ch*h*w : (ch+1)*h*w]
 		for iy := max(0, -padH); iy < h && iy+padH < hp; iy++ {
@@ -180,8 +181,8 @@ func winogradInput(ops vecOps, v []float32, es, ld, t0 int, x []float32, c, h, w
 		ops.hbt4(e0, e1, e2, e3, tw, padded, 2*pw, tw, th+1)
 		ops.hbt4(o0, o1, o2, o3, tw, padded[pw:], 2*pw, tw, th+1)
 		at := ch*ld + t0
-		for q, e := range [4][]float32{e0, e1, e2, e3} {
-			o := [4][]float32{o0, o1, o2, o3}[q]
+		for q := range 4 {
+			e, o := evens[q], odds[q]
 			v0, v1, v2, v3 := v[(0+q)*es+at:][:tiles], v[(4+q)*es+at:][:tiles], v[(8+q)*es+at:][:tiles], v[(12+q)*es+at:][:tiles]
 			// Tile row i reads padded rows 2i, 2i + 1, 2i + 2, 2i + 3.
 			ops.bt4(v0, v1, v2, v3, e, o, e[tw:], o[tw:])
