@@ -93,13 +93,16 @@ func WriteSummary(w io.Writer, results []Result) {
 }
 
 func humanBytes(b int64) string {
-	switch {
-	case b >= 1<<30 && b%(1<<30) == 0:
-		return fmt.Sprintf("%dG", b>>30)
-	case b >= 1<<20 && b%(1<<20) == 0:
-		return fmt.Sprintf("%dM", b>>20)
-	case b >= 1<<10 && b%(1<<10) == 0:
-		return fmt.Sprintf("%dK", b>>10)
+	v, unit := binaryUnit(b)
+	return fmt.Sprintf("%d%s", v, [...]string{"B", "K", "M", "G"}[unit])
+}
+
+// binaryUnit writes b in the largest binary unit that divides it: b =
+// v·1024^unit, unit at most 3 (GiB).
+func binaryUnit(b int64) (v int64, unit int) {
+	for unit < 3 && b >= 1<<10 && b%(1<<10) == 0 {
+		b >>= 10
+		unit++
 	}
-	return fmt.Sprintf("%dB", b)
+	return b, unit
 }

@@ -57,22 +57,21 @@ func (d *dataPath) add(t peerTransport, name string, close func()) {
 
 // setUp sets up the transports beside TCP, during the rendezvous, in
 // order of preference: RDMA for the pairs of ranks whose devices reach
-// each other (its queue pairs are exchanged through the store), then
-// shared memory for the ranks of this machine (GORUN_TRANSPORT=tcp skips
-// both). On failure it closes what it set up.
+// each other, then shared memory for the ranks of this machine
+// (GORUN_TRANSPORT=tcp skips both), each through the store: every rank
+// offers its RDMA port and names its host in one round, and the rounds
+// after are among the ranks concerned. On failure it closes what it set up.
 func (d *dataPath) setUp(ctx context.Context, store store, s *Settings) error {
 	rd, err := setupRDMA(ctx, store, s, openDevice, d.tcp.Err, d.tcp.Left)
 	if err != nil {
 		return fmt.Errorf("RDMA set-up: %w", err)
 	}
-	if rd != nil {
-		d.rdma, d.rdmaW, d.port = rd.t, rd.without, rd.port
-	}
+	d.rdma, d.rdmaW, d.port = rd.t, rd.without, rd.port
 	if d.rdma != nil {
 		d.add(d.rdma, fmt.Sprintf("over RDMA (%v)", d.port), func() { d.rdma.Close() })
 	}
 	if s.Transport != "tcp" {
-		if d.shm, d.hostOf, err = setupSharedMemory(ctx, d.tcp, s); err != nil {
+		if d.shm, d.hostOf, err = setupSharedMemory(rd.hosts, s, d.tcp, shareThroughStore(ctx, store, s)); err != nil {
 			d.close()
 			return err
 		}

@@ -9,7 +9,6 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -450,12 +449,13 @@ func connect(ctx context.Context, s *Settings, control func(from int, msg []byte
 	// Slurm job in CI with "store at n1:25481: EOF".
 	_ = store.Set(ctx, doneKey(s.Rank), nil)
 	if s.Rank == 0 {
+		keys := make([]string, 0, s.Size-1)
 		for r := 1; r < s.Size; r++ {
-			if _, err := store.Get(ctx, doneKey(r)); err != nil {
-				// Not fatal: the mesh is up; the barrier in Join decides.
-				break
-			}
+			keys = append(keys, doneKey(r))
 		}
+		// Not fatal if some never come: the mesh is up; the barrier in
+		// Join decides.
+		_, _ = store.GetMany(ctx, keys)
 	}
 	return d, nil
 }
@@ -466,6 +466,8 @@ func connect(ctx context.Context, s *Settings, control func(from int, msg []byte
 type store interface {
 	Set(ctx context.Context, key string, val []byte) error
 	Get(ctx context.Context, key string) ([]byte, error)
+	// GetMany waits for every key and returns their values in order.
+	GetMany(ctx context.Context, keys []string) ([][]byte, error)
 	Has(ctx context.Context, key string) (bool, error)
 	LocalAddr() net.Addr
 	Close() error
@@ -541,28 +543,38 @@ func gatherAddrs(ctx context.Context, store store, s *Settings, master string) (
 		wctx, cancel = context.WithDeadline(ctx, d.Add(-time.Second))
 		defer cancel()
 	}
-	addrs := make([]string, s.Size)
-	for r := range addrs {
-		v, err := store.Get(wctx, addrKey(r))
-		if err == nil {
-			addrs[r] = string(v)
-			continue
-		}
-		if !errors.Is(err, rendezvous.ErrMissing) {
-			return nil, fmt.Errorf("rendezvous at %s: %w", master, err)
-		}
-		missing := []string{strconv.Itoa(r)}
-		qctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		for q := r + 1; q < s.Size; q++ {
-			if ok, err := store.Has(qctx, addrKey(q)); err == nil && !ok {
-				missing = append(missing, strconv.Itoa(q))
-			}
-		}
-		cancel()
-		return nil, fmt.Errorf("rendezvous at %s: ranks [%s] did not join within %v (GORUN_JOIN_TIMEOUT)",
-			master, strings.Join(missing, " "), s.JoinTimeout)
+	keys := make([]string, s.Size)
+	for r := range keys {
+		keys[r] = addrKey(r)
 	}
-	return addrs, nil
+	vals, err := store.GetMany(wctx, keys)
+	if err == nil {
+		addrs := make([]string, s.Size)
+		for r, v := range vals {
+			addrs[r] = string(v)
+		}
+		return addrs, nil
+	}
+	if !errors.Is(err, rendezvous.ErrMissing) {
+		return nil, fmt.Errorf("rendezvous at %s: %w", master, err)
+	}
+	return nil, fmt.Errorf("rendezvous at %s: ranks %v did not join within %v (GORUN_JOIN_TIMEOUT)",
+		master, missingRanks(store, keys), s.JoinTimeout)
+}
+
+// missingRanks lists the ranks whose key is not set, after a GetMany of
+// keys (one per rank, indexed by rank) timed out. It asks with a fresh
+// second: the join's deadline has passed.
+func missingRanks(store store, keys []string) []int {
+	qctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	missing := []int{}
+	for r, k := range keys {
+		if ok, err := store.Has(qctx, k); err == nil && !ok {
+			missing = append(missing, r)
+		}
+	}
+	return missing
 }
 
 func storeListener(s *Settings) (net.Listener, error) {

@@ -2,11 +2,13 @@ package comm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/gorun/gorun/comm/rendezvous"
 	"github.com/gorun/gorun/rdma"
 )
 
@@ -17,6 +19,9 @@ type rdmaSetup struct {
 	t       *rdma.Transport
 	port    rdma.Port
 	without string
+	// hosts holds every rank's host identity, from the offers: ranks
+	// with the same one share memory.
+	hosts []string
 }
 
 // openVerbs opens this rank's RDMA port; tests replace it.
@@ -86,18 +91,27 @@ func setupRDMA(ctx context.Context, store store, s *Settings, open openVerbs, fa
 		closeDev()
 		return nil, err
 	}
+	keys := make([]string, s.Size)
+	for r := range keys {
+		keys[r] = rdmaKey("offer", r)
+	}
+	vals, err := store.GetMany(ctx, keys)
+	if errors.Is(err, rendezvous.ErrMissing) {
+		err = fmt.Errorf("ranks %v did not offer within the join's time (did they die?): %w", missingRanks(store, keys), err)
+	}
+	if err != nil {
+		closeDev()
+		return nil, fmt.Errorf("RDMA offers: %w", err)
+	}
 	offers := make([]rdma.Offer, s.Size)
-	for r := range s.Size {
-		v, err := store.Get(ctx, rdmaKey("offer", r))
-		if err == nil {
-			err = offers[r].UnmarshalBinary(v)
-		}
-		if err != nil {
+	setup := &rdmaSetup{port: offer.Port, hosts: make([]string, s.Size)}
+	for r, v := range vals {
+		if err := offers[r].UnmarshalBinary(v); err != nil {
 			closeDev()
 			return nil, fmt.Errorf("RDMA offer of rank %d: %w", r, err)
 		}
+		setup.hosts[r] = offers[r].Host
 	}
-	setup := &rdmaSetup{port: offer.Port}
 	// Rank 0 reports for the whole job: the first pair that wanted RDMA and
 	// cannot have it.
 	for a := 0; a < s.Size && setup.without == ""; a++ {
@@ -166,12 +180,17 @@ func setupRDMA(ctx context.Context, store store, s *Settings, open openVerbs, fa
 	if err := store.Set(ctx, rdmaKey("up", s.Rank), []byte(fmt.Sprint(up))); err != nil {
 		return nil, closeAll(t, err)
 	}
+	upKeys := make([]string, len(peers))
+	for i, r := range peers {
+		upKeys[i] = rdmaKey("up", r)
+	}
+	ups, err := store.GetMany(ctx, upKeys)
+	if err != nil {
+		return nil, closeAll(t, err)
+	}
 	var both []int
-	for _, r := range peers {
-		v, err := store.Get(ctx, rdmaKey("up", r))
-		if err != nil {
-			return nil, closeAll(t, err)
-		}
+	for i, r := range peers {
+		v := ups[i]
 		if slices.Contains(up, r) && slices.Contains(strings.Fields(strings.Trim(string(v), "[]")), strconv.Itoa(s.Rank)) {
 			both = append(both, r)
 		} else if setup.without == "" {

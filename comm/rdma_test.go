@@ -128,3 +128,63 @@ func TestRDMADeviceSetting(t *testing.T) {
 		t.Fatalf("got %v, want ErrNoDevice on a machine without the device", err)
 	}
 }
+
+// TestShareThroughStoreNamesTheSilent: the ranks of a host publish where
+// their segments are through the store; when one never does (it died
+// after it offered), the others give up at the join's deadline naming it,
+// and with every rank there each reads what the others published.
+func TestShareThroughStoreNamesTheSilent(t *testing.T) {
+	const size = 4
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := []byte("job-token")
+	srv := rendezvous.Serve(ln, token, size)
+	defer srv.Close()
+	dial := func(r int) *rendezvous.Client {
+		c, err := rendezvous.Dial(context.Background(), ln.Addr().String(), token, r, size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	local := []int{0, 2, 3}
+	stores := []*rendezvous.Client{dial(0), nil, dial(2), dial(3)}
+
+	// Rank 3 stays silent: ranks 0 and 2 name it.
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make([]error, size)
+	for _, r := range []int{0, 2} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[r] = shareThroughStore(ctx, stores[r], &Settings{Rank: r, Size: size})([]byte(fmt.Sprint("segment of ", r)), local)
+		}()
+	}
+	wg.Wait()
+	for _, r := range []int{0, 2} {
+		if errs[r] == nil || !strings.Contains(errs[r].Error(), "ranks [3] of this host") || !errors.Is(errs[r], rendezvous.ErrMissing) {
+			t.Errorf("rank %d: %v, want rank 3 named", r, errs[r])
+		}
+	}
+
+	// Now rank 3 publishes too: everyone reads every local rank's message.
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel2()
+	got, err := shareThroughStore(ctx2, stores[3], &Settings{Rank: 3, Size: size})([]byte("segment of 3"), local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range local {
+		if want := fmt.Sprint("segment of ", r); string(got[r]) != want {
+			t.Errorf("rank 3 read %q for rank %d, want %q", got[r], r, want)
+		}
+	}
+	if got[1] != nil {
+		t.Errorf("rank 3 read %q for rank 1, not of its host", got[1])
+	}
+}

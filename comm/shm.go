@@ -2,11 +2,14 @@ package comm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"os"
+	"strconv"
 	"strings"
 
+	"github.com/gorun/gorun/comm/rendezvous"
 	"github.com/gorun/gorun/shm"
 	"github.com/gorun/gorun/tcp"
 )
@@ -53,26 +56,23 @@ func hostIndices(ids [][]byte) []int {
 	return out
 }
 
-// setupSharedMemory finds the ranks on this machine and connects them
-// through shared memory, in two rounds over TCP: every rank tells every
-// other its host identity (both ends of a pair decide alike from the same
-// two identities); then the ranks of each machine make segments with a
-// ring for each other and tell each other where they are. It returns nil
-// when no other rank shares this machine.
-func setupSharedMemory(ctx context.Context, t *tcp.Transport, s *Settings) (*shm.Transport, []int, error) {
-	host, err := hostIdentity()
-	if err != nil {
-		host = fmt.Sprintf("unknown-%d", s.Rank) // no /proc: share with nobody
+// setupSharedMemory connects the ranks of this machine through shared
+// memory. hosts holds every rank's host identity (both ends of a pair
+// decide alike from the same two identities). The ranks of each machine
+// make segments with a ring for each other and tell each other where
+// they are through share, which sends msg to the ranks in with and
+// returns what each sent (the rendezvous store at the join; the TCP
+// mesh after a shrink, which has no store). It returns nil when no other
+// rank shares this machine, and the host index of every rank.
+func setupSharedMemory(hosts []string, s *Settings, t *tcp.Transport, share func(msg []byte, with []int) ([][]byte, error)) (*shm.Transport, []int, error) {
+	ids := make([][]byte, len(hosts))
+	for r, h := range hosts {
+		ids[r] = []byte(h)
 	}
-	ids, err := exchange(ctx, t, s, []byte(host), nil)
-	if err != nil {
-		return nil, nil, fmt.Errorf("shared memory handshake: %w", err)
-	}
-	ids[s.Rank] = []byte(host) // (exchange leaves this rank's own out)
 	hostOf := hostIndices(ids)
 	var local []int
-	for r, id := range ids {
-		if r == s.Rank || string(id) == host {
+	for r, h := range hosts {
+		if h == hosts[s.Rank] {
 			local = append(local, r)
 		}
 	}
@@ -83,7 +83,7 @@ func setupSharedMemory(ctx context.Context, t *tcp.Transport, s *Settings) (*shm
 	if err != nil {
 		return nil, nil, err
 	}
-	where, err := exchange(ctx, t, s, fmt.Appendf(nil, "%d %d", info.PID, info.FD), local)
+	where, err := share(fmt.Appendf(nil, "%d %d", info.PID, info.FD), local)
 	if err != nil {
 		st.Close()
 		return nil, nil, fmt.Errorf("shared memory handshake: %w", err)
@@ -105,14 +105,47 @@ func setupSharedMemory(ctx context.Context, t *tcp.Transport, s *Settings) (*shm
 	return st, hostOf, nil
 }
 
-// exchange sends msg to the ranks in with (every other rank when with is
-// nil) and returns what each of them sent back, by rank.
-func exchange(ctx context.Context, t *tcp.Transport, s *Settings, msg []byte, with []int) ([][]byte, error) {
-	if with == nil {
-		for r := range s.Size {
-			with = append(with, r)
+// shareThroughStore is setupSharedMemory's share at the join: each rank
+// publishes msg under its key and reads those of the ranks in with, in
+// one round trip.
+func shareThroughStore(ctx context.Context, store store, s *Settings) func(msg []byte, with []int) ([][]byte, error) {
+	return func(msg []byte, with []int) ([][]byte, error) {
+		if err := store.Set(ctx, shmKey(s.Rank), msg); err != nil {
+			return nil, err
 		}
+		keys := make([]string, len(with))
+		for i, r := range with {
+			keys[i] = shmKey(r)
+		}
+		vals, err := store.GetMany(ctx, keys)
+		if errors.Is(err, rendezvous.ErrMissing) {
+			var missing []int
+			for _, i := range missingRanks(store, keys) {
+				missing = append(missing, with[i])
+			}
+			return nil, fmt.Errorf("ranks %v of this host did not say where their segments are within the join's time (did they die?): %w", missing, err)
+		}
+		if err != nil {
+			return nil, err
+		}
+		got := make([][]byte, s.Size)
+		for i, r := range with {
+			got[r] = vals[i]
+		}
+		return got, nil
 	}
+}
+
+func shmKey(r int) string { return "shm/" + strconv.Itoa(r) }
+
+// shareThroughMesh is setupSharedMemory's share over the TCP mesh.
+func shareThroughMesh(ctx context.Context, t *tcp.Transport, s *Settings) func(msg []byte, with []int) ([][]byte, error) {
+	return func(msg []byte, with []int) ([][]byte, error) { return exchange(ctx, t, s, msg, with) }
+}
+
+// exchange sends msg to the ranks in with and returns what each of them
+// sent back, by rank.
+func exchange(ctx context.Context, t *tcp.Transport, s *Settings, msg []byte, with []int) ([][]byte, error) {
 	got := make([][]byte, s.Size)
 	tickets := make([]uint64, s.Size)
 	var err error

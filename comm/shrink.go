@@ -181,7 +181,11 @@ func build(ctx context.Context, old *world, set []member, idx int, ln *net.TCPLi
 	}
 	d := &dataPath{tcp: t, host: old.host}
 	if s.Size > 1 && s.Transport != "tcp" {
-		if d.shm, d.hostOf, err = setupSharedMemory(ctx, t, &s); err != nil {
+		hosts := make([]string, len(set))
+		for i, m := range set {
+			hosts[i] = m.host
+		}
+		if d.shm, d.hostOf, err = setupSharedMemory(hosts, &s, t, shareThroughMesh(ctx, t, &s)); err != nil {
 			t.Abort(err)
 			t.Close(ctx)
 			return nil, err

@@ -4,6 +4,7 @@
 //	bench train [-np 1,2,4] [-model mnist] [-samples 12800]
 //	bench data -data DIR [-workers 1] [-images 2048] [-batch 32] [-size 224] [-eval] [-json]
 //	bench cluster -hosts 3 -np 2 [-rate 10gbit] [-delay 25us] [-loss 0.001] -- PROGRAM [ARGS]
+//	bench model [-ranks 8,16,...,1024] [-sizes 1MB,25MB] [-per-node 8] [-efficiency 0.92] ...
 //
 // collectives starts the ranks itself (as gorun does) for each world size
 // and variant and prints nccl-tests-style tables: size, count, type,
@@ -18,7 +19,10 @@
 // cluster runs a gorun job across hosts simulated on this machine:
 // network namespaces on a bridge, links shaped with tc (bench/netcluster;
 // root), gorun -nnodes on each; everything is removed afterwards, also
-// after a failure or an interrupt.
+// after a failure or an interrupt. model prints the cost model's
+// prediction of all-reduce times on 100 Gb InfiniBand and 25 GbE clusters
+// up to 1024 ranks, flat ring against hierarchical, tree and recursive
+// doubling, calibrated by gorun's own measurements (bench.Calibration).
 package main
 
 import (
@@ -76,7 +80,7 @@ func main() {
 
 func run(args []string, stdout io.Writer) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: bench collectives|train|data|cluster [flags] (bench <command> -h for the flags)")
+		return fmt.Errorf("usage: bench collectives|train|data|cluster|model [flags] (bench <command> -h for the flags)")
 	}
 	switch args[0] {
 	case "collectives":
@@ -87,8 +91,10 @@ func run(args []string, stdout io.Writer) error {
 		return dataPipeline(args[1:], stdout)
 	case "cluster":
 		return cluster(args[1:], stdout)
+	case "model":
+		return costModel(args[1:], stdout)
 	}
-	return fmt.Errorf("unknown command %q: want collectives, train, data or cluster", args[0])
+	return fmt.Errorf("unknown command %q: want collectives, train, data, cluster or model", args[0])
 }
 
 func cluster(args []string, stdout io.Writer) error {
@@ -148,6 +154,55 @@ func cluster(args []string, stdout io.Writer) error {
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+func costModel(args []string, stdout io.Writer) error {
+	c := bench.DefaultCalibration()
+	fs := flag.NewFlagSet("bench model", flag.ContinueOnError)
+	ranks := fs.String("ranks", "8,16,32,64,128,256,512,1024", "rank counts")
+	sizes := fs.String("sizes", "1MB,25MB", "all-reduce sizes (DDP's buckets: 1 MiB first, 25 MiB after)")
+	perNode := fs.Int("per-node", 8, "ranks per host")
+	fs.Float64Var(&c.Efficiency, "efficiency", c.Efficiency, "fraction of line rate large all-reduces reach (measured: 0.88–0.96)")
+	fs.DurationVar(&c.TCPStep, "tcp-step", c.TCPStep, "software cost of one TCP message step (measured over loopback)")
+	fs.DurationVar(&c.SHMStep, "shm-step", c.SHMStep, "one message step through shared memory (measured)")
+	shmGBs := fs.Float64("shm-bw", c.SHMBandwidth/1e9, "shared memory's bus bandwidth within a host, GB/s (measured on the 2-core VM)")
+	fs.DurationVar(&c.EthernetWire, "eth-wire", c.EthernetWire, "an Ethernet hop's latency through NIC and switch (assumed)")
+	fs.DurationVar(&c.IBWire, "ib-wire", c.IBWire, "an InfiniBand hop's latency (assumed)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("bench model: unexpected argument %q", fs.Arg(0))
+	}
+	rs, err := parseInts(*ranks)
+	if err != nil {
+		return fmt.Errorf("bench model: -ranks: %w", err)
+	}
+	ss, err := bench.ParseSizes(*sizes)
+	if err != nil {
+		return fmt.Errorf("bench model: -sizes: %w", err)
+	}
+	switch {
+	case *perNode < 1:
+		return fmt.Errorf("bench model: -per-node %d: want at least 1", *perNode)
+	case c.Efficiency <= 0 || c.Efficiency > 1:
+		return fmt.Errorf("bench model: -efficiency %g: want a fraction in (0, 1]", c.Efficiency)
+	case *shmGBs <= 0:
+		return fmt.Errorf("bench model: -shm-bw %g: want a positive bandwidth", *shmGBs)
+	case c.TCPStep < 0 || c.SHMStep < 0 || c.EthernetWire < 0 || c.IBWire < 0:
+		return fmt.Errorf("bench model: latencies cannot be negative")
+	}
+	for _, r := range rs {
+		if r < 1 {
+			return fmt.Errorf("bench model: -ranks: %d ranks", r)
+		}
+	}
+	c.SHMBandwidth = *shmGBs * 1e9
+	sizesF := make([]float64, len(ss))
+	for i, s := range ss {
+		sizesF[i] = float64(s)
+	}
+	return bench.ModelTable(stdout, c.Networks(), c.Local(), *perNode, rs, sizesF)
 }
 
 func dataPipeline(args []string, stdout io.Writer) error {

@@ -288,3 +288,32 @@ func TestTrainCommand(t *testing.T) {
 		}
 	}
 }
+
+func TestModelCommand(t *testing.T) {
+	var out bytes.Buffer
+	if err := run([]string{"model", "-ranks", "16,1024", "-sizes", "1MB,25MB"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"100 Gb InfiniBand (EDR)", "25 GbE", "| 16 | 1 MiB |", "| 1024 | 25 MiB |"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-per-node", "0"}, "-per-node 0"},
+		{[]string{"-efficiency", "2"}, "-efficiency 2"},
+		{[]string{"-ranks", "8,x"}, "-ranks"},
+		{[]string{"-sizes", "1QB"}, "-sizes"},
+		{[]string{"-shm-bw", "0"}, "-shm-bw 0"},
+		{[]string{"-tcp-step", "-1us"}, "negative"},
+		{[]string{"extra"}, `unexpected argument "extra"`},
+	} {
+		err := run(append([]string{"model"}, tc.args...), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("bench model %v: %v, want an error naming %q", tc.args, err, tc.want)
+		}
+	}
+}

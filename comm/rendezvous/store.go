@@ -22,6 +22,10 @@ const (
 	opSet   = 1
 	opGet   = 2 // waits until the key exists or the request's timeout passes
 	opCheck = 3 // answers at once whether the key exists
+	// opGetMany waits until every key of a list exists (or the timeout
+	// passes) and answers with all their values: one round trip where a
+	// rank needs a value from each of hundreds of ranks.
+	opGetMany = 4
 
 	statusOK      = 0
 	statusMissing = 1
@@ -142,6 +146,12 @@ func (s *Server) serve(c net.Conn) {
 			s.mu.Unlock()
 		case opGet:
 			out, status = s.waitFor(key, timeout)
+		case opGetMany:
+			keys, err := decodeKeys(val)
+			if err != nil {
+				return
+			}
+			out, status = s.waitForAll(keys, timeout)
 		default:
 			return
 		}
@@ -169,6 +179,101 @@ func (s *Server) waitFor(key string, timeout time.Duration) ([]byte, byte) {
 			return nil, statusMissing
 		}
 	}
+}
+
+// waitForAll returns the values of keys, each behind its 4-byte length,
+// once all are set; statusMissing after timeout, or when they would not
+// fit in one response.
+func (s *Server) waitForAll(keys []string, timeout time.Duration) ([]byte, byte) {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	next := 0 // keys before next are set (keys are never removed)
+	for {
+		s.mu.Lock()
+		for next < len(keys) {
+			if _, ok := s.data[keys[next]]; !ok {
+				break
+			}
+			next++
+		}
+		ch := s.changed
+		if next == len(keys) {
+			out, size := []byte(nil), 0
+			for _, k := range keys {
+				size += 4 + len(s.data[k])
+			}
+			if size > maxValue {
+				s.mu.Unlock()
+				return nil, statusMissing
+			}
+			out = make([]byte, 0, size)
+			for _, k := range keys {
+				out = binary.LittleEndian.AppendUint32(out, uint32(len(s.data[k])))
+				out = append(out, s.data[k]...)
+			}
+			s.mu.Unlock()
+			return out, statusOK
+		}
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-deadline.C:
+			return nil, statusMissing
+		}
+	}
+}
+
+// encodeKeys lays out a key list as opGetMany's value: each key behind
+// its 2-byte length.
+func encodeKeys(keys []string) ([]byte, error) {
+	var b []byte
+	for _, k := range keys {
+		if len(k) > maxKey {
+			return nil, fmt.Errorf("store: key of %d bytes", len(k))
+		}
+		b = binary.LittleEndian.AppendUint16(b, uint16(len(k)))
+		b = append(b, k...)
+	}
+	if len(b) > maxValue {
+		return nil, fmt.Errorf("store: %d keys take %d bytes, more than one request carries", len(keys), len(b))
+	}
+	return b, nil
+}
+
+func decodeKeys(b []byte) ([]string, error) {
+	var keys []string
+	for len(b) > 0 {
+		if len(b) < 2 {
+			return nil, errors.New("store: truncated key list")
+		}
+		n := int(binary.LittleEndian.Uint16(b))
+		if len(b) < 2+n {
+			return nil, errors.New("store: truncated key list")
+		}
+		keys = append(keys, string(b[2:2+n]))
+		b = b[2+n:]
+	}
+	return keys, nil
+}
+
+// decodeValues splits opGetMany's answer into n values.
+func decodeValues(b []byte, n int) ([][]byte, error) {
+	vals := make([][]byte, n)
+	for i := range vals {
+		if len(b) < 4 {
+			return nil, fmt.Errorf("store: answer holds %d of %d values", i, n)
+		}
+		l := int(binary.LittleEndian.Uint32(b))
+		if len(b)-4 < l {
+			return nil, fmt.Errorf("store: value %d of %d is truncated", i, n)
+		}
+		vals[i] = b[4 : 4+l : 4+l]
+		b = b[4+l:]
+	}
+	if len(b) != 0 {
+		return nil, fmt.Errorf("store: %d bytes after %d values", len(b), n)
+	}
+	return vals, nil
 }
 
 func readRequest(r io.Reader) (op byte, key string, val []byte, timeout time.Duration, err error) {
@@ -298,6 +403,35 @@ func (c *Client) Get(ctx context.Context, key string) ([]byte, error) {
 		return nil, fmt.Errorf("%q: %w", key, ErrMissing)
 	}
 	return v, nil
+}
+
+// GetMany waits until every key is set, then returns their values in
+// the order of keys, in one round trip; ErrMissing when ctx's deadline
+// passes first (Has then tells which are missing).
+func (c *Client) GetMany(ctx context.Context, keys []string) ([][]byte, error) {
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	req, err := encodeKeys(keys)
+	if err != nil {
+		return nil, err
+	}
+	wait := time.Hour
+	if d, ok := ctx.Deadline(); ok {
+		wait = max(time.Until(d), 0)
+	}
+	st, v, err := c.do(ctx, opGetMany, "", req, wait)
+	if err != nil {
+		return nil, err
+	}
+	if st != statusOK {
+		return nil, fmt.Errorf("%d keys from %q: %w", len(keys), keys[0], ErrMissing)
+	}
+	vals, err := decodeValues(v, len(keys))
+	if err != nil {
+		return nil, fmt.Errorf("store at %s: %w", c.addr, err)
+	}
+	return vals, nil
 }
 
 // Has reports at once whether key is set.

@@ -91,3 +91,74 @@ func TestDialRetriesUntilServerStarts(t *testing.T) {
 	}
 	c.Close()
 }
+
+func TestGetManyWaitsForEveryKey(t *testing.T) {
+	_, addr := serve(t, "tok")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	setter, err := Dial(ctx, addr, []byte("tok"), 1, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer setter.Close()
+	getter, err := Dial(ctx, addr, []byte("tok"), 2, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer getter.Close()
+	keys := []string{"addr/0", "addr/1", "empty", "addr/2"}
+	want := map[string]string{"addr/0": "a:1", "addr/1": "bb:22", "empty": "", "addr/2": "ccc:333"}
+	// Set out of order and one at a time: the answer waits for the last.
+	go func() {
+		for _, k := range []string{"addr/2", "empty", "addr/0", "addr/1"} {
+			time.Sleep(10 * time.Millisecond)
+			setter.Set(ctx, k, []byte(want[k]))
+		}
+	}()
+	vals, err := getter.GetMany(ctx, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(vals) != len(keys) {
+		t.Fatalf("%d values for %d keys", len(vals), len(keys))
+	}
+	for i, k := range keys {
+		if string(vals[i]) != want[k] {
+			t.Errorf("%s = %q, want %q", k, vals[i], want[k])
+		}
+	}
+
+	short, cancelShort := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancelShort()
+	if _, err := getter.GetMany(short, []string{"addr/0", "never"}); !errors.Is(err, ErrMissing) {
+		t.Fatalf("GetMany with a key never set: %v, want ErrMissing", err)
+	}
+	// The connection still serves after a timed-out GetMany.
+	if vals, err := getter.GetMany(ctx, []string{"addr/1"}); err != nil || string(vals[0]) != "bb:22" {
+		t.Fatalf("after the time-out: %q, %v", vals, err)
+	}
+}
+
+func TestDecodeValuesRejectsTruncated(t *testing.T) {
+	good := []byte{2, 0, 0, 0, 'h', 'i', 0, 0, 0, 0}
+	if v, err := decodeValues(good, 2); err != nil || string(v[0]) != "hi" || len(v[1]) != 0 {
+		t.Fatalf("decodeValues(good) = %q, %v", v, err)
+	}
+	for _, tc := range []struct {
+		name string
+		b    []byte
+		n    int
+	}{
+		{"fewer values", good, 3},
+		{"more bytes", good, 1},
+		{"length past the end", []byte{9, 0, 0, 0, 'x'}, 1},
+		{"short length", []byte{1, 0}, 1},
+	} {
+		if _, err := decodeValues(tc.b, tc.n); err == nil {
+			t.Errorf("%s: no error", tc.name)
+		}
+	}
+	if _, err := decodeKeys([]byte{5, 0, 'a'}); err == nil {
+		t.Error("decodeKeys of a truncated list: no error")
+	}
+}

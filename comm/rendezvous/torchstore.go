@@ -206,6 +206,20 @@ func (c *TorchClient) Get(ctx context.Context, key string) ([]byte, error) {
 	return c.readBytes()
 }
 
+// GetMany returns the values of keys in their order, waiting for each
+// (torch 1.13's store answers one key per request).
+func (c *TorchClient) GetMany(ctx context.Context, keys []string) ([][]byte, error) {
+	vals := make([][]byte, len(keys))
+	for i, k := range keys {
+		v, err := c.Get(ctx, k)
+		if err != nil {
+			return nil, err
+		}
+		vals[i] = v
+	}
+	return vals, nil
+}
+
 // Has reports at once whether key is set.
 func (c *TorchClient) Has(ctx context.Context, key string) (bool, error) {
 	if err := c.send(ctx, torchCheck, c.key(key)); err != nil {

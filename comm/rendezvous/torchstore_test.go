@@ -55,6 +55,7 @@ func TestTorchClientAgainstTCPStore(t *testing.T) {
 	}
 	addr, lines := torchStore(t, `
 s.set("job/from-torch", b"hello")
+s.set("job/second", b"")
 s.wait(["job/from-go"])
 print("torch read", s.get("job/from-go").decode(), flush=True)
 `)
@@ -70,6 +71,9 @@ print("torch read", s.get("job/from-go").decode(), flush=True)
 	}
 	if v, err := c.Get(ctx, "from-torch"); err != nil || string(v) != "hello" {
 		t.Fatalf("Get: %q, %v", v, err)
+	}
+	if vals, err := c.GetMany(ctx, []string{"second", "from-torch"}); err != nil || len(vals) != 2 || len(vals[0]) != 0 || string(vals[1]) != "hello" {
+		t.Fatalf("GetMany: %q, %v", vals, err)
 	}
 	short, cancelShort := context.WithTimeout(ctx, 200*time.Millisecond)
 	_, err = c.Get(short, "never")
