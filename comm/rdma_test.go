@@ -34,13 +34,7 @@ func TestRDMASetupThroughStore(t *testing.T) {
 		{"tcp", "tcp", -1, func(a, b int) bool { return false }, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			token := []byte("job-token")
-			srv := rendezvous.Serve(ln, token, size)
-			defer srv.Close()
+			ln, token := serveStore(t, size)
 			fab := rdmatest.NewFabric(3, true)
 			var mu sync.Mutex
 			open := func(s *Settings) (rdma.Verbs, error) {
@@ -135,13 +129,7 @@ func TestRDMADeviceSetting(t *testing.T) {
 // and with every rank there each reads what the others published.
 func TestShareThroughStoreNamesTheSilent(t *testing.T) {
 	const size = 4
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	token := []byte("job-token")
-	srv := rendezvous.Serve(ln, token, size)
-	defer srv.Close()
+	ln, token := serveStore(t, size)
 	dial := func(r int) *rendezvous.Client {
 		c, err := rendezvous.Dial(context.Background(), ln.Addr().String(), token, r, size)
 		if err != nil {
@@ -187,4 +175,18 @@ func TestShareThroughStoreNamesTheSilent(t *testing.T) {
 	if got[1] != nil {
 		t.Errorf("rank 3 read %q for rank 1, not of its host", got[1])
 	}
+}
+
+// serveStore serves a rendezvous store for size ranks on loopback until
+// the test ends, and returns its listener and token.
+func serveStore(t *testing.T, size int) (net.Listener, []byte) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := []byte("job-token")
+	srv := rendezvous.Serve(ln, token, size)
+	t.Cleanup(func() { srv.Close() })
+	return ln, token
 }
