@@ -112,18 +112,41 @@ func (d *dataPath) link(peer int) ring.Transport {
 	return d.links[peer]
 }
 
+// watched is link for a peer this rank is about to exchange data with:
+// when that is RDMA, a lazy TCP transport is told to connect, since only
+// over TCP does the peer's end (a goodbye, an abort, its death) reach this
+// rank. Shared memory hears it from the peer's segment and process
+// (shm.Config.Watch).
+func (d *dataPath) watched(peer int) ring.Transport {
+	l := d.link(peer)
+	if d.rdma != nil && l == ring.Transport(d.rdma) {
+		d.tcp.Reach(peer)
+	}
+	return l
+}
+
+// abort tells the peers this rank gives up with err: over TCP, and in
+// its shared-memory segment for the peers a lazy TCP transport has not
+// connected.
+func (d *dataPath) abort(err error) {
+	d.tcp.Abort(err)
+	if d.shm != nil {
+		d.shm.Abort(err)
+	}
+}
+
 func (d *dataPath) Send(ctx context.Context, peer int, stream uint32, meta [4]uint64, payload []byte) error {
-	return d.link(peer).Send(ctx, peer, stream, meta, payload)
+	return d.watched(peer).Send(ctx, peer, stream, meta, payload)
 }
 
 func (d *dataPath) Post(peer int, stream uint32, buf []byte) (uint64, error) {
-	return d.link(peer).Post(peer, stream, buf)
+	return d.watched(peer).Post(peer, stream, buf)
 }
 
 // PostCombine implements ring.Combiner for the peers whose transport folds
 // frames in straight from where they land (shared memory, RDMA).
 func (d *dataPath) PostCombine(peer int, stream uint32, buf []byte, combine func(dst, src []byte)) (uint64, bool, error) {
-	l, ok := d.link(peer).(interface {
+	l, ok := d.watched(peer).(interface {
 		PostCombine(int, uint32, []byte, mailbox.Combine) (uint64, error)
 	})
 	if !ok {
@@ -142,8 +165,8 @@ func (d *dataPath) Wait(ctx context.Context, peer int, stream uint32, ticket uin
 // straight from its ring); for others ok is false and the caller posts,
 // sends and waits.
 func (d *dataPath) SendRecv(ctx context.Context, to int, stream uint32, meta [4]uint64, payload []byte, from int, buf []byte) ([4]uint64, int, bool, error) {
-	l := d.link(to)
-	if d.link(from) != l {
+	l := d.watched(to)
+	if d.watched(from) != l {
 		return [4]uint64{}, 0, false, nil
 	}
 	sr, ok := l.(interface {
@@ -157,8 +180,9 @@ func (d *dataPath) SendRecv(ctx context.Context, to int, stream uint32, meta [4]
 }
 
 // describePaths says, for the log, how this rank reaches its peers, why
-// RDMA is not used where it was wanted, and the world group's ring chunk.
-func describePaths(d *dataPath, rank, size, chunk int) string {
+// RDMA is not used where it was wanted, whether pairs connect when first
+// needed (lazy), and the world group's ring chunk.
+func describePaths(d *dataPath, rank, size, chunk int, lazy bool) string {
 	var paths []string
 	reached := 0
 	add := func(t ring.Transport, name string) int {
@@ -183,6 +207,9 @@ func describePaths(d *dataPath, rank, size, chunk int) string {
 	}
 	if d.rdmaW != "" {
 		msg += "; RDMA not used between " + d.rdmaW
+	}
+	if lazy {
+		msg += "; pairs connect when first needed (GORUN_CONNECT=eager: all while joining)"
 	}
 	if chunk%1024 == 0 {
 		msg += fmt.Sprintf("; ring chunks of %d KiB", chunk/1024)

@@ -73,11 +73,17 @@ func TestDataPathRegistration(t *testing.T) {
 	if len(second.calls) != 1 || second.calls[0] != "send" {
 		t.Errorf("a send to rank 3: calls %v on the second transport", second.calls)
 	}
-	line := describePaths(d, 0, 5, 1<<20)
+	line := describePaths(d, 0, 5, 1<<20, false)
 	for _, part := range []string{"ranks [1 2] through the first", "ranks [3] through the second", "ranks [4] over TCP", "forces TCP"} {
 		if !strings.Contains(line, part) {
 			t.Errorf("log line %q lacks %q", line, part)
 		}
+	}
+	if strings.Contains(line, "when first needed") || !strings.HasSuffix(line, "ring chunks of 1024 KiB") {
+		t.Errorf("eager connections: log line %q", line)
+	}
+	if line := describePaths(d, 0, 5, 1<<20, true); !strings.Contains(line, "pairs connect when first needed") || !strings.HasSuffix(line, "ring chunks of 1024 KiB") {
+		t.Errorf("lazy connections: log line %q does not say so before the chunks", line)
 	}
 	d.close()
 	if closed != "first second" {

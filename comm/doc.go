@@ -7,10 +7,14 @@
 // or Open MPI variables; see ResolveSettings): rank 0 serves a rendezvous
 // store at MASTER_ADDR:MASTER_PORT, every rank publishes its data address
 // there, and the ranks connect to each other over TCP, authenticated with
-// the job token.
+// the job token: every pair while joining, or, past LazyAbove ranks
+// (Settings.Connect), each pair when it first exchanges data.
 //
 // Failures are loud and fast. Every wait for a peer has a deadline. A rank that dies is
-// noticed by every other rank at once and named in their errors. Ranks that
+// noticed at once by the ranks connected to it (with lazy connections,
+// those exchanging data with it, and through shared memory its peers
+// there) and named in their errors, which they pass on to the ranks
+// waiting for them. Ranks that
 // make different calls get an error naming both calls. After any error the
 // group is broken (like an aborted NCCL communicator): every later call
 // returns the first error, and the other ranks are told so they stop too.

@@ -1,10 +1,12 @@
 package comm
 
 import (
+	"cmp"
 	"fmt"
 	"hash/fnv"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -35,6 +37,11 @@ type Settings struct {
 	// number of ranks, two or more), "flat" (never hierarchical), or
 	// "hierarchical" (at every size where the hosts allow it).
 	Algo string
+	// Connect says when the ranks connect over TCP (GORUN_CONNECT):
+	// "eager" (every pair while joining), "lazy" (a pair when it first
+	// exchanges anything: sockets for the peers the algorithms use, not for
+	// all), or "auto" (lazy past LazyAbove ranks).
+	Connect string
 	// Token authenticates connections (GORUN_TOKEN; gorun sets a fresh one per job).
 	Token []byte
 	// JoinTimeout bounds the rendezvous: every rank must arrive within it.
@@ -103,6 +110,8 @@ const (
 	DefaultTimeout     = 5 * time.Minute
 	DefaultStallAfter  = 30 * time.Second
 	DefaultSpin        = 50 * time.Microsecond
+	// LazyAbove is the most ranks GORUN_CONNECT=auto connects eagerly.
+	LazyAbove = 16
 	// DefaultOneShotBytes: up to 4 KiB the one-shot all-reduce beat
 	// recursive doubling through shared memory at 3, 4 and 8 ranks on the
 	// 2-core test machine; at 16 KiB it lost (bench/results/HISTORY.md).
@@ -172,6 +181,12 @@ func WithCompression(on bool) Option { return func(s *Settings) { s.Compress = o
 // WithTransport chooses how ranks talk: "auto", "tcp" or "rdma" (see
 // Settings.Transport).
 func WithTransport(name string) Option { return func(s *Settings) { s.Transport = name } }
+
+// lazy reports whether the ranks connect over TCP when first needed
+// (Connect).
+func (s *Settings) lazy() bool {
+	return s.Connect == "lazy" || (s.Connect == "" || s.Connect == "auto") && s.Size > LazyAbove
+}
 
 // WithSpin sets how long a waiting call busy-polls before sleeping (0: never).
 func WithSpin(d time.Duration) Option { return func(s *Settings) { s.Spin = d } }
@@ -309,16 +324,8 @@ func ResolveSettings(getenv func(string) string, opts ...Option) (Settings, erro
 	default:
 		e.err = fmt.Errorf("GORUN_TRANSPORT=%q: want auto, tcp or rdma", v)
 	}
-	switch v := getenv("GORUN_ALGO"); v {
-	case "", "auto":
-		s.Algo = "auto"
-	case "flat", "hierarchical":
-		s.Algo = v
-	default:
-		if e.err == nil {
-			e.err = fmt.Errorf("GORUN_ALGO=%q: want auto, flat or hierarchical", v)
-		}
-	}
+	s.Algo = e.oneOf("GORUN_ALGO", "auto", "flat", "hierarchical")
+	s.Connect = e.oneOf("GORUN_CONNECT", "auto", "eager", "lazy")
 	s.RDMADevice = getenv("GORUN_RDMA_DEVICE")
 	s.RDMAGIDIndex = e.int("GORUN_RDMA_GID_INDEX", 0)
 	s.MasterAddr = getenv("MASTER_ADDR")
@@ -358,6 +365,11 @@ func (s *Settings) validate() error {
 	case "", "auto", "tcp", "rdma":
 	default:
 		return fmt.Errorf("transport %q: want auto, tcp or rdma", s.Transport)
+	}
+	switch s.Connect {
+	case "", "auto", "eager", "lazy":
+	default:
+		return fmt.Errorf("connect %q: want auto, eager or lazy", s.Connect)
 	}
 	src := s.Source
 	switch {
@@ -423,6 +435,19 @@ func expandTasksPerNode(v string) ([]int, error) {
 type envReader struct {
 	getenv func(string) string
 	err    error
+}
+
+// oneOf reads a variable that takes one of a few words: def when unset,
+// else one of def and others (an error names them otherwise).
+func (e *envReader) oneOf(name, def string, others ...string) string {
+	v := e.getenv(name)
+	if v == "" || v == def || slices.Contains(others, v) {
+		return cmp.Or(v, def)
+	}
+	if e.err == nil {
+		e.err = fmt.Errorf("%s=%q: want %s or %s", name, v, strings.Join(append([]string{def}, others[:len(others)-1]...), ", "), others[len(others)-1])
+	}
+	return def
 }
 
 func (e *envReader) int(name string, def int) int {

@@ -223,7 +223,7 @@ func openWorld(ctx context.Context, s Settings, data *dataPath, ctl *controls, h
 		w.data.shm.Sealed()
 	}
 	if s.Rank == 0 && s.Size > 1 {
-		msg := describePaths(w.data, s.Rank, s.Size, g.ring.ChunkBytes)
+		msg := describePaths(w.data, s.Rank, s.Size, g.ring.ChunkBytes, s.lazy())
 		if h := g.ring.Hier; h != nil {
 			msg += fmt.Sprintf("; all-reduces of more than %d bytes hierarchical: %d hosts × %d ranks (GORUN_ALGO=flat: never)", h.MinBytes, h.Cross.Size(), h.Local.Size())
 		}
@@ -235,7 +235,7 @@ func openWorld(ctx context.Context, s Settings, data *dataPath, ctl *controls, h
 			// (computing, or blocked outside comm) must not outlive the job.
 			err = g.wrap("", err)
 			fmt.Fprintln(os.Stderr, err)
-			g.w.t.Abort(err)
+			g.w.data.abort(err)
 			os.Exit(exitLauncherGone)
 		})
 	}
@@ -372,13 +372,21 @@ func allShared(w *world, peers []int) bool {
 	return true
 }
 
+// oneShotMaxRanks is the largest group the one-shot all-reduce serves:
+// each rank reads every other's frame (n² frames in all, against n·log n
+// for recursive doubling), and its crossover was measured up to 8 ranks.
+// At 128 ranks of one host it made every rank touch every peer's ring in
+// the join's first all-reduce.
+const oneShotMaxRanks = 8
+
 // oneShotBytes is the one-shot all-reduce's crossover for a group of
 // peers: the setting when every member is reached through shared memory
-// (every member computes the same answer: they share one machine), else 0.
+// (every member computes the same answer: they share one machine) and
+// the group has at most oneShotMaxRanks, else 0.
 func oneShotBytes(w *world, peers []int) int {
 	n := w.settings.OneShotBytes
 	switch {
-	case n < 0 || !allShared(w, peers):
+	case n < 0 || len(peers) > oneShotMaxRanks || !allShared(w, peers):
 		return 0
 	case n == 0:
 		return DefaultOneShotBytes
@@ -527,7 +535,7 @@ func (s *servedStore) Close() error {
 
 // tcpConfig is the TCP transport's configuration for settings s.
 func tcpConfig(s *Settings, control func(from int, msg []byte)) tcp.Config {
-	return tcp.Config{Rank: s.Rank, Size: s.Size, Token: s.Token, Timeout: s.Timeout, Compress: s.Compress, SocketBuffer: s.SocketBuffer, Spin: s.Spin, Control: control}
+	return tcp.Config{Rank: s.Rank, Size: s.Size, Token: s.Token, Timeout: s.Timeout, Compress: s.Compress, SocketBuffer: s.SocketBuffer, Spin: s.Spin, Control: control, Lazy: s.lazy()}
 }
 
 func addrKey(r int) string { return "addr/" + strconv.Itoa(r) }
@@ -650,12 +658,12 @@ func (g *Group) wrap(what string, err error) error {
 // with where each of them was: the ranks disagree about the calls to make.
 func (g *Group) fail(what string, err error) error {
 	wrapped := g.wrap(what, err)
-	if left := (*tcp.LeftError)(nil); errors.As(err, &left) {
+	if left := (*tcp.LeftError)(nil); errors.As(err, &left) { // (shared memory's too)
 		wrapped = fmt.Errorf("comm: rank %d: %w while this rank waits in %s", g.w.settings.Rank, left, what)
 	}
 	g.err.CompareAndSwap(nil, &wrapped)
 	err = *g.err.Load()
-	g.w.t.Abort(err)
+	g.w.data.abort(err)
 	return err
 }
 
@@ -906,7 +914,11 @@ func (g *Group) Close() error {
 	g.w.stall.close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	err := g.w.t.CloseWith(ctx, g.act.farewell())
+	farewell := g.act.farewell()
+	if g.w.data.shm != nil {
+		g.w.data.shm.Leave(farewell)
+	}
+	err := g.w.t.CloseWith(ctx, farewell)
 	g.w.data.close()
 	if err != nil && failure == nil {
 		return g.wrap("Close", err)

@@ -74,6 +74,8 @@ func TestCollectivesMultiProcess(t *testing.T) {
 		{"one-shot-all-sizes", []string{"GORUN_ONESHOT_BYTES=1073741824"}},
 		{"tcp-halving-all-sizes", []string{"GORUN_TRANSPORT=tcp", "GORUN_SMALL_BYTES=-1", "GORUN_HALVING_BYTES=1073741824", "GORUN_CHUNK_BYTES=4096"}},
 		{"compressed", []string{"GORUN_COMPRESS=s2"}},
+		{"lazy", []string{"GORUN_CONNECT=lazy"}},
+		{"lazy-tcp", []string{"GORUN_TRANSPORT=tcp", "GORUN_CONNECT=lazy"}},
 	}
 	for _, np := range []int{1, 2, 3, 4, 5, 8} {
 		for _, v := range variants {
@@ -83,7 +85,7 @@ func TestCollectivesMultiProcess(t *testing.T) {
 				// every variant).
 				continue
 			}
-			if np == 8 && (v.name == "compressed" || v.name == "one-shot-all-sizes" || v.name == "tcp-halving-all-sizes") {
+			if np == 8 && (v.name == "compressed" || v.name == "one-shot-all-sizes" || v.name == "tcp-halving-all-sizes" || v.name == "lazy") {
 				continue // covered at np 2..5; keeps CI within budget on 2 cores
 			}
 			if np <= 2 && (v.name == "one-shot-all-sizes" || v.name == "tcp-halving-all-sizes") {
@@ -113,13 +115,17 @@ func TestCollectivesMultiProcess(t *testing.T) {
 // first failure.
 func TestRankKilledMidAllReduce(t *testing.T) {
 	const np, victim = 4, 2
-	transports := []string{"auto", "tcp"}
+	variants := [][]string{{"GORUN_TRANSPORT=auto"}, {"GORUN_TRANSPORT=tcp"},
+		// Connections made when first needed: the survivors that were
+		// never connected to the victim hear of it from those that were
+		// (its shared-memory peers from its segment and its process).
+		{"GORUN_TRANSPORT=auto", "GORUN_CONNECT=lazy"}, {"GORUN_TRANSPORT=tcp", "GORUN_CONNECT=lazy"}}
 	if entries, _ := os.ReadDir("/sys/class/infiniband"); len(entries) > 0 {
-		transports = append(transports, "rdma")
+		variants = append(variants, []string{"GORUN_TRANSPORT=rdma"})
 	}
-	for _, transport := range transports {
-		t.Run(transport, func(t *testing.T) {
-			res, out := runJob(t, np, "kill", "VICTIM="+strconv.Itoa(victim), "GORUN_TRANSPORT="+transport)
+	for _, env := range variants {
+		t.Run(strings.Join(env, ","), func(t *testing.T) {
+			res, out := runJob(t, np, "kill", append([]string{"VICTIM=" + strconv.Itoa(victim)}, env...)...)
 			if res.First == nil || res.First.Rank != victim || res.First.Signal != syscall.SIGKILL {
 				t.Fatalf("launcher's first failure = %v, want rank %d killed by SIGKILL\n%s", res.First, victim, out)
 			}
@@ -377,6 +383,8 @@ func TestRankClosingEarlyNamed(t *testing.T) {
 		{"tcp", 2, []string{"GORUN_TRANSPORT=tcp"}},
 		{"shm", 2, nil},
 		{"shm-np3", 3, nil},
+		{"tcp-lazy", 3, []string{"GORUN_TRANSPORT=tcp", "GORUN_CONNECT=lazy"}},
+		{"shm-lazy", 3, []string{"GORUN_CONNECT=lazy"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			res, out := runJob(t, tc.np, "early", tc.env...)
@@ -481,6 +489,44 @@ func TestReceiveStallNamed(t *testing.T) {
 // shm.SlotBytesFor) and rings are not prefaulted past 8 local ranks; with
 // 8 MiB rings, prefaulted, the same job needed 32 GiB and every rank's
 // first collective timed out.
+// TestLazySocketsFollowNeighbours: with connections made when first
+// needed, 16 ranks over TCP that run the ring, halving-doubling and
+// recursive doubling all-reduces and a barrier each hold sockets for the
+// peers those algorithms use — a few times log2(16), where the full mesh
+// holds 15 — and the sums are right.
+func TestLazySocketsFollowNeighbours(t *testing.T) {
+	if testing.Short() {
+		t.Skip("16 processes, twice; the full run covers it")
+	}
+	const np = 16
+	count := func(connect string) (most int) {
+		lines := allOK(t, np, "sockets", "GORUN_TRANSPORT=tcp", "GORUN_CONNECT="+connect)
+		for r := range np {
+			n := -1
+			for _, l := range lines[r] {
+				if v, ok := strings.CutPrefix(l, "SOCKETS "); ok {
+					n, _ = strconv.Atoi(v)
+				}
+			}
+			if n < 0 {
+				t.Fatalf("GORUN_CONNECT=%s: rank %d did not count its sockets", connect, r)
+			}
+			most = max(most, n)
+		}
+		return most
+	}
+	eager, lazy := count("eager"), count("lazy")
+	if eager < np-1 {
+		t.Errorf("the full mesh holds at most %d sockets per rank, want at least %d", eager, np-1)
+	}
+	// Ring neighbours, the partners at distances 1, 2, 4 and 8, the
+	// barrier's at ±1, ±2, ±4, ±8: at most 10 peers.
+	if lazy > 10 {
+		t.Errorf("lazy connections: up to %d sockets per rank, want at most 10 (the full mesh: %d)", lazy, eager)
+	}
+	t.Logf("sockets per rank: full mesh %d, lazy %d", eager, lazy)
+}
+
 func TestManyLocalRanks(t *testing.T) {
 	if testing.Short() {
 		t.Skip("64 processes; the full run covers it")

@@ -61,6 +61,8 @@ func runWorker(scenario string) int {
 		if err = g.AllReduce(ctx, buf, comm.Sum); err == nil && buf[0] != float32(g.Size()*(g.Size()+1)/2) {
 			err = fmt.Errorf("sum %v", buf[0])
 		}
+	case "sockets":
+		err = socketsScenario(ctx, g)
 	case "kill":
 		err = killScenario(ctx, g)
 	case "killall":
@@ -833,4 +835,29 @@ func stallScenario(ctx context.Context, g *comm.Group) error {
 		}
 	}
 	return nil
+}
+
+// socketsScenario runs an all-reduce of each algorithm's size and a
+// barrier, then prints how many sockets this rank holds open.
+func socketsScenario(ctx context.Context, g *comm.Group) error {
+	for _, n := range []int{1, 1 << 18, 4 << 20} {
+		if err := g.AllReduce(ctx, make([]float32, n), comm.Sum); err != nil {
+			return err
+		}
+	}
+	if err := g.Barrier(ctx); err != nil {
+		return err
+	}
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return err
+	}
+	sockets := 0
+	for _, fd := range fds {
+		if l, err := os.Readlink("/proc/self/fd/" + fd.Name()); err == nil && strings.HasPrefix(l, "socket:") {
+			sockets++
+		}
+	}
+	fmt.Printf("SOCKETS %d\n", sockets)
+	return g.Barrier(ctx)
 }

@@ -1,5 +1,25 @@
 package mailbox
 
+import "fmt"
+
+// LeftError says that a peer closed its group on purpose (its program
+// closed it) while this rank still expected data from it: the ranks
+// disagree about how many calls the job makes. Farewell is what the peer
+// said about where it was ("after its call #13 (AllReduce, 103 ×
+// float64)"). TCP hears it in the peer's goodbye frame, shared memory in
+// the peer's segment.
+type LeftError struct {
+	Rank     int
+	Farewell string
+}
+
+func (e *LeftError) Error() string {
+	if e.Farewell == "" {
+		return fmt.Sprintf("rank %d closed its group", e.Rank)
+	}
+	return fmt.Sprintf("rank %d closed its group %s", e.Rank, e.Farewell)
+}
+
 // Goodbye decides when a wait for a peer's frames gives up after the peer
 // said goodbye: what it sent before is in its ring (or registered memory)
 // by then but may not have been taken yet, so the wait takes Looks more

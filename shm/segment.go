@@ -1,6 +1,7 @@
 package shm
 
 import (
+	"encoding/binary"
 	"fmt"
 	"os"
 	"sync/atomic"
@@ -56,10 +57,23 @@ type segment struct {
 }
 
 const (
-	magic        = 0x676f72756e73686d // "gorunshm"
-	lineBytes    = 64
-	headerSize   = 2 * lineBytes
+	magic     = 0x676f72756e73686d // "gorunshm"
+	lineBytes = 64
+	// The header: the layout (line 0), the doorbell (line 1), how this
+	// rank's group ended (statusOff: a word and the text's length) and
+	// that text (textOff to headerSize).
+	statusOff    = 2 * lineBytes
+	textOff      = 3 * lineBytes
+	headerSize   = 4096
 	recordHeader = lineBytes
+)
+
+// A segment's status: how its rank's group ended, for the peers that
+// hear of it from no other transport (Config.Watch).
+const (
+	statusOpen    = 0
+	statusClosed  = 1 // closed on purpose; the text is its farewell
+	statusAborted = 2 // gave up; the text is why
 )
 
 // inlineWord, in a slot header, follows the mailbox header and holds a
@@ -187,6 +201,29 @@ func (s *segment) bell() *atomic.Uint32 {
 
 func (s *segment) sleepers() *atomic.Uint32 {
 	return (*atomic.Uint32)(unsafe.Pointer(&s.mem[lineBytes+4]))
+}
+
+// setStatus records how this rank's group ended, once: the text first,
+// then the status word that publishes it. The caller serialises calls.
+func (s *segment) setStatus(st uint32, text string) {
+	word := (*atomic.Uint32)(unsafe.Pointer(&s.mem[statusOff]))
+	if word.Load() != statusOpen {
+		return
+	}
+	n := copy(s.mem[textOff:headerSize], text)
+	binary.LittleEndian.PutUint32(s.mem[statusOff+4:], uint32(n))
+	word.Store(st)
+}
+
+// status returns how the segment's rank ended its group (statusOpen
+// while it has not) and the text it left.
+func (s *segment) status() (uint32, string) {
+	st := (*atomic.Uint32)(unsafe.Pointer(&s.mem[statusOff])).Load()
+	if st == statusOpen {
+		return st, ""
+	}
+	n := min(int(binary.LittleEndian.Uint32(s.mem[statusOff+4:])), headerSize-textOff)
+	return st, string(s.mem[textOff : textOff+n])
 }
 
 // prefaultRing prefaults the ring that the local rank at index from

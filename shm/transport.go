@@ -69,6 +69,11 @@ type Config struct {
 	// goodbye comes elsewhere, over TCP): waits for that rank's data and
 	// sends to it return the error, after one last look at what it sent.
 	Left func(rank int) error
+	// Watch makes waits hear the end of the peer they wait for from
+	// shared memory itself, for peers no other transport connects (lazy
+	// TCP): a goodbye or an abort in its segment's status (Leave, Abort),
+	// or its process gone (a pidfd).
+	Watch bool
 }
 
 // SlotBytesFor returns the default slot size for a machine of local
@@ -110,6 +115,9 @@ type Transport struct {
 	// stores, and runs a barrier on every process before it sleeps (see
 	// publish).
 	plain bool
+
+	statusMu sync.Mutex           // serialises Leave and Abort
+	leftFn   func(rank int) error // t.left, made once (a method value allocates)
 }
 
 type peer struct {
@@ -132,6 +140,34 @@ type peer struct {
 	// written under rxMu.
 	delivered atomic.Uint64
 	unclaimed atomic.Int64
+
+	pid   int // the peer's process
+	pidfd int // readable once that process ended (Config.Watch); -1: none
+
+	// seg, out and dirty are set once the peer's segment is mapped: at
+	// Attach, or (Config.Watch) when first needed, by mapSeg through
+	// mapOnce; mapped tells it is done.
+	mapOnce sync.Once
+	mapSeg  func()
+	mapErr  error
+	mapped  atomic.Bool
+}
+
+// ensureMapped maps p's segment unless it is mapped, and returns why it
+// cannot be.
+func (p *peer) ensureMapped() error {
+	if p.mapped.Load() {
+		return nil
+	}
+	p.mapOnce.Do(p.mapSeg)
+	return p.mapErr
+}
+
+// wake rings p's doorbell: this rank freed room in the ring p writes.
+func (p *peer) wake() {
+	if p.ensureMapped() == nil {
+		p.seg.ringBell()
+	}
 }
 
 // noteUnclaimed updates p.unclaimed after the mailboxes changed. The
@@ -170,6 +206,7 @@ func New(cfg Config) (*Transport, Info, error) {
 		return nil, Info{}, err
 	}
 	t := &Transport{cfg: cfg, own: own, peers: make([]*peer, cfg.Size), plain: storesInOrder && registerBarriers()}
+	t.leftFn = t.left
 	return t, Info{PID: os.Getpid(), FD: own.fd}, nil
 }
 
@@ -189,23 +226,99 @@ func (t *Transport) Attach(rank int, info Info) error {
 	if rank == t.cfg.Rank || t.slot(rank) < 0 {
 		return fmt.Errorf("shm: cannot attach rank %d (this is rank %d; the local ranks are %v)", rank, t.cfg.Rank, t.cfg.Local)
 	}
-	seg, err := openSegment(info.PID, info.FD, len(t.cfg.Local), t.cfg.Slots, t.cfg.SlotBytes)
-	if err != nil {
-		return &PeerError{Rank: rank, Err: err}
+	p := &peer{rank: rank, in: t.own.ring(t.slot(rank)), boxes: mailbox.NewPeer(), plain: t.plain, pid: info.PID, pidfd: -1}
+	p.mapSeg = func() {
+		seg, err := openSegment(info.PID, info.FD, len(t.cfg.Local), t.cfg.Slots, t.cfg.SlotBytes)
+		if err != nil {
+			p.mapErr = &PeerError{Rank: rank, Err: err}
+			return
+		}
+		if len(t.cfg.Local) <= prefaultRanks {
+			seg.prefaultRing(t.slot(t.cfg.Rank))
+			t.own.prefaultRing(t.slot(rank))
+		}
+		p.seg, p.out = seg, seg.ring(t.slot(t.cfg.Rank))
+		p.dirty = newDirtyLines(p.out.size)
+		p.mapped.Store(true)
 	}
-	if len(t.cfg.Local) <= prefaultRanks {
-		seg.prefaultRing(t.slot(t.cfg.Rank))
-		t.own.prefaultRing(t.slot(rank))
+	if !t.cfg.Watch {
+		if err := p.ensureMapped(); err != nil {
+			return err
+		}
+	} else if fd, err := unix.PidfdOpen(info.PID, 0); err == nil {
+		// Segments are mapped when first needed: most pairs of many
+		// local ranks never exchange a frame. Without pidfds (Linux
+		// before 5.3) a dead peer is found by the deadline instead.
+		p.pidfd = fd
 	}
-	out := seg.ring(t.slot(t.cfg.Rank))
-	t.peers[rank] = &peer{rank: rank, seg: seg, out: out, in: t.own.ring(t.slot(rank)), boxes: mailbox.NewPeer(),
-		dirty: newDirtyLines(out.size), plain: t.plain}
+	t.peers[rank] = p
+	return nil
+}
+
+// Leave records in this rank's segment that its group closed on purpose,
+// with farewell (where it was), for peers that hear of it from no other
+// transport (Config.Watch).
+func (t *Transport) Leave(farewell string) { t.setStatus(statusClosed, farewell) }
+
+// Abort records in this rank's segment that it gave up, and why: the
+// peers waiting for it (Config.Watch) fail with that.
+func (t *Transport) Abort(err error) { t.setStatus(statusAborted, err.Error()) }
+
+func (t *Transport) setStatus(st uint32, text string) {
+	t.statusMu.Lock()
+	defer t.statusMu.Unlock()
+	if t.own.mem != nil {
+		t.own.setStatus(st, text)
+	}
+}
+
+// left is the goodbye a wait for rank takes its last looks after: the
+// one Config.Left reports, else (Config.Watch) the one in rank's segment.
+func (t *Transport) left(rank int) error {
+	if l := t.cfg.Left; l != nil {
+		if err := l(rank); err != nil {
+			return err
+		}
+	}
+	if !t.cfg.Watch || !t.Has(rank) || t.peers[rank].ensureMapped() != nil {
+		return nil
+	}
+	if st, farewell := t.peers[rank].seg.status(); st == statusClosed {
+		return &mailbox.LeftError{Rank: rank, Farewell: farewell}
+	}
+	return nil
+}
+
+// ended returns an error when rank (watched) aborted, or its process
+// ended without closing its group.
+func (t *Transport) ended(rank int) error {
+	p := t.peers[rank]
+	if err := p.ensureMapped(); err != nil {
+		return fmt.Errorf("its process ended, or closed its segment: %w", err)
+	}
+	st, text := p.seg.status()
+	switch {
+	case st == statusAborted:
+		return &PeerError{Rank: rank, Err: fmt.Errorf("aborted the job: %s", text)}
+	case st != statusOpen || p.pidfd < 0:
+		return nil
+	}
+	fds := []unix.PollFd{{Fd: int32(p.pidfd), Events: unix.POLLIN}}
+	if n, err := unix.Poll(fds, 0); err == nil && n > 0 {
+		if st, _ := p.seg.status(); st == statusOpen {
+			return &PeerError{Rank: rank, Err: fmt.Errorf("its process (pid %d) ended without closing its group: it crashed or was killed", p.pid)}
+		}
+	}
 	return nil
 }
 
 // Sealed drops the descriptor peers opened the segment through, once all
 // of them have: from then on only the mappings keep the memory.
-func (t *Transport) Sealed() { t.own.closeFD() }
+func (t *Transport) Sealed() {
+	if !t.cfg.Watch { // (watching peers map segments when first needed)
+		t.own.closeFD()
+	}
+}
 
 // Has reports whether frames to and from rank go through shared memory.
 func (t *Transport) Has(rank int) bool {
@@ -216,10 +329,18 @@ func (t *Transport) Has(rank int) bool {
 func (t *Transport) Close() {
 	for _, p := range t.peers {
 		if p != nil {
-			p.seg.unmap()
+			if p.mapped.Load() {
+				p.seg.unmap()
+			}
+			if p.pidfd >= 0 {
+				unix.Close(p.pidfd)
+				p.pidfd = -1
+			}
 		}
 	}
+	t.statusMu.Lock()
 	t.own.unmap()
+	t.statusMu.Unlock()
 }
 
 func (t *Transport) peer(rank int) (*peer, error) {
@@ -241,14 +362,19 @@ type waiter struct {
 	polls    int
 	spinning bool
 	gone     mailbox.Goodbye // when a wait gives up on a peer that left
+	probed   time.Time       // when the peer's end was last looked for (Config.Watch)
 }
+
+// probeEvery is how often a sleeping wait looks whether its peer aborted
+// or its process ended (Config.Watch).
+const probeEvery = 5 * time.Millisecond
 
 // A waiter starts in its spin phase (when there is one), so the first
 // look at the clock, the context and failures comes after spinChecks
 // polls: most waits of a small message end before that, and reading the
 // clock is a good part of such a wait's own cost.
 func (t *Transport) waiter(ctx context.Context, rank int, what string) waiter {
-	return waiter{t: t, ctx: ctx, rank: rank, what: what, spinning: t.cfg.Spin > 0, gone: mailbox.Goodbye{Left: t.cfg.Left, Looks: lastLooks}}
+	return waiter{t: t, ctx: ctx, rank: rank, what: what, spinning: t.cfg.Spin > 0, gone: mailbox.Goodbye{Left: t.leftFn, Looks: lastLooks}}
 }
 
 // pause waits a little for the doorbell (after the spin phase) and
@@ -300,6 +426,12 @@ func (w *waiter) pause(ready func() bool) error {
 		unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
 		return nil
 	}
+	if w.t.cfg.Watch && now.Sub(w.probed) >= probeEvery && w.t.Has(w.rank) {
+		w.probed = now
+		if err := w.t.ended(w.rank); err != nil {
+			return err
+		}
+	}
 	own := w.t.own
 	own.sleepers().Add(1)
 	if w.t.plain {
@@ -329,6 +461,9 @@ func (t *Transport) Send(ctx context.Context, rank int, stream uint32, meta [4]u
 		if err := f(); err != nil {
 			return err
 		}
+	}
+	if err := p.ensureMapped(); err != nil {
+		return err
 	}
 	p.sendMu.Lock()
 	defer p.sendMu.Unlock()
@@ -466,7 +601,7 @@ func (t *Transport) wait(ctx context.Context, p *peer, stream uint32, ticket uin
 		if (p.in.published(p.in.tail.Load()) || p.delivered.Load() != seen) && p.rxMu.TryLock() {
 			if p.drain() {
 				p.delivered.Add(1)
-				p.seg.ringBell() // its sender may be waiting for room
+				p.wake() // its sender may be waiting for room
 			}
 			if d := p.delivered.Load(); d != seen {
 				seen = d
@@ -515,7 +650,7 @@ func (t *Transport) progress(skip *peer) {
 		}
 		if p.drain() {
 			p.delivered.Add(1)
-			p.seg.ringBell() // its sender may be waiting for room
+			p.wake() // its sender may be waiting for room
 		}
 		p.rxMu.Unlock()
 	}
@@ -545,7 +680,7 @@ func (t *Transport) SendRecv(ctx context.Context, to int, stream uint32, meta [4
 			switch m, n, got := p.take(stream, buf); got {
 			case taken:
 				p.rxMu.Unlock()
-				p.seg.ringBell() // its sender may be waiting for room
+				p.wake() // its sender may be waiting for room
 				return m, n, nil
 			case cannot:
 				ticket := p.post(stream, buf, nil)

@@ -50,9 +50,17 @@ func tune(c *net.TCPConn, cfg *Config) error {
 // (strangers, wrong token, wrong job) are dropped without stalling the others.
 // It returns when all Size−1 peers are connected, or with an error naming the
 // ranks still missing when ctx ends. ln is closed on return.
+//
+// With cfg.Lazy it connects nobody: it returns at once, and ln serves
+// until Close, as ranks first need each other (see lazyMesh).
 func Connect(ctx context.Context, cfg Config, ln *net.TCPListener, addrs []string) (*Transport, error) {
 	cfg.defaults()
-	defer ln.Close()
+	serving := false // a lazy transport serves ln until Close
+	defer func() {
+		if !serving && ln != nil {
+			ln.Close()
+		}
+	}()
 	if len(addrs) != cfg.Size {
 		return nil, fmt.Errorf("tcp: %d addresses for %d ranks", len(addrs), cfg.Size)
 	}
@@ -61,6 +69,16 @@ func Connect(ctx context.Context, cfg Config, ln *net.TCPListener, addrs []strin
 	}
 	t := &Transport{cfg: cfg, peers: make([]*peer, cfg.Size), failed: make(chan struct{})}
 	if cfg.Size == 1 {
+		return t, nil
+	}
+	if cfg.Lazy {
+		for r, addr := range addrs {
+			if r != cfg.Rank {
+				t.peers[r] = t.newPeer(r, addr)
+			}
+		}
+		serving = true
+		t.startLazy(ln)
 		return t, nil
 	}
 
@@ -129,15 +147,8 @@ func Connect(ctx context.Context, cfg Config, ln *net.TCPListener, addrs []strin
 			case t.peers[r.rank] != nil:
 				r.conn.Close() // a duplicate: keep the first
 			default:
-				rc, err := r.conn.SyscallConn()
-				if err != nil {
-					errs = multierror.Append(errs, &PeerError{Rank: r.rank, Addr: addrs[r.rank], Err: err})
-					r.conn.Close()
-					pending--
-					continue
-				}
-				t.peers[r.rank] = &peer{rank: r.rank, addr: addrs[r.rank], conn: r.conn, rc: rc, order: &t.order,
-					rs: recvState{order: &t.order, stage: make([]byte, stageSize)}, boxes: make(map[uint32]*mailbox), flow: flow{stalled: &t.stalled}}
+				t.peers[r.rank] = t.newPeer(r.rank, addrs[r.rank])
+				t.peers[r.rank].conn = r.conn
 				pending--
 			}
 		case <-ctx.Done():
@@ -167,10 +178,14 @@ func Connect(ctx context.Context, cfg Config, ln *net.TCPListener, addrs []strin
 		return nil, fmt.Errorf("tcp: rank %d could not connect to ranks %v: %w", cfg.Rank, missing, cause)
 	}
 	for _, p := range t.peers {
-		if p != nil {
-			t.bindReader(p)
-			t.readers.Add(1)
-			go t.read(p)
+		if p == nil {
+			continue
+		}
+		if err := t.attach(p, p.conn); err != nil {
+			err = fmt.Errorf("tcp: rank %d: connection to rank %d: %w", cfg.Rank, p.rank, err)
+			t.Abort(err)
+			t.Close(ctx)
+			return nil, err
 		}
 	}
 	return t, nil

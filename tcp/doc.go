@@ -1,6 +1,8 @@
 // Package tcp is gorun's TCP transport: one persistent, authenticated,
-// full-duplex connection to every other rank, length-checked framing, and
-// posted receives that the peer's data is read into directly.
+// full-duplex connection to every other rank (made while joining, or,
+// with Config.Lazy, when the pair first needs it), length-checked
+// framing, and posted receives that the peer's data is read into
+// directly.
 //
 // The transport moves bytes and knows no collective algorithm. Every frame
 // carries an opaque stream number (which communicator and which kind of

@@ -120,17 +120,29 @@ func DialHandshake(conn net.Conn, token []byte, id Identity, timeout time.Durati
 	if _, err := io.ReadFull(conn, ok[:]); err != nil {
 		return fmt.Errorf("handshake: read verdict: %w", err)
 	}
+	if ok[0] == refuseDuplicate {
+		return errDuplicate
+	}
 	if ok[0] != 0 {
 		return fmt.Errorf("handshake: peer refused: %s", refusal(ok[0]))
 	}
 	return nil
 }
 
+// errDuplicate: the listener keeps another connection between the two
+// ranks (both dialed at once; the lower rank's dial wins).
+var errDuplicate = errors.New("handshake: the peer keeps the connection it dialed itself")
+
 // Refusal codes sent by the listener.
 const (
 	refuseNone    = 0
 	refuseAuth    = 1
 	refuseBadPeer = 2
+	// refuseDuplicate: the dialer proved itself, but the listener keeps
+	// another connection with it.
+	refuseDuplicate = 3
+	// refuseClosing: the listener's transport is closing.
+	refuseClosing = 4
 )
 
 func refusal(code byte) string {
@@ -139,6 +151,10 @@ func refusal(code byte) string {
 		return "authentication failed (job token differs)"
 	case refuseBadPeer:
 		return "identity rejected (wrong job, size or rank)"
+	case refuseDuplicate:
+		return "a connection between the two ranks exists"
+	case refuseClosing:
+		return "the peer is closing its group"
 	}
 	return fmt.Sprintf("code %d", code)
 }
@@ -147,6 +163,13 @@ func refusal(code byte) string {
 // the identity the dialer announced before any proof is computed. It returns
 // that identity once the dialer has proved it knows token.
 func AcceptHandshake(conn net.Conn, token []byte, check func(Identity) error, timeout time.Duration) (Identity, error) {
+	return acceptHandshake(conn, token, check, nil, timeout)
+}
+
+// acceptHandshake is AcceptHandshake with a verdict: once the dialer has
+// proved itself, decide (when set) returns the code to answer (0: keep
+// the connection); a connection refused that way ends with errRefused.
+func acceptHandshake(conn net.Conn, token []byte, check func(Identity) error, decide func(Identity) byte, timeout time.Duration) (Identity, error) {
 	var id Identity
 	if err := conn.SetDeadline(time.Now().Add(timeout)); err != nil {
 		return id, err
@@ -195,8 +218,18 @@ func AcceptHandshake(conn net.Conn, token []byte, check func(Identity) error, ti
 		conn.Write([]byte{refuseAuth})
 		return id, ErrAuth
 	}
-	if _, err := conn.Write([]byte{refuseNone}); err != nil {
+	verdict := byte(refuseNone)
+	if decide != nil {
+		verdict = decide(id)
+	}
+	if _, err := conn.Write([]byte{verdict}); err != nil {
 		return id, fmt.Errorf("handshake: send verdict: %w", err)
+	}
+	if verdict != refuseNone {
+		return id, fmt.Errorf("%w: %s", errRefused, refusal(verdict))
 	}
 	return id, nil
 }
+
+// errRefused: this end turned the dialer away after the proofs (decide).
+var errRefused = errors.New("handshake: refused")

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	shared "github.com/gorun/gorun/mailbox"
 	"github.com/hashicorp/go-multierror"
 	"github.com/klauspost/compress/s2"
 )
@@ -40,22 +41,9 @@ func (e *PeerError) Unwrap() error { return e.Err }
 // ends without the goodbye a clean Close sends.
 var ErrPeerDied = errors.New("connection lost without goodbye: the process died, was killed, or its host is unreachable")
 
-// LeftError says that a peer closed the transport on purpose (its
-// program closed its group) while this rank still expected data from it:
-// the ranks disagree about how many calls the job makes. Farewell is what
-// the peer said about where it was ("after its call #13 (AllReduce, 103 ×
-// float64)").
-type LeftError struct {
-	Rank     int
-	Farewell string
-}
-
-func (e *LeftError) Error() string {
-	if e.Farewell == "" {
-		return fmt.Sprintf("rank %d closed its group", e.Rank)
-	}
-	return fmt.Sprintf("rank %d closed its group %s", e.Rank, e.Farewell)
-}
+// LeftError says that a peer closed the transport on purpose (see
+// mailbox.LeftError); shared memory reports the same type.
+type LeftError = shared.LeftError
 
 // AbortError carries the error a peer aborted the job with.
 type AbortError struct {
@@ -94,6 +82,11 @@ type Config struct {
 	// leaves the kernel's auto-tuning on, which is best on most systems. It
 	// must be at least MinSocketBuffer.
 	SocketBuffer int
+	// Lazy opens the connection with a peer when it is first needed (a
+	// send to it, a receive posted for it, Reach) instead of connecting
+	// every pair in Connect: each rank then holds sockets for the peers its
+	// algorithms use, not for all Size−1.
+	Lazy bool
 }
 
 // CheckSocketBuffer returns an error when n, a Config.SocketBuffer, is
@@ -137,10 +130,13 @@ func (c *Config) defaults() {
 	}
 }
 
-// Transport is a full mesh of connections among Size ranks.
+// Transport is a mesh of connections among Size ranks: full from the
+// start, or (Config.Lazy) grown as pairs of ranks first need each other.
 type Transport struct {
 	cfg   Config
 	peers []*peer // indexed by rank; nil at our own rank
+
+	lazy lazyMesh // the listener and the connections under way (Config.Lazy)
 
 	timers sync.Pool // *time.Timer: bounds on waits whose context has no deadline, and their stallRelease
 
@@ -158,6 +154,13 @@ type peer struct {
 	addr string
 	conn *net.TCPConn
 	rc   syscall.RawConn
+
+	// With Config.Lazy, conn and rc are set once up is true; linked is
+	// closed then, or when the peer cannot be reached (unreachable).
+	up          atomic.Bool
+	linked      chan struct{}
+	link        linkState // guarded by the transport's lazy.mu
+	unreachable error     // set before linked is closed
 
 	rmu      sync.Mutex // held while pumping the receive side
 	rs       recvState
@@ -206,8 +209,8 @@ func (t *Transport) Size() int { return t.cfg.Size }
 
 // PeerAddr returns the address a peer's connection goes to (empty for our own rank).
 func (t *Transport) PeerAddr(rank int) string {
-	if p := t.peers[rank]; p != nil {
-		return p.addr
+	if rank >= 0 && rank < len(t.peers) && t.peers[rank] != nil {
+		return t.peers[rank].addr
 	}
 	return ""
 }
@@ -282,6 +285,11 @@ func (t *Transport) Send(ctx context.Context, rank int, stream uint32, meta [4]u
 	if err != nil {
 		return err
 	}
+	if !p.up.Load() {
+		if err := t.linkTo(ctx, p, false); err != nil {
+			return err
+		}
+	}
 	p.wmu.Lock()
 	defer p.wmu.Unlock()
 	h := Header{Kind: KindData, Stream: stream, Meta: meta, Len: uint64(len(payload)), RawLen: uint64(len(payload))}
@@ -355,6 +363,9 @@ func (t *Transport) Post(rank int, stream uint32, buf []byte) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
+	if !p.up.Load() {
+		t.reach(p)
+	}
 	return p.box(stream).post(buf), nil
 }
 
@@ -366,6 +377,11 @@ func (t *Transport) Wait(ctx context.Context, rank int, stream uint32, ticket ui
 	p, err := t.peer(rank)
 	if err != nil {
 		return [4]uint64{}, 0, err
+	}
+	if !p.up.Load() {
+		if err := t.linkTo(ctx, p, false); err != nil {
+			return [4]uint64{}, 0, err
+		}
 	}
 	m := p.box(stream)
 	var start time.Time   // of the first poll that found nothing
@@ -443,7 +459,7 @@ func (t *Transport) Wait(ctx context.Context, rank int, stream uint32, ticket ui
 			released, stalled = nil, true
 			t.stalled.Add(1)
 			for _, q := range t.peers {
-				if q != nil {
+				if q != nil && q.up.Load() {
 					t.progress(q)
 				}
 			}
@@ -504,7 +520,7 @@ func (t *Transport) Abort(err error) {
 	}
 	var wg sync.WaitGroup
 	for _, p := range t.peers {
-		if p == nil || p.bye.Load() {
+		if p == nil || !p.up.Load() || p.bye.Load() {
 			continue
 		}
 		wg.Add(1)
@@ -539,6 +555,14 @@ func (t *Transport) SendControl(rank int, msg []byte) error {
 	p, err := t.peer(rank)
 	if err != nil {
 		return err
+	}
+	if !p.up.Load() {
+		ctx, cancel := context.WithTimeout(context.Background(), t.cfg.HandshakeTimeout)
+		err := t.linkTo(ctx, p, true)
+		cancel()
+		if err != nil {
+			return err
+		}
 	}
 	if p.bye.Load() {
 		return p.left.Load()
@@ -583,10 +607,11 @@ func (t *Transport) CloseWith(ctx context.Context, farewell string) error {
 	if t.closing.Swap(true) {
 		return nil
 	}
+	t.stopLinking()
 	var errs *multierror.Error
 	healthy := t.Err() == nil
 	for _, p := range t.peers {
-		if p == nil {
+		if p == nil || !p.up.Load() {
 			continue
 		}
 		if healthy && tryLock(&p.wmu, time.Second) {
@@ -611,7 +636,7 @@ func (t *Transport) CloseWith(ctx context.Context, farewell string) error {
 		bound.Stop()
 	}
 	for _, p := range t.peers {
-		if p != nil {
+		if p != nil && p.up.Load() {
 			p.conn.Close()
 		}
 	}
