@@ -80,14 +80,16 @@ func runAll(t *testing.T, gs []*comm.Group, cfg Config) []Result {
 	return res[0]
 }
 
-// TestHarness runs every collective on 3 ranks at tiny sizes: all
-// results correct, the table has one line per size in nccl-tests' columns,
-// and a planted broken reduction is counted in #wrong.
+// TestHarness runs every collective (the barrier too) on 3 ranks at tiny
+// sizes: all results correct, the table has one line per size in
+// nccl-tests' columns, and a planted broken reduction is counted in
+// #wrong.
 func TestHarness(t *testing.T) {
 	gs := commtest.Groups(t, 3)
-	cfg := Config{Ops: Ops, Sizes: []int64{24, 96, 4 << 10}, Warmup: 1, WarmupTime: 10 * time.Millisecond, Iters: 2}
+	ops := append(slices.Clone(Ops), Barrier)
+	cfg := Config{Ops: ops, Sizes: []int64{24, 96, 4 << 10}, Warmup: 1, WarmupTime: 10 * time.Millisecond, Iters: 2}
 	res := runAll(t, gs, cfg)
-	if len(res) != len(Ops)*len(cfg.Sizes) {
+	if len(res) != len(ops)*len(cfg.Sizes) {
 		t.Fatalf("%d results", len(res))
 	}
 	for _, r := range res {
@@ -101,7 +103,7 @@ func TestHarness(t *testing.T) {
 	var buf bytes.Buffer
 	WriteTable(&buf, res)
 	out := buf.String()
-	if strings.Count(out, "# Collective test:") != len(Ops) || strings.Count(out, "# Avg bus bandwidth") != len(Ops) ||
+	if strings.Count(out, "# Collective test:") != len(ops) || strings.Count(out, "# Avg bus bandwidth") != len(ops) ||
 		!strings.Contains(out, "#wrong") || !strings.Contains(out, "(GB/s)") {
 		t.Fatalf("table:\n%s", out)
 	}

@@ -14,6 +14,11 @@ import (
 // Ops are the collectives the harness runs, in order.
 var Ops = []string{"all_reduce", "broadcast", "all_gather", "reduce_scatter", "reduce", "gather", "scatter", "alltoall", "sendrecv"}
 
+// Barrier is the one collective the harness runs only when asked
+// (-ops barrier): it moves no data, so a row per size would repeat itself;
+// its rows say 0 bytes.
+const Barrier = "barrier"
+
 // Config says what to measure.
 type Config struct {
 	Ops    []string
@@ -217,10 +222,12 @@ func runOne(ctx context.Context, g *comm.Group, cfg Config, op string, bytes int
 		send, recv = make([]float32, count), make([]float32, count)
 	case "sendrecv":
 		send, recv = make([]float32, count), make([]float32, count)
+	case Barrier:
+		count = 0
 	default:
-		return res, fmt.Errorf("unknown collective %q (have %s)", op, strings.Join(Ops, ", "))
+		return res, fmt.Errorf("unknown collective %q (have %s, %s)", op, strings.Join(Ops, ", "), Barrier)
 	}
-	if count < 1 {
+	if count < 1 && op != Barrier {
 		return res, fmt.Errorf("%d bytes is less than one element", bytes)
 	}
 	if op == "sendrecv" && n < 2 {
@@ -250,6 +257,8 @@ func runOne(ctx context.Context, g *comm.Group, cfg Config, op string, bytes int
 			return g.Scatter(ctx, send, recv, 0)
 		case "alltoall":
 			return g.AllToAll(ctx, send, recv)
+		case Barrier:
+			return g.Barrier(ctx)
 		default: // ring of pairs: send to the next rank, receive from the previous
 			next, prev := (r+1)%n, (r+n-1)%n
 			w := g.RecvAsync(ctx, recv, prev, 0)

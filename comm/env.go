@@ -32,10 +32,12 @@ type Settings struct {
 	AgentStore bool
 	// Attempt is torchrun's restart count (TORCHELASTIC_RESTART_COUNT).
 	Attempt int
-	// Algo picks the all-reduce across hosts (GORUN_ALGO): "auto"
-	// (hierarchical above DefaultHierBytes when every host holds the same
-	// number of ranks, two or more), "flat" (never hierarchical), or
-	// "hierarchical" (at every size where the hosts allow it).
+	// Algo picks the collectives across hosts (GORUN_ALGO): "auto"
+	// (host by host when every host holds the same number of ranks, two
+	// or more: all-reduces above DefaultHierBytes, all-gathers,
+	// reduce-scatters and barriers always, broadcasts never), "flat"
+	// (never host by host), or "hierarchical" (all of these, at every
+	// size, where the hosts allow it).
 	Algo string
 	// Connect says when the ranks connect over TCP (GORUN_CONNECT):
 	// "eager" (every pair while joining), "lazy" (a pair when it first

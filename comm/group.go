@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -225,7 +226,7 @@ func openWorld(ctx context.Context, s Settings, data *dataPath, ctl *controls, h
 	if s.Rank == 0 && s.Size > 1 {
 		msg := describePaths(w.data, s.Rank, s.Size, g.ring.ChunkBytes, s.lazy())
 		if h := g.ring.Hier; h != nil {
-			msg += fmt.Sprintf("; all-reduces of more than %d bytes hierarchical: %d hosts × %d ranks (GORUN_ALGO=flat: never)", h.MinBytes, h.Cross.Size(), h.Local.Size())
+			msg += fmt.Sprintf("; host by host (%d hosts × %d ranks; GORUN_ALGO=flat: never): %s", h.Cross.Size(), h.Local.Size(), describeThresholds(h.Above))
 		}
 		fmt.Fprintln(os.Stderr, msg)
 	}
@@ -277,8 +278,63 @@ func newGroup(w *world, id uint32, peers []int, rank int) *Group {
 // 4 MiB and 0.85× at 16 and 64 MiB.
 const DefaultHierBytes = 8 << 20
 
+// autoThresholds say when GORUN_ALGO=auto goes host by host, from the
+// same cluster's measurements (BENCHMARKS.md, "Across nodes"): all-reduces
+// above DefaultHierBytes; all-gathers and reduce-scatters always (0.58–
+// 0.96× the flat ring's time from 4 KiB to 64 MiB); barriers always
+// (0.62×); broadcasts never: the flat chain already crosses each host's
+// link once, and hierarchical took 1.0–1.12× its time from 64 KiB to
+// 64 MiB and 6× at 4 KiB.
+func autoThresholds() ring.Thresholds {
+	return ring.Thresholds{AllReduce: DefaultHierBytes, Broadcast: ring.Never, AllGather: ring.Always, ReduceScatter: ring.Always, Barrier: ring.Always}
+}
+
+// bytesText writes n bytes in MiB or KiB where they divide it.
+func bytesText(n int) string {
+	switch {
+	case n > 0 && n%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB", n>>20)
+	case n > 0 && n%(1<<10) == 0:
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%d bytes", n)
+}
+
+// forcedThresholds are GORUN_ALGO=hierarchical's: every call.
+func forcedThresholds() ring.Thresholds {
+	return ring.Thresholds{AllReduce: ring.Always, Broadcast: ring.Always, AllGather: ring.Always, ReduceScatter: ring.Always, Barrier: ring.Always}
+}
+
+// describeThresholds says, for rank 0's first line, what goes host by
+// host.
+func describeThresholds(t ring.Thresholds) string {
+	var always, never, above []string
+	for _, c := range []struct {
+		name string
+		at   int
+	}{{"all-reduces", t.AllReduce}, {"broadcasts", t.Broadcast}, {"all-gathers", t.AllGather}, {"reduce-scatters", t.ReduceScatter}, {"barriers", t.Barrier}} {
+		switch c.at {
+		case ring.Always:
+			always = append(always, c.name)
+		case ring.Never:
+			never = append(never, c.name)
+		default:
+			above = append(above, fmt.Sprintf("%s above %s", c.name, bytesText(c.at)))
+		}
+	}
+	parts := above
+	if len(always) > 0 {
+		parts = append([]string{strings.Join(always, ", ")}, parts...)
+	}
+	msg := strings.Join(parts, "; ")
+	if len(never) > 0 {
+		msg += "; not " + strings.Join(never, ", ")
+	}
+	return msg
+}
+
 // hierarchy lays out a group of peers (world ranks; this member is
-// peers[rank]) across hosts for hierarchical all-reduces, or returns nil:
+// peers[rank]) across hosts for hierarchical collectives, or returns nil:
 // when the hosts are unknown (TCP forced), the group is on one host, a
 // host holds one member, the hosts hold different numbers of members, or
 // GORUN_ALGO says flat. All members compute the same answer.
@@ -306,6 +362,12 @@ func hierarchy(w *world, id uint32, peers []int, rank int) *ring.Hierarchy {
 			return nil // uneven hosts: flat
 		}
 	}
+	positions := make([]ring.Position, len(peers))
+	for j, h := range hosts {
+		for li, m := range members[h] {
+			positions[m] = ring.Position{Host: j, Local: li}
+		}
+	}
 	mine := members[hostOf[peers[rank]]]
 	local := make([]int, l)
 	li := 0
@@ -319,15 +381,16 @@ func hierarchy(w *world, id uint32, peers []int, rank int) *ring.Hierarchy {
 	for j, h := range hosts {
 		cross[j] = peers[members[h][li]]
 	}
-	above := DefaultHierBytes
+	above := autoThresholds()
 	if s.Algo == "hierarchical" {
-		above = 0
+		above = forcedThresholds()
 	}
 	sub := func(p []int, r int, stream uint32) *ring.Collectives {
 		return &ring.Collectives{T: w.data, Peers: p, Rank: r, Stream: id<<16 | stream,
 			SmallBytes: s.SmallBytes, ChunkBytes: chunkBytes(w, p), OneShotBytes: oneShotBytes(w, p), HalvingBytes: halvingBytes(w, p)}
 	}
-	return &ring.Hierarchy{Local: sub(local, li, localStream), Cross: sub(cross, slices.Index(cross, peers[rank]), crossStream), MinBytes: above}
+	return &ring.Hierarchy{Local: sub(local, li, localStream), Cross: sub(cross, slices.Index(cross, peers[rank]), crossStream),
+		Positions: positions, Above: above}
 }
 
 // chunkBytes is the ring algorithms' chunk for a group of peers: the

@@ -18,8 +18,9 @@ import (
 
 // TestCollectivesAcrossHosts runs the collective matrix (every
 // collective, op and element type at the matrix's counts, checked against
-// the sequential reference), all-reduce hierarchical at every size and
-// never (flat), on 3 hosts × 2 ranks: network namespaces on a
+// the sequential reference), all-reduce, broadcast, all-gather,
+// reduce-scatter and barrier host by host at every size
+// (GORUN_ALGO=hierarchical) and never (flat), on 3 hosts × 2 ranks: network namespaces on a
 // bridge (bench/netcluster), links limited to 1 Gbit/s, gorun started on
 // each host (-nnodes 3). Ranks of a host talk through shared memory,
 // hosts over TCP. It needs root; CI (CI=true) runs it as root and fails
@@ -29,7 +30,7 @@ func TestCollectivesAcrossHosts(t *testing.T) {
 		t.Skip("a 6-rank matrix across network namespaces; the full run covers it")
 	}
 	for _, c := range []struct{ algo, log string }{
-		{"hierarchical", "; all-reduces of more than 0 bytes hierarchical: 3 hosts × 2 ranks"},
+		{"hierarchical", "; host by host (3 hosts × 2 ranks; GORUN_ALGO=flat: never): all-reduces, broadcasts, all-gathers, reduce-scatters, barriers"},
 		{"flat", ""},
 	} {
 		t.Run(c.algo, func(t *testing.T) {

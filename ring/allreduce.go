@@ -18,7 +18,7 @@ func AllReduce[T Elem](ctx context.Context, c *Collectives, buf []T, op Op) erro
 	case []Float16:
 		return halfAllReduce(ctx, c, b, op)
 	}
-	if c.Hier != nil && len(AsBytes(buf)) > c.Hier.MinBytes {
+	if c.hierarchical(KindAllReduce, len(AsBytes(buf))) {
 		c.begin(KindAllReduce, DTypeOf[T](), op, AlgoHierarchical, 0, len(buf))
 		return hierarchicalAllReduce(ctx, c, buf, op)
 	}

@@ -4,8 +4,13 @@ import "context"
 
 // Broadcast copies root's buf to every rank's buf. Small messages follow a
 // binomial tree (log2(n) steps); large ones a pipelined chain from the root,
-// chunk after chunk, so every link is busy at once.
+// chunk after chunk, so every link is busy at once; across hosts, above
+// the hierarchy's threshold, host by host (hierarchicalBroadcast).
 func Broadcast[T Elem](ctx context.Context, c *Collectives, buf []T, root int) error {
+	if c.hierarchical(KindBroadcast, len(AsBytes(buf))) {
+		c.begin(KindBroadcast, DTypeOf[T](), 0, AlgoHierarchical, root, len(buf))
+		return hierarchicalBroadcast(ctx, c, buf, root)
+	}
 	algo := AlgoChain
 	if len(AsBytes(buf)) <= c.smallBytes() {
 		algo = AlgoTree
@@ -73,8 +78,14 @@ func Broadcast[T Elem](ctx context.Context, c *Collectives, buf []T, root int) e
 }
 
 // Barrier returns once every rank of the group has entered it: the
-// dissemination algorithm, ceil(log2(n)) rounds of empty messages.
+// dissemination algorithm, ceil(log2(n)) rounds of empty messages; across
+// hosts, unless the hierarchy says Never, within each host and then
+// between them (hierarchicalBarrier).
 func Barrier(ctx context.Context, c *Collectives) error {
+	if c.hierarchical(KindBarrier, 0) {
+		c.begin(KindBarrier, Uint8, 0, AlgoHierarchical, 0, 0)
+		return hierarchicalBarrier(ctx, c)
+	}
 	call := c.begin(KindBarrier, Uint8, 0, AlgoDissemination, 0, 0)
 	c.tickets = c.tickets[:0]
 	n, r := c.Size(), c.Rank

@@ -53,8 +53,8 @@ type Collectives struct {
 	// bytes among more than two ranks use halving-doubling (0: never). All
 	// ranks must use the same value.
 	HalvingBytes int
-	// Hier, when set, splits all-reduces of more than Hier.MinBytes
-	// across the group's hosts (AllReduce).
+	// Hier, when set, runs collectives above its thresholds host by
+	// host (all-reduce, broadcast, all-gather, reduce-scatter, barrier).
 	Hier *Hierarchy
 
 	seq      uint64

@@ -7,11 +7,16 @@ import (
 
 // AllGather concatenates every rank's send, in rank order, into recv on
 // every rank: len(recv) must be Size()·len(send). Ring algorithm, chunked,
-// with receives landing directly in recv.
+// with receives landing directly in recv; across hosts, above the
+// hierarchy's threshold, host by host (hierarchicalAllGather).
 func AllGather[T Elem](ctx context.Context, c *Collectives, send, recv []T) error {
 	n, cnt := c.Size(), len(send)
 	if len(recv) != n*cnt {
 		return fmt.Errorf("ring: AllGather: recv holds %d elements, want %d (%d ranks × %d)", len(recv), n*cnt, n, cnt)
+	}
+	if c.hierarchical(KindAllGather, len(AsBytes(recv))) {
+		c.begin(KindAllGather, DTypeOf[T](), 0, AlgoHierarchical, 0, cnt)
+		return hierarchicalAllGather(ctx, c, send, recv)
 	}
 	call := c.begin(KindAllGather, DTypeOf[T](), 0, AlgoRing, 0, cnt)
 	return allGather(ctx, c, call, send, recv, equalBlocks(cnt))
@@ -77,7 +82,9 @@ func allGather[T Elem](ctx context.Context, c *Collectives, call Call, send, rec
 
 // ReduceScatter reduces send (Size()·len(recv) elements) across the group
 // and leaves block Rank of the result in recv. Ring algorithm: partial sums
-// travel around the ring, each rank adding its contribution.
+// travel around the ring, each rank adding its contribution; across hosts,
+// above the hierarchy's threshold, host by host (hierarchicalReduceScatter; not for
+// 16-bit floats, whose ring accumulates in float32).
 func ReduceScatter[T Elem](ctx context.Context, c *Collectives, send, recv []T, op Op) error {
 	if err := ValidOp[T](op); err != nil {
 		return err
@@ -85,6 +92,10 @@ func ReduceScatter[T Elem](ctx context.Context, c *Collectives, send, recv []T, 
 	n, cnt := c.Size(), len(recv)
 	if len(send) != n*cnt {
 		return fmt.Errorf("ring: ReduceScatter: send holds %d elements, want %d (%d ranks × %d)", len(send), n*cnt, n, cnt)
+	}
+	if dt := DTypeOf[T](); !dt.IsHalf() && c.hierarchical(KindReduceScatter, len(AsBytes(send))) {
+		c.begin(KindReduceScatter, dt, op, AlgoHierarchical, 0, cnt)
+		return hierarchicalReduceScatter(ctx, c, send, recv, op)
 	}
 	return reduceScatter(ctx, c, KindReduceScatter, cnt, send, recv, equalBlocks(cnt), op)
 }

@@ -1,10 +1,18 @@
 #!/usr/bin/python3
-"""All-reduce timing through PyTorch's gloo backend, for comparison with gorun.
+"""Collective timing through PyTorch's gloo backend, for comparison with gorun.
 
 Run with Debian's python3-torch (torch 1.13):
-    /usr/bin/python3 bench/competitors/gloo_allreduce.py NP SIZE_BYTES... 
-It spawns NP processes on loopback; rank 0 prints one line per size:
-    gloo np=NP bytes=SIZE us=MICROSECONDS
+    /usr/bin/python3 bench/competitors/gloo_allreduce.py NP [iters=N] [op=OP] SIZE_BYTES... [op=OP SIZE_BYTES...]
+OP is all_reduce (the default), broadcast, all_gather or barrier (sizes
+are the whole buffer: the all-gather's result; a barrier's size is
+ignored); iters=N times N calls per size (default: by size, 20 to 2000).
+On one machine it spawns NP processes on loopback. Across hosts
+it runs once per host, reading torchrun's variables: MASTER_ADDR,
+MASTER_PORT, GROUP_RANK (the host's index) and LOCAL_WORLD_SIZE (processes
+per host, NP in all), as `bench cluster -each` sets them; gloo uses the
+host's one interface besides lo unless GLOO_SOCKET_IFNAME names one.
+Rank 0 prints one line per size:
+    gloo [op=OP] np=NP bytes=SIZE us=MICROSECONDS
 (the slowest rank's mean time per call after a warm-up).
 """
 import os
@@ -17,34 +25,85 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+OPS = ("all_reduce", "broadcast", "all_gather", "barrier")
 
-def iterations(size):
+
+def iterations(size, iters):
+    if iters:
+        return iters
     return max(20, min(2000, int(2e8 / max(size, 1024))))
 
 
-def worker(rank, np_, sizes, port):
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=np_)
-    for size in sizes:
-        t = torch.ones(max(size // 4, 2), dtype=torch.float32)
-        for _ in range(5):
-            dist.all_reduce(t)
+def parse(args):
+    """[iters=N] [op=OP] SIZE... groups → N (0: by size), [(op, size)]."""
+    op, out, iters = "all_reduce", [], 0
+    for a in args:
+        if a.startswith("iters="):
+            iters = int(a[6:])
+            continue
+        if a.startswith("op="):
+            op = a[3:]
+            if op not in OPS:
+                sys.exit("gloo_allreduce.py: op=%s: want one of %s" % (op, ", ".join(OPS)))
+            continue
+        out.append((op, int(a)))
+    return iters, out
+
+
+def call(op, t, parts, np_):
+    if op == "all_reduce":
+        dist.all_reduce(t)
+    elif op == "broadcast":
+        dist.broadcast(t, 0)
+    elif op == "all_gather":
+        dist.all_gather(parts, t)
+    else:
         dist.barrier()
-        n = iterations(size)
+
+
+def worker(local, np_, per_host, node, iters, jobs, init):
+    rank = node * per_host + local
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=np_)
+    for op, size in jobs:
+        count = max(size // 4, 2)
+        if op == "all_gather":
+            count = max(count // np_, 1)
+            size = count * np_ * 4
+        t = torch.ones(count, dtype=torch.float32)
+        parts = [torch.empty_like(t) for _ in range(np_)] if op == "all_gather" else None
+        for _ in range(5):
+            call(op, t, parts, np_)
+        dist.barrier()
+        n = iterations(size, iters)
         start = time.perf_counter()
         for _ in range(n):
-            dist.all_reduce(t)
+            call(op, t, parts, np_)
         per = torch.tensor([(time.perf_counter() - start) / n])
         dist.all_reduce(per, op=dist.ReduceOp.MAX)
         if rank == 0:
-            print(f"gloo np={np_} bytes={size} us={per.item() * 1e6:.1f}", flush=True)
+            tag = "" if op == "all_reduce" else "op=%s " % op
+            print(f"gloo {tag}np={np_} bytes={size} us={per.item() * 1e6:.1f}", flush=True)
     dist.destroy_process_group()
+
+
+def one_interface():
+    names = [n for n in os.listdir("/sys/class/net") if n != "lo"]
+    if len(names) != 1:
+        sys.exit("gloo_allreduce.py: this host has interfaces %s besides lo: set GLOO_SOCKET_IFNAME" % names)
+    return names[0]
 
 
 if __name__ == "__main__":
     np_ = int(sys.argv[1])
-    sizes = [int(s) for s in sys.argv[2:]]
-    port = 29000 + os.getpid() % 1000
-    mp.spawn(worker, args=(np_, sizes, port), nprocs=np_)
+    iters, jobs = parse(sys.argv[2:])
+    if "GROUP_RANK" in os.environ:
+        per_host, node = int(os.environ["LOCAL_WORLD_SIZE"]), int(os.environ["GROUP_RANK"])
+        if np_ % per_host:
+            sys.exit("gloo_allreduce.py: NP %d is not a multiple of LOCAL_WORLD_SIZE %d" % (np_, per_host))
+        init = "tcp://%s:%s" % (os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"])
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", one_interface())
+    else:
+        per_host, node = np_, 0
+        init = "tcp://127.0.0.1:%d" % (29000 + os.getpid() % 1000)
+    mp.spawn(worker, args=(np_, per_host, node, iters, jobs, init), nprocs=per_host)

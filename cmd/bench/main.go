@@ -105,6 +105,7 @@ func cluster(args []string, stdout io.Writer) error {
 	delay := fs.Duration("delay", 0, "one-way delay added to each host's link (needs tc netem in the kernel)")
 	loss := fs.Float64("loss", 0, "fraction of packets dropped on each host's link (needs tc netem)")
 	gorun := fs.String("gorun", "bin/gorun", "the gorun binary")
+	each := fs.Bool("each", false, "run PROGRAM once per host itself, not under gorun, with torchrun's variables for a host's agent (MASTER_ADDR, MASTER_PORT, GROUP_RANK, LOCAL_WORLD_SIZE = -np, WORLD_SIZE): for competitors such as gloo")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -118,7 +119,7 @@ func cluster(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if _, err := os.Stat(exe); err != nil {
+	if _, err := os.Stat(exe); err != nil && !*each {
 		return fmt.Errorf("bench cluster: -gorun %s: %w (go build -o bin/ ./cmd/gorun)", *gorun, err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -143,6 +144,11 @@ func cluster(args []string, stdout io.Writer) error {
 			cmd := c.Command(ctx, h, exe, append([]string{"-nnodes", fmt.Sprint(*hosts), "-node-rank", fmt.Sprint(h),
 				"-master", c.Addrs[0] + ":29519", "-np", fmt.Sprint(*np)}, fs.Args()...)...)
 			cmd.Env = append(os.Environ(), "GORUN_TOKEN="+hex.EncodeToString(token))
+			if *each {
+				cmd = c.Command(ctx, h, fs.Arg(0), fs.Args()[1:]...)
+				cmd.Env = append(os.Environ(), "MASTER_ADDR="+c.Addrs[0], "MASTER_PORT=29519", fmt.Sprintf("GROUP_RANK=%d", h),
+					fmt.Sprintf("LOCAL_WORLD_SIZE=%d", *np), fmt.Sprintf("WORLD_SIZE=%d", *hosts**np))
+			}
 			out, err := cmd.CombinedOutput()
 			mu.Lock()
 			defer mu.Unlock()

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -176,7 +177,9 @@ func TestDataCommand(t *testing.T) {
 
 // TestClusterCommand runs examples/allreduce on 2 simulated hosts × 2
 // ranks (network namespaces, links limited to 1 Gbit/s; root only, and
-// CI runs as root) and removes them; missing flags are errors.
+// CI runs as root) and removes them; missing flags are errors; -each runs
+// a program once per host with torchrun's variables, gloo's helper
+// across the hosts among them.
 func TestClusterCommand(t *testing.T) {
 	for _, c := range []struct {
 		args []string
@@ -212,6 +215,38 @@ func TestClusterCommand(t *testing.T) {
 	}
 	if names, _ := exec.Command("ip", "netns", "list").Output(); strings.Contains(string(names), fmt.Sprintf("gnc%d-", os.Getpid()%250)) {
 		t.Errorf("namespaces left behind:\n%s", names)
+	}
+
+	// -each: the program runs once per host, in its namespace, with
+	// torchrun's variables for a host's agent.
+	out.Reset()
+	script := `echo "host $GROUP_RANK of $WORLD_SIZE ranks, $LOCAL_WORLD_SIZE per host, master $MASTER_ADDR:$MASTER_PORT, address $(ip -o -4 addr show | grep -v ' lo ' | awk '{print $4}')"`
+	if err := run([]string{"cluster", "-hosts", "2", "-np", "3", "-each", "--", "sh", "-c", script}, &out); err != nil {
+		t.Fatalf("-each: %v\n%s", err, out.String())
+	}
+	for h := range 2 {
+		want := regexp.MustCompile(fmt.Sprintf(`host %d of 6 ranks, 3 per host, master (10\.79\.\d+)\.1:29519, address (10\.79\.\d+)\.%d/`, h, h+1))
+		if m := want.FindStringSubmatch(out.String()); m == nil || m[1] != m[2] {
+			t.Errorf("-each: host %d's line missing or outside its namespace (want %v):\n%s", h, want, out.String())
+		}
+	}
+	// gloo, the competitor -each serves, across the 2 hosts.
+	if err := bench.TorchDDPAvailable("../../bench/competitors"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("gloo cannot run here: CI installs python3-torch: %v", err)
+		}
+		t.Skip(err)
+	}
+	out.Reset()
+	err = run([]string{"cluster", "-hosts", "2", "-np", "2", "-each", "--", bench.TorchPython, "../../bench/competitors/gloo_allreduce.py", "4",
+		"iters=3", "64", "op=all_gather", "64", "op=barrier", "8"}, &out)
+	if err != nil {
+		t.Fatalf("gloo across hosts: %v\n%s", err, out.String())
+	}
+	for _, want := range []string{"gloo np=4 bytes=64 us=", "gloo op=all_gather np=4 bytes=64 us=", "gloo op=barrier np=4 bytes=8 us="} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("gloo across hosts: no %q:\n%s", want, out.String())
+		}
 	}
 }
 

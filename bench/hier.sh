@@ -1,0 +1,47 @@
+#!/bin/bash
+# Flat against hierarchical collectives across simulated hosts: 3 network
+# namespaces × 2 ranks on a bridge (bench cluster, bench/netcluster), each
+# host's link limited with tc tbf (or unshaped), GORUN_ALGO=flat,
+# GORUN_ALGO=hierarchical and, with GLOO=1, PyTorch's gloo (Debian's
+# python3-torch; no reduce-scatter) alternating for ROUNDS rounds. Rank
+# 0's rows, time per call in µs. Needs root and iproute2.
+#   [GLOO=1] bash bench/hier.sh [RATE|unshaped] [OPS] [SIZES] [ROUNDS] [ITERS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rate=${1:-1gbit}
+ops=${2:-broadcast,all_gather,reduce_scatter}
+sizes=${3:-256KB,1MB,4MB,16MB,64MB}
+rounds=${4:-3}
+iters=${5:-5}
+go build -o bin/ ./cmd/gorun ./cmd/bench
+lscpu | grep -E 'Model name|^CPU\(s\)|CPU family|^Model:' | tr -s ' '
+shape=()
+if [ "$rate" != unshaped ]; then shape=(-rate "$rate"); fi
+contestants="flat hierarchical"
+gloo=()
+if [ "${GLOO:-0}" = 1 ]; then
+	contestants+=" gloo"
+	gloo=("iters=$iters")
+	bytes() { # 256KB → 262144, as bench's -sizes reads it
+		local n=${1%%[KMG]B*} u=${1#"${1%%[KMG]B*}"}
+		case $u in KB) echo $((n << 10)) ;; MB) echo $((n << 20)) ;; GB) echo $((n << 30)) ;; *) echo "${1%B}" ;; esac
+	}
+	for op in ${ops//,/ }; do
+		[ "$op" = reduce_scatter ] && continue
+		gloo+=("op=$op")
+		for s in ${sizes//,/ }; do gloo+=("$(bytes "$s")"); done
+	done
+fi
+for round in $(seq "$rounds"); do
+	for who in $contestants; do
+		if [ "$who" = gloo ]; then
+			echo "## round $round gloo"
+			bin/bench cluster -hosts 3 -np 2 "${shape[@]}" -each -- /usr/bin/python3 bench/competitors/gloo_allreduce.py 6 "${gloo[@]}" 2>&1 | grep -E '^#|^gloo'
+			continue
+		fi
+		echo "## round $round GORUN_ALGO=$who"
+		GORUN_ALGO=$who bin/bench cluster -hosts 3 -np 2 "${shape[@]}" -- \
+			bin/bench collectives -in-job -ops "$ops" -sizes "$sizes" -iters "$iters" -warmup 1 -competitors=false 2>&1 |
+			grep -E '^#|^\[0\] +#? *(size|[0-9])|hierarchical'
+	done
+done
