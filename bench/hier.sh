@@ -5,7 +5,9 @@
 # GORUN_ALGO=hierarchical and, with GLOO=1, PyTorch's gloo (Debian's
 # python3-torch; no reduce-scatter) alternating for ROUNDS rounds. Rank
 # 0's rows, time per call in µs. Needs root and iproute2.
-#   [GLOO=1] bash bench/hier.sh [RATE|unshaped] [OPS] [SIZES] [ROUNDS] [ITERS]
+# CONTESTANTS lists gorun's settings instead: ALGO or ALGO/NET for
+# GORUN_ALGO=ALGO GORUN_NET=NET (e.g. "auto auto/none flat/none").
+#   [GLOO=1] [CONTESTANTS=...] bash bench/hier.sh [RATE|unshaped] [OPS] [SIZES] [ROUNDS] [ITERS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rate=${1:-1gbit}
@@ -17,7 +19,7 @@ go build -o bin/ ./cmd/gorun ./cmd/bench
 lscpu | grep -E 'Model name|^CPU\(s\)|CPU family|^Model:' | tr -s ' '
 shape=()
 if [ "$rate" != unshaped ]; then shape=(-rate "$rate"); fi
-contestants="flat hierarchical"
+contestants=${CONTESTANTS:-flat hierarchical}
 gloo=()
 if [ "${GLOO:-0}" = 1 ]; then
 	contestants+=" gloo"
@@ -39,9 +41,11 @@ for round in $(seq "$rounds"); do
 			bin/bench cluster -hosts 3 -np 2 "${shape[@]}" -each -- /usr/bin/python3 bench/competitors/gloo_allreduce.py 6 "${gloo[@]}" 2>&1 | grep -E '^#|^gloo'
 			continue
 		fi
+		algo=${who%%/*} net=auto
+		[ "$who" != "$algo" ] && net=${who#*/}
 		echo "## round $round GORUN_ALGO=$who"
-		GORUN_ALGO=$who bin/bench cluster -hosts 3 -np 2 "${shape[@]}" -- \
+		GORUN_ALGO=$algo GORUN_NET=$net bin/bench cluster -hosts 3 -np 2 "${shape[@]}" -- \
 			bin/bench collectives -in-job -ops "$ops" -sizes "$sizes" -iters "$iters" -warmup 1 -competitors=false 2>&1 |
-			grep -E '^#|^\[0\] +#? *(size|[0-9])|hierarchical'
+			grep -E '^#|^\[0\] +#? *(size|[0-9])|host by host|cost model'
 	done
 done

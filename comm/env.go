@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gorun/gorun/ring"
 	"github.com/gorun/gorun/tcp"
 )
 
@@ -39,6 +40,13 @@ type Settings struct {
 	// (never host by host), or "hierarchical" (all of these, at every
 	// size, where the hosts allow it).
 	Algo string
+	// NetMode says how the cost model learns the link between hosts
+	// (GORUN_NET): "auto" (measured while joining, when the job spans
+	// hosts), "none" (no model: all-reduces chosen by size), or "set"
+	// (Net, from GORUN_NET=STEP,RATE).
+	NetMode string
+	// Net is the link between hosts when NetMode is "set".
+	Net ring.Link
 	// Connect says when the ranks connect over TCP (GORUN_CONNECT):
 	// "eager" (every pair while joining), "lazy" (a pair when it first
 	// exchanges anything: sockets for the peers the algorithms use, not for
@@ -328,6 +336,13 @@ func ResolveSettings(getenv func(string) string, opts ...Option) (Settings, erro
 	}
 	s.Algo = e.oneOf("GORUN_ALGO", "auto", "flat", "hierarchical")
 	s.Connect = e.oneOf("GORUN_CONNECT", "auto", "eager", "lazy")
+	if mode, link, err := parseNet(getenv("GORUN_NET")); err != nil {
+		if e.err == nil {
+			e.err = err
+		}
+	} else {
+		s.NetMode, s.Net = mode, link
+	}
 	s.RDMADevice = getenv("GORUN_RDMA_DEVICE")
 	s.RDMAGIDIndex = e.int("GORUN_RDMA_GID_INDEX", 0)
 	s.MasterAddr = getenv("MASTER_ADDR")

@@ -49,6 +49,7 @@ func TestResolveSettings(t *testing.T) {
 		{name: "negative stall", env: map[string]string{"GORUN_STALL": "-5s"}, wantErr: "GORUN_STALL=-5s: want 0 (off) or a positive duration"},
 		{name: "bad stall", env: map[string]string{"GORUN_STALL": "later"}, wantErr: `GORUN_STALL="later"`},
 		{name: "bad all-reduce choice", env: map[string]string{"GORUN_ALGO": "tree"}, wantErr: `GORUN_ALGO="tree": want auto, flat or hierarchical`},
+		{name: "bad link between hosts", env: map[string]string{"GORUN_NET": "fast"}, wantErr: `GORUN_NET="fast": want auto, none, or STEP,RATE like 50us,10gbit`},
 		{name: "bad connection choice", env: map[string]string{"GORUN_CONNECT": "mesh"}, wantErr: `GORUN_CONNECT="mesh": want auto, eager or lazy`},
 		{name: "bad agent store flag", env: map[string]string{"RANK": "0", "WORLD_SIZE": "1", "TORCHELASTIC_USE_AGENT_STORE": "yes"}, wantErr: `TORCHELASTIC_USE_AGENT_STORE="yes": want True or False`},
 		{name: "bad launcher pid", env: map[string]string{"GORUN_LAUNCHER_PID": "gorun"}, wantErr: `GORUN_LAUNCHER_PID="gorun"`},

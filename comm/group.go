@@ -80,8 +80,11 @@ type world struct {
 	// crowded: some host of the job runs more ranks than it has cores
 	// (agreed on by all ranks in Join).
 	crowded bool
-	mu      sync.Mutex
-	nextID  uint32 // lowest communicator id this rank has not used
+	// net is the link between hosts the cost model prices (netLink; zero:
+	// none).
+	net    ring.Link
+	mu     sync.Mutex
+	nextID uint32 // lowest communicator id this rank has not used
 	// stopWatch stops watching the launcher (GORUN_LAUNCHER_PID).
 	stopWatch func()
 	// stall answers where this rank is and reports stalled calls.
@@ -218,7 +221,14 @@ func openWorld(ctx context.Context, s Settings, data *dataPath, ctl *controls, h
 		return nil, err
 	}
 	w.crowded = crowded[0] > 0
+	net, err := netLink(ctx, w, g)
+	if err != nil {
+		g.Close()
+		return nil, fmt.Errorf("comm: rank %d of %d: %w", s.Rank, s.Size, err)
+	}
+	w.net = net
 	g.ring.ChunkBytes = chunkBytes(w, peers)
+	g.ring.Costs = costsFor(w, peers, 1)
 	g.ring.Hier = hierarchy(w, g.id, peers, g.ring.Rank) // (with the chunks now known)
 	if w.data.shm != nil {
 		w.data.shm.Sealed()
@@ -226,7 +236,14 @@ func openWorld(ctx context.Context, s Settings, data *dataPath, ctl *controls, h
 	if s.Rank == 0 && s.Size > 1 {
 		msg := describePaths(w.data, s.Rank, s.Size, g.ring.ChunkBytes, s.lazy())
 		if h := g.ring.Hier; h != nil {
-			msg += fmt.Sprintf("; host by host (%d hosts × %d ranks; GORUN_ALGO=flat: never): %s", h.Cross.Size(), h.Local.Size(), describeThresholds(h.Above))
+			msg += fmt.Sprintf("; host by host (%d hosts × %d ranks; GORUN_ALGO=flat: never): %s", h.Cross.Size(), h.Local.Size(), describeThresholds(h.Above, g.ring.Costs != nil))
+		}
+		if w.net.BytesPerSec > 0 {
+			how := "measured while joining"
+			if s.NetMode == "set" {
+				how = "set"
+			}
+			msg += fmt.Sprintf("; all-reduces chosen by a cost model, the link between hosts at %v (GORUN_NET: %s)", w.net, how)
 		}
 		fmt.Fprintln(os.Stderr, msg)
 	}
@@ -259,6 +276,7 @@ func newGroup(w *world, id uint32, peers []int, rank int) *Group {
 		recvSeq: map[[2]int]uint64{},
 		senders: map[int]chan queued{},
 	}
+	g.ring.Costs = costsFor(w, peers, 1)
 	g.ring.Hier = hierarchy(w, id, peers, rank)
 	g.act.clock, g.recvAct.clock = &w.stall.clock, &w.stall.clock
 	g.recvAct.label = "receives"
@@ -306,17 +324,19 @@ func forcedThresholds() ring.Thresholds {
 }
 
 // describeThresholds says, for rank 0's first line, what goes host by
-// host.
-func describeThresholds(t ring.Thresholds) string {
+// host; modeled: all-reduces are chosen by a cost model, not by size.
+func describeThresholds(t ring.Thresholds, modeled bool) string {
 	var always, never, above []string
 	for _, c := range []struct {
 		name string
 		at   int
 	}{{"all-reduces", t.AllReduce}, {"broadcasts", t.Broadcast}, {"all-gathers", t.AllGather}, {"reduce-scatters", t.ReduceScatter}, {"barriers", t.Barrier}} {
-		switch c.at {
-		case ring.Always:
+		switch {
+		case modeled && c.name == "all-reduces" && c.at != ring.Always:
+			above = append(above, "all-reduces where the cost model predicts it faster")
+		case c.at == ring.Always:
 			always = append(always, c.name)
-		case ring.Never:
+		case c.at == ring.Never:
 			never = append(never, c.name)
 		default:
 			above = append(above, fmt.Sprintf("%s above %s", c.name, bytesText(c.at)))
@@ -389,8 +409,9 @@ func hierarchy(w *world, id uint32, peers []int, rank int) *ring.Hierarchy {
 		return &ring.Collectives{T: w.data, Peers: p, Rank: r, Stream: id<<16 | stream,
 			SmallBytes: s.SmallBytes, ChunkBytes: chunkBytes(w, p), OneShotBytes: oneShotBytes(w, p), HalvingBytes: halvingBytes(w, p)}
 	}
-	return &ring.Hierarchy{Local: sub(local, li, localStream), Cross: sub(cross, slices.Index(cross, peers[rank]), crossStream),
-		Positions: positions, Above: above}
+	x := sub(cross, slices.Index(cross, peers[rank]), crossStream)
+	x.Costs = costsFor(w, cross, l) // the l cross groups share each host's link
+	return &ring.Hierarchy{Local: sub(local, li, localStream), Cross: x, Positions: positions, Above: above}
 }
 
 // chunkBytes is the ring algorithms' chunk for a group of peers: the

@@ -78,18 +78,21 @@ func TestHierarchyLayout(t *testing.T) {
 }
 
 // TestDescribeThresholds: rank 0's first line says which collectives go
-// host by host always, which above a size, and which never.
+// host by host always, which above a size or where the cost model says,
+// and which never.
 func TestDescribeThresholds(t *testing.T) {
 	for _, c := range []struct {
-		t    ring.Thresholds
-		want string
+		t       ring.Thresholds
+		modeled bool
+		want    string
 	}{
-		{autoThresholds(), "all-gathers, reduce-scatters, barriers; all-reduces above 8 MiB; not broadcasts"},
-		{forcedThresholds(), "all-reduces, broadcasts, all-gathers, reduce-scatters, barriers"},
-		{ring.Thresholds{AllReduce: 1536, Broadcast: 64 << 10, AllGather: ring.Never, ReduceScatter: ring.Never, Barrier: ring.Never},
+		{autoThresholds(), false, "all-gathers, reduce-scatters, barriers; all-reduces above 8 MiB; not broadcasts"},
+		{autoThresholds(), true, "all-gathers, reduce-scatters, barriers; all-reduces where the cost model predicts it faster; not broadcasts"},
+		{forcedThresholds(), true, "all-reduces, broadcasts, all-gathers, reduce-scatters, barriers"},
+		{ring.Thresholds{AllReduce: 1536, Broadcast: 64 << 10, AllGather: ring.Never, ReduceScatter: ring.Never, Barrier: ring.Never}, false,
 			"all-reduces above 1536 bytes; broadcasts above 64 KiB; not all-gathers, reduce-scatters, barriers"},
 	} {
-		if got := describeThresholds(c.t); got != c.want {
+		if got := describeThresholds(c.t, c.modeled); got != c.want {
 			t.Errorf("describeThresholds(%+v) = %q, want %q", c.t, got, c.want)
 		}
 	}

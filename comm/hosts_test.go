@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -35,8 +36,11 @@ func TestCollectivesAcrossHosts(t *testing.T) {
 	} {
 		t.Run(c.algo, func(t *testing.T) {
 			all := matrixAcrossHosts(t, c.algo)
-			if c.log != "" && !strings.Contains(all, c.log) || c.log == "" && strings.Contains(all, "hierarchical") {
+			if c.log != "" && !strings.Contains(all, c.log) || c.log == "" && strings.Contains(all, "host by host") {
 				t.Errorf("GORUN_ALGO=%s: rank 0's log does not say %q:\n%s", c.algo, c.log, all)
+			}
+			if !regexp.MustCompile(`all-reduces chosen by a cost model, the link between hosts at [0-9.]+[µm]?s per step, [0-9.e+-]+ GB/s \(GORUN_NET: measured while joining\)`).MatchString(all) {
+				t.Errorf("GORUN_ALGO=%s: rank 0's log does not give the link it measured for the cost model:\n%s", c.algo, all)
 			}
 		})
 	}

@@ -7,7 +7,9 @@ import "context"
 // more than two ranks, go to every rank at once; messages of at most
 // SmallBytes use recursive doubling; among more than two ranks, messages
 // of at most HalvingBytes use halving-doubling; larger ones the pipelined
-// ring.
+// ring. Across hosts, the hierarchy's threshold sends larger ones host by
+// host, and Costs, when set, choose instead by predicted time
+// (allReduceAlgo).
 func AllReduce[T Elem](ctx context.Context, c *Collectives, buf []T, op Op) error {
 	if err := ValidOp[T](op); err != nil {
 		return err
@@ -18,25 +20,51 @@ func AllReduce[T Elem](ctx context.Context, c *Collectives, buf []T, op Op) erro
 	case []Float16:
 		return halfAllReduce(ctx, c, b, op)
 	}
-	if c.hierarchical(KindAllReduce, len(AsBytes(buf))) {
+	if c.allReduceAlgo(len(AsBytes(buf)), true) == AlgoHierarchical {
 		c.begin(KindAllReduce, DTypeOf[T](), op, AlgoHierarchical, 0, len(buf))
 		return hierarchicalAllReduce(ctx, c, buf, op)
 	}
 	return flatAllReduce(ctx, c, buf, op)
 }
 
-// flatAllReduce is AllReduce over the whole group at once: one-shot,
-// recursive doubling, halving-doubling or the ring, by size.
-func flatAllReduce[T Elem](ctx context.Context, c *Collectives, buf []T, op Op) error {
-	algo := AlgoRing
-	switch bytes := len(AsBytes(buf)); {
-	case c.Size() > 2 && bytes <= c.OneShotBytes:
-		algo = AlgoOneShot
-	case bytes <= c.smallBytes():
-		algo = AlgoDoubling
-	case c.Size() > 2 && bytes <= c.HalvingBytes:
-		algo = AlgoHalving
+// allReduceAlgo picks the all-reduce of bytes: host by host (only where
+// hosts is true) when GORUN_ALGO forces it; the one-shot one up to
+// OneShotBytes; else, where the group has Costs, the algorithm they
+// predict fastest; else by size: host by host above the hierarchy's
+// threshold, recursive doubling up to SmallBytes, halving-doubling up to
+// HalvingBytes, the ring above.
+func (c *Collectives) allReduceAlgo(bytes int, hosts bool) Algo {
+	n, h := c.Size(), c.Hier
+	if !hosts {
+		h = nil
 	}
+	switch {
+	case h != nil && h.Above.AllReduce == Always:
+		return AlgoHierarchical
+	case n > 2 && bytes <= c.OneShotBytes:
+		return AlgoOneShot
+	case c.Costs != nil && n > 1:
+		return c.Costs.choose(bytes, h)
+	case h != nil && bytes > h.Above.AllReduce:
+		return AlgoHierarchical
+	case bytes <= c.smallBytes():
+		return AlgoDoubling
+	case n > 2 && bytes <= c.HalvingBytes:
+		return AlgoHalving
+	}
+	return AlgoRing
+}
+
+// AllReduceAlgorithm returns the algorithm an all-reduce of bytes (of
+// 32- or 64-bit elements) would use.
+func (c *Collectives) AllReduceAlgorithm(bytes int) Algo {
+	return c.allReduceAlgo(bytes, true)
+}
+
+// flatAllReduce is AllReduce over the whole group at once: one-shot,
+// recursive doubling, halving-doubling or the ring (allReduceAlgo).
+func flatAllReduce[T Elem](ctx context.Context, c *Collectives, buf []T, op Op) error {
+	algo := c.allReduceAlgo(len(AsBytes(buf)), false)
 	call := c.begin(KindAllReduce, DTypeOf[T](), op, algo, 0, len(buf))
 	c.tickets = c.tickets[:0]
 	switch {

@@ -56,6 +56,8 @@ type Collectives struct {
 	// Hier, when set, runs collectives above its thresholds host by
 	// host (all-reduce, broadcast, all-gather, reduce-scatter, barrier).
 	Hier *Hierarchy
+	// Costs, when set, choose the all-reduce by predicted time.
+	Costs *Costs
 
 	seq      uint64
 	history  [historyCalls]Call // the latest calls, by Seq mod historyCalls

@@ -1,0 +1,157 @@
+package comm
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorun/gorun/ring"
+)
+
+// TestParseNet reads GORUN_NET: auto and none, a step and a rate in tc's
+// words or in bytes, and names what is wrong otherwise.
+func TestParseNet(t *testing.T) {
+	for _, c := range []struct {
+		in, mode string
+		link     ring.Link
+		err      string
+	}{
+		{"", "auto", ring.Link{}, ""},
+		{"auto", "auto", ring.Link{}, ""},
+		{"none", "none", ring.Link{}, ""},
+		{"50us,10gbit", "set", ring.Link{Step: 50 * time.Microsecond, BytesPerSec: 1.25e9}, ""},
+		{"1ms, 100mbit", "set", ring.Link{Step: time.Millisecond, BytesPerSec: 12.5e6}, ""},
+		{"2us,12.5GB/s", "set", ring.Link{Step: 2 * time.Microsecond, BytesPerSec: 12.5e9}, ""},
+		{"10us,800MB/s", "set", ring.Link{Step: 10 * time.Microsecond, BytesPerSec: 8e8}, ""},
+		{"fast", "", ring.Link{}, "want auto, none, or STEP,RATE"},
+		{"soon,10gbit", "", ring.Link{}, `"soon" is not a step time`},
+		{"-1us,10gbit", "", ring.Link{}, `"-1us" is not a step time`},
+		{"5us,10", "", ring.Link{}, `"10" is not a rate like 10gbit`},
+		{"5us,0gbit", "", ring.Link{}, `"0gbit" is not a rate`},
+		{"5us,xgbit", "", ring.Link{}, `"xgbit" is not a rate`},
+	} {
+		mode, link, err := parseNet(c.in)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("parseNet(%q): error %v, want one saying %q", c.in, err, c.err)
+			}
+			continue
+		}
+		if err != nil || mode != c.mode || link != c.link {
+			t.Errorf("parseNet(%q) = %q, %+v, %v; want %q, %+v", c.in, mode, link, err, c.mode, c.link)
+		}
+	}
+}
+
+// slowLink is a ring.Transport between two ends in this process that
+// keep time on clocks of their own: a frame arrives a fixed delay plus its
+// size over a rate after it was sent, by the sender's clock, and the
+// receiver's clock moves on to its arrival when it waits for it. The
+// probe's arithmetic is checked exactly, whatever else the machine runs.
+type slowLink struct {
+	delay time.Duration
+	rate  float64 // bytes per second
+	in    [2]chan slowFrame
+}
+
+type slowFrame struct {
+	payload []byte
+	arrives time.Duration
+}
+
+type slowEnd struct {
+	l    *slowLink
+	me   int
+	at   time.Duration // this end's clock
+	bufs [][]byte
+}
+
+func (e *slowEnd) now() time.Time { return time.Unix(0, 0).Add(e.at) }
+
+func (e *slowEnd) Send(ctx context.Context, peer int, stream uint32, meta [4]uint64, payload []byte) error {
+	arrives := e.at + e.l.delay + time.Duration(float64(len(payload))/e.l.rate*1e9)
+	e.l.in[1-e.me] <- slowFrame{append([]byte(nil), payload...), arrives}
+	return nil
+}
+
+func (e *slowEnd) Post(peer int, stream uint32, buf []byte) (uint64, error) {
+	e.bufs = append(e.bufs, buf)
+	return uint64(len(e.bufs) - 1), nil
+}
+
+func (e *slowEnd) Wait(ctx context.Context, peer int, stream uint32, ticket uint64) ([4]uint64, int, error) {
+	select {
+	case f := <-e.l.in[e.me]:
+		copy(e.bufs[ticket], f.payload)
+		e.at = max(e.at, f.arrives)
+		return [4]uint64{}, len(f.payload), nil
+	case <-ctx.Done():
+		return [4]uint64{}, 0, ctx.Err()
+	}
+}
+
+// TestProbeLink measures a link that delays every frame 2 ms and carries
+// 50 MB/s: the step is half a round trip of 8-byte frames, 2 ms and
+// 0.16 µs; the rate 50 MB/s once the answer's round trip is taken off
+// (left in: 2 MiB in 45.9 ms, 45.6 MB/s).
+func TestProbeLink(t *testing.T) {
+	l := &slowLink{delay: 2 * time.Millisecond, rate: 50e6, in: [2]chan slowFrame{make(chan slowFrame, 4), make(chan slowFrame, 4)}}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	var got ring.Link
+	var errs [2]error
+	for me := range 2 {
+		wg.Go(func() {
+			end := &slowEnd{l: l, me: me}
+			link, err := probeLink(ctx, end, 1-me, me == 0, end.now)
+			errs[me] = err
+			if me == 0 {
+				got = link
+			}
+		})
+	}
+	wg.Wait()
+	if errs[0] != nil || errs[1] != nil {
+		t.Fatal(errs)
+	}
+	if want := 2*time.Millisecond + 160*time.Nanosecond; got.Step != want {
+		t.Errorf("step %v, want %v", got.Step, want)
+	}
+	if got.BytesPerSec < 49.99e6 || got.BytesPerSec > 50.01e6 {
+		t.Errorf("rate %.5g B/s, want 50e6", got.BytesPerSec)
+	}
+}
+
+// TestProbeLinkDeadline: a peer that never answers ends the probe
+// at the join's deadline, with the error.
+func TestProbeLinkDeadline(t *testing.T) {
+	l := &slowLink{rate: 1e9, in: [2]chan slowFrame{make(chan slowFrame, 64), make(chan slowFrame, 64)}}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	end := &slowEnd{l: l}
+	_, err := probeLink(ctx, end, 1, true, end.now)
+	if err == nil || !strings.Contains(err.Error(), "deadline") {
+		t.Fatalf("error %v, want the deadline's", err)
+	}
+}
+
+// TestStepFor: the step netLink settles makes the model predict the small
+// all-reduce's measured time; without hosts to price, none.
+func TestStepFor(t *testing.T) {
+	w := &world{settings: Settings{Size: 6}, data: &dataPath{hostOf: []int{0, 0, 1, 1, 2, 2}}}
+	link := ring.Link{Step: 400 * time.Microsecond, BytesPerSec: 125e6}
+	all := []int{0, 1, 2, 3, 4, 5}
+	for _, algo := range []ring.Algo{ring.AlgoDoubling, ring.AlgoRing, ring.AlgoHalving} {
+		took, _ := costsOver(w.data.hostOf, link, all, 1).Predict(algo, 4, nil)
+		if got := stepFor(w, ring.Link{BytesPerSec: 125e6}, algo, took.Seconds()); got < link.Step-time.Microsecond || got > link.Step+time.Microsecond {
+			t.Errorf("%v taking %v: step %v, want %v", algo, took, got, link.Step)
+		}
+	}
+	w.data.hostOf = []int{0, 0, 0, 0, 0, 0}
+	if got := stepFor(w, link, ring.AlgoDoubling, 0.01); got != 0 {
+		t.Errorf("one host: step %v, want 0", got)
+	}
+}

@@ -1,0 +1,164 @@
+package ring
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// Link prices a message over one kind of link: a fixed cost per step and
+// a rate. Between hosts the rate is one host's interface, which the flows
+// leaving a host at the same time share.
+type Link struct {
+	Step        time.Duration
+	BytesPerSec float64
+}
+
+func (l Link) String() string {
+	return fmt.Sprintf("%v per step, %.3g GB/s", l.Step, l.BytesPerSec/1e9)
+}
+
+// Costs describe the links of a group that spans hosts, so that its
+// all-reduce is chosen by predicted time (latency and bandwidth per kind
+// of link) instead of by fixed sizes. Every member must hold the same
+// Costs.
+type Costs struct {
+	Net, Local Link
+	// Host[q] is group rank q's host (any labels).
+	Host []int
+
+	lines map[Algo]line // each algorithm's time for a buffer: fixed + per-byte
+}
+
+// line is a predicted time a + b·bytes, in seconds.
+type line struct{ a, b float64 }
+
+func (l line) at(bytes int) float64 { return l.a + l.b*float64(bytes) }
+
+// Predict returns the predicted time of an all-reduce of bytes by algo
+// (AlgoRing, AlgoDoubling, AlgoHalving, or AlgoHierarchical when h is not
+// nil), and whether the model covers it.
+func (m *Costs) Predict(algo Algo, bytes int, h *Hierarchy) (time.Duration, bool) {
+	if algo == AlgoHierarchical {
+		if h == nil {
+			return 0, false
+		}
+		return time.Duration(m.hierarchical(h, bytes) * 1e9), true
+	}
+	m.prepare()
+	l, ok := m.lines[algo]
+	return time.Duration(l.at(bytes) * 1e9), ok
+}
+
+// choose returns the all-reduce of bytes predicted fastest among those
+// this group can run, and for a hierarchy whether it wins.
+func (m *Costs) choose(bytes int, h *Hierarchy) Algo {
+	m.prepare()
+	best, algo := math.Inf(1), AlgoRing
+	for _, a := range []Algo{AlgoDoubling, AlgoHalving, AlgoRing} {
+		if l, ok := m.lines[a]; ok && l.at(bytes) < best {
+			best, algo = l.at(bytes), a
+		}
+	}
+	if h != nil && m.hierarchical(h, bytes) < best {
+		algo = AlgoHierarchical
+	}
+	return algo
+}
+
+// hierarchical prices hierarchicalAllReduce: a ring reduce-scatter and
+// all-gather within the host, and the cross-host all-reduce of 1/L of the
+// buffer, the L cross groups sharing each host's interface.
+func (m *Costs) hierarchical(h *Hierarchy, bytes int) float64 {
+	l := h.Local.Size()
+	shard := bytes / l
+	local := 2 * float64(l-1) * (m.Local.Step.Seconds() + float64(shard)/m.Local.BytesPerSec)
+	cross := h.Cross.Costs
+	if cross == nil {
+		return local + m.ringLine().at(shard) // (not reached: comm sets both)
+	}
+	algo := cross.choose(shard, nil) // (prepares cross.lines)
+	return local + cross.lines[algo].at(shard)
+}
+
+// prepare works out each algorithm's line once: the steps it takes, and
+// in each step the transfers made at once, priced on the slowest link any
+// of them uses (a step that leaves a host: the step cost between hosts
+// and its bytes times the most flows leaving one host, over the
+// interface's rate).
+func (m *Costs) prepare() {
+	if m.lines != nil {
+		return
+	}
+	n := len(m.Host)
+	m.lines = map[Algo]line{AlgoRing: m.ringLine()}
+	if n < 2 {
+		return
+	}
+	f := newFold(n)
+	var folds []transfer // the pairing before (and, reversed, after)
+	for r := 0; r < 2*f.rem; r += 2 {
+		folds = append(folds, transfer{r, r + 1})
+	}
+	across := func(mask int) []transfer { // every taking part with its partner across bit mask
+		var ts []transfer
+		for v := range f.p2 {
+			ts = append(ts, transfer{f.real(v), f.real(v ^ mask)})
+		}
+		return ts
+	}
+	var doubling, halving line
+	if len(folds) > 0 {
+		doubling = doubling.plus(m.step(folds, 1), 2)
+		halving = halving.plus(m.step(folds, 1), 2)
+	}
+	for mask := 1; mask < f.p2; mask <<= 1 {
+		ts := across(mask)
+		doubling = doubling.plus(m.step(ts, 1), 1)
+		// Halving sends half its window at bit mask: mask/p2 of the buffer,
+		// once while reducing and once while gathering.
+		halving = halving.plus(m.step(ts, float64(mask)/float64(f.p2)), 2)
+	}
+	m.lines[AlgoDoubling] = doubling
+	if n > 2 {
+		m.lines[AlgoHalving] = halving
+	}
+}
+
+// ringLine prices the ring: 2(n−1) steps, each rank passing 1/n of the
+// buffer to the next.
+func (m *Costs) ringLine() line {
+	n := len(m.Host)
+	if n < 2 {
+		return line{}
+	}
+	ts := make([]transfer, n)
+	for r := range n {
+		ts[r] = transfer{r, (r + 1) % n}
+	}
+	return line{}.plus(m.step(ts, 1/float64(n)), 2*(n-1))
+}
+
+type transfer struct{ from, to int }
+
+// step prices one step in which every transfer carries share of the
+// buffer at once.
+func (m *Costs) step(ts []transfer, share float64) line {
+	leaving := map[int]int{} // host → flows leaving it
+	most := 0
+	for _, t := range ts {
+		if m.Host[t.from] != m.Host[t.to] {
+			leaving[m.Host[t.from]]++
+			most = max(most, leaving[m.Host[t.from]])
+		}
+	}
+	if most == 0 {
+		return line{m.Local.Step.Seconds(), share / m.Local.BytesPerSec}
+	}
+	return line{m.Net.Step.Seconds(), float64(most) * share / m.Net.BytesPerSec}
+}
+
+// plus returns l with k more of step s.
+func (l line) plus(s line, k int) line {
+	return line{l.a + float64(k)*s.a, l.b + float64(k)*s.b}
+}

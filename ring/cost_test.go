@@ -1,0 +1,156 @@
+package ring
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+)
+
+// TestCostsChoose: the model picks by the links. Across 3 hosts × 2 ranks
+// on 1 Gbit/s links with 150 µs steps, small all-reduces are recursive
+// doubling (fewest steps), and from 1 MiB the flat choice is the ring
+// (halving-doubling's step between hosts carries two flows out of the
+// third host) and host by host beats it; when a step costs 1 ms and the
+// links are fast, doubling wins at 1 MiB too.
+func TestCostsChoose(t *testing.T) {
+	hosts := []int{0, 0, 1, 1, 2, 2}
+	shm := Link{Step: time.Microsecond, BytesPerSec: 10e9}
+	gbit := Link{Step: 150 * time.Microsecond, BytesPerSec: 125e6}
+	slowSteps := Link{Step: time.Millisecond, BytesPerSec: 10e9}
+	hier := func(net Link) *Hierarchy {
+		cross := net
+		cross.BytesPerSec /= 2 // two cross groups share each host's link
+		return &Hierarchy{
+			Local: &Collectives{Peers: []int{0, 1}},
+			Cross: &Collectives{Peers: []int{0, 2, 4}, Costs: &Costs{Net: cross, Local: shm, Host: []int{0, 1, 2}}},
+		}
+	}
+	for _, c := range []struct {
+		name  string
+		net   Link
+		bytes int
+		hier  bool
+		want  Algo
+	}{
+		{"1 Gbit/s, 4 KiB, flat", gbit, 4 << 10, false, AlgoDoubling},
+		{"1 Gbit/s, 4 KiB", gbit, 4 << 10, true, AlgoDoubling},
+		{"1 Gbit/s, 1 MiB, flat", gbit, 1 << 20, false, AlgoRing},
+		{"1 Gbit/s, 1 MiB", gbit, 1 << 20, true, AlgoHierarchical},
+		{"1 Gbit/s, 64 MiB", gbit, 64 << 20, true, AlgoHierarchical},
+		{"1 ms steps, 1 MiB, flat", slowSteps, 1 << 20, false, AlgoDoubling},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m := &Costs{Net: c.net, Local: shm, Host: hosts}
+			var h *Hierarchy
+			if c.hier {
+				h = hier(c.net)
+			}
+			if got := m.choose(c.bytes, h); got != c.want {
+				var times []string
+				for _, a := range []Algo{AlgoDoubling, AlgoHalving, AlgoRing, AlgoHierarchical} {
+					if d, ok := m.Predict(a, c.bytes, h); ok {
+						times = append(times, a.String()+" "+d.String())
+					}
+				}
+				t.Errorf("chose %v, want %v (predicted: %v)", got, c.want, times)
+			}
+		})
+	}
+}
+
+// TestCostsPredict checks the model's sums by hand for 3 hosts × 2
+// ranks: the flat ring's 10 steps each carry one flow of a sixth of the
+// buffer out of every host; halving-doubling's pairing stays within the
+// hosts, its step across bit 1 has one flow out of each host and across
+// bit 2 two out of the third host, a quarter and a half of the buffer,
+// each twice.
+func TestCostsPredict(t *testing.T) {
+	net := Link{Step: 100 * time.Microsecond, BytesPerSec: 1e8}
+	shm := Link{Step: time.Microsecond, BytesPerSec: 1e10}
+	m := &Costs{Net: net, Local: shm, Host: []int{0, 0, 1, 1, 2, 2}}
+	const bytes = 6e6
+	for _, c := range []struct {
+		algo Algo
+		want float64 // seconds
+	}{
+		{AlgoRing, 10 * (100e-6 + 1e6/1e8)},
+		{AlgoHalving, 2*(1e-6+6e6/1e10) + 2*(100e-6+1.5e6/1e8) + 2*(100e-6+2*3e6/1e8)},
+		{AlgoDoubling, 2*(1e-6+6e6/1e10) + (100e-6 + 6e6/1e8) + (100e-6 + 2*6e6/1e8)},
+	} {
+		got, ok := m.Predict(c.algo, bytes, nil)
+		if !ok || abs64(got.Seconds()-c.want) > 1e-6 {
+			t.Errorf("%v: predicted %v, want %v", c.algo, got, time.Duration(c.want*1e9))
+		}
+	}
+	if _, ok := m.Predict(AlgoHierarchical, bytes, nil); ok {
+		t.Error("a prediction for host by host without a hierarchy")
+	}
+}
+
+func abs64(x float64) float64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+// TestAllReduceFollowsCosts: with Costs, AllReduce runs what they
+// predict fastest, in place of the fixed sizes: 1 MiB across 3 hosts × 2
+// on 1 Gbit/s links goes host by host though the hierarchy's threshold
+// is 8 MiB, flat it is the ring (the sizes would say halving-doubling),
+// and with slow steps on fast links recursive doubling; every result the
+// reference.
+func TestAllReduceFollowsCosts(t *testing.T) {
+	shape := hostShape{hosts: 3, l: 2}
+	shm := Link{Step: time.Microsecond, BytesPerSec: 10e9}
+	gbit := Link{Step: 150 * time.Microsecond, BytesPerSec: 125e6}
+	slowSteps := Link{Step: time.Millisecond, BytesPerSec: 10e9}
+	const count = 1 << 18 // 1 MiB of float32
+	for _, c := range []struct {
+		name string
+		net  Link
+		hier bool
+		want Algo // AlgoHierarchical: frames on the hierarchy's streams only
+	}{
+		{"1 Gbit/s", gbit, true, AlgoHierarchical},
+		{"1 Gbit/s, flat", gbit, false, AlgoRing},
+		{"slow steps, flat", slowSteps, false, AlgoDoubling},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			net := newMemNet(6)
+			cs := shape.collectives(net, 8<<20)
+			for _, x := range cs {
+				x.HalvingBytes = 4 << 20
+				x.Costs = &Costs{Net: c.net, Local: shm, Host: []int{0, 0, 1, 1, 2, 2}}
+				cross := c.net
+				cross.BytesPerSec /= 2
+				x.Hier.Cross.Costs = &Costs{Net: cross, Local: shm, Host: []int{0, 1, 2}}
+				if !c.hier {
+					x.Hier = nil
+				}
+			}
+			in := make([][]float32, 6)
+			for r := range in {
+				in[r] = input(r, count)
+			}
+			want := reference(Sum, in)
+			runRanks(t, 6, func(ctx context.Context, r int) error { return AllReduce(ctx, cs[r], in[r], Sum) })
+			for r := range in {
+				if !slices.Equal(in[r], want) {
+					t.Fatalf("rank %d: not the reference", r)
+				}
+			}
+			flat, hier := net.streamsUsed()
+			if c.want == AlgoHierarchical {
+				if flat || !hier {
+					t.Fatalf("frames on the group's stream: %v, on the hierarchy's: %v; want the hierarchy's only", flat, hier)
+				}
+				return
+			}
+			if net.algos[c.want] == 0 || len(net.algos) != 1 {
+				t.Fatalf("frames carried %v, want %v only", net.algos, c.want)
+			}
+		})
+	}
+}
