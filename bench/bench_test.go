@@ -152,3 +152,18 @@ func TestParseCompetitor(t *testing.T) {
 		t.Fatalf("alltoall comparison:\n%s", out)
 	}
 }
+
+// TestWarmupCalls: sizes below a shared-memory ring's 8 MiB get at least
+// 16 untimed calls, enough to fault in every slot of the rings they use;
+// larger ones, and more asked for, get what was asked.
+func TestWarmupCalls(t *testing.T) {
+	for _, c := range []struct {
+		warmup int
+		bytes  int64
+		want   int
+	}{{5, 8, 16}, {5, 1 << 20, 16}, {40, 1 << 20, 40}, {5, 8 << 20, 5}, {1, 64 << 20, 1}, {0, 8<<20 - 1, 16}} {
+		if got := WarmupCalls(c.warmup, c.bytes); got != c.want {
+			t.Errorf("WarmupCalls(%d, %d) = %d, want %d", c.warmup, c.bytes, got, c.want)
+		}
+	}
+}

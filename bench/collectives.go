@@ -21,8 +21,10 @@ const Barrier = "barrier"
 
 // Config says what to measure.
 type Config struct {
-	Ops    []string
-	Sizes  []int64 // bytes (of the whole buffer, as nccl-tests counts)
+	Ops   []string
+	Sizes []int64 // bytes (of the whole buffer, as nccl-tests counts)
+	// Warmup is how many untimed calls each size gets first; below
+	// ringWarmBytes, at least ringWarmCalls (WarmupCalls).
 	Warmup int
 	// WarmupTime is how long the job warms up before the first size
 	// (small all-reduces): freshly started processes run their first
@@ -280,7 +282,7 @@ func runOne(ctx context.Context, g *comm.Group, cfg Config, op string, bytes int
 		return res, err
 	}
 	wrong := []int64{check(op, send, recv, r, n)}
-	for range cfg.Warmup {
+	for range WarmupCalls(cfg.Warmup, bytes) {
 		if err := call(); err != nil {
 			return res, err
 		}
@@ -310,6 +312,27 @@ func runOne(ctx context.Context, g *comm.Group, cfg Config, op string, bytes int
 	res.AlgBW, res.BusBW = Bandwidths(op, n, res.Bytes, t)
 	res.Wrong = wrong[0]
 	return res, nil
+}
+
+// Below ringWarmBytes a size gets at least ringWarmCalls untimed calls:
+// enough frames to go through every slot of a shared-memory ring (8) with
+// each peer twice. Rings of more than 2 local ranks are not prefaulted
+// (shm), so their pages fault on first use, about 15 µs each on the
+// development VM: 60–70 ms per pair of rings, which 300 timed calls of a
+// 2-rank 1 MiB all-reduce measured as 141–295 µs a call against 84
+// prefaulted. A call of ringWarmBytes or more goes through a whole ring.
+const (
+	ringWarmCalls = 16
+	ringWarmBytes = 8 << 20
+)
+
+// WarmupCalls is how many untimed calls a size of bytes gets when warmup
+// are asked for.
+func WarmupCalls(warmup int, bytes int64) int {
+	if bytes < ringWarmBytes {
+		return max(warmup, ringWarmCalls)
+	}
+	return warmup
 }
 
 // check counts the elements of this rank's result that differ from the

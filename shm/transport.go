@@ -28,12 +28,16 @@ const (
 	SegmentBudget = 64 << 20
 	MinSlotBytes  = 64 << 10
 	// prefaultRanks is the most local ranks whose rings are prefaulted
-	// as peers attach. With more, most pairs never exchange a frame (a
-	// ring all-reduce uses two neighbours), and touching every page of
-	// every ring up front cost far more than the first frames' faults:
-	// 38–40 s against 6.8–7.2 s for 64 ranks' join and one all-reduce on
-	// 2 cores (examples/allreduce, same session).
-	prefaultRanks = 8
+	// as peers attach, so that no frame pays for the first use of a page.
+	// With more, touching every page of every ring up front costs more
+	// than the first frames' faults, which only the pages used pay, and
+	// holds up the join: examples/allreduce under gorun took 0.16 s at
+	// np 2, 0.71 s at np 4 and 2.85 s at np 8 with prefaulting, 0.06,
+	// 0.12 and 0.25 s without (2026-11-26, Zen 5 VM, where a page's
+	// first touch costs about 15 µs); 38–40 s against 6.8–7.2 s at 64.
+	// The faults then fall in the first calls that use the pages
+	// (benchmarks warm up through every slot: bench.WarmupCalls).
+	prefaultRanks = 2
 	// sleepSlice bounds each futex sleep, so that failures seen elsewhere,
 	// cancellations and deadlines are noticed within it.
 	sleepSlice = time.Millisecond
