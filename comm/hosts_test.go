@@ -94,3 +94,54 @@ func matrixAcrossHosts(t *testing.T, algo string) string {
 	}
 	return all
 }
+
+// TestCollectivesAcrossUnevenHosts runs the collective matrix against the
+// sequential reference on 3 hosts holding 3, 2 and 1 ranks (network
+// namespaces on a bridge, 1 Gbit/s links): no hierarchy fits uneven
+// hosts, so the collectives run over the whole group, all-reduces chosen
+// by the cost model for this layout. Every rank is started in its host's
+// namespace by itself, with torchrun's variables, as a launcher that
+// allows uneven hosts would.
+func TestCollectivesAcrossUnevenHosts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a 6-rank matrix across network namespaces; the full run covers it")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	c, err := netcluster.Start(ctx, netcluster.Config{Hosts: 3, Rate: "1gbit", Name: fmt.Sprintf("guh%d", os.Getpid()%1000)})
+	if errors.Is(err, netcluster.ErrNoNamespaces) && os.Getenv("CI") != "true" {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	hostOf, localRank, perHost := []int{0, 0, 0, 1, 1, 2}, []int{0, 1, 2, 0, 1, 0}, []int{3, 2, 1}
+	outs, errs := make([]string, 6), make([]error, 6)
+	var wg sync.WaitGroup
+	for r := range 6 {
+		wg.Go(func() {
+			cmd := c.Command(ctx, hostOf[r], os.Args[0], "-test.run=^$")
+			cmd.Env = append(os.Environ(), workerEnv+"=matrix", "GORUN_TOKEN=uneven-hosts-test", "GORUN_JOIN_TIMEOUT=60s", "GORUN_TIMEOUT=120s",
+				fmt.Sprintf("RANK=%d", r), "WORLD_SIZE=6", fmt.Sprintf("LOCAL_RANK=%d", localRank[r]), fmt.Sprintf("LOCAL_WORLD_SIZE=%d", perHost[hostOf[r]]),
+				"MASTER_ADDR="+c.Addrs[0], "MASTER_PORT=29517")
+			out, err := cmd.CombinedOutput()
+			outs[r], errs[r] = string(out), err
+		})
+	}
+	wg.Wait()
+	all := strings.Join(outs, "\n")
+	for r := range 6 {
+		if lines := strings.Fields(outs[r]); errs[r] != nil || len(lines) == 0 || lines[len(lines)-1] != "OK" {
+			t.Errorf("rank %d: %v, did not report OK:\n%s", r, errs[r], outs[r])
+		}
+	}
+	for _, want := range []string{"reaches ranks [1 2] through shared memory and ranks [3 4 5] over TCP", "all-reduces chosen by a cost model, the link between hosts at"} {
+		if !strings.Contains(outs[0], want) {
+			t.Errorf("rank 0's log does not say %q:\n%s", want, all)
+		}
+	}
+	if strings.Contains(outs[0], "host by host") {
+		t.Errorf("uneven hosts got a hierarchy:\n%s", outs[0])
+	}
+}

@@ -1,7 +1,9 @@
 package train
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"encoding/xml"
 	"fmt"
 	"math/rand/v2"
@@ -86,6 +88,7 @@ func TestPipelineMatchesOneProcess(t *testing.T) {
 			if boxes != 2*p*m {
 				t.Fatalf("timeline has %d boxes, want %d", boxes, 2*p*m)
 			}
+			checkTrace(t, out+".json", c.schedule, p, m)
 
 			// The stage files load as one model, and merge into one file.
 			be := cpu.New(1)
@@ -343,5 +346,72 @@ func TestPipelineResume(t *testing.T) {
 				t.Fatalf("stage %d: %s differs between the straight and the resumed run", s, ta.Name)
 			}
 		}
+	}
+}
+
+// checkTrace reads the Chrome trace the timeline wrote beside its SVG:
+// a thread named per stage, a complete event per forward and backward of
+// every microbatch on every stage, none overlapping another of its stage,
+// and the schedule's summary.
+func checkTrace(t *testing.T, path, schedule string, p, m int) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		TraceEvents []struct {
+			Name, Cat, Ph string
+			Tid           int
+			Ts, Dur       float64
+			Args          map[string]any
+		} `json:"traceEvents"`
+		OtherData TraceSummary `json:"otherData"`
+	}
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatalf("trace %s: %v", path, err)
+	}
+	threads := map[int]string{}
+	spans := map[int][][2]float64{}
+	seen := map[string]bool{}
+	for _, e := range doc.TraceEvents {
+		switch e.Ph {
+		case "M":
+			if e.Name == "thread_name" {
+				threads[e.Tid] = fmt.Sprint(e.Args["name"])
+			}
+		case "X":
+			if e.Ts < 0 || e.Dur <= 0 || e.Tid < 0 || e.Tid >= p {
+				t.Fatalf("trace event %+v: want ts ≥ 0, dur > 0 and a stage's thread", e)
+			}
+			key := fmt.Sprintf("%d/%s", e.Tid, e.Name)
+			if seen[key] || (e.Name[0] == 'F') != (e.Cat == "forward") {
+				t.Fatalf("trace event %+v repeated or in the wrong category", e)
+			}
+			seen[key] = true
+			spans[e.Tid] = append(spans[e.Tid], [2]float64{e.Ts, e.Ts + e.Dur})
+		}
+	}
+	for s := range p {
+		if threads[s] != fmt.Sprintf("stage %d", s) {
+			t.Errorf("thread %d named %q", s, threads[s])
+		}
+		for mb := range m {
+			for _, kind := range []string{"F", "B"} {
+				if !seen[fmt.Sprintf("%d/%s%d", s, kind, mb)] {
+					t.Errorf("no %s%d on stage %d in the trace", kind, mb, s)
+				}
+			}
+		}
+		sp := spans[s]
+		slices.SortFunc(sp, func(a, b [2]float64) int { return cmp.Compare(a[0], b[0]) })
+		for i := 1; i < len(sp); i++ {
+			if sp[i][0] < sp[i-1][1]-1 { // (1 µs: rounding)
+				t.Errorf("stage %d: events at %v and %v µs overlap", s, sp[i-1], sp[i])
+			}
+		}
+	}
+	if o := doc.OtherData; o.Schedule != schedule || o.Stages != p || o.Microbatches != m || len(o.Idle) != p || o.IdealBubble <= 0 || o.Title == "" {
+		t.Errorf("trace summary %+v", o)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -28,8 +29,10 @@ func (t *Trainer) Bubble(ctx context.Context) (idle []float64, ideal float64, er
 
 // WriteTimeline gathers the pipeline's last full batch from every stage
 // and, on the last stage, draws it as an SVG at path, titled with the
-// stages' idle fractions and the ideal bubble (from Bubble). Every rank
-// must call it.
+// stages' idle fractions and the ideal bubble (from Bubble), and writes
+// the same as a Chrome trace beside it (tracePath: the name ending in
+// .json; a path ending in .json gets the trace only). Every rank must
+// call it.
 func (t *Trainer) WriteTimeline(ctx context.Context, path string, idle []float64, ideal float64) error {
 	s := t.stage()
 	if s == nil {
@@ -45,6 +48,13 @@ func (t *Trainer) WriteTimeline(ctx context.Context, path string, idle []float64
 		parts = append(parts, fmt.Sprintf("%d: %.0f%%", s, 100*f))
 	}
 	title := fmt.Sprintf("%s, %d stages, %d microbatches: idle per stage %s (GPipe's ideal bubble %.0f%%)", p.schedule, p.stages, p.micro, strings.Join(parts, ", "), 100*ideal)
+	sum := TraceSummary{Title: title, Schedule: p.schedule, Stages: p.stages, Microbatches: p.micro, Idle: idle, IdealBubble: ideal}
+	if err := WriteTimelineTrace(tracePath(path), events, sum); err != nil {
+		return err
+	}
+	if filepath.Ext(path) == ".json" {
+		return nil
+	}
 	return WriteTimelineSVG(path, events, p.stages, title)
 }
 
@@ -81,7 +91,11 @@ func (t *Trainer) Summarize(ctx context.Context, w io.Writer, timeline string) e
 		if err := t.WriteTimeline(ctx, timeline, idle, ideal); err != nil {
 			return err
 		}
-		fmt.Fprintf(w, "Wrote the pipeline timeline to %s\n", timeline)
+		if filepath.Ext(timeline) == ".json" {
+			fmt.Fprintf(w, "Wrote the pipeline timeline to %s (Chrome trace: chrome://tracing, Perfetto)\n", timeline)
+		} else {
+			fmt.Fprintf(w, "Wrote the pipeline timeline to %s, and as a Chrome trace (chrome://tracing, Perfetto) to %s\n", timeline, tracePath(timeline))
+		}
 	}
 	var parts []string
 	for s, f := range idle {

@@ -2,9 +2,11 @@ package train
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"html"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -87,4 +89,75 @@ func WriteTimelineSVG(path string, events []Event, stages int, title string) err
 	fmt.Fprintf(&b, `<text x="%d" y="%d">0</text><text x="%d" y="%d" text-anchor="end">%.1f ms</text>`+"\n", left, h-8, left+width, h-8, 1e3*span)
 	b.WriteString("</svg>\n")
 	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+// TraceSummary is what a timeline's JSON says beside its events: the
+// schedule, and every stage's idle fraction with the schedule's ideal
+// bubble (Pipeline.Bubble).
+type TraceSummary struct {
+	Title        string    `json:"title"`
+	Schedule     string    `json:"schedule"`
+	Stages       int       `json:"stages"`
+	Microbatches int       `json:"microbatches"`
+	Idle         []float64 `json:"idle_per_stage"`
+	IdealBubble  float64   `json:"ideal_bubble"`
+}
+
+// traceEvent is one record of the Chrome trace event format, which
+// chrome://tracing and Perfetto open: "X" a complete event (ts and dur in
+// microseconds), "M" metadata naming the process or a thread.
+type traceEvent struct {
+	Name string         `json:"name"`
+	Cat  string         `json:"cat,omitempty"`
+	Ph   string         `json:"ph"`
+	Pid  int            `json:"pid"`
+	Tid  int            `json:"tid"`
+	Ts   float64        `json:"ts"`
+	Dur  float64        `json:"dur,omitempty"`
+	Args map[string]any `json:"args,omitempty"`
+}
+
+// WriteTimelineTrace writes events as a Chrome trace (JSON): one thread
+// per stage, a complete event per forward (F) and backward (B) of each
+// microbatch, times in microseconds from the earliest start, and the
+// summary under otherData.
+func WriteTimelineTrace(path string, events []Event, sum TraceSummary) error {
+	if len(events) == 0 {
+		return fmt.Errorf("timeline: no events (no full batch was trained)")
+	}
+	t0 := events[0].Start
+	for _, e := range events {
+		if e.Start.Before(t0) {
+			t0 = e.Start
+		}
+	}
+	out := []traceEvent{{Name: "process_name", Ph: "M", Args: map[string]any{"name": sum.Title}}}
+	for s := range sum.Stages {
+		out = append(out, traceEvent{Name: "thread_name", Ph: "M", Tid: s, Args: map[string]any{"name": fmt.Sprintf("stage %d", s)}})
+	}
+	for _, e := range events {
+		name, cat := fmt.Sprintf("F%d", e.Micro), "forward"
+		if e.Backward {
+			name, cat = fmt.Sprintf("B%d", e.Micro), "backward"
+		}
+		out = append(out, traceEvent{Name: name, Cat: cat, Ph: "X", Tid: e.Stage,
+			Ts: float64(e.Start.Sub(t0).Nanoseconds()) / 1e3, Dur: float64(e.End.Sub(e.Start).Nanoseconds()) / 1e3,
+			Args: map[string]any{"microbatch": e.Micro}})
+	}
+	doc := struct {
+		TraceEvents     []traceEvent `json:"traceEvents"`
+		DisplayTimeUnit string       `json:"displayTimeUnit"`
+		OtherData       TraceSummary `json:"otherData"`
+	}{out, "ms", sum}
+	b, err := json.MarshalIndent(doc, "", " ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// tracePath is where a timeline drawn at path writes its trace: the same
+// name ending in .json.
+func tracePath(path string) string {
+	return strings.TrimSuffix(path, filepath.Ext(path)) + ".json"
 }

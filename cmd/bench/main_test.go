@@ -217,6 +217,9 @@ func TestClusterCommand(t *testing.T) {
 		t.Errorf("namespaces left behind:\n%s", names)
 	}
 
+	if testing.Short() {
+		return // (-each and gloo: the full run covers them)
+	}
 	// -each: the program runs once per host, in its namespace, with
 	// torchrun's variables for a host's agent.
 	out.Reset()
