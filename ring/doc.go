@@ -13,6 +13,15 @@
 //   - broadcast.go: binomial-tree and pipelined-chain broadcast, and the
 //     dissemination barrier;
 //   - gather.go: ring all-gather and reduce-scatter;
+//   - hier.go: the collectives of a group spread over several hosts, host
+//     by host (within each host, then among the ranks of one local index
+//     across hosts, every host's link busy at once), and the thresholds
+//     that choose them;
+//   - cost.go: a latency–bandwidth model of a group's links (between
+//     hosts and within them) that chooses each all-reduce by predicted
+//     time, when the group's Costs are known;
+//   - rooted.go: reduce, gather, scatter and all-to-all, with their vector
+//     forms (layout.go);
 //   - reduce.go: the element types and reduction operators, with the
 //     assembly kernels of reduce_amd64.s.
 //
