@@ -36,13 +36,15 @@ type Settings struct {
 	// Algo picks the collectives across hosts (GORUN_ALGO): "auto"
 	// (host by host when every host holds the same number of ranks, two
 	// or more: all-reduces above DefaultHierBytes, all-gathers,
-	// reduce-scatters and barriers always, broadcasts never), "flat"
+	// reduce-scatters and barriers always, broadcasts never; where the
+	// cost model knows the link (NetMode), all-reduces, all-gathers and
+	// reduce-scatters as it predicts), "flat"
 	// (never host by host), or "hierarchical" (all of these, at every
 	// size, where the hosts allow it).
 	Algo string
 	// NetMode says how the cost model learns the link between hosts
 	// (GORUN_NET): "auto" (measured while joining, when the job spans
-	// hosts), "none" (no model: all-reduces chosen by size), or "set"
+	// hosts), "none" (no model: collectives chosen by size), or "set"
 	// (Net, from GORUN_NET=STEP,RATE).
 	NetMode string
 	// Net is the link between hosts when NetMode is "set".

@@ -236,7 +236,7 @@ func openWorld(ctx context.Context, s Settings, data *dataPath, ctl *controls, h
 	if s.Rank == 0 && s.Size > 1 {
 		msg := describePaths(w.data, s.Rank, s.Size, g.ring.ChunkBytes, s.lazy())
 		if h := g.ring.Hier; h != nil {
-			msg += fmt.Sprintf("; host by host (%d hosts × %d ranks; GORUN_ALGO=flat: never): %s", h.Cross.Size(), h.Local.Size(), describeThresholds(h.Above, g.ring.Costs != nil))
+			msg += fmt.Sprintf("; host by host (%d hosts × %d ranks; GORUN_ALGO=flat: never): %s", h.Cross.Size(), h.Local.Size(), describeThresholds(h.Above, g.ring.Costs != nil && !h.Forced))
 		}
 		if w.net.BytesPerSec > 0 {
 			how := "measured while joining"
@@ -318,22 +318,23 @@ func bytesText(n int) string {
 	return fmt.Sprintf("%d bytes", n)
 }
 
-// forcedThresholds are GORUN_ALGO=hierarchical's: every call.
+// forcedThresholds are GORUN_ALGO=hierarchical's (with Hierarchy.Forced): every call.
 func forcedThresholds() ring.Thresholds {
 	return ring.Thresholds{AllReduce: ring.Always, Broadcast: ring.Always, AllGather: ring.Always, ReduceScatter: ring.Always, Barrier: ring.Always}
 }
 
 // describeThresholds says, for rank 0's first line, what goes host by
-// host; modeled: all-reduces are chosen by a cost model, not by size.
+// host; modeled: all-reduces, all-gathers and reduce-scatters are chosen
+// by a cost model, not by size.
 func describeThresholds(t ring.Thresholds, modeled bool) string {
-	var always, never, above []string
+	var always, never, above, model []string
 	for _, c := range []struct {
 		name string
 		at   int
 	}{{"all-reduces", t.AllReduce}, {"broadcasts", t.Broadcast}, {"all-gathers", t.AllGather}, {"reduce-scatters", t.ReduceScatter}, {"barriers", t.Barrier}} {
 		switch {
-		case modeled && c.name == "all-reduces" && c.at != ring.Always:
-			above = append(above, "all-reduces where the cost model predicts it faster")
+		case modeled && c.name != "broadcasts" && c.name != "barriers":
+			model = append(model, c.name)
 		case c.at == ring.Always:
 			always = append(always, c.name)
 		case c.at == ring.Never:
@@ -343,6 +344,9 @@ func describeThresholds(t ring.Thresholds, modeled bool) string {
 		}
 	}
 	parts := above
+	if len(model) > 0 {
+		parts = append([]string{strings.Join(model, ", ") + " where the cost model predicts it faster"}, parts...)
+	}
 	if len(always) > 0 {
 		parts = append([]string{strings.Join(always, ", ")}, parts...)
 	}
@@ -411,7 +415,7 @@ func hierarchy(w *world, id uint32, peers []int, rank int) *ring.Hierarchy {
 	}
 	x := sub(cross, slices.Index(cross, peers[rank]), crossStream)
 	x.Costs = costsFor(w, cross, l) // the l cross groups share each host's link
-	return &ring.Hierarchy{Local: sub(local, li, localStream), Cross: x, Positions: positions, Above: above}
+	return &ring.Hierarchy{Local: sub(local, li, localStream), Cross: x, Positions: positions, Above: above, Forced: s.Algo == "hierarchical"}
 }
 
 // chunkBytes is the ring algorithms' chunk for a group of peers: the

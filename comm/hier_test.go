@@ -46,7 +46,7 @@ func TestHierarchyLayout(t *testing.T) {
 			}
 			if !slices.Equal(h.Local.Peers, c.local) || !slices.Equal(h.Cross.Peers, c.cross) || h.Above != c.above ||
 				h.Local.Peers[h.Local.Rank] != c.peers[c.rank] || h.Cross.Peers[h.Cross.Rank] != c.peers[c.rank] ||
-				h.Local.Stream != 7<<16|localStream || h.Cross.Stream != 7<<16|crossStream {
+				h.Local.Stream != 7<<16|localStream || h.Cross.Stream != 7<<16|crossStream || h.Forced != (c.algo == "hierarchical") {
 				t.Errorf("local %v (rank %d, stream %#x), cross %v (rank %d, stream %#x), thresholds %+v",
 					h.Local.Peers, h.Local.Rank, h.Local.Stream, h.Cross.Peers, h.Cross.Rank, h.Cross.Stream, h.Above)
 			}
@@ -87,8 +87,8 @@ func TestDescribeThresholds(t *testing.T) {
 		want    string
 	}{
 		{autoThresholds(), false, "all-gathers, reduce-scatters, barriers; all-reduces above 8 MiB; not broadcasts"},
-		{autoThresholds(), true, "all-gathers, reduce-scatters, barriers; all-reduces where the cost model predicts it faster; not broadcasts"},
-		{forcedThresholds(), true, "all-reduces, broadcasts, all-gathers, reduce-scatters, barriers"},
+		{autoThresholds(), true, "barriers; all-reduces, all-gathers, reduce-scatters where the cost model predicts it faster; not broadcasts"},
+		{forcedThresholds(), false, "all-reduces, broadcasts, all-gathers, reduce-scatters, barriers"},
 		{ring.Thresholds{AllReduce: 1536, Broadcast: 64 << 10, AllGather: ring.Never, ReduceScatter: ring.Never, Barrier: ring.Never}, false,
 			"all-reduces above 1536 bytes; broadcasts above 64 KiB; not all-gathers, reduce-scatters, barriers"},
 	} {

@@ -28,7 +28,7 @@ func AllReduce[T Elem](ctx context.Context, c *Collectives, buf []T, op Op) erro
 }
 
 // allReduceAlgo picks the all-reduce of bytes: host by host (only where
-// hosts is true) when GORUN_ALGO forces it; the one-shot one up to
+// hosts is true) when the hierarchy is Forced; the one-shot one up to
 // OneShotBytes; else, where the group has Costs, the algorithm they
 // predict fastest; else by size: host by host above the hierarchy's
 // threshold, recursive doubling up to SmallBytes, halving-doubling up to
@@ -39,7 +39,7 @@ func (c *Collectives) allReduceAlgo(bytes int, hosts bool) Algo {
 		h = nil
 	}
 	switch {
-	case h != nil && h.Above.AllReduce == Always:
+	case h != nil && h.Forced:
 		return AlgoHierarchical
 	case n > 2 && bytes <= c.OneShotBytes:
 		return AlgoOneShot

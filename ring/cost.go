@@ -27,7 +27,8 @@ type Costs struct {
 	// Host[q] is group rank q's host (any labels).
 	Host []int
 
-	lines map[Algo]line // each algorithm's time for a buffer: fixed + per-byte
+	lines  map[Algo]line // each all-reduce algorithm's time for a buffer: fixed + per-byte
+	gather line          // the ring all-gather's (and reduce-scatter's) time for the whole buffer
 }
 
 // line is a predicted time a + b·bytes, in seconds.
@@ -75,7 +76,7 @@ func (m *Costs) hierarchical(h *Hierarchy, bytes int) float64 {
 	local := 2 * float64(l-1) * (m.Local.Step.Seconds() + float64(shard)/m.Local.BytesPerSec)
 	cross := h.Cross.Costs
 	if cross == nil {
-		return local + m.ringLine().at(shard) // (not reached: comm sets both)
+		return local + m.lines[AlgoRing].at(shard) // (not reached: comm sets both)
 	}
 	algo := cross.choose(shard, nil) // (prepares cross.lines)
 	return local + cross.lines[algo].at(shard)
@@ -91,10 +92,12 @@ func (m *Costs) prepare() {
 		return
 	}
 	n := len(m.Host)
-	m.lines = map[Algo]line{AlgoRing: m.ringLine()}
+	m.lines = map[Algo]line{AlgoRing: {}}
 	if n < 2 {
 		return
 	}
+	m.lines[AlgoRing] = line{}.plus(m.ringStep(), 2*(n-1))
+	m.gather = line{}.plus(m.ringStep(), n-1)
 	f := newFold(n)
 	var folds []transfer // the pairing before (and, reversed, after)
 	for r := 0; r < 2*f.rem; r += 2 {
@@ -125,9 +128,10 @@ func (m *Costs) prepare() {
 	}
 }
 
-// ringLine prices the ring: 2(n−1) steps, each rank passing 1/n of the
-// buffer to the next.
-func (m *Costs) ringLine() line {
+// ringStep prices one step of the ring: each rank passing 1/n of the
+// buffer to the next. The all-reduce takes 2(n−1) of them, the all-gather
+// and the reduce-scatter n−1.
+func (m *Costs) ringStep() line {
 	n := len(m.Host)
 	if n < 2 {
 		return line{}
@@ -136,7 +140,23 @@ func (m *Costs) ringLine() line {
 	for r := range n {
 		ts[r] = transfer{r, (r + 1) % n}
 	}
-	return line{}.plus(m.step(ts, 1/float64(n)), 2*(n-1))
+	return m.step(ts, 1/float64(n))
+}
+
+// gatherHierarchical reports whether the model predicts an all-gather
+// (or reduce-scatter) whose whole buffer is bytes faster host by host
+// than by the flat ring: the ring among one local index across hosts
+// moves the members' blocks (bytes/n each, the L cross groups sharing
+// each host's link), the ring within the host the bundles (bytes/L each
+// step), and a copy puts the buffer in order.
+func (m *Costs) gatherHierarchical(h *Hierarchy, bytes int) bool {
+	m.prepare()
+	cross := h.Cross.Costs
+	cross.prepare()
+	n, l, hosts := len(m.Host), h.Local.Size(), h.Cross.Size()
+	b := float64(bytes)
+	local := float64(l-1)*(m.Local.Step.Seconds()+b/float64(l)/m.Local.BytesPerSec) + b/m.Local.BytesPerSec
+	return local+cross.gather.at(hosts*bytes/n) < m.gather.at(bytes)
 }
 
 type transfer struct{ from, to int }

@@ -154,3 +154,50 @@ func TestAllReduceFollowsCosts(t *testing.T) {
 		})
 	}
 }
+
+// TestGatherFollowsCosts: with Costs, an all-gather or reduce-scatter
+// goes host by host where the model predicts it faster than the flat
+// ring, whatever the threshold: across 3 hosts × 2 on 1 Gbit/s links it
+// does (the links between hosts carry 4/6 of the buffer instead of 5/6);
+// when the links between hosts are as fast as shared memory, the phases
+// within hosts cost more than they save, and it stays flat. Forced, it
+// goes host by host regardless.
+func TestGatherFollowsCosts(t *testing.T) {
+	shape := hostShape{hosts: 3, l: 2}
+	shm := Link{Step: time.Microsecond, BytesPerSec: 10e9}
+	gbit := Link{Step: 150 * time.Microsecond, BytesPerSec: 125e6}
+	const count = 1 << 16 // float32s per rank's block
+	for _, c := range []struct {
+		name   string
+		net    Link
+		forced bool
+		hier   bool
+	}{
+		{"1 Gbit/s", gbit, false, true},
+		{"links as fast as shared memory", shm, false, false},
+		{"links as fast as shared memory, forced", shm, true, true},
+	} {
+		for _, kind := range []Kind{KindAllGather, KindReduceScatter} {
+			t.Run(c.name+"/"+kind.String(), func(t *testing.T) {
+				net := newMemNet(6)
+				cs := shape.collectives(net, Never)
+				for _, x := range cs {
+					x.Costs = &Costs{Net: c.net, Local: shm, Host: []int{0, 0, 1, 1, 2, 2}}
+					cross := c.net
+					cross.BytesPerSec /= 2
+					x.Hier.Cross.Costs = &Costs{Net: cross, Local: shm, Host: []int{0, 1, 2}}
+					x.Hier.Forced = c.forced
+				}
+				runRanks(t, 6, func(ctx context.Context, r int) error {
+					if kind == KindAllGather {
+						return AllGather(ctx, cs[r], input(r, count), make([]float32, 6*count))
+					}
+					return ReduceScatter(ctx, cs[r], input(r, 6*count), make([]float32, count), Sum)
+				})
+				if flat, hier := net.streamsUsed(); hier != c.hier || flat == c.hier {
+					t.Fatalf("frames on the group's stream: %v, on the hierarchy's: %v; want host by host %v", flat, hier, c.hier)
+				}
+			})
+		}
+	}
+}

@@ -15,8 +15,13 @@ type Hierarchy struct {
 	// Positions[q] places group rank q: its host (its index in every
 	// Cross) and its index among its host's members (in its Local).
 	Positions []Position
-	// Above says, per collective, when it goes host by host.
+	// Above says, per collective, when it goes host by host where no
+	// cost model chooses (all-reduces, all-gathers and reduce-scatters
+	// follow the group's Costs when it has them).
 	Above Thresholds
+	// Forced sends every collective host by host, whatever the
+	// thresholds and costs say (GORUN_ALGO=hierarchical).
+	Forced bool
 }
 
 // Position is a group member's place in a Hierarchy.
@@ -54,9 +59,20 @@ func (t Thresholds) For(kind Kind) int {
 }
 
 // hierarchical reports whether a collective of kind over a buffer of
-// bytes goes host by host.
+// bytes goes host by host: forced, chosen by the costs (all-gathers and
+// reduce-scatters; all-reduces choose in allReduceAlgo), or above the
+// threshold.
 func (c *Collectives) hierarchical(kind Kind, bytes int) bool {
-	return c.Hier != nil && bytes > c.Hier.Above.For(kind)
+	h := c.Hier
+	switch {
+	case h == nil:
+		return false
+	case h.Forced:
+		return true
+	case c.Costs != nil && h.Cross.Costs != nil && (kind == KindAllGather || kind == KindReduceScatter):
+		return c.Costs.gatherHierarchical(h, bytes)
+	}
+	return bytes > h.Above.For(kind)
 }
 
 // hierarchicalAllReduce all-reduces buf in three steps, so that the
