@@ -19,9 +19,9 @@ func (l Link) String() string {
 }
 
 // Costs describe the links of a group that spans hosts, so that its
-// all-reduce is chosen by predicted time (latency and bandwidth per kind
-// of link) instead of by fixed sizes. Every member must hold the same
-// Costs.
+// all-reduces, all-gathers and reduce-scatters are chosen by predicted
+// time (latency and bandwidth per kind of link) instead of by fixed
+// sizes. Every member must hold the same Costs.
 type Costs struct {
 	Net, Local Link
 	// Host[q] is group rank q's host (any labels).
@@ -52,7 +52,8 @@ func (m *Costs) Predict(algo Algo, bytes int, h *Hierarchy) (time.Duration, bool
 }
 
 // choose returns the all-reduce of bytes predicted fastest among those
-// this group can run, and for a hierarchy whether it wins.
+// this group can run: recursive doubling, halving-doubling (more than two
+// ranks), the ring, and host by host when h is not nil.
 func (m *Costs) choose(bytes int, h *Hierarchy) Algo {
 	m.prepare()
 	best, algo := math.Inf(1), AlgoRing
