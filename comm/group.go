@@ -243,7 +243,7 @@ func openWorld(ctx context.Context, s Settings, data *dataPath, ctl *controls, h
 			if s.NetMode == "set" {
 				how = "set"
 			}
-			msg += fmt.Sprintf("; all-reduces chosen by a cost model, the link between hosts at %v (GORUN_NET: %s)", w.net, how)
+			msg += fmt.Sprintf("; collectives chosen by a cost model, the link between hosts at %v (GORUN_NET: %s)", w.net, how)
 		}
 		fmt.Fprintln(os.Stderr, msg)
 	}
@@ -329,11 +329,13 @@ func forcedThresholds() ring.Thresholds {
 func describeThresholds(t ring.Thresholds, modeled bool) string {
 	var always, never, above, model []string
 	for _, c := range []struct {
-		name string
-		at   int
-	}{{"all-reduces", t.AllReduce}, {"broadcasts", t.Broadcast}, {"all-gathers", t.AllGather}, {"reduce-scatters", t.ReduceScatter}, {"barriers", t.Barrier}} {
+		name    string
+		at      int
+		byModel bool // chosen by the cost model when there is one
+	}{{"all-reduces", t.AllReduce, true}, {"broadcasts", t.Broadcast, false}, {"all-gathers", t.AllGather, true},
+		{"reduce-scatters", t.ReduceScatter, true}, {"barriers", t.Barrier, false}} {
 		switch {
-		case modeled && c.name != "broadcasts" && c.name != "barriers":
+		case modeled && c.byModel:
 			model = append(model, c.name)
 		case c.at == ring.Always:
 			always = append(always, c.name)

@@ -122,10 +122,7 @@ func TestAllReduceFollowsCosts(t *testing.T) {
 			cs := shape.collectives(net, 8<<20)
 			for _, x := range cs {
 				x.HalvingBytes = 4 << 20
-				x.Costs = &Costs{Net: c.net, Local: shm, Host: []int{0, 0, 1, 1, 2, 2}}
-				cross := c.net
-				cross.BytesPerSec /= 2
-				x.Hier.Cross.Costs = &Costs{Net: cross, Local: shm, Host: []int{0, 1, 2}}
+				giveCosts(x, c.net, shm)
 				if !c.hier {
 					x.Hier = nil
 				}
@@ -182,10 +179,7 @@ func TestGatherFollowsCosts(t *testing.T) {
 				net := newMemNet(6)
 				cs := shape.collectives(net, Never)
 				for _, x := range cs {
-					x.Costs = &Costs{Net: c.net, Local: shm, Host: []int{0, 0, 1, 1, 2, 2}}
-					cross := c.net
-					cross.BytesPerSec /= 2
-					x.Hier.Cross.Costs = &Costs{Net: cross, Local: shm, Host: []int{0, 1, 2}}
+					giveCosts(x, c.net, shm)
 					x.Hier.Forced = c.forced
 				}
 				runRanks(t, 6, func(ctx context.Context, r int) error {
@@ -200,4 +194,14 @@ func TestGatherFollowsCosts(t *testing.T) {
 			})
 		}
 	}
+}
+
+// giveCosts gives one rank of hostShape{3, 2}'s collectives the costs of
+// links net between hosts and shm within them, its cross group's link
+// shared by the 2 cross groups.
+func giveCosts(x *Collectives, net, shm Link) {
+	x.Costs = &Costs{Net: net, Local: shm, Host: []int{0, 0, 1, 1, 2, 2}}
+	cross := net
+	cross.BytesPerSec /= 2
+	x.Hier.Cross.Costs = &Costs{Net: cross, Local: shm, Host: []int{0, 1, 2}}
 }

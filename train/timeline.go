@@ -52,15 +52,7 @@ func WriteTimelineSVG(path string, events []Event, stages int, title string) err
 	if len(events) == 0 {
 		return fmt.Errorf("timeline: no events (no full batch was trained)")
 	}
-	t0, t1 := events[0].Start, events[0].End
-	for _, e := range events {
-		if e.Start.Before(t0) {
-			t0 = e.Start
-		}
-		if e.End.After(t1) {
-			t1 = e.End
-		}
-	}
+	t0, t1 := span(events)
 	const left, top, rowH, width = 80, 40, 36, 900
 	span := t1.Sub(t0).Seconds()
 	x := func(t time.Time) float64 { return left + width*t.Sub(t0).Seconds()/span }
@@ -125,12 +117,7 @@ func WriteTimelineTrace(path string, events []Event, sum TraceSummary) error {
 	if len(events) == 0 {
 		return fmt.Errorf("timeline: no events (no full batch was trained)")
 	}
-	t0 := events[0].Start
-	for _, e := range events {
-		if e.Start.Before(t0) {
-			t0 = e.Start
-		}
-	}
+	t0, _ := span(events)
 	out := []traceEvent{{Name: "process_name", Ph: "M", Args: map[string]any{"name": sum.Title}}}
 	for s := range sum.Stages {
 		out = append(out, traceEvent{Name: "thread_name", Ph: "M", Tid: s, Args: map[string]any{"name": fmt.Sprintf("stage %d", s)}})
@@ -160,4 +147,19 @@ func WriteTimelineTrace(path string, events []Event, sum TraceSummary) error {
 // name ending in .json.
 func tracePath(path string) string {
 	return strings.TrimSuffix(path, filepath.Ext(path)) + ".json"
+}
+
+// span returns the earliest start and the latest end of events (at
+// least one).
+func span(events []Event) (start, end time.Time) {
+	start, end = events[0].Start, events[0].End
+	for _, e := range events {
+		if e.Start.Before(start) {
+			start = e.Start
+		}
+		if e.End.After(end) {
+			end = e.End
+		}
+	}
+	return start, end
 }
