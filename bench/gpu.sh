@@ -2,8 +2,10 @@
 # The GPU checks of issue 9 in one go: kernel parity against the CPU
 # backend, the staged collectives on GPU memory, pinned against pageable
 # copy bandwidth and the staging path's, the MNIST net trained on the GPU
-# and on the CPU, DDP with two ranks sharing the GPU, and training
-# throughput against PyTorch (cuDNN) on the same GPU.
+# and on the CPU, DDP with two ranks sharing the GPU, training throughput
+# against PyTorch (cuDNN) on the same GPU, and ResNet-50 at batch 256
+# against PyTorch in FP32, TF32 and mixed precision (bf16 and fp16
+# autocast, channels-last), with each process's peak GPU memory.
 #
 #   bash bench/gpu.sh build          # where Go is: static binaries in bin/gpu
 #   bash bench/gpu.sh run [OUTDIR]   # on the GPU machine (no Go needed)
@@ -31,7 +33,7 @@ DATA=${DATA:-/usr/share/datasets/fashion-mnist}
 PY=${PYTHON:-python3}
 log() { echo; echo "== $*"; }
 # ONLY="parity copy" runs just those sections (parity staged copy mnist save
-# pipeline ddp throughput); all by default.
+# pipeline ddp throughput resnet50); all by default.
 want() { [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" $1 "* ]]; }
 
 log "GPU"
@@ -80,6 +82,7 @@ log "DDP: two ranks sharing the GPU"
 "$BIN/gorun" -np 2 "$BIN/train" --device cuda --data "$DATA" --epochs 3 --progress lines 2>&1 | tee "$OUT/mnist-ddp-gpu.txt" | grep -E "Model|Epoch|epoch|accuracy|Test|total" | tail -8
 fi
 
+# ROUNDS (default 3) alternating rounds in the throughput section.
 if want throughput; then
 log "training throughput: gorun vs PyTorch on the same GPU (no augmentation, synthetic data; three alternating runs)"
 gorun_train() { # model images batch [--tf32]
@@ -89,7 +92,7 @@ gorun_train() { # model images batch [--tf32]
 }
 for spec in "cifarnet 25600 128" "mnist 60000 64"; do
 	set -- $spec
-	for run in 1 2 3; do
+	for run in $(seq ${ROUNDS:-3}); do
 		gorun_train "$1" "$2" "$3"
 		$PY bench/competitors/torch_gpu_train.py "$1" "$2" "$3" fp32
 		gorun_train "$1" "$2" "$3" --tf32
@@ -97,4 +100,37 @@ for spec in "cifarnet 25600 128" "mnist 60000 64"; do
 		$PY bench/competitors/torch_gpu_train.py "$1" "$2" "$3" default
 	done
 done 2>&1 | tee "$OUT/throughput.txt"
+fi
+
+if want resnet50; then
+RN_BATCH=${RN_BATCH:-256} RN_IMAGES=${RN_IMAGES:-2048}
+log "ResNet-50 (ImageNet-shaped synthetic data), batch $RN_BATCH: gorun and PyTorch on the same GPU, peak GPU memory of each process (nvidia-smi)"
+# peak CMD...: runs CMD and prints, after its output, the most GPU memory
+# any process held while it ran (nvidia-smi, context included), in MiB.
+peak() {
+	"$@" &
+	local pid=$! max=0 m
+	while kill -0 $pid 2>/dev/null; do
+		m=$(nvidia-smi --query-compute-apps=used_memory --format=csv,noheader,nounits 2>/dev/null | sort -n | tail -1)
+		[ -n "$m" ] && [ "$m" -gt "$max" ] && max=$m
+		sleep 0.2
+	done
+	wait $pid || true
+	echo "  peak GPU memory (nvidia-smi) $max MiB"
+}
+gorun_resnet() { # label, then train's flags
+	local label=$1
+	shift
+	timeout 300 "$BIN/train" --device cuda --model resnet50 --synthetic --train-samples "$RN_IMAGES" --test-samples "$RN_BATCH" \
+		--batch-size "$RN_BATCH" --epochs 2 --augment=false --optimizer sgd --lr 0.01 --momentum 0.9 --scheduler none --progress lines "$@" 2>&1 |
+		grep -E "^(Model|Epoch 2:|Peak|panic|error|train:|gpu:)" | sed "s/^/gorun resnet50 $label: /"
+}
+for run in $(seq ${RN_RUNS:-1}); do
+	peak gorun_resnet fp32
+	peak gorun_resnet tf32 --tf32
+	GORUN_CONV=im2col peak gorun_resnet "tf32 im2col" --tf32
+	for mode in fp32 tf32 amp amp-fp16; do
+		peak timeout 300 $PY bench/competitors/torch_gpu_train.py resnet50 "$RN_IMAGES" "$RN_BATCH" $mode
+	done
+done 2>&1 | tee "$OUT/resnet50.txt"
 fi

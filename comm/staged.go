@@ -70,6 +70,52 @@ func (g *Group) AllReduceDeviceAsync(ctx context.Context, st Stager, ptr uintptr
 	})
 }
 
+// Half is a 16-bit float type device gradients may travel as.
+type Half interface {
+	BFloat16 | Float16
+	Float32() float32
+}
+
+// NarrowInto sets dst[i] to src[i] rounded to the 16-bit type, to
+// nearest with ties to even (as torch converts); dst is at least as long
+// as src.
+func NarrowInto[H Half](dst []H, src []float32) { ring.NarrowInto(dst, src) }
+
+// WidenInto sets dst[i] to src[i] exactly; dst is at least as long as
+// src.
+func WidenInto[H Half](dst []float32, src []H) { ring.WidenInto(dst, src) }
+
+// AllReduceDeviceHalfAsync is AllReduceDeviceAsync with the data on the
+// wire as 16-bit floats, as DDP's bf16 and fp16 compression hooks send
+// them: each staged chunk is rounded on the host into wire (to nearest,
+// ties to even), reduced by the ring in float32 over the 16-bit wire
+// format, and widened back before it goes up to the device.
+// Half the bytes of the float32 collective cross the network. wire, at
+// least min(n, st.Chunk()) elements, is the caller's scratch: one staged
+// chunk at a time uses it, and it must not be touched until Wait returns.
+func AllReduceDeviceHalfAsync[H Half](ctx context.Context, g *Group, st Stager, ptr uintptr, n int, op Op, wire []H) *Work {
+	c := call{kind: "AllReduce", count: n, dtype: ring.DTypeOf[H]()}
+	if need := min(n, st.Chunk()); len(wire) < need {
+		return finished(g.wrap(c.String()+" on a device buffer", fmt.Errorf("a wire buffer of %d elements; staging needs %d", len(wire), need)))
+	}
+	ready, err := st.Mark()
+	if err != nil {
+		return finished(g.wrap(c.String()+" on a device buffer", err))
+	}
+	return g.enqueue(ctx, c, func(ctx context.Context) error {
+		g.w.stageWith(st)
+		return staged(ctx, st, ready, ptr, n, func(ctx context.Context, host []float32) error {
+			w := wire[:len(host)]
+			NarrowInto(w, host)
+			if err := ring.AllReduce(ctx, &g.ring, w, op); err != nil {
+				return err
+			}
+			WidenInto(host, w)
+			return nil
+		})
+	})
+}
+
 // BroadcastDevice is Broadcast on n float32s at device address ptr,
 // staged through st.
 func (g *Group) BroadcastDevice(ctx context.Context, st Stager, ptr uintptr, n int, root int) error {

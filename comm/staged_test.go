@@ -117,7 +117,49 @@ func stagedScenario(ctx context.Context, g *comm.Group) error {
 			}
 		}
 	}
+	if err := stagedHalf(ctx, g, chunk, value, comm.NewBFloat16); err != nil {
+		return err
+	}
+	if err := stagedHalf(ctx, g, chunk, value, comm.NewFloat16); err != nil {
+		return err
+	}
 	return stagedCUDA(ctx, g, value)
+}
+
+// stagedHalf all-reduces device buffers with 16-bit floats on the wire
+// and checks every element against the same chunks averaged from host
+// memory by the 16-bit collective (the same ring calls: bit for bit); a
+// wire buffer shorter than a chunk is refused.
+func stagedHalf[H comm.Half](ctx context.Context, g *comm.Group, chunk int, value func(rank, i int) float32, narrow func(float32) H) error {
+	for _, n := range []int{1, chunk, chunk + 1, 3*chunk + 7} {
+		d := newFakeDevice(n, chunk, uint64(g.Rank()))
+		for i := range d.mem {
+			d.mem[i] = value(g.Rank(), i) + 0.01*float32(i)
+		}
+		wire := make([]H, min(n, chunk))
+		if err := comm.AllReduceDeviceHalfAsync(ctx, g, d, d.base, n, comm.Avg, wire).Wait(); err != nil {
+			return fmt.Errorf("staged 16-bit all-reduce of %d: %w", n, err)
+		}
+		for lo := 0; lo < n; lo += chunk {
+			ref := make([]H, min(chunk, n-lo))
+			for i := range ref {
+				ref[i] = narrow(value(g.Rank(), lo+i) + 0.01*float32(lo+i))
+			}
+			if err := comm.AllReduce(ctx, g, ref, comm.Avg); err != nil {
+				return err
+			}
+			for i, h := range ref {
+				if got := d.mem[lo+i]; got != h.Float32() {
+					return fmt.Errorf("staged 16-bit all-reduce of %d: element %d = %v, want %v", n, lo+i, got, h.Float32())
+				}
+			}
+		}
+	}
+	d := newFakeDevice(2*chunk, chunk, uint64(g.Rank()))
+	if err := comm.AllReduceDeviceHalfAsync(ctx, g, d, d.base, 2*chunk, comm.Avg, make([]H, chunk-1)).Wait(); err == nil {
+		return fmt.Errorf("a wire buffer shorter than a chunk was accepted")
+	}
+	return nil
 }
 
 // stagedCUDA repeats the all-reduce on GPU memory through a CUDAStager

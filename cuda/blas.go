@@ -73,18 +73,25 @@ func (s *Stream) OpenBLAS() (*BLAS, error) {
 	return b, nil
 }
 
+// cudaLib64 is the CUDA toolkit's library folder: CUDA_HOME/lib64, or
+// /usr/local/cuda/lib64 without CUDA_HOME; libraries are looked for there
+// after the loader's search path.
+func cudaLib64() string {
+	home := os.Getenv("CUDA_HOME")
+	if home == "" {
+		home = "/usr/local/cuda"
+	}
+	return filepath.Join(home, "lib64")
+}
+
 func loadBLAS() (uintptr, string, error) {
 	names := blasLibraries()
 	if p := os.Getenv("GORUN_CUBLAS"); p != "" {
 		names = []string{p}
 	}
-	home := os.Getenv("CUDA_HOME")
-	if home == "" {
-		home = "/usr/local/cuda"
-	}
 	var tried []string
 	for _, n := range names {
-		for _, p := range []string{n, filepath.Join(home, "lib64", n)} {
+		for _, p := range []string{n, filepath.Join(cudaLib64(), n)} {
 			lib, err := purego.Dlopen(p, purego.RTLD_NOW|purego.RTLD_GLOBAL)
 			if err == nil {
 				return lib, p, nil

@@ -305,3 +305,37 @@ func randSlice(n int) []float32 {
 	}
 	return s
 }
+
+// TestFastest: the first algorithm that ran and fits the workspace wins;
+// none is an error.
+func TestFastest(t *testing.T) {
+	ran := func(algo int32, mem uint64) algoPerf { return algoPerf{algo: algo, memory: mem} }
+	failed := algoPerf{algo: 9, status: 3}
+	for _, c := range []struct {
+		name string
+		perf []algoPerf
+		max  int
+		want int
+		err  bool
+	}{
+		{"first", []algoPerf{ran(1, 0), ran(2, 0)}, 0, 0, false},
+		{"too big", []algoPerf{ran(1, 1<<31), ran(2, 100)}, 1 << 30, 1, false},
+		{"failed", []algoPerf{failed, ran(2, 100)}, 1 << 30, 1, false},
+		{"none", []algoPerf{failed, ran(2, 1<<31)}, 1 << 30, 0, true},
+		{"empty", nil, 1 << 30, 0, true},
+	} {
+		got, err := fastest(c.perf, c.max)
+		if (err != nil) != c.err || (!c.err && got != c.want) {
+			t.Errorf("%s: fastest = %d, %v; want %d, error %v", c.name, got, err, c.want, c.err)
+		}
+	}
+}
+
+// TestAlgoPerfLayout: algoPerf matches cuDNN's perf struct (48 bytes, the
+// workspace size at offset 16).
+func TestAlgoPerfLayout(t *testing.T) {
+	var p algoPerf
+	if s, off := unsafe.Sizeof(p), unsafe.Offsetof(p.memory); s != 48 || off != 16 {
+		t.Errorf("algoPerf: %d bytes, memory at %d; cuDNN's is 48 bytes, memory at 16", s, off)
+	}
+}

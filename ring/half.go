@@ -106,16 +106,30 @@ func narrow[H half](f float32) H {
 }
 
 // reduceHalf sets dst[i] = a[i] op b[i], computed in float32 and rounded
-// once.
+// once. Sums, the common case, run in loops written per type.
 func reduceHalf[H half](op Op, dst, a, b []H) {
 	n := len(dst)
 	a, b = a[:n], b[:n]
+	if op == Sum || op == Avg {
+		switch d := any(dst).(type) {
+		case []BFloat16:
+			x, y := any(a).([]BFloat16), any(b).([]BFloat16)
+			for i := range d {
+				d[i] = NewBFloat16(x[i].Float32() + y[i].Float32())
+			}
+			return
+		case []Float16:
+			x, y := any(a).([]Float16), any(b).([]Float16)
+			for i := range d {
+				d[i] = NewFloat16(x[i].Float32() + y[i].Float32())
+			}
+			return
+		}
+	}
 	for i := range dst {
 		x, y := widen(a[i]), widen(b[i])
 		var v float32
 		switch op {
-		case Sum, Avg:
-			v = x + y
 		case Prod:
 			v = x * y
 		case Max:
@@ -129,7 +143,80 @@ func reduceHalf[H half](op Op, dst, a, b []H) {
 
 // divideHalf divides every element by n in float32, rounding once.
 func divideHalf[H half](v []H, n int) {
-	for i, h := range v {
-		v[i] = narrow[H](widen(h) / float32(n))
+	g := float32(n)
+	switch d := any(v).(type) {
+	case []BFloat16:
+		for i, h := range d {
+			d[i] = NewBFloat16(h.Float32() / g)
+		}
+	case []Float16:
+		for i, h := range d {
+			d[i] = NewFloat16(h.Float32() / g)
+		}
+	}
+}
+
+// NarrowInto sets dst[i] to src[i] rounded to H (NewBFloat16 or
+// NewFloat16); dst is at least as long as src. The loops are written per
+// type: a generic one pays a dictionary call per element (about 3 ns).
+func NarrowInto[H half](dst []H, src []float32) {
+	switch d := any(dst).(type) {
+	case []BFloat16:
+		d = d[:len(src)]
+		for i, v := range src {
+			d[i] = NewBFloat16(v)
+		}
+	case []Float16:
+		d = d[:len(src)]
+		for i, v := range src {
+			d[i] = NewFloat16(v)
+		}
+	}
+}
+
+// WidenInto sets dst[i] to src[i] exactly; dst is at least as long as
+// src.
+func WidenInto[H half](dst []float32, src []H) {
+	dst = dst[:len(src)]
+	switch s := any(src).(type) {
+	case []BFloat16:
+		for i, h := range s {
+			dst[i] = h.Float32()
+		}
+	case []Float16:
+		for i, h := range s {
+			dst[i] = h.Float32()
+		}
+	}
+}
+
+// accumulateInto combines src into acc element-wise in float32 (acc[i] =
+// acc[i] op src[i]; for Avg, a sum).
+func accumulateInto[H half](op Op, acc []float32, src []H) {
+	acc = acc[:len(src)]
+	if op == Sum || op == Avg {
+		switch s := any(src).(type) {
+		case []BFloat16:
+			for i, h := range s {
+				acc[i] += h.Float32()
+			}
+			return
+		case []Float16:
+			for i, h := range s {
+				acc[i] += h.Float32()
+			}
+			return
+		}
+	}
+	for i, h := range src {
+		v := widen(h)
+		switch op {
+		case Prod:
+			acc[i] *= v
+		case Max:
+			acc[i] = max(acc[i], v)
+		case Min:
+			acc[i] = min(acc[i], v)
+		}
 	}
 }

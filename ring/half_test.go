@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"math"
+	"math/rand/v2"
 	"os"
+	"slices"
 	"testing"
 )
 
@@ -157,6 +159,76 @@ func testHalfReductions[H half](t *testing.T) {
 					}
 				}
 			}
+		}
+	}
+}
+
+// TestHalfBulkMatchesScalar: the loops written per type (NarrowInto,
+// WidenInto, the sums of reduceHalf, divideHalf, accumulateInto) give
+// the bits of the element-by-element conversions, special values
+// included.
+func TestHalfBulkMatchesScalar(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	src := []float32{0, float32(math.Copysign(0, -1)), float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()),
+		1e-40, -3e-8, 65504, 65520, 1e30, 1 + 1.0/256, 1 + 1.0/2048}
+	for len(src) < 4096 {
+		src = append(src, float32(rng.NormFloat64()*math.Pow(10, float64(rng.IntN(12)-6))))
+	}
+	bulkMatches(t, src, NewBFloat16)
+	bulkMatches(t, src, NewFloat16)
+}
+
+func bulkMatches[H half](t *testing.T, src []float32, scalar func(float32) H) {
+	t.Helper()
+	same := func(a, b float32) bool { return math.Float32bits(a) == math.Float32bits(b) || (a != a && b != b) }
+	h := make([]H, len(src))
+	NarrowInto(h, src)
+	for i, v := range src {
+		if h[i] != scalar(v) {
+			t.Fatalf("%T NarrowInto(%v) = %#x, want %#x", h[i], v, h[i], scalar(v))
+		}
+	}
+	w := make([]float32, len(h))
+	WidenInto(w, h)
+	for i, x := range h {
+		if !same(w[i], widen(x)) {
+			t.Fatalf("%T WidenInto(%#x) = %v, want %v", x, x, w[i], widen(x))
+		}
+	}
+	rev := slices.Clone(h)
+	slices.Reverse(rev)
+	for _, op := range []Op{Sum, Avg, Prod, Max, Min} {
+		got := make([]H, len(h))
+		reduceHalf(op, got, h, rev)
+		acc := make([]float32, len(h))
+		WidenInto(acc, h)
+		accumulateInto(op, acc, rev)
+		for i := range h {
+			x, y := widen(h[i]), widen(rev[i])
+			var v float32
+			switch op {
+			case Sum, Avg:
+				v = x + y
+			case Prod:
+				v = x * y
+			case Max:
+				v = max(x, y)
+			case Min:
+				v = min(x, y)
+			}
+			if got[i] != narrow[H](v) && !(v != v && widen(got[i]) != widen(got[i])) {
+				t.Fatalf("%T reduce %v of %v and %v = %#x, want %#x", h[i], op, x, y, got[i], narrow[H](v))
+			}
+			if !same(acc[i], v) {
+				t.Fatalf("%T accumulate %v of %v and %v = %v, want %v", h[i], op, x, y, acc[i], v)
+			}
+		}
+	}
+	div := slices.Clone(h)
+	divideHalf(div, 3)
+	for i, x := range h {
+		if want := narrow[H](widen(x) / 3); div[i] != want && widen(div[i]) == widen(div[i]) {
+			t.Fatalf("%T divide %v by 3 = %#x, want %#x", x, widen(x), div[i], want)
 		}
 	}
 }

@@ -141,27 +141,18 @@ func ownerReduce[H half](ctx context.Context, c *Collectives, call Call, send []
 		if q == r {
 			src = send[lo:hi]
 		}
-		for i, h := range src {
-			v := widen(h)
-			switch {
-			case q == 0:
-				acc[i] = v
-			case op == Sum || op == Avg:
-				acc[i] += v
-			case op == Prod:
-				acc[i] *= v
-			case op == Max:
-				acc[i] = max(acc[i], v)
-			case op == Min:
-				acc[i] = min(acc[i], v)
-			}
+		if q == 0 {
+			WidenInto(acc, src)
+		} else {
+			accumulateInto(op, acc, src)
 		}
 	}
-	for i, v := range acc {
-		if op == Avg {
-			v /= float32(n)
+	if op == Avg {
+		g := float32(n)
+		for i := range acc {
+			acc[i] /= g
 		}
-		out[i] = narrow[H](v)
 	}
+	NarrowInto(out, acc)
 	return nil
 }

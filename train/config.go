@@ -2,6 +2,7 @@ package train
 
 import (
 	"fmt"
+	"github.com/gorun/gorun/model/amp"
 	"math"
 	"strings"
 
@@ -50,6 +51,10 @@ type Config struct {
 	// on) sends a rank-R approximation of each gradient matrix with error
 	// feedback, as PyTorch's PowerSGD hook.
 	GradCompression string `json:"grad_compression,omitempty"`
+	// Precision is the arithmetic of matrix products and convolutions:
+	// "fp32" (or ""), "tf32" (on a GPU), "bf16" or "fp16" (as
+	// torch.autocast, emulated on the CPU; fp16 with a GradScaler).
+	Precision string `json:"precision,omitempty"`
 	// Pipeline splits the model into this many stages, one per rank
 	// (GPipe); Microbatches cuts each batch for it.
 	Pipeline     int    `json:"pipeline,omitempty"`
@@ -184,10 +189,32 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--grad-compression %q: want none, bf16, fp16 or powersgd:RANK", c.GradCompression)
 	case badPowerSGD(c.GradCompression) != nil:
 		return badPowerSGD(c.GradCompression)
+	case badPrecision(c.Precision) != nil:
+		return badPrecision(c.Precision)
+	case c.Pipeline > 1 && c.precision().Half():
+		return fmt.Errorf("--precision %s with --pipeline %d: not built for pipelines", c.Precision, c.Pipeline)
 	case c.Pipeline > 1 && c.Accumulate > 1:
 		return fmt.Errorf("--accumulate %d with a pipeline: the microbatches already accumulate; raise the batch size instead", c.Accumulate)
 	}
 	return nil
+}
+
+// badPrecision returns the error in a precision's name, if any.
+func badPrecision(name string) error {
+	if _, err := amp.Parse(name); err != nil {
+		return fmt.Errorf("--precision %q: want fp32, tf32, bf16 or fp16", name)
+	}
+	return nil
+}
+
+// precision is c.Precision parsed (FP32 when it does not parse: Validate
+// reports that).
+func (c Config) precision() amp.Precision {
+	p, err := amp.Parse(c.Precision)
+	if err != nil {
+		return amp.FP32
+	}
+	return p
 }
 
 // validName reports whether v is one of names, ignoring case.
@@ -265,6 +292,12 @@ func (c Config) describe() string {
 	}
 	if c.LabelSmoothing > 0 {
 		s += fmt.Sprintf(", label smoothing %g", c.LabelSmoothing)
+	}
+	switch p := c.precision(); p {
+	case amp.BF16:
+		s += ", bf16 autocast"
+	case amp.FP16:
+		s += ", fp16 autocast with loss scaling"
 	}
 	return s
 }

@@ -232,13 +232,17 @@ func (d *DDP) gradReady(l nn.Layer) {
 
 func (d *DDP) launch(b *bucket) {
 	switch {
+	case b.dev != nil && d.compress == "bf16":
+		b.work = launchDeviceHalf(d, b, &b.bf16)
+	case b.dev != nil && d.compress == "fp16":
+		b.work = launchDeviceHalf(d, b, &b.fp16)
 	case b.dev != nil:
 		b.work = d.g.AllReduceDeviceAsync(d.ctx, d.stager, b.dev.Ptr(), b.dev.Len(), comm.Avg)
 		d.wireBytes += 4 * int64(b.dev.Len())
 	case d.compress == "bf16":
-		b.work = launchHalf(d, &b.bf16, b.buf, comm.NewBFloat16)
+		b.work = launchHalf(d, &b.bf16, b.buf)
 	case d.compress == "fp16":
-		b.work = launchHalf(d, &b.fp16, b.buf, comm.NewFloat16)
+		b.work = launchHalf(d, &b.fp16, b.buf)
 	case d.psgd != nil && d.psgd.active():
 		d.wireBytes += d.psgd.launch(d, b.index, b.buf)
 		b.work = d.psgd.buckets[b.index].work
@@ -248,38 +252,36 @@ func (d *DDP) launch(b *bucket) {
 	}
 }
 
-// decompress widens a compressed bucket's average back into its
-// gradients.
-func (d *DDP) decompress(b *bucket) {
-	switch d.compress {
-	case "bf16":
-		widenInto(b.buf, b.bf16)
-	case "fp16":
-		widenInto(b.buf, b.fp16)
-	}
+// launchDeviceHalf starts averaging a GPU bucket with 16-bit floats on
+// the wire: each staged chunk is rounded on the host into *wire (one
+// chunk's worth, reused) and widened back before it goes up.
+func launchDeviceHalf[H comm.Half](d *DDP, b *bucket, wire *[]H) *comm.Work {
+	n := b.dev.Len()
+	*wire = grown(*wire, min(n, d.stager.Chunk()))
+	d.wireBytes += 2 * int64(n)
+	return comm.AllReduceDeviceHalfAsync(d.ctx, d.g, d.stager, b.dev.Ptr(), n, comm.Avg, *wire)
 }
 
-// wireHalf is a 16-bit float gradients may travel as.
-type wireHalf interface {
-	comm.BFloat16 | comm.Float16
-	Float32() float32
+// decompress widens a compressed bucket's average back into its
+// gradients (a GPU bucket's came back widened).
+func (d *DDP) decompress(b *bucket) {
+	if b.dev != nil {
+		return
+	}
+	switch d.compress {
+	case "bf16":
+		comm.WidenInto(b.buf, b.bf16)
+	case "fp16":
+		comm.WidenInto(b.buf, b.fp16)
+	}
 }
 
 // launchHalf rounds src into *wire and starts averaging it.
-func launchHalf[H wireHalf](d *DDP, wire *[]H, src []float32, narrow func(float32) H) *comm.Work {
+func launchHalf[H comm.Half](d *DDP, wire *[]H, src []float32) *comm.Work {
 	*wire = grown(*wire, len(src))
-	for i, v := range src {
-		(*wire)[i] = narrow(v)
-	}
+	comm.NarrowInto(*wire, src)
 	d.wireBytes += 2 * int64(len(src))
 	return comm.AllReduceAsync(d.ctx, d.g, *wire, comm.Avg)
-}
-
-// widenInto sets dst to src's values.
-func widenInto[H wireHalf](dst []float32, src []H) {
-	for i, h := range src {
-		dst[i] = h.Float32()
-	}
 }
 
 // grown returns s with n elements, reallocated only when too short.
@@ -293,7 +295,8 @@ func grown[T any](s []T, n int) []T {
 // SetCompression makes the gradients travel as "bf16" or "fp16" (16-bit
 // floats averaged in float32), "powersgd:R[:START]" (PowerSGD of rank R
 // from step START on, powersgd.go), or "" / "none" (float32):
-// Config.GradCompression. Host buckets only.
+// Config.GradCompression. PowerSGD runs on host buckets only; GPU
+// buckets round and widen each staged chunk on the host.
 func (d *DDP) SetCompression(kind string) error {
 	if d.psgd != nil {
 		d.psgd.eng.Close()
@@ -308,8 +311,8 @@ func (d *DDP) SetCompression(kind string) error {
 		return nil
 	case kind != "bf16" && kind != "fp16" && !isPowerSGD:
 		return fmt.Errorf("ddp: gradient compression %q: want none, bf16, fp16 or powersgd:RANK", kind)
-	case d.dev != nil:
-		return fmt.Errorf("ddp: --grad-compression %s: gradients on a GPU travel as float32 (not built yet)", kind)
+	case d.dev != nil && isPowerSGD:
+		return fmt.Errorf("ddp: --grad-compression %s: PowerSGD on GPU gradients is not built yet (bf16 and fp16 are)", kind)
 	case isPowerSGD:
 		d.compress = "powersgd"
 		d.psgd = newPowerSGD(d, rank, start)

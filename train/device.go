@@ -84,7 +84,7 @@ func openGPU(localRank int, tf32 bool) (*gpu.Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return gpu.NewOn(dv, gpu.Options{TF32: tf32, Profile: os.Getenv("GORUN_GPU_PROFILE") != ""})
+	return gpu.NewOn(dv, gpu.Options{TF32: tf32, Profile: os.Getenv("GORUN_GPU_PROFILE") != "", Convolutions: os.Getenv("GORUN_CONV")})
 }
 
 // onDevice returns x where be computes: x itself for a host backend, else

@@ -222,6 +222,9 @@ func (w *wholeModel) gradients(_ context.Context, t *Trainer, b *data.Batch, syn
 	t1 := time.Now()
 	t.times.Forward += t1.Sub(t0)
 	sync.beforeBackward(update)
+	if t.scaler != nil {
+		w.loss.Scale = t.scaler.Scale
+	}
 	dy, err := w.loss.Backward()
 	if err == nil {
 		_, err = w.net.Backward(dy)

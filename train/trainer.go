@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/gorun/gorun/model/amp"
 	"io"
 	"math/rand/v2"
 	"runtime"
@@ -80,6 +81,12 @@ type Trainer struct {
 	origin []int
 	// notes are lines for the run's description (Describe).
 	notes []string
+	// scaler scales the loss of an fp16 run (nil otherwise); params are
+	// the trained parameters it unscales; skippedSteps counts the steps
+	// it skipped for gradients that were not finite.
+	scaler       *amp.Scaler
+	params       []nn.Var
+	skippedSteps int
 	// resumedSync is the gradient sync's part of the checkpoint resumed
 	// from, kept from resume until the sync exists.
 	resumedSync syncState
@@ -187,7 +194,17 @@ func New(ctx context.Context, cfg Config, be tensor.Backend, train, test *data.D
 		}
 		t.compute, replicas = stage, dg
 	} else {
-		t.model = spec.Build(be, modelSeed(cfg))
+		layers := be
+		if p := cfg.precision(); p.Half() {
+			// The layers' products in 16 bits; the loss in float32.
+			if layers, err = amp.NewAutocast(be, p); err != nil {
+				return nil, err
+			}
+			if p == amp.FP16 {
+				t.scaler = amp.NewScaler()
+			}
+		}
+		t.model = spec.Build(layers, modelSeed(cfg))
 		loss := t.model.NewLoss(be)
 		loss.Smoothing = float32(cfg.LabelSmoothing)
 		t.compute = &wholeModel{net: t.model.Net, loss: loss}
@@ -365,7 +382,8 @@ func modelSeed(cfg Config) uint64 {
 // dropout layers.
 func (t *Trainer) setTrained(l nn.Layer) error {
 	var err error
-	if t.opt, err = newOptimizer(t.cfg, t.be, nn.Params(l)); err != nil {
+	t.params = nn.Params(l)
+	if t.opt, err = newOptimizer(t.cfg, t.be, t.params); err != nil {
 		return err
 	}
 	if t.cfg.NoDecayNormBias {
@@ -389,6 +407,33 @@ func (t *Trainer) setTrained(l nn.Layer) error {
 	})
 	t.stepCalls = make([]uint64, len(t.dropouts))
 	return nil
+}
+
+// unscale divides an fp16 run's gradients by the loss scale and moves the
+// scale, reporting whether the optimizer may step (always, without a
+// scaler): a step whose gradients overflowed is skipped, as
+// GradScaler.step skips it. Every replica holds the same averaged
+// gradients, so all decide alike.
+func (t *Trainer) unscale() bool {
+	if t.scaler == nil {
+		return true
+	}
+	finite := t.scaler.Unscale(t.params)
+	t.scaler.Update(finite)
+	if !finite {
+		t.skippedSteps++
+	}
+	return finite
+}
+
+// LossScale returns an fp16 run's loss scale now and the optimizer steps
+// skipped so far for gradients that were not finite (0, 0 for other
+// precisions).
+func (t *Trainer) LossScale() (scale float32, skipped int) {
+	if t.scaler == nil {
+		return 0, 0
+	}
+	return t.scaler.Scale, t.skippedSteps
 }
 
 // Model returns the model being trained (on a pipeline stage, its
@@ -687,7 +732,9 @@ func (t *Trainer) trainShard(ctx context.Context, epoch int, at *epochProgress) 
 		}
 		t1 := time.Now()
 		if update {
-			t.opt.Step()
+			if t.unscale() {
+				t.opt.Step()
+			}
 			t.opt.ZeroGrad()
 			t.step++
 		}
@@ -784,6 +831,9 @@ func (t *Trainer) meta() (checkpoint.Meta, error) {
 	if t.sched != nil {
 		m.ScheduleEpoch = t.sched.Epoch()
 	}
+	if t.scaler != nil {
+		m.LossScale, m.LossScaleGoodSteps = t.scaler.Scale, t.scaler.GoodSteps
+	}
 	for _, d := range t.dropouts {
 		m.DropoutCalls = append(m.DropoutCalls, d.Calls)
 	}
@@ -856,6 +906,9 @@ func (t *Trainer) resume(path string) error {
 	m := pre
 	t.resumedSync = syncStateOf(f) // for the gradient sync, which does not exist yet
 	t.epoch, t.step = m.Epoch, m.Step
+	if t.scaler != nil && m.LossScale > 0 {
+		t.scaler.Scale, t.scaler.GoodSteps = m.LossScale, m.LossScaleGoodSteps
+	}
 	t.inEpoch = epochProgress{batch: m.Batch, loss: m.EpochLoss, lossN: m.EpochBatches, seen: m.EpochSeen, skip: m.Skip, world: m.World}
 	if m.EpochBatches == 0 {
 		t.inEpoch.lossN = m.Batch

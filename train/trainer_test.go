@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -361,4 +362,79 @@ func TestPipelineNeedsAJob(t *testing.T) {
 	if err == nil || tr != nil || !strings.Contains(err.Error(), "2 stages need a job") {
 		t.Fatalf("a 2-stage pipeline alone: %v", err)
 	}
+}
+
+// TestFP16SkipsOverflowingSteps: with a loss scale too large for the
+// gradients, the fp16 run's first step overflows: the optimizer does not
+// step (the weights stay), the step counts as skipped, the scale halves.
+func TestFP16SkipsOverflowingSteps(t *testing.T) {
+	train, test := synthetic(t, data.FormatMNIST, 128, 32)
+	cfg, _ := Defaults("mnist")
+	cfg.Epochs, cfg.Threads, cfg.BatchSize, cfg.Precision = 1, 2, 32, "fp16"
+	tr := newTrainer(t, cfg, train, test)
+	before := stateOf(tr)
+	tr.scaler.Scale = 1 << 100 // the loss gradient itself overflows float16
+	stop := errors.New("stop")
+	tr.AfterStep = func(int64) error { return stop }
+	if err := tr.Run(context.Background()); !errors.Is(err, stop) {
+		t.Fatal(err)
+	}
+	scale, skipped := tr.LossScale()
+	if skipped != 1 || scale != 1<<99 {
+		t.Errorf("after an overflowing step: %d skipped, scale %v; want 1, 2^99", skipped, scale)
+	}
+	after := stateOf(tr)
+	for name, v := range before {
+		if !slices.Equal(v, after[name]) && !strings.HasSuffix(name, "num_batches_tracked") {
+			t.Errorf("%s changed in a skipped step", name)
+		}
+	}
+	// With GradScaler's initial scale the same data trains: steps are taken.
+	tr2 := newTrainer(t, cfg, train, test)
+	if err := tr2.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if scale, skipped := tr2.LossScale(); skipped >= 4 || scale <= 0 {
+		t.Errorf("a normal fp16 epoch of 4 steps: %d skipped, scale %v", skipped, scale)
+	}
+	if reflect.DeepEqual(stateOf(tr2), before) {
+		t.Error("a normal fp16 epoch left the weights as they were")
+	}
+}
+
+// TestFP16ResumeIsBitIdentical: the loss scale and its count of good
+// steps travel in the checkpoint, so an fp16 run resumed mid-epoch ends
+// exactly as one never interrupted.
+func TestFP16ResumeIsBitIdentical(t *testing.T) {
+	train, test := synthetic(t, data.FormatMNIST, 320, 64)
+	cfg, _ := Defaults("mnist")
+	cfg.Epochs, cfg.Threads, cfg.BatchSize, cfg.Precision = 2, 2, 32, "fp16"
+	straight := newTrainer(t, cfg, train, test)
+	if err := straight.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "net.safetensors")
+	a := newTrainer(t, cfg, train, test)
+	a.SavePath, a.SaveEvery = path, 2
+	killed := errors.New("killed")
+	a.AfterStep = func(step int64) error {
+		if step == 13 {
+			return killed
+		}
+		return nil
+	}
+	if err := a.Run(context.Background()); !errors.Is(err, killed) {
+		t.Fatalf("the interrupted run: %v", err)
+	}
+	b := newTrainer(t, cfg, train, test, ResumeFrom(path))
+	if err := b.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	sameState(t, straight, b)
+	s1, k1 := straight.LossScale()
+	s2, _ := b.LossScale()
+	if s1 != s2 || straight.scaler.GoodSteps != b.scaler.GoodSteps {
+		t.Errorf("loss scale %v (%d good steps) resumed, %v (%d) straight", s2, b.scaler.GoodSteps, s1, straight.scaler.GoodSteps)
+	}
+	t.Logf("scale %v, %d steps skipped", s1, k1)
 }

@@ -132,6 +132,7 @@ func parseFlags(args []string) (train.Config, options, error) {
 		return nil
 	})
 	fs.StringVar(&o.timeline, "timeline", "", "with --pipeline: draw the last batch's schedule (every stage's forwards and backwards) as an SVG here, and write it as a Chrome trace (chrome://tracing, Perfetto) beside it, the name ending in .json (a name ending in .json: the trace only)")
+	fs.StringVar(&cfg.Precision, "precision", "fp32", "matrix products and convolutions in fp32, tf32 (on a GPU, as --tf32), bf16 or fp16 (as torch.autocast: 16-bit operands and results, float32 accumulation, batch norm, loss and optimizer in float32 on float32 weights; fp16 with GradScaler's loss scaling; emulated on the CPU)")
 	fs.StringVar(&cfg.GradCompression, "grad-compression", "none", "in a distributed run, gradients travel as none (float32), bf16 or fp16 (averaged in float32 and rounded once; half the bytes), or powersgd:R[:START] (rank-R PowerSGD with error feedback from step START, default 0), as PyTorch's communication hooks")
 	fs.BoolVar(&cfg.SyncBatchNorm, "sync-bn", false, "in a distributed run, batch norm uses the statistics of the whole batch across ranks (SyncBatchNorm)")
 	fs.BoolVar(&o.verbose, "verbose", false, "in a distributed run, every rank prints its progress (default: rank 0 only)")
@@ -242,11 +243,19 @@ func runJob(cfg train.Config, o options, stdout io.Writer) error {
 		defer pprof.StopCPUProfile()
 	}
 
+	if o.tf32 {
+		switch cfg.Precision {
+		case "", "fp32", "tf32":
+			cfg.Precision = "tf32"
+		default:
+			return fmt.Errorf("--tf32 with --precision %s: choose one", cfg.Precision)
+		}
+	}
 	trainSet, testSet, err := loadData(cfg.Model, o)
 	if err != nil {
 		return err
 	}
-	dev, err := train.OpenBackend(o.device, g.LocalRank(), cfg.Threads, o.tf32)
+	dev, err := train.OpenBackend(o.device, g.LocalRank(), cfg.Threads, cfg.Precision == "tf32")
 	if err != nil {
 		return err
 	}
@@ -289,6 +298,9 @@ func runJob(cfg train.Config, o options, stdout io.Writer) error {
 			runErr = fmt.Errorf("interrupted during epoch %d (the last checkpoint, if any, is intact)", t.Epoch()+1)
 		}
 		return runErr
+	}
+	if scale, skipped := t.LossScale(); scale > 0 {
+		fmt.Fprintf(stdout, "Loss scale %g at the end; %d optimizer steps skipped for gradients that were not finite\n", scale, skipped)
 	}
 	if err := t.Summarize(ctx, stdout, o.timeline); err != nil {
 		if o.onFailure != train.OnFailureShrink {
@@ -384,8 +396,8 @@ func resolveConfig(flags train.Config, set map[string]bool, resume string) (trai
 		"seed": func() { base.Seed = flags.Seed }, "augment": func() { base.Augment = flags.Augment },
 		"threads": func() { base.Threads = flags.Threads }, "log-interval": func() { base.LogInterval = flags.LogInterval },
 		"accumulate": func() { base.Accumulate = flags.Accumulate }, "sync-bn": func() { base.SyncBatchNorm = flags.SyncBatchNorm },
-		"grad-compression": func() { base.GradCompression = flags.GradCompression },
-		"pipeline":         func() { base.Pipeline = flags.Pipeline }, "schedule": func() { base.Schedule = flags.Schedule }, "microbatches": func() { base.Microbatches = flags.Microbatches },
+		"grad-compression": func() { base.GradCompression = flags.GradCompression }, "precision": func() { base.Precision = flags.Precision },
+		"pipeline": func() { base.Pipeline = flags.Pipeline }, "schedule": func() { base.Schedule = flags.Schedule }, "microbatches": func() { base.Microbatches = flags.Microbatches },
 		"balance": func() { base.Balance = flags.Balance }, "split": func() { base.Split = flags.Split },
 		"num-classes": func() { base.NumClasses = flags.NumClasses }, "zero-init-residual": func() { base.ZeroInitResidual = flags.ZeroInitResidual },
 		"recompute": func() { base.Recompute = flags.Recompute },
@@ -422,10 +434,7 @@ func resolveConfig(flags train.Config, set map[string]bool, resume string) (trai
 
 // loadData returns the training and test sets the options ask for.
 func loadData(model string, o options) (*data.Dataset, *data.Dataset, error) {
-	format := data.FormatCIFAR10
-	if model == "mnist" {
-		format = data.FormatMNIST
-	}
+	format := syntheticFormat(model)
 	var trainSet, testSet *data.Dataset
 	var err error
 	if o.synthetic {
@@ -529,3 +538,16 @@ func reporters(o options, cfg train.Config, stdout io.Writer) (report.Reporter, 
 }
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+// syntheticFormat is the shape of the data --synthetic makes for a model:
+// MNIST's for the MNIST net, ImageNet's for the models whose nominal input
+// is ImageNet's 224×224 crops, CIFAR-10's otherwise.
+func syntheticFormat(model string) data.Format {
+	if model == "mnist" {
+		return data.FormatMNIST
+	}
+	if s, err := zoo.Lookup(model); err == nil && len(s.Input) == 3 && s.Input[1] == 224 {
+		return data.FormatImageNet
+	}
+	return data.FormatCIFAR10
+}

@@ -94,6 +94,9 @@ func TestTrainCommandErrors(t *testing.T) {
 		{[]string{"--synthetic", "--grad-compression", "zstd"}, "--grad-compression \"zstd\": want none, bf16, fp16 or powersgd:RANK"},
 		{[]string{"--synthetic", "--grad-compression", "powersgd:0"}, "the rank after powersgd: must be a whole number ≥ 1"},
 		{[]string{"--synthetic", "--label-smoothing", "1"}, "--label-smoothing 1: want at least 0 and below 1"},
+		{[]string{"--synthetic", "--precision", "fp8"}, `--precision "fp8": want fp32, tf32, bf16 or fp16`},
+		{[]string{"--synthetic", "--precision", "bf16", "--tf32"}, "--tf32 with --precision bf16: choose one"},
+		{[]string{"--synthetic", "--precision", "fp16", "--pipeline", "2"}, "--precision fp16 with --pipeline 2: not built for pipelines"},
 		{[]string{"--synthetic", "--warmup-epochs", "3"}, "--warmup-epochs 3 with --epochs 3: want 0 or more, fewer than the epochs"},
 		{[]string{"--synthetic", "--warmup-epochs", "-1"}, "--warmup-epochs -1"},
 		{[]string{"--synthetic", "--no-decay-norm-bias"}, "--no-decay-norm-bias without --weight-decay"},
@@ -310,5 +313,25 @@ func TestBadStatusFD(t *testing.T) {
 	var out bytes.Buffer
 	if err := run([]string{"--synthetic", "--train-samples", "64", "--test-samples", "16", "--epochs", "1", "--threads", "1", "--progress", "lines"}, &out); err != nil {
 		t.Errorf("--progress lines with a bad GORUN_STATUS_FD: %v", err)
+	}
+}
+
+// TestSyntheticFormat: --synthetic makes data shaped for the model.
+func TestSyntheticFormat(t *testing.T) {
+	for _, c := range []struct {
+		model string
+		want  data.Format
+	}{
+		{"mnist", data.FormatMNIST},
+		{"cifarnet", data.FormatCIFAR10},
+		{"resnet18", data.FormatCIFAR10},
+		{"resnet34", data.FormatImageNet},
+		{"resnet50", data.FormatImageNet},
+		{"resnet152", data.FormatImageNet},
+		{"no-such-model", data.FormatCIFAR10},
+	} {
+		if got := syntheticFormat(c.model); got != c.want {
+			t.Errorf("syntheticFormat(%s) = %s, want %s", c.model, got, c.want)
+		}
 	}
 }

@@ -1,6 +1,8 @@
 // Package gpu is the CUDA backend of package model: tensor.Backend on a
-// GPU, through package cuda. Matrix products and im2col convolutions run
-// in cuBLAS; everything else in the kernels of kernels/kernels.cu, shipped
+// GPU, through package cuda. Matrix products run in cuBLAS; convolutions
+// in cuDNN when its library is installed (each shape's algorithms timed
+// once, as PyTorch's cudnn.benchmark), else as im2col and a cuBLAS SGEMM
+// (Options.Convolutions chooses); everything else in the kernels of kernels/kernels.cu, shipped
 // as PTX embedded in the binary and JIT-compiled by the driver for the GPU
 // at hand. Tensors live in device memory (tensor.Storage); the only host
 // transfers in a training step are the input batch, the targets and the
@@ -48,18 +50,38 @@ type Options struct {
 	// per operation (Profile reports it): slow, for finding where a step's
 	// time goes.
 	Profile bool
+	// Convolutions chooses how convolutions run: ConvAuto (cuDNN when its
+	// library loads, else im2col), ConvCuDNN (cuDNN or an error), ConvIm2col.
+	Convolutions string
 }
+
+// The choices of Options.Convolutions.
+const (
+	ConvAuto   = "auto"
+	ConvCuDNN  = "cudnn"
+	ConvIm2col = "im2col"
+)
+
+// convWorkspaceLimit bounds the scratch one cuDNN convolution may use:
+// faster algorithms needing more are passed over.
+const convWorkspaceLimit = 1 << 30
 
 // Backend is tensor.Backend on one GPU.
 type Backend struct {
 	dv   *cuda.Device
 	s    *cuda.Stream
 	blas *cuda.BLAS
-	mod  *cuda.Module
-	k    kernels
-	args *cuda.Args
-	mem  *memory
-	sms  int
+	dnn  *cuda.DNN // nil: im2col convolutions
+	// plans holds a planned cuDNN convolution per shape; convNote says
+	// why convolutions run as im2col when they do.
+	plans    map[cuda.ConvShape]*cuda.Conv
+	convNote string
+	tf32     bool
+	mod      *cuda.Module
+	k        kernels
+	args     *cuda.Args
+	mem      *memory
+	sms      int
 
 	mu  sync.Mutex // guards err (allocations report from any goroutine)
 	err error
@@ -77,8 +99,8 @@ type Backend struct {
 type kernels struct {
 	addBias, channelPartials, sumPartials, im2col, col2im, nfpToFnp, fnpToNfp *cuda.Function
 	maxPool, maxPoolBackward, avgPool, avgPoolBackward                        *cuda.Function
-	bnSum, bnSqdev, bnFinish, bnEvalStats, bnApply                            *cuda.Function
-	bnBackwardSums, bnBackwardDx                                              *cuda.Function
+	bnSumParts, bnSqdevParts, addParts, bnFinish, bnEvalStats, bnApply        *cuda.Function
+	bnBackwardParts, bnBackwardFinish, bnBackwardDx                           *cuda.Function
 	relu, reluBackward, dropout, mul, add                                     *cuda.Function
 	logSoftmax, logSoftmaxBackward, nllLoss, nllLossBackward                  *cuda.Function
 	sgd, adam, adadelta                                                       *cuda.Function
@@ -89,8 +111,9 @@ func (k *kernels) table() map[string]**cuda.Function {
 		"add_bias": &k.addBias, "channel_partials": &k.channelPartials, "sum_partials": &k.sumPartials, "im2col": &k.im2col, "col2im": &k.col2im,
 		"nfp_to_fnp": &k.nfpToFnp, "fnp_to_nfp": &k.fnpToNfp,
 		"maxpool": &k.maxPool, "maxpool_backward": &k.maxPoolBackward, "avgpool": &k.avgPool, "avgpool_backward": &k.avgPoolBackward,
-		"bn_sum": &k.bnSum, "bn_sqdev": &k.bnSqdev, "bn_finish": &k.bnFinish, "bn_eval_stats": &k.bnEvalStats, "bn_apply": &k.bnApply,
-		"bn_backward_sums": &k.bnBackwardSums, "bn_backward_dx": &k.bnBackwardDx,
+		"bn_sum_parts": &k.bnSumParts, "bn_sqdev_parts": &k.bnSqdevParts, "add_parts": &k.addParts, "bn_finish": &k.bnFinish,
+		"bn_eval_stats": &k.bnEvalStats, "bn_apply": &k.bnApply,
+		"bn_backward_parts": &k.bnBackwardParts, "bn_backward_finish": &k.bnBackwardFinish, "bn_backward_dx": &k.bnBackwardDx,
 		"relu": &k.relu, "relu_backward": &k.reluBackward, "dropout": &k.dropout, "mul": &k.mul, "add": &k.add,
 		"log_softmax": &k.logSoftmax, "log_softmax_backward": &k.logSoftmaxBackward, "nll_loss": &k.nllLoss, "nll_loss_backward": &k.nllLossBackward,
 		"sgd_step": &k.sgd, "adam_step": &k.adam, "adadelta_step": &k.adadelta,
@@ -112,6 +135,11 @@ func New(o Options) (*Backend, error) {
 
 // NewOn is New on an opened device.
 func NewOn(dv *cuda.Device, o Options) (*Backend, error) {
+	switch o.Convolutions {
+	case "", ConvAuto, ConvCuDNN, ConvIm2col:
+	default:
+		return nil, fmt.Errorf("gpu: convolutions %q (GORUN_CONV): want %s, %s or %s", o.Convolutions, ConvAuto, ConvCuDNN, ConvIm2col)
+	}
 	b := &Backend{dv: dv, args: cuda.NewArgs(), sms: dv.Multiprocessors}
 	var err error
 	if b.s, err = dv.NewStream(); err != nil {
@@ -137,6 +165,10 @@ func NewOn(dv *cuda.Device, o Options) (*Backend, error) {
 	if err := b.blas.SetTF32(o.TF32); err != nil {
 		return nil, err
 	}
+	b.tf32 = o.TF32
+	if err := b.openDNN(o.Convolutions); err != nil {
+		return nil, err
+	}
 	b.mem = &memory{b: b}
 	if o.Profile {
 		b.profile, b.spent, b.calls = true, map[string]time.Duration{}, map[string]int{}
@@ -157,6 +189,12 @@ func (b *Backend) Close() error {
 			s.p, s.bytes = 0, 0
 		}
 	}
+	for _, c := range b.plans {
+		err = errors.Join(err, c.Close())
+	}
+	if b.dnn != nil {
+		err = errors.Join(err, b.dnn.Close())
+	}
 	err = errors.Join(err, b.blas.Close(), b.mod.Close(), b.s.Close(), b.dv.Close())
 	b.fail(errors.New("the backend is closed"))
 	return err
@@ -168,7 +206,38 @@ func (b *Backend) Name() string {
 	if b.blas.TF32() {
 		tf = ", TF32"
 	}
-	return fmt.Sprintf("cuda %s, driver %s, cuBLAS %d%s", b.dv, b.dv.Driver().Version(), b.blas.Version(), tf)
+	conv := "im2col convolutions (" + b.convNote + ")"
+	if b.dnn != nil {
+		conv = "cuDNN " + cudnnVersion(b.dnn.Version()) + " convolutions"
+	}
+	return fmt.Sprintf("cuda %s, driver %s, cuBLAS %d%s, %s", b.dv, b.dv.Driver().Version(), b.blas.Version(), tf, conv)
+}
+
+// cudnnVersion writes cuDNN's version number as major.minor.patch.
+func cudnnVersion(v int) string {
+	if v >= 90000 { // cuDNN 9: MMmmpp
+		return fmt.Sprintf("%d.%d.%d", v/10000, v/100%100, v%100)
+	}
+	return fmt.Sprintf("%d.%d.%d", v/1000, v/100%10, v%100) // cuDNN 8: Mmpp
+}
+
+// openDNN loads cuDNN for the convolutions as choice says (see
+// Options.Convolutions).
+func (b *Backend) openDNN(choice string) error {
+	if choice == ConvIm2col {
+		b.convNote = "chosen"
+		return nil
+	}
+	d, err := b.s.OpenDNN()
+	if err != nil {
+		if choice == ConvCuDNN {
+			return fmt.Errorf("gpu: convolutions in cuDNN: %w", err)
+		}
+		b.convNote = "no cuDNN"
+		return nil
+	}
+	b.dnn, b.plans = d, map[cuda.ConvShape]*cuda.Conv{}
+	return nil
 }
 
 // Device implements tensor.DeviceBackend.
@@ -450,18 +519,67 @@ func (b *Backend) conv(x, w *tensor.Tensor, oh, ow int, p tensor.ConvParams) (co
 	return g, g.col != 0 && g.tmp != 0
 }
 
+// plan returns the cuDNN plan for convolving x by w into y (planning it
+// the first time this shape comes) and its workspace; nil after a failure.
+func (b *Backend) plan(x, w, y *tensor.Tensor, p tensor.ConvParams) (*cuda.Conv, cuda.DevPtr) {
+	s := cuda.ConvShape{N: x.Shape[0], C: x.Shape[1], H: x.Shape[2], W: x.Shape[3], F: w.Shape[0], KH: p.KernelH, KW: p.KernelW,
+		StrideH: p.StrideH, StrideW: p.StrideW, PadH: p.PadH, PadW: p.PadW, OH: y.Shape[2], OW: y.Shape[3], TF32: b.tf32}
+	c, ok := b.plans[s]
+	if !ok {
+		var err error
+		if c, err = b.dnn.Plan(s, convWorkspaceLimit); err != nil {
+			b.fail(err)
+			return nil, 0
+		}
+		b.plans[s] = c
+	}
+	var ws cuda.DevPtr
+	if c.Workspace() > 0 {
+		if ws = b.col.get(c.Workspace()); ws == 0 {
+			return nil, 0
+		}
+	}
+	return c, ws
+}
+
+// enter makes the device's context current for a run of library calls
+// (false after a failure); the caller then calls b.dv.Leave.
+func (b *Backend) enter() bool {
+	if b.failed() {
+		return false
+	}
+	if err := b.dv.Enter(); err != nil {
+		b.fail(err)
+		return false
+	}
+	return true
+}
+
 // im2col queues the im2col matrix of x into g.col.
 func (b *Backend) im2col(x *tensor.Tensor, g convGeometry, p tensor.ConvParams) {
 	b.convArgs(b.a().Ptr(b.ptr(x)).Ptr(g.col), g.n, g.c, g.h, g.w, p, g.oh, g.ow)
 	b.each(b.k.im2col, g.ckk*g.np)
 }
 
-// Conv2d implements tensor.Backend: the batch's im2col matrix, one SGEMM
-// with the weights into tmp [F, N·OH·OW], and a transpose to NCHW that
-// adds the bias.
+// Conv2d implements tensor.Backend: in cuDNN, then the bias added; or the
+// batch's im2col matrix, one SGEMM with the weights into tmp
+// [F, N·OH·OW], and a transpose to NCHW that adds the bias.
 func (b *Backend) Conv2d(x, w, bias, y *tensor.Tensor, p tensor.ConvParams) {
 	defer b.op("Conv2d")()
 	if !b.ok(x, w, bias, y) {
+		return
+	}
+	if b.dnn != nil {
+		c, ws := b.plan(x, w, y, p)
+		if c != nil && b.enter() {
+			b.fail(c.Forward(b.ptr(x), b.ptr(w), b.ptr(y), ws))
+			b.dv.Leave()
+		}
+		if bias != nil {
+			n, c, hw := tensor.Planes(y)
+			b.a().Ptr(b.ptr(y)).Ptr(b.ptr(bias)).Int(n * c * hw).Int(c).Int(hw)
+			b.each(b.k.addBias, n*c*hw)
+		}
 		return
 	}
 	g, ok := b.conv(x, w, y.Shape[2], y.Shape[3], p)
@@ -474,13 +592,27 @@ func (b *Backend) Conv2d(x, w, bias, y *tensor.Tensor, p tensor.ConvParams) {
 	b.each(b.k.fnpToNfp, g.n*g.f*g.oh*g.ow)
 }
 
-// Conv2dBackward implements tensor.Backend: dy transposed to [F, N·OH·OW]
-// in tmp, the weight gradient as one SGEMM with the im2col matrix, and
-// the input gradient as the column gradient (in col) folded back by
-// col2im.
+// Conv2dBackward implements tensor.Backend: both gradients in cuDNN; or
+// dy transposed to [F, N·OH·OW] in tmp, the weight gradient as one SGEMM
+// with the im2col matrix, and the input gradient as the column gradient
+// (in col) folded back by col2im.
 func (b *Backend) Conv2dBackward(x, w, dy, dx, dw, db *tensor.Tensor, p tensor.ConvParams) {
 	defer b.op("Conv2dBackward")()
 	if !b.ok(x, w, dy, dx, dw, db) {
+		return
+	}
+	if b.dnn != nil {
+		c, ws := b.plan(x, w, dy, p)
+		if c != nil && b.enter() {
+			b.fail(c.BackwardFilter(b.ptr(x), b.ptr(dy), b.ptr(dw), ws, 1))
+			if dx != nil {
+				b.fail(c.BackwardData(b.ptr(w), b.ptr(dy), b.ptr(dx), ws))
+			}
+			b.dv.Leave()
+		}
+		if db != nil {
+			b.BiasGrad(dy, db)
+		}
 		return
 	}
 	g, ok := b.conv(x, w, dy.Shape[2], dy.Shape[3], p)
@@ -593,7 +725,23 @@ func (b *Backend) sumAcross(f func([]float64), p cuda.DevPtr, n int, count float
 	return h[n]
 }
 
-// BatchNorm implements tensor.Backend; statistics accumulate in float64.
+// channelParts is how many blocks share each channel's reduction over
+// n×hw elements: about 8192 elements each, at most 64.
+func channelParts(n, hw int) int { return max(1, min(64, n*hw/8192)) }
+
+// channelSums queues out[ch] = the sum over channel ch of what kernel f
+// reduces (the first arguments already packed, n, c and hw appended
+// here), through partial, which holds c×parts doubles.
+func (b *Backend) channelSums(f *cuda.Function, a *cuda.Args, partial, out cuda.DevPtr, n, c, hw int) {
+	parts := channelParts(n, hw)
+	a.Ptr(partial).Int(n).Int(c).Int(hw)
+	b.launch(f, cuda.Dim3{X: c, Y: parts}, threads, threads*8)
+	b.a().Ptr(partial).Ptr(out).Int(c).Int(parts)
+	b.launch(b.k.addParts, cuda.Dim3{X: (c + threads - 1) / threads}, threads, 0)
+}
+
+// BatchNorm implements tensor.Backend; statistics accumulate in float64,
+// each channel's reduced by several blocks (channelParts).
 func (b *Backend) BatchNorm(x, y, gamma, beta, runMean, runVar, saveMean, saveInvStd *tensor.Tensor, p tensor.BatchNormParams) {
 	defer b.op("BatchNorm")()
 	if !b.ok(x, y, gamma, beta, runMean, runVar, saveMean, saveInvStd) {
@@ -602,18 +750,17 @@ func (b *Backend) BatchNorm(x, y, gamma, beta, runMean, runVar, saveMean, saveIn
 	n, c, hw := tensor.Planes(x)
 	if p.Training {
 		st := b.stats.get(8 * 3 * c)
-		if st == 0 {
+		partial := b.sums.get(8 * c * channelParts(n, hw))
+		if st == 0 || partial == 0 {
 			return
 		}
 		sums, sq := st, st.Add(8*c)
-		b.a().Ptr(b.ptr(x)).Ptr(sums).Int(n).Int(c).Int(hw)
-		b.launch(b.k.bnSum, cuda.Dim3{X: c}, threads, threads*8)
+		b.channelSums(b.k.bnSumParts, b.a().Ptr(b.ptr(x)), partial, sums, n, c, hw)
 		count := float64(n * hw)
 		if p.SumAcross != nil {
 			count = b.sumAcross(p.SumAcross, sums, c, count)
 		}
-		b.a().Ptr(b.ptr(x)).Ptr(sums).Float64(count).Ptr(sq).Int(n).Int(c).Int(hw)
-		b.launch(b.k.bnSqdev, cuda.Dim3{X: c}, threads, threads*8)
+		b.channelSums(b.k.bnSqdevParts, b.a().Ptr(b.ptr(x)).Ptr(sums).Float64(count), partial, sq, n, c, hw)
 		if p.SumAcross != nil {
 			b.sumAcross(func(v []float64) { p.SumAcross(v[:c]) }, sq, c, count)
 		}
@@ -634,12 +781,16 @@ func (b *Backend) BatchNormBackward(x, dy, dx, gamma, dgamma, dbeta, saveMean, s
 		return
 	}
 	n, c, hw := tensor.Planes(x)
+	parts := channelParts(n, hw)
 	sums := b.stats.get(8 * 3 * c)
-	if sums == 0 {
+	partial := b.sums.get(8 * 2 * c * parts)
+	if sums == 0 || partial == 0 {
 		return
 	}
-	b.a().Ptr(b.ptr(x)).Ptr(b.ptr(dy)).Ptr(b.ptr(saveMean)).Ptr(b.ptr(saveInvStd)).Ptr(sums).Ptr(b.ptr(dgamma)).Ptr(b.ptr(dbeta)).Int(n).Int(c).Int(hw)
-	b.launch(b.k.bnBackwardSums, cuda.Dim3{X: c}, threads, threads*8)
+	b.a().Ptr(b.ptr(x)).Ptr(b.ptr(dy)).Ptr(b.ptr(saveMean)).Ptr(b.ptr(saveInvStd)).Ptr(partial).Int(n).Int(c).Int(hw)
+	b.launch(b.k.bnBackwardParts, cuda.Dim3{X: c, Y: parts}, threads, threads*8)
+	b.a().Ptr(partial).Ptr(sums).Ptr(b.ptr(dgamma)).Ptr(b.ptr(dbeta)).Int(c).Int(parts)
+	b.launch(b.k.bnBackwardFinish, cuda.Dim3{X: (c + threads - 1) / threads}, threads, 0)
 	count := float64(n * hw)
 	if p.Training && p.SumAcross != nil {
 		count = b.sumAcross(p.SumAcross, sums, 2*c, count)

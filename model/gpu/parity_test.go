@@ -3,6 +3,7 @@ package gpu
 import (
 	"errors"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 
@@ -11,16 +12,17 @@ import (
 	"github.com/gorun/gorun/model/tensor"
 )
 
-// backendOnce opens the GPU once per test binary.
+// opened opens the GPU once per test binary with its options.
 type opened struct {
 	once sync.Once
+	o    Options
 	b    *Backend
 	err  error
 }
 
 func (o *opened) get(t *testing.T) *Backend {
 	t.Helper()
-	o.once.Do(func() { o.b, o.err = New(Options{}) })
+	o.once.Do(func() { o.b, o.err = New(o.o) })
 	if o.err != nil {
 		if errors.Is(o.err, cuda.ErrNoDriver) || errors.Is(o.err, cuda.ErrNoDevice) {
 			t.Skipf("no GPU here: %v", o.err)
@@ -30,7 +32,7 @@ func (o *opened) get(t *testing.T) *Backend {
 	return o.b
 }
 
-func newOpened() *opened { return &opened{} }
+func newOpened(o Options) *opened { return &opened{o: o} }
 
 func TestPTXIsEmbedded(t *testing.T) {
 	need, err := cuda.PTXNeeds(PTX())
@@ -244,16 +246,36 @@ func positive(idx ...int) func([]*tensor.Tensor) {
 	}
 }
 
-var gpuOnce = newOpened()
+// gpuOnce is the default backend (cuDNN's convolutions where the library
+// is installed), im2colOnce the one with our own.
+var gpuOnce, im2colOnce = newOpened(Options{}), newOpened(Options{Convolutions: ConvIm2col})
 
 // TestParity runs every backend operation on the CPU and the GPU with
 // fresh random inputs and compares all tensors: relative error under 1e-4
-// in FP32 (TF32 is off here).
+// in FP32 (TF32 is off here). The convolutions run both ways: as the
+// default backend runs them and as im2col.
 func TestParity(t *testing.T) {
-	g := gpuOnce.get(t)
+	for _, be := range []struct {
+		name string
+		gpu  *opened
+		only string
+	}{{"default", gpuOnce, ""}, {"im2col", im2colOnce, "Conv2d"}} {
+		t.Run(be.name, func(t *testing.T) {
+			g := be.gpu.get(t)
+			t.Logf("%s", g.Name())
+			parity(t, g, be.only)
+		})
+	}
+}
+
+// parity runs the cases whose names start with prefix on g and on the CPU.
+func parity(t *testing.T, g *Backend, prefix string) {
 	ref := cpu.New(2)
 	rng := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
 	for _, c := range parityCases() {
+		if !strings.HasPrefix(c.name, prefix) {
+			continue
+		}
 		t.Run(c.name, func(t *testing.T) {
 			host := make([]*tensor.Tensor, len(c.shapes))
 			dev := make([]*tensor.Tensor, len(c.shapes))
@@ -306,5 +328,44 @@ func TestLaunchAllocations(t *testing.T) {
 	t.Logf("allocations: %.1f per ReLU launch, %.1f per Fill", a, f)
 	if a > 2 || f > 2 {
 		t.Errorf("%.1f allocations per launch and %.1f per fill; want at most 2 (one per raw driver call)", a, f)
+	}
+}
+
+func TestCuDNNVersion(t *testing.T) {
+	for _, c := range []struct {
+		v    int
+		want string
+	}{{91400, "9.14.0"}, {90100, "9.1.0"}, {8907, "8.9.7"}, {8600, "8.6.0"}} {
+		if got := cudnnVersion(c.v); got != c.want {
+			t.Errorf("cudnnVersion(%d) = %s, want %s", c.v, got, c.want)
+		}
+	}
+}
+
+// TestConvolutionChoice: an unknown choice is refused before the GPU is
+// touched; asking for cuDNN gives its convolutions or an error saying it
+// is missing; im2col is named as chosen.
+func TestConvolutionChoice(t *testing.T) {
+	if _, err := NewOn(nil, Options{Convolutions: "winograd"}); err == nil || !strings.Contains(err.Error(), `"winograd"`) {
+		t.Errorf("an unknown choice: error %v, want one naming it", err)
+	}
+	g := im2colOnce.get(t)
+	if name := g.Name(); !strings.Contains(name, "im2col convolutions (chosen)") {
+		t.Errorf("im2col backend named %q", name)
+	}
+	b, err := New(Options{Convolutions: ConvCuDNN})
+	switch {
+	case err != nil && !strings.Contains(err.Error(), "convolutions in cuDNN"):
+		t.Errorf("cuDNN asked for: %v", err)
+	case err != nil:
+		t.Logf("no cuDNN here: %v", err)
+	default:
+		if name := b.Name(); !strings.Contains(name, "cuDNN") {
+			t.Errorf("cuDNN backend named %q", name)
+		}
+		t.Log(b.Name())
+		if err := b.Close(); err != nil {
+			t.Error(err)
+		}
 	}
 }

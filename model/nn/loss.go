@@ -18,9 +18,12 @@ type Loss struct {
 	// is (1 − Smoothing) on the true class plus Smoothing spread evenly
 	// over all classes (0: none).
 	Smoothing float32
-	ones      *tensor.Tensor // [C 1], for the rows' sums
-	rowSums   *tensor.Tensor // [N 1]
-	spread    *tensor.Tensor // the smoothing's gradient, constant
+	// Scale multiplies the gradient Backward returns (a GradScaler's loss
+	// scale; 0 means 1): backward runs on Scale × the loss.
+	Scale   float32
+	ones    *tensor.Tensor // [C 1], for the rows' sums
+	rowSums *tensor.Tensor // [N 1]
+	spread  *tensor.Tensor // the smoothing's gradient, constant
 }
 
 // NewNLLLoss returns torch.nn.NLLLoss().
@@ -81,11 +84,15 @@ func (l *Loss) Backward() (*tensor.Tensor, error) {
 		return nil, fmt.Errorf("loss: backward before forward")
 	}
 	d := tensor.ReuseLike(&l.dlogp, l.logp, l.logp.Shape...)
-	l.be.NLLLossBackward(l.target, d, 1-l.Smoothing)
+	scale := l.Scale
+	if scale == 0 {
+		scale = 1
+	}
+	l.be.NLLLossBackward(l.target, d, scale*(1-l.Smoothing))
 	if l.Smoothing != 0 {
 		n, c := l.logp.Shape[0], l.logp.Shape[1]
 		spread := tensor.ReuseLike(&l.spread, l.logp, n, c)
-		l.be.Fill(spread, -l.Smoothing/float32(n*c))
+		l.be.Fill(spread, -scale*l.Smoothing/float32(n*c))
 		l.be.Add(d, spread, d)
 	}
 	if l.logSoftmax != nil {

@@ -73,6 +73,10 @@ type Meta struct {
 	// DropoutCalls are the dropout layers' counters (their RNG state), in
 	// layer order.
 	DropoutCalls []uint64 `json:"dropout_calls,omitempty"`
+	// LossScale and LossScaleGoodSteps are an fp16 run's GradScaler
+	// state: its scale and the finite steps since the scale last changed.
+	LossScale          float32 `json:"loss_scale,omitempty"`
+	LossScaleGoodSteps int     `json:"loss_scale_good_steps,omitempty"`
 	// Config is the trainer's configuration.
 	Config json.RawMessage `json:"config,omitempty"`
 	// TestAccuracy is the last evaluation's accuracy (0–1), if any.

@@ -2,8 +2,10 @@ package data
 
 import (
 	"bytes"
+	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -241,7 +243,72 @@ func TestSyntheticDeterministic(t *testing.T) {
 	if bytes.Equal(a.Images, c.Images) {
 		t.Fatal("different seeds gave the same images")
 	}
-	if _, err := Synthetic("imagenet", 1, 1); err == nil {
+	if _, err := Synthetic("svhn", 1, 1); err == nil {
 		t.Fatal("unknown format accepted")
 	}
+}
+
+// TestSyntheticImageNet: ImageNet's shape, classes and normalisation; the
+// same images whatever the number of goroutines making them; images that
+// follow their class's prototype (two of one class closer than two of
+// different classes, on average over the pixels).
+func TestSyntheticImageNet(t *testing.T) {
+	a := synth(t, FormatImageNet, 24, 5)
+	if a.Shape != [3]int{3, 224, 224} || len(a.Classes) != 1000 || a.Name != "synthetic-imagenet" || a.Len() != 24 {
+		t.Fatalf("got %s %v, %d classes, %d images", a.Name, a.Shape, len(a.Classes), a.Len())
+	}
+	if !slices.Equal(a.Mean, ImageNetMean) || !slices.Equal(a.Std, ImageNetStd) {
+		t.Errorf("normalisation %v %v, want ImageNet's", a.Mean, a.Std)
+	}
+	if names, ok := ClassNames(a.Name); !ok || names[999] != "class999" {
+		t.Errorf("ClassNames(%s) = %d names, %v", a.Name, len(names), ok)
+	}
+	if mean, _ := Normalization(a.Name); !slices.Equal(mean, ImageNetMean) {
+		t.Errorf("Normalization(%s) mean %v", a.Name, mean)
+	}
+	for _, l := range a.Labels {
+		if l < 0 || l >= 1000 {
+			t.Fatalf("label %d", l)
+		}
+	}
+	prev := runtime.GOMAXPROCS(1)
+	b := synth(t, FormatImageNet, 24, 5)
+	runtime.GOMAXPROCS(prev)
+	sameData(t, a, b)
+	if c := synth(t, FormatImageNet, 24, 6); bytes.Equal(a.Images, c.Images) {
+		t.Fatal("different seeds gave the same images")
+	}
+	// Seed 11's 64 labels hold pairs of one class (checked: the
+	// comparison needs them).
+	d := synth(t, FormatImageNet, 64, 11)
+	same, other, pairs := classDistances(d)
+	if pairs == 0 {
+		t.Fatal("no two images of one class: choose another seed")
+	}
+	t.Logf("mean pixel distance: %.1f within a class (%d pairs), %.1f across", same, pairs, other)
+	if !(same < other) {
+		t.Errorf("mean pixel distance within a class %.1f, across classes %.1f: the classes are not learnable", same, other)
+	}
+}
+
+// classDistances returns the mean absolute pixel difference between
+// images of the same class and between images of different classes
+// (over the pairs d holds), and how many same-class pairs there are.
+func classDistances(d *Dataset) (same, other float64, pairs int) {
+	var ns, no int
+	for i := range d.Len() {
+		for j := i + 1; j < d.Len(); j++ {
+			var s float64
+			for k, v := range d.Image(i) {
+				s += math.Abs(float64(v) - float64(d.Image(j)[k]))
+			}
+			s /= float64(d.ImageSize())
+			if d.Labels[i] == d.Labels[j] {
+				same, ns = same+s, ns+1
+			} else {
+				other, no = other+s, no+1
+			}
+		}
+	}
+	return same / float64(max(ns, 1)), other / float64(max(no, 1)), ns
 }

@@ -112,6 +112,8 @@ func ClassNames(name string) ([]string, bool) {
 		return MNISTClasses, true
 	case "cifar10":
 		return CIFAR10Classes, true
+	case "imagenet":
+		return imageNetClasses(), true
 	}
 	return nil, false
 }
@@ -123,12 +125,14 @@ var (
 )
 
 // Normalization returns the per-channel mean and standard deviation used
-// for a dataset by its Name (MNIST's for MNIST-shaped data, CIFAR-10's
-// otherwise).
+// for a dataset by its Name (MNIST's for MNIST-shaped data, ImageNet's for
+// ImageNet's, CIFAR-10's otherwise).
 func Normalization(name string) (mean, std []float32) {
 	switch strings.TrimPrefix(name, "synthetic-") {
 	case "mnist", "fashion-mnist":
 		return mnistMean, mnistStd
+	case "imagenet":
+		return ImageNetMean, ImageNetStd
 	}
 	return cifarMean, cifarStd
 }
@@ -140,6 +144,10 @@ type Format string
 const (
 	FormatMNIST   Format = "mnist"   // IDX files, plain or gzip
 	FormatCIFAR10 Format = "cifar10" // CIFAR-10 binary batches, extracted or in cifar-10-binary.tar.gz
+	// FormatImageNet is ImageNet's shape (3×224×224, 1000 classes); only
+	// generated data (SyntheticImageNet) has it, real ImageNet comes as an
+	// image folder or shards.
+	FormatImageNet Format = "imagenet"
 	// FormatImageFolder is torchvision's ImageFolder layout: DIR/train/CLASS/IMAGE
 	// and DIR/val/CLASS/IMAGE, JPEG or PNG.
 	FormatImageFolder Format = "imagefolder"

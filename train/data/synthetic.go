@@ -11,14 +11,18 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/klauspost/compress/gzip"
 )
 
 // Synthetic returns n generated images shaped like format's data (1×28×28
-// for FormatMNIST, 3×32×32 for FormatCIFAR10) in 10 classes. Each class has
+// for FormatMNIST, 3×32×32 for FormatCIFAR10, both in 10 classes; 3×224×224
+// in 1000 classes for FormatImageNet, which SyntheticImageNet makes). Each class has
 // a fixed prototype of a few soft blobs; an image is its class's prototype,
 // shifted by up to 3 pixels, scaled in brightness, with pixel noise. The
 // classes are learnable but not trivially: a small CNN needs a few hundred
@@ -32,8 +36,10 @@ func Synthetic(format Format, n int, seed uint64) (*Dataset, error) {
 	case FormatCIFAR10:
 		d = newCIFAR()
 		d.Name = "synthetic-cifar10"
+	case FormatImageNet:
+		return SyntheticImageNet(n, seed), nil
 	default:
-		return nil, fmt.Errorf("synthetic data: unknown format %q (want %s or %s)", format, FormatMNIST, FormatCIFAR10)
+		return nil, fmt.Errorf("synthetic data: unknown format %q (want %s, %s or %s)", format, FormatMNIST, FormatCIFAR10, FormatImageNet)
 	}
 	c, h, w := d.Shape[0], d.Shape[1], d.Shape[2]
 	protos := make([][]float64, len(d.Classes))
@@ -216,4 +222,77 @@ func writeFileAtomic(path string, b []byte) error {
 		_, err := w.Write(b)
 		return err
 	})
+}
+
+// imageNetSide is the side of SyntheticImageNet's images and imageNetGrid
+// that of the coarse prototypes they are drawn from.
+const imageNetSide, imageNetGrid = 224, 28
+
+// SyntheticImageNet returns n generated images shaped like ImageNet's
+// training crops (3×224×224, 1000 classes, ImageNet's normalisation), for
+// measuring the ImageNet models where the real data is not at hand. Each
+// class's prototype is drawn as for the small formats on a 28×28 grid and
+// enlarged 8 times (so 1000 classes cost little); each image is its
+// class's prototype, shifted by up to 24 pixels, scaled in brightness,
+// with pixel noise. Images are generated in parallel, each from its own
+// seed, so the same (n, seed) gives the same images on any machine.
+func SyntheticImageNet(n int, seed uint64) *Dataset {
+	const side, grid, classes = imageNetSide, imageNetGrid, 1000
+	d := &Dataset{Name: "synthetic-imagenet", Shape: [3]int{3, side, side}, Classes: imageNetClasses(),
+		Mean: slices.Clone(ImageNetMean), Std: slices.Clone(ImageNetStd)}
+	d.Images = make([]byte, n*d.ImageSize())
+	d.Labels = make([]int32, n)
+	labels := rand.New(rand.NewPCG(seed, 0x1a6e))
+	for i := range d.Labels {
+		d.Labels[i] = int32(labels.IntN(classes))
+	}
+	protos := make([][]float64, classes)
+	for k := range protos {
+		protos[k] = prototype(k, 3, grid, grid)
+	}
+	scale := side / grid
+	parallelFor(n, func(i int) {
+		rng := rand.New(rand.NewPCG(seed, uint64(i)))
+		p := protos[d.Labels[i]]
+		dy, dx := rng.IntN(49)-24, rng.IntN(49)-24
+		gain := 0.7 + 0.6*rng.Float64()
+		img := d.Image(i)
+		for ch := range 3 {
+			for y := range side {
+				sy := y + dy
+				for x := range side {
+					v := 0.0
+					if sx := x + dx; sy >= 0 && sy < side && sx >= 0 && sx < side {
+						v = p[(ch*grid+sy/scale)*grid+sx/scale]
+					}
+					v = 255*gain*v + 40*rng.NormFloat64()
+					img[(ch*side+y)*side+x] = uint8(min(255, max(0, math.Round(v))))
+				}
+			}
+		}
+	})
+	return d
+}
+
+// imageNetClasses names SyntheticImageNet's 1000 classes class000–class999.
+func imageNetClasses() []string {
+	names := make([]string, 1000)
+	for k := range names {
+		names[k] = fmt.Sprintf("class%03d", k)
+	}
+	return names
+}
+
+// parallelFor calls f(0) … f(n-1) on as many goroutines as there are CPUs.
+func parallelFor(n int, f func(i int)) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(n, runtime.GOMAXPROCS(0)) {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+				f(i)
+			}
+		})
+	}
+	wg.Wait()
 }

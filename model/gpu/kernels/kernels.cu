@@ -224,28 +224,56 @@ __global__ void avgpool_backward(const float* dy, float* dx, int total, int h, i
 
 // ---- batch normalisation ------------------------------------------------------
 
-// out[ch] = Σ x[:, ch, :]; one block per channel.
-__global__ void bn_sum(const float* x, double* out, int n, int c, int hw) {
+// The reductions over a channel's N·HW elements of x [n, c, hw] run on a
+// grid (c, parts): block (ch, part) takes part's contiguous share of the
+// channel's elements and writes one partial sum, and a second kernel adds
+// each channel's partials in order, so the result does not depend on how
+// the GPU schedules the blocks, and every multiprocessor has work even
+// where a layer has few channels.
+
+// Walks block (ch, part)'s share of channel ch: body sees i, the index of
+// each element in x, with one division per thread rather than per element.
+#define CHANNEL_SHARE(i, n, c, hw, body)                                      \
+    {                                                                         \
+        int total_ = (n) * (hw), parts_ = gridDim.y;                          \
+        int per_ = (total_ + parts_ - 1) / parts_;                            \
+        int lo_ = blockIdx.y * per_, hi_ = min(total_, lo_ + per_);           \
+        int k_ = lo_ + threadIdx.x, img_ = k_ / (hw), off_ = k_ - img_ * (hw); \
+        int stepImg_ = blockDim.x / (hw), stepOff_ = blockDim.x - stepImg_ * (hw); \
+        for (; k_ < hi_; k_ += blockDim.x) {                                  \
+            int i = (img_ * (c) + blockIdx.x) * (hw) + off_;                  \
+            body;                                                             \
+            img_ += stepImg_;                                                 \
+            off_ += stepOff_;                                                 \
+            if (off_ >= (hw)) { off_ -= (hw); img_++; }                       \
+        }                                                                     \
+    }
+
+// partial[ch·parts + part] = Σ x over block (ch, part)'s share.
+__global__ void bn_sum_parts(const float* x, double* partial, int n, int c, int hw) {
     extern __shared__ double sh[];
-    int ch = blockIdx.x;
     double s = 0;
-    for (int k = threadIdx.x; k < n * hw; k += blockDim.x)
-        s += x[((k / hw) * c + ch) * hw + k % hw];
+    CHANNEL_SHARE(i, n, c, hw, s += x[i]);
     s = block_sum(s, sh);
-    if (threadIdx.x == 0) out[ch] = s;
+    if (threadIdx.x == 0) partial[blockIdx.x * gridDim.y + blockIdx.y] = s;
 }
 
-// out[ch] = Σ (x − sums[ch]/count)².
-__global__ void bn_sqdev(const float* x, const double* sums, double count, double* out, int n, int c, int hw) {
+// partial[ch·parts + part] = Σ (x − sums[ch]/count)² over the share.
+__global__ void bn_sqdev_parts(const float* x, const double* sums, double count, double* partial, int n, int c, int hw) {
     extern __shared__ double sh[];
-    int ch = blockIdx.x;
-    double mean = sums[ch] / count, s = 0;
-    for (int k = threadIdx.x; k < n * hw; k += blockDim.x) {
-        double d = (double)x[((k / hw) * c + ch) * hw + k % hw] - mean;
-        s += d * d;
-    }
+    double mean = sums[blockIdx.x] / count, s = 0;
+    CHANNEL_SHARE(i, n, c, hw, { double d = (double)x[i] - mean; s += d * d; });
     s = block_sum(s, sh);
-    if (threadIdx.x == 0) out[ch] = s;
+    if (threadIdx.x == 0) partial[blockIdx.x * gridDim.y + blockIdx.y] = s;
+}
+
+// out[ch] = Σ_part partial[ch·parts + part], in order.
+__global__ void add_parts(const double* partial, double* out, int c, int parts) {
+    int ch = blockIdx.x * blockDim.x + threadIdx.x;
+    if (ch >= c) return;
+    double s = 0;
+    for (int p = 0; p < parts; p++) s += partial[ch * parts + p];
+    out[ch] = s;
 }
 
 // Running statistics and the saved mean and 1/std from the batch's sums.
@@ -281,26 +309,39 @@ __global__ void bn_apply(const float* x, float* y, const float* gamma, const flo
     }
 }
 
-// sums[2ch] = Σdy, sums[2ch+1] = Σdy·x̂; dgamma += Σdy·x̂, dbeta += Σdy.
-__global__ void bn_backward_sums(const float* x, const float* dy, const float* mean, const float* invstd,
-                                 double* sums, float* dgamma, float* dbeta, int n, int c, int hw) {
+// partial[2(ch·parts + part)] = Σdy and [… + 1] = Σdy·x̂ over the share.
+__global__ void bn_backward_parts(const float* x, const float* dy, const float* mean, const float* invstd,
+                                  double* partial, int n, int c, int hw) {
     extern __shared__ double sh[];
-    int ch = blockIdx.x;
-    double m = mean[ch], is = invstd[ch], sdy = 0, sdx = 0;
-    for (int k = threadIdx.x; k < n * hw; k += blockDim.x) {
-        int i = ((k / hw) * c + ch) * hw + k % hw;
+    double m = mean[blockIdx.x], is = invstd[blockIdx.x], sdy = 0, sdx = 0;
+    CHANNEL_SHARE(i, n, c, hw, {
         double g = dy[i];
         sdy += g;
         sdx += g * ((double)x[i] - m) * is;
-    }
+    });
     sdy = block_sum(sdy, sh);
     sdx = block_sum(sdx, sh);
     if (threadIdx.x == 0) {
-        sums[2 * ch] = sdy;
-        sums[2 * ch + 1] = sdx;
-        dgamma[ch] += (float)sdx;
-        dbeta[ch] += (float)sdy;
+        int at = 2 * (blockIdx.x * gridDim.y + blockIdx.y);
+        partial[at] = sdy;
+        partial[at + 1] = sdx;
     }
+}
+
+// sums[2ch] = Σdy, sums[2ch+1] = Σdy·x̂ from the partials, in order;
+// dgamma += Σdy·x̂, dbeta += Σdy.
+__global__ void bn_backward_finish(const double* partial, double* sums, float* dgamma, float* dbeta, int c, int parts) {
+    int ch = blockIdx.x * blockDim.x + threadIdx.x;
+    if (ch >= c) return;
+    double sdy = 0, sdx = 0;
+    for (int p = 0; p < parts; p++) {
+        sdy += partial[2 * (ch * parts + p)];
+        sdx += partial[2 * (ch * parts + p) + 1];
+    }
+    sums[2 * ch] = sdy;
+    sums[2 * ch + 1] = sdx;
+    dgamma[ch] += (float)sdx;
+    dbeta[ch] += (float)sdy;
 }
 
 __global__ void bn_backward_dx(const float* x, const float* dy, float* dx, const float* gamma, const float* mean,
