@@ -65,3 +65,33 @@ func TestCompetitorAllocatorChoice(t *testing.T) {
 		})
 	}
 }
+
+// TestGlooHelperRefusesBadArguments: the gloo competitor script stops,
+// before starting any process, with an error naming the argument it
+// cannot use.
+func TestGlooHelperRefusesBadArguments(t *testing.T) {
+	if err := torchAvailable(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("torch.distributed is installed in CI (python3-torch): %v", err)
+		}
+		t.Skip(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"2", "op=all_to_all", "1024"}, "op=all_to_all: want one of all_reduce, broadcast, all_gather, barrier"},
+		{[]string{"2", "iters=lots", "1024"}, "iters='lots': want a whole number, at least 1"},
+		{[]string{"2", "1k"}, "size='1k': want a whole number, at least 0"},
+		{[]string{"zero", "1024"}, "NP='zero': want a whole number, at least 1"},
+		{[]string{"2"}, "no sizes given"},
+		{nil, "usage: gloo_allreduce.py NP"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			out, err := exec.Command(TorchPython, append([]string{"competitors/gloo_allreduce.py"}, tc.args...)...).CombinedOutput()
+			if err == nil || !strings.Contains(string(out), tc.want) {
+				t.Fatalf("got %v and %q, want a failure saying %q", err, out, tc.want)
+			}
+		})
+	}
+}

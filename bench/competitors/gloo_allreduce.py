@@ -21,10 +21,6 @@ import time
 
 from common import allocator  # first, before torch: it picks PyTorch's memory allocator
 
-import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
-
 OPS = ("all_reduce", "broadcast", "all_gather", "barrier")
 
 
@@ -34,20 +30,48 @@ def iterations(size, iters):
     return max(20, min(2000, int(2e8 / max(size, 1024))))
 
 
+def number(what, text, least):
+    """text as a whole number of at least least, else exit naming what."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = None
+    if n is None or n < least:
+        sys.exit("gloo_allreduce.py: %s=%r: want a whole number, at least %d" % (what, text, least))
+    return n
+
+
 def parse(args):
     """[iters=N] [op=OP] SIZE... groups → N (0: by size), [(op, size)]."""
     op, out, iters = "all_reduce", [], 0
     for a in args:
         if a.startswith("iters="):
-            iters = int(a[6:])
+            iters = number("iters", a[6:], 1)
             continue
         if a.startswith("op="):
             op = a[3:]
             if op not in OPS:
                 sys.exit("gloo_allreduce.py: op=%s: want one of %s" % (op, ", ".join(OPS)))
             continue
-        out.append((op, int(a)))
+        out.append((op, number("size", a, 0)))
+    if not out:
+        sys.exit("gloo_allreduce.py: no sizes given (usage: NP [iters=N] [op=OP] SIZE_BYTES...)")
     return iters, out
+
+
+def arguments(argv):
+    """NP, iters and jobs from the command line, or exit saying what is wrong."""
+    if len(argv) < 2:
+        sys.exit("usage: gloo_allreduce.py NP [iters=N] [op=OP] SIZE_BYTES...")
+    return (number("NP", argv[1], 1),) + parse(argv[2:])
+
+
+if __name__ == "__main__":
+    arguments(sys.argv)  # bad arguments stop here, before torch loads (seconds)
+
+import torch  # noqa: E402 (after the arguments' check; spawned workers import it here too)
+import torch.distributed as dist  # noqa: E402
+import torch.multiprocessing as mp  # noqa: E402
 
 
 def call(op, t, parts, np_):
@@ -95,8 +119,7 @@ def one_interface():
 
 
 if __name__ == "__main__":
-    np_ = int(sys.argv[1])
-    iters, jobs = parse(sys.argv[2:])
+    np_, iters, jobs = arguments(sys.argv)
     if "GROUP_RANK" in os.environ:
         per_host, node = int(os.environ["LOCAL_WORLD_SIZE"]), int(os.environ["GROUP_RANK"])
         if np_ % per_host:

@@ -16,7 +16,9 @@ import (
 // TestRanksDieWithLauncher: when gorun itself is SIGKILLed (no chance to
 // stop anything), its ranks end within a few seconds: its children by the
 // kernel's parent-death signal, and ranks behind a wrapper (here sh, as
-// with go run or a job script) by watching GORUN_LAUNCHER_PID.
+// with go run or a job script) by watching GORUN_LAUNCHER_PID; also when
+// the ranks connect lazily (GORUN_CONNECT=lazy: no peer sockets to notice
+// anything by).
 func TestRanksDieWithLauncher(t *testing.T) {
 	bin := t.TempDir()
 	if out, err := exec.Command("go", "build", "-o", bin+"/", ".", "./testdata/idle").CombinedOutput(); err != nil {
@@ -26,14 +28,18 @@ func TestRanksDieWithLauncher(t *testing.T) {
 	cases := []struct {
 		name string
 		args []string
+		env  []string
 	}{
-		{"children", []string{"sh", "-c", "echo PID $$; exec sleep 60"}},
-		{"comm ranks", []string{idle}},
-		{"comm ranks behind a wrapper", []string{"sh", "-c", idle + "; exit 0"}},
+		{"children", []string{"sh", "-c", "echo PID $$; exec sleep 60"}, nil},
+		{"comm ranks", []string{idle}, nil},
+		{"comm ranks behind a wrapper", []string{"sh", "-c", idle + "; exit 0"}, nil},
+		{"comm ranks connecting lazily", []string{idle}, []string{"GORUN_CONNECT=lazy"}},
+		{"comm ranks connecting lazily behind a wrapper", []string{"sh", "-c", idle + "; exit 0"}, []string{"GORUN_CONNECT=lazy"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			cmd := exec.Command(filepath.Join(bin, "gorun"), append([]string{"-np", "2"}, c.args...)...)
+			cmd.Env = append(os.Environ(), c.env...)
 			stdout, err := cmd.StdoutPipe()
 			if err != nil {
 				t.Fatal(err)
