@@ -33,7 +33,7 @@ DATA=${DATA:-/usr/share/datasets/fashion-mnist}
 PY=${PYTHON:-python3}
 log() { echo; echo "== $*"; }
 # ONLY="parity copy" runs just those sections (parity staged copy mnist save
-# pipeline ddp throughput resnet50); all by default.
+# pipeline ddp ddp16 throughput resnet50 profile); all by default.
 want() { [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" $1 "* ]]; }
 
 log "GPU"
@@ -133,4 +133,19 @@ for run in $(seq ${RN_RUNS:-1}); do
 		peak timeout 300 $PY bench/competitors/torch_gpu_train.py resnet50 "$RN_IMAGES" "$RN_BATCH" $mode
 	done
 done 2>&1 | tee "$OUT/resnet50.txt"
+fi
+
+if want ddp16; then
+log "DDP with 16-bit gradients on the wire: two ranks sharing the GPU, CIFARNet (float32, bf16, fp16)"
+for c in none bf16 fp16; do
+	timeout 120 "$BIN/gorun" -np 2 "$BIN/train" --device cuda --model cifarnet --synthetic --train-samples 12800 --test-samples 1000 \
+		--epochs 2 --grad-compression $c --progress lines 2>&1 | grep -E "^\[0\] (Epoch|Test)|error|failed" | sed "s/^/$c: /"
+done 2>&1 | tee "$OUT/ddp16.txt"
+fi
+
+if want profile; then
+log "where ResNet-50's TF32 step goes (GORUN_GPU_PROFILE: every operation waited for)"
+GORUN_GPU_PROFILE=1 timeout 120 "$BIN/train" --device cuda --model resnet50 --synthetic --train-samples 2048 --test-samples 256 \
+	--batch-size 256 --epochs 2 --augment=false --optimizer sgd --lr 0.01 --momentum 0.9 --scheduler none --progress lines --tf32 2>&1 |
+	grep -A30 "GPU operations" | head -16 | tee "$OUT/profile.txt"
 fi
