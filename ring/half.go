@@ -26,63 +26,50 @@ func (b BFloat16) Float32() float32 { return math.Float32frombits(uint32(b) << 1
 
 // NewFloat16 rounds f to the nearest float16, ties to even, as torch's
 // conversion does: beyond the largest finite float16 (65504) to infinity,
-// below the smallest normal to subnormals, NaN to NaN.
+// below the smallest normal to subnormals, NaN to NaN. The rounding takes
+// no data-dependent branch for normal and subnormal results (the method
+// of F. Giesen's float_to_half_fast3_rtne), which a per-element loop
+// needs: half of all values round up.
 func NewFloat16(f float32) Float16 {
 	b := math.Float32bits(f)
 	sign := uint16(b>>16) & 0x8000
 	abs := b & 0x7FFFFFFF
 	switch {
-	case abs > 0x7F800000: // NaN: the quiet one, signed, as torch makes it
-		return Float16(sign | 0x7E00)
-	case abs >= 0x477FF000: // rounds to 65520 or more: infinity
+	case abs >= 0x47800000: // 65536 or more, infinity, NaN
+		if abs > 0x7F800000 { // NaN: the quiet one, signed, as torch makes it
+			return Float16(sign | 0x7E00)
+		}
 		return Float16(sign | 0x7C00)
 	case abs < 0x38800000: // below 2^-14: a subnormal (or zero)
-		// The value in units of 2^-24, rounded to nearest even.
-		if abs < 0x33000000 { // below 2^-25: rounds to zero
-			return Float16(sign)
-		}
-		e := abs >> 23
-		m := abs&0x7FFFFF | 0x800000
-		shift := 126 - e // 14 + (127−e) − 1 bits to drop, for 2^-24 units
-		half := uint32(1) << (shift - 1)
-		r := m >> shift
-		rem := m & (1<<shift - 1)
-		if rem > half || (rem == half && r&1 == 1) {
-			r++
-		}
-		return Float16(sign | uint16(r))
+		// Adding 0.5, whose unit in the last place is 2^-24, leaves the
+		// value in units of 2^-24 in the low bits, rounded to nearest
+		// even by the addition itself.
+		v := math.Float32frombits(abs) + 0.5
+		return Float16(sign | uint16(math.Float32bits(v)-0x3F000000))
 	}
-	// Normal: rebias the exponent, round the mantissa's 13 dropped bits.
-	h := (abs - 0x38000000) >> 13
-	rem := abs & 0x1FFF
-	if rem > 0x1000 || (rem == 0x1000 && h&1 == 1) {
-		h++ // may carry into the exponent, up to infinity: still right
-	}
-	return Float16(sign | uint16(h))
+	// Normal: rebias the exponent (−112 << 23) and round the 13 dropped
+	// bits, ties to even, by adding 0xFFF plus the kept mantissa's lowest
+	// bit; a carry may reach the exponent, up to infinity: still right.
+	odd := (abs >> 13) & 1
+	return Float16(sign | uint16((abs-0x38000000+0xFFF+odd)>>13))
 }
 
 // Float32 returns h exactly (a NaN quiet, as torch widens it).
 func (h Float16) Float32() float32 {
 	sign := uint32(h&0x8000) << 16
-	e := uint32(h>>10) & 0x1F
-	m := uint32(h) & 0x3FF
-	switch {
-	case e == 0x1F && m == 0:
-		return math.Float32frombits(sign | 0x7F800000)
-	case e == 0x1F: // NaN, made quiet as torch does
-		return math.Float32frombits(sign | 0x7FC00000 | m<<13)
-	case e != 0:
-		return math.Float32frombits(sign | (e+112)<<23 | m<<13)
-	case m == 0:
-		return math.Float32frombits(sign)
+	bits := uint32(h&0x7FFF) << 13 // exponent and mantissa, in float32's places
+	switch bits & 0x0F800000 {
+	case 0x0F800000: // infinity or NaN: the largest exponent
+		bits += 0x70000000
+		if bits&0x7FFFFF != 0 {
+			bits |= 0x400000 // quiet
+		}
+	case 0: // zero or subnormal, m·2^-24: as 2^-14·(1 + m/1024) − 2^-14
+		return math.Float32frombits(sign | math.Float32bits(math.Float32frombits(bits+0x38800000)-0x1p-14))
+	default:
+		bits += 0x38000000 // rebias the exponent: 127 − 15
 	}
-	// Subnormal: m·2^-24, made normal.
-	e = 113
-	for m&0x400 == 0 {
-		m <<= 1
-		e--
-	}
-	return math.Float32frombits(sign | e<<23 | (m&0x3FF)<<13)
+	return math.Float32frombits(sign | bits)
 }
 
 // half is either 16-bit float type.

@@ -232,3 +232,99 @@ func bulkMatches[H half](t *testing.T, src []float32, scalar func(float32) H) {
 		}
 	}
 }
+
+// referenceNewFloat16 is NewFloat16 written case by case (the first
+// implementation, checked against torch): it rounds f to the nearest float16, ties to even, as torch's
+// conversion does: beyond the largest finite float16 (65504) to infinity,
+// below the smallest normal to subnormals, NaN to NaN.
+func referenceNewFloat16(f float32) Float16 {
+	b := math.Float32bits(f)
+	sign := uint16(b>>16) & 0x8000
+	abs := b & 0x7FFFFFFF
+	switch {
+	case abs > 0x7F800000: // NaN: the quiet one, signed, as torch makes it
+		return Float16(sign | 0x7E00)
+	case abs >= 0x477FF000: // rounds to 65520 or more: infinity
+		return Float16(sign | 0x7C00)
+	case abs < 0x38800000: // below 2^-14: a subnormal (or zero)
+		// The value in units of 2^-24, rounded to nearest even.
+		if abs < 0x33000000 { // below 2^-25: rounds to zero
+			return Float16(sign)
+		}
+		e := abs >> 23
+		m := abs&0x7FFFFF | 0x800000
+		shift := 126 - e // 14 + (127−e) − 1 bits to drop, for 2^-24 units
+		half := uint32(1) << (shift - 1)
+		r := m >> shift
+		rem := m & (1<<shift - 1)
+		if rem > half || (rem == half && r&1 == 1) {
+			r++
+		}
+		return Float16(sign | uint16(r))
+	}
+	// Normal: rebias the exponent, round the mantissa's 13 dropped bits.
+	h := (abs - 0x38000000) >> 13
+	rem := abs & 0x1FFF
+	if rem > 0x1000 || (rem == 0x1000 && h&1 == 1) {
+		h++ // may carry into the exponent, up to infinity: still right
+	}
+	return Float16(sign | uint16(h))
+}
+
+// referenceFloat32 is Float16.Float32 written case by case: h exactly
+// (a NaN quiet, as torch widens it).
+func referenceFloat32(h Float16) float32 {
+	sign := uint32(h&0x8000) << 16
+	e := uint32(h>>10) & 0x1F
+	m := uint32(h) & 0x3FF
+	switch {
+	case e == 0x1F && m == 0:
+		return math.Float32frombits(sign | 0x7F800000)
+	case e == 0x1F: // NaN, made quiet as torch does
+		return math.Float32frombits(sign | 0x7FC00000 | m<<13)
+	case e != 0:
+		return math.Float32frombits(sign | (e+112)<<23 | m<<13)
+	case m == 0:
+		return math.Float32frombits(sign)
+	}
+	// Subnormal: m·2^-24, made normal.
+	e = 113
+	for m&0x400 == 0 {
+		m <<= 1
+		e--
+	}
+	return math.Float32frombits(sign | e<<23 | (m&0x3FF)<<13)
+}
+
+// TestFloat16MatchesReference: the branch-light conversions give the
+// case-by-case ones' bits for every float16 and for float32s across the
+// whole range (every 4099th bit pattern, and each float16's neighbourhood:
+// ties and the values either side).
+func TestFloat16MatchesReference(t *testing.T) {
+	for h := range 1 << 16 {
+		got, want := Float16(h).Float32(), referenceFloat32(Float16(h))
+		if math.Float32bits(got) != math.Float32bits(want) {
+			t.Fatalf("Float16(%#04x).Float32() = %#08x, want %#08x", h, math.Float32bits(got), math.Float32bits(want))
+		}
+	}
+	check := func(b uint32) {
+		f := math.Float32frombits(b)
+		if got, want := NewFloat16(f), referenceNewFloat16(f); got != want {
+			t.Fatalf("NewFloat16(%v = %#08x) = %#04x, want %#04x", f, b, got, want)
+		}
+	}
+	for b := uint64(0); b < 1<<32; b += 4099 {
+		check(uint32(b))
+	}
+	for h := range 1 << 15 {
+		w := math.Float32bits(referenceFloat32(Float16(h)))
+		for d := uint32(0); d < 1<<13; d += 0x3FF {
+			check(w + d)
+			check(w - d)
+			check((w + d) | 0x80000000)
+		}
+		check(w + 0x1000) // a tie
+		check(w + 0x0FFF)
+		check(w + 0x1001)
+	}
+}
