@@ -58,15 +58,23 @@ func (g *Group) AllReduceDevice(ctx context.Context, st Stager, ptr uintptr, n i
 // touched until Wait returns.
 func (g *Group) AllReduceDeviceAsync(ctx context.Context, st Stager, ptr uintptr, n int, op Op) *Work {
 	c := call{kind: "AllReduce", count: n, dtype: ring.Float32}
+	return g.stagedAsync(ctx, c, st, ptr, n, func(ctx context.Context, host []float32) error {
+		return ring.AllReduce(ctx, &g.ring, host, op)
+	})
+}
+
+// stagedAsync queues call c on n float32s at device address ptr: a mark
+// of the device work queued so far is taken now, and the collective,
+// when its turn comes, stages the buffer through st chunk by chunk with
+// exchange run on each chunk in host memory.
+func (g *Group) stagedAsync(ctx context.Context, c call, st Stager, ptr uintptr, n int, exchange func(context.Context, []float32) error) *Work {
 	ready, err := st.Mark()
 	if err != nil {
 		return finished(g.wrap(c.String()+" on a device buffer", err))
 	}
 	return g.enqueue(ctx, c, func(ctx context.Context) error {
 		g.w.stageWith(st)
-		return staged(ctx, st, ready, ptr, n, func(ctx context.Context, host []float32) error {
-			return ring.AllReduce(ctx, &g.ring, host, op)
-		})
+		return staged(ctx, st, ready, ptr, n, exchange)
 	})
 }
 
@@ -98,21 +106,14 @@ func AllReduceDeviceHalfAsync[H Half](ctx context.Context, g *Group, st Stager, 
 	if need := min(n, st.Chunk()); len(wire) < need {
 		return finished(g.wrap(c.String()+" on a device buffer", fmt.Errorf("a wire buffer of %d elements; staging needs %d", len(wire), need)))
 	}
-	ready, err := st.Mark()
-	if err != nil {
-		return finished(g.wrap(c.String()+" on a device buffer", err))
-	}
-	return g.enqueue(ctx, c, func(ctx context.Context) error {
-		g.w.stageWith(st)
-		return staged(ctx, st, ready, ptr, n, func(ctx context.Context, host []float32) error {
-			w := wire[:len(host)]
-			NarrowInto(w, host)
-			if err := ring.AllReduce(ctx, &g.ring, w, op); err != nil {
-				return err
-			}
-			WidenInto(host, w)
-			return nil
-		})
+	return g.stagedAsync(ctx, c, st, ptr, n, func(ctx context.Context, host []float32) error {
+		w := wire[:len(host)]
+		NarrowInto(w, host)
+		if err := ring.AllReduce(ctx, &g.ring, w, op); err != nil {
+			return err
+		}
+		WidenInto(host, w)
+		return nil
 	})
 }
 
@@ -123,15 +124,8 @@ func (g *Group) BroadcastDevice(ctx context.Context, st Stager, ptr uintptr, n i
 	if root < 0 || root >= g.Size() {
 		return g.wrap(c.String(), fmt.Errorf("root %d outside the group of %d", root, g.Size()))
 	}
-	ready, err := st.Mark()
-	if err != nil {
-		return g.wrap(c.String()+" on a device buffer", err)
-	}
-	return g.enqueue(ctx, c, func(ctx context.Context) error {
-		g.w.stageWith(st)
-		return staged(ctx, st, ready, ptr, n, func(ctx context.Context, host []float32) error {
-			return ring.Broadcast(ctx, &g.ring, host, root)
-		})
+	return g.stagedAsync(ctx, c, st, ptr, n, func(ctx context.Context, host []float32) error {
+		return ring.Broadcast(ctx, &g.ring, host, root)
 	}).Wait()
 }
 

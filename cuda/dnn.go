@@ -320,9 +320,6 @@ func fastest(perf []algoPerf, maxWorkspace int) (int, error) {
 	return 0, fmt.Errorf("none of %d algorithms ran within %d bytes of workspace", len(perf), maxWorkspace)
 }
 
-// Shape is the geometry the convolution was planned for.
-func (c *Conv) Shape() ConvShape { return c.shape }
-
 // Workspace is the scratch the convolution's calls need, in bytes.
 func (c *Conv) Workspace() int { return c.workspace }
 

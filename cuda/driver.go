@@ -110,14 +110,7 @@ type symbol struct {
 
 // bind resolves every symbol in lib, naming the first one missing.
 func bind(lib uintptr, libName string, syms []symbol) error {
-	for _, s := range syms {
-		addr, err := purego.Dlsym(lib, s.name)
-		if err != nil || addr == 0 {
-			return fmt.Errorf("cuda: %s has no %s (too old?): %v", libName, s.name, err)
-		}
-		purego.RegisterFunc(s.fptr, addr)
-	}
-	return nil
+	return bindAny([]uintptr{lib}, libName, syms)
 }
 
 // MinDriver is the oldest driver API version Open accepts (12.0): the

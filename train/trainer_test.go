@@ -196,19 +196,7 @@ func TestResumeMidEpochIsBitIdentical(t *testing.T) {
 		}
 		for _, stop := range stops {
 			t.Run(fmt.Sprintf("accumulate=%d/stop=%d", accumulate, stop), func(t *testing.T) {
-				path := filepath.Join(t.TempDir(), "net.safetensors")
-				a := newTrainer(t, cfg, train, test)
-				a.SavePath, a.SaveEvery = path, every
-				killed := errors.New("killed")
-				a.AfterStep = func(step int64) error {
-					if step == stop {
-						return killed
-					}
-					return nil
-				}
-				if err := a.Run(context.Background()); !errors.Is(err, killed) {
-					t.Fatalf("the interrupted run: %v", err)
-				}
+				path := interruptedRun(t, cfg, train, test, every, stop)
 				b := newTrainer(t, cfg, train, test, ResumeFrom(path))
 				wantStep := stop - stop%every
 				if last := int64(perEpoch); stop > last && wantStep < last {
@@ -227,6 +215,27 @@ func TestResumeMidEpochIsBitIdentical(t *testing.T) {
 			})
 		}
 	}
+}
+
+// interruptedRun trains cfg saving a checkpoint every `every` optimizer
+// steps, stops it after step stop as a killed run would stop, and returns
+// the checkpoint's path.
+func interruptedRun(t *testing.T, cfg Config, train, test *data.Dataset, every int, stop int64) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "net.safetensors")
+	a := newTrainer(t, cfg, train, test)
+	a.SavePath, a.SaveEvery = path, every
+	killed := errors.New("killed")
+	a.AfterStep = func(step int64) error {
+		if step == stop {
+			return killed
+		}
+		return nil
+	}
+	if err := a.Run(context.Background()); !errors.Is(err, killed) {
+		t.Fatalf("the interrupted run: %v", err)
+	}
+	return path
 }
 
 func TestCheckpointErrors(t *testing.T) {
@@ -418,19 +427,7 @@ func TestFP16ResumeIsBitIdentical(t *testing.T) {
 	if err := straight.Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(t.TempDir(), "net.safetensors")
-	a := newTrainer(t, cfg, train, test)
-	a.SavePath, a.SaveEvery = path, 2
-	killed := errors.New("killed")
-	a.AfterStep = func(step int64) error {
-		if step == stop {
-			return killed
-		}
-		return nil
-	}
-	if err := a.Run(context.Background()); !errors.Is(err, killed) {
-		t.Fatalf("the interrupted run: %v", err)
-	}
+	path := interruptedRun(t, cfg, train, test, 2, stop)
 	b := newTrainer(t, cfg, train, test, ResumeFrom(path))
 	if err := b.Run(context.Background()); err != nil {
 		t.Fatal(err)

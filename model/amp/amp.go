@@ -123,9 +123,6 @@ func (a *Autocast) Name() string {
 	return fmt.Sprintf("%s, products and convolutions in %s (emulated: float32 arithmetic on rounded operands)", a.Backend.Name(), a.p)
 }
 
-// Precision is the format products run in.
-func (a *Autocast) Precision() Precision { return a.p }
-
 // rounded returns t rounded to the 16-bit format in operand's scratch
 // (nil for nil).
 func (a *Autocast) rounded(t *tensor.Tensor, operand int) *tensor.Tensor {

@@ -76,7 +76,6 @@ type Backend struct {
 	// why convolutions run as im2col when they do.
 	plans    map[cuda.ConvShape]*cuda.Conv
 	convNote string
-	tf32     bool
 	mod      *cuda.Module
 	k        kernels
 	args     *cuda.Args
@@ -165,7 +164,6 @@ func NewOn(dv *cuda.Device, o Options) (*Backend, error) {
 	if err := b.blas.SetTF32(o.TF32); err != nil {
 		return nil, err
 	}
-	b.tf32 = o.TF32
 	if err := b.openDNN(o.Convolutions); err != nil {
 		return nil, err
 	}
@@ -468,6 +466,11 @@ func (b *Backend) AddBias(x, bias *tensor.Tensor) {
 	if !b.ok(x, bias) {
 		return
 	}
+	b.addBias(x, bias)
+}
+
+// addBias queues x[i, j, ...] += bias[j].
+func (b *Backend) addBias(x, bias *tensor.Tensor) {
 	n, c, hw := tensor.Planes(x)
 	b.a().Ptr(b.ptr(x)).Ptr(b.ptr(bias)).Int(n * c * hw).Int(c).Int(hw)
 	b.each(b.k.addBias, n*c*hw)
@@ -523,7 +526,7 @@ func (b *Backend) conv(x, w *tensor.Tensor, oh, ow int, p tensor.ConvParams) (co
 // the first time this shape comes) and its workspace; nil after a failure.
 func (b *Backend) plan(x, w, y *tensor.Tensor, p tensor.ConvParams) (*cuda.Conv, cuda.DevPtr) {
 	s := cuda.ConvShape{N: x.Shape[0], C: x.Shape[1], H: x.Shape[2], W: x.Shape[3], F: w.Shape[0], KH: p.KernelH, KW: p.KernelW,
-		StrideH: p.StrideH, StrideW: p.StrideW, PadH: p.PadH, PadW: p.PadW, OH: y.Shape[2], OW: y.Shape[3], TF32: b.tf32}
+		StrideH: p.StrideH, StrideW: p.StrideW, PadH: p.PadH, PadW: p.PadW, OH: y.Shape[2], OW: y.Shape[3], TF32: b.blas.TF32()}
 	c, ok := b.plans[s]
 	if !ok {
 		var err error
@@ -576,9 +579,7 @@ func (b *Backend) Conv2d(x, w, bias, y *tensor.Tensor, p tensor.ConvParams) {
 			b.dv.Leave()
 		}
 		if bias != nil {
-			n, c, hw := tensor.Planes(y)
-			b.a().Ptr(b.ptr(y)).Ptr(b.ptr(bias)).Int(n * c * hw).Int(c).Int(hw)
-			b.each(b.k.addBias, n*c*hw)
+			b.addBias(y, bias)
 		}
 		return
 	}
