@@ -184,6 +184,11 @@ func (b *Backend) Add(x, y, z *tensor.Tensor) {
 	b.runElem(elemTask{op: opAdd, n: len(x.Data), x: x, y: y, z: z}, elemGrain)
 }
 
+// AddReLU implements tensor.AddReLUBackend: z = max(x + y, 0) in one pass.
+func (b *Backend) AddReLU(x, y, z *tensor.Tensor) {
+	b.runElem(elemTask{op: opAddReLU, n: len(x.Data), x: x, y: y, z: z}, elemGrain)
+}
+
 // Copy implements tensor.Backend.
 func (b *Backend) Copy(src, dst *tensor.Tensor) { copy(dst.Data, src.Data) }
 

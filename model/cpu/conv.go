@@ -19,7 +19,8 @@ type convTask struct {
 	dy, dx     *tensor.Tensor
 	p          tensor.ConvParams
 	g          geometry
-	n, per     int // images, images per chunk
+	n, per     int  // images, images per chunk
+	biasGrad   bool // backward: the bias gradient is wanted (db not nil)
 	serialGEMM bool
 	winograd   bool // Winograd F(2×2, 3×3) instead of im2col (winograd.go)
 }
@@ -45,12 +46,12 @@ func pointwise(p tensor.ConvParams) bool {
 
 // Conv2d implements tensor.Backend.
 func (b *Backend) Conv2d(x, w, bias, y *tensor.Tensor, p tensor.ConvParams) {
-	b.runConv(false, x, w, bias, y, nil, nil, p)
+	b.runConv(false, x, w, bias, y, nil, nil, p, false)
 }
 
 // Conv2dBackward implements tensor.Backend.
 func (b *Backend) Conv2dBackward(x, w, dy, dx, dw, db *tensor.Tensor, p tensor.ConvParams) {
-	chunks := b.runConv(true, x, w, nil, nil, dy, dx, p)
+	chunks := b.runConv(true, x, w, nil, nil, dy, dx, p, db != nil)
 	g := b.conv.g
 	for i := 0; i < chunks; i++ {
 		s := &b.chunks[i]
@@ -65,11 +66,11 @@ func (b *Backend) Conv2dBackward(x, w, dy, dx, dw, db *tensor.Tensor, p tensor.C
 	}
 }
 
-func (b *Backend) runConv(backward bool, x, w, bias, y, dy, dx *tensor.Tensor, p tensor.ConvParams) int {
+func (b *Backend) runConv(backward bool, x, w, bias, y, dy, dx *tensor.Tensor, p tensor.ConvParams, biasGrad bool) int {
 	n := x.Shape[0]
 	threads := b.pool.Threads()
 	t := &b.conv
-	*t = convTask{b: b, backward: backward, x: x, w: w, bias: bias, y: y, dy: dy, dx: dx, p: p, g: geom(x, w, p), n: n}
+	*t = convTask{b: b, backward: backward, x: x, w: w, bias: bias, y: y, dy: dy, dx: dx, p: p, g: geom(x, w, p), n: n, biasGrad: biasGrad}
 	if t.winograd = b.useWinograd(t.g, p); t.winograd && (!backward || dx != nil) {
 		// Forward: U [16][F][C]; backward: the data gradient's U [16][C][F].
 		winogradWeights(grow(&b.winoU, 16*winoStride(t.g.f*t.g.c)), w.Data, t.g.f, t.g.c, backward)
@@ -175,7 +176,7 @@ func (t *convTask) Do(worker, i int) {
 		}
 		// dW += dy · colᵀ
 		t.gemm(worker, g.f, g.ckk, ld, dyM, gemm.Matrix{Data: col, Stride: ld, Trans: true}, 1, gemm.Matrix{Data: s.dw, Stride: g.ckk})
-		for f := 0; f < g.f; f++ {
+		for f := 0; t.biasGrad && f < g.f; f++ {
 			var sum float32
 			for _, v := range dyM.Data[f*ld : f*ld+ld] {
 				sum += v
@@ -231,27 +232,19 @@ func im2col(x, col []float32, ld int, g geometry, p tensor.ConvParams) {
 						continue
 					}
 					src := plane[ih*g.wd : (ih+1)*g.wd]
+					// iw = ow·StrideW − PadW + kw: a strided (or, at stride
+					// 1, shifted) copy of the row's [lo, hi), zeros around.
+					lo, hi := inside(g.ow, g.wd, p.StrideW, kw-p.PadW)
+					clear(dst[:lo])
+					clear(dst[hi:])
 					if p.StrideW == 1 {
-						// iw = ow - PadW + kw: a shifted copy with zero ends.
-						shift := kw - p.PadW
-						lo := max(0, -shift)
-						hi := min(g.ow, g.wd-shift)
-						if hi <= lo {
-							clear(dst)
-							continue
-						}
-						clear(dst[:lo])
-						copy(dst[lo:hi], src[lo+shift:hi+shift])
-						clear(dst[hi:])
+						copy(dst[lo:hi], src[lo+kw-p.PadW:])
 						continue
 					}
-					for ow := range dst {
-						iw := ow*p.StrideW - p.PadW + kw
-						if iw < 0 || iw >= g.wd {
-							dst[ow] = 0
-						} else {
-							dst[ow] = src[iw]
-						}
+					at := lo*p.StrideW - p.PadW + kw
+					for ow := lo; ow < hi; ow++ {
+						dst[ow] = src[at]
+						at += p.StrideW
 					}
 				}
 			}
@@ -277,26 +270,41 @@ func col2im(col []float32, ld int, dx []float32, g geometry, p tensor.ConvParams
 					}
 					src := in[oh*g.ow : (oh+1)*g.ow]
 					dst := plane[ih*g.wd : (ih+1)*g.wd]
+					// iw = ow·StrideW − PadW + kw: a strided (or shifted)
+					// add of the row's [lo, hi).
+					lo, hi := inside(g.ow, g.wd, p.StrideW, kw-p.PadW)
 					if p.StrideW == 1 {
-						// iw = ow − PadW + kw: a shifted add.
-						shift := kw - p.PadW
-						lo, hi := max(0, -shift), min(g.ow, g.wd-shift)
-						if hi > lo {
-							d, s := dst[lo+shift:hi+shift], src[lo:hi]
-							for i, v := range s {
-								d[i] += v
-							}
+						d := dst[lo+kw-p.PadW:]
+						for i, v := range src[lo:hi] {
+							d[i] += v
 						}
 						continue
 					}
-					for ow, v := range src {
-						iw := ow*p.StrideW - p.PadW + kw
-						if iw >= 0 && iw < g.wd {
-							dst[iw] += v
-						}
+					at := lo*p.StrideW - p.PadW + kw
+					for _, v := range src[lo:hi] {
+						dst[at] += v
+						at += p.StrideW
 					}
 				}
 			}
 		}
 	}
+}
+
+// inside returns the range [lo, hi) of the out output positions o whose
+// input position o·stride + offset lies in [0, in): lo = hi when none
+// does.
+func inside(out, in, stride, offset int) (lo, hi int) {
+	lo = 0
+	if offset < 0 {
+		lo = ceilDiv(-offset, stride)
+	}
+	hi = out
+	if last := in - 1 - offset; last < 0 {
+		hi = 0
+	} else {
+		hi = min(out, last/stride+1)
+	}
+	lo = min(lo, hi)
+	return lo, hi
 }

@@ -212,6 +212,8 @@ func TestConvolution(t *testing.T) {
 		{4, 3, 4, 15, tensor.ConvParams{KernelH: 7, KernelW: 7, StrideH: 2, StrideW: 2, PadH: 3, PadW: 3}},   // strided
 		{1, 32, 64, 32, tensor.ConvParams{KernelH: 3, KernelW: 3, StrideH: 1, StrideW: 1, PadH: 1, PadW: 1}}, // one image: the GEMM split over threads
 		{3, 2, 3, 9, tensor.ConvParams{KernelH: 3, KernelW: 2, StrideH: 2, StrideW: 1, PadH: 2, PadW: 1}},    // uneven kernel, wide padding
+		{2, 3, 4, 7, tensor.ConvParams{KernelH: 1, KernelW: 1, StrideH: 2, StrideW: 2}},                      // a downsample
+		{2, 2, 3, 3, tensor.ConvParams{KernelH: 5, KernelW: 5, StrideH: 3, StrideW: 3, PadH: 2, PadW: 2}},    // windows over both edges
 	}
 	for _, threads := range []int{1, 2} {
 		be := New(threads)
@@ -236,6 +238,13 @@ func TestConvolution(t *testing.T) {
 						t.Fatalf("threads %d, case %+v: %s[%d] = %v, want %v", threads, c, r.name, i, r.got[i], v)
 					}
 				}
+			}
+			// Without a bias gradient (a layer with no bias): the same
+			// dx and dw, bit for bit.
+			dx2, dw2 := tensor.New(x.Shape...), tensor.New(w.Shape...)
+			be.Conv2dBackward(x, w, dy, dx2, dw2, nil, c.p)
+			if !slices.Equal(dx2.Data, dx.Data) || !slices.Equal(dw2.Data, dw.Data) {
+				t.Fatalf("threads %d, case %+v: dx or dw differ without the bias gradient", threads, c)
 			}
 		}
 		be.Close()

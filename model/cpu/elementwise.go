@@ -21,6 +21,7 @@ const (
 	opDropout
 	opMul
 	opAdd
+	opAddReLU
 	opSGD
 	opAdam
 	opAdadelta
@@ -82,6 +83,11 @@ func (t *elemTask) Do(_, i int) {
 		zd, yd := t.z.Data[lo:hi], t.y.Data[lo:hi]
 		for i, v := range t.x.Data[lo:hi] {
 			zd[i] = v + yd[i]
+		}
+	case opAddReLU:
+		zd, yd := t.z.Data[lo:hi], t.y.Data[lo:hi]
+		for i, v := range t.x.Data[lo:hi] {
+			zd[i] = max(v+yd[i], 0)
 		}
 	case opSGD:
 		var buf []float32

@@ -41,6 +41,7 @@ type bnTask struct {
 	stats                []float64
 	n, c, hw, per        int
 	training             bool
+	relu                 bool   // the relu after the batch norm is fused in (BatchNormReLU)
 	vec                  vecOps // the per-element passes' kernels (vecops.go)
 }
 
@@ -77,22 +78,34 @@ func (t *bnTask) channel(ch int) {
 		k := float64(t.shift[ch])
 		var s1, s2 float64
 		for i := range t.n {
-			a, b := planeMoments(t.plane(t.x, i, ch), k)
+			a, b := t.vec.moments(t.plane(t.x, i, ch), k)
 			s1 += a
 			s2 += b
 		}
 		t.stats[ch], t.stats[c+1+ch] = s1, s2
 	case bnNormalize:
-		scale := t.saveInvStd.Data[ch] * t.gamma.Data[ch]
-		shift := t.beta.Data[ch] - t.saveMean.Data[ch]*scale
+		scale, shift := t.affine(ch)
 		for i := range t.n {
-			t.vec.affine(t.plane(t.y, i, ch), t.plane(t.x, i, ch), scale, shift)
+			if t.relu {
+				t.vec.affineReLU(t.plane(t.y, i, ch), t.plane(t.x, i, ch), scale, shift)
+			} else {
+				t.vec.affine(t.plane(t.y, i, ch), t.plane(t.x, i, ch), scale, shift)
+			}
 		}
 	case bnGradSums:
 		mean, invStd := float64(t.saveMean.Data[ch]), float64(t.saveInvStd.Data[ch])
+		var scale, shift float32
+		if t.relu {
+			scale, shift = t.affine(ch)
+		}
 		var sumDy, sumDyDev float64
 		for i := range t.n {
-			a, b := planeGradSums(t.plane(t.x, i, ch), t.plane(t.dy, i, ch), mean)
+			var a, b float64
+			if t.relu {
+				a, b = t.vec.gradSumsReLU(t.plane(t.x, i, ch), t.plane(t.dy, i, ch), mean, scale, shift)
+			} else {
+				a, b = t.vec.gradSums(t.plane(t.x, i, ch), t.plane(t.dy, i, ch), mean)
+			}
 			sumDy += a
 			sumDyDev += b
 		}
@@ -102,10 +115,17 @@ func (t *bnTask) channel(ch int) {
 		k := float64(t.gamma.Data[ch]) * invStd
 		if !t.training {
 			kf := float32(k)
+			var scale, shift float32
+			if t.relu {
+				scale, shift = t.affine(ch)
+			}
 			for i := range t.n {
-				g := t.plane(t.dy, i, ch)
+				g, x := t.plane(t.dy, i, ch), t.plane(t.x, i, ch)
 				out := t.plane(t.dx, i, ch)[:len(g)]
 				for s, v := range g {
+					if t.relu {
+						v = reluGate(v, x[s], scale, shift)
+					}
 					out[s] = v * kf
 				}
 			}
@@ -121,57 +141,43 @@ func (t *bnTask) channel(ch int) {
 		a := float32(k)
 		bx := float32(-k * invStd * meanDyXhat)
 		d := float32(-k * meanDy)
+		if !t.relu {
+			for i := range t.n {
+				t.vec.bnGrad(t.plane(t.dx, i, ch), t.plane(t.dy, i, ch), t.plane(t.x, i, ch), a, bx, mu, d)
+			}
+			return
+		}
+		scale, shift := t.affine(ch)
 		for i := range t.n {
-			t.vec.bnGrad(t.plane(t.dx, i, ch), t.plane(t.dy, i, ch), t.plane(t.x, i, ch), a, bx, mu, d)
+			t.vec.bnGradReLU(t.plane(t.dx, i, ch), t.plane(t.dy, i, ch), t.plane(t.x, i, ch), a, bx, mu, d, scale, shift)
 		}
 	}
 }
 
-// planeMoments returns Σ(v − k) and Σ(v − k)² in float64.
-func planeMoments(v []float32, k float64) (float64, float64) {
-	var a0, a1, b0, b1 float64
-	i := 0
-	for ; i+2 <= len(v); i += 2 {
-		d0, d1 := float64(v[i])-k, float64(v[i+1])-k
-		a0 += d0
-		a1 += d1
-		b0 += d0 * d0
-		b1 += d1 * d1
-	}
-	for ; i < len(v); i++ {
-		d := float64(v[i]) - k
-		a0 += d
-		b0 += d * d
-	}
-	return a0 + a1, b0 + b1
-}
-
-// planeGradSums returns Σg and Σg·(x − mean) in float64.
-func planeGradSums(x, g []float32, mean float64) (float64, float64) {
-	g = g[:len(x)]
-	var a0, a1, b0, b1 float64
-	i := 0
-	for ; i+2 <= len(x); i += 2 {
-		g0, g1 := float64(g[i]), float64(g[i+1])
-		a0 += g0
-		a1 += g1
-		b0 += g0 * (float64(x[i]) - mean)
-		b1 += g1 * (float64(x[i+1]) - mean)
-	}
-	for ; i < len(x); i++ {
-		gi := float64(g[i])
-		a0 += gi
-		b0 += gi * (float64(x[i]) - mean)
-	}
-	return a0 + a1, b0 + b1
+// affine is channel ch's normalisation as one multiply and one add, y =
+// x·scale + shift: the forward pass's, and the fused relu's backward
+// finds the relu's output again with the same arithmetic.
+func (t *bnTask) affine(ch int) (scale, shift float32) {
+	scale = t.saveInvStd.Data[ch] * t.gamma.Data[ch]
+	return scale, t.beta.Data[ch] - t.saveMean.Data[ch]*scale
 }
 
 // BatchNorm implements tensor.Backend. Statistics accumulate in float64;
 // with p.SumAcross they are the whole distributed batch's.
 func (b *Backend) BatchNorm(x, y, gamma, beta, runMean, runVar, saveMean, saveInvStd *tensor.Tensor, p tensor.BatchNormParams) {
+	b.batchNorm(x, y, gamma, beta, runMean, runVar, saveMean, saveInvStd, p, false)
+}
+
+// BatchNormReLU implements tensor.BatchNormReLUBackend: the relu is applied
+// as each element is normalised.
+func (b *Backend) BatchNormReLU(x, y, gamma, beta, runMean, runVar, saveMean, saveInvStd *tensor.Tensor, p tensor.BatchNormParams) {
+	b.batchNorm(x, y, gamma, beta, runMean, runVar, saveMean, saveInvStd, p, true)
+}
+
+func (b *Backend) batchNorm(x, y, gamma, beta, runMean, runVar, saveMean, saveInvStd *tensor.Tensor, p tensor.BatchNormParams, relu bool) {
 	n, c, hw := tensor.Planes(x)
 	t := &b.bn
-	*t = bnTask{x: x, y: y, gamma: gamma, beta: beta, saveMean: saveMean, saveInvStd: saveInvStd, n: n, c: c, hw: hw, training: p.Training}
+	*t = bnTask{x: x, y: y, gamma: gamma, beta: beta, saveMean: saveMean, saveInvStd: saveInvStd, n: n, c: c, hw: hw, training: p.Training, relu: relu}
 	if p.Training {
 		// The first two moments about K, in one pass.
 		t.shift = runMean.Data
@@ -214,9 +220,22 @@ func (b *Backend) BatchNorm(x, y, gamma, beta, runMean, runVar, saveMean, saveIn
 
 // BatchNormBackward implements tensor.Backend.
 func (b *Backend) BatchNormBackward(x, dy, dx, gamma, dgamma, dbeta, saveMean, saveInvStd *tensor.Tensor, p tensor.BatchNormParams) {
+	b.batchNormBackward(x, dy, dx, gamma, nil, dgamma, dbeta, saveMean, saveInvStd, p)
+}
+
+// BatchNormReLUBackward implements tensor.BatchNormReLUBackend: where the
+// relu stopped the gradient is found again from x as each element is
+// read, with the forward pass's arithmetic.
+func (b *Backend) BatchNormReLUBackward(x, dy, dx, gamma, beta, dgamma, dbeta, saveMean, saveInvStd *tensor.Tensor, p tensor.BatchNormParams) {
+	b.batchNormBackward(x, dy, dx, gamma, beta, dgamma, dbeta, saveMean, saveInvStd, p)
+}
+
+// batchNormBackward is BatchNormBackward, with the relu fused in when beta
+// is set.
+func (b *Backend) batchNormBackward(x, dy, dx, gamma, beta, dgamma, dbeta, saveMean, saveInvStd *tensor.Tensor, p tensor.BatchNormParams) {
 	n, c, hw := tensor.Planes(x)
 	t := &b.bn
-	*t = bnTask{x: x, dy: dy, dx: dx, gamma: gamma, saveMean: saveMean, saveInvStd: saveInvStd, n: n, c: c, hw: hw, training: p.Training}
+	*t = bnTask{x: x, dy: dy, dx: dx, gamma: gamma, beta: beta, saveMean: saveMean, saveInvStd: saveInvStd, n: n, c: c, hw: hw, training: p.Training, relu: beta != nil}
 	// Per channel: Σdy and Σdy·x̂, then the element count.
 	t.stats = growF64(&b.stats, 2*c+1)
 	b.runBN(bnGradSums)

@@ -137,12 +137,11 @@ func refBatchNormBackward(stats []float64, x, dy, dx, gamma, dgamma, dbeta, save
 	}
 }
 
-// TestBatchNormMatchesReference runs batch norm forward and backward,
-// training and evaluation, on one and two threads, with and without
-// statistics combined across (here: two identical) replicas, against the
-// straightforward float64 version it replaced.
-func TestBatchNormMatchesReference(t *testing.T) {
-	rng := rand.New(rand.NewPCG(7, 8))
+// batchNormCases runs body for every combination the batch norm tests
+// cover: one and two threads, each shape, training and evaluation, with
+// and without statistics combined across (here: two identical) replicas.
+func batchNormCases(t *testing.T, shapes [][]int, body func(be *Backend, name string, shape []int, p tensor.BatchNormParams)) {
+	t.Helper()
 	double := func(v []float64) {
 		for i := range v {
 			v[i] *= 2
@@ -151,65 +150,75 @@ func TestBatchNormMatchesReference(t *testing.T) {
 	for _, threads := range []int{1, 2} {
 		be := New(threads)
 		defer be.Close()
-		for _, shape := range [][]int{{2, 3, 5, 7}, {4, 64, 17, 17}, {3, 1, 1, 1}, {6, 5}, {32, 40, 8, 8}} {
+		for _, shape := range shapes {
 			for _, training := range []bool{true, false} {
 				for _, across := range []bool{false, true} {
-					name := fmt.Sprintf("threads=%d/%v/training=%v/across=%v", threads, shape, training, across)
-					c := shape[1]
-					x := randTensor(rng, shape...)
-					for i := range x.Data {
-						x.Data[i] = x.Data[i]*0.5 + 50 // a mean far from zero against the spread, as activations can have
-					}
-					gamma, beta := randTensor(rng, c), randTensor(rng, c)
 					p := tensor.BatchNormParams{Training: training, Momentum: 0.1, Eps: 1e-5}
 					if across {
 						p.SumAcross = double
 					}
-					type outs struct{ y, runMean, runVar, mean, invStd, dx, dgamma, dbeta *tensor.Tensor }
-					run := func(ref bool) outs {
-						o := outs{tensor.New(shape...), tensor.New(c), tensor.New(c), tensor.New(c), tensor.New(c), tensor.New(shape...), tensor.New(c), tensor.New(c)}
-						for i := range c {
-							o.runMean.Data[i], o.runVar.Data[i] = 0.5, 2
-						}
-						dy := tensor.New(shape...)
-						for i := range dy.Data {
-							dy.Data[i] = float32(math.Sin(float64(i)))
-						}
-						if ref {
-							stats := make([]float64, 2*c+1)
-							refBatchNorm(stats, x, o.y, gamma, beta, o.runMean, o.runVar, o.mean, o.invStd, p)
-							refBatchNormBackward(stats, x, dy, o.dx, gamma, o.dgamma, o.dbeta, o.mean, o.invStd, p)
-						} else {
-							be.BatchNorm(x, o.y, gamma, beta, o.runMean, o.runVar, o.mean, o.invStd, p)
-							be.BatchNormBackward(x, dy, o.dx, gamma, o.dgamma, o.dbeta, o.mean, o.invStd, p)
-						}
-						return o
-					}
-					got, want := run(false), run(true)
-					for _, r := range []struct {
-						what      string
-						got, want *tensor.Tensor
-					}{{"y", got.y, want.y}, {"running mean", got.runMean, want.runMean}, {"running var", got.runVar, want.runVar},
-						{"mean", got.mean, want.mean}, {"inverse std", got.invStd, want.invStd}, {"dx", got.dx, want.dx},
-						{"dgamma", got.dgamma, want.dgamma}, {"dbeta", got.dbeta, want.dbeta}} {
-						scale := 0.0
-						for _, v := range r.want.Data {
-							scale = max(scale, math.Abs(float64(v)))
-						}
-						tol := 1e-5 * (1 + scale)
-						if r.what == "dx" {
-							tol = 2e-6 * scale // float32 elements, float64 coefficients: a few roundings, no cancellation
-						}
-						for i, v := range r.want.Data {
-							if d := math.Abs(float64(r.got.Data[i]) - float64(v)); d > tol || math.IsNaN(float64(r.got.Data[i])) {
-								t.Fatalf("%s: %s[%d] = %v, the reference gives %v", name, r.what, i, r.got.Data[i], v)
-							}
-						}
-					}
+					body(be, fmt.Sprintf("threads=%d/%v/training=%v/across=%v", threads, shape, training, across), shape, p)
 				}
 			}
 		}
 	}
+}
+
+// TestBatchNormMatchesReference runs batch norm forward and backward,
+// training and evaluation, on one and two threads, with and without
+// statistics combined across (here: two identical) replicas, against the
+// straightforward float64 version it replaced.
+func TestBatchNormMatchesReference(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	batchNormCases(t, [][]int{{2, 3, 5, 7}, {4, 64, 17, 17}, {3, 1, 1, 1}, {6, 5}, {32, 40, 8, 8}}, func(be *Backend, name string, shape []int, p tensor.BatchNormParams) {
+		c := shape[1]
+		x := randTensor(rng, shape...)
+		for i := range x.Data {
+			x.Data[i] = x.Data[i]*0.5 + 50 // a mean far from zero against the spread, as activations can have
+		}
+		gamma, beta := randTensor(rng, c), randTensor(rng, c)
+		type outs struct{ y, runMean, runVar, mean, invStd, dx, dgamma, dbeta *tensor.Tensor }
+		run := func(ref bool) outs {
+			o := outs{tensor.New(shape...), tensor.New(c), tensor.New(c), tensor.New(c), tensor.New(c), tensor.New(shape...), tensor.New(c), tensor.New(c)}
+			for i := range c {
+				o.runMean.Data[i], o.runVar.Data[i] = 0.5, 2
+			}
+			dy := tensor.New(shape...)
+			for i := range dy.Data {
+				dy.Data[i] = float32(math.Sin(float64(i)))
+			}
+			if ref {
+				stats := make([]float64, 2*c+1)
+				refBatchNorm(stats, x, o.y, gamma, beta, o.runMean, o.runVar, o.mean, o.invStd, p)
+				refBatchNormBackward(stats, x, dy, o.dx, gamma, o.dgamma, o.dbeta, o.mean, o.invStd, p)
+			} else {
+				be.BatchNorm(x, o.y, gamma, beta, o.runMean, o.runVar, o.mean, o.invStd, p)
+				be.BatchNormBackward(x, dy, o.dx, gamma, o.dgamma, o.dbeta, o.mean, o.invStd, p)
+			}
+			return o
+		}
+		got, want := run(false), run(true)
+		for _, r := range []struct {
+			what      string
+			got, want *tensor.Tensor
+		}{{"y", got.y, want.y}, {"running mean", got.runMean, want.runMean}, {"running var", got.runVar, want.runVar},
+			{"mean", got.mean, want.mean}, {"inverse std", got.invStd, want.invStd}, {"dx", got.dx, want.dx},
+			{"dgamma", got.dgamma, want.dgamma}, {"dbeta", got.dbeta, want.dbeta}} {
+			scale := 0.0
+			for _, v := range r.want.Data {
+				scale = max(scale, math.Abs(float64(v)))
+			}
+			tol := 1e-5 * (1 + scale)
+			if r.what == "dx" {
+				tol = 2e-6 * scale // float32 elements, float64 coefficients: a few roundings, no cancellation
+			}
+			for i, v := range r.want.Data {
+				if d := math.Abs(float64(r.got.Data[i]) - float64(v)); d > tol || math.IsNaN(float64(r.got.Data[i])) {
+					t.Fatalf("%s: %s[%d] = %v, the reference gives %v", name, r.what, i, r.got.Data[i], v)
+				}
+			}
+		}
+	})
 }
 
 // TestBatchNormNearlyConstant: a channel far from zero with a tiny spread
@@ -270,4 +279,54 @@ func BenchmarkBatchNorm(b *testing.B) {
 			}
 		})
 	}
+}
+
+// TestBatchNormReLUMatchesSeparate holds the fused batch norm + relu to
+// the two calls it replaces, bit for bit: BatchNorm then ReLU in place,
+// and ReLUBackward then BatchNormBackward (its dx, dgamma and dbeta),
+// training and evaluation, with and without statistics combined across
+// replicas, on one and two threads; inputs centred on zero so the relu
+// cuts about half, exact zeros among them.
+func TestBatchNormReLUMatchesSeparate(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	batchNormCases(t, [][]int{{2, 3, 5, 7}, {4, 64, 17, 17}, {3, 2, 1, 1}, {6, 5}, {8, 16, 7, 7}}, func(be *Backend, name string, shape []int, p tensor.BatchNormParams) {
+		c := shape[1]
+		x, dy := randTensor(rng, shape...), randTensor(rng, shape...)
+		for i := range x.Data {
+			if rng.IntN(10) == 0 {
+				x.Data[i] = 0
+			}
+		}
+		gamma, beta := randTensor(rng, c), randTensor(rng, c)
+		type outs struct{ y, runMean, runVar, mean, invStd, dx, dgamma, dbeta *tensor.Tensor }
+		run := func(fused bool) outs {
+			o := outs{tensor.New(shape...), tensor.New(c), tensor.New(c), tensor.New(c), tensor.New(c), tensor.New(shape...), tensor.New(c), tensor.New(c)}
+			for i := range c {
+				o.runMean.Data[i], o.runVar.Data[i] = 0.1, 0.9
+			}
+			if fused {
+				be.BatchNormReLU(x, o.y, gamma, beta, o.runMean, o.runVar, o.mean, o.invStd, p)
+				be.BatchNormReLUBackward(x, dy, o.dx, gamma, beta, o.dgamma, o.dbeta, o.mean, o.invStd, p)
+				return o
+			}
+			be.BatchNorm(x, o.y, gamma, beta, o.runMean, o.runVar, o.mean, o.invStd, p)
+			be.ReLU(o.y, o.y)
+			g := tensor.New(shape...)
+			be.ReLUBackward(o.y, dy, g)
+			be.BatchNormBackward(x, g, o.dx, gamma, o.dgamma, o.dbeta, o.mean, o.invStd, p)
+			return o
+		}
+		got, want := run(true), run(false)
+		for _, r := range []struct {
+			what      string
+			got, want *tensor.Tensor
+		}{{"y", got.y, want.y}, {"running mean", got.runMean, want.runMean}, {"running var", got.runVar, want.runVar},
+			{"dx", got.dx, want.dx}, {"dgamma", got.dgamma, want.dgamma}, {"dbeta", got.dbeta, want.dbeta}} {
+			for i, v := range r.want.Data {
+				if math.Float32bits(r.got.Data[i]) != math.Float32bits(v) {
+					t.Fatalf("%s: %s[%d] = %v fused, %v separately", name, r.what, i, r.got.Data[i], v)
+				}
+			}
+		}
+	})
 }

@@ -3,7 +3,8 @@ package cpu
 // vecOps are the element-wise loops that run often enough to pay for
 // vector kernels: the Winograd transforms' six operations (winograd.go)
 // on rows of tiles (n consecutive tiles' values of one tile element) or
-// on rows of an image, and batch norm's two per-element passes (norm.go).
+// on rows of an image, and batch norm's two per-element passes and two
+// sums (norm.go).
 // It runs them with the AVX2 kernels of vecops_amd64.s where the
 // processor has them (vector true), else with the loops below; both give
 // the same bits (TestVecOps): the loops round every product to float32
@@ -165,4 +166,160 @@ func (o vecOps) bnGrad(out, g, x []float32, a, bx, mu, d float32) {
 	for i, v := range x {
 		out[i] = float32(a*g[i]) + float32(bx*(v-mu)) + d
 	}
+}
+
+// moments returns Σ(v[i] − k) and Σ(v[i] − k)² in float64 (batch norm's
+// statistics over one plane). Both forms add in the same order, so they
+// give the same bits: eight partial sums, element i into sum i mod 8
+// over whole groups of eight, a last group of four into sums 0–3, what is
+// left into a ninth sum; then ((s0 + s4) + (s2 + s6)) + ((s1 + s5) +
+// (s3 + s7)), plus the ninth.
+func (o vecOps) moments(v []float32, k float64) (float64, float64) {
+	if len(v) == 0 {
+		return 0, 0
+	}
+	if o.vector {
+		return momentsVector(&v[0], len(v), k)
+	}
+	var a, b [8]float64
+	i := 0
+	for ; i+8 <= len(v); i += 8 {
+		for j, x := range v[i : i+8 : i+8] {
+			d := float64(x) - k
+			a[j] += d
+			b[j] += float64(d * d)
+		}
+	}
+	if i+4 <= len(v) {
+		for j, x := range v[i : i+4 : i+4] {
+			d := float64(x) - k
+			a[j] += d
+			b[j] += float64(d * d)
+		}
+		i += 4
+	}
+	var ta, tb float64
+	for _, x := range v[i:] {
+		d := float64(x) - k
+		ta += d
+		tb += float64(d * d)
+	}
+	return lanes8(&a) + ta, lanes8(&b) + tb
+}
+
+// gradSums returns Σg[i] and Σg[i]·(x[i] − mean) in float64 over len(x)
+// elements (batch norm's gradient sums over one plane), added in
+// moments' order.
+func (o vecOps) gradSums(x, g []float32, mean float64) (float64, float64) {
+	n := len(x)
+	g = g[:n]
+	if n == 0 {
+		return 0, 0
+	}
+	if o.vector {
+		return gradSumsVector(&x[0], &g[0], n, mean)
+	}
+	return gradSumsLoop(x, g, mean, false, 0, 0)
+}
+
+// gradSumsReLU is gradSums for a batch norm with the relu after it fused
+// in: g is the relu's output gradient, counted where the relu lets it
+// through (reluGate).
+func (o vecOps) gradSumsReLU(x, g []float32, mean float64, scale, shift float32) (float64, float64) {
+	n := len(x)
+	g = g[:n]
+	if n == 0 {
+		return 0, 0
+	}
+	if o.vector {
+		return gradSumsReLUVector(&x[0], &g[0], n, mean, scale, shift)
+	}
+	return gradSumsLoop(x, g, mean, true, scale, shift)
+}
+
+// gradSumsLoop is gradSums' and gradSumsReLU's loop; with relu set the
+// gradient is reluGate's.
+func gradSumsLoop(x, g []float32, mean float64, relu bool, scale, shift float32) (float64, float64) {
+	n := len(x)
+	var a, b [8]float64
+	var ta, tb float64
+	for i := range n {
+		gi := g[i]
+		if relu {
+			gi = reluGate(gi, x[i], scale, shift)
+		}
+		gd := float64(gi)
+		p := float64(gd * (float64(x[i]) - mean))
+		switch j := i & 7; {
+		case i < n&^7, i < n&^3 && j < 4:
+			// Whole groups of eight, then one of four.
+			a[j] += gd
+			b[j] += p
+		default:
+			ta += gd
+			tb += p
+		}
+	}
+	return lanes8(&a) + ta, lanes8(&b) + tb
+}
+
+// lanes8 adds eight partial sums in the order the vector kernels do: the
+// two halves lane by lane, then the 128-bit halves, then the two lanes.
+func lanes8(s *[8]float64) float64 {
+	return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]))
+}
+
+// affineReLU sets y[i] = reluOf(x[i]·scale + shift) over len(y)
+// elements: affine with the relu after it, in one pass.
+func (o vecOps) affineReLU(y, x []float32, scale, shift float32) {
+	n := len(y)
+	x = x[:n]
+	if n == 0 {
+		return
+	}
+	if o.vector {
+		affineReLUVector(&y[0], &x[0], scale, shift, n)
+		return
+	}
+	for i, v := range x {
+		y[i] = reluOf(float32(v*scale) + shift)
+	}
+}
+
+// bnGradReLU is bnGrad with g the gradient of the relu after the batch
+// norm, counted where the relu lets it through (reluGate).
+func (o vecOps) bnGradReLU(out, g, x []float32, a, bx, mu, d, scale, shift float32) {
+	n := len(out)
+	g, x = g[:n], x[:n]
+	if n == 0 {
+		return
+	}
+	if o.vector {
+		bnGradReLUVector(&out[0], &g[0], &x[0], a, bx, mu, d, scale, shift, n)
+		return
+	}
+	for i, v := range x {
+		gi := reluGate(g[i], v, scale, shift)
+		out[i] = float32(a*gi) + float32(bx*(v-mu)) + d
+	}
+}
+
+// reluOf is the relu of z as the fused kernels compute it: z where z > 0
+// or z is NaN (its bits kept), else +0 (as max(z, 0), except that a NaN
+// keeps its sign and payload).
+func reluOf(z float32) float32 {
+	if z > 0 || z != z {
+		return z
+	}
+	return 0
+}
+
+// reluGate is g where the relu of the batch norm's output z = x·scale +
+// shift lets the gradient through — z > 0, or NaN, as PyTorch's
+// threshold_backward decides — else +0.
+func reluGate(g, x, scale, shift float32) float32 {
+	if z := float32(x*scale) + shift; z > 0 || z != z {
+		return g
+	}
+	return 0
 }

@@ -35,3 +35,18 @@ func affineVector(y, x *float32, scale, shift float32, n int)
 
 //go:noescape
 func bnGradVector(out, dy, x *float32, a, bx, mu, d float32, n int)
+
+//go:noescape
+func momentsVector(v *float32, n int, k float64) (float64, float64)
+
+//go:noescape
+func gradSumsVector(x, dy *float32, n int, mean float64) (float64, float64)
+
+//go:noescape
+func affineReLUVector(y, x *float32, scale, shift float32, n int)
+
+//go:noescape
+func bnGradReLUVector(out, dy, x *float32, a, bx, mu, d, scale, shift float32, n int)
+
+//go:noescape
+func gradSumsReLUVector(x, dy *float32, n int, mean float64, scale, shift float32) (float64, float64)

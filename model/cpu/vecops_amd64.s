@@ -329,3 +329,299 @@ TEXT ·bnGradVector(SB), NOSPLIT, $0-48
 	VBROADCASTSS	d+36(FP), Y12
 	MOVQ	n+40(FP), CX
 	LOOPS(BNGRAD_8, BNGRAD_4, BNGRAD_1)
+
+// The two sums of batch norm (vecops.go's moments and gradSums), in
+// float64: eight elements at a time into two vectors of four partial
+// sums per sum (elements 0–3 and 4–7), then four into the first, then
+// one at a time into a ninth sum; vecops.go's lanes8 order combines them.
+// Products are rounded before they are added (no FMA), as the Go loop's
+// are.
+
+// SUMS_COMBINE(LO, HI, TAIL, T) leaves lanes8(LO, HI) + TAIL in the low
+// lane of LO's XMM register.
+#define SUMS_COMBINE(LO, HI, XLO, TAIL, XT) \
+	VADDPD	HI, LO, LO \
+	VEXTRACTF128	$1, LO, XT \
+	VADDPD	XT, XLO, XLO \
+	VUNPCKHPD	XLO, XLO, XT \
+	VADDSD	XT, XLO, XLO \
+	VADDSD	TAIL, XLO, XLO
+
+// func momentsVector(v *float32, n int, k float64) (float64, float64)
+TEXT ·momentsVector(SB), NOSPLIT, $0-40
+	MOVQ	v+0(FP), SI
+	MOVQ	n+8(FP), CX
+	VBROADCASTSD	k+16(FP), Y15
+	VXORPD	Y8, Y8, Y8   // Σ(x − k), elements 0–3 of each eight
+	VXORPD	Y9, Y9, Y9   // elements 4–7
+	VXORPD	Y10, Y10, Y10 // Σ(x − k)², elements 0–3
+	VXORPD	Y11, Y11, Y11 // elements 4–7
+	VXORPD	X12, X12, X12 // the ninth sums
+	VXORPD	X13, X13, X13
+	XORQ	AX, AX
+	MOVQ	CX, DX
+	ANDQ	$-8, DX
+	JZ	mfour
+meight:
+	VCVTPS2PD	(SI)(AX*4), Y0
+	VCVTPS2PD	16(SI)(AX*4), Y1
+	VSUBPD	Y15, Y0, Y0
+	VSUBPD	Y15, Y1, Y1
+	VADDPD	Y0, Y8, Y8
+	VADDPD	Y1, Y9, Y9
+	VMULPD	Y0, Y0, Y0
+	VMULPD	Y1, Y1, Y1
+	VADDPD	Y0, Y10, Y10
+	VADDPD	Y1, Y11, Y11
+	ADDQ	$8, AX
+	CMPQ	AX, DX
+	JLT	meight
+mfour:
+	MOVQ	CX, DX
+	SUBQ	AX, DX
+	CMPQ	DX, $4
+	JLT	mone
+	VCVTPS2PD	(SI)(AX*4), Y0
+	VSUBPD	Y15, Y0, Y0
+	VADDPD	Y0, Y8, Y8
+	VMULPD	Y0, Y0, Y0
+	VADDPD	Y0, Y10, Y10
+	ADDQ	$4, AX
+mone:
+	CMPQ	AX, CX
+	JGE	mdone
+	VCVTSS2SD	(SI)(AX*4), X0, X0
+	VSUBSD	X15, X0, X0
+	VADDSD	X0, X12, X12
+	VMULSD	X0, X0, X0
+	VADDSD	X0, X13, X13
+	INCQ	AX
+	JMP	mone
+mdone:
+	SUMS_COMBINE(Y8, Y9, X8, X12, X0)
+	SUMS_COMBINE(Y10, Y11, X10, X13, X0)
+	VMOVSD	X8, ret+24(FP)
+	VMOVSD	X10, ret1+32(FP)
+	VZEROUPPER
+	RET
+
+// GRAD_SUMS_8 adds gradients g (doubles, Y0 and Y1: elements 0–3 and
+// 4–7) to Y8 and Y9 and g·(x − mean) (x in Y2 and Y3, the mean in Y15)
+// to Y10 and Y11; GRAD_SUMS_4 the first half of it.
+#define GRAD_SUMS_8 \
+	VSUBPD	Y15, Y2, Y2 \
+	VSUBPD	Y15, Y3, Y3 \
+	VADDPD	Y0, Y8, Y8 \
+	VADDPD	Y1, Y9, Y9 \
+	VMULPD	Y2, Y0, Y0 \
+	VMULPD	Y3, Y1, Y1 \
+	VADDPD	Y0, Y10, Y10 \
+	VADDPD	Y1, Y11, Y11
+
+#define GRAD_SUMS_4 \
+	VSUBPD	Y15, Y2, Y2 \
+	VADDPD	Y0, Y8, Y8 \
+	VMULPD	Y2, Y0, Y0 \
+	VADDPD	Y0, Y10, Y10
+
+// func gradSumsVector(x, dy *float32, n int, mean float64) (float64, float64)
+TEXT ·gradSumsVector(SB), NOSPLIT, $0-48
+	MOVQ	x+0(FP), SI
+	MOVQ	dy+8(FP), DI
+	MOVQ	n+16(FP), CX
+	VBROADCASTSD	mean+24(FP), Y15
+	VXORPD	Y8, Y8, Y8   // Σg, elements 0–3 of each eight
+	VXORPD	Y9, Y9, Y9   // elements 4–7
+	VXORPD	Y10, Y10, Y10 // Σg·(x − mean), elements 0–3
+	VXORPD	Y11, Y11, Y11 // elements 4–7
+	VXORPD	X12, X12, X12 // the ninth sums
+	VXORPD	X13, X13, X13
+	XORQ	AX, AX
+	MOVQ	CX, DX
+	ANDQ	$-8, DX
+	JZ	gfour
+geight:
+	VCVTPS2PD	(DI)(AX*4), Y0
+	VCVTPS2PD	16(DI)(AX*4), Y1
+	VCVTPS2PD	(SI)(AX*4), Y2
+	VCVTPS2PD	16(SI)(AX*4), Y3
+	GRAD_SUMS_8
+	ADDQ	$8, AX
+	CMPQ	AX, DX
+	JLT	geight
+gfour:
+	MOVQ	CX, DX
+	SUBQ	AX, DX
+	CMPQ	DX, $4
+	JLT	gone
+	VCVTPS2PD	(DI)(AX*4), Y0
+	VCVTPS2PD	(SI)(AX*4), Y2
+	GRAD_SUMS_4
+	ADDQ	$4, AX
+gone:
+	CMPQ	AX, CX
+	JGE	gdone
+	VCVTSS2SD	(DI)(AX*4), X0, X0
+	VCVTSS2SD	(SI)(AX*4), X2, X2
+	VSUBSD	X15, X2, X2
+	VADDSD	X0, X12, X12
+	VMULSD	X2, X0, X0
+	VADDSD	X0, X13, X13
+	INCQ	AX
+	JMP	gone
+gdone:
+	SUMS_COMBINE(Y8, Y9, X8, X12, X0)
+	SUMS_COMBINE(Y10, Y11, X10, X13, X0)
+	VMOVSD	X8, ret+32(FP)
+	VMOVSD	X10, ret1+40(FP)
+	VZEROUPPER
+	RET
+
+// Batch norm with the relu after it fused in (vecops.go's affineReLU,
+// gradSumsReLU and bnGradReLU). RELU_OF sets Y = reluOf(Z): Z > 0 ? Z :
+// +0, then a NaN Z copied through; ZERO holds +0, T is scratch. RELU_PASS
+// sets M to reluPasses(Z), all ones where !(Z <= 0): Z > 0 or NaN. The
+// macros take every register, constants included, in the width of the
+// operation (Y for eight, X for four and for one).
+#define RELU_OF(MAX, CMP, Z, ZERO, Y, T) \
+	MAX	ZERO, Z, Y \
+	CMP	$3, Z, Z, T \
+	VANDPS	Z, T, T \
+	VORPS	T, Y, Y
+
+#define RELU_PASS(CMP, Z, ZERO, M) \
+	CMP	$6, ZERO, Z, M
+
+// y = reluOf(x·scale + shift).
+#define AFFINE_RELU(MOV, MUL, ADD, MAX, CMP, Z, Y, T, SCALE, SHIFT, ZERO) \
+	MOV	(SI)(AX*4), Z \
+	MUL	SCALE, Z, Z \
+	ADD	SHIFT, Z, Z \
+	RELU_OF(MAX, CMP, Z, ZERO, Y, T) \
+	MOV	Y, (DI)(AX*4)
+
+#define AFFINE_RELU_8 AFFINE_RELU(VMOVUPS, VMULPS, VADDPS, VMAXPS, VCMPPS, Y0, Y1, Y2, Y15, Y14, Y13)
+#define AFFINE_RELU_4 AFFINE_RELU(VMOVUPS, VMULPS, VADDPS, VMAXPS, VCMPPS, X0, X1, X2, X15, X14, X13)
+#define AFFINE_RELU_1 AFFINE_RELU(VMOVSS, VMULSS, VADDSS, VMAXSS, VCMPSS, X0, X1, X2, X15, X14, X13)
+
+// func affineReLUVector(y, x *float32, scale, shift float32, n int)
+TEXT ·affineReLUVector(SB), NOSPLIT, $0-32
+	MOVQ	y+0(FP), DI
+	MOVQ	x+8(FP), SI
+	VBROADCASTSS	scale+16(FP), Y15
+	VBROADCASTSS	shift+20(FP), Y14
+	VXORPS	Y13, Y13, Y13
+	MOVQ	n+24(FP), CX
+	LOOPS(AFFINE_RELU_8, AFFINE_RELU_4, AFFINE_RELU_1)
+
+// out = (a·g + bx·(x − mu)) + d with g zeroed where the relu of x·scale +
+// shift stops the gradient.
+#define BNGRAD_RELU(MOV, MUL, ADD, SUB, MAX, CMP, G, X, Z, Y, T, A, B, MU, D, SCALE, SHIFT, ZERO) \
+	MOV	(SI)(AX*4), G \
+	MOV	(R8)(AX*4), X \
+	MUL	SCALE, X, Z \
+	ADD	SHIFT, Z, Z \
+	RELU_PASS(CMP, Z, ZERO, Y) \
+	VANDPS	Y, G, G \
+	MUL	G, A, G \
+	SUB	MU, X, X \
+	MUL	X, B, X \
+	ADD	X, G, G \
+	ADD	D, G, G \
+	MOV	G, (DI)(AX*4)
+
+#define BNGRAD_RELU_8 BNGRAD_RELU(VMOVUPS, VMULPS, VADDPS, VSUBPS, VMAXPS, VCMPPS, Y0, Y1, Y2, Y3, Y4, Y15, Y14, Y13, Y12, Y11, Y10, Y9)
+#define BNGRAD_RELU_4 BNGRAD_RELU(VMOVUPS, VMULPS, VADDPS, VSUBPS, VMAXPS, VCMPPS, X0, X1, X2, X3, X4, X15, X14, X13, X12, X11, X10, X9)
+#define BNGRAD_RELU_1 BNGRAD_RELU(VMOVSS, VMULSS, VADDSS, VSUBSS, VMAXSS, VCMPSS, X0, X1, X2, X3, X4, X15, X14, X13, X12, X11, X10, X9)
+
+// func bnGradReLUVector(out, dy, x *float32, a, bx, mu, d, scale, shift float32, n int)
+TEXT ·bnGradReLUVector(SB), NOSPLIT, $0-56
+	MOVQ	out+0(FP), DI
+	MOVQ	dy+8(FP), SI
+	MOVQ	x+16(FP), R8
+	VBROADCASTSS	a+24(FP), Y15
+	VBROADCASTSS	bx+28(FP), Y14
+	VBROADCASTSS	mu+32(FP), Y13
+	VBROADCASTSS	d+36(FP), Y12
+	VBROADCASTSS	scale+40(FP), Y11
+	VBROADCASTSS	shift+44(FP), Y10
+	VXORPS	Y9, Y9, Y9
+	MOVQ	n+48(FP), CX
+	LOOPS(BNGRAD_RELU_8, BNGRAD_RELU_4, BNGRAD_RELU_1)
+
+// GATE loads x (into X, kept) and g (into G) at AX and leaves in G the
+// gradient where the relu of x·scale + shift lets it through, else +0;
+// Z, Y, T and ZERO are scratch.
+#define GATE(MOV, MUL, ADD, MAX, CMP, X, G, Z, Y, T, ZERO, SCALE, SHIFT) \
+	MOV	(SI)(AX*4), X \
+	MOV	(DI)(AX*4), G \
+	MUL	SCALE, X, Z \
+	ADD	SHIFT, Z, Z \
+	VXORPS	ZERO, ZERO, ZERO \
+	RELU_PASS(CMP, Z, ZERO, Y) \
+	VANDPS	Y, G, G
+
+// func gradSumsReLUVector(x, dy *float32, n int, mean float64, scale, shift float32) (float64, float64)
+//
+// gradSumsVector over the gated gradient (GATE), summed in the same
+// order: the mean in Y15, scale in Y14, shift in Y13.
+TEXT ·gradSumsReLUVector(SB), NOSPLIT, $0-56
+	MOVQ	x+0(FP), SI
+	MOVQ	dy+8(FP), DI
+	MOVQ	n+16(FP), CX
+	VBROADCASTSD	mean+24(FP), Y15
+	VBROADCASTSS	scale+32(FP), Y14
+	VBROADCASTSS	shift+36(FP), Y13
+	VXORPD	Y8, Y8, Y8   // Σg, elements 0–3 of each eight
+	VXORPD	Y9, Y9, Y9   // elements 4–7
+	VXORPD	Y10, Y10, Y10 // Σg·(x − mean), elements 0–3
+	VXORPD	Y11, Y11, Y11 // elements 4–7
+	XORQ	AX, AX
+	MOVQ	CX, DX
+	ANDQ	$-8, DX
+	JZ	rfour
+reight:
+	GATE(VMOVUPS, VMULPS, VADDPS, VMAXPS, VCMPPS, Y4, Y5, Y6, Y7, Y12, Y3, Y14, Y13)
+	VCVTPS2PD	X5, Y0
+	VEXTRACTF128	$1, Y5, X6
+	VCVTPS2PD	X6, Y1
+	VCVTPS2PD	X4, Y2
+	VEXTRACTF128	$1, Y4, X6
+	VCVTPS2PD	X6, Y3
+	GRAD_SUMS_8
+	ADDQ	$8, AX
+	CMPQ	AX, DX
+	JLT	reight
+rfour:
+	MOVQ	CX, DX
+	SUBQ	AX, DX
+	CMPQ	DX, $4
+	JLT	rone
+	GATE(VMOVUPS, VMULPS, VADDPS, VMAXPS, VCMPPS, X4, X5, X6, X7, X12, X3, X14, X13)
+	VCVTPS2PD	X5, Y0
+	VCVTPS2PD	X4, Y2
+	GRAD_SUMS_4
+	ADDQ	$4, AX
+rone:
+	// The ninth sums, in X0 and X1.
+	VXORPD	X0, X0, X0
+	VXORPD	X1, X1, X1
+rloop:
+	CMPQ	AX, CX
+	JGE	rdone
+	GATE(VMOVSS, VMULSS, VADDSS, VMAXSS, VCMPSS, X4, X5, X6, X7, X12, X3, X14, X13)
+	VCVTSS2SD	X5, X5, X5
+	VCVTSS2SD	X4, X4, X4
+	VSUBSD	X15, X4, X4
+	VADDSD	X5, X0, X0
+	VMULSD	X4, X5, X5
+	VADDSD	X5, X1, X1
+	INCQ	AX
+	JMP	rloop
+rdone:
+	SUMS_COMBINE(Y8, Y9, X8, X0, X2)
+	SUMS_COMBINE(Y10, Y11, X10, X1, X2)
+	VMOVSD	X8, ret+40(FP)
+	VMOVSD	X10, ret1+48(FP)
+	VZEROUPPER
+	RET

@@ -23,3 +23,14 @@ func affineVector(y, x *float32, scale, shift float32, n int) { panic("no vector
 func bnGradVector(out, dy, x *float32, a, bx, mu, d float32, n int) {
 	panic("no vector kernels")
 }
+func momentsVector(v *float32, n int, k float64) (float64, float64) { panic("no vector kernels") }
+func gradSumsVector(x, dy *float32, n int, mean float64) (float64, float64) {
+	panic("no vector kernels")
+}
+func affineReLUVector(y, x *float32, scale, shift float32, n int) { panic("no vector kernels") }
+func bnGradReLUVector(out, dy, x *float32, a, bx, mu, d, scale, shift float32, n int) {
+	panic("no vector kernels")
+}
+func gradSumsReLUVector(x, dy *float32, n int, mean float64, scale, shift float32) (float64, float64) {
+	panic("no vector kernels")
+}

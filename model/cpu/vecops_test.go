@@ -32,6 +32,7 @@ func TestVecOps(t *testing.T) {
 		}
 		return x
 	}
+	var withNaNs func([]float32) []float32 // some NaNs of either sign among x
 	// A case: its inputs, the lengths of its outputs (guard included) and
 	// how the operation is called on them.
 	type opCase struct {
@@ -88,6 +89,16 @@ func TestVecOps(t *testing.T) {
 				o.bnGrad(y[0][:n], x[0], x[1], x[2][0], x[2][1], x[2][2], x[2][3])
 			}}
 		}},
+		{"affineReLU", func(n, _ int, _ func(int) int) opCase {
+			x := [][]float32{withNaNs(input(n)), input(2)}
+			return opCase{x, []int{flat(n)}, func(o vecOps, y [][]float32) { o.affineReLU(y[0][:n], x[0], x[1][0], x[1][1]) }}
+		}},
+		{"bnGradReLU", func(n, _ int, _ func(int) int) opCase {
+			x := [][]float32{input(n), withNaNs(input(n)), input(6)}
+			return opCase{x, []int{flat(n)}, func(o vecOps, y [][]float32) {
+				o.bnGradReLU(y[0][:n], x[0], x[1], x[2][0], x[2][1], x[2][2], x[2][3], x[2][4], x[2][5])
+			}}
+		}},
 		{"interleave", func(n, rows int, stride func(int) int) opCase {
 			ys, es := stride(2*n), stride(n)
 			x := [][]float32{input(rowsLen(rows, es, n)), input(rowsLen(rows, es, n)), input(1)}
@@ -98,6 +109,14 @@ func TestVecOps(t *testing.T) {
 				o.interleave(y[0], ys, x[0], x[1], es, x[2][0], n, rows)
 			}}
 		}},
+	}
+	withNaNs = func(x []float32) []float32 {
+		for i := range x {
+			if rng.IntN(16) == 0 {
+				x[i] = math.Float32frombits(0x7fc00000 | uint32(rng.IntN(2))<<31) // either sign
+			}
+		}
+		return x
 	}
 	stride := func(least int) int { return least + rng.IntN(3) }
 	for _, op := range ops {
@@ -125,3 +144,55 @@ func TestVecOps(t *testing.T) {
 		}
 	}
 }
+
+// TestVecOpsSums checks batch norm's vector sums (with and without the
+// relu after it) against the loops, bit for bit, for every length up to 70 and planes of ResNet-50's sizes
+// (49 to 12544), with values far from and near the subtracted mean.
+func TestVecOpsSums(t *testing.T) {
+	if !hasVectorOps() {
+		t.Skip("no vector kernels on this build or processor (AVX2 missing or purego): the loops are all there is")
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	lengths := []int{196, 784, 3136, 12544}
+	for n := range 71 {
+		lengths = append(lengths, n)
+	}
+	for _, n := range lengths {
+		for _, centre := range []float64{0, 3.5, -1e4} {
+			x, g := make([]float32, n), make([]float32, n)
+			for i := range x {
+				x[i] = float32(centre + rng.NormFloat64())
+				g[i] = float32(rng.NormFloat64() * 1e-3)
+			}
+			k := centre + rng.Float64()
+			// The relu after the batch norm cuts about half the gradient;
+			// some inputs are NaN (of either sign), which it lets through
+			// or not by the sign.
+			scale := float32(rng.NormFloat64())
+			shift := -scale * float32(centre)
+			for i := range x {
+				if rng.IntN(32) == 0 {
+					x[i] = math.Float32frombits(0x7fc00000 | uint32(rng.IntN(2))<<31)
+				}
+			}
+			loop, vector := vecOps{}, vecOps{vector: true}
+			for _, c := range []struct {
+				name      string
+				want, got [2]float64
+			}{
+				{"moments", pair(loop.moments(x, k)), pair(vector.moments(x, k))},
+				{"gradSums", pair(loop.gradSums(x, g, k)), pair(vector.gradSums(x, g, k))},
+				{"gradSumsReLU", pair(loop.gradSumsReLU(x, g, k, scale, shift)), pair(vector.gradSumsReLU(x, g, k, scale, shift))},
+			} {
+				for i := range 2 {
+					bothNaN := math.IsNaN(c.got[i]) && math.IsNaN(c.want[i]) // which NaN comes out of a sum is the hardware's choice
+					if math.Float64bits(c.got[i]) != math.Float64bits(c.want[i]) && !bothNaN {
+						t.Fatalf("%s, n = %d, centre %g: sum %d = %v, the loop gives %v", c.name, n, centre, i, c.got[i], c.want[i])
+					}
+				}
+			}
+		}
+	}
+}
+
+func pair(a, b float64) [2]float64 { return [2]float64{a, b} }

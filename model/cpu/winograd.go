@@ -351,7 +351,7 @@ func (t *convTask) winogradChunk(worker, i int) {
 			winogradInput(t.b.vec, v, winoStride(g.c*ld), ld, k*out.tiles, t.x.Data[(first+k)*inLen:(first+k+1)*inLen], g.c, g.h, g.wd, p.PadH, p.PadW, out, &s.wino)
 			dyn := t.dy.Data[(first+k)*outLen : (first+k+1)*outLen]
 			winogradOutputGrad(t.b.vec, m, winoStride(g.f*ld), ld, k*out.tiles, dyn, g.f, g.oh, g.ow, out, &s.wino)
-			for f := range g.f {
+			for f := 0; t.biasGrad && f < g.f; f++ {
 				var sum float32
 				for _, x := range dyn[f*g.ohw : (f+1)*g.ohw] {
 					sum += x

@@ -20,6 +20,9 @@ type kernel struct {
 	// stores it there without reading c (a product with beta = 0 writes C
 	// in its first pass over K instead of clearing it first).
 	tile func(kc int, a, b, c []float32, ldc int, add bool)
+	// interleave is interleave4 or a vector kernel giving the same bits:
+	// the transposing step of the packings.
+	interleave func(dst []float32, width int, src []float32, base, stride, kc int, alpha float32)
 }
 
 // Engine multiplies matrices with a fixed number of threads, reusing its
@@ -284,10 +287,10 @@ func (e *Engine) serial(ws *workspace, m, n, k int, alpha float32, a, b Matrix, 
 		for pc := 0; pc < k; pc += kr.kc {
 			kc := min(kr.kc, k-pc)
 			add := beta != 0 || pc > 0 // beta = 0: the first pass over K stores
-			packB(ws.b, b, pc, jc, kc, nc, kr.nr)
+			kr.packB(ws.b, b, pc, jc, kc, nc)
 			for ic := 0; ic < m; ic += kr.mc {
 				mc := min(kr.mc, m-ic)
-				packA(ws.a, a, ic, pc, mc, kc, kr.mr, alpha)
+				kr.packA(ws.a, a, ic, pc, mc, kc, alpha)
 				e.macro(ws, mc, nc, kc, c.Data[ic*c.Stride+jc:], c.Stride, add)
 			}
 		}
@@ -330,7 +333,8 @@ func (e *Engine) macro(ws *workspace, mc, nc, kc int, c []float32, ldc int, add 
 // packA copies the mc×kc block of alpha·op(A) at (ic, pc) into panels of mr
 // rows: panel p holds, for each l in [0, kc), the mr values of column l.
 // Rows past the edge are zero.
-func packA(dst []float32, a Matrix, ic, pc, mc, kc, mr int, alpha float32) {
+func (k kernel) packA(dst []float32, a Matrix, ic, pc, mc, kc int, alpha float32) {
+	mr := k.mr
 	for ir := 0; ir < mc; ir += mr {
 		rows := min(mr, mc-ir)
 		panel := dst[ir*kc : ir*kc+kc*mr]
@@ -346,14 +350,15 @@ func packA(dst []float32, a Matrix, ic, pc, mc, kc, mr int, alpha float32) {
 			}
 			continue
 		}
-		transposeRows(panel, mr, a.Data, (ic+ir)*a.Stride+pc, a.Stride, kc, rows, alpha)
+		k.transposeRows(panel, mr, a.Data, (ic+ir)*a.Stride+pc, a.Stride, kc, rows, alpha)
 	}
 }
 
 // packB copies the kc×nc block of op(B) at (pc, jc) into panels of nr
 // columns: panel p holds, for each l in [0, kc), the nr values of row l.
 // Columns past the edge are zero.
-func packB(dst []float32, b Matrix, pc, jc, kc, nc, nr int) {
+func (k kernel) packB(dst []float32, b Matrix, pc, jc, kc, nc int) {
+	nr := k.nr
 	for jr := 0; jr < nc; jr += nr {
 		cols := min(nr, nc-jr)
 		panel := dst[jr*kc : jr*kc+kc*nr]
@@ -367,18 +372,19 @@ func packB(dst []float32, b Matrix, pc, jc, kc, nc, nr int) {
 			continue
 		}
 		// op(B)(l, j) = Data[(jc+jr+j)*Stride + pc+l]: columns are contiguous.
-		transposeRows(panel, nr, b.Data, (jc+jr)*b.Stride+pc, b.Stride, kc, cols, 1)
+		k.transposeRows(panel, nr, b.Data, (jc+jr)*b.Stride+pc, b.Stride, kc, cols, 1)
 	}
 }
 
 // transposeRows writes rows r < n of kc values, src[base+r·stride+l],
 // scaled by alpha, into a panel of width w as dst[l·w+r], and zeros in
 // the panel's columns n ≤ r < w: the transposing step of both packings,
-// four rows at a time (interleave4), then what is left one row at a time.
-func transposeRows(dst []float32, w int, src []float32, base, stride, kc, n int, alpha float32) {
+// four rows at a time (the kernel's interleave), then what is left one
+// row at a time.
+func (k kernel) transposeRows(dst []float32, w int, src []float32, base, stride, kc, n int, alpha float32) {
 	r := 0
 	for ; r+4 <= n; r += 4 {
-		interleave4(dst[r:], w, src, base+r*stride, stride, kc, alpha)
+		k.interleave(dst[r:], w, src, base+r*stride, stride, kc, alpha)
 	}
 	for ; r < n; r++ {
 		for l, v := range src[base+r*stride : base+r*stride+kc] {

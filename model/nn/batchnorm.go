@@ -21,6 +21,12 @@ type BatchNorm2d struct {
 	tracked                 *int64 // a replica's: the original's BatchesTracked
 	mean, invStd            *tensor.Tensor
 	x, y                    *tensor.Tensor
+	// relu, when set, is the in-place relu right after this layer in its
+	// container, fused into this layer's passes (fuseReLUs): Forward
+	// leaves the relu's output, Backward takes the relu's output gradient,
+	// and the relu passes both through.
+	relu  *ReLU
+	fused tensor.BatchNormReLUBackend
 	inputGrad
 	result
 }
@@ -51,7 +57,11 @@ func (b *BatchNorm2d) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 	tensor.ReuseLike(&b.invStd, x, b.C)
 	y := b.out.get(x, x.Shape...)
 	b.y = y
-	b.be.BatchNorm(x, y, b.Weight, b.Bias, b.RunningMean, b.RunningVar, b.mean, b.invStd, b.P)
+	if b.fusedReLU() {
+		b.fused.BatchNormReLU(x, y, b.Weight, b.Bias, b.RunningMean, b.RunningVar, b.mean, b.invStd, b.P)
+	} else {
+		b.be.BatchNorm(x, y, b.Weight, b.Bias, b.RunningMean, b.RunningVar, b.mean, b.invStd, b.P)
+	}
 	if b.P.Training {
 		*b.counter()++
 	}
@@ -64,8 +74,43 @@ func (b *BatchNorm2d) Backward(dy *tensor.Tensor) (*tensor.Tensor, error) {
 		return nil, err
 	}
 	dx := b.dx.get(dy, b.x.Shape...)
-	b.be.BatchNormBackward(b.x, dy, dx, b.Weight, b.WeightGrad, b.BGrad, b.mean, b.invStd, b.P)
+	if b.fusedReLU() {
+		b.fused.BatchNormReLUBackward(b.x, dy, dx, b.Weight, b.Bias, b.WeightGrad, b.BGrad, b.mean, b.invStd, b.P)
+	} else {
+		b.be.BatchNormBackward(b.x, dy, dx, b.Weight, b.WeightGrad, b.BGrad, b.mean, b.invStd, b.P)
+	}
 	return dx, nil
+}
+
+// fusedReLU reports whether the relu after this layer is fused into it:
+// both sides of the pairing still hold (fuseReLUs).
+func (b *BatchNorm2d) fusedReLU() bool { return b.relu != nil && b.relu.bn == b }
+
+// fuseReLUs pairs every batch norm in layers with the in-place relu right
+// after it, when the batch norm's backend runs the two in one pass
+// (tensor.BatchNormReLUBackend), and undoes the pairings of batch norms
+// no longer followed by one. A container calls it whenever its list of
+// children changes. An in-place relu's input is read by nothing else
+// (ReLU.InPlace), so only the relu's output, which the fused layer
+// leaves, is ever seen.
+func fuseReLUs(layers []Layer) {
+	for i, l := range layers {
+		bn, ok := l.(*BatchNorm2d)
+		if !ok {
+			continue
+		}
+		if bn.relu != nil && bn.relu.bn == bn {
+			bn.relu.bn = nil
+		}
+		bn.relu, bn.fused = nil, nil
+		fb, ok := bn.be.(tensor.BatchNormReLUBackend)
+		if !ok || i+1 == len(layers) {
+			continue
+		}
+		if r, ok := layers[i+1].(*ReLU); ok && r.InPlace {
+			bn.relu, bn.fused, r.bn = r, fb, bn
+		}
+	}
 }
 
 // State implements Layer.
@@ -88,6 +133,7 @@ func (b *BatchNorm2d) Replica() Layer {
 	r := *b
 	r.x, r.y, r.inputGrad, r.result = nil, nil, inputGrad{}, result{}
 	r.mean, r.invStd = nil, nil
+	r.relu, r.fused = nil, nil // the replica's container pairs it anew
 	r.tracked = b.counter()
 	return &r
 }

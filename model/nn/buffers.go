@@ -436,6 +436,7 @@ func (cc *capsCache) of(layers []Layer) []caps {
 		for _, l := range layers {
 			*cc = append(*cc, capsOf(l))
 		}
+		fuseReLUs(layers)
 	}
 	return *cc
 }

@@ -15,6 +15,7 @@ type ReLU struct {
 	// output, and which no other layer reads.
 	InPlace bool
 	y       *tensor.Tensor // the last output
+	bn      *BatchNorm2d   // the batch norm this relu is fused into (fuseReLUs)
 	inputGrad
 	result
 }
@@ -28,10 +29,15 @@ func NewReLUInPlace(be tensor.Backend) *ReLU { return &ReLU{be: be, InPlace: tru
 // Forward implements Layer.
 func (r *ReLU) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 	y := x
-	if !r.InPlace {
+	switch {
+	case r.fused():
+		// x is the fused batch norm's output, already through the relu.
+	case r.InPlace:
+		r.be.ReLU(x, y)
+	default:
 		y = r.out.get(x, x.Shape...)
+		r.be.ReLU(x, y)
 	}
-	r.be.ReLU(x, y)
 	r.y = y
 	return y, nil
 }
@@ -41,10 +47,16 @@ func (r *ReLU) Backward(dy *tensor.Tensor) (*tensor.Tensor, error) {
 	if err := sameShape(dy, r.y); err != nil {
 		return nil, err
 	}
+	if r.fused() {
+		return dy, nil // the batch norm's backward applies the mask
+	}
 	dx := r.dx.get(dy, dy.Shape...)
 	r.be.ReLUBackward(r.y, dy, dx)
 	return dx, nil
 }
+
+// fused reports whether this relu is fused into the batch norm before it.
+func (r *ReLU) fused() bool { return r.bn != nil && r.bn.relu == r }
 
 // Replica implements Layer.
 func (r *ReLU) Replica() Layer { return &ReLU{be: r.be, InPlace: r.InPlace} }

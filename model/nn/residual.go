@@ -15,8 +15,9 @@ import (
 // downsample.0, downsample.1.
 type Residual struct {
 	be         tensor.Backend
-	Main       []Child // the main path in order; relus are unnamed
-	Downsample *Chain  // nil when the shortcut is the identity
+	addReLU    tensor.AddReLUBackend // be, when it adds and applies the relu in one pass
+	Main       []Child               // the main path in order; relus are unnamed
+	Downsample *Chain                // nil when the shortcut is the identity
 	main       []Layer
 	kids       []Layer // Children's result
 	sum, y     *tensor.Tensor
@@ -65,6 +66,7 @@ func NewBottleneck(be tensor.Backend, in, width, stride int, rng *rand.Rand) *Re
 
 func newResidual(be tensor.Backend, in, out, stride int, rng *rand.Rand, main []Child) *Residual {
 	b := &Residual{be: be, Main: main}
+	b.addReLU, _ = be.(tensor.AddReLUBackend)
 	if stride != 1 || in != out {
 		b.Downsample = NewSequential(NewConv2d(be, in, out, 1, Conv2dOptions{Stride: stride, NoBias: true}, rng), NewBatchNorm2d(be, out))
 	}
@@ -105,7 +107,7 @@ func (b *Residual) Children() []Layer {
 
 // Replica implements Layer.
 func (b *Residual) Replica() Layer {
-	r := &Residual{be: b.be, Main: make([]Child, len(b.Main))}
+	r := &Residual{be: b.be, addReLU: b.addReLU, Main: make([]Child, len(b.Main))}
 	r.noGrad = b.noGrad
 	for i, c := range b.Main {
 		r.Main[i] = Child{Name: c.Name, Layer: c.Layer.Replica()}
@@ -160,8 +162,12 @@ func (b *Residual) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 	if (!unread && !b.noGrad) || tensor.Overlaps(h, x) || tensor.Overlaps(h, short) {
 		sum = tensor.ReuseLike(&b.sum, h, h.Shape...)
 	}
-	b.be.Add(h, short, sum)
-	b.be.ReLU(sum, sum)
+	if b.addReLU != nil {
+		b.addReLU.AddReLU(h, short, sum)
+	} else {
+		b.be.Add(h, short, sum)
+		b.be.ReLU(sum, sum)
+	}
 	b.y = sum
 	return sum, nil
 }

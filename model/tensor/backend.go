@@ -43,6 +43,30 @@ type BatchNormParams struct {
 	SumAcross func(v []float64)
 }
 
+// BatchNormReLUBackend is a Backend that runs a batch norm and the relu
+// after it in one pass over memory (torchvision's bn → relu(inplace)):
+// layers use it when their backend has it, and the two separate calls
+// otherwise. The results are those of BatchNorm then ReLU(y, y), and of
+// ReLUBackward then BatchNormBackward.
+type BatchNormReLUBackend interface {
+	Backend
+	// BatchNormReLU is BatchNorm followed by the relu of y.
+	BatchNormReLU(x, y, gamma, beta, runMean, runVar, saveMean, saveInvStd *Tensor, p BatchNormParams)
+	// BatchNormReLUBackward is BatchNormBackward for dy the gradient of
+	// the relu's output: the relu's mask is found again from x, gamma,
+	// beta and the saved statistics, so neither the batch norm's output
+	// nor a mask is kept.
+	BatchNormReLUBackward(x, dy, dx, gamma, beta, dgamma, dbeta, saveMean, saveInvStd *Tensor, p BatchNormParams)
+}
+
+// AddReLUBackend is a Backend that adds and applies the relu in one pass
+// (a residual block's out += identity; relu(out)): y = max(a + b, 0), the
+// result of Add then ReLU(y, y).
+type AddReLUBackend interface {
+	Backend
+	AddReLU(a, b, y *Tensor)
+}
+
 // Backend is the compute seam: every numeric operation a layer or optimizer
 // performs. Shapes are checked by the callers (the layers), so
 // implementations may assume consistent arguments. Gradients of parameters

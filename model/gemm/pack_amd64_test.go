@@ -1,0 +1,81 @@
+package gemm
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"golang.org/x/sys/cpu"
+)
+
+// TestInterleave4Vector holds the AVX2 transposing kernel to interleave4's
+// bits: every column count from 0 to 41 and a full block, panel widths of
+// both micro-kernels, padded strides, alpha 1 and not, and special values
+// (NaN, infinities, −0, subnormals) among the inputs; the panel's other
+// columns must stay untouched.
+func TestInterleave4Vector(t *testing.T) {
+	if !cpu.X86.HasAVX2 {
+		t.Skip("this CPU has no AVX2: the vector kernel never runs here")
+	}
+	r := rand.New(rand.NewPCG(4, 4))
+	special := []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.Copysign(0, -1)), math.SmallestNonzeroFloat32, 1e-40}
+	kcs := []int{256}
+	for kc := range 42 {
+		kcs = append(kcs, kc)
+	}
+	for _, kc := range kcs {
+		for _, width := range []int{4, 6, 12, 16, 32} {
+			for _, alpha := range []float32{1, -0.75} {
+				stride := kc + 3
+				base := 5
+				src := make([]float32, base+4*stride)
+				for i := range src {
+					src[i] = r.Float32()*8 - 4
+					if r.IntN(16) == 0 {
+						src[i] = special[r.IntN(len(special))]
+					}
+				}
+				offset := r.IntN(width - 3) // the group's first column in the panel
+				want := make([]float32, max(kc, 1)*width+offset)
+				for i := range want {
+					want[i] = -7
+				}
+				got := append([]float32(nil), want...)
+				interleave4(want[offset:], width, src, base, stride, kc, alpha)
+				interleave4Vector(got[offset:], width, src, base, stride, kc, alpha)
+				name := fmt.Sprintf("kc=%d width=%d alpha=%g", kc, width, alpha)
+				for i := range want {
+					if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+						t.Fatalf("%s: element %d is %g (%#x), want %g (%#x)", name, i, got[i], math.Float32bits(got[i]), want[i], math.Float32bits(want[i]))
+					}
+				}
+			}
+		}
+	}
+}
+
+// BenchmarkInterleave4 measures the packing's transposing step, one
+// 256-column block of four rows into a 32-wide panel, in the Go loop and
+// the AVX2 kernel.
+//
+//	go test ./model/gemm -run '^$' -bench Interleave4 -count 5
+func BenchmarkInterleave4(b *testing.B) {
+	const kc, width, stride = 256, 32, 3136
+	src := make([]float32, 4*stride)
+	dst := make([]float32, kc*width)
+	for _, c := range []struct {
+		name string
+		f    func(dst []float32, width int, src []float32, base, stride, kc int, alpha float32)
+	}{{"go", interleave4}, {"avx2", interleave4Vector}} {
+		if c.name == "avx2" && !cpu.X86.HasAVX2 {
+			continue
+		}
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(4 * kc * 4)
+			for b.Loop() {
+				c.f(dst, width, src, 0, stride, kc, 1)
+			}
+		})
+	}
+}
