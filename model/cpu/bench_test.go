@@ -132,3 +132,24 @@ func BenchmarkMaxPoolBackward(b *testing.B) {
 		be.MaxPool2dBackward(x, dy, dx, p)
 	}
 }
+
+// BenchmarkMaxPool times ResNet's 3×3, stride 2, padding 1 max pooling
+// forward on its stem's output (batch 32, 64 channels of 112×112, relu'd
+// as there), one thread.
+//
+//	go test ./model/cpu -run '^$' -bench 'MaxPool$' -count 5
+func BenchmarkMaxPool(b *testing.B) {
+	rng := rand.New(rand.NewPCG(2, 2))
+	p := tensor.PoolParams{KernelH: 3, KernelW: 3, StrideH: 2, StrideW: 2, PadH: 1, PadW: 1}
+	x := randTensor(rng, 32, 64, 112, 112)
+	for i, v := range x.Data {
+		x.Data[i] = max(v, 0)
+	}
+	y := tensor.New(32, 64, 56, 56)
+	be := New(1)
+	defer be.Close()
+	b.SetBytes(int64(4 * (len(x.Data) + len(y.Data))))
+	for b.Loop() {
+		be.MaxPool2d(x, y, p)
+	}
+}

@@ -44,12 +44,14 @@ type elemTask struct {
 	sgd        tensor.SGDOptions
 	adam       tensor.AdamOptions
 	adadelta   tensor.AdadeltaOptions
+	vec        vecOps // the vector kernels (vecops.go)
 }
 
 // runElem runs t over the threads, in ranges of at least grain units.
 func (b *Backend) runElem(t elemTask, grain int) {
 	e := &b.elem
 	*e = t
+	e.vec = b.vec
 	chunks := min(b.pool.Threads(), ceilDiv(t.n, max(grain, 1)))
 	if chunks <= 1 {
 		e.per = t.n
@@ -85,10 +87,7 @@ func (t *elemTask) Do(_, i int) {
 			zd[i] = v + yd[i]
 		}
 	case opAddReLU:
-		zd, yd := t.z.Data[lo:hi], t.y.Data[lo:hi]
-		for i, v := range t.x.Data[lo:hi] {
-			zd[i] = max(v+yd[i], 0)
-		}
+		t.vec.addReLU(t.z.Data[lo:hi], t.x.Data[lo:hi], t.y.Data[lo:hi])
 	case opSGD:
 		var buf []float32
 		if t.sgd.Momentum != 0 {

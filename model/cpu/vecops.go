@@ -304,6 +304,23 @@ func (o vecOps) bnGradReLU(out, g, x []float32, a, bx, mu, d, scale, shift float
 	}
 }
 
+// addReLU sets y[i] = reluOf(a[i] + b[i]) over len(y) elements (a
+// residual block's sum and relu).
+func (o vecOps) addReLU(y, a, b []float32) {
+	n := len(y)
+	a, b = a[:n], b[:n]
+	if n == 0 {
+		return
+	}
+	if o.vector {
+		addReLUVector(&y[0], &a[0], &b[0], n)
+		return
+	}
+	for i, v := range a {
+		y[i] = reluOf(v + b[i])
+	}
+}
+
 // reluOf is the relu of z as the fused kernels compute it: z where z > 0
 // or z is NaN (its bits kept), else +0 (as max(z, 0), except that a NaN
 // keeps its sign and payload).

@@ -50,3 +50,6 @@ func bnGradReLUVector(out, dy, x *float32, a, bx, mu, d, scale, shift float32, n
 
 //go:noescape
 func gradSumsReLUVector(x, dy *float32, n int, mean float64, scale, shift float32) (float64, float64)
+
+//go:noescape
+func addReLUVector(y, a, b *float32, n int)

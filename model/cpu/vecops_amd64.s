@@ -514,6 +514,26 @@ TEXT ·affineReLUVector(SB), NOSPLIT, $0-32
 	MOVQ	n+24(FP), CX
 	LOOPS(AFFINE_RELU_8, AFFINE_RELU_4, AFFINE_RELU_1)
 
+// y = reluOf(a + b).
+#define ADD_RELU(MOV, ADD, MAX, CMP, Z, Y, T, ZERO) \
+	MOV	(SI)(AX*4), Z \
+	ADD	(R8)(AX*4), Z, Z \
+	RELU_OF(MAX, CMP, Z, ZERO, Y, T) \
+	MOV	Y, (DI)(AX*4)
+
+#define ADD_RELU_8 ADD_RELU(VMOVUPS, VADDPS, VMAXPS, VCMPPS, Y0, Y1, Y2, Y13)
+#define ADD_RELU_4 ADD_RELU(VMOVUPS, VADDPS, VMAXPS, VCMPPS, X0, X1, X2, X13)
+#define ADD_RELU_1 ADD_RELU(VMOVSS, VADDSS, VMAXSS, VCMPSS, X0, X1, X2, X13)
+
+// func addReLUVector(y, a, b *float32, n int)
+TEXT ·addReLUVector(SB), NOSPLIT, $0-32
+	MOVQ	y+0(FP), DI
+	MOVQ	a+8(FP), SI
+	MOVQ	b+16(FP), R8
+	VXORPS	Y13, Y13, Y13
+	MOVQ	n+24(FP), CX
+	LOOPS(ADD_RELU_8, ADD_RELU_4, ADD_RELU_1)
+
 // out = (a·g + bx·(x − mu)) + d with g zeroed where the relu of x·scale +
 // shift stops the gradient.
 #define BNGRAD_RELU(MOV, MUL, ADD, SUB, MAX, CMP, G, X, Z, Y, T, A, B, MU, D, SCALE, SHIFT, ZERO) \

@@ -47,7 +47,8 @@ type BatchNormParams struct {
 // after it in one pass over memory (torchvision's bn → relu(inplace)):
 // layers use it when their backend has it, and the two separate calls
 // otherwise. The results are those of BatchNorm then ReLU(y, y), and of
-// ReLUBackward then BatchNormBackward.
+// ReLUBackward then BatchNormBackward, to the bit (a NaN may come out
+// with other bits).
 type BatchNormReLUBackend interface {
 	Backend
 	// BatchNormReLU is BatchNorm followed by the relu of y.
@@ -61,7 +62,8 @@ type BatchNormReLUBackend interface {
 
 // AddReLUBackend is a Backend that adds and applies the relu in one pass
 // (a residual block's out += identity; relu(out)): y = max(a + b, 0), the
-// result of Add then ReLU(y, y).
+// result of Add then ReLU(y, y) to the bit (a NaN may come out with other
+// bits).
 type AddReLUBackend interface {
 	Backend
 	AddReLU(a, b, y *Tensor)
