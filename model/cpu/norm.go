@@ -94,10 +94,7 @@ func (t *bnTask) channel(ch int) {
 		}
 	case bnGradSums:
 		mean, invStd := float64(t.saveMean.Data[ch]), float64(t.saveInvStd.Data[ch])
-		var scale, shift float32
-		if t.relu {
-			scale, shift = t.affine(ch)
-		}
+		scale, shift := t.reluAffine(ch)
 		var sumDy, sumDyDev float64
 		for i := range t.n {
 			var a, b float64
@@ -115,10 +112,7 @@ func (t *bnTask) channel(ch int) {
 		k := float64(t.gamma.Data[ch]) * invStd
 		if !t.training {
 			kf := float32(k)
-			var scale, shift float32
-			if t.relu {
-				scale, shift = t.affine(ch)
-			}
+			scale, shift := t.reluAffine(ch)
 			for i := range t.n {
 				g, x := t.plane(t.dy, i, ch), t.plane(t.x, i, ch)
 				out := t.plane(t.dx, i, ch)[:len(g)]
@@ -152,6 +146,15 @@ func (t *bnTask) channel(ch int) {
 			t.vec.bnGradReLU(t.plane(t.dx, i, ch), t.plane(t.dy, i, ch), t.plane(t.x, i, ch), a, bx, mu, d, scale, shift)
 		}
 	}
+}
+
+// reluAffine is affine where the relu is fused in and its mask needs it,
+// else zeros (the backward of a plain batch norm has no beta).
+func (t *bnTask) reluAffine(ch int) (scale, shift float32) {
+	if !t.relu {
+		return 0, 0
+	}
+	return t.affine(ch)
 }
 
 // affine is channel ch's normalisation as one multiply and one add, y =

@@ -181,30 +181,12 @@ func (o vecOps) moments(v []float32, k float64) (float64, float64) {
 	if o.vector {
 		return momentsVector(&v[0], len(v), k)
 	}
-	var a, b [8]float64
-	i := 0
-	for ; i+8 <= len(v); i += 8 {
-		for j, x := range v[i : i+8 : i+8] {
-			d := float64(x) - k
-			a[j] += d
-			b[j] += float64(d * d)
-		}
-	}
-	if i+4 <= len(v) {
-		for j, x := range v[i : i+4 : i+4] {
-			d := float64(x) - k
-			a[j] += d
-			b[j] += float64(d * d)
-		}
-		i += 4
-	}
-	var ta, tb float64
-	for _, x := range v[i:] {
+	var l laneSums
+	for i, x := range v {
 		d := float64(x) - k
-		ta += d
-		tb += float64(d * d)
+		l.add(i, len(v), d, float64(d*d))
 	}
-	return lanes8(&a) + ta, lanes8(&b) + tb
+	return l.totals()
 }
 
 // gradSums returns Σg[i] and Σg[i]·(x[i] − mean) in float64 over len(x)
@@ -240,27 +222,40 @@ func (o vecOps) gradSumsReLU(x, g []float32, mean float64, scale, shift float32)
 // gradSumsLoop is gradSums' and gradSumsReLU's loop; with relu set the
 // gradient is reluGate's.
 func gradSumsLoop(x, g []float32, mean float64, relu bool, scale, shift float32) (float64, float64) {
-	n := len(x)
-	var a, b [8]float64
-	var ta, tb float64
-	for i := range n {
+	var l laneSums
+	for i, v := range x {
 		gi := g[i]
 		if relu {
-			gi = reluGate(gi, x[i], scale, shift)
+			gi = reluGate(gi, v, scale, shift)
 		}
 		gd := float64(gi)
-		p := float64(gd * (float64(x[i]) - mean))
-		switch j := i & 7; {
-		case i < n&^7, i < n&^3 && j < 4:
-			// Whole groups of eight, then one of four.
-			a[j] += gd
-			b[j] += p
-		default:
-			ta += gd
-			tb += p
-		}
+		l.add(i, len(x), gd, float64(gd*(float64(v)-mean)))
 	}
-	return lanes8(&a) + ta, lanes8(&b) + tb
+	return l.totals()
+}
+
+// laneSums is two float64 sums kept as the vector kernels keep them (see
+// moments): element i of n goes into partial sum i mod 8 while it is in a
+// whole group of eight or a last group of four, else into a ninth.
+type laneSums struct {
+	a, b   [8]float64
+	ta, tb float64
+}
+
+// add adds element i's two terms.
+func (l *laneSums) add(i, n int, a, b float64) {
+	if j := i & 7; i < n&^7 || (i < n&^3 && j < 4) {
+		l.a[j] += a
+		l.b[j] += b
+		return
+	}
+	l.ta += a
+	l.tb += b
+}
+
+// totals combines the partial sums in lanes8's order, then the ninth.
+func (l *laneSums) totals() (float64, float64) {
+	return lanes8(&l.a) + l.ta, lanes8(&l.b) + l.tb
 }
 
 // lanes8 adds eight partial sums in the order the vector kernels do: the
