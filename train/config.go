@@ -59,7 +59,7 @@ type Config struct {
 	// (GPipe); Microbatches cuts each batch for it.
 	Pipeline     int    `json:"pipeline,omitempty"`
 	Microbatches int    `json:"microbatches,omitempty"`
-	Schedule     string `json:"schedule,omitempty"` // gpipe (default) or 1f1b
+	Schedule     string `json:"schedule,omitempty"` // gpipe (default), 1f1b or zb
 	// Balance chooses how a pipeline's stages are cut when the model has
 	// no stages of its own and Split is empty: "time" (default) measures
 	// each layer's forward and backward on a microbatch and evens out the
@@ -179,8 +179,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--pipeline %d: want 2 or more stages (0 or 1: none)", c.Pipeline)
 	case c.Microbatches < 0:
 		return fmt.Errorf("--microbatches %d: want 1 or more", c.Microbatches)
-	case c.Schedule != "" && c.Schedule != "gpipe" && c.Schedule != "1f1b":
-		return fmt.Errorf("--schedule %q: want gpipe or 1f1b", c.Schedule)
+	case c.Schedule != "" && c.Schedule != "gpipe" && c.Schedule != "1f1b" && c.Schedule != "zb":
+		return fmt.Errorf("--schedule %q: want gpipe, 1f1b or zb", c.Schedule)
 	case c.Balance != "" && c.Balance != "time" && c.Balance != "params":
 		return fmt.Errorf("--balance %q: want time or params", c.Balance)
 	case len(c.Split) > 0 && len(c.Split) != c.Pipeline-1:

@@ -42,8 +42,9 @@ func LoadClassifier(path, model, labels string, be tensor.Backend) (*Classifier,
 	var meta *checkpoint.Meta
 	var err error
 	if _, statErr := os.Stat(path); errors.Is(statErr, fs.ErrNotExist) && fileExists(StagePath(path, 0)) {
-		m, meta, err = loadStages(path, be)
-		model = m.Name
+		if m, meta, err = loadStages(path, be); m != nil {
+			model = m.Name
+		}
 	} else {
 		m, meta, err = loadWhole(path, model, be)
 		if m != nil {
@@ -258,22 +259,23 @@ func loadStages(path string, be tensor.Backend) (*zoo.Model, *checkpoint.Meta, e
 	if meta.Stages < 2 {
 		return nil, nil, fmt.Errorf("%s is not a pipeline stage's file", StagePath(path, 0))
 	}
-	m, err := buildSaved(pipelineModel(meta.Model, meta.Stages), meta, be)
+	name := pipelineModel(meta.Model, meta.Stages)
+	spec, err := zoo.Lookup(name)
 	if err != nil {
 		return nil, nil, err
 	}
-	net := m.Net.(*nn.Chain)
-	if err := checkSplit(meta.Split, meta.Stages, len(net.Layers)); err != nil {
+	m, err := buildSaved(name, meta, be)
+	if err != nil {
+		return nil, nil, err
+	}
+	pieces := len(spec.Pieces())
+	if err := checkSplit(meta.Split, meta.Stages, pieces); err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", StagePath(path, 0), err)
 	}
-	plan := &StagePlan{Split: meta.Split, Shapes: make([][]int, len(net.Layers))}
+	plan := &StagePlan{Split: meta.Split, Shapes: make([][]int, pieces)}
 	for s := range meta.Stages {
 		lo, hi := plan.Bounds(s)
-		var children []nn.Child
-		for i := lo; i < hi; i++ {
-			children = append(children, nn.Child{Name: net.Names[i], Layer: net.Layers[i]})
-		}
-		sm, err := checkpoint.LoadWeights(StagePath(path, s), nn.NewChain(children...))
+		sm, err := checkpoint.LoadWeights(StagePath(path, s), spec.SelectPieces(m.Net.(*nn.Chain), lo, hi))
 		if err != nil {
 			return nil, nil, fmt.Errorf("stage %d of %d: %w", s, meta.Stages, err)
 		}

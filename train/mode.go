@@ -317,10 +317,10 @@ func (s *pipelineStage) gradients(ctx context.Context, t *Trainer, b *data.Batch
 		return 0, err
 	}
 	for _, e := range s.pipe.Events {
-		if e.Backward {
-			t.times.Backward += e.End.Sub(e.Start)
-		} else {
+		if e.Pass == PassForward {
 			t.times.Forward += e.End.Sub(e.Start)
+		} else {
+			t.times.Backward += e.End.Sub(e.Start)
 		}
 	}
 	if err := sync.afterBackward(); err != nil {

@@ -24,14 +24,17 @@ const (
 // microbatch comes back (gradients of the activations sent back), the
 // stage's parameter gradients accumulating; then one optimizer step. Each
 // microbatch in flight has its own replica of the stage's layers
-// (Layer.Replica: shared parameters, own activations). The last stage
-// computes the loss, weighting each microbatch by its share of the batch,
-// so the gradients are those of the whole batch.
+// (Layer.Replica: shared parameters, own activations; the gradient
+// buffers of the backward passes, which run one at a time, come from one
+// pool: nn.ShareBuffers). The last stage computes the loss, weighting each
+// microbatch by its share of the batch, so the gradients are those of the
+// whole batch. The 1F1B and zero-bubble schedules reorder the passes
+// (run1F1B, runZeroBubble).
 type Pipeline struct {
 	g              *comm.Group // rank = stage
 	stage, stages  int
 	micro          int
-	schedule       string // "gpipe" or "1f1b"
+	schedule       string // "gpipe", "1f1b" or "zb"
 	layer          nn.Layer
 	replicas       []nn.Layer
 	losses         []*nn.Loss
@@ -63,12 +66,29 @@ type Pipeline struct {
 	busy, total time.Duration
 }
 
-// Event is one forward or backward of one microbatch on one stage.
+// Event is one pass of one microbatch on one stage.
 type Event struct {
 	Stage, Micro int
-	Backward     bool
+	Pass         Pass
 	Start, End   time.Time
 }
+
+// Pass is what an Event computed.
+type Pass uint8
+
+const (
+	// PassForward is a forward pass.
+	PassForward Pass = iota
+	// PassBackward is a backward pass: with the zero-bubble schedule,
+	// only the gradient of the stage's input (B); else the whole of it.
+	PassBackward
+	// PassWeights is the zero-bubble schedule's deferred pass for the
+	// parameter gradients (W).
+	PassWeights
+)
+
+// Letter is the pass's letter in timelines: F, B or W.
+func (k Pass) Letter() string { return [...]string{"F", "B", "W"}[k] }
 
 // NewPipeline sets up stage g.Rank() of a pipeline of g.Size() stages:
 // layer is the stage's part of model m, taking per-sample inputs of shape
@@ -77,9 +97,9 @@ func NewPipeline(g *comm.Group, be tensor.Backend, m *zoo.Model, layer nn.Layer,
 	switch schedule {
 	case "", "gpipe":
 		schedule = "gpipe"
-	case "1f1b":
+	case "1f1b", "zb":
 	default:
-		return nil, fmt.Errorf("pipeline: schedule %q: want gpipe or 1f1b", schedule)
+		return nil, fmt.Errorf("pipeline: schedule %q: want gpipe, 1f1b or zb", schedule)
 	}
 	if micro < 1 {
 		return nil, fmt.Errorf("pipeline: %d microbatches", micro)
@@ -89,8 +109,17 @@ func NewPipeline(g *comm.Group, be tensor.Backend, m *zoo.Model, layer nn.Layer,
 	// GPipe holds every microbatch's activations until the backwards;
 	// 1F1B at most p−s on stage s, so it needs only that many replicas.
 	slots := micro
-	if schedule == "1f1b" {
+	switch schedule {
+	case "1f1b":
 		slots = min(micro, p.stages-p.stage)
+	case "zb":
+		// One slot more than 1F1B's on every stage but the first, which
+		// keeps its p: no stage holds more than 1F1B's busiest one, and a
+		// weight pass can wait past the next forward (with p−s slots, the
+		// last stage's would sit between each backward and the next
+		// forward, on the critical path).
+		slots = min(micro, p.stages, p.stages-p.stage+1)
+		nn.DeferWeightGrads(p.layer, true)
 	}
 	for k := range slots {
 		r := p.layer
@@ -105,6 +134,9 @@ func NewPipeline(g *comm.Group, be tensor.Backend, m *zoo.Model, layer nn.Layer,
 		p.inDev = append(p.inDev, nil)
 		p.dyDev = append(p.dyDev, nil)
 	}
+	// The replicas' backward passes run one at a time: they borrow their
+	// gradient buffers from one pool.
+	nn.ShareBuffers(p.layer, p.replicas[1:]...)
 	p.outHost, p.dxHost = make([][]float32, micro), make([][]float32, micro)
 	if p.last() {
 		for range micro {
@@ -144,9 +176,12 @@ func (p *Pipeline) Step(ctx context.Context, x *tensor.Tensor, labels []int32) (
 	p.begin(x, labels)
 	stepStart := time.Now()
 	var err error
-	if p.schedule == "1f1b" {
+	switch p.schedule {
+	case "1f1b":
 		err = p.run1F1B(ctx)
-	} else {
+	case "zb":
+		err = p.runZeroBubble(ctx)
+	default:
 		err = p.runGPipe(ctx)
 	}
 	if err == nil {
@@ -239,6 +274,13 @@ func (p *Pipeline) run1F1B(ctx context.Context) error {
 		}
 		return p.backward(ctx, k, k%slots)
 	}
+	return p.inOneFOneBOrder(m, warm, fwd, bwd)
+}
+
+// inOneFOneBOrder runs m microbatches' forwards and backwards in 1F1B's
+// order: warm forwards, then one forward and one backward in turn, then
+// the remaining backwards.
+func (p *Pipeline) inOneFOneBOrder(m, warm int, fwd, bwd func(k int) error) error {
 	for k := range warm {
 		if err := fwd(k); err != nil {
 			return err
@@ -262,6 +304,131 @@ func (p *Pipeline) run1F1B(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// runZeroBubble is 1F1B with each backward split (ZB-H1 of Qi et al.,
+// "Zero Bubble Pipeline Parallelism", ICLR 2024): the backward pass
+// computes only the gradient of the stage's input (B) and sends it back at
+// once, so the stages before wait less; the parameter gradients (W) are
+// deferred (nn.DeferWeightGrads) and run, in microbatch order and a
+// layer at a time, whenever the next forward or backward would wait for
+// its input from a neighbour, at the latest before a replica slot is
+// reused, and the rest after the last backward. Forwards and backwards
+// run in 1F1B's order; stage s holds at most min(p, p−s+1) microbatches
+// (1F1B's busiest stage, the first, holds p); and the gradients
+// accumulate in the order 1F1B accumulates them: the weights are the
+// same, bit for bit. Weight passes only compute, so placing them
+// anywhere cannot make the stages wait on each other in a cycle.
+func (p *Pipeline) runZeroBubble(ctx context.Context) error {
+	m, slots := len(p.sizes), len(p.replicas)
+	warm := min(p.stages-p.stage-1, m)
+	nextW, doneB := 0, 0 // the microbatch whose weight passes run next; backwards done
+	// weights runs one layer's weight pass of microbatch nextW, or moves
+	// on to the next microbatch when it has none left.
+	weights := func() error {
+		ran, err := p.weightsStep(nextW, nextW%slots)
+		if !ran {
+			nextW++
+		}
+		return err
+	}
+	// await waits for a receive, running deferred weight passes, a layer
+	// at a time, while it has not arrived.
+	await := func(w *comm.Work, what string, k, from int) error {
+		if nextW < doneB {
+			a := inBackground(w)
+			for nextW < doneB && !a.ready() {
+				if err := weights(); err != nil {
+					return err
+				}
+			}
+			w = a.work()
+		}
+		return p.waitRecv(w, what, k, from)
+	}
+	fwd := func(k int) error {
+		// The slot's previous microbatch must be done with its buffers:
+		// its weight pass reads them.
+		for nextW <= k-slots {
+			if err := weights(); err != nil {
+				return err
+			}
+		}
+		if p.stage > 0 {
+			if err := await(p.recvActivation(ctx, k, k%slots), "microbatch", k, p.stage-1); err != nil {
+				return err
+			}
+		}
+		return p.forward(ctx, k, k%slots)
+	}
+	bwd := func(k int) error {
+		if !p.last() {
+			if err := await(p.recvGradient(ctx, k, k%slots), "the gradient of microbatch", k, p.stage+1); err != nil {
+				return err
+			}
+		}
+		if err := p.backward(ctx, k, k%slots); err != nil {
+			return err
+		}
+		doneB = k + 1
+		return nil
+	}
+	if err := p.inOneFOneBOrder(m, warm, fwd, bwd); err != nil {
+		return err
+	}
+	for nextW < m {
+		if err := weights(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// arrival is a receive waited for on its own goroutine, so that a
+// schedule can ask whether it has arrived without blocking.
+type arrival struct {
+	w    *comm.Work
+	done chan struct{}
+}
+
+func inBackground(w *comm.Work) *arrival {
+	a := &arrival{w: w, done: make(chan struct{})}
+	go func() {
+		w.Wait() // the error stays in w
+		close(a.done)
+	}()
+	return a
+}
+
+func (a *arrival) ready() bool {
+	select {
+	case <-a.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// work returns the receive, to be waited for as usual.
+func (a *arrival) work() *comm.Work { return a.w }
+
+// weightsStep runs one layer's deferred weight pass of microbatch k in
+// replica slot (nn.WeightGradsStep) and reports whether there was one.
+// Steps run back to back make one W event.
+func (p *Pipeline) weightsStep(k, slot int) (bool, error) {
+	t0 := time.Now()
+	if !nn.WeightGradsStep(p.replicas[slot]) {
+		return false, nil
+	}
+	if n := len(p.Events); n > 0 && p.Events[n-1].Pass == PassWeights && p.Events[n-1].Micro == k {
+		p.Events[n-1].End = time.Now()
+	} else {
+		p.Events = append(p.Events, Event{Stage: p.stage, Micro: k, Pass: PassWeights, Start: t0, End: time.Now()})
+	}
+	if err := deviceErr(p.be); err != nil {
+		return true, fmt.Errorf("stage %d microbatch %d: weight gradients: %w", p.stage, k, err)
+	}
+	return true, nil
 }
 
 // recvActivation posts the receive of microbatch k's input into slot.
@@ -306,7 +473,7 @@ func (p *Pipeline) forward(ctx context.Context, k, slot int) error {
 		}
 		p.loss += l * float32(nk) / float32(len(p.labels))
 	}
-	p.Events = append(p.Events, Event{Stage: p.stage, Micro: k, Start: t0, End: time.Now()})
+	p.Events = append(p.Events, Event{Stage: p.stage, Micro: k, Pass: PassForward, Start: t0, End: time.Now()})
 	if !p.last() {
 		p.sends = append(p.sends, p.g.SendAsync(ctx, hostRows(y, &p.outHost[k]), p.stage+1, tagActivation))
 	}
@@ -334,7 +501,7 @@ func (p *Pipeline) backward(ctx context.Context, k, slot int) error {
 	if err != nil {
 		return fmt.Errorf("stage %d microbatch %d: backward: %w", p.stage, k, err)
 	}
-	p.Events = append(p.Events, Event{Stage: p.stage, Micro: k, Backward: true, Start: t0, End: time.Now()})
+	p.Events = append(p.Events, Event{Stage: p.stage, Micro: k, Pass: PassBackward, Start: t0, End: time.Now()})
 	if p.stage > 0 {
 		p.sends = append(p.sends, p.g.SendAsync(ctx, hostRows(dx, &p.dxHost[k]), p.stage-1, tagGradient))
 	}

@@ -20,13 +20,15 @@ import (
 	"github.com/gorun/gorun/model/safetensors"
 	"github.com/gorun/gorun/model/tensor"
 	"github.com/gorun/gorun/model/zoo"
+	"github.com/gorun/gorun/train/checkpoint"
 )
 
 // TestPipelineMatchesOneProcess trains the MNIST net (dropout off) split
-// into p stages on p processes with m microbatches, with the GPipe and the
-// 1F1B schedules, and unsplit in this process with the same batches:
-// after k steps every stage's weights equal the unsplit model's within
-// 1e-5.
+// into p stages on p processes with m microbatches, with the GPipe, 1F1B
+// and zero-bubble schedules, and unsplit in this process with the same
+// batches: after k steps every stage's weights equal the unsplit model's
+// within 1e-5, and the zero-bubble schedule's equal 1F1B's bit for bit
+// (the same gradients, accumulated in the same order).
 func TestPipelineMatchesOneProcess(t *testing.T) {
 	const batch, steps = 16, 4
 	type pcase struct {
@@ -39,10 +41,13 @@ func TestPipelineMatchesOneProcess(t *testing.T) {
 			cases = append(cases, pcase{p, m, "gpipe"})
 		}
 	}
-	cases = append(cases, pcase{2, 4, "1f1b"}, pcase{3, 3, "1f1b"}, pcase{3, 8, "1f1b"})
-	if testing.Short() {
-		cases = []pcase{{3, 4, "gpipe"}, {3, 8, "1f1b"}}
+	for _, s := range []string{"1f1b", "zb"} {
+		cases = append(cases, pcase{2, 4, s}, pcase{3, 3, s}, pcase{3, 8, s})
 	}
+	if testing.Short() {
+		cases = []pcase{{3, 4, "gpipe"}, {3, 8, "1f1b"}, {3, 8, "zb"}}
+	}
+	weights := map[pcase]map[string][]float32{}
 	cfg, trainSet, testSet := ddpSetup(1, batch, steps, 1)
 	ref := trainReference(t, cfg, trainSet, testSet)
 	for _, c := range cases {
@@ -62,7 +67,19 @@ func TestPipelineMatchesOneProcess(t *testing.T) {
 				files = append(files, StagePath(out, s))
 			}
 			got := savedTensors(t, files...)
+			weights[c] = got
 			worst := sameParams(t, ref, got, fmt.Sprintf("%s p=%d m=%d vs the unsplit model", c.schedule, p, m))
+			if c.schedule == "zb" {
+				oneF, ok := weights[pcase{p, m, "1f1b"}]
+				if !ok {
+					t.Fatalf("no 1f1b run with p=%d m=%d to compare with", p, m)
+				}
+				for name, w := range oneF {
+					if !slices.Equal(got[name], w) {
+						t.Fatalf("zb p=%d m=%d: %s differs from 1f1b's", p, m, name)
+					}
+				}
+			}
 			t.Logf("%s p=%d m=%d: weights after %d steps within %.2g of the unsplit model", c.schedule, p, m, steps, worst)
 
 			// The last stage drew the schedule: a forward and a backward
@@ -79,14 +96,19 @@ func TestPipelineMatchesOneProcess(t *testing.T) {
 			if err := xml.Unmarshal(svg, &doc); err != nil {
 				t.Fatalf("timeline SVG: %v", err)
 			}
-			boxes := 0
+			// A forward and a backward box per stage and microbatch, and
+			// with the zero-bubble schedule weight passes (titled "stage 1
+			// W3: …").
+			passes := map[byte]int{}
 			for _, r := range doc.Rects {
-				if r.Title != "" {
-					boxes++
+				if _, label, ok := strings.Cut(r.Title, " "); ok {
+					if _, label, ok = strings.Cut(label, " "); ok {
+						passes[label[0]]++
+					}
 				}
 			}
-			if boxes != 2*p*m {
-				t.Fatalf("timeline has %d boxes, want %d", boxes, 2*p*m)
+			if passes['F'] != p*m || passes['B'] != p*m || (passes['W'] > 0) != (c.schedule == "zb") {
+				t.Fatalf("timeline boxes %v, want %d F and B each, and W only with zb", passes, p*m)
 			}
 			checkTrace(t, out+".json", c.schedule, p, m)
 
@@ -225,6 +247,7 @@ func TestPlanStages(t *testing.T) {
 		{"cifarnet-staged", "", 3, nil, "the model's own stages"},
 		{"cifarnet-staged", "params", 2, nil, "parameter count"},
 		{"resnet18", "", 3, nil, "measured time"},
+		{"resnet18", "", 2, []int{7}, "--split"}, // inside layer2: after layer2.0
 	} {
 		t.Run(fmt.Sprintf("%s/%d/%s/%v", c.model, c.stages, c.balance, c.split), func(t *testing.T) {
 			spec, err := zoo.Lookup(c.model)
@@ -235,7 +258,7 @@ func TestPlanStages(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if plan.How != c.how || checkSplit(plan.Split, c.stages, len(spec.Parts)) != nil || c.split != nil && !slices.Equal(plan.Split, c.split) {
+			if plan.How != c.how || checkSplit(plan.Split, c.stages, len(spec.Pieces())) != nil || c.split != nil && !slices.Equal(plan.Split, c.split) {
 				t.Fatalf("cut %v by %q, want a valid cut by %q (%v)", plan.Split, plan.How, c.how, c.split)
 			}
 			if c.how == "the model's own stages" && !slices.Equal(plan.Split, []int{1, 2}) {
@@ -247,22 +270,29 @@ func TestPlanStages(t *testing.T) {
 					t.Fatalf("part %d measured %v s; time measured: %v", i, s, timed)
 				}
 			}
-			// The whole model, built at once, agrees with the plan.
-			m := spec.Build(be, 7)
+			// The model, piece by piece, agrees with the plan, and its
+			// pieces hold the whole model's parameters.
 			x := tensor.New(append([]int{2}, spec.Input...)...)
-			params := 0
-			for i, l := range m.Net.(*nn.Chain).Layers {
+			params, whole := 0, 0
+			for i := range spec.Pieces() {
+				l := spec.BuildPieces(be, 7, i, i+1)
 				y, err := l.Forward(x)
 				if err != nil {
 					t.Fatal(err)
 				}
 				if !slices.Equal(y.Shape[1:], plan.Shapes[i]) {
-					t.Fatalf("part %d gives %v per sample, the plan says %v", i, y.Shape[1:], plan.Shapes[i])
+					t.Fatalf("piece %d gives %v per sample, the plan says %v", i, y.Shape[1:], plan.Shapes[i])
 				}
 				x = tensor.New(y.Shape...)
 				for _, v := range nn.Params(l) {
 					params += v.Value.Len()
 				}
+			}
+			for _, v := range nn.Params(spec.Build(be, 7).Net) {
+				whole += v.Value.Len()
+			}
+			if params != whole {
+				t.Fatalf("the pieces hold %d parameters, the whole model %d", params, whole)
 			}
 			sum := 0
 			for _, n := range plan.Params {
@@ -385,7 +415,8 @@ func checkTrace(t *testing.T, path, schedule string, p, m int) {
 				t.Fatalf("trace event %+v: want ts ≥ 0, dur > 0 and a stage's thread", e)
 			}
 			key := fmt.Sprintf("%d/%s", e.Tid, e.Name)
-			if seen[key] || (e.Name[0] == 'F') != (e.Cat == "forward") {
+			// F and B once each; W (weight passes) in one stretch or more.
+			if (seen[key] && e.Name[0] != 'W') || (e.Name[0] == 'F') != (e.Cat == "forward") || (e.Name[0] == 'W') != (e.Cat == "weights") {
 				t.Fatalf("trace event %+v repeated or in the wrong category", e)
 			}
 			seen[key] = true
@@ -396,8 +427,18 @@ func checkTrace(t *testing.T, path, schedule string, p, m int) {
 		if threads[s] != fmt.Sprintf("stage %d", s) {
 			t.Errorf("thread %d named %q", s, threads[s])
 		}
+		// A stage with parameters has weight passes for every microbatch
+		// with the zero-bubble schedule; a stage without (relu, pooling)
+		// has none.
+		kinds := []string{"F", "B"}
+		if seen[fmt.Sprintf("%d/W0", s)] {
+			if schedule != "zb" {
+				t.Errorf("stage %d: weight passes in a %s schedule", s, schedule)
+			}
+			kinds = append(kinds, "W")
+		}
 		for mb := range m {
-			for _, kind := range []string{"F", "B"} {
+			for _, kind := range kinds {
 				if !seen[fmt.Sprintf("%d/%s%d", s, kind, mb)] {
 					t.Errorf("no %s%d on stage %d in the trace", kind, mb, s)
 				}
@@ -413,5 +454,54 @@ func checkTrace(t *testing.T, path, schedule string, p, m int) {
 	}
 	if o := doc.OtherData; o.Schedule != schedule || o.Stages != p || o.Microbatches != m || len(o.Idle) != p || o.IdealBubble <= 0 || o.Title == "" {
 		t.Errorf("trace summary %+v", o)
+	}
+}
+
+// TestStageFilesCutInsideALayer: a ResNet-18 pipeline cut after layer2.0
+// (inside torchvision's layer2) saves two stage files; they load as one
+// model (LoadClassifier), every tensor where the stage had it, and merge.
+func TestStageFilesCutInsideALayer(t *testing.T) {
+	be := cpu.New(1)
+	defer be.Close()
+	spec, err := zoo.Lookup("resnet18")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "r.safetensors")
+	split := []int{7} // pieces: conv1, bn1, relu, maxpool, layer1.0, layer1.1, layer2.0 | layer2.1, …
+	n := len(spec.Pieces())
+	want := map[string][]float32{} // nil for counters
+	for s, r := range [][2]int{{0, 7}, {7, n}} {
+		stage := spec.BuildPieces(be, 5, r[0], r[1])
+		for _, v := range stage.State() {
+			want[v.Name] = nil
+			if v.Value != nil {
+				want[v.Name] = v.Value.Data
+			}
+		}
+		meta := checkpoint.Meta{Model: "resnet18", Input: spec.Input, Stage: s, Stages: 2, Split: split}
+		if err := checkpoint.Save(StagePath(path, s), stage, nil, meta); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, ok := want["layer2.0.conv1.weight"]; !ok {
+		t.Fatal("stage 0 lacks layer2.0")
+	}
+	if _, ok := want["layer2.1.conv1.weight"]; !ok {
+		t.Fatal("stage 1 lacks layer2.1")
+	}
+	c, err := LoadClassifier(path, "", "", be)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := c.Model.Net.State()
+	if len(got) != len(want) {
+		t.Fatalf("the loaded model has %d state entries, the stages %d", len(got), len(want))
+	}
+	for _, v := range got {
+		w, ok := want[v.Name]
+		if !ok || v.Value != nil && !slices.Equal(v.Value.Data, w) {
+			t.Fatalf("%s differs from the stage file's", v.Name)
+		}
 	}
 }

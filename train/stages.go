@@ -14,19 +14,20 @@ import (
 	"github.com/gorun/gorun/model/zoo"
 )
 
-// StagePlan says how a model's parts (its top-level layers, zoo.Spec's
-// Parts) are cut into pipeline stages, and what was measured to decide.
+// StagePlan says how a model's pieces (zoo.Spec's Pieces: its top-level
+// layers, and the residual blocks of a ResNet's stages one by one) are cut
+// into pipeline stages, and what was measured to decide.
 type StagePlan struct {
-	// Split[i] is the first part of stage i+1; stage 0 starts at part 0.
+	// Split[i] is the first piece of stage i+1; stage 0 starts at piece 0.
 	Split []int
 	// How names what decided the cut: the model's own stages, --split,
 	// measured time or parameter count.
 	How string
-	// Shapes[i] is part i's per-sample output shape.
+	// Shapes[i] is piece i's per-sample output shape.
 	Shapes [][]int
-	// Params[i] is part i's parameter count.
+	// Params[i] is piece i's parameter count.
 	Params []int
-	// Seconds[i] is part i's measured forward+backward time on one
+	// Seconds[i] is piece i's measured forward+backward time on one
 	// microbatch (zero when time was not measured).
 	Seconds []float64
 	// Microbatch is the number of samples the probe ran.
@@ -34,7 +35,7 @@ type StagePlan struct {
 	names      []string
 }
 
-// Bounds returns the parts [lo, hi) of stage s.
+// Bounds returns the pieces [lo, hi) of stage s.
 func (p *StagePlan) Bounds(s int) (lo, hi int) {
 	lo, hi = 0, len(p.Shapes)
 	if s > 0 {
@@ -78,14 +79,15 @@ func (p *StagePlan) label(i int) string {
 }
 
 // planStages decides the stages of a pipeline of size stages over spec's
-// parts. Rank 0 of g builds the parts one at a time (never the whole
+// pieces. Rank 0 of g builds the pieces one at a time (never the whole
 // model), runs a microbatch through each to learn the shapes between them
 // and, for balance "time", times forward and backward; it broadcasts what
 // it found, and every rank cuts the same way: at split when given, at the
 // model's own stages when it has that many, else into contiguous groups
 // whose largest cost (time, or parameter count) is as small as possible.
 func planStages(ctx context.Context, g *comm.Group, be tensor.Backend, spec *zoo.Spec, seed uint64, stages, microbatch int, balance string, split []int) (*StagePlan, error) {
-	n := len(spec.Parts)
+	pieces := spec.Pieces()
+	n := len(pieces)
 	if n < stages {
 		return nil, fmt.Errorf("pipeline: model %s has %d layers; it cannot be split into %d stages", spec.Name, n, stages)
 	}
@@ -150,7 +152,7 @@ func planStages(ctx context.Context, g *comm.Group, be tensor.Backend, spec *zoo
 		for d := range int(w[2]) {
 			p.Shapes[i] = append(p.Shapes[i], int(w[3+d]))
 		}
-		p.names = append(p.names, spec.Parts[i].Label())
+		p.names = append(p.names, spec.PieceLabel(pieces[i]))
 	}
 	if split == nil {
 		costs := make([]float64, n)
@@ -182,12 +184,13 @@ func checkSplit(split []int, stages, parts int) error {
 	return nil
 }
 
-// probe builds spec's parts one at a time with seed's weights and runs a
+// probe builds spec's pieces one at a time with seed's weights and runs a
 // microbatch of mb random samples through them: output shapes, parameter
 // counts and, when timed, the best of two forward+backward times after a
-// warm-up. Only one part exists at a time.
+// warm-up. Only one piece exists at a time.
 func probe(be tensor.Backend, spec *zoo.Spec, seed uint64, mb int, timed bool) (*StagePlan, error) {
-	n := len(spec.Parts)
+	pieces := spec.Pieces()
+	n := len(pieces)
 	p := &StagePlan{Shapes: make([][]int, n), Params: make([]int, n), Seconds: make([]float64, n)}
 	rng := rand.New(rand.NewPCG(seed, 0x70726f6265))
 	x := tensor.New(append([]int{mb}, spec.Input...)...)
@@ -195,8 +198,12 @@ func probe(be tensor.Backend, spec *zoo.Spec, seed uint64, mb int, timed bool) (
 		x.Data[i] = float32(rng.NormFloat64())
 	}
 	for i := range n {
-		l := spec.BuildParts(be, seed, i, i+1)
-		l.SetTraining(true)
+		l := spec.BuildPieces(be, seed, i, i+1)
+		label := spec.PieceLabel(pieces[i])
+		// Shapes alone come from an evaluation pass: in training, batch
+		// norm needs more than one value per channel, which a sample at
+		// a ResNet's 1×1 end (CIFAR-sized input) does not have.
+		l.SetTraining(timed)
 		for _, v := range nn.Params(l) {
 			p.Params[i] += v.Value.Len()
 		}
@@ -210,7 +217,7 @@ func probe(be tensor.Backend, spec *zoo.Spec, seed uint64, mb int, timed bool) (
 			t0 := time.Now()
 			var err error
 			if y, err = l.Forward(onDevice(be, x, &xd)); err != nil {
-				return nil, fmt.Errorf("pipeline: planning stages: layer %d (%s) on %v: %w", i, spec.Parts[i].Name, x.Shape, err)
+				return nil, fmt.Errorf("pipeline: planning stages: layer %d (%s) on %v: %w", i, label, x.Shape, err)
 			}
 			if timed {
 				dy := tensor.New(y.Shape...)
@@ -218,11 +225,11 @@ func probe(be tensor.Backend, spec *zoo.Spec, seed uint64, mb int, timed bool) (
 					dy.Data[j] = 1
 				}
 				if _, err := l.Backward(onDevice(be, dy, &dyd)); err != nil {
-					return nil, fmt.Errorf("pipeline: planning stages: layer %d (%s) backward: %w", i, spec.Parts[i].Name, err)
+					return nil, fmt.Errorf("pipeline: planning stages: layer %d (%s) backward: %w", i, label, err)
 				}
 				if d, ok := be.(tensor.DeviceBackend); ok { // time the work, not its queuing
 					if err := d.Synchronize(); err != nil {
-						return nil, fmt.Errorf("pipeline: planning stages: layer %d (%s): %w", i, spec.Parts[i].Name, err)
+						return nil, fmt.Errorf("pipeline: planning stages: layer %d (%s): %w", i, label, err)
 					}
 				}
 			}
@@ -235,7 +242,7 @@ func probe(be tensor.Backend, spec *zoo.Spec, seed uint64, mb int, timed bool) (
 		}
 		p.Shapes[i] = append([]int(nil), y.Shape[1:]...)
 		if err := deviceErr(be); err != nil {
-			return nil, fmt.Errorf("pipeline: planning stages: layer %d (%s): %w", i, spec.Parts[i].Name, err)
+			return nil, fmt.Errorf("pipeline: planning stages: layer %d (%s): %w", i, label, err)
 		}
 		x = &tensor.Tensor{Shape: append([]int(nil), y.Shape...), Data: y.HostData()}
 	}

@@ -18,14 +18,13 @@ import (
 // relative to the earliest start. Stages on one host share a clock; across
 // hosts the picture is as good as their clock synchronisation.
 func (p *Pipeline) Timeline(ctx context.Context) ([]Event, error) {
-	per := 2 * p.micro
-	buf := make([]float64, 4*per) // micro, backward, start, end (ns since the Unix epoch)
-	for i, e := range p.fullEvents {
-		bw := 0.0
-		if e.Backward {
-			bw = 1
-		}
-		buf[4*i], buf[4*i+1], buf[4*i+2], buf[4*i+3] = float64(e.Micro), bw, float64(e.Start.UnixNano()), float64(e.End.UnixNano())
+	// A forward and a backward per microbatch, and its weight passes
+	// (zero bubble) in at most 3m stretches: each is broken only by the
+	// 2m forwards and backwards.
+	per := 5 * p.micro
+	buf := make([]float64, 4*per) // micro, pass, start, end (ns since the Unix epoch)
+	for i, e := range p.fullEvents[:min(len(p.fullEvents), per)] {
+		buf[4*i], buf[4*i+1], buf[4*i+2], buf[4*i+3] = float64(e.Micro), float64(e.Pass), float64(e.Start.UnixNano()), float64(e.End.UnixNano())
 	}
 	all := make([]float64, len(buf)*p.stages)
 	if err := comm.AllGather(ctx, p.g, buf, all); err != nil {
@@ -38,16 +37,21 @@ func (p *Pipeline) Timeline(ctx context.Context) ([]Event, error) {
 			if v[3] == 0 {
 				continue // no full batch on that stage
 			}
-			events = append(events, Event{Stage: s, Micro: int(v[0]), Backward: v[1] == 1,
+			events = append(events, Event{Stage: s, Micro: int(v[0]), Pass: Pass(v[1]),
 				Start: time.Unix(0, int64(v[2])), End: time.Unix(0, int64(v[3]))})
 		}
 	}
 	return events, nil
 }
 
+// colour is the pass's colour in the SVG timeline: forwards blue,
+// backwards green, deferred weight passes orange.
+func (k Pass) colour() string { return [...]string{"#4a90d9", "#5cb85c", "#f0ad4e"}[k] }
+
 // WriteTimelineSVG draws events as the GPipe schedule diagram: one row per
-// stage, forwards blue and backwards green, each labelled with its
-// microbatch; idle time stays white.
+// stage, forwards blue, backwards green and weight passes orange, each
+// labelled with its pass and microbatch (F3, B3, W3); idle time stays
+// white.
 func WriteTimelineSVG(path string, events []Event, stages int, title string) error {
 	if len(events) == 0 {
 		return fmt.Errorf("timeline: no events (no full batch was trained)")
@@ -66,10 +70,7 @@ func WriteTimelineSVG(path string, events []Event, stages int, title string) err
 		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="#ccc"/>`+"\n", left, y, width, rowH-6)
 	}
 	for _, e := range events {
-		fill, label := "#4a90d9", fmt.Sprintf("F%d", e.Micro)
-		if e.Backward {
-			fill, label = "#5cb85c", fmt.Sprintf("B%d", e.Micro)
-		}
+		fill, label := e.Pass.colour(), fmt.Sprintf("%s%d", e.Pass.Letter(), e.Micro)
 		x0, x1 := x(e.Start), x(e.End)
 		y := top + e.Stage*rowH
 		fmt.Fprintf(&b, `<rect x="%.1f" y="%d" width="%.1f" height="%d" fill="%s" stroke="#fff"><title>stage %d %s: %.2f–%.2f ms</title></rect>`+"\n",
@@ -110,8 +111,8 @@ type traceEvent struct {
 }
 
 // WriteTimelineTrace writes events as a Chrome trace (JSON): one thread
-// per stage, a complete event per forward (F) and backward (B) of each
-// microbatch, times in microseconds from the earliest start, and the
+// per stage, a complete event per forward (F), backward (B) and weight
+// pass (W) of each microbatch, times in microseconds from the earliest start, and the
 // summary under otherData.
 func WriteTimelineTrace(path string, events []Event, sum TraceSummary) error {
 	if len(events) == 0 {
@@ -123,10 +124,7 @@ func WriteTimelineTrace(path string, events []Event, sum TraceSummary) error {
 		out = append(out, traceEvent{Name: "thread_name", Ph: "M", Tid: s, Args: map[string]any{"name": fmt.Sprintf("stage %d", s)}})
 	}
 	for _, e := range events {
-		name, cat := fmt.Sprintf("F%d", e.Micro), "forward"
-		if e.Backward {
-			name, cat = fmt.Sprintf("B%d", e.Micro), "backward"
-		}
+		name, cat := fmt.Sprintf("%s%d", e.Pass.Letter(), e.Micro), [...]string{"forward", "backward", "weights"}[e.Pass]
 		out = append(out, traceEvent{Name: name, Cat: cat, Ph: "X", Tid: e.Stage,
 			Ts: float64(e.Start.Sub(t0).Nanoseconds()) / 1e3, Dur: float64(e.End.Sub(e.Start).Nanoseconds()) / 1e3,
 			Args: map[string]any{"microbatch": e.Micro}})

@@ -322,7 +322,7 @@ func newPipelineStage(ctx context.Context, g *comm.Group, cfg Config, be tensor.
 	if lo > 0 {
 		in = plan.Shapes[lo-1]
 	}
-	pipe, err := NewPipeline(pg, be, m, spec.BuildParts(be, seed, lo, hi), in, plan.Shapes[hi-1], micro, cfg.Schedule)
+	pipe, err := NewPipeline(pg, be, m, spec.BuildPieces(be, seed, lo, hi), in, plan.Shapes[hi-1], micro, cfg.Schedule)
 	if err != nil {
 		return nil, nil, err
 	}

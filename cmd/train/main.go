@@ -118,9 +118,9 @@ func parseFlags(args []string) (train.Config, options, error) {
 	fs.IntVar(&cfg.Accumulate, "accumulate", 0, "batches whose gradients are summed before each optimizer step (default 1)")
 	fs.IntVar(&cfg.Pipeline, "pipeline", 0, "split the model into this many stages, one per rank (GPipe; the job must have as many ranks)")
 	fs.IntVar(&cfg.Microbatches, "microbatches", 0, "with --pipeline: microbatches per batch (default 4)")
-	fs.StringVar(&cfg.Schedule, "schedule", "", "with --pipeline: gpipe (all forwards, then all backwards) or 1f1b (at most p microbatches' activations held; default gpipe)")
+	fs.StringVar(&cfg.Schedule, "schedule", "", "with --pipeline: gpipe (all forwards, then all backwards), 1f1b (at most p microbatches' activations held) or zb (1f1b with each backward split: the input gradient sent back at once, the weight gradients run while waiting for a neighbour; zero-bubble ZB-H1); default gpipe")
 	fs.StringVar(&cfg.Balance, "balance", "", "with --pipeline, for models without stages of their own: cut where the stages' measured forward+backward times are most even (time, the default) or their parameter counts (params)")
-	fs.Func("split", "with --pipeline: cut at these top-level layer indices instead (comma-separated, one per stage after the first; the run's description lists the layers)", func(v string) error {
+	fs.Func("split", "with --pipeline: cut before these layer indices instead (comma-separated, one per stage after the first; layers are the top-level ones, and a ResNet stage's residual blocks one by one; the run's description lists them)", func(v string) error {
 		cfg.Split = nil
 		for _, f := range strings.Split(v, ",") {
 			n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -131,7 +131,7 @@ func parseFlags(args []string) (train.Config, options, error) {
 		}
 		return nil
 	})
-	fs.StringVar(&o.timeline, "timeline", "", "with --pipeline: draw the last batch's schedule (every stage's forwards and backwards) as an SVG here, and write it as a Chrome trace (chrome://tracing, Perfetto) beside it, the name ending in .json (a name ending in .json: the trace only)")
+	fs.StringVar(&o.timeline, "timeline", "", "with --pipeline: draw the last batch's schedule (every stage's forwards, backwards and weight passes) as an SVG here, and write it as a Chrome trace (chrome://tracing, Perfetto) beside it, the name ending in .json (a name ending in .json: the trace only)")
 	fs.StringVar(&cfg.Precision, "precision", "fp32", "matrix products and convolutions in fp32, tf32 (on a GPU, as --tf32), bf16 or fp16 (as torch.autocast: 16-bit operands and results, float32 accumulation, batch norm, loss and optimizer in float32 on float32 weights; fp16 with GradScaler's loss scaling; emulated on the CPU)")
 	fs.StringVar(&cfg.GradCompression, "grad-compression", "none", "in a distributed run, gradients travel as none (float32), bf16 or fp16 (averaged in float32 and rounded once; half the bytes), or powersgd:R[:START] (rank-R PowerSGD with error feedback from step START, default 0), as PyTorch's communication hooks")
 	fs.BoolVar(&cfg.SyncBatchNorm, "sync-bn", false, "in a distributed run, batch norm uses the statistics of the whole batch across ranks (SyncBatchNorm)")

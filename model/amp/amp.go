@@ -193,8 +193,10 @@ func (a *Autocast) Conv2d(x, w, b, y *tensor.Tensor, p tensor.ConvParams) {
 // weight and bias gradients rounded before they are added to their
 // float32 accumulators.
 func (a *Autocast) Conv2dBackward(x, w, dy, dx, dw, db *tensor.Tensor, p tensor.ConvParams) {
-	dwp := a.zeroed(dw, opProduct)
-	var dbp *tensor.Tensor
+	var dwp, dbp *tensor.Tensor
+	if dw != nil {
+		dwp = a.zeroed(dw, opProduct)
+	}
 	if db != nil {
 		dbp = a.zeroed(db, opBiasGrad)
 	}
@@ -202,7 +204,9 @@ func (a *Autocast) Conv2dBackward(x, w, dy, dx, dw, db *tensor.Tensor, p tensor.
 	if dx != nil {
 		a.roundInPlace(dx)
 	}
-	a.accumulate(dw, dwp)
+	if dw != nil {
+		a.accumulate(dw, dwp)
+	}
 	if db != nil {
 		a.accumulate(db, dbp)
 	}

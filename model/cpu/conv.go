@@ -21,6 +21,7 @@ type convTask struct {
 	g          geometry
 	n, per     int  // images, images per chunk
 	biasGrad   bool // backward: the bias gradient is wanted (db not nil)
+	weightGrad bool // backward: the weight gradient is wanted (dw not nil)
 	serialGEMM bool
 	winograd   bool // Winograd F(2×2, 3×3) instead of im2col (winograd.go)
 }
@@ -46,17 +47,22 @@ func pointwise(p tensor.ConvParams) bool {
 
 // Conv2d implements tensor.Backend.
 func (b *Backend) Conv2d(x, w, bias, y *tensor.Tensor, p tensor.ConvParams) {
-	b.runConv(false, x, w, bias, y, nil, nil, p, false)
+	b.runConv(false, x, w, bias, y, nil, nil, p, false, false)
 }
 
 // Conv2dBackward implements tensor.Backend.
 func (b *Backend) Conv2dBackward(x, w, dy, dx, dw, db *tensor.Tensor, p tensor.ConvParams) {
-	chunks := b.runConv(true, x, w, nil, nil, dy, dx, p, db != nil)
+	if dw == nil && dx == nil && db == nil {
+		return
+	}
+	chunks := b.runConv(true, x, w, nil, nil, dy, dx, p, db != nil, dw != nil)
 	g := b.conv.g
 	for i := 0; i < chunks; i++ {
 		s := &b.chunks[i]
-		for j, v := range s.dw[:g.f*g.ckk] {
-			dw.Data[j] += v
+		if dw != nil {
+			for j, v := range s.dw[:g.f*g.ckk] {
+				dw.Data[j] += v
+			}
 		}
 		if db != nil {
 			for j, v := range s.db[:g.f] {
@@ -66,11 +72,11 @@ func (b *Backend) Conv2dBackward(x, w, dy, dx, dw, db *tensor.Tensor, p tensor.C
 	}
 }
 
-func (b *Backend) runConv(backward bool, x, w, bias, y, dy, dx *tensor.Tensor, p tensor.ConvParams, biasGrad bool) int {
+func (b *Backend) runConv(backward bool, x, w, bias, y, dy, dx *tensor.Tensor, p tensor.ConvParams, biasGrad, weightGrad bool) int {
 	n := x.Shape[0]
 	threads := b.pool.Threads()
 	t := &b.conv
-	*t = convTask{b: b, backward: backward, x: x, w: w, bias: bias, y: y, dy: dy, dx: dx, p: p, g: geom(x, w, p), n: n, biasGrad: biasGrad}
+	*t = convTask{b: b, backward: backward, x: x, w: w, bias: bias, y: y, dy: dy, dx: dx, p: p, g: geom(x, w, p), n: n, biasGrad: biasGrad, weightGrad: weightGrad}
 	if t.winograd = b.useWinograd(t.g, p); t.winograd && (!backward || dx != nil) {
 		// Forward: U [16][F][C]; backward: the data gradient's U [16][C][F].
 		winogradWeights(grow(&b.winoU, 16*winoStride(t.g.f*t.g.c)), w.Data, t.g.f, t.g.c, backward)
@@ -117,8 +123,10 @@ func (t *convTask) Do(worker, i int) {
 	lo, hi := i*t.per, min((i+1)*t.per, t.n)
 	group := max(1, min(hi-lo, groupColumns/g.ohw))
 	direct := pointwise(t.p) && group == 1
+	// The column matrix serves the forward pass and the weight gradient.
+	columns := !t.backward || t.weightGrad
 	var col, dcol, ybuf []float32
-	if !direct {
+	if !direct && columns {
 		col = grow(&s.col, g.ckk*group*g.ohw)
 	}
 	if group > 1 {
@@ -136,9 +144,11 @@ func (t *convTask) Do(worker, i int) {
 	for first := lo; first < hi; first += group {
 		n := min(group, hi-first)
 		ld := n * g.ohw // row stride of col, dcol and ybuf
-		if direct {
+		switch {
+		case !columns:
+		case direct:
 			col = t.x.Data[first*inLen : (first+1)*inLen]
-		} else {
+		default:
 			for k := range n {
 				im2col(t.x.Data[(first+k)*inLen:(first+k+1)*inLen], col[k*g.ohw:], ld, g, t.p)
 			}
@@ -174,8 +184,9 @@ func (t *convTask) Do(worker, i int) {
 			}
 			dyM = gemm.Matrix{Data: ybuf, Stride: ld}
 		}
-		// dW += dy · colᵀ
-		t.gemm(worker, g.f, g.ckk, ld, dyM, gemm.Matrix{Data: col, Stride: ld, Trans: true}, 1, gemm.Matrix{Data: s.dw, Stride: g.ckk})
+		if t.weightGrad { // dW += dy · colᵀ
+			t.gemm(worker, g.f, g.ckk, ld, dyM, gemm.Matrix{Data: col, Stride: ld, Trans: true}, 1, gemm.Matrix{Data: s.dw, Stride: g.ckk})
+		}
 		for f := 0; t.biasGrad && f < g.f; f++ {
 			var sum float32
 			for _, v := range dyM.Data[f*ld : f*ld+ld] {

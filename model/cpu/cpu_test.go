@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -246,8 +247,31 @@ func TestConvolution(t *testing.T) {
 			if !slices.Equal(dx2.Data, dx.Data) || !slices.Equal(dw2.Data, dw.Data) {
 				t.Fatalf("threads %d, case %+v: dx or dw differ without the bias gradient", threads, c)
 			}
+			checkSplitBackward(t, be, x, w, dy, dx, dw, db, c.p, fmt.Sprintf("threads %d, case %+v", threads, c))
 		}
 		be.Close()
+	}
+}
+
+// checkSplitBackward computes a convolution's input gradient, then its
+// weight and bias gradients, then the bias gradient alone, each in its own
+// Conv2dBackward call (the halves of a pipeline's split backward), and
+// fails unless each equals, bit for bit, dx, dw and db computed together.
+func checkSplitBackward(t *testing.T, be *Backend, x, w, dy, dx, dw, db *tensor.Tensor, p tensor.ConvParams, label string) {
+	t.Helper()
+	sdx, sdw, sdb, bdb := tensor.New(x.Shape...), tensor.New(w.Shape...), tensor.New(db.Shape...), tensor.New(db.Shape...)
+	be.Conv2dBackward(x, w, dy, sdx, nil, nil, p)
+	be.Conv2dBackward(x, w, dy, nil, sdw, sdb, p)
+	be.Conv2dBackward(x, w, dy, nil, nil, bdb, p)
+	for _, r := range []struct {
+		name      string
+		got, want []float32
+	}{{"dx alone", sdx.Data, dx.Data}, {"dw without dx", sdw.Data, dw.Data}, {"db without dx", sdb.Data, db.Data}, {"db alone", bdb.Data, db.Data}} {
+		for i := range r.want {
+			if math.Float32bits(r.got[i]) != math.Float32bits(r.want[i]) {
+				t.Fatalf("%s: %s[%d] = %v, computed together %v", label, r.name, i, r.got[i], r.want[i])
+			}
+		}
 	}
 }
 

@@ -340,30 +340,14 @@ func (t *convTask) winogradChunk(worker, i int) {
 		}
 		return
 	}
-	// The weight gradient: dU = Σ (A dY Aᵀ)·Vᵀ over the chunk's tiles.
-	du := grow(&s.dcol, 16*winoStride(g.f*g.c))
-	clear(du)
 	clear(grow(&s.db, g.f))
-	for first := lo; first < hi; first += group {
-		n := min(group, hi-first)
-		ld := n * out.tiles
-		for k := range n {
-			winogradInput(t.b.vec, v, winoStride(g.c*ld), ld, k*out.tiles, t.x.Data[(first+k)*inLen:(first+k+1)*inLen], g.c, g.h, g.wd, p.PadH, p.PadW, out, &s.wino)
-			dyn := t.dy.Data[(first+k)*outLen : (first+k+1)*outLen]
-			winogradOutputGrad(t.b.vec, m, winoStride(g.f*ld), ld, k*out.tiles, dyn, g.f, g.oh, g.ow, out, &s.wino)
-			for f := 0; t.biasGrad && f < g.f; f++ {
-				var sum float32
-				for _, x := range dyn[f*g.ohw : (f+1)*g.ohw] {
-					sum += x
-				}
-				s.db[f] += sum
-			}
+	if t.weightGrad {
+		t.winogradWeightGrad(worker, s, lo, hi, group, out, v, m)
+	} else if t.biasGrad {
+		for k := lo; k < hi; k++ {
+			t.addBiasGrad(s, t.dy.Data[k*outLen:(k+1)*outLen])
 		}
-		t.winogradProducts(worker, g.f, g.c, ld, m, v, ld, true, du, true)
 	}
-	dw := grow(&s.dw, g.f*g.ckk)
-	clear(dw)
-	winogradWeightGrad(dw, du, g.f, g.c)
 	if t.dx == nil {
 		return
 	}
@@ -384,5 +368,44 @@ func (t *convTask) winogradChunk(worker, i int) {
 		for k := range n {
 			winogradOutput(t.b.vec, t.dx.Data[(first+k)*inLen:(first+k+1)*inLen], m, winoStride(g.c*ld), ld, k*in.tiles, g.c, g.h, g.wd, in, nil, &s.wino)
 		}
+	}
+}
+
+// winogradWeightGrad adds the weight (and, when wanted, bias) gradient of
+// the chunk's images [lo, hi) to s: dU = Σ (A dY Aᵀ)·Vᵀ over their tiles,
+// in groups of group images, v and m the chunk's transform scratch.
+func (t *convTask) winogradWeightGrad(worker int, s *scratch, lo, hi, group int, out winoShape, v, m []float32) {
+	g, p := t.g, t.p
+	inLen, outLen := g.c*g.h*g.wd, g.f*g.ohw
+	du := grow(&s.dcol, 16*winoStride(g.f*g.c))
+	clear(du)
+	for first := lo; first < hi; first += group {
+		n := min(group, hi-first)
+		ld := n * out.tiles
+		for k := range n {
+			winogradInput(t.b.vec, v, winoStride(g.c*ld), ld, k*out.tiles, t.x.Data[(first+k)*inLen:(first+k+1)*inLen], g.c, g.h, g.wd, p.PadH, p.PadW, out, &s.wino)
+			dyn := t.dy.Data[(first+k)*outLen : (first+k+1)*outLen]
+			winogradOutputGrad(t.b.vec, m, winoStride(g.f*ld), ld, k*out.tiles, dyn, g.f, g.oh, g.ow, out, &s.wino)
+			if t.biasGrad {
+				t.addBiasGrad(s, dyn)
+			}
+		}
+		t.winogradProducts(worker, g.f, g.c, ld, m, v, ld, true, du, true)
+	}
+	dw := grow(&s.dw, g.f*g.ckk)
+	clear(dw)
+	winogradWeightGrad(dw, du, g.f, g.c)
+}
+
+// addBiasGrad adds one image's output gradient dyn [F, OH·OW], summed
+// over positions, to s's bias gradient.
+func (t *convTask) addBiasGrad(s *scratch, dyn []float32) {
+	hw := t.g.ohw
+	for f := range t.g.f {
+		var sum float32
+		for _, x := range dyn[f*hw : (f+1)*hw] {
+			sum += x
+		}
+		s.db[f] += sum
 	}
 }

@@ -69,6 +69,9 @@ func TestWinograd(t *testing.T) {
 					want []float64
 				}{"dx", dx.Data, wdx})
 			}
+			if !c.noDX {
+				checkSplitBackward(t, be, x, w, dy, dx, dw, db, p, fmt.Sprintf("Winograd, threads %d, case %+v", threads, c))
+			}
 			for _, r := range results {
 				tol := 2e-7 * 9 * terms[r.name]
 				for i, v := range r.want {

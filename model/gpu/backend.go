@@ -605,7 +605,9 @@ func (b *Backend) Conv2dBackward(x, w, dy, dx, dw, db *tensor.Tensor, p tensor.C
 	if b.dnn != nil {
 		c, ws := b.plan(x, w, dy, p)
 		if c != nil && b.enter() {
-			b.fail(c.BackwardFilter(b.ptr(x), b.ptr(dy), b.ptr(dw), ws, 1))
+			if dw != nil {
+				b.fail(c.BackwardFilter(b.ptr(x), b.ptr(dy), b.ptr(dw), ws, 1))
+			}
 			if dx != nil {
 				b.fail(c.BackwardData(b.ptr(w), b.ptr(dy), b.ptr(dx), ws))
 			}
@@ -622,8 +624,10 @@ func (b *Backend) Conv2dBackward(x, w, dy, dx, dw, db *tensor.Tensor, p tensor.C
 	}
 	b.a().Ptr(b.ptr(dy)).Ptr(g.tmp).Int(g.n).Int(g.f).Int(g.oh * g.ow)
 	b.each(b.k.nfpToFnp, g.n*g.f*g.oh*g.ow)
-	b.im2col(x, g, p)
-	b.gemm(false, true, g.f, g.ckk, g.np, 1, g.tmp, g.np, g.col, g.np, 1, b.ptr(dw), g.ckk)
+	if dw != nil {
+		b.im2col(x, g, p)
+		b.gemm(false, true, g.f, g.ckk, g.np, 1, g.tmp, g.np, g.col, g.np, 1, b.ptr(dw), g.ckk)
+	}
 	if db != nil {
 		b.BiasGrad(dy, db)
 	}

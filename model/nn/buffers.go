@@ -22,8 +22,9 @@ import (
 //
 // The pool belongs to the outermost container and is handed down on every
 // call; a layer used on its own (a test calling Backward) keeps its own
-// tensors, as before. Replicas never share a pool with their original:
-// pipeline stages keep several microbatches in flight.
+// tensors, as before. Replicas have pools of their own unless
+// ShareBuffers makes them borrow from their original's (a pipeline stage,
+// whose microbatches run one pass at a time).
 
 // buffer is storage that layers take turns writing, one at a time.
 type buffer struct {
@@ -46,6 +47,11 @@ type bufferPool struct {
 	// outputs in pool buffers, each held by its container until the
 	// layer's backward is done, instead of the layers' own storage.
 	recomputing bool
+	// reads are the output gradients that deferred weight passes will
+	// read (DeferWeightGrads); later the buffers holding them, kept out
+	// of circulation until WeightGrads has run.
+	reads []*tensor.Tensor
+	later []*buffer
 }
 
 func (p *bufferPool) get() *buffer {
@@ -127,7 +133,11 @@ func capacity(b *buffer, dev tensor.Device) int {
 }
 
 func (p *bufferPool) put(b *buffer) {
-	if b != nil {
+	switch {
+	case b == nil:
+	case len(p.reads) > 0 && p.heldForLater(b):
+		p.later = append(p.later, b)
+	default:
 		p.free = append(p.free, b)
 	}
 }
@@ -177,9 +187,12 @@ func takesInput(l Layer) bool {
 
 // inputGrad is a plain layer's input-gradient storage; layers embed it and
 // take their gradient tensor from dx.get.
-type inputGrad struct{ dx output }
+type inputGrad struct {
+	dx   output
+	pool *bufferPool // the pool lending for the current call, if any
+}
 
-func (g *inputGrad) borrow(b *buffer, _ *bufferPool, _ *buffer) { g.dx.lent = b }
+func (g *inputGrad) borrow(b *buffer, p *bufferPool, _ *buffer) { g.dx.lent, g.pool = b, p }
 
 // lending is a container's side: the pool its children borrow from (the
 // network's, or its own when it is the outermost), the buffers its caller
@@ -205,6 +218,9 @@ type lending struct {
 	// needed new storage.)
 	acts     []*buffer
 	children capsCache
+	// replicaOf is the pool of the layer this one is a replica of, which
+	// it borrows from when it is the outermost (ShareBuffers).
+	replicaOf *bufferPool
 }
 
 func (l *lending) borrow(b *buffer, p *bufferPool, in *buffer) {
@@ -225,8 +241,31 @@ func (l *lending) pool() *bufferPool {
 	if l.shared != nil {
 		return l.shared
 	}
+	if l.replicaOf != nil {
+		return l.replicaOf
+	}
 	return &l.own
 }
+
+// ShareBuffers makes replicas of l (Layer.Replica) borrow their gradient
+// buffers from l's pool instead of each keeping a pool of its own: a
+// pipeline stage runs its microbatches' passes one at a time, so the
+// buffers one backward pass needs serve them all. l and the replicas must
+// then never run at the same time. Only containers have pools; other
+// layers are left as they are.
+func ShareBuffers(l Layer, replicas ...Layer) {
+	owner, ok := l.(interface{ pool() *bufferPool })
+	if !ok {
+		return
+	}
+	for _, r := range replicas {
+		if c, ok := r.(interface{ borrowFrom(*bufferPool) }); ok {
+			c.borrowFrom(owner.pool())
+		}
+	}
+}
+
+func (l *lending) borrowFrom(p *bufferPool) { l.replicaOf = p }
 
 // giveBack returns *kept, a previous result's buffer, to its pool.
 func giveBack(kept **buffer) {

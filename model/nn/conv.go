@@ -31,6 +31,7 @@ type Conv2d struct {
 	x, y        *tensor.Tensor
 	inputGrad
 	result
+	deferral
 }
 
 // NewConv2d returns a convolution initialised as PyTorch does:
@@ -56,6 +57,9 @@ func (c *Conv2d) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 	if err := expect4D(x, c.In); err != nil {
 		return nil, err
 	}
+	if err := c.check(); err != nil {
+		return nil, err
+	}
 	oh, ow := c.P.OutSize(x.Shape[2], x.Shape[3])
 	if oh <= 0 || ow <= 0 {
 		return nil, fmt.Errorf("input %s is smaller than the %dx%d kernel with padding %d", x, c.P.KernelH, c.P.KernelW, c.P.PadH)
@@ -72,12 +76,22 @@ func (c *Conv2d) Backward(dy *tensor.Tensor) (*tensor.Tensor, error) {
 	if err := sameShape(dy, c.y); err != nil {
 		return nil, err
 	}
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	dw, db := c.WeightGrad, c.BGrad
+	if c.deferral.on {
+		c.hold(dy, c.inputGrad.pool)
+		dw, db = nil, nil
+	}
 	if c.NoInputGrad {
-		c.be.Conv2dBackward(c.x, c.Weight, dy, nil, c.WeightGrad, c.BGrad, c.P)
+		if dw != nil {
+			c.be.Conv2dBackward(c.x, c.Weight, dy, nil, dw, db, c.P)
+		}
 		return nil, nil
 	}
 	dx := c.dx.get(dy, c.x.Shape...)
-	c.be.Conv2dBackward(c.x, c.Weight, dy, dx, c.WeightGrad, c.BGrad, c.P)
+	c.be.Conv2dBackward(c.x, c.Weight, dy, dx, dw, db, c.P)
 	return dx, nil
 }
 
@@ -97,6 +111,7 @@ func (c *Conv2d) SetTraining(bool) {}
 func (c *Conv2d) Replica() Layer {
 	r := *c
 	r.x, r.y, r.inputGrad, r.result = nil, nil, inputGrad{}, result{}
+	r.deferral = deferral{on: c.deferral.on}
 	return &r
 }
 

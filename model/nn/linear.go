@@ -17,6 +17,7 @@ type Linear struct {
 	x, y              *tensor.Tensor
 	inputGrad
 	result
+	deferral
 }
 
 // NewLinear returns a linear layer initialised as PyTorch does (uniform in
@@ -36,6 +37,9 @@ func (l *Linear) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 	if x.Dims() != 2 || x.Shape[1] != l.In {
 		return nil, fmt.Errorf("input %s, want [N %d]", x, l.In)
 	}
+	if err := l.check(); err != nil {
+		return nil, err
+	}
 	l.x = x
 	y := l.out.get(x, x.Shape[0], l.Out)
 	l.y = y
@@ -49,8 +53,15 @@ func (l *Linear) Backward(dy *tensor.Tensor) (*tensor.Tensor, error) {
 	if err := sameShape(dy, l.y); err != nil {
 		return nil, err
 	}
-	l.be.MatMul(dy, true, l.x, false, l.WeightGrad, 1, 1)
-	l.be.BiasGrad(dy, l.BGrad)
+	if err := l.check(); err != nil {
+		return nil, err
+	}
+	if l.deferral.on {
+		l.hold(dy, l.inputGrad.pool)
+	} else {
+		l.be.MatMul(dy, true, l.x, false, l.WeightGrad, 1, 1)
+		l.be.BiasGrad(dy, l.BGrad)
+	}
 	dx := l.dx.get(dy, l.x.Shape...)
 	l.be.MatMul(dy, false, l.Weight, false, dx, 1, 0)
 	return dx, nil
@@ -68,5 +79,6 @@ func (l *Linear) SetTraining(bool) {}
 func (l *Linear) Replica() Layer {
 	r := *l
 	r.x, r.y, r.inputGrad, r.result = nil, nil, inputGrad{}, result{}
+	r.deferral = deferral{on: l.deferral.on}
 	return &r
 }

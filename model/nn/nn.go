@@ -14,8 +14,9 @@ type Layer interface {
 	// its next Forward.
 	Forward(x *tensor.Tensor) (*tensor.Tensor, error)
 	// Backward takes the gradient of the loss with respect to the last
-	// Forward's output, accumulates parameter gradients and returns the
-	// gradient with respect to its input (owned by the layer).
+	// Forward's output, accumulates parameter gradients (unless
+	// DeferWeightGrads left them to WeightGrads) and returns the gradient
+	// with respect to its input (owned by the layer).
 	Backward(dy *tensor.Tensor) (*tensor.Tensor, error)
 	// State lists parameters and buffers, named relative to the layer in
 	// PyTorch's state_dict order.

@@ -93,8 +93,11 @@ type Backend interface {
 	// Conv2d computes y = conv(x, w) + b for x [N, C, H, W], w [F, C, KH, KW],
 	// b [F] or nil, y [N, F, OH, OW].
 	Conv2d(x, w, b, y *Tensor, p ConvParams)
-	// Conv2dBackward accumulates dw (and db unless nil) and, unless dx is
-	// nil, sets dx, from dy.
+	// Conv2dBackward accumulates dw and db and sets dx from dy, each
+	// unless nil: the input gradient alone (dw, db nil) and the parameter
+	// gradients alone (dx nil) are the two halves of a pipeline's split
+	// backward, each equal to the bit to the same gradient computed
+	// together.
 	Conv2dBackward(x, w, dy, dx, dw, db *Tensor, p ConvParams)
 
 	// MaxPool2d sets y to the window maxima of x.

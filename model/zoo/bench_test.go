@@ -88,3 +88,77 @@ func inference(b *testing.B, model string, batch, threads int) {
 	}
 	b.ReportMetric(float64(batch*b.N)/b.Elapsed().Seconds(), "img/s")
 }
+
+// BenchmarkSplitBackward times a pipeline stage's microbatches on one
+// thread, as 1F1B runs the last stage (forward, then the whole backward,
+// on one replica of the layers) and as the zero-bubble schedule runs it
+// (forward, the input gradient B, and the previous microbatch's deferred
+// weight passes W, on two replicas drawing on one buffer pool): the
+// second half of ResNet-50 (layer2.2…fc, a 2-stage cut) at microbatch 8,
+// and CIFARNet from conv4 at microbatch 32.
+//
+//	go test ./model/zoo -run '^$' -bench SplitBackward -count 3
+func BenchmarkSplitBackward(b *testing.B) {
+	for _, c := range []struct {
+		model     string
+		lo, micro int
+	}{{"resnet50", 9, 8}, {"cifarnet", 11, 32}} {
+		for _, split := range []bool{false, true} {
+			b.Run(fmt.Sprintf("%s/split=%v", c.model, split), func(b *testing.B) {
+				be := cpu.New(1)
+				defer be.Close()
+				spec, err := Lookup(c.model)
+				if err != nil {
+					b.Fatal(err)
+				}
+				net := spec.BuildPieces(be, 1, c.lo, len(spec.Pieces()))
+				replicas := []nn.Layer{net}
+				if split {
+					nn.DeferWeightGrads(net, true)
+					replicas = append(replicas, net.Replica())
+					nn.ShareBuffers(net, replicas[1])
+				}
+				rng := rand.New(rand.NewPCG(1, 2))
+				in := spec.BuildPieces(be, 1, 0, c.lo)
+				x0 := tensor.New(append([]int{c.micro}, spec.Input...)...)
+				for i := range x0.Data {
+					x0.Data[i] = rng.Float32()
+				}
+				h, err := in.Forward(x0)
+				if err != nil {
+					b.Fatal(err)
+				}
+				x := tensor.New(h.Shape...)
+				copy(x.Data, h.Data)
+				var dy *tensor.Tensor
+				k := 0
+				micro := func() {
+					r := replicas[k%len(replicas)]
+					y, err := r.Forward(x)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if dy == nil {
+						dy = tensor.New(y.Shape...)
+						for i := range dy.Data {
+							dy.Data[i] = rng.Float32() - 0.5
+						}
+					}
+					if _, err := r.Backward(dy); err != nil {
+						b.Fatal(err)
+					}
+					if split && k > 0 {
+						nn.WeightGrads(replicas[(k-1)%len(replicas)])
+					}
+					k++
+				}
+				micro()
+				micro()
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					micro()
+				}
+			})
+		}
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/gorun/gorun/model/nn"
@@ -108,6 +109,10 @@ type Part struct {
 	Kind  string // what it is: conv, linear, relu, …
 	build func(be tensor.Backend, rng *rand.Rand) nn.Layer
 	in    int // a linear part's input features
+	// blocks, when set, is the number of children of a sequential part
+	// (a ResNet stage's residual blocks) that pipeline stages may divide
+	// between them: each is a Piece of its own.
+	blocks int
 }
 
 // Label names the part for people: its name, else its kind.
@@ -228,6 +233,113 @@ func (s *Spec) BuildParts(be tensor.Backend, seed uint64, lo, hi int) *nn.Chain 
 }
 
 func child(name string, l nn.Layer) nn.Child { return nn.Child{Name: name, Layer: l} }
+
+// Piece is what a pipeline cuts a model into stages by: a top-level part,
+// or one block of a part whose blocks may go to different stages (a
+// ResNet stage's residual blocks, so that a cut can fall inside
+// torchvision's layer3).
+type Piece struct {
+	Part  int // the index of the part in Spec.Parts
+	Block int // the block's index within the part; -1: the whole part
+}
+
+// Pieces lists the model's pieces in forward order.
+func (s *Spec) Pieces() []Piece {
+	var ps []Piece
+	for i, p := range s.Parts {
+		if p.blocks == 0 {
+			ps = append(ps, Piece{Part: i, Block: -1})
+			continue
+		}
+		for b := range p.blocks {
+			ps = append(ps, Piece{Part: i, Block: b})
+		}
+	}
+	return ps
+}
+
+// PieceLabel names piece for people: the part's label, with the block's
+// index when the piece is one block ("layer3.2").
+func (s *Spec) PieceLabel(piece Piece) string {
+	l := s.Parts[piece.Part].Label()
+	if piece.Block >= 0 {
+		l += "." + strconv.Itoa(piece.Block)
+	}
+	return l
+}
+
+// BuildPieces builds pieces [lo, hi) of Pieces() as a chain named as in
+// the whole model: whole parts as BuildParts builds them, and the blocks
+// of a part that the range divides as a chain of those blocks under the
+// part's name, each under its own index (layer3.2.conv1.weight stays
+// layer3.2.conv1.weight). A part's blocks draw their weights from the
+// part's stream one after another, so a divided part is built whole and
+// the blocks outside the range are dropped.
+func (s *Spec) BuildPieces(be tensor.Backend, seed uint64, lo, hi int) *nn.Chain {
+	var children []nn.Child
+	for _, sp := range s.spans(lo, hi) {
+		l := s.Parts[sp.part].build(be, rand.New(rand.NewPCG(seed, uint64(sp.part))))
+		l = sp.cut(l)
+		nn.ToDevice(l, tensor.DeviceOf(be))
+		children = append(children, child(s.Parts[sp.part].Name, l))
+	}
+	c := nn.NewChain(children...)
+	if lo == 0 && hi > 0 {
+		// The first layer's input is data: nothing uses its gradient.
+		nn.SkipInputGrad(c)
+	}
+	return c
+}
+
+// SelectPieces returns pieces [lo, hi) of net, a model Build built from
+// s, as BuildPieces would build them, but made of net's own layers (a
+// pipeline stage's file loads into them).
+func (s *Spec) SelectPieces(net *nn.Chain, lo, hi int) *nn.Chain {
+	var children []nn.Child
+	for _, sp := range s.spans(lo, hi) {
+		children = append(children, child(net.Names[sp.part], sp.cut(net.Layers[sp.part])))
+	}
+	return nn.NewChain(children...)
+}
+
+// span is the part of Spec.Parts that some pieces cover: blocks first to
+// last, or the whole part.
+type span struct {
+	part, first, last int
+	whole             bool
+}
+
+// spans lists the parts pieces [lo, hi) cover, in order.
+func (s *Spec) spans(lo, hi int) []span {
+	var out []span
+	for _, p := range s.Pieces()[lo:hi] {
+		if n := len(out); n > 0 && out[n-1].part == p.Part {
+			out[n-1].last = p.Block
+			continue
+		}
+		out = append(out, span{part: p.Part, first: p.Block, last: p.Block})
+	}
+	for i := range out {
+		sp := &out[i]
+		sp.whole = sp.first < 0 || (sp.first == 0 && sp.last == s.Parts[sp.part].blocks-1)
+	}
+	return out
+}
+
+// cut returns the blocks of the built part l that sp covers: l itself
+// when sp covers it whole, else a chain of those blocks under their
+// indices.
+func (sp span) cut(l nn.Layer) nn.Layer {
+	if sp.whole {
+		return l
+	}
+	whole := l.(*nn.Chain)
+	var blocks []nn.Child
+	for b := sp.first; b <= sp.last; b++ {
+		blocks = append(blocks, child(whole.Names[b], whole.Layers[b]))
+	}
+	return nn.NewChain(blocks...)
+}
 
 // part makes a Part of a layer that needs no random numbers.
 func part(name, kind string, build func(be tensor.Backend) nn.Layer) Part {
@@ -370,7 +482,7 @@ func resnetSpec(name string, bottleneck bool, blocks [4]int, classes int, input 
 			out = width * nn.BottleneckExpansion
 		}
 		stageIn, n := in, blocks[i]
-		s.Parts = append(s.Parts, kaiming(Part{Name: fmt.Sprintf("layer%d", i+1), Kind: "sequential", build: func(be tensor.Backend, rng *rand.Rand) nn.Layer {
+		s.Parts = append(s.Parts, kaiming(Part{Name: fmt.Sprintf("layer%d", i+1), Kind: "sequential", blocks: n, build: func(be tensor.Backend, rng *rand.Rand) nn.Layer {
 			layers := make([]nn.Layer, n)
 			for b := range n {
 				bin, bstride := out, 1

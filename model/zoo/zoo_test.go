@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -410,6 +411,92 @@ func TestPartsBuildAlone(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestPiecesBuildAlone: a ResNet's pieces are its top-level layers with
+// each stage's residual blocks one by one; any range of them built alone
+// (BuildPieces, cuts inside a stage included) has the state the same
+// layers have in the whole model (torchvision's names, the same bits),
+// and a model cut in two gives the whole model's output, bit for bit.
+func TestPiecesBuildAlone(t *testing.T) {
+	be := cpu.New(1)
+	defer be.Close()
+	for _, name := range []string{"mnist", "cifarnet-staged", "resnet18", "resnet50"} {
+		t.Run(name, func(t *testing.T) {
+			spec, err := Lookup(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pieces := spec.Pieces()
+			blocks := 0
+			for _, p := range pieces {
+				if p.Block >= 0 {
+					blocks++
+				}
+			}
+			if want := map[string]int{"resnet18": 8, "resnet50": 16}[name]; blocks != want {
+				t.Fatalf("%d pieces are residual blocks, want %d", blocks, want)
+			}
+			m := spec.Build(be, 11)
+			whole := m.Net.State()
+			n := len(pieces)
+			for _, r := range [][2]int{{0, 1}, {0, n / 2}, {n / 2, n}, {n - 1, n}, {1, n - 1}, {5, 7}, {6, n - 4}} {
+				if r[0] >= r[1] || r[1] > n {
+					continue
+				}
+				got := spec.BuildPieces(be, 11, r[0], r[1]).State()
+				var want []nn.Var
+				for _, v := range whole {
+					for _, p := range pieces[r[0]:r[1]] {
+						prefix := spec.Parts[p.Part].Name + "."
+						if p.Block >= 0 {
+							prefix += strconv.Itoa(p.Block) + "."
+						}
+						if spec.Parts[p.Part].Name != "" && strings.HasPrefix(v.Name, prefix) {
+							want = append(want, v)
+							break
+						}
+					}
+				}
+				if len(got) != len(want) {
+					t.Fatalf("pieces %v: %d state entries, the whole model's have %d", r, len(got), len(want))
+				}
+				for i := range got {
+					if got[i].Name != want[i].Name || got[i].Value != nil && !slices.Equal(got[i].Value.Data, want[i].Value.Data) {
+						t.Fatalf("pieces %v: %s differs from the whole model's %s", r, got[i].Name, want[i].Name)
+					}
+				}
+			}
+			if name != "resnet18" {
+				return
+			}
+			// Cut inside layer2 (pieces: conv1, bn1, relu, maxpool,
+			// layer1.0, layer1.1, layer2.0 | layer2.1, …).
+			rng := rand.New(rand.NewPCG(3, 4))
+			x := tensor.New(2, 3, 32, 32)
+			for i := range x.Data {
+				x.Data[i] = rng.Float32()
+			}
+			want, err := m.Net.Forward(x)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h, err := spec.BuildPieces(be, 11, 0, 7).Forward(x)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := spec.BuildPieces(be, 11, 7, n).Forward(h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got.Data, want.Data) {
+				t.Fatal("resnet18 cut after layer2.0 gives another output than the whole model")
+			}
+			if l := spec.PieceLabel(pieces[7]); l != "layer2.1" {
+				t.Fatalf("piece 7 is labelled %q, want layer2.1", l)
+			}
+		})
 	}
 }
 

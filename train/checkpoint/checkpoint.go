@@ -84,8 +84,9 @@ type Meta struct {
 	// Stage and Stages identify one stage's file of a pipeline run.
 	Stage  int `json:"stage,omitempty"`
 	Stages int `json:"stages,omitempty"`
-	// Split is where the pipeline cut the model's top-level layers into
-	// stages (train.Config.Split).
+	// Split is where the pipeline cut the model into stages: the index of
+	// each later stage's first piece (zoo.Spec's Pieces: top-level layers,
+	// and a ResNet stage's residual blocks one by one).
 	Split []int `json:"split,omitempty"`
 }
 
