@@ -137,20 +137,26 @@ func TestPipelineMatchesOneProcess(t *testing.T) {
 	}
 }
 
-// TestPipelineStageDies kills stage 1 of 3 after its second step: the
-// other stages fail with errors naming rank 1.
+// TestPipelineStageDies kills stage 1 of 3 after its second step, with
+// the GPipe and the zero-bubble schedules (whose receives may be waited
+// for while weight passes run): the other stages fail with errors naming
+// rank 1.
 func TestPipelineStageDies(t *testing.T) {
-	out := filepath.Join(t.TempDir(), "pipe.safetensors")
-	res, log := runJob(t, 3, "pipe", "DDP_PER_RANK=16", "DDP_STEPS=6", "DDP_EPOCHS=1", "DDP_DATA_WORLD=1",
-		"DDP_OUT="+out, "PIPE_MICRO=4", "PIPE_KILL=1")
-	if res.First == nil || res.First.Rank != 1 {
-		t.Fatalf("first failure %v, want rank 1\n%s", res.First, log)
-	}
-	for _, r := range []string{"[0] WORKER-ERROR", "[2] WORKER-ERROR"} {
-		i := strings.Index(log, r)
-		if i < 0 || !strings.Contains(log[i:i+strings.Index(log[i:]+"\n", "\n")], "rank 1") {
-			t.Fatalf("%s... naming rank 1 missing:\n%s", r, log)
-		}
+	for _, schedule := range []string{"gpipe", "zb"} {
+		t.Run(schedule, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "pipe.safetensors")
+			res, log := runJob(t, 3, "pipe", "DDP_PER_RANK=16", "DDP_STEPS=6", "DDP_EPOCHS=1", "DDP_DATA_WORLD=1",
+				"DDP_OUT="+out, "PIPE_MICRO=4", "PIPE_KILL=1", "PIPE_SCHEDULE="+schedule)
+			if res.First == nil || res.First.Rank != 1 {
+				t.Fatalf("first failure %v, want rank 1\n%s", res.First, log)
+			}
+			for _, r := range []string{"[0] WORKER-ERROR", "[2] WORKER-ERROR"} {
+				i := strings.Index(log, r)
+				if i < 0 || !strings.Contains(log[i:i+strings.Index(log[i:]+"\n", "\n")], "rank 1") {
+					t.Fatalf("%s... naming rank 1 missing:\n%s", r, log)
+				}
+			}
+		})
 	}
 }
 
@@ -503,5 +509,40 @@ func TestStageFilesCutInsideALayer(t *testing.T) {
 		if !ok || v.Value != nil && !slices.Equal(v.Value.Data, w) {
 			t.Fatalf("%s differs from the stage file's", v.Name)
 		}
+	}
+}
+
+// TestStageFilesRefused: stage files that do not make a pipeline's model
+// — a lone stage 0 saved as a single stage, a split that does not fit the
+// model, a missing stage 1 — are errors naming the file, not a crash.
+func TestStageFilesRefused(t *testing.T) {
+	be := cpu.New(1)
+	defer be.Close()
+	spec, err := zoo.Lookup("resnet18")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := len(spec.Pieces())
+	for _, c := range []struct {
+		name   string
+		stages int
+		split  []int
+		want   string
+	}{
+		{"one stage", 1, nil, "is not a pipeline stage's file"},
+		{"split past the end", 2, []int{n}, "must increase strictly"},
+		{"stage 1 missing", 2, []int{7}, "stage 1 of 2"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "r.safetensors")
+			meta := checkpoint.Meta{Model: "resnet18", Input: spec.Input, Stage: 0, Stages: c.stages, Split: c.split}
+			if err := checkpoint.Save(StagePath(path, 0), spec.BuildPieces(be, 5, 0, 7), nil, meta); err != nil {
+				t.Fatal(err)
+			}
+			_, err := LoadClassifier(path, "", "", be)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("LoadClassifier: %v, want an error saying %q", err, c.want)
+			}
+		})
 	}
 }
