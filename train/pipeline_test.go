@@ -144,6 +144,9 @@ func TestPipelineMatchesOneProcess(t *testing.T) {
 func TestPipelineStageDies(t *testing.T) {
 	for _, schedule := range []string{"gpipe", "zb"} {
 		t.Run(schedule, func(t *testing.T) {
+			if testing.Short() && schedule == "gpipe" {
+				t.Skip("-short (the race pass): the zero-bubble schedule's receives are the new path; the full pass runs both")
+			}
 			out := filepath.Join(t.TempDir(), "pipe.safetensors")
 			res, log := runJob(t, 3, "pipe", "DDP_PER_RANK=16", "DDP_STEPS=6", "DDP_EPOCHS=1", "DDP_DATA_WORLD=1",
 				"DDP_OUT="+out, "PIPE_MICRO=4", "PIPE_KILL=1", "PIPE_SCHEDULE="+schedule)
