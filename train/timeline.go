@@ -48,6 +48,9 @@ func (p *Pipeline) Timeline(ctx context.Context) ([]Event, error) {
 // backwards green, deferred weight passes orange.
 func (k Pass) colour() string { return [...]string{"#4a90d9", "#5cb85c", "#f0ad4e"}[k] }
 
+// category is the pass's category in the Chrome trace.
+func (k Pass) category() string { return [...]string{"forward", "backward", "weights"}[k] }
+
 // WriteTimelineSVG draws events as the GPipe schedule diagram: one row per
 // stage, forwards blue, backwards green and weight passes orange, each
 // labelled with its pass and microbatch (F3, B3, W3); idle time stays
@@ -124,7 +127,7 @@ func WriteTimelineTrace(path string, events []Event, sum TraceSummary) error {
 		out = append(out, traceEvent{Name: "thread_name", Ph: "M", Tid: s, Args: map[string]any{"name": fmt.Sprintf("stage %d", s)}})
 	}
 	for _, e := range events {
-		name, cat := fmt.Sprintf("%s%d", e.Pass.Letter(), e.Micro), [...]string{"forward", "backward", "weights"}[e.Pass]
+		name, cat := fmt.Sprintf("%s%d", e.Pass.Letter(), e.Micro), e.Pass.category()
 		out = append(out, traceEvent{Name: name, Cat: cat, Ph: "X", Tid: e.Stage,
 			Ts: float64(e.Start.Sub(t0).Nanoseconds()) / 1e3, Dur: float64(e.End.Sub(e.Start).Nanoseconds()) / 1e3,
 			Args: map[string]any{"microbatch": e.Micro}})

@@ -30,10 +30,9 @@ type weightDeferrer interface {
 
 // deferral is a weightDeferrer's state.
 type deferral struct {
-	on      bool
-	pending bool
-	dy      *tensor.Tensor // the output gradient the pending pass reads
-	pool    *bufferPool    // the pool that lent the call's buffers, if any
+	on   bool
+	dy   *tensor.Tensor // the output gradient the pending pass reads; nil: none pending
+	pool *bufferPool    // the pool that lent the call's buffers, if any
 }
 
 func (d *deferral) deferWeights(on bool) { d.on = on }
@@ -45,7 +44,7 @@ var errWeightsPending = errors.New("the weight gradients of the last backward pa
 
 // check refuses a pass while a weight pass is pending.
 func (d *deferral) check() error {
-	if d.pending {
+	if d.dy != nil {
 		return errWeightsPending
 	}
 	return nil
@@ -54,21 +53,18 @@ func (d *deferral) check() error {
 // hold records dy for the weight pass, keeping the pool's buffer that
 // holds it out of circulation until the pass has run.
 func (d *deferral) hold(dy *tensor.Tensor, pool *bufferPool) {
-	d.pending, d.dy, d.pool = true, dy, pool
+	d.dy, d.pool = dy, pool
 	if pool != nil {
 		pool.reads = append(pool.reads, dy)
 	}
 }
 
-// take ends a pending pass: it returns the output gradient to read and
-// the pool to release afterwards; ok is false when nothing is pending.
-func (d *deferral) take() (dy *tensor.Tensor, pool *bufferPool, ok bool) {
-	if !d.pending {
-		return nil, nil, false
-	}
+// take ends a pending pass: it returns the output gradient to read (nil
+// when nothing is pending) and the pool to release afterwards.
+func (d *deferral) take() (dy *tensor.Tensor, pool *bufferPool) {
 	dy, pool = d.dy, d.pool
-	d.pending, d.dy, d.pool = false, nil, nil
-	return dy, pool, true
+	d.dy, d.pool = nil, nil
+	return dy, pool
 }
 
 // DeferWeightGrads makes Backward of every convolution and linear layer
@@ -162,16 +158,16 @@ func (p *bufferPool) releaseUnread() {
 }
 
 func (c *Conv2d) weightGrads() (*tensor.Tensor, *bufferPool) {
-	dy, pool, ok := c.take()
-	if ok {
+	dy, pool := c.take()
+	if dy != nil {
 		c.be.Conv2dBackward(c.x, c.Weight, dy, nil, c.WeightGrad, c.BGrad, c.P)
 	}
 	return dy, pool
 }
 
 func (l *Linear) weightGrads() (*tensor.Tensor, *bufferPool) {
-	dy, pool, ok := l.take()
-	if ok {
+	dy, pool := l.take()
+	if dy != nil {
 		l.be.MatMul(dy, true, l.x, false, l.WeightGrad, 1, 1)
 		l.be.BiasGrad(dy, l.BGrad)
 	}

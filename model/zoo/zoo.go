@@ -166,7 +166,7 @@ func New(name string, be tensor.Backend, rng *rand.Rand) (*Model, error) {
 }
 
 // Unbuilt describes the model (input, classes, loss) without building
-// any layer: a pipeline stage builds its own with BuildParts.
+// any layer: a pipeline stage builds its own with BuildPieces.
 func (s *Spec) Unbuilt() *Model {
 	return &Model{Name: s.Name, Input: s.Input, Classes: s.Classes, LogProbs: s.LogProbs}
 }
@@ -174,7 +174,7 @@ func (s *Spec) Unbuilt() *Model {
 // Build builds the whole model with weights drawn from seed.
 func (s *Spec) Build(be tensor.Backend, seed uint64) *Model {
 	m := s.Unbuilt()
-	net := s.BuildParts(be, seed, 0, len(s.Parts))
+	net := s.BuildPieces(be, seed, 0, len(s.Pieces()))
 	if s.Recompute {
 		checkpointStem(be, net)
 	}
@@ -188,7 +188,7 @@ func (s *Spec) Build(be tensor.Backend, seed uint64) *Model {
 // 224² the stem's activations are ResNet-50's largest (three tensors of
 // 64×112×112 a sample), and without this they would outlive every
 // checkpointed block. The state's names do not change. Pipeline stages
-// (BuildParts) keep the stem as it is.
+// (BuildPieces) keep the stem as it is.
 func checkpointStem(be tensor.Backend, net *nn.Chain) {
 	n := 0
 	for n < len(net.Layers) && !containsResidual(net.Layers[n]) {
@@ -209,27 +209,6 @@ func containsResidual(l nn.Layer) bool {
 		}
 	})
 	return found
-}
-
-// BuildParts builds parts [lo, hi) as a chain named as in the whole
-// model. Part i draws its weights from its own stream of seed, so it comes
-// out the same whether built alone or with the rest.
-func (s *Spec) BuildParts(be tensor.Backend, seed uint64, lo, hi int) *nn.Chain {
-	children := make([]nn.Child, 0, hi-lo)
-	for i := lo; i < hi; i++ {
-		rng := rand.New(rand.NewPCG(seed, uint64(i)))
-		part := s.Parts[i].build(be, rng)
-		// Layers are built and initialised on the host, then moved to the
-		// backend's device (if it has one) one part at a time.
-		nn.ToDevice(part, tensor.DeviceOf(be))
-		children = append(children, child(s.Parts[i].Name, part))
-	}
-	c := nn.NewChain(children...)
-	if lo == 0 && hi > 0 {
-		// The first layer's input is data: nothing uses its gradient.
-		nn.SkipInputGrad(c)
-	}
-	return c
 }
 
 func child(name string, l nn.Layer) nn.Child { return nn.Child{Name: name, Layer: l} }
@@ -269,8 +248,9 @@ func (s *Spec) PieceLabel(piece Piece) string {
 }
 
 // BuildPieces builds pieces [lo, hi) of Pieces() as a chain named as in
-// the whole model: whole parts as BuildParts builds them, and the blocks
-// of a part that the range divides as a chain of those blocks under the
+// the whole model: each part from its own random stream of seed (so it
+// comes out the same built alone or with the rest), and the blocks of a
+// part that the range divides as a chain of those blocks under the
 // part's name, each under its own index (layer3.2.conv1.weight stays
 // layer3.2.conv1.weight). A part's blocks draw their weights from the
 // part's stream one after another, so a divided part is built whole and
