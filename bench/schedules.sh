@@ -6,14 +6,18 @@
 # schedule runs the same stages: CIFARNet before conv4 (the cut by
 # measured time flips between runs here, the two stages' times being
 # close either way), ResNet-50 before layer2.2 (where the cut by measured
-# time falls: 994 / 1011 ms a microbatch of 8). Each run trains two epochs
+# time falls: 994 / 1011 ms a microbatch of 8). The interleaved schedule
+# (two chunks per stage) runs the cut its planner chose by measured time
+# on 2026-11-26 (train's description of the stages, each stage's chunks
+# within 1% of each other): CIFARNet 4,10,14 (m = 4) and 5,11,12 (m = 8:
+# conv4 alone in chunk 2), ResNet-50 5,10,15 (m = 4) and 6,10,15. Each run trains two epochs
 # of generated data; the figures are the second epoch's (the first pays
 # for first-touch page faults): images per second, idle time per stage,
 # and peak RSS per stage (evaluation runs batches no larger than a
 # microbatch, so the peak is training's).
 #
 # Usage: bash bench/schedules.sh [rounds]
-#   MODELS="cifarnet resnet50" MICRO="4 8" SCHEDULES="1f1b zb"
+#   MODELS="cifarnet resnet50" MICRO="4 8" SCHEDULES="1f1b zb interleaved"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-3}
@@ -24,10 +28,18 @@ go build -o bin/ ./cmd/gorun ./cmd/train
 lscpu | grep -E '^Model name|^CPU family|^Model:' | tr -s ' ' | paste -sd ';'
 
 run() { # model, microbatches, schedule
-  local args samples batch
+  local args samples batch split
+  case $1/$3/$2 in
+  cifarnet/interleaved/4) split=4,10,14 ;;
+  cifarnet/interleaved/*) split=5,11,12 ;;
+  cifarnet/*) split=11 ;;
+  resnet50/interleaved/4) split=5,10,15 ;;
+  resnet50/interleaved/*) split=6,10,15 ;;
+  resnet50/*) split=9 ;;
+  esac
   case $1 in
-  cifarnet) samples=1024 batch=128 args=(--split 11 --test-samples 32) ;;
-  resnet50) samples=128 batch=32 args=(--split 9 --test-samples 8 --optimizer sgd --lr 0.01) ;;
+  cifarnet) samples=1024 batch=128 args=(--split "$split" --test-samples 32) ;;
+  resnet50) samples=128 batch=32 args=(--split "$split" --test-samples 8 --optimizer sgd --lr 0.01) ;;
   *) echo "unknown model $1" >&2; exit 2 ;;
   esac
   args+=(--batch-size "$batch" --test-batch-size $((batch / $2)))
@@ -36,7 +48,7 @@ run() { # model, microbatches, schedule
   secs=$(grep '^Epoch 2:' <<<"$out" | sed -E 's/.*, ([0-9.]+) s, .*/\1/')
   idle=$(grep '^Pipeline idle' <<<"$out" | sed -E 's/.*: stage 0 ([0-9.]+%), stage 1 ([0-9.]+%) \(.*= ([0-9.]+%)\)/\1 \/ \2 (ideal \3)/')
   mem=$(grep '^Peak memory' <<<"$out" | sed -E 's/.*: stage 0 ([0-9]+) MiB, stage 1 ([0-9]+) MiB/\1 \/ \2/')
-  printf '%-9s m=%-2s %-6s %8s s %8.2f img/s  idle %-32s peak RSS %s MiB\n' "$1" "$2" "$3" "$secs" \
+  printf '%-9s m=%-2s %-11s %8s s %8.2f img/s  idle %-32s peak RSS %s MiB\n' "$1" "$2" "$3" "$secs" \
     "$(awk -v n="$samples" -v s="$secs" 'BEGIN{print n/s}')" "$idle" "$mem"
 }
 

@@ -1,6 +1,7 @@
 package train
 
 import (
+	"cmp"
 	"fmt"
 	"github.com/gorun/gorun/model/amp"
 	"math"
@@ -59,14 +60,19 @@ type Config struct {
 	// (GPipe); Microbatches cuts each batch for it.
 	Pipeline     int    `json:"pipeline,omitempty"`
 	Microbatches int    `json:"microbatches,omitempty"`
-	Schedule     string `json:"schedule,omitempty"` // gpipe (default), 1f1b or zb
+	Schedule     string `json:"schedule,omitempty"` // gpipe (default), 1f1b, zb or interleaved
+	// Chunks is, with the interleaved schedule, how many chunks of the
+	// model each stage holds (0: 2): the model is cut into
+	// Pipeline·Chunks chunks, stage s holding chunks s, s+Pipeline, ….
+	Chunks int `json:"chunks,omitempty"`
 	// Balance chooses how a pipeline's stages are cut when the model has
 	// no stages of its own and Split is empty: "time" (default) measures
 	// each layer's forward and backward on a microbatch and evens out the
 	// stages' time; "params" evens out their parameter counts.
 	Balance string `json:"balance,omitempty"`
 	// Split gives explicit cut points: Split[i] is the index of the first
-	// top-level layer of stage i+1 (Pipeline−1 increasing indices).
+	// layer (zoo.Spec.Pieces) of stage i+1, or with chunks of chunk i+1
+	// (Pipeline·Chunks − 1 increasing indices).
 	Split []int `json:"split,omitempty"`
 	// NumClasses is the model's outputs (0: the training data's class
 	// count).
@@ -179,12 +185,20 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--pipeline %d: want 2 or more stages (0 or 1: none)", c.Pipeline)
 	case c.Microbatches < 0:
 		return fmt.Errorf("--microbatches %d: want 1 or more", c.Microbatches)
-	case c.Schedule != "" && c.Schedule != "gpipe" && c.Schedule != "1f1b" && c.Schedule != "zb":
-		return fmt.Errorf("--schedule %q: want gpipe, 1f1b or zb", c.Schedule)
+	case !validName(c.Schedule, "", "gpipe", "1f1b", "zb", "interleaved") || c.Schedule != strings.ToLower(c.Schedule):
+		return fmt.Errorf("--schedule %q: want gpipe, 1f1b, zb or interleaved", c.Schedule)
+	case c.Chunks < 0 || c.Chunks == 1:
+		return fmt.Errorf("--chunks %d: want 2 or more chunks per stage", c.Chunks)
+	case c.Chunks > 1 && c.Schedule != "interleaved":
+		return fmt.Errorf("--chunks %d with --schedule %s: chunks are for the interleaved schedule", c.Chunks, cmp.Or(c.Schedule, "gpipe"))
 	case c.Balance != "" && c.Balance != "time" && c.Balance != "params":
 		return fmt.Errorf("--balance %q: want time or params", c.Balance)
-	case len(c.Split) > 0 && len(c.Split) != c.Pipeline-1:
-		return fmt.Errorf("--split %v: a pipeline of %d stages needs %d split points", c.Split, c.Pipeline, max(c.Pipeline-1, 0))
+	case len(c.Split) > 0 && len(c.Split) != c.Pipeline*c.chunks()-1:
+		of := ""
+		if c.chunks() > 1 {
+			of = fmt.Sprintf(" of %d chunks each", c.chunks())
+		}
+		return fmt.Errorf("--split %v: a pipeline of %d stages%s needs %d split points", c.Split, c.Pipeline, of, max(c.Pipeline*c.chunks()-1, 0))
 	case !validName(c.GradCompression, "", "none", "bf16", "fp16") && !strings.HasPrefix(strings.ToLower(c.GradCompression), "powersgd:"):
 		return fmt.Errorf("--grad-compression %q: want none, bf16, fp16 or powersgd:RANK", c.GradCompression)
 	case badPowerSGD(c.GradCompression) != nil:
@@ -245,6 +259,14 @@ func newOptimizer(c Config, be tensor.Backend, params []nn.Var) (optim.Optimizer
 		return optim.NewAdadelta(be, params, tensor.AdadeltaOptions{LR: lr, WeightDecay: wd}), nil
 	}
 	return nil, fmt.Errorf("optimizer %q: want sgd, adam or adadelta", c.Optimizer)
+}
+
+// chunks is how many chunks of the model each pipeline stage holds.
+func (c Config) chunks() int {
+	if c.Schedule != "interleaved" {
+		return 1
+	}
+	return max(c.Chunks, 2)
 }
 
 // newSchedule builds the configured learning-rate schedule (nil for none).

@@ -68,12 +68,14 @@ func noDropout(t *Trainer) {
 		d.P = 0
 	}
 	if s := t.stage(); s != nil { // every microbatch's replica has its own layers
-		for _, r := range s.pipe.replicas {
-			nn.Walk(r, func(l nn.Layer) {
-				if d, ok := l.(*nn.Dropout); ok {
-					d.P = 0
-				}
-			})
+		for _, ch := range s.pipe.chunks {
+			for _, r := range ch.replicas {
+				nn.Walk(r, func(l nn.Layer) {
+					if d, ok := l.(*nn.Dropout); ok {
+						d.P = 0
+					}
+				})
+			}
 		}
 	}
 }
@@ -122,7 +124,7 @@ func runWorker(scenario string) error {
 	}
 	if scenario == "pipe" {
 		cfg.Pipeline, cfg.Microbatches, cfg.Schedule = g.Size()/max(envInt("DDP_DATA_WORLD"), 1), envInt("PIPE_MICRO"), os.Getenv("PIPE_SCHEDULE")
-		cfg.Balance = os.Getenv("PIPE_BALANCE")
+		cfg.Balance, cfg.Chunks = os.Getenv("PIPE_BALANCE"), envInt("PIPE_CHUNKS")
 		if resume != "" {
 			if cfg.Split, err = SavedSplit(out); err != nil {
 				return err

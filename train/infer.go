@@ -268,19 +268,24 @@ func loadStages(path string, be tensor.Backend) (*zoo.Model, *checkpoint.Meta, e
 	if err != nil {
 		return nil, nil, err
 	}
-	pieces := len(spec.Pieces())
-	if err := checkSplit(meta.Split, meta.Stages, pieces); err != nil {
+	pieces, chunks := len(spec.Pieces()), max(meta.Chunks, 1)
+	if err := checkSplit(meta.Split, meta.Stages*chunks, pieces); err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", StagePath(path, 0), err)
 	}
 	plan := &StagePlan{Split: meta.Split, Shapes: make([][]int, pieces)}
 	for s := range meta.Stages {
-		lo, hi := plan.Bounds(s)
-		sm, err := checkpoint.LoadWeights(StagePath(path, s), spec.SelectPieces(m.Net.(*nn.Chain), lo, hi))
+		// The stage's chunks s, s+Stages, … side by side, as it saved them.
+		var parts []nn.Child
+		for v := range chunks {
+			lo, hi := plan.Bounds(v*meta.Stages + s)
+			parts = append(parts, chainChildren(spec.SelectPieces(m.Net.(*nn.Chain), lo, hi), 0)...)
+		}
+		sm, err := checkpoint.LoadWeights(StagePath(path, s), nn.NewChain(parts...))
 		if err != nil {
 			return nil, nil, fmt.Errorf("stage %d of %d: %w", s, meta.Stages, err)
 		}
-		if sm == nil || sm.Stage != s || sm.Stages != meta.Stages || sm.Step != meta.Step || !slices.Equal(sm.Split, meta.Split) {
-			return nil, nil, fmt.Errorf("%s does not belong with %s (stage, stage count, split or step differ)", StagePath(path, s), StagePath(path, 0))
+		if sm == nil || sm.Stage != s || sm.Stages != meta.Stages || sm.Chunks != meta.Chunks || sm.Step != meta.Step || !slices.Equal(sm.Split, meta.Split) {
+			return nil, nil, fmt.Errorf("%s does not belong with %s (stage, stage count, chunks, split or step differ)", StagePath(path, s), StagePath(path, 0))
 		}
 	}
 	return m, meta, nil

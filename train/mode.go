@@ -342,11 +342,17 @@ func (s *pipelineStage) checkpointPath(path string) string { return StagePath(pa
 
 func (s *pipelineStage) stamp(m *checkpoint.Meta) {
 	m.Stage, m.Stages, m.Split = s.pipe.stage, s.pipe.stages, s.plan.Split
+	if n := len(s.pipe.chunks); n > 1 {
+		m.Chunks = n
+	}
 }
 
 func (s *pipelineStage) check(path string, m *checkpoint.Meta) error {
 	if m.Stages != s.pipe.stages || m.Stage != s.pipe.stage {
 		return fmt.Errorf("checkpoint %s is stage %d of %d; this run has %d stages", path, m.Stage, m.Stages, s.pipe.stages)
+	}
+	if saved, now := max(m.Chunks, 1), len(s.pipe.chunks); saved != now {
+		return fmt.Errorf("checkpoint %s holds %d chunks of the model per stage; this run has %d (--schedule interleaved --chunks N)", path, saved, now)
 	}
 	if !slices.Equal(m.Split, s.plan.Split) {
 		return fmt.Errorf("checkpoint %s was cut into stages at layers %v; this run cuts at %v (resume with the saved split: train --resume does)", path, m.Split, s.plan.Split)

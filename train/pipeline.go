@@ -3,6 +3,7 @@ package train
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/gorun/gorun/comm"
@@ -11,11 +12,12 @@ import (
 	"github.com/gorun/gorun/model/zoo"
 )
 
-// Message tags between neighbouring stages.
-const (
-	tagActivation = 1
-	tagGradient   = 2
-)
+// Message tags: the activations chunk c sends on, and the gradients it
+// sends back. Each boundary between chunks has tags of its own, so that
+// with interleaved chunks the messages between two ranks cannot be taken
+// for another chunk's.
+func activationTag(c int) int { return 2*c + 1 }
+func gradientTag(c int) int   { return 2*c + 2 }
 
 // Pipeline runs this rank's stage of a pipeline-parallel model with the
 // GPipe schedule: each batch is cut into microbatches; every microbatch
@@ -28,27 +30,18 @@ const (
 // buffers of the backward passes, which run one at a time, come from one
 // pool: nn.ShareBuffers). The last stage computes the loss, weighting each
 // microbatch by its share of the batch, so the gradients are those of the
-// whole batch. The 1F1B and zero-bubble schedules reorder the passes
-// (run1F1B, runZeroBubble).
+// whole batch. The 1F1B, zero-bubble and interleaved schedules reorder the
+// passes (run1F1B, runZeroBubble, runInterleaved); with the interleaved
+// one, each rank holds several chunks of the model (NewInterleavedPipeline).
 type Pipeline struct {
-	g              *comm.Group // rank = stage
-	stage, stages  int
-	micro          int
-	schedule       string // "gpipe", "1f1b" or "zb"
-	layer          nn.Layer
-	replicas       []nn.Layer
-	losses         []*nn.Loss
-	inShape        []int // per-sample input of this stage
-	outShape       []int // per-sample output
-	inBufs, dyBufs []*tensor.Tensor
-	xViews         []*tensor.Tensor // stage 0: microbatch views of the batch
-	scales         []*tensor.Tensor
-	// On a GPU: the received (or stage 0's) inputs and received gradients
-	// uploaded per slot, and per microbatch the host copies of what is
-	// sent (kept until the sends finish at the step's end).
-	inDev, dyDev    []*tensor.Tensor
-	outHost, dxHost [][]float32
-	be              tensor.Backend
+	g             *comm.Group // rank = stage
+	stage, stages int
+	micro         int
+	schedule      string // "gpipe", "1f1b", "zb" or "interleaved"
+	layer         nn.Layer
+	chunks        []*chunk // the rank's chunks, in model order
+	losses        []*nn.Loss
+	be            tensor.Backend
 
 	// The step in progress: the batch, its microbatch sizes and offsets,
 	// the loss so far, the sends in flight.
@@ -58,6 +51,9 @@ type Pipeline struct {
 	offs   []int
 	loss   float32
 	sends  []*comm.Work
+	// orders caches the interleaved schedule's passes of this rank, by
+	// microbatch count.
+	orders map[int][]pass
 
 	// Timeline of the last step, the last full batch's, and totals for
 	// the bubble fraction.
@@ -66,11 +62,40 @@ type Pipeline struct {
 	busy, total time.Duration
 }
 
-// Event is one pass of one microbatch on one stage.
+// Chunk is a run of consecutive layers of a model, as a pipeline rank
+// holds it: the layers, and the per-sample shapes of their input and
+// output.
+type Chunk struct {
+	Layer   nn.Layer
+	In, Out []int
+}
+
+// chunk is one of a rank's chunks with what its microbatches in flight
+// use: a replica of its layers per slot (a microbatch whose activations
+// are alive), and the slot's received inputs and gradients. On a GPU: the
+// received (or stage 0's) inputs and received gradients uploaded per
+// slot, and per microbatch the host copies of what is sent (kept until the
+// sends finish at the step's end).
+type chunk struct {
+	index             int // in the model: v·p + stage for the rank's v-th chunk
+	layer             nn.Layer
+	inShape, outShape []int // per sample
+	replicas          []nn.Layer
+	inBufs, dyBufs    []*tensor.Tensor
+	xViews, scales    []*tensor.Tensor // stage 0: microbatch views of the batch; last: loss scales
+	inDev, dyDev      []*tensor.Tensor
+	outHost, dxHost   [][]float32
+	slotOf            []int  // interleaved: the slot of each microbatch in flight
+	free              []int  // interleaved: slots not in use
+	used              []bool // interleaved: slots used in this step (their sends may be in flight)
+}
+
+// Event is one pass of one microbatch on one stage (through the stage's
+// Chunk-th chunk, with the interleaved schedule).
 type Event struct {
-	Stage, Micro int
-	Pass         Pass
-	Start, End   time.Time
+	Stage, Chunk, Micro int
+	Pass                Pass
+	Start, End          time.Time
 }
 
 // Pass is what an Event computed.
@@ -92,52 +117,92 @@ func (k Pass) Letter() string { return [...]string{"F", "B", "W"}[k] }
 
 // NewPipeline sets up stage g.Rank() of a pipeline of g.Size() stages:
 // layer is the stage's part of model m, taking per-sample inputs of shape
-// in and giving out; micro microbatches per batch.
+// in and giving out; micro microbatches per batch; schedule gpipe (the
+// default), 1f1b or zb.
 func NewPipeline(g *comm.Group, be tensor.Backend, m *zoo.Model, layer nn.Layer, in, out []int, micro int, schedule string) (*Pipeline, error) {
 	switch schedule {
 	case "", "gpipe":
 		schedule = "gpipe"
 	case "1f1b", "zb":
+	case "interleaved":
+		return nil, fmt.Errorf("pipeline: the interleaved schedule takes several chunks per stage (NewInterleavedPipeline)")
 	default:
-		return nil, fmt.Errorf("pipeline: schedule %q: want gpipe, 1f1b or zb", schedule)
+		return nil, fmt.Errorf("pipeline: schedule %q: want gpipe, 1f1b, zb or interleaved", schedule)
 	}
+	return newPipeline(g, be, m, []Chunk{{Layer: layer, In: in, Out: out}}, micro, schedule)
+}
+
+// NewInterleavedPipeline sets up stage g.Rank() of a pipeline of g.Size()
+// stages with the interleaved 1F1B schedule: the model is cut into
+// V·g.Size() chunks, and chunks[v] is the model's chunk v·g.Size() +
+// g.Rank() (so rank 0 holds chunks 0, p, 2p, …); micro microbatches per
+// batch.
+func NewInterleavedPipeline(g *comm.Group, be tensor.Backend, m *zoo.Model, chunks []Chunk, micro int) (*Pipeline, error) {
+	if len(chunks) < 2 {
+		return nil, fmt.Errorf("pipeline: the interleaved schedule needs 2 or more chunks per stage, not %d", len(chunks))
+	}
+	return newPipeline(g, be, m, chunks, micro, "interleaved")
+}
+
+func newPipeline(g *comm.Group, be tensor.Backend, m *zoo.Model, chunks []Chunk, micro int, schedule string) (*Pipeline, error) {
 	if micro < 1 {
 		return nil, fmt.Errorf("pipeline: %d microbatches", micro)
 	}
-	p := &Pipeline{g: g, stage: g.Rank(), stages: g.Size(), micro: micro, layer: layer, be: be, schedule: schedule,
-		inShape: append([]int(nil), in...), outShape: append([]int(nil), out...)}
+	p := &Pipeline{g: g, stage: g.Rank(), stages: g.Size(), micro: micro, be: be, schedule: schedule}
 	// GPipe holds every microbatch's activations until the backwards;
 	// 1F1B at most p−s on stage s, so it needs only that many replicas.
-	slots := micro
+	slots := []int{micro}
 	switch schedule {
 	case "1f1b":
-		slots = min(micro, p.stages-p.stage)
+		slots[0] = min(micro, p.stages-p.stage)
 	case "zb":
 		// One slot more than 1F1B's on every stage but the first, which
 		// keeps its p: no stage holds more than 1F1B's busiest one, and a
 		// weight pass can wait past the next forward (with p−s slots, the
 		// last stage's would sit between each backward and the next
 		// forward, on the critical path).
-		slots = min(micro, p.stages, p.stages-p.stage+1)
-		nn.DeferWeightGrads(p.layer, true)
+		slots[0] = min(micro, p.stages, p.stages-p.stage+1)
+		nn.DeferWeightGrads(chunks[0].Layer, true)
+	case "interleaved":
+		slots = slotsNeeded(p.order(micro, len(chunks)), len(chunks))
 	}
-	for k := range slots {
-		r := p.layer
-		if k > 0 {
-			r = p.layer.Replica()
+	var shared []nn.Layer // every layer but the first chunk's original
+	for v, c := range chunks {
+		ch := &chunk{index: v*p.stages + p.stage, layer: c.Layer,
+			inShape: append([]int(nil), c.In...), outShape: append([]int(nil), c.Out...)}
+		for k := range slots[v] {
+			r := c.Layer
+			if k > 0 {
+				r = c.Layer.Replica()
+			}
+			ch.replicas = append(ch.replicas, r)
+			ch.inBufs = append(ch.inBufs, &tensor.Tensor{})
+			ch.dyBufs = append(ch.dyBufs, &tensor.Tensor{})
+			ch.xViews = append(ch.xViews, &tensor.Tensor{})
+			ch.scales = append(ch.scales, &tensor.Tensor{})
+			ch.inDev = append(ch.inDev, nil)
+			ch.dyDev = append(ch.dyDev, nil)
+			if v > 0 || k > 0 {
+				shared = append(shared, r)
+			}
 		}
-		p.replicas = append(p.replicas, r)
-		p.inBufs = append(p.inBufs, &tensor.Tensor{})
-		p.dyBufs = append(p.dyBufs, &tensor.Tensor{})
-		p.xViews = append(p.xViews, &tensor.Tensor{})
-		p.scales = append(p.scales, &tensor.Tensor{})
-		p.inDev = append(p.inDev, nil)
-		p.dyDev = append(p.dyDev, nil)
+		ch.outHost, ch.dxHost = make([][]float32, micro), make([][]float32, micro)
+		p.chunks = append(p.chunks, ch)
 	}
-	// The replicas' backward passes run one at a time: they borrow their
-	// gradient buffers from one pool.
-	nn.ShareBuffers(p.layer, p.replicas[1:]...)
-	p.outHost, p.dxHost = make([][]float32, micro), make([][]float32, micro)
+	// The passes run one at a time: every replica of every chunk borrows
+	// its gradient buffers from one pool.
+	nn.ShareBuffers(chunks[0].Layer, shared...)
+	p.layer = chunks[0].Layer
+	if len(chunks) > 1 {
+		// The rank's parameters, for the optimizer and checkpoints, are
+		// all its chunks': their parts side by side, named as in the
+		// whole model. (Never run as one.)
+		var parts []nn.Child
+		for _, ch := range p.chunks {
+			parts = append(parts, chainChildren(ch.layer, ch.index)...)
+		}
+		p.layer = nn.NewChain(parts...)
+	}
 	if p.last() {
 		for range micro {
 			p.losses = append(p.losses, m.NewLoss(be))
@@ -146,12 +211,40 @@ func NewPipeline(g *comm.Group, be tensor.Backend, m *zoo.Model, layer nn.Layer,
 	return p, nil
 }
 
+// chainChildren returns l's children when it is a chain, else l as one
+// child named by the chunk's index.
+func chainChildren(l nn.Layer, index int) []nn.Child {
+	c, ok := l.(*nn.Chain)
+	if !ok {
+		return []nn.Child{{Name: strconv.Itoa(index), Layer: l}}
+	}
+	var out []nn.Child
+	for i := range c.Layers {
+		out = append(out, nn.Child{Name: c.Names[i], Layer: c.Layers[i]})
+	}
+	return out
+}
+
+// last reports whether the rank holds the model's last chunk (and the
+// loss): the last stage.
 func (p *Pipeline) last() bool { return p.stage == p.stages-1 }
+
+// first and final report whether ch is the model's first chunk (its input
+// is the batch) or its last (its output goes to the loss).
+func (p *Pipeline) first(ch *chunk) bool { return ch.index == 0 }
+func (p *Pipeline) final(ch *chunk) bool { return ch.index == p.stages*len(p.chunks)-1 }
+
+// prev and next are the ranks before and after this one in the pipeline's
+// ring: chunk c's input comes from rank (c−1) mod p.
+func (p *Pipeline) prev() int { return (p.stage + p.stages - 1) % p.stages }
+func (p *Pipeline) next() int { return (p.stage + 1) % p.stages }
 
 // Stage returns this rank's stage index.
 func (p *Pipeline) Stage() int { return p.stage }
 
-// Layer returns this rank's stage.
+// Layer returns this rank's stage: with several chunks, a chain of their
+// layers side by side, named as in the whole model, which holds their
+// parameters but is not to be run.
 func (p *Pipeline) Layer() nn.Layer { return p.layer }
 
 func shaped(t *tensor.Tensor, data []float32, n int, sample []int) *tensor.Tensor {
@@ -181,6 +274,8 @@ func (p *Pipeline) Step(ctx context.Context, x *tensor.Tensor, labels []int32) (
 		err = p.run1F1B(ctx)
 	case "zb":
 		err = p.runZeroBubble(ctx)
+	case "interleaved":
+		err = p.runInterleaved(ctx)
 	default:
 		err = p.runGPipe(ctx)
 	}
@@ -212,37 +307,37 @@ func (p *Pipeline) begin(x *tensor.Tensor, labels []int32) {
 // runGPipe runs every forward, then every backward (last microbatch
 // first), each stage receiving the next microbatch while computing this one.
 func (p *Pipeline) runGPipe(ctx context.Context) error {
-	m := len(p.sizes)
+	m, ch := len(p.sizes), p.chunks[0]
 	var recv *comm.Work
-	if p.stage > 0 {
-		recv = p.recvActivation(ctx, 0, 0)
+	if !p.first(ch) {
+		recv = p.recvActivation(ctx, ch, 0, 0)
 	}
 	for k := range m {
-		if p.stage > 0 {
-			if err := p.waitRecv(recv, "microbatch", k, p.stage-1); err != nil {
+		if !p.first(ch) {
+			if err := p.waitRecv(recv, "microbatch", k, p.prev()); err != nil {
 				return err
 			}
 			if k+1 < m {
-				recv = p.recvActivation(ctx, k+1, k+1)
+				recv = p.recvActivation(ctx, ch, k+1, k+1)
 			}
 		}
-		if err := p.forward(ctx, k, k); err != nil {
+		if err := p.forward(ctx, ch, k, k); err != nil {
 			return err
 		}
 	}
-	if !p.last() {
-		recv = p.recvGradient(ctx, m-1, m-1)
+	if !p.final(ch) {
+		recv = p.recvGradient(ctx, ch, m-1, m-1)
 	}
 	for k := m - 1; k >= 0; k-- {
-		if !p.last() {
-			if err := p.waitRecv(recv, "the gradient of microbatch", k, p.stage+1); err != nil {
+		if !p.final(ch) {
+			if err := p.waitRecv(recv, "the gradient of microbatch", k, p.next()); err != nil {
 				return err
 			}
 			if k > 0 {
-				recv = p.recvGradient(ctx, k-1, k-1)
+				recv = p.recvGradient(ctx, ch, k-1, k-1)
 			}
 		}
-		if err := p.backward(ctx, k, k); err != nil {
+		if err := p.backward(ctx, ch, k, k); err != nil {
 			return err
 		}
 	}
@@ -256,23 +351,24 @@ func (p *Pipeline) runGPipe(ctx context.Context) error {
 // when needed: a slot's buffers are free only once its earlier microbatch
 // went back.
 func (p *Pipeline) run1F1B(ctx context.Context) error {
-	m, slots := len(p.sizes), len(p.replicas)
+	ch := p.chunks[0]
+	m, slots := len(p.sizes), len(ch.replicas)
 	warm := min(p.stages-p.stage-1, m)
 	fwd := func(k int) error { // receive into the slot, then compute
-		if p.stage > 0 {
-			if err := p.waitRecv(p.recvActivation(ctx, k, k%slots), "microbatch", k, p.stage-1); err != nil {
+		if !p.first(ch) {
+			if err := p.waitRecv(p.recvActivation(ctx, ch, k, k%slots), "microbatch", k, p.prev()); err != nil {
 				return err
 			}
 		}
-		return p.forward(ctx, k, k%slots)
+		return p.forward(ctx, ch, k, k%slots)
 	}
 	bwd := func(k int) error {
-		if !p.last() {
-			if err := p.waitRecv(p.recvGradient(ctx, k, k%slots), "the gradient of microbatch", k, p.stage+1); err != nil {
+		if !p.final(ch) {
+			if err := p.waitRecv(p.recvGradient(ctx, ch, k, k%slots), "the gradient of microbatch", k, p.next()); err != nil {
 				return err
 			}
 		}
-		return p.backward(ctx, k, k%slots)
+		return p.backward(ctx, ch, k, k%slots)
 	}
 	return p.inOneFOneBOrder(m, warm, fwd, bwd)
 }
@@ -320,13 +416,14 @@ func (p *Pipeline) inOneFOneBOrder(m, warm int, fwd, bwd func(k int) error) erro
 // same, bit for bit. Weight passes only compute, so placing them
 // anywhere cannot make the stages wait on each other in a cycle.
 func (p *Pipeline) runZeroBubble(ctx context.Context) error {
-	m, slots := len(p.sizes), len(p.replicas)
+	ch := p.chunks[0]
+	m, slots := len(p.sizes), len(ch.replicas)
 	warm := min(p.stages-p.stage-1, m)
 	nextW, doneB := 0, 0 // the microbatch whose weight passes run next; backwards done
 	// weights runs one layer's weight pass of microbatch nextW, or moves
 	// on to the next microbatch when it has none left.
 	weights := func() error {
-		ran, err := p.weightsStep(nextW, nextW%slots)
+		ran, err := p.weightsStep(ch, nextW, nextW%slots)
 		if !ran {
 			nextW++
 		}
@@ -354,20 +451,20 @@ func (p *Pipeline) runZeroBubble(ctx context.Context) error {
 				return err
 			}
 		}
-		if p.stage > 0 {
-			if err := await(p.recvActivation(ctx, k, k%slots), "microbatch", k, p.stage-1); err != nil {
+		if !p.first(ch) {
+			if err := await(p.recvActivation(ctx, ch, k, k%slots), "microbatch", k, p.prev()); err != nil {
 				return err
 			}
 		}
-		return p.forward(ctx, k, k%slots)
+		return p.forward(ctx, ch, k, k%slots)
 	}
 	bwd := func(k int) error {
-		if !p.last() {
-			if err := await(p.recvGradient(ctx, k, k%slots), "the gradient of microbatch", k, p.stage+1); err != nil {
+		if !p.final(ch) {
+			if err := await(p.recvGradient(ctx, ch, k, k%slots), "the gradient of microbatch", k, p.next()); err != nil {
 				return err
 			}
 		}
-		if err := p.backward(ctx, k, k%slots); err != nil {
+		if err := p.backward(ctx, ch, k, k%slots); err != nil {
 			return err
 		}
 		doneB = k + 1
@@ -413,11 +510,11 @@ func (a *arrival) ready() bool {
 func (a *arrival) work() *comm.Work { return a.w }
 
 // weightsStep runs one layer's deferred weight pass of microbatch k in
-// replica slot (nn.WeightGradsStep) and reports whether there was one.
-// Steps run back to back make one W event.
-func (p *Pipeline) weightsStep(k, slot int) (bool, error) {
+// ch's replica slot (nn.WeightGradsStep) and reports whether there was
+// one. Steps run back to back make one W event.
+func (p *Pipeline) weightsStep(ch *chunk, k, slot int) (bool, error) {
 	t0 := time.Now()
-	if !nn.WeightGradsStep(p.replicas[slot]) {
+	if !nn.WeightGradsStep(ch.replicas[slot]) {
 		return false, nil
 	}
 	if n := len(p.Events); n > 0 && p.Events[n-1].Pass == PassWeights && p.Events[n-1].Micro == k {
@@ -431,17 +528,18 @@ func (p *Pipeline) weightsStep(k, slot int) (bool, error) {
 	return true, nil
 }
 
-// recvActivation posts the receive of microbatch k's input into slot.
-func (p *Pipeline) recvActivation(ctx context.Context, k, slot int) *comm.Work {
-	t := reuseShaped(p.inBufs[slot], p.sizes[k], p.inShape)
-	return p.g.RecvAsync(ctx, t.Data, p.stage-1, tagActivation)
+// recvActivation posts the receive of microbatch k's input to ch into
+// slot.
+func (p *Pipeline) recvActivation(ctx context.Context, ch *chunk, k, slot int) *comm.Work {
+	t := reuseShaped(ch.inBufs[slot], p.sizes[k], ch.inShape)
+	return p.g.RecvAsync(ctx, t.Data, p.prev(), activationTag(ch.index-1))
 }
 
-// recvGradient posts the receive of microbatch k's output gradient into
-// slot.
-func (p *Pipeline) recvGradient(ctx context.Context, k, slot int) *comm.Work {
-	t := reuseShaped(p.dyBufs[slot], p.sizes[k], p.outShape)
-	return p.g.RecvAsync(ctx, t.Data, p.stage+1, tagGradient)
+// recvGradient posts the receive of microbatch k's output gradient of ch
+// into slot.
+func (p *Pipeline) recvGradient(ctx context.Context, ch *chunk, k, slot int) *comm.Work {
+	t := reuseShaped(ch.dyBufs[slot], p.sizes[k], ch.outShape)
+	return p.g.RecvAsync(ctx, t.Data, p.next(), gradientTag(ch.index+1))
 }
 
 func (p *Pipeline) waitRecv(w *comm.Work, what string, k, from int) error {
@@ -451,61 +549,70 @@ func (p *Pipeline) waitRecv(w *comm.Work, what string, k, from int) error {
 	return nil
 }
 
-// forward computes microbatch k in replica slot (its input already
-// received there, or a view of the batch on stage 0), then sends the
-// output on or, on the last stage, adds its share of the loss.
-func (p *Pipeline) forward(ctx context.Context, k, slot int) error {
+// forward computes microbatch k through ch in replica slot (its input
+// already received there, or a view of the batch in the first chunk),
+// then sends the output on or, after the last chunk, adds its share of
+// the loss.
+func (p *Pipeline) forward(ctx context.Context, ch *chunk, k, slot int) error {
 	nk, off := p.sizes[k], p.offs[k]
-	in := p.inBufs[slot]
-	if p.stage == 0 {
-		per := tensor.Volume(p.inShape)
-		in = shaped(p.xViews[slot], p.x.Data[off*per:], nk, p.inShape)
+	in := ch.inBufs[slot]
+	if p.first(ch) {
+		per := tensor.Volume(ch.inShape)
+		in = shaped(ch.xViews[slot], p.x.Data[off*per:], nk, ch.inShape)
 	}
 	t0 := time.Now()
-	y, err := p.replicas[slot].Forward(onDevice(p.be, in, &p.inDev[slot]))
+	y, err := ch.replicas[slot].Forward(onDevice(p.be, in, &ch.inDev[slot]))
 	if err != nil {
-		return fmt.Errorf("stage %d microbatch %d: forward: %w", p.stage, k, err)
+		return fmt.Errorf("stage %d%s microbatch %d: forward: %w", p.stage, p.chunkName(ch), k, err)
 	}
-	if p.last() {
+	if p.final(ch) {
 		l, err := p.losses[k].Forward(y, p.labels[off:off+nk])
 		if err != nil {
 			return fmt.Errorf("stage %d microbatch %d: loss: %w", p.stage, k, err)
 		}
 		p.loss += l * float32(nk) / float32(len(p.labels))
 	}
-	p.Events = append(p.Events, Event{Stage: p.stage, Micro: k, Pass: PassForward, Start: t0, End: time.Now()})
-	if !p.last() {
-		p.sends = append(p.sends, p.g.SendAsync(ctx, hostRows(y, &p.outHost[k]), p.stage+1, tagActivation))
+	p.Events = append(p.Events, Event{Stage: p.stage, Chunk: ch.index / p.stages, Micro: k, Pass: PassForward, Start: t0, End: time.Now()})
+	if !p.final(ch) {
+		p.sends = append(p.sends, p.g.SendAsync(ctx, hostRows(y, &ch.outHost[k]), p.next(), activationTag(ch.index)))
 	}
 	return deviceErr(p.be)
 }
 
-// backward takes microbatch k back through replica slot (its output
-// gradient already received there, or from the loss on the last stage) and
-// sends the input gradient back.
-func (p *Pipeline) backward(ctx context.Context, k, slot int) error {
-	dy := p.dyBufs[slot]
-	if p.last() {
+// backward takes microbatch k back through ch's replica slot (its output
+// gradient already received there, or from the loss after the last
+// chunk) and sends the input gradient back.
+func (p *Pipeline) backward(ctx context.Context, ch *chunk, k, slot int) error {
+	dy := ch.dyBufs[slot]
+	if p.final(ch) {
 		g, err := p.losses[k].Backward()
 		if err != nil {
 			return err
 		}
 		// d(batch mean)/dy = (n_k/n)·d(microbatch mean)/dy.
-		s := tensor.ReuseLike(&p.scales[slot], g, g.Shape...)
+		s := tensor.ReuseLike(&ch.scales[slot], g, g.Shape...)
 		p.be.Fill(s, float32(p.sizes[k])/float32(len(p.labels)))
 		p.be.Mul(g, s, g)
 		dy = g
 	}
 	t0 := time.Now()
-	dx, err := p.replicas[slot].Backward(onDevice(p.be, dy, &p.dyDev[slot]))
+	dx, err := ch.replicas[slot].Backward(onDevice(p.be, dy, &ch.dyDev[slot]))
 	if err != nil {
-		return fmt.Errorf("stage %d microbatch %d: backward: %w", p.stage, k, err)
+		return fmt.Errorf("stage %d%s microbatch %d: backward: %w", p.stage, p.chunkName(ch), k, err)
 	}
-	p.Events = append(p.Events, Event{Stage: p.stage, Micro: k, Pass: PassBackward, Start: t0, End: time.Now()})
-	if p.stage > 0 {
-		p.sends = append(p.sends, p.g.SendAsync(ctx, hostRows(dx, &p.dxHost[k]), p.stage-1, tagGradient))
+	p.Events = append(p.Events, Event{Stage: p.stage, Chunk: ch.index / p.stages, Micro: k, Pass: PassBackward, Start: t0, End: time.Now()})
+	if !p.first(ch) {
+		p.sends = append(p.sends, p.g.SendAsync(ctx, hostRows(dx, &ch.dxHost[k]), p.prev(), gradientTag(ch.index)))
 	}
 	return deviceErr(p.be)
+}
+
+// chunkName names ch in errors when the rank has several.
+func (p *Pipeline) chunkName(ch *chunk) string {
+	if len(p.chunks) == 1 {
+		return ""
+	}
+	return fmt.Sprintf(" chunk %d (of the model's %d)", ch.index, p.stages*len(p.chunks))
 }
 
 // waitSends waits for the sends made so far to complete.
@@ -533,8 +640,10 @@ func (p *Pipeline) account(stepStart time.Time) {
 
 // Bubble returns, for every stage, the fraction of its step time spent
 // not computing (waiting for its neighbours), measured over all steps so
-// far, and the GPipe ideal (p−1)/(m+p−1). Every stage must call it (the
-// stages exchange their figures).
+// far, and the schedule's ideal: GPipe's (p−1)/(m+p−1), which 1F1B and
+// ZB-H1 share, and (p−1)/(V·m+p−1) with V interleaved chunks per stage
+// (the warm-up and cool-down shrink with the chunks). Every stage must
+// call it (the stages exchange their figures).
 func (p *Pipeline) Bubble(ctx context.Context) (idle []float64, ideal float64, err error) {
 	times := make([]float64, 2*p.stages)
 	times[2*p.stage], times[2*p.stage+1] = p.busy.Seconds(), p.total.Seconds()
@@ -545,38 +654,43 @@ func (p *Pipeline) Bubble(ctx context.Context) (idle []float64, ideal float64, e
 		busy, total := times[2*s], times[2*s+1]
 		idle = append(idle, 1-busy/max(total, 1e-9))
 	}
-	return idle, float64(p.stages-1) / float64(p.micro+p.stages-1), nil
+	return idle, float64(p.stages-1) / float64(len(p.chunks)*p.micro+p.stages-1), nil
 }
 
 // Forward runs an evaluation batch through the pipeline in one piece and
 // returns the model's output on the last stage (nil elsewhere).
 func (p *Pipeline) Forward(ctx context.Context, x *tensor.Tensor, n int) (*tensor.Tensor, error) {
-	in := x
-	if p.stage > 0 {
-		in = reuseShaped(p.inBufs[0], n, p.inShape)
-		if err := p.g.Recv(ctx, in.Data, p.stage-1, tagActivation); err != nil {
-			return nil, fmt.Errorf("stage %d: receiving from stage %d: %w", p.stage, p.stage-1, err)
+	var y *tensor.Tensor
+	for _, ch := range p.chunks {
+		in := x
+		if !p.first(ch) {
+			in = reuseShaped(ch.inBufs[0], n, ch.inShape)
+			if err := p.g.Recv(ctx, in.Data, p.prev(), activationTag(ch.index-1)); err != nil {
+				return nil, fmt.Errorf("stage %d: receiving from stage %d: %w", p.stage, p.prev(), err)
+			}
 		}
-	}
-	y, err := p.replicas[0].Forward(onDevice(p.be, in, &p.inDev[0]))
-	if err != nil {
-		return nil, fmt.Errorf("stage %d: forward: %w", p.stage, err)
-	}
-	if err := deviceErr(p.be); err != nil {
-		return nil, fmt.Errorf("stage %d: forward: %w", p.stage, err)
-	}
-	if p.last() {
-		return y, nil
-	}
-	if err := p.g.Send(ctx, hostRows(y, &p.outHost[0]), p.stage+1, tagActivation); err != nil {
-		return nil, fmt.Errorf("stage %d: sending to stage %d: %w", p.stage, p.stage+1, err)
+		var err error
+		if y, err = ch.replicas[0].Forward(onDevice(p.be, in, &ch.inDev[0])); err != nil {
+			return nil, fmt.Errorf("stage %d%s: forward: %w", p.stage, p.chunkName(ch), err)
+		}
+		if err := deviceErr(p.be); err != nil {
+			return nil, fmt.Errorf("stage %d%s: forward: %w", p.stage, p.chunkName(ch), err)
+		}
+		if p.final(ch) {
+			return y, nil
+		}
+		if err := p.g.Send(ctx, hostRows(y, &ch.outHost[0]), p.next(), activationTag(ch.index)); err != nil {
+			return nil, fmt.Errorf("stage %d: sending to stage %d: %w", p.stage, p.next(), err)
+		}
 	}
 	return nil, nil
 }
 
 // SetTraining switches every replica of the stage.
 func (p *Pipeline) SetTraining(training bool) {
-	for _, r := range p.replicas {
-		r.SetTraining(training)
+	for _, ch := range p.chunks {
+		for _, r := range ch.replicas {
+			r.SetTraining(training)
+		}
 	}
 }

@@ -24,38 +24,50 @@ import (
 )
 
 // TestPipelineMatchesOneProcess trains the MNIST net (dropout off) split
-// into p stages on p processes with m microbatches, with the GPipe, 1F1B
-// and zero-bubble schedules, and unsplit in this process with the same
-// batches: after k steps every stage's weights equal the unsplit model's
-// within 1e-5, and the zero-bubble schedule's equal 1F1B's bit for bit
-// (the same gradients, accumulated in the same order).
+// into p stages on p processes with m microbatches, with the GPipe, 1F1B,
+// zero-bubble and interleaved schedules, and unsplit in this process with
+// the same batches: after k steps every stage's weights equal the unsplit
+// model's within 1e-5, and the zero-bubble and interleaved schedules'
+// equal 1F1B's bit for bit (the same gradients, accumulated in the same
+// order: each layer's microbatches in order, wherever the cuts fall).
 func TestPipelineMatchesOneProcess(t *testing.T) {
 	const batch, steps = 16, 4
 	type pcase struct {
 		p, m     int
 		schedule string
+		chunks   int
 	}
 	var cases []pcase
 	for _, p := range []int{2, 3} {
 		for _, m := range []int{1, 2, 4, 8} {
-			cases = append(cases, pcase{p, m, "gpipe"})
+			cases = append(cases, pcase{p, m, "gpipe", 1})
 		}
 	}
 	for _, s := range []string{"1f1b", "zb"} {
-		cases = append(cases, pcase{2, 4, s}, pcase{3, 3, s}, pcase{3, 8, s})
+		cases = append(cases, pcase{2, 4, s, 1}, pcase{3, 3, s, 1}, pcase{3, 8, s, 1})
 	}
+	cases = append(cases, pcase{2, 4, "interleaved", 2}, pcase{3, 3, "interleaved", 2}, pcase{3, 8, "interleaved", 2},
+		pcase{2, 4, "interleaved", 3}, pcase{3, 2, "1f1b", 1}, pcase{3, 2, "interleaved", 2})
 	if testing.Short() {
-		cases = []pcase{{3, 4, "gpipe"}, {3, 8, "1f1b"}, {3, 8, "zb"}}
+		cases = []pcase{{3, 4, "gpipe", 1}, {3, 8, "1f1b", 1}, {3, 8, "zb", 1}, {3, 8, "interleaved", 2}}
 	}
 	weights := map[pcase]map[string][]float32{}
 	cfg, trainSet, testSet := ddpSetup(1, batch, steps, 1)
 	ref := trainReference(t, cfg, trainSet, testSet)
 	for _, c := range cases {
 		p, m := c.p, c.m
-		t.Run(fmt.Sprintf("%s/p=%d/m=%d", c.schedule, p, m), func(t *testing.T) {
+		name := fmt.Sprintf("%s/p=%d/m=%d", c.schedule, p, m)
+		if c.chunks > 1 {
+			name += fmt.Sprintf("/v=%d", c.chunks)
+		}
+		t.Run(name, func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "pipe.safetensors")
-			res, log := runJob(t, p, "pipe", "DDP_PER_RANK="+strconv.Itoa(batch), "DDP_STEPS="+strconv.Itoa(steps),
-				"DDP_EPOCHS=1", "DDP_DATA_WORLD=1", "DDP_OUT="+out, "PIPE_MICRO="+strconv.Itoa(m), "PIPE_SCHEDULE="+c.schedule)
+			env := []string{"DDP_PER_RANK=" + strconv.Itoa(batch), "DDP_STEPS=" + strconv.Itoa(steps),
+				"DDP_EPOCHS=1", "DDP_DATA_WORLD=1", "DDP_OUT=" + out, "PIPE_MICRO=" + strconv.Itoa(m), "PIPE_SCHEDULE=" + c.schedule}
+			if c.chunks > 1 {
+				env = append(env, "PIPE_CHUNKS="+strconv.Itoa(c.chunks))
+			}
+			res, log := runJob(t, p, "pipe", env...)
 			if err := res.Error(); err != nil {
 				t.Fatalf("job: %v\n%s", err, log)
 			}
@@ -69,14 +81,14 @@ func TestPipelineMatchesOneProcess(t *testing.T) {
 			got := savedTensors(t, files...)
 			weights[c] = got
 			worst := sameParams(t, ref, got, fmt.Sprintf("%s p=%d m=%d vs the unsplit model", c.schedule, p, m))
-			if c.schedule == "zb" {
-				oneF, ok := weights[pcase{p, m, "1f1b"}]
+			if c.schedule == "zb" || c.schedule == "interleaved" {
+				oneF, ok := weights[pcase{p, m, "1f1b", 1}]
 				if !ok {
 					t.Fatalf("no 1f1b run with p=%d m=%d to compare with", p, m)
 				}
 				for name, w := range oneF {
 					if !slices.Equal(got[name], w) {
-						t.Fatalf("zb p=%d m=%d: %s differs from 1f1b's", p, m, name)
+						t.Fatalf("%s p=%d m=%d: %s differs from 1f1b's", c.schedule, p, m, name)
 					}
 				}
 			}
@@ -96,9 +108,9 @@ func TestPipelineMatchesOneProcess(t *testing.T) {
 			if err := xml.Unmarshal(svg, &doc); err != nil {
 				t.Fatalf("timeline SVG: %v", err)
 			}
-			// A forward and a backward box per stage and microbatch, and
-			// with the zero-bubble schedule weight passes (titled "stage 1
-			// W3: …").
+			// A forward and a backward box per stage, chunk and
+			// microbatch, and with the zero-bubble schedule weight passes
+			// (titled "stage 1 W3: …").
 			passes := map[byte]int{}
 			for _, r := range doc.Rects {
 				if _, label, ok := strings.Cut(r.Title, " "); ok {
@@ -107,10 +119,10 @@ func TestPipelineMatchesOneProcess(t *testing.T) {
 					}
 				}
 			}
-			if passes['F'] != p*m || passes['B'] != p*m || (passes['W'] > 0) != (c.schedule == "zb") {
-				t.Fatalf("timeline boxes %v, want %d F and B each, and W only with zb", passes, p*m)
+			if n := p * m * c.chunks; passes['F'] != n || passes['B'] != n || (passes['W'] > 0) != (c.schedule == "zb") {
+				t.Fatalf("timeline boxes %v, want %d F and B each, and W only with zb", passes, n)
 			}
-			checkTrace(t, out+".json", c.schedule, p, m)
+			checkTrace(t, out+".json", c.schedule, p, m, c.chunks)
 
 			// The stage files load as one model, and merge into one file.
 			be := cpu.New(1)
@@ -138,18 +150,22 @@ func TestPipelineMatchesOneProcess(t *testing.T) {
 }
 
 // TestPipelineStageDies kills stage 1 of 3 after its second step, with
-// the GPipe and the zero-bubble schedules (whose receives may be waited
-// for while weight passes run): the other stages fail with errors naming
-// rank 1.
+// the GPipe, the zero-bubble (whose receives may be waited for while
+// weight passes run) and the interleaved schedules: the other stages fail
+// with errors naming rank 1.
 func TestPipelineStageDies(t *testing.T) {
-	for _, schedule := range []string{"gpipe", "zb"} {
+	for _, schedule := range []string{"gpipe", "zb", "interleaved"} {
 		t.Run(schedule, func(t *testing.T) {
-			if testing.Short() && schedule == "gpipe" {
-				t.Skip("-short (the race pass): the zero-bubble schedule's receives are the new path; the full pass runs both")
+			if testing.Short() && schedule != "zb" {
+				t.Skip("-short (the race pass): the zero-bubble schedule's receives are the one path of their own; the full pass runs all")
 			}
 			out := filepath.Join(t.TempDir(), "pipe.safetensors")
-			res, log := runJob(t, 3, "pipe", "DDP_PER_RANK=16", "DDP_STEPS=6", "DDP_EPOCHS=1", "DDP_DATA_WORLD=1",
-				"DDP_OUT="+out, "PIPE_MICRO=4", "PIPE_KILL=1", "PIPE_SCHEDULE="+schedule)
+			env := []string{"DDP_PER_RANK=16", "DDP_STEPS=6", "DDP_EPOCHS=1", "DDP_DATA_WORLD=1",
+				"DDP_OUT=" + out, "PIPE_MICRO=4", "PIPE_KILL=1", "PIPE_SCHEDULE=" + schedule}
+			if schedule == "interleaved" {
+				env = append(env, "PIPE_CHUNKS=2") // rank 0 then waits on rank 2 as well as rank 1
+			}
+			res, log := runJob(t, 3, "pipe", env...)
 			if res.First == nil || res.First.Rank != 1 {
 				t.Fatalf("first failure %v, want rank 1\n%s", res.First, log)
 			}
@@ -200,20 +216,55 @@ func TestPartition(t *testing.T) {
 	}
 }
 
-func maxGroup(costs []float64, split []int) float64 {
-	bounds := append(append([]int{0}, split...), len(costs))
-	worst := 0.0
-	for i := 1; i < len(bounds); i++ {
-		sum := 0.0
-		for _, c := range costs[bounds[i-1]:bounds[i]] {
-			sum += c
-		}
-		worst = max(worst, sum)
+// TestPartitionChunks: cut into chunks dealt round the stages, a step's
+// modelled time (micro·largest stage + (p−1)·largest chunk) is as small as
+// the best of every cut (brute force), and two dominant layers go to
+// different stages.
+func TestPartitionChunks(t *testing.T) {
+	// Even chunks ([1 1] [10] [1 1] [10]) put both heavy layers on stage
+	// 1; the best cut gives each stage one.
+	costs := []float64{1, 1, 10, 1, 1, 10}
+	got := partitionChunks(costs, 2, 2, 4)
+	if v, even := maxStage(costs, got, 2), maxStage(costs, partition(costs, 4), 2); v != 12 || even <= v {
+		t.Errorf("partitionChunks(%v, 2, 2, 4) = %v, largest stage %v, want 12 (even chunks: %v)", costs, got, v, even)
 	}
-	return worst
+	rng := rand.New(rand.NewPCG(5, 5))
+	for range 300 {
+		stages, chunks, micro := 1+rng.IntN(3), 1+rng.IntN(3), 1+rng.IntN(8)
+		k := stages * chunks
+		n := k + rng.IntN(5)
+		costs := make([]float64, n)
+		for i := range costs {
+			costs[i] = float64(rng.IntN(20))
+		}
+		got := partitionChunks(costs, stages, chunks, micro)
+		if err := checkSplit(got, k, n); k > 1 && err != nil {
+			t.Fatalf("partitionChunks(%v, %d, %d, %d) = %v: %v", costs, stages, chunks, micro, got, err)
+		}
+		cost := func(split []int) float64 { return stepTime(costs, split, stages, micro) }
+		if chunks == 1 {
+			cost = func(split []int) float64 { return maxGroup(costs, split) }
+		}
+		best := -1.0
+		var rec func(split []int, from int)
+		rec = func(split []int, from int) {
+			if len(split) == k-1 {
+				if v := cost(split); best < 0 || v < best {
+					best = v
+				}
+				return
+			}
+			for s := from; s < n; s++ {
+				rec(append(split, s), s+1)
+			}
+		}
+		rec(nil, 1)
+		if v := cost(got); v != best {
+			t.Fatalf("partitionChunks(%v, %d, %d, %d) = %v costs %v; the best cut %v", costs, stages, chunks, micro, got, v, best)
+		}
+	}
 }
 
-// bruteBest tries every way to choose k−1 cut points.
 func bruteBest(costs []float64, k int) float64 {
 	best := -1.0
 	var rec func(split []int, from int)
@@ -249,25 +300,28 @@ func TestPlanStages(t *testing.T) {
 		stages         int
 		split          []int
 		how            string
+		chunks         int
 	}{
-		{"mnist", "", 2, nil, "measured time"},
-		{"mnist", "params", 3, nil, "parameter count"},
-		{"mnist", "time", 3, []int{2, 7}, "--split"},
-		{"cifarnet-staged", "", 3, nil, "the model's own stages"},
-		{"cifarnet-staged", "params", 2, nil, "parameter count"},
-		{"resnet18", "", 3, nil, "measured time"},
-		{"resnet18", "", 2, []int{7}, "--split"}, // inside layer2: after layer2.0
+		{"mnist", "", 2, nil, "measured time", 1},
+		{"mnist", "params", 3, nil, "parameter count", 1},
+		{"mnist", "time", 3, []int{2, 7}, "--split", 1},
+		{"cifarnet-staged", "", 3, nil, "the model's own stages", 1},
+		{"cifarnet-staged", "params", 2, nil, "parameter count", 1},
+		{"resnet18", "", 3, nil, "measured time", 1},
+		{"resnet18", "", 2, []int{7}, "--split", 1}, // inside layer2: after layer2.0
+		{"mnist", "", 2, nil, "measured time", 3},
+		{"resnet18", "params", 2, []int{2, 5, 9}, "--split", 2},
 	} {
-		t.Run(fmt.Sprintf("%s/%d/%s/%v", c.model, c.stages, c.balance, c.split), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s/%d/%s/%v/v=%d", c.model, c.stages, c.balance, c.split, c.chunks), func(t *testing.T) {
 			spec, err := zoo.Lookup(c.model)
 			if err != nil {
 				t.Fatal(err)
 			}
-			plan, err := planStages(ctx, g, be, spec, 7, c.stages, 2, c.balance, c.split)
+			plan, err := planStages(ctx, g, be, spec, 7, c.stages, c.chunks, 4, 2, c.balance, c.split)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if plan.How != c.how || checkSplit(plan.Split, c.stages, len(spec.Pieces())) != nil || c.split != nil && !slices.Equal(plan.Split, c.split) {
+			if plan.How != c.how || checkSplit(plan.Split, c.stages*c.chunks, len(spec.Pieces())) != nil || c.split != nil && !slices.Equal(plan.Split, c.split) {
 				t.Fatalf("cut %v by %q, want a valid cut by %q (%v)", plan.Split, plan.How, c.how, c.split)
 			}
 			if c.how == "the model's own stages" && !slices.Equal(plan.Split, []int{1, 2}) {
@@ -310,7 +364,18 @@ func TestPlanStages(t *testing.T) {
 			if sum != params {
 				t.Fatalf("plan counts %d parameters, the model has %d", sum, params)
 			}
-			if d := plan.Describe(); strings.Count(d, "\n  stage ") != c.stages {
+			// One line per stage; with chunks, one per chunk naming its
+			// stage, and each stage's total time when measured.
+			d := plan.Describe()
+			stageLines, chunkLines := c.stages, 0
+			if c.chunks > 1 {
+				chunkLines = c.stages * c.chunks
+				if !timed {
+					stageLines = 0
+				}
+			}
+			if strings.Count(d, "\n  stage ") != stageLines || strings.Count(d, "\n  chunk ") != chunkLines ||
+				c.chunks > 1 && !strings.Contains(d, fmt.Sprintf("\n  chunk %d (stage %d)", c.stages+1, 1)) {
 				t.Fatalf("description:\n%s", d)
 			}
 		})
@@ -322,11 +387,16 @@ func TestPlanStages(t *testing.T) {
 		want   string
 	}{
 		{40, nil, "cannot be split into 40 stages"},
+		{-6, nil, "cannot be split into 18 chunks (6 stages of 3)"},
 		{3, []int{4}, "need 2 split points"},
 		{3, []int{4, 4}, "must increase strictly"},
 		{2, []int{12}, "must increase strictly"},
 	} {
-		if _, err := planStages(ctx, g, be, spec, 7, bad.stages, 2, "", bad.split); err == nil || !strings.Contains(err.Error(), bad.want) {
+		stages, chunks := bad.stages, 1
+		if stages < 0 { // (a negative count: that many stages of 3 chunks)
+			stages, chunks = -stages, 3
+		}
+		if _, err := planStages(ctx, g, be, spec, 7, stages, chunks, 4, 2, "", bad.split); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("%d stages split at %v: %v, want an error saying %q", bad.stages, bad.split, err, bad.want)
 		}
 	}
@@ -350,41 +420,53 @@ func TestPipelineTimesDataParallel(t *testing.T) {
 }
 
 // TestPipelineResume trains 2 stages for 2 epochs straight, and for 1
-// epoch then resumed for the second: every stage's weights come out
+// epoch then resumed for the second, with the GPipe schedule and with two
+// interleaved chunks per stage: every stage's weights come out
 // bit-identical.
 func TestPipelineResume(t *testing.T) {
-	dir := t.TempDir()
-	straight, split := filepath.Join(dir, "a.safetensors"), filepath.Join(dir, "b.safetensors")
-	env := func(out string, epochs int, extra ...string) []string {
-		return append([]string{"DDP_PER_RANK=8", "DDP_STEPS=3", "DDP_EPOCHS=" + strconv.Itoa(epochs), "DDP_DATA_WORLD=1",
-			"DDP_OUT=" + out, "PIPE_MICRO=2"}, extra...)
-	}
-	// The first two cut by parameter count, so they cut alike; the resumed
-	// job would measure time, but takes the saved cut.
-	for i, job := range [][]string{env(straight, 2, "PIPE_BALANCE=params"), env(split, 1, "PIPE_BALANCE=params"), env(split, 2, "PIPE_RESUME=1")} {
-		res, log := runJob(t, 2, "pipe", job...)
-		if res.Error() != nil {
-			t.Fatalf("job %v: %v\n%s", job, res.Error(), log)
-		}
-		if i == 2 && (!strings.Contains(log, "START rank 0 epoch 2 step 3") || !strings.Contains(log, "START rank 1 epoch 2 step 3")) {
-			t.Fatalf("the resumed job did not start at epoch 2, step 3:\n%s", log)
-		}
-	}
-	for s := range 2 {
-		a, err := safetensors.ReadFile(StagePath(straight, s))
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := safetensors.ReadFile(StagePath(split, s))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, ta := range a.Tensors {
-			tb, ok := b.Get(ta.Name)
-			if !ok || !slices.Equal(ta.F32, tb.F32) || !slices.Equal(ta.I64, tb.I64) {
-				t.Fatalf("stage %d: %s differs between the straight and the resumed run", s, ta.Name)
+	for _, schedule := range []string{"gpipe", "interleaved"} {
+		t.Run(schedule, func(t *testing.T) {
+			if testing.Short() && schedule == "gpipe" {
+				t.Skip("-short (the race pass): the interleaved run resumes through the same path; the full pass runs both")
 			}
-		}
+			dir := t.TempDir()
+			straight, split := filepath.Join(dir, "a.safetensors"), filepath.Join(dir, "b.safetensors")
+			env := func(out string, epochs int, extra ...string) []string {
+				e := []string{"DDP_PER_RANK=8", "DDP_STEPS=3", "DDP_EPOCHS=" + strconv.Itoa(epochs), "DDP_DATA_WORLD=1",
+					"DDP_OUT=" + out, "PIPE_MICRO=2", "PIPE_SCHEDULE=" + schedule}
+				if schedule == "interleaved" {
+					e = append(e, "PIPE_CHUNKS=2")
+				}
+				return append(e, extra...)
+			}
+			// The first two cut by parameter count, so they cut alike; the
+			// resumed job would measure time, but takes the saved cut.
+			for i, job := range [][]string{env(straight, 2, "PIPE_BALANCE=params"), env(split, 1, "PIPE_BALANCE=params"), env(split, 2, "PIPE_RESUME=1")} {
+				res, log := runJob(t, 2, "pipe", job...)
+				if res.Error() != nil {
+					t.Fatalf("job %v: %v\n%s", job, res.Error(), log)
+				}
+				if i == 2 && (!strings.Contains(log, "START rank 0 epoch 2 step 3") || !strings.Contains(log, "START rank 1 epoch 2 step 3")) {
+					t.Fatalf("the resumed job did not start at epoch 2, step 3:\n%s", log)
+				}
+			}
+			for s := range 2 {
+				a, err := safetensors.ReadFile(StagePath(straight, s))
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, err := safetensors.ReadFile(StagePath(split, s))
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, ta := range a.Tensors {
+					tb, ok := b.Get(ta.Name)
+					if !ok || !slices.Equal(ta.F32, tb.F32) || !slices.Equal(ta.I64, tb.I64) {
+						t.Fatalf("stage %d: %s differs between the straight and the resumed run", s, ta.Name)
+					}
+				}
+			}
+		})
 	}
 }
 
@@ -392,7 +474,7 @@ func TestPipelineResume(t *testing.T) {
 // a thread named per stage, a complete event per forward and backward of
 // every microbatch on every stage, none overlapping another of its stage,
 // and the schedule's summary.
-func checkTrace(t *testing.T, path, schedule string, p, m int) {
+func checkTrace(t *testing.T, path, schedule string, p, m, chunks int) {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -448,8 +530,14 @@ func checkTrace(t *testing.T, path, schedule string, p, m int) {
 		}
 		for mb := range m {
 			for _, kind := range kinds {
-				if !seen[fmt.Sprintf("%d/%s%d", s, kind, mb)] {
-					t.Errorf("no %s%d on stage %d in the trace", kind, mb, s)
+				for v := range chunks {
+					name := fmt.Sprintf("%s%d", kind, mb)
+					if chunks > 1 {
+						name += fmt.Sprintf(".%d", v)
+					}
+					if !seen[fmt.Sprintf("%d/%s", s, name)] {
+						t.Errorf("no %s on stage %d in the trace", name, s)
+					}
 				}
 			}
 		}
@@ -461,7 +549,8 @@ func checkTrace(t *testing.T, path, schedule string, p, m int) {
 			}
 		}
 	}
-	if o := doc.OtherData; o.Schedule != schedule || o.Stages != p || o.Microbatches != m || len(o.Idle) != p || o.IdealBubble <= 0 || o.Title == "" {
+	if o := doc.OtherData; o.Schedule != schedule || o.Stages != p || o.Chunks != chunks || o.Microbatches != m || len(o.Idle) != p ||
+		o.IdealBubble != float64(p-1)/float64(chunks*m+p-1) || o.Title == "" {
 		t.Errorf("trace summary %+v", o)
 	}
 }
@@ -527,18 +616,19 @@ func TestStageFilesRefused(t *testing.T) {
 	}
 	n := len(spec.Pieces())
 	for _, c := range []struct {
-		name   string
-		stages int
-		split  []int
-		want   string
+		name           string
+		stages, chunks int
+		split          []int
+		want           string
 	}{
-		{"one stage", 1, nil, "is not a pipeline stage's file"},
-		{"split past the end", 2, []int{n}, "must increase strictly"},
-		{"stage 1 missing", 2, []int{7}, "stage 1 of 2"},
+		{"one stage", 1, 0, nil, "is not a pipeline stage's file"},
+		{"split past the end", 2, 0, []int{n}, "must increase strictly"},
+		{"stage 1 missing", 2, 0, []int{7}, "stage 1 of 2"},
+		{"chunks without their cuts", 2, 2, []int{7}, "need 3 split points"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "r.safetensors")
-			meta := checkpoint.Meta{Model: "resnet18", Input: spec.Input, Stage: 0, Stages: c.stages, Split: c.split}
+			meta := checkpoint.Meta{Model: "resnet18", Input: spec.Input, Stage: 0, Stages: c.stages, Chunks: c.chunks, Split: c.split}
 			if err := checkpoint.Save(StagePath(path, 0), spec.BuildPieces(be, 5, 0, 7), nil, meta); err != nil {
 				t.Fatal(err)
 			}
@@ -547,5 +637,17 @@ func TestStageFilesRefused(t *testing.T) {
 				t.Fatalf("LoadClassifier: %v, want an error saying %q", err, c.want)
 			}
 		})
+	}
+}
+
+// TestResumeRefusesOtherChunks: a stage file saved with two interleaved
+// chunks per stage does not resume a run with one, nor the reverse.
+func TestResumeRefusesOtherChunks(t *testing.T) {
+	for _, c := range []struct{ saved, now int }{{2, 1}, {0, 2}, {3, 2}} {
+		s := &pipelineStage{pipe: &Pipeline{stage: 1, stages: 2, chunks: make([]*chunk, c.now)}, plan: &StagePlan{Split: []int{2, 4, 6}}}
+		err := s.check("x.stage1.safetensors", &checkpoint.Meta{Stage: 1, Stages: 2, Chunks: c.saved, Split: []int{2, 4, 6}})
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("holds %d chunks of the model per stage; this run has %d", max(c.saved, 1), c.now)) {
+			t.Errorf("saved with %d chunks, resumed with %d: %v", c.saved, c.now, err)
+		}
 	}
 }

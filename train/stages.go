@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 
@@ -18,8 +19,13 @@ import (
 // layers, and the residual blocks of a ResNet's stages one by one) are cut
 // into pipeline stages, and what was measured to decide.
 type StagePlan struct {
-	// Split[i] is the first piece of stage i+1; stage 0 starts at piece 0.
+	// Split[i] is the first piece of stage i+1 (with several chunks per
+	// stage: of chunk i+1); stage 0 starts at piece 0.
 	Split []int
+	// Stages is the number of pipeline stages; Chunks, how many chunks of
+	// the model each holds (1, or more with the interleaved schedule:
+	// chunk c is on stage c mod Stages).
+	Stages, Chunks int
 	// How names what decided the cut: the model's own stages, --split,
 	// measured time or parameter count.
 	How string
@@ -35,7 +41,8 @@ type StagePlan struct {
 	names      []string
 }
 
-// Bounds returns the pieces [lo, hi) of stage s.
+// Bounds returns the pieces [lo, hi) of chunk s (with one chunk per
+// stage: of stage s).
 func (p *StagePlan) Bounds(s int) (lo, hi int) {
 	lo, hi = 0, len(p.Shapes)
 	if s > 0 {
@@ -47,25 +54,39 @@ func (p *StagePlan) Bounds(s int) (lo, hi int) {
 	return lo, hi
 }
 
-// Describe lists the stages, their layers and what was measured of them.
+// Describe lists the stages (or chunks), their layers and what was
+// measured of them.
 func (p *StagePlan) Describe() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Pipeline stages (cut by %s):", p.How)
-	for s := range len(p.Split) + 1 {
-		lo, hi := p.Bounds(s)
+	stages := max(p.Stages, 1)
+	stageSecs := make([]float64, stages)
+	for c := range len(p.Split) + 1 {
+		lo, hi := p.Bounds(c)
 		params, secs := 0, 0.0
 		for i := lo; i < hi; i++ {
 			params += p.Params[i]
 			secs += p.Seconds[i]
 		}
+		stageSecs[c%stages] += secs
 		first, last := p.label(lo), p.label(hi-1)
 		layers := first
 		if hi-lo > 1 {
 			layers = first + "…" + last
 		}
-		fmt.Fprintf(&b, "\n  stage %d: layers %d–%d (%s), %d parameters", s, lo, hi-1, layers, params)
+		if p.Chunks > 1 {
+			fmt.Fprintf(&b, "\n  chunk %d (stage %d)", c, c%stages)
+		} else {
+			fmt.Fprintf(&b, "\n  stage %d", c)
+		}
+		fmt.Fprintf(&b, ": layers %d–%d (%s), %d parameters", lo, hi-1, layers, params)
 		if secs > 0 {
 			fmt.Fprintf(&b, ", %.1f ms forward+backward per microbatch of %d", 1e3*secs, p.Microbatch)
+		}
+	}
+	if p.Chunks > 1 && stageSecs[0] > 0 {
+		for s, secs := range stageSecs {
+			fmt.Fprintf(&b, "\n  stage %d: %.1f ms per microbatch in all", s, 1e3*secs)
 		}
 	}
 	return b.String()
@@ -78,28 +99,34 @@ func (p *StagePlan) label(i int) string {
 	return fmt.Sprintf("#%d", i)
 }
 
-// planStages decides the stages of a pipeline of size stages over spec's
-// pieces. Rank 0 of g builds the pieces one at a time (never the whole
+// planStages decides the stages of a pipeline of size stages, each
+// holding chunks chunks (1, or more for the interleaved schedule), over
+// spec's pieces for steps of micro microbatches of microbatch samples: it
+// cuts them into stages·chunks parts. Rank 0 of g builds the pieces one at a time (never the whole
 // model), runs a microbatch through each to learn the shapes between them
 // and, for balance "time", times forward and backward; it broadcasts what
 // it found, and every rank cuts the same way: at split when given, at the
 // model's own stages when it has that many, else into contiguous groups
 // whose largest cost (time, or parameter count) is as small as possible.
-func planStages(ctx context.Context, g *comm.Group, be tensor.Backend, spec *zoo.Spec, seed uint64, stages, microbatch int, balance string, split []int) (*StagePlan, error) {
+func planStages(ctx context.Context, g *comm.Group, be tensor.Backend, spec *zoo.Spec, seed uint64, stages, chunks, micro, microbatch int, balance string, split []int) (*StagePlan, error) {
 	pieces := spec.Pieces()
-	n := len(pieces)
-	if n < stages {
-		return nil, fmt.Errorf("pipeline: model %s has %d layers; it cannot be split into %d stages", spec.Name, n, stages)
+	n, parts := len(pieces), stages*chunks
+	if n < parts {
+		into := fmt.Sprintf("%d stages", stages)
+		if chunks > 1 {
+			into = fmt.Sprintf("%d chunks (%d stages of %d)", parts, stages, chunks)
+		}
+		return nil, fmt.Errorf("pipeline: model %s has %d layers; it cannot be split into %s", spec.Name, n, into)
 	}
 	how := ""
 	switch {
 	case len(split) > 0:
-		if err := checkSplit(split, stages, n); err != nil {
+		if err := checkSplit(split, parts, n); err != nil {
 			return nil, err
 		}
 		how = "--split"
-	case spec.Staged && n == stages:
-		split = make([]int, stages-1)
+	case spec.Staged && n == parts:
+		split = make([]int, parts-1)
 		for i := range split {
 			split[i] = i + 1
 		}
@@ -145,7 +172,7 @@ func planStages(ctx context.Context, g *comm.Group, be tensor.Backend, spec *zoo
 	if math.IsNaN(msg[0]) {
 		return nil, fmt.Errorf("pipeline: rank 0 could not run the model's layers to plan the stages (its log says why)")
 	}
-	p := &StagePlan{How: how, Microbatch: microbatch, Shapes: make([][]int, n), Params: make([]int, n), Seconds: make([]float64, n)}
+	p := &StagePlan{How: how, Stages: stages, Chunks: chunks, Microbatch: microbatch, Shapes: make([][]int, n), Params: make([]int, n), Seconds: make([]float64, n)}
 	for i := range n {
 		w := msg[i*per : (i+1)*per]
 		p.Seconds[i], p.Params[i] = w[0], int(w[1])
@@ -163,21 +190,21 @@ func planStages(ctx context.Context, g *comm.Group, be tensor.Backend, spec *zoo
 				costs[i] = float64(p.Params[i] + 1) // every layer costs something
 			}
 		}
-		split = partition(costs, stages)
+		split = partitionChunks(costs, stages, chunks, micro)
 	}
 	p.Split = split
 	return p, nil
 }
 
-// checkSplit validates explicit split points.
-func checkSplit(split []int, stages, parts int) error {
-	if len(split) != stages-1 {
-		return fmt.Errorf("pipeline: split %v: %d stages need %d split points", split, stages, stages-1)
+// checkSplit validates explicit split points cutting pieces into parts.
+func checkSplit(split []int, parts, pieces int) error {
+	if len(split) != parts-1 {
+		return fmt.Errorf("pipeline: split %v: %d stages need %d split points", split, parts, parts-1)
 	}
 	prev := 0
 	for _, s := range split {
-		if s <= prev || s >= parts {
-			return fmt.Errorf("pipeline: split %v: points must increase strictly within 1..%d (the model has %d layers)", split, parts-1, parts)
+		if s <= prev || s >= pieces {
+			return fmt.Errorf("pipeline: split %v: points must increase strictly within 1..%d (the model has %d layers)", split, pieces-1, pieces)
 		}
 		prev = s
 	}
@@ -247,6 +274,96 @@ func probe(be tensor.Backend, spec *zoo.Spec, seed uint64, mb int, timed bool) (
 		x = &tensor.Tensor{Shape: append([]int(nil), y.Shape...), Data: y.HostData()}
 	}
 	return p, nil
+}
+
+// partitionChunks cuts costs (per microbatch) into stages·chunks
+// contiguous non-empty chunks, chunk c going to stage c mod stages, for a
+// step of micro microbatches, and returns where each chunk after the
+// first starts. A step of the interleaved schedule takes about micro·S +
+// (stages−1)·C, S the largest stage's sum and C the largest chunk's: the
+// stages work through every microbatch, and the warm-up and cool-down
+// take a chunk's time per stage. With one chunk per stage that is
+// partition's cut; with more, the cuts are searched through, pruning
+// every cut that is already as slow as the best found, starting from
+// partition's cut into chunks (even chunks alone are not enough: two
+// heavy layers may land on one stage); a search longer than budget steps
+// keeps the best found so far.
+func partitionChunks(costs []float64, stages, chunks, micro int) []int {
+	k, n := stages*chunks, len(costs)
+	best := partition(costs, k)
+	if chunks == 1 {
+		return best
+	}
+	m, fill := float64(micro), float64(stages-1)
+	bestVal := stepTime(costs, best, stages, micro)
+	prefix := make([]float64, n+1)
+	for i, c := range costs {
+		prefix[i+1] = prefix[i] + c
+	}
+	sums, cut := make([]float64, stages), make([]int, k-1)
+	budget := 1 << 22
+	var search func(c, lo int, largest float64)
+	search = func(c, lo int, largest float64) {
+		if budget--; budget < 0 {
+			return
+		}
+		s := c % stages
+		if c == k-1 { // the last chunk takes the rest
+			add := prefix[n] - prefix[lo]
+			worst := sums[s] + add
+			for _, v := range sums {
+				worst = max(worst, v)
+			}
+			if t := m*worst + fill*max(largest, add); t < bestVal {
+				bestVal, best = t, slices.Clone(cut)
+			}
+			return
+		}
+		for hi := lo + 1; hi <= n-(k-1-c); hi++ {
+			add := prefix[hi] - prefix[lo]
+			if m*(sums[s]+add)+fill*max(largest, add) >= bestVal {
+				break // costs are not negative: a longer chunk is slower
+			}
+			sums[s] += add
+			cut[c] = hi
+			search(c+1, hi, max(largest, add))
+			sums[s] -= add
+		}
+	}
+	search(0, 0, 0)
+	return best
+}
+
+// stepTime is micro·S + (stages−1)·C for split (partitionChunks).
+func stepTime(costs []float64, split []int, stages, micro int) float64 {
+	return float64(micro)*maxStage(costs, split, stages) + float64(stages-1)*maxGroup(costs, split)
+}
+
+// maxStage is the largest stage's sum when split cuts costs into chunks
+// dealt round the stages (chunk c to stage c mod stages).
+func maxStage(costs []float64, split []int, stages int) float64 {
+	sums := make([]float64, stages)
+	bounds := append(append([]int{0}, split...), len(costs))
+	for c := 1; c < len(bounds); c++ {
+		for _, v := range costs[bounds[c-1]:bounds[c]] {
+			sums[(c-1)%stages] += v
+		}
+	}
+	return slices.Max(sums)
+}
+
+// maxGroup is the largest sum of the groups split cuts costs into.
+func maxGroup(costs []float64, split []int) float64 {
+	bounds := append(append([]int{0}, split...), len(costs))
+	worst := 0.0
+	for i := 1; i < len(bounds); i++ {
+		sum := 0.0
+		for _, c := range costs[bounds[i-1]:bounds[i]] {
+			sum += c
+		}
+		worst = max(worst, sum)
+	}
+	return worst
 }
 
 // partition cuts costs into k contiguous non-empty groups so that the

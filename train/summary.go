@@ -47,8 +47,12 @@ func (t *Trainer) WriteTimeline(ctx context.Context, path string, idle []float64
 	for s, f := range idle {
 		parts = append(parts, fmt.Sprintf("%d: %.0f%%", s, 100*f))
 	}
-	title := fmt.Sprintf("%s, %d stages, %d microbatches: idle per stage %s (GPipe's ideal bubble %.0f%%)", p.schedule, p.stages, p.micro, strings.Join(parts, ", "), 100*ideal)
-	sum := TraceSummary{Title: title, Schedule: p.schedule, Stages: p.stages, Microbatches: p.micro, Idle: idle, IdealBubble: ideal}
+	sched := p.schedule
+	if v := len(p.chunks); v > 1 {
+		sched = fmt.Sprintf("%s, %d chunks per stage", sched, v)
+	}
+	title := fmt.Sprintf("%s, %d stages, %d microbatches: idle per stage %s (ideal bubble %.0f%%)", sched, p.stages, p.micro, strings.Join(parts, ", "), 100*ideal)
+	sum := TraceSummary{Title: title, Schedule: p.schedule, Stages: p.stages, Chunks: len(p.chunks), Microbatches: p.micro, Idle: idle, IdealBubble: ideal}
 	if err := WriteTimelineTrace(tracePath(path), events, sum); err != nil {
 		return err
 	}
@@ -101,7 +105,11 @@ func (t *Trainer) Summarize(ctx context.Context, w io.Writer, timeline string) e
 	for s, f := range idle {
 		parts = append(parts, fmt.Sprintf("stage %d %.1f%%", s, 100*f))
 	}
-	fmt.Fprintf(w, "Pipeline idle time per stage: %s (GPipe bubble (p-1)/(m+p-1) = %.1f%%)\n", strings.Join(parts, ", "), 100*ideal)
+	formula := "GPipe bubble (p-1)/(m+p-1)"
+	if v := t.cfg.chunks(); v > 1 {
+		formula = fmt.Sprintf("interleaved bubble (p-1)/(%dm+p-1)", v)
+	}
+	fmt.Fprintf(w, "Pipeline idle time per stage: %s (%s = %.1f%%)\n", strings.Join(parts, ", "), formula, 100*ideal)
 	// Every stage's peak, on the reporting rank.
 	g, p := t.job, t.cfg.Pipeline
 	rss := make([]float64, g.Size())

@@ -18,13 +18,14 @@ import (
 // relative to the earliest start. Stages on one host share a clock; across
 // hosts the picture is as good as their clock synchronisation.
 func (p *Pipeline) Timeline(ctx context.Context) ([]Event, error) {
-	// A forward and a backward per microbatch, and its weight passes
-	// (zero bubble) in at most 3m stretches: each is broken only by the
-	// 2m forwards and backwards.
-	per := 5 * p.micro
-	buf := make([]float64, 4*per) // micro, pass, start, end (ns since the Unix epoch)
+	// A forward and a backward per microbatch and chunk, and its weight
+	// passes (zero bubble, one chunk) in at most 3m stretches: each is
+	// broken only by the 2m forwards and backwards.
+	const fields = 5 // chunk, micro, pass, start, end (ns since the Unix epoch)
+	per := (2*len(p.chunks) + 3) * p.micro
+	buf := make([]float64, fields*per)
 	for i, e := range p.fullEvents[:min(len(p.fullEvents), per)] {
-		buf[4*i], buf[4*i+1], buf[4*i+2], buf[4*i+3] = float64(e.Micro), float64(e.Pass), float64(e.Start.UnixNano()), float64(e.End.UnixNano())
+		copy(buf[fields*i:], []float64{float64(e.Chunk), float64(e.Micro), float64(e.Pass), float64(e.Start.UnixNano()), float64(e.End.UnixNano())})
 	}
 	all := make([]float64, len(buf)*p.stages)
 	if err := comm.AllGather(ctx, p.g, buf, all); err != nil {
@@ -33,28 +34,52 @@ func (p *Pipeline) Timeline(ctx context.Context) ([]Event, error) {
 	var events []Event
 	for s := range p.stages {
 		for i := range per {
-			v := all[(s*per+i)*4:]
-			if v[3] == 0 {
+			v := all[(s*per+i)*fields:]
+			if v[4] == 0 {
 				continue // no full batch on that stage
 			}
-			events = append(events, Event{Stage: s, Micro: int(v[0]), Pass: Pass(v[1]),
-				Start: time.Unix(0, int64(v[2])), End: time.Unix(0, int64(v[3]))})
+			events = append(events, Event{Stage: s, Chunk: int(v[0]), Micro: int(v[1]), Pass: Pass(v[2]),
+				Start: time.Unix(0, int64(v[3])), End: time.Unix(0, int64(v[4]))})
 		}
 	}
 	return events, nil
 }
 
 // colour is the pass's colour in the SVG timeline: forwards blue,
-// backwards green, deferred weight passes orange.
-func (k Pass) colour() string { return [...]string{"#4a90d9", "#5cb85c", "#f0ad4e"}[k] }
+// backwards green, deferred weight passes orange; a stage's later chunks
+// (interleaved schedule) in darker shades of the same.
+func (k Pass) colour(chunk int) string {
+	base := [...][3]int{{0x4a, 0x90, 0xd9}, {0x5c, 0xb8, 0x5c}, {0xf0, 0xad, 0x4e}}[k]
+	f := 1 / (1 + 0.45*float64(chunk))
+	return fmt.Sprintf("#%02x%02x%02x", int(float64(base[0])*f), int(float64(base[1])*f), int(float64(base[2])*f))
+}
+
+// label names an event in timelines: its pass and microbatch (F3), and
+// with several chunks per stage the chunk after a dot (F3.1).
+func (e Event) label(chunks int) string {
+	if chunks > 1 {
+		return fmt.Sprintf("%s%d.%d", e.Pass.Letter(), e.Micro, e.Chunk)
+	}
+	return fmt.Sprintf("%s%d", e.Pass.Letter(), e.Micro)
+}
+
+// chunksOf is how many chunks per stage events show.
+func chunksOf(events []Event) int {
+	n := 0
+	for _, e := range events {
+		n = max(n, e.Chunk+1)
+	}
+	return n
+}
 
 // category is the pass's category in the Chrome trace.
 func (k Pass) category() string { return [...]string{"forward", "backward", "weights"}[k] }
 
 // WriteTimelineSVG draws events as the GPipe schedule diagram: one row per
 // stage, forwards blue, backwards green and weight passes orange, each
-// labelled with its pass and microbatch (F3, B3, W3); idle time stays
-// white.
+// labelled with its pass and microbatch (F3, B3, W3; with interleaved
+// chunks also the stage's chunk, F3.1, drawn darker for later chunks);
+// idle time stays white.
 func WriteTimelineSVG(path string, events []Event, stages int, title string) error {
 	if len(events) == 0 {
 		return fmt.Errorf("timeline: no events (no full batch was trained)")
@@ -72,8 +97,9 @@ func WriteTimelineSVG(path string, events []Event, stages int, title string) err
 		fmt.Fprintf(&b, `<text x="8" y="%d">stage %d</text>`+"\n", y+rowH/2+4, s)
 		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="#ccc"/>`+"\n", left, y, width, rowH-6)
 	}
+	chunks := chunksOf(events)
 	for _, e := range events {
-		fill, label := e.Pass.colour(), fmt.Sprintf("%s%d", e.Pass.Letter(), e.Micro)
+		fill, label := e.Pass.colour(e.Chunk), e.label(chunks)
 		x0, x1 := x(e.Start), x(e.End)
 		y := top + e.Stage*rowH
 		fmt.Fprintf(&b, `<rect x="%.1f" y="%d" width="%.1f" height="%d" fill="%s" stroke="#fff"><title>stage %d %s: %.2f–%.2f ms</title></rect>`+"\n",
@@ -94,6 +120,7 @@ type TraceSummary struct {
 	Title        string    `json:"title"`
 	Schedule     string    `json:"schedule"`
 	Stages       int       `json:"stages"`
+	Chunks       int       `json:"chunks_per_stage"`
 	Microbatches int       `json:"microbatches"`
 	Idle         []float64 `json:"idle_per_stage"`
 	IdealBubble  float64   `json:"ideal_bubble"`
@@ -126,11 +153,15 @@ func WriteTimelineTrace(path string, events []Event, sum TraceSummary) error {
 	for s := range sum.Stages {
 		out = append(out, traceEvent{Name: "thread_name", Ph: "M", Tid: s, Args: map[string]any{"name": fmt.Sprintf("stage %d", s)}})
 	}
+	chunks := chunksOf(events)
 	for _, e := range events {
-		name, cat := fmt.Sprintf("%s%d", e.Pass.Letter(), e.Micro), e.Pass.category()
-		out = append(out, traceEvent{Name: name, Cat: cat, Ph: "X", Tid: e.Stage,
+		args := map[string]any{"microbatch": e.Micro}
+		if chunks > 1 {
+			args["chunk"] = e.Chunk*sum.Stages + e.Stage // the model's
+		}
+		out = append(out, traceEvent{Name: e.label(chunks), Cat: e.Pass.category(), Ph: "X", Tid: e.Stage,
 			Ts: float64(e.Start.Sub(t0).Nanoseconds()) / 1e3, Dur: float64(e.End.Sub(e.Start).Nanoseconds()) / 1e3,
-			Args: map[string]any{"microbatch": e.Micro}})
+			Args: args})
 	}
 	doc := struct {
 		TraceEvents     []traceEvent `json:"traceEvents"`

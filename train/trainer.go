@@ -312,17 +312,27 @@ func newPipelineStage(ctx context.Context, g *comm.Group, cfg Config, be tensor.
 	if dg, err = g.Split(ctx, stage, replica); err != nil {
 		return nil, nil, fmt.Errorf("pipeline: grouping the replicas of stage %d: %w", stage, err)
 	}
-	micro, seed := max(cfg.Microbatches, 1), modelSeed(cfg)
-	plan, err := planStages(ctx, g, be, spec, seed, p, max(cfg.BatchSize/micro, 1), cfg.Balance, cfg.Split)
+	micro, seed, chunks := max(cfg.Microbatches, 1), modelSeed(cfg), cfg.chunks()
+	plan, err := planStages(ctx, g, be, spec, seed, p, chunks, micro, max(cfg.BatchSize/micro, 1), cfg.Balance, cfg.Split)
 	if err != nil {
 		return nil, nil, err
 	}
-	lo, hi := plan.Bounds(stage)
-	in := spec.Input
-	if lo > 0 {
-		in = plan.Shapes[lo-1]
+	// This stage's chunks: the model's chunks stage, stage+p, ….
+	var parts []Chunk
+	for v := range chunks {
+		lo, hi := plan.Bounds(v*p + stage)
+		in := spec.Input
+		if lo > 0 {
+			in = plan.Shapes[lo-1]
+		}
+		parts = append(parts, Chunk{Layer: spec.BuildPieces(be, seed, lo, hi), In: in, Out: plan.Shapes[hi-1]})
 	}
-	pipe, err := NewPipeline(pg, be, m, spec.BuildPieces(be, seed, lo, hi), in, plan.Shapes[hi-1], micro, cfg.Schedule)
+	var pipe *Pipeline
+	if chunks > 1 {
+		pipe, err = NewInterleavedPipeline(pg, be, m, parts, micro)
+	} else {
+		pipe, err = NewPipeline(pg, be, m, parts[0].Layer, parts[0].In, parts[0].Out, micro, cfg.Schedule)
+	}
 	if err != nil {
 		return nil, nil, err
 	}

@@ -411,3 +411,95 @@ func TestUserLayerPipeline(t *testing.T) {
 		})
 	}
 }
+
+// deepNet is twelve linear layers with ReLUs between, 12 pieces of a
+// pipeline: layer i as chain child "fc<i>".
+func deepNet(be tensor.Backend, seed uint64) *nn.Chain {
+	rng := rand.New(rand.NewPCG(seed, 9))
+	children := []nn.Child{{Layer: nn.NewFlatten()}}
+	in := userIn
+	for i := range 12 {
+		out := 8
+		if i == 11 {
+			out = userClasses
+		}
+		children = append(children, nn.Child{Name: fmt.Sprintf("fc%d", i), Layer: nn.NewLinear(be, in, out, rng)})
+		if i < 11 {
+			children = append(children, nn.Child{Layer: nn.NewReLU(be)})
+		}
+		in = out
+	}
+	return nn.NewChain(children...)
+}
+
+// TestInterleavedShortBatches: 4 stages of 3 chunks each (one linear layer
+// and its ReLU per chunk), 8 microbatches a batch, given batches of 8, 5
+// (five microbatches: the order Megatron-LM's warm-up cannot run, which
+// the schedule repairs, holding more microbatches than a full batch) and
+// 3 (fewer microbatches than stages): each step's gradients equal one
+// process's on the same batch.
+func TestInterleavedShortBatches(t *testing.T) {
+	const p, v, micro = 4, 3, 8
+	refBE := cpu.New(1)
+	defer refBE.Close()
+	ref := deepNet(refBE, 1)
+	sizes := []int{8, 5, 3, 8}
+	want := make([]map[string][]float32, len(sizes))
+	for i, n := range sizes {
+		x, labels := userBatch(n)
+		nn.ZeroGrad(refBE, nn.Params(ref))
+		want[i] = gradsOf(t, refBE, ref, x, labels)
+	}
+	gs := commtest.Groups(t, p, comm.WithTimeout(30*time.Second))
+	got := make([][]map[string][]float32, p)
+	commtest.EachRank(t, gs, func(g *comm.Group) error {
+		be := cpu.New(1)
+		defer be.Close()
+		whole := deepNet(be, 1)
+		// Chunk c: the flatten (c = 0), fc<c> and its ReLU.
+		var chunks []train.Chunk
+		for k := range v {
+			c := k*p + g.Rank()
+			lo, hi := 1+2*c, min(3+2*c, len(whole.Layers))
+			if c == 0 {
+				lo = 0
+			}
+			var children []nn.Child
+			for i := lo; i < hi; i++ {
+				children = append(children, nn.Child{Name: whole.Names[i], Layer: whole.Layers[i]})
+			}
+			in, out := []int{8}, []int{8}
+			if c == 0 {
+				in = []int{1, 2, 3}
+			}
+			if c == p*v-1 {
+				out = []int{userClasses}
+			}
+			chunks = append(chunks, train.Chunk{Layer: nn.NewChain(children...), In: in, Out: out})
+		}
+		m := &zoo.Model{Name: "deep", Input: []int{1, 2, 3}, Classes: userClasses}
+		pipe, err := train.NewInterleavedPipeline(g, be, m, chunks, micro)
+		if err != nil {
+			return err
+		}
+		params := nn.Params(pipe.Layer())
+		for _, n := range sizes {
+			x, labels := userBatch(n)
+			nn.ZeroGrad(be, params)
+			if _, err := pipe.Step(context.Background(), x, labels); err != nil {
+				return fmt.Errorf("batch of %d: %w", n, err)
+			}
+			got[g.Rank()] = append(got[g.Rank()], grads(pipe.Layer()))
+		}
+		return nil
+	})
+	for i, n := range sizes {
+		merged := map[string][]float32{}
+		for r := range p {
+			for k, g := range got[r][i] {
+				merged[k] = g
+			}
+		}
+		closeTo(t, fmt.Sprintf("batch %d of %d samples", i, n), merged, want[i], 1e-5)
+	}
+}

@@ -118,9 +118,10 @@ func parseFlags(args []string) (train.Config, options, error) {
 	fs.IntVar(&cfg.Accumulate, "accumulate", 0, "batches whose gradients are summed before each optimizer step (default 1)")
 	fs.IntVar(&cfg.Pipeline, "pipeline", 0, "split the model into this many stages, one per rank (GPipe; the job must have as many ranks)")
 	fs.IntVar(&cfg.Microbatches, "microbatches", 0, "with --pipeline: microbatches per batch (default 4)")
-	fs.StringVar(&cfg.Schedule, "schedule", "", "with --pipeline: gpipe (all forwards, then all backwards), 1f1b (at most p microbatches' activations held) or zb (1f1b with each backward split: the input gradient sent back at once, the weight gradients run while waiting for a neighbour; zero-bubble ZB-H1); default gpipe")
+	fs.StringVar(&cfg.Schedule, "schedule", "", "with --pipeline: gpipe (all forwards, then all backwards), 1f1b (at most p microbatches' activations held) zb (1f1b with each backward split: the input gradient sent back at once, the weight gradients run while waiting for a neighbour; zero-bubble ZB-H1) or interleaved (1f1b over --chunks chunks per stage, the model cut into stages×chunks pieces dealt round the stages: a smaller bubble for more messages); default gpipe")
+	fs.IntVar(&cfg.Chunks, "chunks", 0, "with --schedule interleaved: chunks of the model per stage (default 2; stage s holds chunks s, s+P, …)")
 	fs.StringVar(&cfg.Balance, "balance", "", "with --pipeline, for models without stages of their own: cut where the stages' measured forward+backward times are most even (time, the default) or their parameter counts (params)")
-	fs.Func("split", "with --pipeline: cut before these layer indices instead (comma-separated, one per stage after the first; layers are the top-level ones, and a ResNet stage's residual blocks one by one; the run's description lists them)", func(v string) error {
+	fs.Func("split", "with --pipeline: cut before these layer indices instead (comma-separated, one per stage after the first, or with --chunks per chunk after the first; layers are the top-level ones, and a ResNet stage's residual blocks one by one; the run's description lists them)", func(v string) error {
 		cfg.Split = nil
 		for _, f := range strings.Split(v, ",") {
 			n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -397,7 +398,7 @@ func resolveConfig(flags train.Config, set map[string]bool, resume string) (trai
 		"threads": func() { base.Threads = flags.Threads }, "log-interval": func() { base.LogInterval = flags.LogInterval },
 		"accumulate": func() { base.Accumulate = flags.Accumulate }, "sync-bn": func() { base.SyncBatchNorm = flags.SyncBatchNorm },
 		"grad-compression": func() { base.GradCompression = flags.GradCompression }, "precision": func() { base.Precision = flags.Precision },
-		"pipeline": func() { base.Pipeline = flags.Pipeline }, "schedule": func() { base.Schedule = flags.Schedule }, "microbatches": func() { base.Microbatches = flags.Microbatches },
+		"pipeline": func() { base.Pipeline = flags.Pipeline }, "schedule": func() { base.Schedule = flags.Schedule }, "chunks": func() { base.Chunks = flags.Chunks }, "microbatches": func() { base.Microbatches = flags.Microbatches },
 		"balance": func() { base.Balance = flags.Balance }, "split": func() { base.Split = flags.Split },
 		"num-classes": func() { base.NumClasses = flags.NumClasses }, "zero-init-residual": func() { base.ZeroInitResidual = flags.ZeroInitResidual },
 		"recompute": func() { base.Recompute = flags.Recompute },

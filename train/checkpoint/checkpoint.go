@@ -84,9 +84,12 @@ type Meta struct {
 	// Stage and Stages identify one stage's file of a pipeline run.
 	Stage  int `json:"stage,omitempty"`
 	Stages int `json:"stages,omitempty"`
-	// Split is where the pipeline cut the model into stages: the index of
-	// each later stage's first piece (zoo.Spec's Pieces: top-level layers,
-	// and a ResNet stage's residual blocks one by one).
+	// Chunks is, for an interleaved pipeline, how many chunks of the
+	// model each stage held (stage s: chunks s, s+Stages, …); 0 for one.
+	Chunks int `json:"chunks,omitempty"`
+	// Split is where the pipeline cut the model into stages (or chunks):
+	// the index of each later one's first piece (zoo.Spec's Pieces:
+	// top-level layers, and a ResNet stage's residual blocks one by one).
 	Split []int `json:"split,omitempty"`
 }
 

@@ -1,0 +1,253 @@
+package train
+
+import (
+	"context"
+
+	"github.com/gorun/gorun/model/nn"
+	"github.com/gorun/gorun/model/tensor"
+)
+
+// pass is one step of a rank's schedule: a forward or a backward of one
+// microbatch through one of the rank's chunks.
+type pass struct {
+	kind  Pass // PassForward or PassBackward
+	chunk int  // the rank's chunk, 0..V−1 (the model's chunk chunk·p + rank)
+	micro int
+}
+
+// interleavedOrders returns the passes of every rank of a pipeline of p
+// ranks each holding v chunks, for m microbatches, in the interleaved 1F1B
+// order of Megatron-LM (Narayanan et al., "Efficient Large-Scale Language
+// Model Training on GPU Clusters", SC 2021): the microbatches go in groups
+// of p (the last group may be smaller); a group's forwards run through the
+// rank's first chunk, then its second, and so on, and its backwards
+// through the chunks in reverse order. Rank r first runs 2(p−r−1) +
+// (v−1)·p forwards (the warm-up: what the later chunks need before the
+// first backward can come back), then alternates one forward and one
+// backward, then runs the remaining backwards. With v = 1 this is 1F1B's
+// order.
+//
+// Each forward's input comes from the previous rank (rank 0's chunks after
+// the first: from rank p−1) and each backward's gradient from the next
+// one. When the last group is small, that warm-up can leave ranks waiting
+// on each other in a cycle (p = 4, v = 3, m = 5: Megatron-LM asks for a
+// multiple of p); so the orders are run in simulation, and a rank stuck
+// at a backward warms up with one forward more, until all finish. That
+// ends: with every forward first, no rank waits on a later one.
+func interleavedOrders(p, v, m int) [][]pass {
+	warm := make([]int, p)
+	for r := range warm {
+		warm[r] = 2*(p-r-1) + (v-1)*p
+		if v == 1 {
+			warm[r] = p - r - 1 // 1F1B's
+		}
+	}
+	orders := make([][]pass, p)
+	for {
+		for r := range orders {
+			orders[r] = orderWithWarmup(p, v, m, warm[r])
+		}
+		stuck := simulate(orders, p, v)
+		if len(stuck) == 0 {
+			return orders
+		}
+		for _, r := range stuck {
+			warm[r]++
+		}
+	}
+}
+
+// orderWithWarmup is one rank's interleaved order with warm forwards
+// before the first backward.
+func orderWithWarmup(p, v, m, warm int) []pass {
+	forwards := groupOrder(p, v, m, false)
+	backwards := groupOrder(p, v, m, true)
+	warm = min(warm, len(forwards))
+	order := make([]pass, 0, 2*len(forwards))
+	for i := range warm {
+		order = append(order, pass{PassForward, forwards[i].chunk, forwards[i].micro})
+	}
+	for i := range len(forwards) - warm {
+		f, b := forwards[warm+i], backwards[i]
+		order = append(order, pass{PassForward, f.chunk, f.micro}, pass{PassBackward, b.chunk, b.micro})
+	}
+	for _, b := range backwards[len(forwards)-warm:] {
+		order = append(order, pass{PassBackward, b.chunk, b.micro})
+	}
+	return order
+}
+
+// groupOrder lists the (chunk, microbatch) pairs of m microbatches through
+// v chunks, microbatches in groups of p, each group through the chunks in
+// order (reverse: last chunk first).
+func groupOrder(p, v, m int, reverse bool) []pass {
+	var out []pass
+	for lo := 0; lo < m; lo += p {
+		hi := min(lo+p, m)
+		for c := range v {
+			if reverse {
+				c = v - 1 - c
+			}
+			for k := lo; k < hi; k++ {
+				out = append(out, pass{chunk: c, micro: k})
+			}
+		}
+	}
+	return out
+}
+
+// slotsNeeded returns, for each of the v chunks, the most microbatches
+// whose activations order holds at once (a forward takes a slot, its
+// backward gives it back).
+func slotsNeeded(order []pass, v int) []int {
+	live, most := make([]int, v), make([]int, v)
+	for _, o := range order {
+		if o.kind == PassForward {
+			live[o.chunk]++
+			most[o.chunk] = max(most[o.chunk], live[o.chunk])
+		} else {
+			live[o.chunk]--
+		}
+	}
+	return most
+}
+
+// simulate runs the orders of all p ranks (rank r holding the model's
+// chunks r, r+p, …) as the pipeline does, sends never blocking: a rank's
+// next pass runs once its input has come (a forward needs the previous
+// chunk's forward of its microbatch, a backward the next chunk's backward
+// and its own forward). When all ranks cannot finish, it returns the ranks
+// stuck at a backward (there is one: the stuck forward first in the group
+// order waits on a rank that passed its forwards before it, so that rank
+// is stuck at a backward).
+func simulate(orders [][]pass, p, v int) []int {
+	done := map[[3]int]bool{} // kind, model chunk, microbatch
+	next := make([]int, p)
+	for {
+		progress, finished := false, true
+		for r := range p {
+			if next[r] == len(orders[r]) {
+				continue
+			}
+			finished = false
+			o := orders[r][next[r]]
+			c := o.chunk*p + r
+			var ready bool
+			if o.kind == PassForward {
+				ready = c == 0 || done[[3]int{int(PassForward), c - 1, o.micro}]
+			} else {
+				ready = done[[3]int{int(PassForward), c, o.micro}] &&
+					(c == p*v-1 || done[[3]int{int(PassBackward), c + 1, o.micro}])
+			}
+			if ready {
+				done[[3]int{int(o.kind), c, o.micro}] = true
+				next[r]++
+				progress = true
+			}
+		}
+		if finished {
+			return nil
+		}
+		if !progress {
+			var stuck []int
+			for r := range p {
+				if next[r] < len(orders[r]) && orders[r][next[r]].kind == PassBackward {
+					stuck = append(stuck, r)
+				}
+			}
+			return stuck
+		}
+	}
+}
+
+// order returns this rank's interleaved passes for m microbatches through
+// v chunks (interleavedOrders), computed once per m.
+func (p *Pipeline) order(m, v int) []pass {
+	if o, ok := p.orders[m]; ok {
+		return o
+	}
+	if p.orders == nil {
+		p.orders = map[int][]pass{}
+	}
+	o := interleavedOrders(p.stages, v, m)[p.stage]
+	p.orders[m] = o
+	return o
+}
+
+// runInterleaved runs this rank's passes in the interleaved 1F1B order
+// (interleavedOrders). A forward takes a free slot of its chunk (a chunk
+// has as many replicas as the order ever holds microbatches in it at
+// once), receives its input there and computes; a backward receives its
+// gradient into its microbatch's slot, computes and frees the slot. A
+// slot used earlier in the step is used again only once the sends made so
+// far are done: a replica's output and input gradient are sent straight
+// from its storage.
+func (p *Pipeline) runInterleaved(ctx context.Context) error {
+	m := len(p.sizes)
+	order := p.order(m, len(p.chunks))
+	for v, n := range slotsNeeded(order, len(p.chunks)) {
+		p.chunks[v].begin(m, n)
+	}
+	for _, o := range order {
+		ch := p.chunks[o.chunk]
+		if o.kind == PassForward {
+			slot := ch.free[len(ch.free)-1]
+			ch.free = ch.free[:len(ch.free)-1]
+			ch.slotOf[o.micro] = slot
+			if ch.used[slot] {
+				if err := p.waitSends(); err != nil {
+					return err
+				}
+			}
+			if !p.first(ch) {
+				if err := p.waitRecv(p.recvActivation(ctx, ch, o.micro, slot), "microbatch", o.micro, p.prev()); err != nil {
+					return err
+				}
+			}
+			if err := p.forward(ctx, ch, o.micro, slot); err != nil {
+				return err
+			}
+			continue
+		}
+		slot := ch.slotOf[o.micro]
+		if !p.final(ch) {
+			if err := p.waitRecv(p.recvGradient(ctx, ch, o.micro, slot), "the gradient of microbatch", o.micro, p.next()); err != nil {
+				return err
+			}
+		}
+		if err := p.backward(ctx, ch, o.micro, slot); err != nil {
+			return err
+		}
+		ch.used[slot] = true
+		ch.free = append(ch.free, slot)
+	}
+	return nil
+}
+
+// begin readies ch for a step of m microbatches that holds at most n at
+// once: n slots free (replicas added if a short batch's order needs more
+// than the full one's), none used yet.
+func (ch *chunk) begin(m, n int) {
+	for len(ch.replicas) < n {
+		r := ch.layer.Replica()
+		nn.ShareBuffers(ch.layer, r)
+		ch.replicas = append(ch.replicas, r)
+		ch.inBufs = append(ch.inBufs, &tensor.Tensor{})
+		ch.dyBufs = append(ch.dyBufs, &tensor.Tensor{})
+		ch.xViews = append(ch.xViews, &tensor.Tensor{})
+		ch.scales = append(ch.scales, &tensor.Tensor{})
+		ch.inDev = append(ch.inDev, nil)
+		ch.dyDev = append(ch.dyDev, nil)
+	}
+	ch.free = ch.free[:0]
+	for s := len(ch.replicas) - 1; s >= 0; s-- {
+		ch.free = append(ch.free, s)
+	}
+	if len(ch.used) != len(ch.replicas) {
+		ch.used = make([]bool, len(ch.replicas))
+	}
+	clear(ch.used)
+	if len(ch.slotOf) < m {
+		ch.slotOf = make([]int, m)
+	}
+}
