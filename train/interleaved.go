@@ -2,9 +2,9 @@ package train
 
 import (
 	"context"
+	"fmt"
 
-	"github.com/gorun/gorun/model/nn"
-	"github.com/gorun/gorun/model/tensor"
+	"github.com/gorun/gorun/comm"
 )
 
 // pass is one step of a rank's schedule: a forward or a backward of one
@@ -175,29 +175,27 @@ func (p *Pipeline) order(m, v int) []pass {
 }
 
 // runInterleaved runs this rank's passes in the interleaved 1F1B order
-// (interleavedOrders). A forward takes a free slot of its chunk (a chunk
-// has as many replicas as the order ever holds microbatches in it at
-// once), receives its input there and computes; a backward receives its
-// gradient into its microbatch's slot, computes and frees the slot. A
-// slot used earlier in the step is used again only once the sends made so
-// far are done: a replica's output and input gradient are sent straight
-// from its storage.
+// (interleavedOrders). A forward takes the free slot of its chunk that was
+// freed longest ago (a chunk has as many replicas as the order ever holds
+// microbatches in it at once), receives its input there and computes; a
+// backward receives its gradient into its microbatch's slot, computes and
+// frees the slot. A replica's output and input gradient are sent straight
+// from its storage, so a forward first waits for the send of the slot's
+// last output, and a backward for that of its last input gradient — not
+// for every send in flight, which would make this stage wait until its
+// neighbour posts receives it has no use for yet.
 func (p *Pipeline) runInterleaved(ctx context.Context) error {
 	m := len(p.sizes)
 	order := p.order(m, len(p.chunks))
 	for v, n := range slotsNeeded(order, len(p.chunks)) {
-		p.chunks[v].begin(m, n)
+		p.beginChunk(p.chunks[v], m, n)
 	}
 	for _, o := range order {
 		ch := p.chunks[o.chunk]
 		if o.kind == PassForward {
-			slot := ch.free[len(ch.free)-1]
-			ch.free = ch.free[:len(ch.free)-1]
-			ch.slotOf[o.micro] = slot
-			if ch.used[slot] {
-				if err := p.waitSends(); err != nil {
-					return err
-				}
+			slot := ch.take(o.micro)
+			if err := p.waitSent(ch.outSent, slot); err != nil {
+				return err
 			}
 			if !p.first(ch) {
 				if err := p.waitRecv(p.recvActivation(ctx, ch, o.micro, slot), "microbatch", o.micro, p.prev()); err != nil {
@@ -215,38 +213,59 @@ func (p *Pipeline) runInterleaved(ctx context.Context) error {
 				return err
 			}
 		}
+		if err := p.waitSent(ch.gradSent, slot); err != nil {
+			return err
+		}
 		if err := p.backward(ctx, ch, o.micro, slot); err != nil {
 			return err
 		}
-		ch.used[slot] = true
-		ch.free = append(ch.free, slot)
+		ch.release(slot)
 	}
 	return nil
 }
 
-// begin readies ch for a step of m microbatches that holds at most n at
-// once: n slots free (replicas added if a short batch's order needs more
-// than the full one's), none used yet.
-func (ch *chunk) begin(m, n int) {
-	for len(ch.replicas) < n {
-		r := ch.layer.Replica()
-		nn.ShareBuffers(ch.layer, r)
-		ch.replicas = append(ch.replicas, r)
-		ch.inBufs = append(ch.inBufs, &tensor.Tensor{})
-		ch.dyBufs = append(ch.dyBufs, &tensor.Tensor{})
-		ch.xViews = append(ch.xViews, &tensor.Tensor{})
-		ch.scales = append(ch.scales, &tensor.Tensor{})
-		ch.inDev = append(ch.inDev, nil)
-		ch.dyDev = append(ch.dyDev, nil)
+// waitSent waits for the send recorded for slot in sent, if any.
+func (p *Pipeline) waitSent(sent []*comm.Work, slot int) error {
+	if w := sent[slot]; w != nil {
+		if err := w.Wait(); err != nil {
+			return fmt.Errorf("stage %d: sending: %w", p.stage, err)
+		}
+		sent[slot] = nil
 	}
-	ch.free = ch.free[:0]
-	for s := len(ch.replicas) - 1; s >= 0; s-- {
-		ch.free = append(ch.free, s)
+	return nil
+}
+
+// take gives microbatch k the free slot freed longest ago.
+func (ch *chunk) take(k int) int {
+	slot := -1
+	for s, at := range ch.freedAt {
+		if at >= 0 && (slot < 0 || at < ch.freedAt[slot]) {
+			slot = s
+		}
 	}
-	if len(ch.used) != len(ch.replicas) {
-		ch.used = make([]bool, len(ch.replicas))
+	ch.freedAt[slot] = -1
+	ch.slotOf[k] = slot
+	return slot
+}
+
+// release frees slot.
+func (ch *chunk) release(slot int) {
+	ch.freed++
+	ch.freedAt[slot] = ch.freed
+}
+
+// beginChunk readies ch for a step of m microbatches that holds at most n at
+// once: n slots, all free (more added if a short batch's order needs more
+// than the full one's); no sends in flight (the last step waited for
+// them).
+func (p *Pipeline) beginChunk(ch *chunk, m, n int) {
+	p.addSlots(ch, n)
+	for s := range ch.freedAt {
+		ch.freedAt[s] = 0
 	}
-	clear(ch.used)
+	ch.freed = 0
+	clear(ch.outSent)
+	clear(ch.gradSent)
 	if len(ch.slotOf) < m {
 		ch.slotOf = make([]int, m)
 	}

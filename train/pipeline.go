@@ -85,9 +85,14 @@ type chunk struct {
 	xViews, scales    []*tensor.Tensor // stage 0: microbatch views of the batch; last: loss scales
 	inDev, dyDev      []*tensor.Tensor
 	outHost, dxHost   [][]float32
-	slotOf            []int  // interleaved: the slot of each microbatch in flight
-	free              []int  // interleaved: slots not in use
-	used              []bool // interleaved: slots used in this step (their sends may be in flight)
+	// The interleaved schedule's slot bookkeeping: the slot of each
+	// microbatch in flight; per slot, when it was freed (−1: in use), and
+	// the last sends of its output and of its input gradient, if they may
+	// be in flight.
+	slotOf            []int
+	freedAt           []int
+	freed             int
+	outSent, gradSent []*comm.Work
 }
 
 // Event is one pass of one microbatch on one stage (through the stage's
@@ -166,32 +171,13 @@ func newPipeline(g *comm.Group, be tensor.Backend, m *zoo.Model, chunks []Chunk,
 	case "interleaved":
 		slots = slotsNeeded(p.order(micro, len(chunks)), len(chunks))
 	}
-	var shared []nn.Layer // every layer but the first chunk's original
 	for v, c := range chunks {
 		ch := &chunk{index: v*p.stages + p.stage, layer: c.Layer,
 			inShape: append([]int(nil), c.In...), outShape: append([]int(nil), c.Out...)}
-		for k := range slots[v] {
-			r := c.Layer
-			if k > 0 {
-				r = c.Layer.Replica()
-			}
-			ch.replicas = append(ch.replicas, r)
-			ch.inBufs = append(ch.inBufs, &tensor.Tensor{})
-			ch.dyBufs = append(ch.dyBufs, &tensor.Tensor{})
-			ch.xViews = append(ch.xViews, &tensor.Tensor{})
-			ch.scales = append(ch.scales, &tensor.Tensor{})
-			ch.inDev = append(ch.inDev, nil)
-			ch.dyDev = append(ch.dyDev, nil)
-			if v > 0 || k > 0 {
-				shared = append(shared, r)
-			}
-		}
 		ch.outHost, ch.dxHost = make([][]float32, micro), make([][]float32, micro)
 		p.chunks = append(p.chunks, ch)
+		p.addSlots(ch, slots[v])
 	}
-	// The passes run one at a time: every replica of every chunk borrows
-	// its gradient buffers from one pool.
-	nn.ShareBuffers(chunks[0].Layer, shared...)
 	p.layer = chunks[0].Layer
 	if len(chunks) > 1 {
 		// The rank's parameters, for the optimizer and checkpoints, are
@@ -209,6 +195,32 @@ func newPipeline(g *comm.Group, be tensor.Backend, m *zoo.Model, chunks []Chunk,
 		}
 	}
 	return p, nil
+}
+
+// addSlots gives ch n slots: a replica of its layers each (the first, the
+// layers themselves) with its buffers. The passes run one at a time: every
+// replica of every chunk borrows its gradient buffers from the first
+// chunk's pool (nn.ShareBuffers).
+func (p *Pipeline) addSlots(ch *chunk, n int) {
+	for len(ch.replicas) < n {
+		r := ch.layer
+		if len(ch.replicas) > 0 {
+			r = ch.layer.Replica()
+		}
+		if owner := p.chunks[0].layer; r != owner {
+			nn.ShareBuffers(owner, r)
+		}
+		ch.replicas = append(ch.replicas, r)
+		ch.inBufs = append(ch.inBufs, &tensor.Tensor{})
+		ch.dyBufs = append(ch.dyBufs, &tensor.Tensor{})
+		ch.xViews = append(ch.xViews, &tensor.Tensor{})
+		ch.scales = append(ch.scales, &tensor.Tensor{})
+		ch.inDev = append(ch.inDev, nil)
+		ch.dyDev = append(ch.dyDev, nil)
+		ch.freedAt = append(ch.freedAt, 0)
+		ch.outSent = append(ch.outSent, nil)
+		ch.gradSent = append(ch.gradSent, nil)
+	}
 }
 
 // chainChildren returns l's children when it is a chain, else l as one
@@ -574,7 +586,9 @@ func (p *Pipeline) forward(ctx context.Context, ch *chunk, k, slot int) error {
 	}
 	p.Events = append(p.Events, Event{Stage: p.stage, Chunk: ch.index / p.stages, Micro: k, Pass: PassForward, Start: t0, End: time.Now()})
 	if !p.final(ch) {
-		p.sends = append(p.sends, p.g.SendAsync(ctx, hostRows(y, &ch.outHost[k]), p.next(), activationTag(ch.index)))
+		w := p.g.SendAsync(ctx, hostRows(y, &ch.outHost[k]), p.next(), activationTag(ch.index))
+		p.sends = append(p.sends, w)
+		ch.outSent[slot] = w
 	}
 	return deviceErr(p.be)
 }
@@ -602,7 +616,9 @@ func (p *Pipeline) backward(ctx context.Context, ch *chunk, k, slot int) error {
 	}
 	p.Events = append(p.Events, Event{Stage: p.stage, Chunk: ch.index / p.stages, Micro: k, Pass: PassBackward, Start: t0, End: time.Now()})
 	if !p.first(ch) {
-		p.sends = append(p.sends, p.g.SendAsync(ctx, hostRows(dx, &ch.dxHost[k]), p.prev(), gradientTag(ch.index)))
+		w := p.g.SendAsync(ctx, hostRows(dx, &ch.dxHost[k]), p.prev(), gradientTag(ch.index))
+		p.sends = append(p.sends, w)
+		ch.gradSent[slot] = w
 	}
 	return deviceErr(p.be)
 }
