@@ -160,16 +160,24 @@ func simulate(orders [][]pass, p, v int) []int {
 	}
 }
 
-// order returns this rank's interleaved passes for m microbatches through
-// v chunks (interleavedOrders), computed once per m.
-func (p *Pipeline) order(m, v int) []pass {
+// rankOrder is this rank's interleaved schedule for one microbatch count:
+// its passes, and how many microbatches each chunk holds at most.
+type rankOrder struct {
+	passes []pass
+	slots  []int
+}
+
+// order returns this rank's interleaved schedule for m microbatches
+// through v chunks (interleavedOrders), worked out once per m.
+func (p *Pipeline) order(m, v int) rankOrder {
 	if o, ok := p.orders[m]; ok {
 		return o
 	}
 	if p.orders == nil {
-		p.orders = map[int][]pass{}
+		p.orders = map[int]rankOrder{}
 	}
-	o := interleavedOrders(p.stages, v, m)[p.stage]
+	passes := interleavedOrders(p.stages, v, m)[p.stage]
+	o := rankOrder{passes, slotsNeeded(passes, v)}
 	p.orders[m] = o
 	return o
 }
@@ -187,10 +195,10 @@ func (p *Pipeline) order(m, v int) []pass {
 func (p *Pipeline) runInterleaved(ctx context.Context) error {
 	m := len(p.sizes)
 	order := p.order(m, len(p.chunks))
-	for v, n := range slotsNeeded(order, len(p.chunks)) {
+	for v, n := range order.slots {
 		p.beginChunk(p.chunks[v], m, n)
 	}
-	for _, o := range order {
+	for _, o := range order.passes {
 		ch := p.chunks[o.chunk]
 		if o.kind == PassForward {
 			slot := ch.take(o.micro)

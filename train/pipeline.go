@@ -51,9 +51,8 @@ type Pipeline struct {
 	offs   []int
 	loss   float32
 	sends  []*comm.Work
-	// orders caches the interleaved schedule's passes of this rank, by
-	// microbatch count.
-	orders map[int][]pass
+	// orders caches this rank's interleaved schedule by microbatch count.
+	orders map[int]rankOrder
 
 	// Timeline of the last step, the last full batch's, and totals for
 	// the bubble fraction.
@@ -169,7 +168,7 @@ func newPipeline(g *comm.Group, be tensor.Backend, m *zoo.Model, chunks []Chunk,
 		slots[0] = min(micro, p.stages, p.stages-p.stage+1)
 		nn.DeferWeightGrads(chunks[0].Layer, true)
 	case "interleaved":
-		slots = slotsNeeded(p.order(micro, len(chunks)), len(chunks))
+		slots = p.order(micro, len(chunks)).slots
 	}
 	for v, c := range chunks {
 		ch := &chunk{index: v*p.stages + p.stage, layer: c.Layer,
@@ -200,10 +199,11 @@ func newPipeline(g *comm.Group, be tensor.Backend, m *zoo.Model, chunks []Chunk,
 // addSlots gives ch n slots: a replica of its layers each (the first, the
 // layers themselves) with its buffers. The passes run one at a time: a
 // chunk's replicas borrow their gradient buffers from its layers' pool
-// (nn.ShareBuffers). (One pool for all the chunks took ResNet-50's
-// interleaved steps from 5.3 to 7.1 s and its memory up by a fifth: the
-// chunks' tensors differ in size, and requests of one chunk kept finding
-// the storage of another's size classes.)
+// (nn.ShareBuffers). (One pool for all the chunks made ResNet-50's
+// passes a third slower, 12.3 s of compute a step of 8 microbatches
+// against 9.1, and its memory a fifth larger, one run each: the chunks'
+// tensors differ in size, and one chunk's requests kept missing the
+// storage another's had left in the pool.)
 func (p *Pipeline) addSlots(ch *chunk, n int) {
 	for len(ch.replicas) < n {
 		r := ch.layer
