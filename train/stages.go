@@ -199,7 +199,7 @@ func planStages(ctx context.Context, g *comm.Group, be tensor.Backend, spec *zoo
 // checkSplit validates explicit split points cutting pieces into parts.
 func checkSplit(split []int, parts, pieces int) error {
 	if len(split) != parts-1 {
-		return fmt.Errorf("pipeline: split %v: %d stages need %d split points", split, parts, parts-1)
+		return fmt.Errorf("pipeline: split %v: %d parts (stages, or chunks with the interleaved schedule) need %d split points", split, parts, parts-1)
 	}
 	prev := 0
 	for _, s := range split {
