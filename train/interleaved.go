@@ -188,10 +188,15 @@ func (p *Pipeline) order(m, v int) rankOrder {
 // microbatches in it at once), receives its input there and computes; a
 // backward receives its gradient into its microbatch's slot, computes and
 // frees the slot. A replica's output and input gradient are sent straight
-// from its storage, so a forward first waits for the send of the slot's
-// last output, and a backward for that of its last input gradient — not
-// for every send in flight, which would make this stage wait until its
-// neighbour posts receives it has no use for yet.
+// from its storage, which may be the slot's received input or gradient
+// (a chunk of layers that pass their input through, or compute the
+// gradient in place: a ReLU), so a forward first waits for the send of
+// the slot's last output, and a backward for that of its last input
+// gradient, before anything is received into the slot — not for every
+// send in flight, which would make this stage wait until its neighbour
+// posts receives it has no use for yet. (Received first, the race pass of
+// TestPipelineMatchesOneProcess caught a gradient arriving in storage
+// still being sent from.)
 func (p *Pipeline) runInterleaved(ctx context.Context) error {
 	m := len(p.sizes)
 	order := p.order(m, len(p.chunks))
@@ -216,13 +221,13 @@ func (p *Pipeline) runInterleaved(ctx context.Context) error {
 			continue
 		}
 		slot := ch.slotOf[o.micro]
+		if err := p.waitSent(ch.gradSent, slot); err != nil {
+			return err
+		}
 		if !p.final(ch) {
 			if err := p.waitRecv(p.recvGradient(ctx, ch, o.micro, slot), "the gradient of microbatch", o.micro, p.next()); err != nil {
 				return err
 			}
-		}
-		if err := p.waitSent(ch.gradSent, slot); err != nil {
-			return err
 		}
 		if err := p.backward(ctx, ch, o.micro, slot); err != nil {
 			return err
