@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"github.com/gorun/gorun/model/amp"
 	"math"
+	"slices"
 	"strings"
 
 	"github.com/gorun/gorun/model/nn"
@@ -185,7 +186,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--pipeline %d: want 2 or more stages (0 or 1: none)", c.Pipeline)
 	case c.Microbatches < 0:
 		return fmt.Errorf("--microbatches %d: want 1 or more", c.Microbatches)
-	case !validName(c.Schedule, "", "gpipe", "1f1b", "zb", "interleaved") || c.Schedule != strings.ToLower(c.Schedule):
+	case !slices.Contains([]string{"", "gpipe", "1f1b", "zb", "interleaved"}, c.Schedule):
 		return fmt.Errorf("--schedule %q: want gpipe, 1f1b, zb or interleaved", c.Schedule)
 	case c.Chunks < 0 || c.Chunks == 1:
 		return fmt.Errorf("--chunks %d: want 2 or more chunks per stage", c.Chunks)

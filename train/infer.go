@@ -57,7 +57,7 @@ func LoadClassifier(path, model, labels string, be tensor.Backend) (*Classifier,
 	m.Net.SetTraining(false)
 	nn.SetGradEnabled(m.Net, false)
 	c := &Classifier{Model: m, be: be}
-	if meta != nil && (meta.Model == model || pipelineModel(meta.Model, meta.Stages) == model) {
+	if meta != nil && (meta.Model == model || pipelineModel(meta.Model, meta.Stages, meta.Chunks) == model) {
 		c.Classes, c.Mean, c.Std, c.Dataset = meta.Classes, meta.Mean, meta.Std, meta.Dataset
 	}
 	if labels != "" || c.Classes == nil {
@@ -241,9 +241,10 @@ func buildSaved(model string, meta *checkpoint.Meta, be tensor.Backend) (*zoo.Mo
 	return spec.Build(be, rand.New(rand.NewPCG(0, 0)).Uint64()), nil
 }
 
-// pipelineModel is the zoo model a pipeline of stages trains for model.
-func pipelineModel(model string, stages int) string {
-	if stages == 3 && model == "cifarnet" {
+// pipelineModel is the zoo model a pipeline of stages, each holding
+// chunks chunks (0 or 1: one), trains for model.
+func pipelineModel(model string, stages, chunks int) string {
+	if stages == 3 && chunks <= 1 && model == "cifarnet" {
 		return "cifarnet-staged" // seed 000's three stages
 	}
 	return model
@@ -259,7 +260,7 @@ func loadStages(path string, be tensor.Backend) (*zoo.Model, *checkpoint.Meta, e
 	if meta.Stages < 2 {
 		return nil, nil, fmt.Errorf("%s is not a pipeline stage's file", StagePath(path, 0))
 	}
-	name := pipelineModel(meta.Model, meta.Stages)
+	name := pipelineModel(meta.Model, meta.Stages, meta.Chunks)
 	spec, err := zoo.Lookup(name)
 	if err != nil {
 		return nil, nil, err

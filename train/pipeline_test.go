@@ -652,3 +652,24 @@ func TestResumeRefusesOtherChunks(t *testing.T) {
 		}
 	}
 }
+
+// TestPipelineModel: CIFARNet in 3 stages is seed 000's StagedCIFARNet,
+// whose 3 pieces cannot be cut into interleaved chunks: with chunks it is
+// the plain model.
+func TestPipelineModel(t *testing.T) {
+	for _, c := range []struct {
+		model          string
+		stages, chunks int
+		want           string
+	}{
+		{"cifarnet", 3, 0, "cifarnet-staged"},
+		{"cifarnet", 3, 1, "cifarnet-staged"},
+		{"cifarnet", 3, 2, "cifarnet"},
+		{"cifarnet", 2, 0, "cifarnet"},
+		{"mnist", 3, 0, "mnist"},
+	} {
+		if got := pipelineModel(c.model, c.stages, c.chunks); got != c.want {
+			t.Errorf("pipelineModel(%s, %d, %d) = %s, want %s", c.model, c.stages, c.chunks, got, c.want)
+		}
+	}
+}

@@ -152,7 +152,7 @@ func New(ctx context.Context, cfg Config, be tensor.Backend, train, test *data.D
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	spec, err := zoo.Lookup(pipelineModel(cfg.Model, cfg.Pipeline))
+	spec, err := zoo.Lookup(pipelineModel(cfg.Model, cfg.Pipeline, cfg.chunks()))
 	if err != nil {
 		return nil, err
 	}
