@@ -33,34 +33,40 @@ const (
 )
 
 // flow is one peer's receive-side flow control. Frames that come before
-// their receive is posted are copied into memory of their own; a peer
-// that keeps running ahead (the senders of a stream of Reduce or Gather
-// calls, which need nothing back) would make that memory grow without
-// bound and every such frame cost a fresh allocation and an extra copy.
-// So the reader goroutine stops reading a peer whose early frames hold
-// maxEarlyBytes or more, leaving the rest in the socket, where TCP's own
-// flow control holds the sender back — unless a wait on that peer is
-// still unfilled: its frame may be behind the early ones, and a wait
-// always gets its data (no program that worked without the limit can hang
-// because of it) — and unless some wait of this rank, on any peer, has
-// waited stallRelease: a peer that died with its last frames still
-// unsent behind a full window sends its end only once this rank reads
-// them, and that death must reach the ranks waiting elsewhere.
+// their receive is posted are copied into memory of their own, then
+// copied again into the receive once it is posted; a peer that keeps
+// running ahead (the senders of a stream of Reduce or Gather calls, which
+// need nothing back, or of a loop of all-to-alls) would make that memory
+// grow without bound, and every such frame costs an allocation and a
+// second copy. So the reader goroutine reads a frame early only while
+// the early frames, with it, hold at most maxEarlyBytes: the rest, large
+// frames always, stays in the socket, where TCP's own flow control holds
+// the sender back, until its receive is posted and the frame is read
+// straight into it — unless a wait on that peer is still unfilled: its
+// frame may be behind the early ones, and a wait always gets its data (no
+// program that worked without the limit can hang because of it) — and
+// unless some wait of this rank, on any peer, has waited stallRelease: a
+// peer that died with its last frames still unsent behind a full window
+// sends its end only once this rank reads them, and that death must
+// reach the ranks waiting elsewhere.
 type flow struct {
 	early    atomic.Int64  // bytes of early frames held
 	unfilled atomic.Int32  // waits on this peer whose frame has not come
 	stalled  *atomic.Int32 // the transport's waits past stallRelease
 }
 
-// maxEarlyBytes is how much a peer's early frames may hold before its
-// reader pauses: a few of the collectives' 1 MiB frames, which the
-// recycled buffers (maxSpares of maxSpareBytes) cover without allocating.
-const maxEarlyBytes = 4 << 20
+// maxEarlyBytes is how much a peer's early frames may hold: small
+// messages, whose early reading costs little, but none of the collectives'
+// large frames. With 4 MiB (a few 1 MiB frames read early), a loop of
+// 16 MiB all-to-alls between two ranks over loopback TCP spent a fifth
+// of its time copying early frames out (HISTORY.md, "TCP: large frames
+// wait in the socket").
+const maxEarlyBytes = 128 << 10
 
-// paused reports whether the reader should leave the next frame, which
-// would be an early one, in the socket.
-func (f *flow) paused() bool {
-	return f.early.Load() >= maxEarlyBytes && f.unfilled.Load() == 0 && f.stalled.Load() == 0
+// paused reports whether the reader should leave the next frame, of size
+// bytes, which would be an early one, in the socket.
+func (f *flow) paused(size uint64) bool {
+	return uint64(f.early.Load())+size > maxEarlyBytes && f.unfilled.Load() == 0 && f.stalled.Load() == 0
 }
 
 // stallRelease is how long a wait goes before every paused peer is read

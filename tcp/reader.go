@@ -115,7 +115,7 @@ func (t *Transport) step(p *peer, fd int) error {
 		if err != nil {
 			return fmt.Errorf("corrupt frame: %w", err)
 		}
-		if isData(h.Kind) && p.flow.paused() && p.box(h.Stream).queues() {
+		if isData(h.Kind) && p.flow.paused(h.Len) && p.box(h.Stream).queues() {
 			return errAgain // the frame stays in the stage; a wait reads it (flow)
 		}
 		rs.beg += HeaderSize

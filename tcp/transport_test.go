@@ -357,10 +357,11 @@ func TestSteadyStateAllocatesNothing(t *testing.T) {
 	}
 }
 
-// TestEarlyFramesAllocateNothing: frames that arrive before their receive
-// is posted (a peer already in its next call) are buffered in recycled
-// buffers, so they too allocate nothing once warm, and each lands in the
-// receive posted for it, in order.
+// TestEarlyFramesAllocateNothing: small frames that arrive before their
+// receive is posted (a peer already in its next call) are buffered in
+// recycled buffers, so they too allocate nothing once warm; large ones
+// wait in the socket and are read straight into their receive; each lands
+// in the receive posted for it, in order.
 func TestEarlyFramesAllocateNothing(t *testing.T) {
 	ts := mesh(t, 2, Config{Spin: 20 * time.Microsecond}, nil)
 	ctx := context.Background()
@@ -368,9 +369,13 @@ func TestEarlyFramesAllocateNothing(t *testing.T) {
 	arrived := func(k int) bool { // k early frames are complete
 		box.mu.Lock()
 		defer box.mu.Unlock()
-		return len(box.early) == k && box.early[k-1].arrived
+		return len(box.early) == k && (k == 0 || box.early[k-1].arrived)
 	}
 	for _, size := range []int{8, smallFrame + 1, 1 << 20} {
+		early := 2 // frames read before their receive is posted
+		if 2*size > maxEarlyBytes {
+			early = 0
+		}
 		a, b := bytes.Repeat([]byte{1}, size), bytes.Repeat([]byte{2}, size)
 		bufA, bufB := make([]byte, size), make([]byte, size)
 		round := func() {
@@ -379,11 +384,17 @@ func TestEarlyFramesAllocateNothing(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			for deadline := time.Now().Add(10 * time.Second); !arrived(2); {
+			for deadline := time.Now().Add(10 * time.Second); !arrived(early); {
 				if time.Now().After(deadline) {
 					t.Fatalf("%d-byte frames: not both read by rank 1's transport within 10 s", size)
 				}
 				time.Sleep(10 * time.Microsecond)
+			}
+			if early == 0 {
+				time.Sleep(5 * time.Millisecond) // time to read them, were they read early
+				if !arrived(0) {
+					t.Fatalf("%d-byte frames read before their receive was posted, want them left in the socket", size)
+				}
 			}
 			for i, buf := range [][]byte{bufA, bufB} {
 				ticket, _ := ts[1].Post(0, 3, buf)
@@ -513,47 +524,65 @@ func TestGone(t *testing.T) {
 
 // TestEarlyFramesBounded: a peer that sends far ahead of this rank's
 // receives (a stream of Reduce or Gather calls) is held back by TCP once
-// the frames queued early hold maxEarlyBytes: memory stays bounded and the
-// sender blocks, and every frame still arrives, in order, once this rank
-// receives.
+// the frames queued early hold maxEarlyBytes — frames larger than that
+// are never read early: memory stays bounded, the sender blocks, and
+// every frame still arrives, in order, once this rank receives.
 func TestEarlyFramesBounded(t *testing.T) {
-	ts := mesh(t, 2, Config{}, nil)
-	ctx := context.Background()
-	const frames, size = 64, 256 << 10 // 16 MiB, four times the limit
-	sent := make(chan int, frames)
-	go func() {
-		payload := make([]byte, size)
-		for i := range frames {
-			payload[0] = byte(i)
-			if err := ts[0].Send(ctx, 1, 1, [4]uint64{uint64(i)}, payload); err != nil {
-				t.Error(err)
-				break
+	for _, tc := range []struct {
+		name         string
+		frames, size int
+		wantEarly    bool // some frames are read before their receive
+	}{
+		{"small frames", 1024, 16 << 10, true},
+		{"large frames", 64, 256 << 10, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ts := mesh(t, 2, Config{}, nil)
+			ctx := context.Background()
+			frames, size := tc.frames, tc.size // 16 MiB
+			sent := make(chan int, frames)
+			go func() {
+				payload := make([]byte, size)
+				for i := range frames {
+					payload[0] = byte(i)
+					if err := ts[0].Send(ctx, 1, 1, [4]uint64{uint64(i)}, payload); err != nil {
+						t.Error(err)
+						break
+					}
+					sent <- i
+				}
+				close(sent)
+			}()
+			time.Sleep(300 * time.Millisecond) // the sender runs as far ahead as it can
+			p := ts[1].peers[0]
+			early := p.flow.early.Load()
+			if early > maxEarlyBytes {
+				t.Errorf("%d bytes held in early frames, want at most %d", early, maxEarlyBytes)
 			}
-			sent <- i
-		}
-		close(sent)
-	}()
-	time.Sleep(300 * time.Millisecond) // the sender runs as far ahead as it can
-	p := ts[1].peers[0]
-	if early := p.flow.early.Load(); early > maxEarlyBytes+size {
-		t.Errorf("%d bytes held in early frames, want at most %d", early, maxEarlyBytes+size)
-	}
-	if len(sent) == frames {
-		t.Errorf("all %d frames (%d MiB) sent before any receive: the sender was not held back", frames, frames*size>>20)
-	}
-	buf := make([]byte, size)
-	for i := range frames {
-		tk, err := ts[1].Post(0, 1, buf)
-		if err != nil {
-			t.Fatal(err)
-		}
-		meta, n, err := ts[1].Wait(ctx, 0, 1, tk)
-		if err != nil || n != size || meta[0] != uint64(i) || buf[0] != byte(i) {
-			t.Fatalf("frame %d: meta %v, %d bytes, first byte %d, %v", i, meta, n, buf[0], err)
-		}
-	}
-	if early := p.flow.early.Load(); early != 0 {
-		t.Errorf("%d bytes still counted as early after every frame was received", early)
+			if tc.wantEarly && early == 0 {
+				t.Errorf("no %d-byte frame read early, want up to %d bytes of them", size, maxEarlyBytes)
+			}
+			if !tc.wantEarly && early != 0 {
+				t.Errorf("%d bytes of %d-byte frames read early, want them left in the socket", early, size)
+			}
+			if len(sent) == frames {
+				t.Errorf("all %d frames (%d MiB) sent before any receive: the sender was not held back", frames, frames*size>>20)
+			}
+			buf := make([]byte, size)
+			for i := range frames {
+				tk, err := ts[1].Post(0, 1, buf)
+				if err != nil {
+					t.Fatal(err)
+				}
+				meta, n, err := ts[1].Wait(ctx, 0, 1, tk)
+				if err != nil || n != size || meta[0] != uint64(i) || buf[0] != byte(i) {
+					t.Fatalf("frame %d: meta %v, %d bytes, first byte %d, %v", i, meta, n, buf[0], err)
+				}
+			}
+			if early := p.flow.early.Load(); early != 0 {
+				t.Errorf("%d bytes still counted as early after every frame was received", early)
+			}
+		})
 	}
 }
 
@@ -600,7 +629,7 @@ func TestWaitReadsPastTheLimit(t *testing.T) {
 // them in the socket.
 func TestDeathBehindEarlyFrames(t *testing.T) {
 	ts := mesh(t, 3, Config{}, nil)
-	const frames, size = 32, 256 << 10 // 8 MiB from rank 2, never received
+	const frames, size = 512, 16 << 10 // 8 MiB from rank 2, never received
 	go func() {
 		payload := make([]byte, size)
 		for i := range frames {
