@@ -83,6 +83,13 @@ type Settings struct {
 	// halving-doubling above SmallBytes; the ring runs above it
 	// (GORUN_HALVING_BYTES; 0: DefaultHalvingBytes, -1: never).
 	HalvingBytes int
+	// BruckBytes is the block size up to which all-to-alls use Bruck's
+	// algorithm, log2(n) messages per rank instead of n−1
+	// (GORUN_BRUCK_BYTES; -1: never; 0: DefaultBruckBytes in groups of at
+	// least BruckMinRanks with a member across the network; a size set
+	// applies to every group of more than two). All ranks must use the
+	// same value.
+	BruckBytes int
 	// Compress sends large payloads compressed with S2.
 	Compress bool
 	// Addr is the address peers reach this rank's data port by; empty: the
@@ -134,6 +141,13 @@ const (
 	// folds frames in as they land, wins or ties at every size, so groups
 	// whose members all share memory never use it (bench/results/HISTORY.md).
 	DefaultHalvingBytes = 4 << 20
+	// DefaultBruckBytes and BruckMinRanks: over loopback TCP on the
+	// 2-core test machine Bruck's all-to-all beat pairwise exchange at 8
+	// ranks with blocks of 16 B to 8 KiB and at 16 ranks with 8 B to 4
+	// KiB (1.3–3.3×), and lost at 4 ranks; through shared memory it lost
+	// at 4, 8 and 16 ranks (bench/results/HISTORY.md).
+	DefaultBruckBytes = 4 << 10
+	BruckMinRanks     = 8
 	// DefaultNetChunkBytes: over loopback TCP at np = 2, 128 KiB chunks
 	// were faster for large all-reduces than 1 MiB ones (and than 64 or
 	// 256 KiB): a chunk the kernel has just copied in is still in the
@@ -183,6 +197,10 @@ func WithOneShotBytes(n int) Option { return func(s *Settings) { s.OneShotBytes 
 // WithHalvingBytes sets the size up to which all-reduces among more than
 // two ranks use halving-doubling instead of the ring; -1 disables it.
 func WithHalvingBytes(n int) Option { return func(s *Settings) { s.HalvingBytes = n } }
+
+// WithBruckBytes sets the block size up to which all-to-alls among more
+// than two ranks use Bruck's algorithm; -1 disables it.
+func WithBruckBytes(n int) Option { return func(s *Settings) { s.BruckBytes = n } }
 
 // WithChunkBytes sets the pipelining chunk of the ring algorithms.
 func WithChunkBytes(n int) Option { return func(s *Settings) { s.ChunkBytes = n } }
@@ -311,6 +329,7 @@ func ResolveSettings(getenv func(string) string, opts ...Option) (Settings, erro
 	s.ChunkBytes = e.int("GORUN_CHUNK_BYTES", 0)
 	s.OneShotBytes = e.int("GORUN_ONESHOT_BYTES", 0)
 	s.HalvingBytes = e.int("GORUN_HALVING_BYTES", 0)
+	s.BruckBytes = e.int("GORUN_BRUCK_BYTES", 0)
 	switch c := getenv("GORUN_COMPRESS"); c {
 	case "", "0", "none", "off":
 	case "1", "s2", "on":

@@ -271,7 +271,7 @@ func newGroup(w *world, id uint32, peers []int, rank int) *Group {
 		id: id,
 		ring: ring.Collectives{T: w.data, Peers: peers, Rank: rank, Stream: id << 16,
 			SmallBytes: s.SmallBytes, ChunkBytes: chunkBytes(w, peers), OneShotBytes: oneShotBytes(w, peers),
-			HalvingBytes: halvingBytes(w, peers)},
+			HalvingBytes: halvingBytes(w, peers), BruckBytes: bruckBytes(w, peers)},
 		sendSeq: map[[2]int]uint64{},
 		recvSeq: map[[2]int]uint64{},
 		senders: map[int]chan queued{},
@@ -413,7 +413,8 @@ func hierarchy(w *world, id uint32, peers []int, rank int) *ring.Hierarchy {
 	}
 	sub := func(p []int, r int, stream uint32) *ring.Collectives {
 		return &ring.Collectives{T: w.data, Peers: p, Rank: r, Stream: id<<16 | stream,
-			SmallBytes: s.SmallBytes, ChunkBytes: chunkBytes(w, p), OneShotBytes: oneShotBytes(w, p), HalvingBytes: halvingBytes(w, p)}
+			SmallBytes: s.SmallBytes, ChunkBytes: chunkBytes(w, p), OneShotBytes: oneShotBytes(w, p), HalvingBytes: halvingBytes(w, p),
+			BruckBytes: bruckBytes(w, p)}
 	}
 	x := sub(cross, slices.Index(cross, peers[rank]), crossStream)
 	x.Costs = costsFor(w, cross, l) // the l cross groups share each host's link
@@ -446,6 +447,24 @@ func halvingBytes(w *world, peers []int) int {
 		return DefaultHalvingBytes
 	}
 	return n
+}
+
+// bruckBytes is the block size up to which a group's all-to-alls use
+// Bruck's algorithm: the setting when there is one (-1: never); by
+// default DefaultBruckBytes for groups of at least BruckMinRanks with a
+// member reached over the network, and never for the rest, where
+// pairwise exchange won or tied at every size measured. Every member
+// computes the same answer.
+func bruckBytes(w *world, peers []int) int {
+	switch n := w.settings.BruckBytes; {
+	case n < 0:
+		return 0
+	case n > 0:
+		return n
+	case len(peers) < BruckMinRanks || allShared(w, peers):
+		return 0
+	}
+	return DefaultBruckBytes
 }
 
 // allShared tells whether this rank reaches every other member of peers

@@ -155,3 +155,31 @@ func TestStepFor(t *testing.T) {
 		t.Errorf("one host: step %v, want 0", got)
 	}
 }
+
+// TestBruckBytes: Bruck's all-to-all is the default only in groups of at
+// least BruckMinRanks with a member across the network (here: no shared
+// memory at all); a size set applies to every group, and -1 turns it off.
+func TestBruckBytes(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		setting int
+		ranks   int
+		want    int
+	}{
+		{"default, small group", 0, BruckMinRanks - 1, 0},
+		{"default, large group", 0, BruckMinRanks, DefaultBruckBytes},
+		{"set, small group", 512, 3, 512},
+		{"off", -1, 64, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := &world{settings: Settings{BruckBytes: tc.setting}, data: &dataPath{}}
+			peers := make([]int, tc.ranks)
+			for i := range peers {
+				peers[i] = i
+			}
+			if got := bruckBytes(w, peers); got != tc.want {
+				t.Errorf("bruckBytes = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}

@@ -70,7 +70,7 @@ func TestCollectivesMultiProcess(t *testing.T) {
 		{"default", nil}, // shared memory: every rank is on this machine
 		{"tcp", []string{"GORUN_TRANSPORT=tcp"}},
 		{"ring-only-small-chunks", []string{"GORUN_SMALL_BYTES=-1", "GORUN_CHUNK_BYTES=4096"}},
-		{"latency-algorithms-only", []string{"GORUN_SMALL_BYTES=1073741824"}},
+		{"latency-algorithms-only", []string{"GORUN_SMALL_BYTES=1073741824", "GORUN_BRUCK_BYTES=1073741824"}}, // Bruck's all-to-all at np ≥ 3 through shared memory (tcp runs it by default at np 8)
 		{"one-shot-all-sizes", []string{"GORUN_ONESHOT_BYTES=1073741824"}},
 		{"tcp-halving-all-sizes", []string{"GORUN_TRANSPORT=tcp", "GORUN_SMALL_BYTES=-1", "GORUN_HALVING_BYTES=1073741824", "GORUN_CHUNK_BYTES=4096"}},
 		{"compressed", []string{"GORUN_COMPRESS=s2"}},

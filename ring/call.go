@@ -97,9 +97,10 @@ const (
 	AlgoDirect        // every rank to or from the root
 	AlgoPairwise      // every rank to every other, one peer after the other
 	AlgoScatterGather // a ring reduce-scatter, then a gather to the root
+	AlgoBruck         // all-to-all in log2(n) steps of packed blocks
 )
 
-var algoNames = [...]string{"-", "ring", "recursive-doubling", "binomial-tree", "chain", "dissemination", "one-shot", "halving-doubling", "hierarchical", "direct", "pairwise", "reduce-scatter+gather"}
+var algoNames = [...]string{"-", "ring", "recursive-doubling", "binomial-tree", "chain", "dissemination", "one-shot", "halving-doubling", "hierarchical", "direct", "pairwise", "reduce-scatter+gather", "bruck"}
 
 func (a Algo) String() string {
 	if int(a) < len(algoNames) {

@@ -53,6 +53,10 @@ type Collectives struct {
 	// bytes among more than two ranks use halving-doubling (0: never). All
 	// ranks must use the same value.
 	HalvingBytes int
+	// BruckBytes: all-to-alls among more than two ranks whose blocks hold
+	// at most this many bytes use Bruck's algorithm (0: never). All ranks
+	// must use the same value.
+	BruckBytes int
 	// Hier, when set, runs collectives above its thresholds host by
 	// host (all-reduce, broadcast, all-gather, reduce-scatter, barrier).
 	Hier *Hierarchy

@@ -184,15 +184,20 @@ func scatter[T Elem](ctx context.Context, c *Collectives, call Call, send []T, l
 
 // AllToAll sends block i of every rank's send to rank i, which receives it
 // as block (sender) of its recv: equal blocks of len(send)/Size()
-// elements. Pairwise exchange: every receive is posted first, then rank r
-// sends to r+1, r+2, …, so that at each moment the ranks send to
-// different peers.
+// elements. Among more than two ranks, blocks of at most BruckBytes go by
+// Bruck's algorithm (log2(n) messages per rank); otherwise pairwise
+// exchange: every receive is posted first, then rank r sends to r+1, r+2,
+// …, so that at each moment the ranks send to different peers.
 func AllToAll[T Elem](ctx context.Context, c *Collectives, send, recv []T) error {
 	n := c.Size()
 	if len(send)%n != 0 || len(recv) != len(send) {
 		return fmt.Errorf("ring: AllToAll: send holds %d and recv %d elements, want the same multiple of the %d ranks", len(send), len(recv), n)
 	}
 	cnt := len(send) / n
+	if n > 2 && cnt > 0 && cnt*int(elemSize[T]()) <= c.BruckBytes {
+		call := c.begin(KindAllToAll, DTypeOf[T](), 0, AlgoBruck, 0, cnt)
+		return bruckAllToAll(ctx, c, call, send, recv, cnt)
+	}
 	call := c.begin(KindAllToAll, DTypeOf[T](), 0, AlgoPairwise, 0, cnt)
 	l := equalBlocks(cnt)
 	return allToAll(ctx, c, call, send, l, recv, l)

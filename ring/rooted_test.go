@@ -61,7 +61,7 @@ func contributions(n, count int) [][]float32 {
 // as the ranks' inputs combine along the binomial tree, the rest
 // element for element; the non-root ranks' buffers stay untouched.
 func TestRootedCollectives(t *testing.T) {
-	for _, n := range []int{1, 2, 3, 5, 8} {
+	for _, n := range []int{1, 2, 3, 5, 8, 13} {
 		for _, count := range []int{0, 1, 7, 1000} {
 			in := contributions(n, count)
 			for _, root := range []int{0, n / 2, n - 1} {
@@ -98,23 +98,37 @@ func TestRootedCollectives(t *testing.T) {
 					}
 				})
 			}
-			t.Run(fmt.Sprintf("n=%d/count=%d/alltoall", n, count), func(t *testing.T) {
-				// Rank r's send holds n blocks of count: block p goes to p.
-				sends := contributions(n, n*count)
-				out := make([][]float32, n)
-				onEveryRank(t, n, 64, func(ctx context.Context, r int, c *Collectives) error {
-					out[r] = make([]float32, n*count)
-					return AllToAll(ctx, c, sends[r], out[r])
-				})
-				for r := range n {
-					for p := range n {
-						got, want := out[r][p*count:(p+1)*count], sends[p][r*count:(r+1)*count]
-						if i := firstDiff(got, want); i >= 0 {
-							t.Fatalf("AllToAll: rank %d block %d element %d is %v, want %v", r, p, i, got[i], want[i])
+			for _, algo := range []Algo{AlgoPairwise, AlgoBruck} {
+				t.Run(fmt.Sprintf("n=%d/count=%d/alltoall/%v", n, count, algo), func(t *testing.T) {
+					if algo == AlgoBruck && (n <= 2 || count == 0) {
+						t.Skip("Bruck's algorithm runs among more than two ranks, for blocks of at least one element")
+					}
+					// Rank r's send holds n blocks of count: block p goes to p.
+					sends := contributions(n, n*count)
+					out := make([][]float32, n)
+					onEveryRank(t, n, 64, func(ctx context.Context, r int, c *Collectives) error {
+						if algo == AlgoBruck {
+							c.BruckBytes = 4 * count
+						}
+						out[r] = make([]float32, n*count)
+						if err := AllToAll(ctx, c, sends[r], out[r]); err != nil {
+							return err
+						}
+						if ran := c.history[(c.Seq()-1)%historyCalls].Algo; ran != algo {
+							return fmt.Errorf("rank %d ran %v, want %v", r, ran, algo)
+						}
+						return nil
+					})
+					for r := range n {
+						for p := range n {
+							got, want := out[r][p*count:(p+1)*count], sends[p][r*count:(r+1)*count]
+							if i := firstDiff(got, want); i >= 0 {
+								t.Fatalf("AllToAll: rank %d block %d element %d is %v, want %v", r, p, i, got[i], want[i])
+							}
 						}
 					}
-				}
-			})
+				})
+			}
 		}
 	}
 }
