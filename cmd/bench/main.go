@@ -63,12 +63,14 @@ func variantNames() string {
 
 // variants are the algorithm settings compared side by side.
 var variants = map[string][]string{
-	"default": nil,                                 // shared memory between ranks of one machine
-	"tcp":     {"GORUN_TRANSPORT=tcp"},             // loopback TCP instead
-	"rdma":    {"GORUN_TRANSPORT=rdma"},            // RDMA between every pair, where a device allows (else as default)
-	"ring":    {"GORUN_SMALL_BYTES=-1"},            // ring algorithms at every size
-	"small":   {"GORUN_SMALL_BYTES=1099511627776"}, // recursive doubling / trees at every size
-	"s2":      {"GORUN_COMPRESS=s2"},               // S2 compression of payloads
+	"default":  nil,                                 // shared memory between ranks of one machine
+	"tcp":      {"GORUN_TRANSPORT=tcp"},             // loopback TCP instead
+	"rdma":     {"GORUN_TRANSPORT=rdma"},            // RDMA between every pair, where a device allows (else as default)
+	"ring":     {"GORUN_SMALL_BYTES=-1"},            // ring algorithms at every size
+	"small":    {"GORUN_SMALL_BYTES=1099511627776"}, // recursive doubling / trees at every size
+	"s2":       {"GORUN_COMPRESS=s2"},               // S2 compression of payloads
+	"bruck":    {"GORUN_BRUCK_BYTES=1099511627776"}, // Bruck's all-to-all at every block size (3 ranks or more)
+	"pairwise": {"GORUN_BRUCK_BYTES=-1"},            // pairwise all-to-all at every size
 }
 
 func main() {
