@@ -103,6 +103,59 @@ func slurm(t *testing.T, timeout time.Duration, name string, args ...string) (st
 	return string(out), err
 }
 
+// sbatchWait submits a batch job and waits until it has ended, within
+// timeout: an error unless it completed with exit code 0. (sbatch --wait
+// looks after 2, 10 and 42 s, so a 12-second job took 42.)
+func sbatchWait(t *testing.T, timeout time.Duration, args ...string) (string, error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	out, err := slurm(t, timeout, "sbatch", append([]string{"--parsable"}, args...)...)
+	if err != nil {
+		return out, err
+	}
+	id, _, _ := strings.Cut(strings.TrimSpace(out), ";")
+	for {
+		state, err := slurm(t, 10*time.Second, "scontrol", "show", "job", "-o", id)
+		if err != nil {
+			return out + state, fmt.Errorf("scontrol show job %s: %w", id, err)
+		}
+		m := regexp.MustCompile(`JobState=(\S+).* ExitCode=(\S+)`).FindStringSubmatch(state)
+		if m == nil {
+			return out + state, fmt.Errorf("job %s: no JobState and ExitCode in scontrol's answer", id)
+		}
+		switch m[1] {
+		case "PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED":
+		case "COMPLETED":
+			if m[2] == "0:0" {
+				return out, nil
+			}
+			return out, fmt.Errorf("job %s completed with exit code %s", id, m[2])
+		default:
+			return out, fmt.Errorf("job %s ended %s, exit code %s", id, m[1], m[2])
+		}
+		if time.Now().After(deadline) {
+			slurm(t, 10*time.Second, "scancel", id)
+			return out, fmt.Errorf("job %s still %s after %v (cancelled)", id, m[1], timeout)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// TestSbatchWaitSeesFailure: a batch job that exits with status 3 makes
+// sbatchWait fail and say so, so the batch-script tests cannot pass on a
+// job that failed.
+func TestSbatchWaitSeesFailure(t *testing.T) {
+	work := t.TempDir()
+	script := filepath.Join(work, "fail.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/bash\necho failing\nexit 3\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, err := sbatchWait(t, time.Minute, "--chdir", work, "--output", filepath.Join(work, "job.out"), script)
+	if err == nil || !strings.Contains(err.Error(), "exit code 3:0") {
+		t.Fatalf("got %v, want an error naming exit code 3:0", err)
+	}
+}
+
 // TestSrunAllReduce runs the allreduce example as 4 tasks on both nodes:
 // every rank finds the others from Slurm's variables alone (MASTER_ADDR
 // from the compressed node list n[1-2]) and prints the right sum.
@@ -206,8 +259,8 @@ func TestBatchScripts(t *testing.T) {
 					extra = append(extra, a)
 				}
 			}
-			args := append([]string{"--wait", "--chdir", work, "--output", log, export}, extra...)
-			out, err := slurm(t, 3*time.Minute, "sbatch", append(args, script)...)
+			args := append([]string{"--chdir", work, "--output", log, export}, extra...)
+			out, err := sbatchWait(t, 3*time.Minute, append(args, script)...)
 			jobOut, _ := os.ReadFile(log)
 			if err != nil {
 				t.Fatalf("sbatch: %v\n%s\njob output:\n%s", err, out, jobOut)
@@ -254,7 +307,7 @@ exec ` + filepath.Join(cluster.bin, "train") + ` "$@"
 	}
 	log := filepath.Join(work, "job.out")
 	args := "--synthetic --epochs 3 --train-samples 4096 --test-samples 256 --progress lines"
-	out, err := slurm(t, 4*time.Minute, "sbatch", "--wait", "--chdir", work, "--output", log,
+	out, err := sbatchWait(t, 4*time.Minute, "--chdir", work, "--output", log,
 		"--export=ALL,BIN="+bin+",SAVE_EVERY=2,TRAIN_ARGS="+args, script)
 	jobOut, _ := os.ReadFile(log)
 	if err != nil {
