@@ -153,17 +153,28 @@ func TestParseCompetitor(t *testing.T) {
 	}
 }
 
-// TestWarmupCalls: sizes below a shared-memory ring's 8 MiB get at least
-// 16 untimed calls, enough to fault in every slot of the rings they use;
-// larger ones, and more asked for, get what was asked.
+// TestWarmupCalls: a size gets enough untimed calls to send each peer
+// warmLaps laps of an 8 MiB ring (a page at least per call), at most
+// maxWarmCalls, and never fewer than asked for.
 func TestWarmupCalls(t *testing.T) {
 	for _, c := range []struct {
 		warmup int
 		bytes  int64
+		n      int
 		want   int
-	}{{5, 8, 16}, {5, 1 << 20, 16}, {40, 1 << 20, 40}, {5, 8 << 20, 5}, {1, 64 << 20, 1}, {0, 8<<20 - 1, 16}} {
-		if got := WarmupCalls(c.warmup, c.bytes); got != c.want {
-			t.Errorf("WarmupCalls(%d, %d) = %d, want %d", c.warmup, c.bytes, got, c.want)
+	}{
+		{5, 8, 2, maxWarmCalls},        // a page a call: 16,384 calls, capped
+		{5, 1 << 20, 4, 256},           // 256 KiB to each peer a call
+		{5, 1 << 20, 2, 128},           // 512 KiB
+		{300, 1 << 20, 2, 300},         // more asked for
+		{5, 64 << 20, 4, 5},            // 16 MiB a peer: 4 calls walk 8 laps
+		{0, 256 << 20, 1, 1},           // one rank: 64 MiB in one call
+		{5, 64 << 10, 4, maxWarmCalls}, // 16 KiB a peer: 4,096 calls, capped
+		{5, 16 << 20, 16, 64},          // 1 MiB a peer
+		{5, 3 << 20, 2, 43},            // 1.5 MiB a peer: 42.7 rounded up
+	} {
+		if got := WarmupCalls(c.warmup, c.bytes, c.n); got != c.want {
+			t.Errorf("WarmupCalls(%d, %d, %d) = %d, want %d", c.warmup, c.bytes, c.n, got, c.want)
 		}
 	}
 }

@@ -23,8 +23,8 @@ const Barrier = "barrier"
 type Config struct {
 	Ops   []string
 	Sizes []int64 // bytes (of the whole buffer, as nccl-tests counts)
-	// Warmup is how many untimed calls each size gets first; below
-	// ringWarmBytes, at least ringWarmCalls (WarmupCalls).
+	// Warmup is how many untimed calls each size gets first, at least
+	// enough to walk the shared-memory rings (WarmupCalls).
 	Warmup int
 	// WarmupTime is how long the job warms up before the first size
 	// (small all-reduces): freshly started processes run their first
@@ -282,7 +282,7 @@ func runOne(ctx context.Context, g *comm.Group, cfg Config, op string, bytes int
 		return res, err
 	}
 	wrong := []int64{check(op, send, recv, r, n)}
-	for range WarmupCalls(cfg.Warmup, bytes) {
+	for range WarmupCalls(cfg.Warmup, bytes, n) {
 		if err := call(); err != nil {
 			return res, err
 		}
@@ -314,25 +314,28 @@ func runOne(ctx context.Context, g *comm.Group, cfg Config, op string, bytes int
 	return res, nil
 }
 
-// Below ringWarmBytes a size gets at least ringWarmCalls untimed calls:
-// enough frames to go through every slot of a shared-memory ring (8) with
-// each peer twice. Rings of more than 2 local ranks are not prefaulted
-// (shm), so their pages fault on first use, about 15 µs each on the
-// development VM: 60–70 ms per pair of rings, which 300 timed calls of a
-// 2-rank 1 MiB all-reduce measured as 141–295 µs a call against 84
-// prefaulted. A call of ringWarmBytes or more goes through a whole ring.
+// A size's untimed calls send each peer at least warmLaps laps of the
+// largest shared-memory ring (ringBytes; a record takes a page at least),
+// and at most maxWarmCalls calls. Rings of more than 2 local ranks are not
+// prefaulted (shm), so their pages fault on first use, and the first laps
+// over a ring cost far more than the later ones: with 16 untimed calls
+// (the rule before), 200 timed 1 MiB all-to-alls of 4 ranks took 1.9–2.5
+// ms a call, the next 200 in the same job 0.2; with 256 untimed calls
+// (8 laps) the first 200 took 0.21; 64 KiB reduces 77 µs against 17 after
+// 1,024 untimed calls (bench/results/HISTORY.md).
 const (
-	ringWarmCalls = 16
-	ringWarmBytes = 8 << 20
+	ringBytes    = 8 << 20
+	warmLaps     = 8
+	maxWarmCalls = 1024
+	pageBytes    = 4096
 )
 
-// WarmupCalls is how many untimed calls a size of bytes gets when warmup
-// are asked for.
-func WarmupCalls(warmup int, bytes int64) int {
-	if bytes < ringWarmBytes {
-		return max(warmup, ringWarmCalls)
-	}
-	return warmup
+// WarmupCalls is how many untimed calls a size of bytes among n ranks gets
+// when warmup are asked for.
+func WarmupCalls(warmup int, bytes int64, n int) int {
+	perPeer := max(bytes/int64(max(n, 1)), pageBytes)
+	calls := min((warmLaps*ringBytes+perPeer-1)/perPeer, maxWarmCalls)
+	return max(warmup, int(calls))
 }
 
 // check counts the elements of this rank's result that differ from the

@@ -36,7 +36,7 @@ const (
 	// 0.12 and 0.25 s without (2026-11-26, Zen 5 VM, where a page's
 	// first touch costs about 15 µs); 38–40 s against 6.8–7.2 s at 64.
 	// The faults then fall in the first calls that use the pages
-	// (benchmarks warm up through every slot: bench.WarmupCalls).
+	// (benchmarks warm up over several laps of every ring: bench.WarmupCalls).
 	prefaultRanks = 2
 	// sleepSlice bounds each futex sleep, so that failures seen elsewhere,
 	// cancellations and deadlines are noticed within it.
