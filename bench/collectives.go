@@ -33,7 +33,8 @@ type Config struct {
 	// first took about twice as long as after 20,000 warm-up calls).
 	WarmupTime time.Duration
 	// Iters is how many timed calls each size gets; 0 or less picks them
-	// per size with Iterations, as the competitor helpers do.
+	// per size with Iterations, as the competitor helpers do. When set,
+	// a size gets no more untimed calls than max(Warmup, Iters).
 	Iters int
 	// Break makes the named collective compute the wrong thing (Max
 	// instead of Sum), so tests can see #wrong count it.
@@ -282,17 +283,19 @@ func runOne(ctx context.Context, g *comm.Group, cfg Config, op string, bytes int
 		return res, err
 	}
 	wrong := []int64{check(op, send, recv, r, n)}
-	for range WarmupCalls(cfg.Warmup, bytes, n) {
+	iters, warm := cfg.Iters, WarmupCalls(cfg.Warmup, bytes, n)
+	if iters > 0 {
+		warm = min(warm, max(cfg.Warmup, iters)) // a short run asked for: warm up no longer than it
+	} else {
+		iters = Iterations(bytes)
+	}
+	for range warm {
 		if err := call(); err != nil {
 			return res, err
 		}
 	}
 	if err := g.Barrier(ctx); err != nil {
 		return res, err
-	}
-	iters := cfg.Iters
-	if iters <= 0 {
-		iters = Iterations(bytes)
 	}
 	t0 := time.Now()
 	for range iters {
