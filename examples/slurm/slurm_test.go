@@ -103,6 +103,9 @@ func slurm(t *testing.T, timeout time.Duration, name string, args ...string) (st
 	return string(out), err
 }
 
+// jobState finds a job's state and exit code in `scontrol show job -o`.
+var jobState = regexp.MustCompile(`JobState=(\S+).* ExitCode=(\S+)`)
+
 // sbatchWait submits a batch job and waits until it has ended, within
 // timeout: an error unless it completed with exit code 0. (sbatch --wait
 // looks after 2, 10 and 42 s, so a 12-second job took 42.)
@@ -119,7 +122,7 @@ func sbatchWait(t *testing.T, timeout time.Duration, args ...string) (string, er
 		if err != nil {
 			return out + state, fmt.Errorf("scontrol show job %s: %w", id, err)
 		}
-		m := regexp.MustCompile(`JobState=(\S+).* ExitCode=(\S+)`).FindStringSubmatch(state)
+		m := jobState.FindStringSubmatch(state)
 		if m == nil {
 			return out + state, fmt.Errorf("job %s: no JobState and ExitCode in scontrol's answer", id)
 		}
