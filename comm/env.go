@@ -144,8 +144,8 @@ const (
 	// DefaultBruckBytes and BruckMinRanks: over loopback TCP on the
 	// 2-core test machine Bruck's all-to-all beat pairwise exchange at 8
 	// ranks with blocks of 16 B to 8 KiB and at 16 ranks with 8 B to 4
-	// KiB (1.3–3.3×), and lost at 4 ranks; through shared memory it lost
-	// at 4, 8 and 16 ranks (bench/results/HISTORY.md).
+	// KiB (1.05–3.2× faster), and lost or tied at 4 ranks; through shared
+	// memory it lost at 4, 8 and 16 ranks (bench/results/HISTORY.md).
 	DefaultBruckBytes = 4 << 10
 	BruckMinRanks     = 8
 	// DefaultNetChunkBytes: over loopback TCP at np = 2, 128 KiB chunks
