@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/comm"
+	"github.com/gorun/gorun/shm"
 )
 
 // Ops are the collectives the harness runs, in order.
@@ -327,10 +328,10 @@ func runOne(ctx context.Context, g *comm.Group, cfg Config, op string, bytes int
 // (8 laps) the first 200 took 0.21; 64 KiB reduces 77 µs against 17 after
 // 1,024 untimed calls (bench/results/HISTORY.md).
 const (
-	ringBytes    = 8 << 20
+	ringBytes    = shm.DefaultSlots * shm.DefaultSlotBytes // the largest ring (8 MiB)
 	warmLaps     = 8
 	maxWarmCalls = 1024
-	pageBytes    = 4096
+	pageBytes    = 4096 // the shared-memory records' alignment
 )
 
 // WarmupCalls is how many untimed calls a size of bytes among n ranks gets
