@@ -268,3 +268,29 @@ func TestRootedMismatchNamed(t *testing.T) {
 		t.Fatalf("the root's error: %v, want a mismatch naming Gather and Reduce", errs[0])
 	}
 }
+
+// TestAllToAllAlgorithmMismatchNamed: a rank whose BruckBytes differs from
+// the others' (GORUN_BRUCK_BYTES set on one rank only) runs Bruck's
+// algorithm while they run pairwise exchange; the rank that receives its
+// frame fails with a mismatch naming both algorithms instead of
+// exchanging garbage.
+func TestAllToAllAlgorithmMismatchNamed(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	net := newMemNet(3)
+	peers := []int{0, 1, 2}
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	for r := range 3 {
+		c := &Collectives{T: net.end(r), Peers: peers, Rank: r}
+		if r == 2 {
+			c.BruckBytes = 1 << 20
+		}
+		wg.Go(func() { errs[r] = AllToAll(ctx, c, make([]float32, 6), make([]float32, 6)) })
+	}
+	wg.Wait()
+	var m *MismatchError // the others wait out the context: rank 0 stopped answering
+	if !errors.As(errs[0], &m) || !strings.Contains(m.Error(), "pairwise") || !strings.Contains(m.Error(), "bruck") {
+		t.Fatalf("rank 0's error: %v, want a mismatch naming pairwise and bruck", errs[0])
+	}
+}
