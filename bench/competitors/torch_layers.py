@@ -12,7 +12,7 @@ Compare with:
 import sys
 import time
 
-from common import allocator  # first, before torch: it picks PyTorch's memory allocator
+from common import allocator, openblas_core  # first, before torch: it picks PyTorch's memory allocator
 
 import numpy as np
 import torch
@@ -23,7 +23,7 @@ threads = int(sys.argv[1]) if len(sys.argv) > 1 else 1
 torch.set_num_threads(threads)
 
 
-print("threads", threads, "torch", torch.__version__, "blas", torch.__config__.show().count("OpenBLAS") and "OpenBLAS" or "?", "allocator", allocator)
+print("threads", threads, "torch", torch.__version__, "OpenBLAS kernels", openblas_core, "allocator", allocator)
 for name, m, n, k in [("square128", 128, 128, 128), ("square256", 256, 256, 256), ("square512", 512, 512, 512),
                       ("square1024", 1024, 1024, 1024), ("cifar_conv1", 64, 1024, 27), ("cifar_conv2", 128, 256, 576),
                       ("cifar_conv3", 256, 64, 1152), ("cifar_conv4", 512, 64, 2304)]:

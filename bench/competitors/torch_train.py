@@ -23,7 +23,7 @@ import resource
 import sys
 import time
 
-from common import allocator  # first, before torch: it picks PyTorch's memory allocator
+from common import allocator, openblas_core  # first, before torch: it picks PyTorch's memory allocator
 
 import numpy as np
 import torch
@@ -38,7 +38,7 @@ threads = int(sys.argv[2]) if len(sys.argv) > 2 else 1
 torch.set_num_threads(threads)
 torch.manual_seed(1)
 
-print("torch", torch.__version__, "threads", threads, "oneDNN", torch.backends.mkldnn.is_available(), "allocator", allocator)
+print("torch", torch.__version__, "threads", threads, "oneDNN", torch.backends.mkldnn.is_available(), "OpenBLAS kernels", openblas_core, "allocator", allocator)
 
 
 def speed():

@@ -11,7 +11,12 @@ func (b *Backend) SGDStep(p, g, buf *tensor.Tensor, o tensor.SGDOptions, first b
 	b.runElem(elemTask{op: opSGD, n: len(p.Data), x: p, y: g, z: buf, sgd: o, first: first}, elemGrain)
 }
 
-func sgdRange(pd, gd, bd []float32, o tensor.SGDOptions, first bool) {
+func sgdRange(vec vecOps, pd, gd, bd []float32, o tensor.SGDOptions, first bool) {
+	if o.Momentum != 0 && !first && !o.Nesterov {
+		// Every step but the first: the vector kernel where there is one.
+		vec.sgdMomentum(pd, gd, bd, o.LR, o.WeightDecay, o.Momentum, 1-o.Dampening)
+		return
+	}
 	gd = gd[:len(pd)]
 	if o.Momentum != 0 {
 		bd = bd[:len(pd)]

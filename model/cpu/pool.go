@@ -30,8 +30,9 @@ func halving(p tensor.PoolParams) bool {
 	return p.KernelH == 2 && p.KernelW == 2 && p.StrideH == 2 && p.StrideW == 2 && p.PadH == 0 && p.PadW == 0
 }
 
-// maxPoolPlanes pools planes [lo, hi) of x into y.
-func maxPoolPlanes(x, y *tensor.Tensor, p tensor.PoolParams, lo, hi int) {
+// maxPoolPlanes pools planes [lo, hi) of x into y. A window's maximum is
+// PyTorch's: the first of equal maxima, or the window's last NaN.
+func maxPoolPlanes(vec vecOps, x, y *tensor.Tensor, p tensor.PoolParams, lo, hi int) {
 	h, w := x.Shape[2], x.Shape[3]
 	oh, ow := y.Shape[2], y.Shape[3]
 	for pl := lo; pl < hi; pl++ {
@@ -40,11 +41,7 @@ func maxPoolPlanes(x, y *tensor.Tensor, p tensor.PoolParams, lo, hi int) {
 		if halving(p) {
 			for i := 0; i < oh; i++ {
 				r0, r1 := in[2*i*w:2*i*w+2*ow], in[(2*i+1)*w:(2*i+1)*w+2*ow]
-				o := out[i*ow : (i+1)*ow]
-				for j := range o {
-					// The built-in max propagates NaN, as PyTorch does.
-					o[j] = max(max(r0[2*j], r0[2*j+1]), max(r1[2*j], r1[2*j+1]))
-				}
+				vec.maxPoolRow(out[i*ow:(i+1)*ow], r0, r1)
 			}
 			continue
 		}
@@ -70,7 +67,7 @@ func maxPoolPlanes(x, y *tensor.Tensor, p tensor.PoolParams, lo, hi int) {
 // gradient goes to its window's maximum, found again as PyTorch's forward
 // finds it: the first position, replaced by a strictly greater value or a
 // NaN.
-func maxPoolBackwardPlanes(x, dy, dx *tensor.Tensor, p tensor.PoolParams, lo, hi int) {
+func maxPoolBackwardPlanes(vec vecOps, x, dy, dx *tensor.Tensor, p tensor.PoolParams, lo, hi int) {
 	h, w := x.Shape[2], x.Shape[3]
 	oh, ow := dy.Shape[2], dy.Shape[3]
 	if !halving(p) {
@@ -92,7 +89,7 @@ func maxPoolBackwardPlanes(x, dy, dx *tensor.Tensor, p tensor.PoolParams, lo, hi
 				if w > 2*ow {
 					d0[w-1], d1[w-1] = 0, 0
 				}
-				halvingBackwardRow(d0[:2*ow], d1[:2*ow], r0, r1, g[i*ow:(i+1)*ow])
+				vec.maxPoolBackwardRow(d0[:2*ow], d1[:2*ow], r0, r1, g[i*ow:(i+1)*ow])
 			}
 			continue
 		}
@@ -113,38 +110,6 @@ func maxPoolBackwardPlanes(x, dy, dx *tensor.Tensor, p tensor.PoolParams, lo, hi
 				}
 			}
 		}
-	}
-}
-
-// halvingBackwardRow routes one row of 2×2 windows' gradients g to the
-// windows' maxima in x rows r0, r1, writing every element of d0, d1 (the
-// gradient there, zero elsewhere). The maximum's position is the first
-// holding the window's maximum — PyTorch's forward keeps the first of
-// equal values — found without branches, which random data mispredicts
-// half the time; a window holding a NaN sends its gradient to its last
-// NaN, as PyTorch's forward (which takes every NaN it meets) picks it.
-func halvingBackwardRow(d0, d1, r0, r1, g []float32) {
-	for j, gv := range g {
-		a, b, c, d := r0[2*j], r0[2*j+1], r1[2*j], r1[2*j+1]
-		m := max(max(a, b), max(c, d))
-		bits := math.Float32bits(gv)
-		var pa, pb, pc, pd uint32
-		if m == m {
-			ia, ib, ic := b2u(a == m), b2u(b == m), b2u(c == m)
-			pa, pb, pc, pd = ia, ib&^ia, ic&^(ia|ib), 1&^(ia|ib|ic)
-		} else {
-			// The last NaN of a, b, c, d.
-			nb, nc, nd := b2u(b != b), b2u(c != c), b2u(d != d)
-			pd = nd
-			pc = nc &^ nd
-			pb = nb &^ (nc | nd)
-			pa = 1 &^ (nb | nc | nd)
-		}
-		o0, o1 := d0[2*j:2*j+2:2*j+2], d1[2*j:2*j+2:2*j+2]
-		o0[0] = math.Float32frombits(bits & -pa)
-		o0[1] = math.Float32frombits(bits & -pb)
-		o1[0] = math.Float32frombits(bits & -pc)
-		o1[1] = math.Float32frombits(bits & -pd)
 	}
 }
 

@@ -1,10 +1,13 @@
 package cpu
 
+import "math"
+
 // vecOps are the element-wise loops that run often enough to pay for
 // vector kernels: the Winograd transforms' six operations (winograd.go)
 // on rows of tiles (n consecutive tiles' values of one tile element) or
-// on rows of an image, and batch norm's two per-element passes and two
-// sums (norm.go).
+// on rows of an image, batch norm's two per-element passes and two sums
+// (norm.go), the relu and its gradient, the 2×2 max pool and its gradient
+// (pool.go) and SGD's step with momentum (optim.go).
 // It runs them with the AVX2 kernels of vecops_amd64.s where the
 // processor has them (vector true), else with the loops below; both give
 // the same bits (TestVecOps): the loops round every product to float32
@@ -334,4 +337,138 @@ func reluGate(g, x, scale, shift float32) float32 {
 		return g
 	}
 	return 0
+}
+
+// relu sets y[i] = reluOf(x[i]) over len(y) elements.
+func (o vecOps) relu(y, x []float32) {
+	n := len(y)
+	x = x[:n]
+	if n == 0 {
+		return
+	}
+	if o.vector {
+		reluVector(&y[0], &x[0], n)
+		return
+	}
+	for i, v := range x {
+		y[i] = reluOf(v)
+	}
+}
+
+// reluBackward sets dx[i] = dy[i] where the relu's output y[i] lets the
+// gradient through, else +0, over len(dx) elements. y is never negative,
+// so "through" is y's bits, read as a signed integer, being positive
+// (y > 0, or a NaN with its sign clear). The loop decides without a
+// branch: a data-dependent branch here mispredicts half the time
+// (BenchmarkReLUBackward: 8.4× slower).
+func (o vecOps) reluBackward(dx, dy, y []float32) {
+	n := len(dx)
+	dy, y = dy[:n], y[:n]
+	if n == 0 {
+		return
+	}
+	if o.vector {
+		reluBackwardVector(&dx[0], &dy[0], &y[0], n)
+		return
+	}
+	for i, v := range y {
+		mask := uint32((0 - int64(int32(math.Float32bits(v)))) >> 63) // all ones when the bits are > 0
+		dx[i] = math.Float32frombits(math.Float32bits(dy[i]) & mask)
+	}
+}
+
+// The 2×2, stride-2 max pool over one output row of n windows: window j
+// holds a = r0[2j], b = r0[2j+1], c = r1[2j], d = r1[2j+1], and its
+// maximum is found as PyTorch's forward finds it, scanning a, b, c, d and
+// taking each value that is greater than the best so far or a NaN: the
+// first of equal maxima, or the last NaN of the window (its bits kept).
+
+// poolWinner returns window j's one-hot choice masks (all ones for the
+// chosen element) and its maximum, without a branch: random data would
+// mispredict a branch half the time.
+func poolWinner(a, b, c, d float32) (pa, pb, pc, pd uint32, best float32) {
+	best = a
+	mb := takes(b, best)
+	best = pick(mb, b, best)
+	mc := takes(c, best)
+	best = pick(mc, c, best)
+	md := takes(d, best)
+	best = pick(md, d, best)
+	pd = md
+	pc = mc &^ md
+	pb = mb &^ (mc | md)
+	pa = ^(mb | mc | md)
+	return
+}
+
+// takes is all ones when the scan takes v over best: v > best, or v a NaN.
+func takes(v, best float32) uint32 { return -(b2u(v > best) | b2u(v != v)) }
+
+// pick is v where mask is all ones, else w, bit for bit.
+func pick(mask uint32, v, w float32) float32 {
+	return math.Float32frombits(math.Float32bits(w) ^ (math.Float32bits(v)^math.Float32bits(w))&mask)
+}
+
+// maxPoolRow sets y[j] to window j's maximum for j < len(y).
+func (o vecOps) maxPoolRow(y, r0, r1 []float32) {
+	n := len(y)
+	r0, r1 = r0[:2*n], r1[:2*n]
+	j := 0
+	if o.vector && n >= 4 {
+		j = n &^ 3
+		maxPoolRowVector(&y[0], &r0[0], &r1[0], j)
+	}
+	for ; j < n; j++ {
+		_, _, _, _, y[j] = poolWinner(r0[2*j], r0[2*j+1], r1[2*j], r1[2*j+1])
+	}
+}
+
+// maxPoolBackwardRow sends window j's gradient g[j] to its maximum: d0
+// and d1 (the gradients of r0 and r1, 2·len(g) elements each) get g[j] at
+// the maximum's place and +0 at the window's three others.
+func (o vecOps) maxPoolBackwardRow(d0, d1, r0, r1, g []float32) {
+	n := len(g)
+	d0, d1, r0, r1 = d0[:2*n], d1[:2*n], r0[:2*n], r1[:2*n]
+	j := 0
+	if o.vector && n >= 4 {
+		j = n &^ 3
+		maxPoolBackwardRowVector(&d0[0], &d1[0], &r0[0], &r1[0], &g[0], j)
+	}
+	for ; j < n; j++ {
+		pa, pb, pc, pd, _ := poolWinner(r0[2*j], r0[2*j+1], r1[2*j], r1[2*j+1])
+		bits := math.Float32bits(g[j])
+		d0[2*j] = math.Float32frombits(bits & pa)
+		d0[2*j+1] = math.Float32frombits(bits & pb)
+		d1[2*j] = math.Float32frombits(bits & pc)
+		d1[2*j+1] = math.Float32frombits(bits & pd)
+	}
+}
+
+// sgdMomentum is torch.optim.SGD's step with momentum after the first
+// (no Nesterov) over len(p) elements: d = g (+ wd·p), buf = mom·buf +
+// damp1·d with damp1 = 1 − dampening, p −= lr·buf, every product rounded
+// on its own as the kernel rounds it.
+func (o vecOps) sgdMomentum(p, g, buf []float32, lr, wd, mom, damp1 float32) {
+	n := len(p)
+	g, buf = g[:n], buf[:n]
+	if n == 0 {
+		return
+	}
+	if o.vector {
+		if wd != 0 {
+			sgdMomentumDecayVector(&p[0], &g[0], &buf[0], lr, wd, mom, damp1, n)
+		} else {
+			sgdMomentumVector(&p[0], &g[0], &buf[0], lr, wd, mom, damp1, n)
+		}
+		return
+	}
+	for i, w := range p {
+		d := g[i]
+		if wd != 0 {
+			d += float32(wd * w)
+		}
+		b := float32(mom*buf[i]) + float32(damp1*d)
+		buf[i] = b
+		p[i] = w - float32(lr*b)
+	}
 }

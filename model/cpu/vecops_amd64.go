@@ -53,3 +53,25 @@ func gradSumsReLUVector(x, dy *float32, n int, mean float64, scale, shift float3
 
 //go:noescape
 func addReLUVector(y, a, b *float32, n int)
+
+//go:noescape
+func reluVector(y, x *float32, n int)
+
+//go:noescape
+func reluBackwardVector(dx, dy, y *float32, n int)
+
+// maxPoolRowVector and maxPoolBackwardRowVector take n a multiple of 4.
+//
+//go:noescape
+func maxPoolRowVector(y, r0, r1 *float32, n int)
+
+//go:noescape
+func maxPoolBackwardRowVector(d0, d1, r0, r1, grad *float32, n int)
+
+// sgdMomentumVector takes wd = 0, sgdMomentumDecayVector any other.
+//
+//go:noescape
+func sgdMomentumVector(p, grad, buf *float32, lr, wd, mom, damp1 float32, n int)
+
+//go:noescape
+func sgdMomentumDecayVector(p, grad, buf *float32, lr, wd, mom, damp1 float32, n int)

@@ -645,3 +645,205 @@ rdone:
 	VMOVSD	X10, ret1+48(FP)
 	VZEROUPPER
 	RET
+
+// y = reluOf(x).
+#define RELU(MOV, MAX, CMP, Z, Y, T, ZERO) \
+	MOV	(SI)(AX*4), Z \
+	RELU_OF(MAX, CMP, Z, ZERO, Y, T) \
+	MOV	Y, (DI)(AX*4)
+
+#define RELU_8 RELU(VMOVUPS, VMAXPS, VCMPPS, Y0, Y1, Y2, Y13)
+#define RELU_4 RELU(VMOVUPS, VMAXPS, VCMPPS, X0, X1, X2, X13)
+#define RELU_1 RELU(VMOVSS, VMAXSS, VCMPSS, X0, X1, X2, X13)
+
+// func reluVector(y, x *float32, n int)
+TEXT ·reluVector(SB), NOSPLIT, $0-24
+	MOVQ	y+0(FP), DI
+	MOVQ	x+8(FP), SI
+	VXORPS	Y13, Y13, Y13
+	MOVQ	n+16(FP), CX
+	LOOPS(RELU_8, RELU_4, RELU_1)
+
+// dx = dy where y's bits, as a signed integer, are > 0; else +0. The
+// comparison of a single element's XMM register compares its three zero
+// lanes too, harmlessly.
+#define RELU_BACK(MOV, Y, G, ZERO) \
+	MOV	(R8)(AX*4), Y \
+	VPCMPGTD	ZERO, Y, Y \
+	MOV	(SI)(AX*4), G \
+	VANDPS	Y, G, G \
+	MOV	G, (DI)(AX*4)
+
+#define RELU_BACK_8 RELU_BACK(VMOVUPS, Y0, Y1, Y13)
+#define RELU_BACK_4 RELU_BACK(VMOVUPS, X0, X1, X13)
+#define RELU_BACK_1 RELU_BACK(VMOVSS, X0, X1, X13)
+
+// func reluBackwardVector(dx, dy, y *float32, n int)
+TEXT ·reluBackwardVector(SB), NOSPLIT, $0-32
+	MOVQ	dx+0(FP), DI
+	MOVQ	dy+8(FP), SI
+	MOVQ	y+16(FP), R8
+	VXORPS	Y13, Y13, Y13
+	MOVQ	n+24(FP), CX
+	LOOPS(RELU_BACK_8, RELU_BACK_4, RELU_BACK_1)
+
+// The 2×2 max pool (vecops.go's poolWinner) over windows j … j+7 (YMM) or
+// j … j+3 (XMM), j in AX; r0 in SI, r1 in R8. POOL_SPLIT loads a row's
+// 2·width values from the row at R and splits them into its windows'
+// left (L) and right (R2) elements. For eight windows the split leaves
+// them in the order 0 1 4 5 2 3 6 7 (VSHUFPS works within 128-bit lanes):
+// VPERMPD $0xD8 (which is its own inverse) brings a row of eight outputs
+// into that order and back.
+#define POOL_SPLIT(OFF, ROW, T0, T1, L, R2) \
+	VMOVUPS	(ROW)(AX*8), T0 \
+	VMOVUPS	OFF(ROW)(AX*8), T1 \
+	VSHUFPS	$0x88, T1, T0, L \
+	VSHUFPS	$0xDD, T1, T0, R2
+
+// POOL_TAKE sets M to the scan's choice of V over BEST (V > BEST, or V a
+// NaN) and BEST to V where it does.
+#define POOL_TAKE(V, BEST, M, T) \
+	VCMPPS	$0x1e, BEST, V, M \
+	VCMPPS	$3, V, V, T \
+	VORPS	T, M, M \
+	VBLENDVPS	M, V, BEST, BEST
+
+// POOL_SCAN: the windows' a, b, c, d into A, B, C, D (T0 and T1 scratch),
+// their maximum into A and the masks of b, c and d's choice into MB, MC,
+// MD (T scratch).
+#define POOL_SCAN(OFF, T0, T1, A, B, C, D, MB, MC, MD, T) \
+	POOL_SPLIT(OFF, SI, T0, T1, A, B) \
+	POOL_SPLIT(OFF, R8, T0, T1, C, D) \
+	POOL_TAKE(B, A, MB, T) \
+	POOL_TAKE(C, A, MC, T) \
+	POOL_TAKE(D, A, MD, T)
+
+// func maxPoolRowVector(y, r0, r1 *float32, n int)
+TEXT ·maxPoolRowVector(SB), NOSPLIT, $0-32
+	MOVQ	y+0(FP), DI
+	MOVQ	r0+8(FP), SI
+	MOVQ	r1+16(FP), R8
+	MOVQ	n+24(FP), CX
+	XORQ	AX, AX
+	MOVQ	CX, DX
+	ANDQ	$-8, DX
+	JZ	pool4
+pool8:
+	POOL_SCAN(32, Y0, Y1, Y2, Y3, Y4, Y5, Y6, Y7, Y8, Y9)
+	VPERMPD	$0xD8, Y2, Y2
+	VMOVUPS	Y2, (DI)(AX*4)
+	ADDQ	$8, AX
+	CMPQ	AX, DX
+	JLT	pool8
+pool4:
+	CMPQ	AX, CX
+	JGE	pooldone
+	POOL_SCAN(16, X0, X1, X2, X3, X4, X5, X6, X7, X8, X9)
+	VMOVUPS	X2, (DI)(AX*4)
+pooldone:
+	VZEROUPPER
+	RET
+
+// POOL_BACK stores the gradient G (in the windows' order) at each
+// window's maximum and +0 at its other three places: d0 at DI, d1 at R10.
+#define POOL_BACK(OFF, G, MB, MC, MD, OA, OB, OC, OD, T, U) \
+	VANDPS	MD, G, OD \
+	VANDNPS	G, MD, T \
+	VANDPS	MC, T, OC \
+	VANDNPS	T, MC, T \
+	VANDPS	MB, T, OB \
+	VANDNPS	T, MB, OA \
+	VUNPCKLPS	OB, OA, T \
+	VUNPCKHPS	OB, OA, U \
+	VMOVUPS	T, (DI)(AX*8) \
+	VMOVUPS	U, OFF(DI)(AX*8) \
+	VUNPCKLPS	OD, OC, T \
+	VUNPCKHPS	OD, OC, U \
+	VMOVUPS	T, (R10)(AX*8) \
+	VMOVUPS	U, OFF(R10)(AX*8)
+
+// func maxPoolBackwardRowVector(d0, d1, r0, r1, grad *float32, n int)
+TEXT ·maxPoolBackwardRowVector(SB), NOSPLIT, $0-48
+	MOVQ	d0+0(FP), DI
+	MOVQ	d1+8(FP), R10
+	MOVQ	r0+16(FP), SI
+	MOVQ	r1+24(FP), R8
+	MOVQ	grad+32(FP), R9
+	MOVQ	n+40(FP), CX
+	XORQ	AX, AX
+	MOVQ	CX, DX
+	ANDQ	$-8, DX
+	JZ	back4
+back8:
+	POOL_SCAN(32, Y0, Y1, Y2, Y3, Y4, Y5, Y6, Y7, Y8, Y9)
+	VMOVUPS	(R9)(AX*4), Y9
+	VPERMPD	$0xD8, Y9, Y9
+	POOL_BACK(32, Y9, Y6, Y7, Y8, Y10, Y11, Y12, Y13, Y14, Y15)
+	ADDQ	$8, AX
+	CMPQ	AX, DX
+	JLT	back8
+back4:
+	CMPQ	AX, CX
+	JGE	backdone
+	POOL_SCAN(16, X0, X1, X2, X3, X4, X5, X6, X7, X8, X9)
+	VMOVUPS	(R9)(AX*4), X9
+	POOL_BACK(16, X9, X6, X7, X8, X10, X11, X12, X13, X14, X15)
+backdone:
+	VZEROUPPER
+	RET
+
+// SGD with momentum (vecops.go's sgdMomentum): p in DI, g in SI, buf in
+// R8; lr, mom, damp1 and wd broadcast in Y15, Y14, Y13, Y12. SGD_DECAY
+// adds wd·p to the gradient first.
+#define SGD_STEP(MOV, MUL, ADD, SUB, W, D, B, LR, MOM, DAMP1) \
+	MOV	(R8)(AX*4), B \
+	MUL	MOM, B, B \
+	MUL	DAMP1, D, D \
+	ADD	D, B, B \
+	MOV	B, (R8)(AX*4) \
+	MUL	LR, B, B \
+	SUB	B, W, W \
+	MOV	W, (DI)(AX*4)
+
+#define SGD(MOV, MUL, ADD, SUB, W, D, B, LR, MOM, DAMP1) \
+	MOV	(DI)(AX*4), W \
+	MOV	(SI)(AX*4), D \
+	SGD_STEP(MOV, MUL, ADD, SUB, W, D, B, LR, MOM, DAMP1)
+
+#define SGD_DECAY(MOV, MUL, ADD, SUB, W, D, B, T, LR, MOM, DAMP1, WD) \
+	MOV	(DI)(AX*4), W \
+	MOV	(SI)(AX*4), D \
+	MUL	WD, W, T \
+	ADD	T, D, D \
+	SGD_STEP(MOV, MUL, ADD, SUB, W, D, B, LR, MOM, DAMP1)
+
+#define SGD_8 SGD(VMOVUPS, VMULPS, VADDPS, VSUBPS, Y0, Y1, Y2, Y15, Y14, Y13)
+#define SGD_4 SGD(VMOVUPS, VMULPS, VADDPS, VSUBPS, X0, X1, X2, X15, X14, X13)
+#define SGD_1 SGD(VMOVSS, VMULSS, VADDSS, VSUBSS, X0, X1, X2, X15, X14, X13)
+#define SGD_DECAY_8 SGD_DECAY(VMOVUPS, VMULPS, VADDPS, VSUBPS, Y0, Y1, Y2, Y3, Y15, Y14, Y13, Y12)
+#define SGD_DECAY_4 SGD_DECAY(VMOVUPS, VMULPS, VADDPS, VSUBPS, X0, X1, X2, X3, X15, X14, X13, X12)
+#define SGD_DECAY_1 SGD_DECAY(VMOVSS, VMULSS, VADDSS, VSUBSS, X0, X1, X2, X3, X15, X14, X13, X12)
+
+// func sgdMomentumVector(p, grad, buf *float32, lr, wd, mom, damp1 float32, n int)
+// (wd unused: it is 0)
+TEXT ·sgdMomentumVector(SB), NOSPLIT, $0-48
+	MOVQ	p+0(FP), DI
+	MOVQ	grad+8(FP), SI
+	MOVQ	buf+16(FP), R8
+	VBROADCASTSS	lr+24(FP), Y15
+	VBROADCASTSS	mom+32(FP), Y14
+	VBROADCASTSS	damp1+36(FP), Y13
+	MOVQ	n+40(FP), CX
+	LOOPS(SGD_8, SGD_4, SGD_1)
+
+// func sgdMomentumDecayVector(p, grad, buf *float32, lr, wd, mom, damp1 float32, n int)
+TEXT ·sgdMomentumDecayVector(SB), NOSPLIT, $0-48
+	MOVQ	p+0(FP), DI
+	MOVQ	grad+8(FP), SI
+	MOVQ	buf+16(FP), R8
+	VBROADCASTSS	lr+24(FP), Y15
+	VBROADCASTSS	mom+32(FP), Y14
+	VBROADCASTSS	damp1+36(FP), Y13
+	MOVQ	n+40(FP), CX
+	VBROADCASTSS	wd+28(FP), Y12
+	LOOPS(SGD_DECAY_8, SGD_DECAY_4, SGD_DECAY_1)

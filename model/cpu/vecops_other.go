@@ -34,4 +34,16 @@ func bnGradReLUVector(out, dy, x *float32, a, bx, mu, d, scale, shift float32, n
 func gradSumsReLUVector(x, dy *float32, n int, mean float64, scale, shift float32) (float64, float64) {
 	panic("no vector kernels")
 }
-func addReLUVector(y, a, b *float32, n int) { panic("no vector kernels") }
+func addReLUVector(y, a, b *float32, n int)        { panic("no vector kernels") }
+func reluVector(y, x *float32, n int)              { panic("no vector kernels") }
+func reluBackwardVector(dx, dy, y *float32, n int) { panic("no vector kernels") }
+func maxPoolRowVector(y, r0, r1 *float32, n int)   { panic("no vector kernels") }
+func maxPoolBackwardRowVector(d0, d1, r0, r1, grad *float32, n int) {
+	panic("no vector kernels")
+}
+func sgdMomentumVector(p, grad, buf *float32, lr, wd, mom, damp1 float32, n int) {
+	panic("no vector kernels")
+}
+func sgdMomentumDecayVector(p, grad, buf *float32, lr, wd, mom, damp1 float32, n int) {
+	panic("no vector kernels")
+}

@@ -14,7 +14,7 @@ import (
 // the last.
 func TestVecOps(t *testing.T) {
 	if !hasVectorOps() {
-		t.Skip("no vector Winograd kernels on this build or processor (AVX2 missing or purego): the loops are all there is")
+		t.Skip("no vector kernels on this build or processor (AVX2 missing or purego): the loops are all there is")
 	}
 	const guard = 9
 	rng := rand.New(rand.NewPCG(3, 4))
@@ -33,6 +33,17 @@ func TestVecOps(t *testing.T) {
 		return x
 	}
 	var withNaNs func([]float32) []float32 // some NaNs of either sign among x
+	// ties draws from a few values, NaNs and zeros of both signs among
+	// them, so that pooling windows hold equal maxima and NaNs.
+	ties := func(n int) []float32 {
+		values := []float32{-1, 0, float32(math.Copysign(0, -1)), 0.5, 2, 2,
+			math.Float32frombits(0x7fc00001), math.Float32frombits(0xffc00002)}
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = values[rng.IntN(len(values))]
+		}
+		return x
+	}
 	// A case: its inputs, the lengths of its outputs (guard included) and
 	// how the operation is called on them.
 	type opCase struct {
@@ -101,6 +112,35 @@ func TestVecOps(t *testing.T) {
 			x := [][]float32{input(n), withNaNs(input(n)), input(6)}
 			return opCase{x, []int{flat(n)}, func(o vecOps, y [][]float32) {
 				o.bnGradReLU(y[0][:n], x[0], x[1], x[2][0], x[2][1], x[2][2], x[2][3], x[2][4], x[2][5])
+			}}
+		}},
+		{"relu", func(n, _ int, _ func(int) int) opCase {
+			x := [][]float32{withNaNs(input(n))}
+			return opCase{x, []int{flat(n)}, func(o vecOps, y [][]float32) { o.relu(y[0][:n], x[0]) }}
+		}},
+		{"reluBackward", func(n, _ int, _ func(int) int) opCase {
+			x := [][]float32{input(n), withNaNs(input(n))}
+			return opCase{x, []int{flat(n)}, func(o vecOps, y [][]float32) { o.reluBackward(y[0][:n], x[0], x[1]) }}
+		}},
+		{"maxPoolRow", func(n, _ int, _ func(int) int) opCase {
+			x := [][]float32{ties(2 * n), ties(2 * n)}
+			return opCase{x, []int{flat(n)}, func(o vecOps, y [][]float32) { o.maxPoolRow(y[0][:n], x[0], x[1]) }}
+		}},
+		{"maxPoolBackwardRow", func(n, _ int, _ func(int) int) opCase {
+			x := [][]float32{ties(2 * n), ties(2 * n), input(n)}
+			return opCase{x, []int{flat(2 * n), flat(2 * n)}, func(o vecOps, y [][]float32) {
+				o.maxPoolBackwardRow(y[0][:2*n], y[1][:2*n], x[0], x[1], x[2])
+			}}
+		}},
+		{"sgdMomentum", func(n, _ int, _ func(int) int) opCase {
+			x := [][]float32{withNaNs(input(n)), withNaNs(input(n)), input(n), input(4)}
+			if rng.IntN(2) == 0 {
+				x[3][1] = 0 // no weight decay
+			}
+			return opCase{x, []int{flat(n), flat(n)}, func(o vecOps, y [][]float32) {
+				copy(y[0], x[0]) // the parameters and the momentum buffer are updated in place
+				copy(y[1], x[2])
+				o.sgdMomentum(y[0][:n], x[1], y[1][:n], x[3][0], x[3][1], x[3][2], x[3][3])
 			}}
 		}},
 		{"interleave", func(n, rows int, stride func(int) int) opCase {
