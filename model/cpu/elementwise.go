@@ -93,7 +93,8 @@ func (t *elemTask) Do(_, i int) {
 	case opAdam:
 		adamRange(t.x.Data[lo:hi], t.y.Data[lo:hi], t.z.Data[lo:hi], t.w.Data[lo:hi], t.adam, t.step)
 	case opAdadelta:
-		adadeltaRange(t.x.Data[lo:hi], t.y.Data[lo:hi], t.z.Data[lo:hi], t.w.Data[lo:hi], t.adadelta)
+		a := t.adadelta
+		t.vec.adadelta(t.x.Data[lo:hi], t.y.Data[lo:hi], t.z.Data[lo:hi], t.w.Data[lo:hi], a.LR, a.Rho, a.Eps, a.WeightDecay)
 	case opMaxPool:
 		maxPoolPlanes(t.vec, t.x, t.y, t.pool, lo, hi)
 	case opMaxPoolBackward:

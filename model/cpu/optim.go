@@ -71,18 +71,3 @@ func adamRange(pd, gd, md, vd []float32, o tensor.AdamOptions, step int) {
 func (b *Backend) AdadeltaStep(p, g, sqAvg, accDelta *tensor.Tensor, o tensor.AdadeltaOptions) {
 	b.runElem(elemTask{op: opAdadelta, n: len(p.Data), x: p, y: g, z: sqAvg, w: accDelta, adadelta: o}, elemGrain)
 }
-
-func adadeltaRange(pd, gd, sd, ad []float32, o tensor.AdadeltaOptions) {
-	gd, sd, ad = gd[:len(pd)], sd[:len(pd)], ad[:len(pd)]
-	for i, w := range pd {
-		d := gd[i]
-		if o.WeightDecay != 0 {
-			d += o.WeightDecay * w
-		}
-		sd[i] = o.Rho*sd[i] + (1-o.Rho)*d*d
-		std := float32(math.Sqrt(float64(sd[i] + o.Eps)))
-		delta := float32(math.Sqrt(float64(ad[i]+o.Eps))) / std * d
-		ad[i] = o.Rho*ad[i] + (1-o.Rho)*delta*delta
-		pd[i] = w - o.LR*delta
-	}
-}

@@ -7,7 +7,7 @@ import "math"
 // on rows of tiles (n consecutive tiles' values of one tile element) or
 // on rows of an image, batch norm's two per-element passes and two sums
 // (norm.go), the relu and its gradient, the 2×2 max pool and its gradient
-// (pool.go) and SGD's step with momentum (optim.go).
+// (pool.go) and the SGD (with momentum) and Adadelta steps (optim.go).
 // It runs them with the AVX2 kernels of vecops_amd64.s where the
 // processor has them (vector true), else with the loops below; both give
 // the same bits (TestVecOps): the loops round every product to float32
@@ -470,5 +470,39 @@ func (o vecOps) sgdMomentum(p, g, buf []float32, lr, wd, mom, damp1 float32) {
 		b := float32(mom*buf[i]) + float32(damp1*d)
 		buf[i] = b
 		p[i] = w - float32(lr*b)
+	}
+}
+
+// adadelta is torch.optim.Adadelta's step over len(p) elements: d = g (+
+// wd·p), sq = rho·sq + (1−rho)·d·d, delta = √(acc + eps) / √(sq + eps) · d,
+// acc = rho·acc + (1−rho)·delta·delta, p −= lr·delta; every operation
+// rounded on its own, as the kernel rounds it (square roots and the
+// division are correctly rounded in both).
+func (o vecOps) adadelta(p, g, sq, acc []float32, lr, rho, eps, wd float32) {
+	n := len(p)
+	g, sq, acc = g[:n], sq[:n], acc[:n]
+	if n == 0 {
+		return
+	}
+	if o.vector {
+		if wd != 0 {
+			adadeltaDecayVector(&p[0], &g[0], &sq[0], &acc[0], lr, rho, eps, wd, n)
+		} else {
+			adadeltaVector(&p[0], &g[0], &sq[0], &acc[0], lr, rho, eps, wd, n)
+		}
+		return
+	}
+	rho1 := 1 - rho
+	for i, w := range p {
+		d := g[i]
+		if wd != 0 {
+			d += float32(wd * w)
+		}
+		s := float32(rho*sq[i]) + float32(float32(rho1*d)*d)
+		sq[i] = s
+		std := float32(math.Sqrt(float64(s + eps)))
+		delta := float32(float32(math.Sqrt(float64(acc[i]+eps)))/std) * d
+		acc[i] = float32(rho*acc[i]) + float32(float32(rho1*delta)*delta)
+		p[i] = w - float32(lr*delta)
 	}
 }

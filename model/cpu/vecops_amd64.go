@@ -75,3 +75,11 @@ func sgdMomentumVector(p, grad, buf *float32, lr, wd, mom, damp1 float32, n int)
 
 //go:noescape
 func sgdMomentumDecayVector(p, grad, buf *float32, lr, wd, mom, damp1 float32, n int)
+
+// adadeltaVector takes wd = 0, adadeltaDecayVector any other.
+//
+//go:noescape
+func adadeltaVector(p, grad, sq, acc *float32, lr, rho, eps, wd float32, n int)
+
+//go:noescape
+func adadeltaDecayVector(p, grad, sq, acc *float32, lr, rho, eps, wd float32, n int)

@@ -847,3 +847,87 @@ TEXT ·sgdMomentumDecayVector(SB), NOSPLIT, $0-48
 	MOVQ	n+40(FP), CX
 	VBROADCASTSS	wd+28(FP), Y12
 	LOOPS(SGD_DECAY_8, SGD_DECAY_4, SGD_DECAY_1)
+
+// Adadelta (vecops.go's adadelta): p in DI, g in SI, sq in R8, acc in R9;
+// lr, rho, 1 − rho, eps and wd broadcast in Y15 … Y11. Single elements
+// run the packed instructions on XMM registers loaded with one element
+// (the other lanes compute on zeros, harmlessly). ADADELTA_DECAY adds
+// wd·p to the gradient first.
+#define ADADELTA_STEP(MOV, W, D, S, A, T, U, LR, RHO, RHO1, EPS) \
+	MOV	(R8)(AX*4), S \
+	VMULPS	RHO, S, S \
+	VMULPS	RHO1, D, T \
+	VMULPS	D, T, T \
+	VADDPS	T, S, S \
+	MOV	S, (R8)(AX*4) \
+	VADDPS	EPS, S, S \
+	VSQRTPS	S, S \
+	MOV	(R9)(AX*4), A \
+	VADDPS	EPS, A, T \
+	VSQRTPS	T, T \
+	VDIVPS	S, T, T \
+	VMULPS	D, T, T \
+	VMULPS	RHO, A, A \
+	VMULPS	RHO1, T, U \
+	VMULPS	T, U, U \
+	VADDPS	U, A, A \
+	MOV	A, (R9)(AX*4) \
+	VMULPS	LR, T, T \
+	VSUBPS	T, W, W \
+	MOV	W, (DI)(AX*4)
+
+#define ADADELTA(MOV, W, D, S, A, T, U, LR, RHO, RHO1, EPS) \
+	MOV	(DI)(AX*4), W \
+	MOV	(SI)(AX*4), D \
+	ADADELTA_STEP(MOV, W, D, S, A, T, U, LR, RHO, RHO1, EPS)
+
+#define ADADELTA_DECAY(MOV, W, D, S, A, T, U, LR, RHO, RHO1, EPS, WD) \
+	MOV	(DI)(AX*4), W \
+	MOV	(SI)(AX*4), D \
+	VMULPS	WD, W, T \
+	VADDPS	T, D, D \
+	ADADELTA_STEP(MOV, W, D, S, A, T, U, LR, RHO, RHO1, EPS)
+
+#define ADADELTA_8 ADADELTA(VMOVUPS, Y0, Y1, Y2, Y3, Y4, Y5, Y15, Y14, Y13, Y12)
+#define ADADELTA_4 ADADELTA(VMOVUPS, X0, X1, X2, X3, X4, X5, X15, X14, X13, X12)
+#define ADADELTA_1 ADADELTA(VMOVSS, X0, X1, X2, X3, X4, X5, X15, X14, X13, X12)
+#define ADADELTA_DECAY_8 ADADELTA_DECAY(VMOVUPS, Y0, Y1, Y2, Y3, Y4, Y5, Y15, Y14, Y13, Y12, Y11)
+#define ADADELTA_DECAY_4 ADADELTA_DECAY(VMOVUPS, X0, X1, X2, X3, X4, X5, X15, X14, X13, X12, X11)
+#define ADADELTA_DECAY_1 ADADELTA_DECAY(VMOVSS, X0, X1, X2, X3, X4, X5, X15, X14, X13, X12, X11)
+
+// ONE_MINUS sets R to 1 − R (Y10 scratch).
+#define ONE_MINUS(R) \
+	MOVL	$0x3f800000, R10 \
+	MOVL	R10, X10 \
+	VBROADCASTSS	X10, Y10 \
+	VSUBPS	R, Y10, R
+
+// func adadeltaVector(p, grad, sq, acc *float32, lr, rho, eps, wd float32, n int)
+// (wd unused: it is 0)
+TEXT ·adadeltaVector(SB), NOSPLIT, $0-56
+	MOVQ	p+0(FP), DI
+	MOVQ	grad+8(FP), SI
+	MOVQ	sq+16(FP), R8
+	MOVQ	acc+24(FP), R9
+	VBROADCASTSS	lr+32(FP), Y15
+	VBROADCASTSS	rho+36(FP), Y14
+	VBROADCASTSS	rho+36(FP), Y13
+	ONE_MINUS(Y13)
+	VBROADCASTSS	eps+40(FP), Y12
+	MOVQ	n+48(FP), CX
+	LOOPS(ADADELTA_8, ADADELTA_4, ADADELTA_1)
+
+// func adadeltaDecayVector(p, grad, sq, acc *float32, lr, rho, eps, wd float32, n int)
+TEXT ·adadeltaDecayVector(SB), NOSPLIT, $0-56
+	MOVQ	p+0(FP), DI
+	MOVQ	grad+8(FP), SI
+	MOVQ	sq+16(FP), R8
+	MOVQ	acc+24(FP), R9
+	VBROADCASTSS	lr+32(FP), Y15
+	VBROADCASTSS	rho+36(FP), Y14
+	VBROADCASTSS	rho+36(FP), Y13
+	ONE_MINUS(Y13)
+	VBROADCASTSS	eps+40(FP), Y12
+	VBROADCASTSS	wd+44(FP), Y11
+	MOVQ	n+48(FP), CX
+	LOOPS(ADADELTA_DECAY_8, ADADELTA_DECAY_4, ADADELTA_DECAY_1)

@@ -47,3 +47,9 @@ func sgdMomentumVector(p, grad, buf *float32, lr, wd, mom, damp1 float32, n int)
 func sgdMomentumDecayVector(p, grad, buf *float32, lr, wd, mom, damp1 float32, n int) {
 	panic("no vector kernels")
 }
+func adadeltaVector(p, grad, sq, acc *float32, lr, rho, eps, wd float32, n int) {
+	panic("no vector kernels")
+}
+func adadeltaDecayVector(p, grad, sq, acc *float32, lr, rho, eps, wd float32, n int) {
+	panic("no vector kernels")
+}

@@ -143,6 +143,24 @@ func TestVecOps(t *testing.T) {
 				o.sgdMomentum(y[0][:n], x[1], y[1][:n], x[3][0], x[3][1], x[3][2], x[3][3])
 			}}
 		}},
+		{"adadelta", func(n, _ int, _ func(int) int) opCase {
+			abs := func(x []float32) []float32 { // running averages of squares: never negative
+				for i := range x {
+					x[i] = float32(math.Abs(float64(x[i])))
+				}
+				return x
+			}
+			x := [][]float32{withNaNs(input(n)), withNaNs(input(n)), abs(input(n)), abs(input(n)), {1, 0.9, 1e-6, 0.01}}
+			if rng.IntN(2) == 0 {
+				x[4][3] = 0 // no weight decay
+			}
+			return opCase{x, []int{flat(n), flat(n), flat(n)}, func(o vecOps, y [][]float32) {
+				copy(y[0], x[0]) // parameters and both running averages are updated in place
+				copy(y[1], x[2])
+				copy(y[2], x[3])
+				o.adadelta(y[0][:n], x[1], y[1][:n], y[2][:n], x[4][0], x[4][1], x[4][2], x[4][3])
+			}}
+		}},
 		{"interleave", func(n, rows int, stride func(int) int) opCase {
 			ys, es := stride(2*n), stride(n)
 			x := [][]float32{input(rowsLen(rows, es, n)), input(rowsLen(rows, es, n)), input(1)}
