@@ -42,7 +42,7 @@ var _ tensor.Backend = (*Backend)(nil)
 // ranks sharing a machine should divide its cores between them.
 func New(threads int) *Backend {
 	p := parallel.New(threads)
-	b := &Backend{pool: p, gemm: gemm.NewWithPool(p), chunks: make([]scratch, p.Threads()), vec: vecOps{vector: hasVectorOps()}}
+	b := &Backend{pool: p, gemm: gemm.NewWithPool(p), chunks: make([]scratch, p.Threads()), vec: vecOps{vector: hasVectorOps(), wide: hasWideOps()}}
 	b.conv.b = b
 	return b
 }
@@ -50,7 +50,7 @@ func New(threads int) *Backend {
 // NewWithKernel is New with the GEMM micro-kernel named (gemm.Kernels:
 // "avx512", "avx2-fma", "go"), the user's override of the choice New makes
 // for this CPU; "go" also runs the element-wise loops without vector
-// kernels. An empty name is New's choice.
+// kernels, "avx2-fma" without AVX-512 ones. An empty name is New's choice.
 func NewWithKernel(threads int, name string) (*Backend, error) {
 	b := New(threads)
 	if name == "" {
@@ -62,8 +62,11 @@ func NewWithKernel(threads int, name string) (*Backend, error) {
 		return nil, err
 	}
 	b.gemm = g
-	if strings.HasPrefix(g.Kernel(), "go ") {
+	switch {
+	case strings.HasPrefix(g.Kernel(), "go "):
 		b.vec = vecOps{}
+	case !strings.HasPrefix(g.Kernel(), "avx512"):
+		b.vec.wide = false // no AVX-512 anywhere
 	}
 	return b, nil
 }

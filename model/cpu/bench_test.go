@@ -161,3 +161,61 @@ func BenchmarkMaxPool(b *testing.B) {
 		be.MaxPool2d(x, y, p)
 	}
 }
+
+// BenchmarkElementwiseKernels times the element-wise vector kernels
+// against their loops (the same bits: TestVecOps) on 256 Ki elements a
+// tensor, 1 MiB each: the measurement behind each kernel.
+//
+//	go test ./model/cpu -run '^$' -bench ElementwiseKernels -count 3
+func BenchmarkElementwiseKernels(b *testing.B) {
+	const n = 1 << 18
+	rng := rand.New(rand.NewPCG(5, 6))
+	vec := func() []float32 {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(rng.NormFloat64())
+		}
+		return v
+	}
+	positive := func() []float32 {
+		v := vec()
+		for i := range v {
+			v[i] = max(v[i], -v[i])
+		}
+		return v
+	}
+	x, y, z, w, u := vec(), vec(), positive(), positive(), vec()
+	ops := []struct {
+		name string
+		run  func(o vecOps)
+	}{
+		{"relu", func(o vecOps) { o.relu(y, x) }},
+		{"relu-backward", func(o vecOps) { o.reluBackward(u, x, z) }},
+		{"max-pool", func(o vecOps) {
+			for r := 0; r < n/512; r++ { // rows of 128 windows, from two input rows of 256
+				o.maxPoolRow(y[r*128:(r+1)*128], x[2*r*256:(2*r+1)*256], x[(2*r+1)*256:(2*r+2)*256])
+			}
+		}},
+		{"max-pool-backward", func(o vecOps) {
+			for r := 0; r < n/512; r++ {
+				o.maxPoolBackwardRow(y[2*r*256:(2*r+1)*256], u[2*r*256:(2*r+1)*256], x[2*r*256:(2*r+1)*256], x[(2*r+1)*256:(2*r+2)*256], z[r*128:(r+1)*128])
+			}
+		}},
+		{"sgd-momentum", func(o vecOps) { o.sgdMomentum(y, x, u, 1e-6, 0, 0.9, 1) }},
+		{"adadelta", func(o vecOps) { o.adadelta(y, x, z, w, 1e-6, 0.9, 1e-6, 0) }},
+		{"dropout", func(o vecOps) { o.dropout(y, u, x, 0.5, 2, 7, 0) }},
+	}
+	for _, op := range ops {
+		for _, k := range []struct {
+			name string
+			o    vecOps
+		}{{"loop", vecOps{}}, {"vector", vecOps{vector: hasVectorOps(), wide: hasWideOps()}}} {
+			b.Run(op.name+"/"+k.name, func(b *testing.B) {
+				b.SetBytes(4 * n)
+				for b.Loop() {
+					op.run(k.o)
+				}
+			})
+		}
+	}
+}

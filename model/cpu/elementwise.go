@@ -71,7 +71,11 @@ func (t *elemTask) Do(_, i int) {
 	case opReLUBackward:
 		t.vec.reluBackward(t.z.Data[lo:hi], t.y.Data[lo:hi], t.x.Data[lo:hi])
 	case opDropout:
-		dropout(t.x.Data[lo:hi], t.y.Data[lo:hi], t.z.Data[lo:hi], t.f, t.seed, lo)
+		keep := float32(0) // the survivors' scale, 1/(1−p)
+		if t.f < 1 {
+			keep = 1 / (1 - t.f)
+		}
+		t.vec.dropout(t.y.Data[lo:hi], t.z.Data[lo:hi], t.x.Data[lo:hi], t.f, keep, t.seed, lo)
 	case opMul:
 		zd, yd := t.z.Data[lo:hi], t.y.Data[lo:hi]
 		for i, v := range t.x.Data[lo:hi] {
@@ -99,24 +103,5 @@ func (t *elemTask) Do(_, i int) {
 		maxPoolPlanes(t.vec, t.x, t.y, t.pool, lo, hi)
 	case opMaxPoolBackward:
 		maxPoolBackwardPlanes(t.vec, t.x, t.y, t.z, t.pool, lo, hi)
-	}
-}
-
-// dropout zeroes x's elements with probability p and scales the rest by
-// 1/(1−p); off is the global index of x[0] (the random numbers are drawn by
-// index).
-func dropout(x, y, mask []float32, p float32, seed uint64, off int) {
-	keep := float32(0)
-	if p < 1 {
-		keep = 1 / (1 - p)
-	}
-	y, mask = y[:len(x)], mask[:len(x)]
-	for i, v := range x {
-		f := keep
-		if uniform(seed, uint64(off+i)) < p {
-			f = 0
-		}
-		mask[i] = f
-		y[i] = v * f
 	}
 }

@@ -7,7 +7,8 @@ import "math"
 // on rows of tiles (n consecutive tiles' values of one tile element) or
 // on rows of an image, batch norm's two per-element passes and two sums
 // (norm.go), the relu and its gradient, the 2×2 max pool and its gradient
-// (pool.go) and the SGD (with momentum) and Adadelta steps (optim.go).
+// (pool.go), the SGD (with momentum) and Adadelta steps (optim.go), and
+// dropout (in AVX-512: its random numbers need 64-bit multiplies).
 // It runs them with the AVX2 kernels of vecops_amd64.s where the
 // processor has them (vector true), else with the loops below; both give
 // the same bits (TestVecOps): the loops round every product to float32
@@ -16,6 +17,7 @@ import "math"
 // start as a stride in elements: rows of a plane, or every other row.
 type vecOps struct {
 	vector bool
+	wide   bool // AVX-512 kernels (F and DQ) where the loop has one: dropout
 }
 
 // bt4 applies Bᵀ to four rows: y0 = x0 − x2, y1 = x1 + x2, y2 = x2 − x1,
@@ -504,5 +506,27 @@ func (o vecOps) adadelta(p, g, sq, acc []float32, lr, rho, eps, wd float32) {
 		delta := float32(float32(math.Sqrt(float64(acc[i]+eps)))/std) * d
 		acc[i] = float32(rho*acc[i]) + float32(float32(rho1*delta)*delta)
 		p[i] = w - float32(lr*delta)
+	}
+}
+
+// dropout sets mask[i] = f and y[i] = x[i]·f over len(y) elements, with f
+// = 0 where uniform(seed, off + i) < p (the element is dropped), else
+// keep: the random numbers are drawn by global index, so that results do
+// not depend on how the elements are cut between threads.
+func (o vecOps) dropout(y, mask, x []float32, p, keep float32, seed uint64, off int) {
+	n := len(y)
+	mask, x = mask[:n], x[:n]
+	i := 0
+	if o.wide && n >= 8 {
+		i = n &^ 7
+		dropoutWide(&y[0], &mask[0], &x[0], p, keep, seed, uint64(off), i)
+	}
+	for ; i < n; i++ {
+		f := keep
+		if uniform(seed, uint64(off+i)) < p {
+			f = 0
+		}
+		mask[i] = f
+		y[i] = x[i] * f
 	}
 }

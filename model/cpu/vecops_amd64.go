@@ -9,6 +9,10 @@ import "golang.org/x/sys/cpu"
 // saves the YMM registers).
 func hasVectorOps() bool { return cpu.X86.HasAVX2 }
 
+// hasWideOps reports whether it runs their AVX-512 kernels (F and DQ; the
+// operating system saving the ZMM registers is checked too).
+func hasWideOps() bool { return cpu.X86.HasAVX2 && cpu.X86.HasAVX512F && cpu.X86.HasAVX512DQ }
+
 // The kernels of vecops_amd64.s, as vecOps' methods describe them, for
 // n ≥ 1 and rows ≥ 1, strides in elements.
 
@@ -83,3 +87,8 @@ func adadeltaVector(p, grad, sq, acc *float32, lr, rho, eps, wd float32, n int)
 
 //go:noescape
 func adadeltaDecayVector(p, grad, sq, acc *float32, lr, rho, eps, wd float32, n int)
+
+// dropoutWide is vecOps.dropout in AVX-512 for n a multiple of 8.
+//
+//go:noescape
+func dropoutWide(y, mask, x *float32, p, keep float32, seed, off uint64, n int)

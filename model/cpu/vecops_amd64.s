@@ -931,3 +931,70 @@ TEXT ·adadeltaDecayVector(SB), NOSPLIT, $0-56
 	VBROADCASTSS	wd+44(FP), Y11
 	MOVQ	n+48(FP), CX
 	LOOPS(ADADELTA_DECAY_8, ADADELTA_DECAY_4, ADADELTA_DECAY_1)
+
+// The lanes' offsets from a group of eight's first index, plus one
+// (uniform hashes index i as i + 1).
+DATA dropoutLanes<>+0(SB)/8, $1
+DATA dropoutLanes<>+8(SB)/8, $2
+DATA dropoutLanes<>+16(SB)/8, $3
+DATA dropoutLanes<>+24(SB)/8, $4
+DATA dropoutLanes<>+32(SB)/8, $5
+DATA dropoutLanes<>+40(SB)/8, $6
+DATA dropoutLanes<>+48(SB)/8, $7
+DATA dropoutLanes<>+56(SB)/8, $8
+GLOBL dropoutLanes<>(SB), RODATA|NOPTR, $64
+
+// func dropoutWide(y, mask, x *float32, p, keep float32, seed, off uint64, n int)
+// Eight elements at a time: backend.go's uniform (splitmix64 of seed +
+// (i + 1)·golden) in 64-bit lanes of Z12, the top 24 bits of each hash
+// narrowed to 32-bit lanes and scaled by 2⁻²⁴ (exact), compared with p:
+// f = keep where !(u < p), else 0.
+TEXT ·dropoutWide(SB), NOSPLIT, $0-56
+	MOVQ	y+0(FP), DI
+	MOVQ	mask+8(FP), SI
+	MOVQ	x+16(FP), R8
+	VBROADCASTSS	p+24(FP), Y15
+	VBROADCASTSS	keep+28(FP), Y14
+	VPBROADCASTQ	seed+32(FP), Z13
+	VPBROADCASTQ	off+40(FP), Z12
+	VPADDQ	dropoutLanes<>(SB), Z12, Z12
+	MOVQ	$0x9e3779b97f4a7c15, AX
+	VPBROADCASTQ	AX, Z11
+	MOVQ	$0xbf58476d1ce4e5b9, AX
+	VPBROADCASTQ	AX, Z10
+	MOVQ	$0x94d049bb133111eb, AX
+	VPBROADCASTQ	AX, Z9
+	MOVQ	$8, AX
+	VPBROADCASTQ	AX, Z8
+	MOVL	$0x33800000, AX // 2⁻²⁴
+	MOVL	AX, X7
+	VBROADCASTSS	X7, Y7
+	MOVQ	n+48(FP), CX
+	XORQ	AX, AX
+dropout8:
+	VPMULLQ	Z11, Z12, Z0
+	VPADDQ	Z13, Z0, Z0
+	VPSRLQ	$30, Z0, Z1
+	VPXORQ	Z1, Z0, Z0
+	VPMULLQ	Z10, Z0, Z0
+	VPSRLQ	$27, Z0, Z1
+	VPXORQ	Z1, Z0, Z0
+	VPMULLQ	Z9, Z0, Z0
+	VPSRLQ	$31, Z0, Z1
+	VPXORQ	Z1, Z0, Z0
+	VPSRLQ	$40, Z0, Z0
+	VPMOVQD	Z0, Y0
+	VCVTDQ2PS	Y0, Y0
+	VMULPS	Y7, Y0, Y0
+	VCMPPS	$5, Y15, Y0, Y1
+	VANDPS	Y14, Y1, Y1
+	VMOVUPS	Y1, (SI)(AX*4)
+	VMOVUPS	(R8)(AX*4), Y2
+	VMULPS	Y1, Y2, Y2
+	VMOVUPS	Y2, (DI)(AX*4)
+	VPADDQ	Z8, Z12, Z12
+	ADDQ	$8, AX
+	CMPQ	AX, CX
+	JLT	dropout8
+	VZEROUPPER
+	RET

@@ -5,6 +5,9 @@ package cpu
 // hasVectorOps: without the vector kernels the loops do it all.
 func hasVectorOps() bool { return false }
 
+// hasWideOps: nor the AVX-512 ones.
+func hasWideOps() bool { return false }
+
 // Unreachable: vecOps.vector is never true on this build.
 
 func bt4Vector(y0, y1, y2, y3, x0, x1, x2, x3 *float32, n int) { panic("no vector kernels") }
@@ -51,5 +54,8 @@ func adadeltaVector(p, grad, sq, acc *float32, lr, rho, eps, wd float32, n int) 
 	panic("no vector kernels")
 }
 func adadeltaDecayVector(p, grad, sq, acc *float32, lr, rho, eps, wd float32, n int) {
+	panic("no vector kernels")
+}
+func dropoutWide(y, mask, x *float32, p, keep float32, seed, off uint64, n int) {
 	panic("no vector kernels")
 }

@@ -161,6 +161,18 @@ func TestVecOps(t *testing.T) {
 				o.adadelta(y[0][:n], x[1], y[1][:n], y[2][:n], x[4][0], x[4][1], x[4][2], x[4][3])
 			}}
 		}},
+		{"dropout", func(n, _ int, _ func(int) int) opCase {
+			x := [][]float32{withNaNs(input(n))}
+			p := []float32{0, 0.1, 0.5, 0.9, 1}[rng.IntN(5)]
+			keep := float32(0)
+			if p < 1 {
+				keep = 1 / (1 - p)
+			}
+			seed, off := rng.Uint64(), rng.IntN(1<<40)
+			return opCase{x, []int{flat(n), flat(n)}, func(o vecOps, y [][]float32) {
+				o.dropout(y[0][:n], y[1][:n], x[0], p, keep, seed, off)
+			}}
+		}},
 		{"interleave", func(n, rows int, stride func(int) int) opCase {
 			ys, es := stride(2*n), stride(n)
 			x := [][]float32{input(rowsLen(rows, es, n)), input(rowsLen(rows, es, n)), input(1)}
@@ -193,7 +205,7 @@ func TestVecOps(t *testing.T) {
 					}
 				}
 				c.run(vecOps{}, want)
-				c.run(vecOps{vector: true}, got)
+				c.run(vecOps{vector: true, wide: hasWideOps()}, got)
 				for i := range want {
 					for j := range want[i] {
 						if math.Float32bits(got[i][j]) != math.Float32bits(want[i][j]) {
