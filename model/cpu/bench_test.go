@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"testing"
 
@@ -214,6 +215,35 @@ func BenchmarkElementwiseKernels(b *testing.B) {
 				b.SetBytes(4 * n)
 				for b.Loop() {
 					op.run(k.o)
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkWinogradWeights times the weight transform of ResNet-50's
+// largest 3×3 layer (512×512 kernels), forward and flipped, with the
+// vector kernel and with the loops.
+//
+//	go test ./model/cpu -run '^$' -bench WinogradWeights -count 3
+func BenchmarkWinogradWeights(b *testing.B) {
+	const f, c = 512, 512
+	rng := rand.New(rand.NewPCG(7, 8))
+	w := make([]float32, f*c*9)
+	for i := range w {
+		w[i] = float32(rng.NormFloat64())
+	}
+	u := make([]float32, 16*winoStride(f*c))
+	var work winoRows
+	for _, k := range []struct {
+		name string
+		o    vecOps
+	}{{"loop", vecOps{}}, {"vector", vecOps{vector: hasVectorOps()}}} {
+		for _, flipped := range []bool{false, true} {
+			b.Run(fmt.Sprintf("%s/flipped=%v", k.name, flipped), func(b *testing.B) {
+				b.SetBytes(4 * f * c * 9)
+				for b.Loop() {
+					winogradWeights(k.o, u, w, f, c, flipped, &work)
 				}
 			})
 		}

@@ -79,7 +79,8 @@ func (b *Backend) runConv(backward bool, x, w, bias, y, dy, dx *tensor.Tensor, p
 	*t = convTask{b: b, backward: backward, x: x, w: w, bias: bias, y: y, dy: dy, dx: dx, p: p, g: geom(x, w, p), n: n, biasGrad: biasGrad, weightGrad: weightGrad}
 	if t.winograd = b.useWinograd(t.g, p); t.winograd && (!backward || dx != nil) {
 		// Forward: U [16][F][C]; backward: the data gradient's U [16][C][F].
-		winogradWeights(grow(&b.winoU, 16*winoStride(t.g.f*t.g.c)), w.Data, t.g.f, t.g.c, backward)
+		// On the calling goroutine, before the chunks: chunk 0's rows are free.
+		winogradWeights(b.vec, grow(&b.winoU, 16*winoStride(t.g.f*t.g.c)), w.Data, t.g.f, t.g.c, backward, &b.chunks[0].wino)
 	}
 	if n < threads {
 		// Too few images to go round: one chunk, multi-threaded GEMMs.

@@ -3,7 +3,7 @@ package cpu
 import "math"
 
 // vecOps are the element-wise loops that run often enough to pay for
-// vector kernels: the Winograd transforms' six operations (winograd.go)
+// vector kernels: the Winograd transforms' seven operations (winograd.go)
 // on rows of tiles (n consecutive tiles' values of one tile element) or
 // on rows of an image, batch norm's two per-element passes and two sums
 // (norm.go), the relu and its gradient, the 2×2 max pool and its gradient
@@ -69,6 +69,24 @@ func (o vecOps) a4(y0, y1, y2, y3, x0, x1 []float32) {
 	for i := range y0 {
 		a, b := x0[i], x1[i]
 		y0[i], y1[i], y2[i], y3[i] = a, a+b, a-b, -b
+	}
+}
+
+// g4 applies G to three rows: y0 = x0, y1 = 0.5·((x0 + x1) + x2),
+// y2 = 0.5·((x0 − x1) + x2), y3 = x2 (the weight transform's step).
+func (o vecOps) g4(y0, y1, y2, y3, x0, x1, x2 []float32) {
+	n := len(y0)
+	y1, y2, y3, x0, x1, x2 = y1[:n], y2[:n], y3[:n], x0[:n], x1[:n], x2[:n]
+	if n == 0 {
+		return
+	}
+	if o.vector {
+		g4Vector(&y0[0], &y1[0], &y2[0], &y3[0], &x0[0], &x1[0], &x2[0], n)
+		return
+	}
+	for i := range y0 {
+		a, b, c := x0[i], x1[i], x2[i]
+		y0[i], y1[i], y2[i], y3[i] = a, 0.5*(a+b+c), 0.5*(a-b+c), c
 	}
 }
 

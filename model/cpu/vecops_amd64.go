@@ -23,6 +23,9 @@ func bt4Vector(y0, y1, y2, y3, x0, x1, x2, x3 *float32, n int)
 func at2Vector(y0, y1, x0, x1, x2, x3 *float32, n int)
 
 //go:noescape
+func g4Vector(y0, y1, y2, y3, x0, x1, x2 *float32, n int)
+
+//go:noescape
 func a4Vector(y0, y1, y2, y3, x0, x1 *float32, n int)
 
 //go:noescape

@@ -143,6 +143,42 @@ TEXT ·a4Vector(SB), NOSPLIT, $0-56
 	VPSLLD	$31, Y15, Y15
 	LOOPS(A4_8, A4_4, A4_1)
 
+// y0 = x0, y1 = 0.5·((x0 + x1) + x2), y2 = 0.5·((x0 − x1) + x2), y3 = x2;
+// x0, x1, x2 at R10, R11, R12; 0.5 broadcast in HALF.
+#define G4(MOV, ADD, SUB, MUL, A, B, C, D, E, HALF) \
+	MOV	(R10)(AX*4), A \
+	MOV	(R11)(AX*4), B \
+	MOV	(R12)(AX*4), C \
+	ADD	B, A, D \
+	ADD	C, D, D \
+	MUL	HALF, D, D \
+	SUB	B, A, E \
+	ADD	C, E, E \
+	MUL	HALF, E, E \
+	MOV	A, (DI)(AX*4) \
+	MOV	D, (SI)(AX*4) \
+	MOV	E, (R8)(AX*4) \
+	MOV	C, (R9)(AX*4)
+
+#define G4_8 G4(VMOVUPS, VADDPS, VSUBPS, VMULPS, Y0, Y1, Y2, Y3, Y4, Y15)
+#define G4_4 G4(VMOVUPS, VADDPS, VSUBPS, VMULPS, X0, X1, X2, X3, X4, X15)
+#define G4_1 G4(VMOVSS, VADDSS, VSUBSS, VMULSS, X0, X1, X2, X3, X4, X15)
+
+// func g4Vector(y0, y1, y2, y3, x0, x1, x2 *float32, n int)
+TEXT ·g4Vector(SB), NOSPLIT, $0-64
+	MOVQ	y0+0(FP), DI
+	MOVQ	y1+8(FP), SI
+	MOVQ	y2+16(FP), R8
+	MOVQ	y3+24(FP), R9
+	MOVQ	x0+32(FP), R10
+	MOVQ	x1+40(FP), R11
+	MOVQ	x2+48(FP), R12
+	MOVQ	n+56(FP), CX
+	MOVL	$0x3f000000, R13 // 0.5
+	MOVL	R13, X15
+	VBROADCASTSS	X15, Y15
+	LOOPS(G4_8, G4_4, G4_1)
+
 // hbt4: a tile's four columns x[2j], x[2j+1], x[2j+2], x[2j+3] are the
 // even and odd elements of x from 2j and from 2j + 2. SPLIT8 puts the even
 // elements of the 16 at OFF(R10)(AX*8) into E and the odd ones into O:

@@ -74,6 +74,12 @@ func TestVecOps(t *testing.T) {
 				o.a4(y[0][:n], y[1][:n], y[2][:n], y[3][:n], x[0], x[1])
 			}}
 		}},
+		{"g4", func(n, _ int, _ func(int) int) opCase {
+			x := [][]float32{input(n), input(n), input(n)}
+			return opCase{x, []int{flat(n), flat(n), flat(n), flat(n)}, func(o vecOps, y [][]float32) {
+				o.g4(y[0][:n], y[1][:n], y[2][:n], y[3][:n], x[0], x[1], x[2])
+			}}
+		}},
 		{"hbt4", func(n, rows int, stride func(int) int) opCase {
 			ys, xs := stride(n), stride(2*n+2)
 			x := [][]float32{input(rowsLen(rows, xs, 2*n+2))}

@@ -27,6 +27,7 @@ func TestWinograd(t *testing.T) {
 		{3, 3, 5, 7, 7, 1, false},     // odd: the last tiles half outside
 		{2, 5, 3, 6, 11, 1, false},    // not square
 		{3, 2, 4, 9, 8, 0, false},     // no padding: 7×6 outputs
+		{2, 3, 4, 10, 8, 0, false},    // no padding, 8×6 outputs: the image's rows read in place
 		{2, 3, 2, 5, 6, 2, false},     // padding 2: 7×8 outputs
 		{1, 16, 24, 12, 12, 1, false}, // one image: products over threads
 		{4, 3, 8, 32, 32, 1, true},    // 256 tiles an image: one per group; no dx
@@ -144,6 +145,35 @@ func TestNameSaysConvAlgorithm(t *testing.T) {
 		be.SetConvAlgorithm(c.algo)
 		if got := be.Name(); !strings.HasPrefix(got, "cpu ") || !strings.HasSuffix(got, c.want) {
 			t.Errorf("algorithm %d: %q, want cpu KERNEL%s", c.algo, got, c.want)
+		}
+	}
+}
+
+// TestWinogradWeightsForms checks the weight transform by planes (with
+// the vector kernels) against the loop kernel by kernel, bit for bit,
+// forward and flipped, for shapes of one block of kernels and of several
+// with a ragged last one.
+func TestWinogradWeightsForms(t *testing.T) {
+	if !hasVectorOps() {
+		t.Skip("no vector kernels on this build or processor (AVX2 missing or purego): the loop is all there is")
+	}
+	rng := rand.New(rand.NewPCG(9, 10))
+	for _, s := range []struct{ f, c int }{{1, 1}, {3, 5}, {37, 29}, {64, 72}} {
+		w := make([]float32, s.f*s.c*9)
+		for i := range w {
+			w[i] = float32(rng.NormFloat64())
+		}
+		for _, flipped := range []bool{false, true} {
+			size := 16 * winoStride(s.f*s.c)
+			want, got := make([]float32, size), make([]float32, size)
+			var work winoRows
+			winogradWeights(vecOps{}, want, w, s.f, s.c, flipped, &work)
+			winogradWeights(vecOps{vector: true}, got, w, s.f, s.c, flipped, &work)
+			for i := range want {
+				if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("%d×%d kernels, flipped %v: u[%d] = %v by planes, %v kernel by kernel", s.f, s.c, flipped, i, got[i], want[i])
+				}
+			}
 		}
 	}
 }
