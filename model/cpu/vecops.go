@@ -343,10 +343,8 @@ func (o vecOps) addReLU(y, a, b []float32) {
 // or z is NaN (its bits kept), else +0 (as max(z, 0), except that a NaN
 // keeps its sign and payload).
 func reluOf(z float32) float32 {
-	if z > 0 || z != z {
-		return z
-	}
-	return 0
+	keep := -(b2u(z > 0) | b2u(z != z)) // without a branch: signs of random data mispredict
+	return math.Float32frombits(math.Float32bits(z) & keep)
 }
 
 // reluGate is g where the relu of the batch norm's output z = x·scale +
