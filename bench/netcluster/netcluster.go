@@ -197,12 +197,19 @@ func (c *Cluster) Command(ctx context.Context, i int, name string, args ...strin
 	return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", c.Names[i], name}, args...)...)
 }
 
-// Close removes the namespaces (and with them their links) and the
-// bridge.
+// Close removes the hosts' links, the namespaces and the bridge.
 func (c *Cluster) Close() error { return c.remove() }
 
 func (c *Cluster) remove() error {
 	var errs []error
+	// Each host's link first, from its bridge end: deleting one end of a
+	// veth pair deletes both at once, where a deleted namespace's links
+	// go later, when the kernel's cleanup of it runs — a Start right
+	// after could meet the bridge end still there ("File exists").
+	for i := range c.Names {
+		_, peer := c.veth(i)
+		exec.Command("ip", "link", "del", peer).Run() // absent when never made
+	}
 	for _, n := range c.Names {
 		if err := exec.Command("ip", "netns", "del", n).Run(); err == nil {
 			continue
