@@ -86,17 +86,19 @@ func (b *Backend) Close() { b.pool.Close() }
 // Threads returns the number of threads.
 func (b *Backend) Threads() int { return b.pool.Threads() }
 
-// Name describes the backend.
+// Name describes the backend: the GEMM micro-kernel, the convolution
+// algorithm, the element-wise kernels and the thread count.
 func (b *Backend) Name() string {
 	conv := map[ConvAlgorithm]string{
 		ConvAuto:     fmt.Sprintf("Winograd for 3×3 layers of %d+ channels", b.winoMinChannels()),
 		ConvIm2col:   "im2col convolutions",
 		ConvWinograd: "Winograd for every 3×3 layer",
 	}[b.convAlgo]
-	if b.pool.Threads() == 1 {
-		return fmt.Sprintf("cpu %s, %s, 1 thread", b.gemm.Kernel(), conv)
+	threads := "1 thread"
+	if b.pool.Threads() > 1 {
+		threads = fmt.Sprintf("%d threads", b.pool.Threads())
 	}
-	return fmt.Sprintf("cpu %s, %s, %d threads", b.gemm.Kernel(), conv, b.pool.Threads())
+	return fmt.Sprintf("cpu %s, %s, element-wise %s, %s", b.gemm.Kernel(), conv, b.vec.name(), threads)
 }
 
 func must(err error) {

@@ -249,3 +249,34 @@ func BenchmarkWinogradWeights(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkMaxPool3x3 times ResNet's stem max pool (3×3, stride 2,
+// padding 1; the general pooling loop) forward and backward on 4 images
+// of 64×112×112, one thread.
+//
+//	go test ./model/cpu -run '^$' -bench MaxPool3x3 -count 3
+func BenchmarkMaxPool3x3(b *testing.B) {
+	be := New(1)
+	defer be.Close()
+	p := tensor.PoolParams{KernelH: 3, KernelW: 3, StrideH: 2, StrideW: 2, PadH: 1, PadW: 1}
+	rng := rand.New(rand.NewPCG(11, 12))
+	x := tensor.New(4, 64, 112, 112)
+	for i := range x.Data {
+		x.Data[i] = float32(rng.NormFloat64())
+	}
+	oh, ow := p.OutSize(112, 112)
+	y, dy, dx := tensor.New(4, 64, oh, ow), tensor.New(4, 64, oh, ow), tensor.New(x.Shape...)
+	for i := range dy.Data {
+		dy.Data[i] = float32(rng.NormFloat64())
+	}
+	b.Run("forward", func(b *testing.B) {
+		for b.Loop() {
+			be.MaxPool2d(x, y, p)
+		}
+	})
+	b.Run("backward", func(b *testing.B) {
+		for b.Loop() {
+			be.MaxPool2dBackward(x, dy, dx, p)
+		}
+	})
+}

@@ -52,9 +52,7 @@ func maxPoolPlanes(vec vecOps, x, y *tensor.Tensor, p tensor.PoolParams, lo, hi 
 				best := float32(math.Inf(-1))
 				for r := h0; r < h1; r++ {
 					for _, v := range in[r*w+w0 : r*w+w1] {
-						if v > best || v != v {
-							best = v
-						}
+						best = pick(takes(v, best), v, best) // without a branch (poolWinner)
 					}
 				}
 				out[i*ow+j] = best
@@ -99,10 +97,10 @@ func maxPoolBackwardPlanes(vec vecOps, x, dy, dx *tensor.Tensor, p tensor.PoolPa
 				w0, w1, _ := window(j, p.StrideW, p.PadW, p.KernelW, w)
 				best, at := float32(math.Inf(-1)), h0*w+w0
 				for r := h0; r < h1; r++ {
-					for s := w0; s < w1; s++ {
-						if v := in[r*w+s]; v > best || v != v {
-							best, at = v, r*w+s
-						}
+					for s, v := range in[r*w+w0 : r*w+w1] {
+						m := takes(v, best) // without a branch (poolWinner)
+						best = pick(m, v, best)
+						at ^= ((r*w + w0 + s) ^ at) & int(int32(m))
 					}
 				}
 				if h1 > h0 && w1 > w0 {

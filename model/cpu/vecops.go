@@ -20,6 +20,17 @@ type vecOps struct {
 	wide   bool // AVX-512 kernels (F and DQ) where the loop has one: dropout
 }
 
+// name says which kernels run: "avx2+avx512", "avx2" or "go loops".
+func (o vecOps) name() string {
+	switch {
+	case o.vector && o.wide:
+		return "avx2+avx512"
+	case o.vector:
+		return "avx2"
+	}
+	return "go loops"
+}
+
 // bt4 applies Bᵀ to four rows: y0 = x0 − x2, y1 = x1 + x2, y2 = x2 − x1,
 // y3 = x1 − x3, over len(y0) elements.
 func (o vecOps) bt4(y0, y1, y2, y3, x0, x1, x2, x3 []float32) {

@@ -138,14 +138,45 @@ func TestNameSaysConvAlgorithm(t *testing.T) {
 		algo ConvAlgorithm
 		want string
 	}{
-		{ConvAuto, fmt.Sprintf(", Winograd for 3×3 layers of %d+ channels, 2 threads", be.winoMinChannels())},
-		{ConvIm2col, ", im2col convolutions, 2 threads"},
-		{ConvWinograd, ", Winograd for every 3×3 layer, 2 threads"},
+		{ConvAuto, fmt.Sprintf(", Winograd for 3×3 layers of %d+ channels, element-wise ", be.winoMinChannels())},
+		{ConvIm2col, ", im2col convolutions, element-wise "},
+		{ConvWinograd, ", Winograd for every 3×3 layer, element-wise "},
 	} {
 		be.SetConvAlgorithm(c.algo)
-		if got := be.Name(); !strings.HasPrefix(got, "cpu ") || !strings.HasSuffix(got, c.want) {
-			t.Errorf("algorithm %d: %q, want cpu KERNEL%s", c.algo, got, c.want)
+		if got := be.Name(); !strings.HasPrefix(got, "cpu ") || !strings.Contains(got, c.want) || !strings.HasSuffix(got, ", 2 threads") {
+			t.Errorf("algorithm %d: %q, want cpu KERNEL%sKERNELS, 2 threads", c.algo, got, c.want)
 		}
+	}
+}
+
+// TestNameSaysElementwiseKernels: the description names the element-wise
+// kernels in use, and the overrides turn them off.
+func TestNameSaysElementwiseKernels(t *testing.T) {
+	want := vecOps{vector: hasVectorOps(), wide: hasWideOps()}.name()
+	for _, c := range []struct {
+		kernel, want string
+	}{
+		{"", want},
+		{"go", "go loops"},
+	} {
+		be, err := NewWithKernel(1, c.kernel)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := be.Name(); !strings.HasSuffix(got, ", element-wise "+c.want+", 1 thread") {
+			t.Errorf("GORUN_CPU_KERNEL=%q: %q, want element-wise %s", c.kernel, got, c.want)
+		}
+		be.Close()
+	}
+	if hasWideOps() {
+		be, err := NewWithKernel(1, "avx2-fma")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := be.Name(); !strings.Contains(got, "element-wise avx2, ") {
+			t.Errorf("GORUN_CPU_KERNEL=avx2-fma: %q, want element-wise avx2 (no AVX-512)", got)
+		}
+		be.Close()
 	}
 }
 
