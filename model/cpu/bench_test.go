@@ -204,6 +204,9 @@ func BenchmarkElementwiseKernels(b *testing.B) {
 		}},
 		{"sgd-momentum", func(o vecOps) { o.sgdMomentum(y, x, u, 1e-6, 0, 0.9, 1) }},
 		{"adadelta", func(o vecOps) { o.adadelta(y, x, z, w, 1e-6, 0.9, 1e-6, 0) }},
+		{"adam", func(o vecOps) {
+			o.adam(y, x, u, z, adamConsts{step: 1e-6, bc2: 0.5, eps: 1e-8, b1c: 0.1, b2: 0.999, b2c: 0.001})
+		}},
 		{"dropout", func(o vecOps) { o.dropout(y, u, x, 0.5, 2, 7, 0) }},
 	}
 	for _, op := range ops {

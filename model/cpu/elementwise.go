@@ -95,7 +95,7 @@ func (t *elemTask) Do(_, i int) {
 		}
 		sgdRange(t.vec, t.x.Data[lo:hi], t.y.Data[lo:hi], buf, t.sgd, t.first)
 	case opAdam:
-		adamRange(t.x.Data[lo:hi], t.y.Data[lo:hi], t.z.Data[lo:hi], t.w.Data[lo:hi], t.adam, t.step)
+		adamRange(t.vec, t.x.Data[lo:hi], t.y.Data[lo:hi], t.z.Data[lo:hi], t.w.Data[lo:hi], t.adam, t.step)
 	case opAdadelta:
 		a := t.adadelta
 		t.vec.adadelta(t.x.Data[lo:hi], t.y.Data[lo:hi], t.z.Data[lo:hi], t.w.Data[lo:hi], a.LR, a.Rho, a.Eps, a.WeightDecay)

@@ -48,22 +48,12 @@ func (b *Backend) AdamStep(p, g, m, v *tensor.Tensor, o tensor.AdamOptions, step
 	b.runElem(elemTask{op: opAdam, n: len(p.Data), x: p, y: g, z: m, w: v, adam: o, step: step}, elemGrain)
 }
 
-func adamRange(pd, gd, md, vd []float32, o tensor.AdamOptions, step int) {
+func adamRange(vec vecOps, pd, gd, md, vd []float32, o tensor.AdamOptions, step int) {
 	bc1 := 1 - math.Pow(float64(o.Beta1), float64(step))
 	bc2 := 1 - math.Pow(float64(o.Beta2), float64(step))
 	stepSize := float32(float64(o.LR) / bc1)
 	bc2Sqrt := float32(math.Sqrt(bc2))
-	gd, md, vd = gd[:len(pd)], md[:len(pd)], vd[:len(pd)]
-	for i, w := range pd {
-		d := gd[i]
-		if o.WeightDecay != 0 {
-			d += o.WeightDecay * w
-		}
-		md[i] += (d - md[i]) * (1 - o.Beta1)
-		vd[i] = o.Beta2*vd[i] + (1-o.Beta2)*d*d
-		denom := float32(math.Sqrt(float64(vd[i])))/bc2Sqrt + o.Eps
-		pd[i] = w - stepSize*md[i]/denom
-	}
+	vec.adam(pd, gd, md, vd, adamConsts{step: stepSize, bc2: bc2Sqrt, eps: o.Eps, b1c: 1 - o.Beta1, b2: o.Beta2, b2c: 1 - o.Beta2, wd: o.WeightDecay})
 }
 
 // AdadeltaStep implements tensor.Backend with torch.optim.Adadelta's

@@ -7,7 +7,7 @@ import "math"
 // on rows of tiles (n consecutive tiles' values of one tile element) or
 // on rows of an image, batch norm's two per-element passes and two sums
 // (norm.go), the relu and its gradient, the 2×2 max pool and its gradient
-// (pool.go), the SGD (with momentum) and Adadelta steps (optim.go), and
+// (pool.go), the SGD (with momentum), Adam and Adadelta steps (optim.go), and
 // dropout (in AVX-512: its random numbers need 64-bit multiplies).
 // It runs them with the AVX2 kernels of vecops_amd64.s where the
 // processor has them (vector true), else with the loops below; both give
@@ -555,5 +555,43 @@ func (o vecOps) dropout(y, mask, x []float32, p, keep float32, seed uint64, off 
 		}
 		mask[i] = f
 		y[i] = x[i] * f
+	}
+}
+
+// adamConsts are one Adam step's scalars: the step size lr/(1 − β1ᵗ),
+// √(1 − β2ᵗ), eps, 1 − β1, β2, 1 − β2 and the weight decay.
+type adamConsts struct {
+	step, bc2, eps, b1c, b2, b2c, wd float32
+}
+
+// adam is torch.optim.Adam's step (amsgrad off) over len(p) elements:
+// d = g (+ wd·p), m += (d − m)·(1 − β1), v = β2·v + (1 − β2)·d·d,
+// p −= step·m / (√v / bc2 + eps); every operation rounded on its own, as
+// the kernel rounds it.
+func (o vecOps) adam(p, g, m, v []float32, c adamConsts) {
+	n := len(p)
+	g, m, v = g[:n], m[:n], v[:n]
+	if n == 0 {
+		return
+	}
+	if o.vector {
+		if c.wd != 0 {
+			adamDecayVector(&p[0], &g[0], &m[0], &v[0], c.step, c.bc2, c.eps, c.b1c, c.b2, c.b2c, c.wd, n)
+		} else {
+			adamVector(&p[0], &g[0], &m[0], &v[0], c.step, c.bc2, c.eps, c.b1c, c.b2, c.b2c, c.wd, n)
+		}
+		return
+	}
+	for i, w := range p {
+		d := g[i]
+		if c.wd != 0 {
+			d += float32(c.wd * w)
+		}
+		mi := m[i] + float32((d-m[i])*c.b1c)
+		m[i] = mi
+		vi := float32(c.b2*v[i]) + float32(float32(c.b2c*d)*d)
+		v[i] = vi
+		denom := float32(float32(math.Sqrt(float64(vi)))/c.bc2) + c.eps
+		p[i] = w - float32(float32(c.step*mi)/denom)
 	}
 }

@@ -95,3 +95,11 @@ func adadeltaDecayVector(p, grad, sq, acc *float32, lr, rho, eps, wd float32, n 
 //
 //go:noescape
 func dropoutWide(y, mask, x *float32, p, keep float32, seed, off uint64, n int)
+
+// adamVector takes wd = 0, adamDecayVector any other.
+//
+//go:noescape
+func adamVector(p, grad, m, v *float32, step, bc2, eps, b1c, b2, b2c, wd float32, n int)
+
+//go:noescape
+func adamDecayVector(p, grad, m, v *float32, step, bc2, eps, b1c, b2, b2c, wd float32, n int)

@@ -1034,3 +1034,77 @@ dropout8:
 	JLT	dropout8
 	VZEROUPPER
 	RET
+
+// Adam (vecops.go's adam): p in DI, g in SI, m in R8, v in R9; step,
+// bc2, eps, 1 − β1, β2, 1 − β2 and wd broadcast in Y15 … Y9. Single
+// elements run the packed instructions on XMM registers, as Adadelta's.
+#define ADAM_STEP(MOV, W, D, M, V, T, U, STEP, BC2, EPS, B1C, B2, B2C) \
+	MOV	(R8)(AX*4), M \
+	VSUBPS	M, D, T \
+	VMULPS	B1C, T, T \
+	VADDPS	T, M, M \
+	MOV	M, (R8)(AX*4) \
+	MOV	(R9)(AX*4), V \
+	VMULPS	B2, V, V \
+	VMULPS	B2C, D, U \
+	VMULPS	D, U, U \
+	VADDPS	U, V, V \
+	MOV	V, (R9)(AX*4) \
+	VSQRTPS	V, V \
+	VDIVPS	BC2, V, V \
+	VADDPS	EPS, V, V \
+	VMULPS	STEP, M, T \
+	VDIVPS	V, T, T \
+	VSUBPS	T, W, W \
+	MOV	W, (DI)(AX*4)
+
+#define ADAM(MOV, W, D, M, V, T, U, STEP, BC2, EPS, B1C, B2, B2C) \
+	MOV	(DI)(AX*4), W \
+	MOV	(SI)(AX*4), D \
+	ADAM_STEP(MOV, W, D, M, V, T, U, STEP, BC2, EPS, B1C, B2, B2C)
+
+#define ADAM_DECAY(MOV, W, D, M, V, T, U, STEP, BC2, EPS, B1C, B2, B2C, WD) \
+	MOV	(DI)(AX*4), W \
+	MOV	(SI)(AX*4), D \
+	VMULPS	WD, W, T \
+	VADDPS	T, D, D \
+	ADAM_STEP(MOV, W, D, M, V, T, U, STEP, BC2, EPS, B1C, B2, B2C)
+
+#define ADAM_8 ADAM(VMOVUPS, Y0, Y1, Y2, Y3, Y4, Y5, Y15, Y14, Y13, Y12, Y11, Y10)
+#define ADAM_4 ADAM(VMOVUPS, X0, X1, X2, X3, X4, X5, X15, X14, X13, X12, X11, X10)
+#define ADAM_1 ADAM(VMOVSS, X0, X1, X2, X3, X4, X5, X15, X14, X13, X12, X11, X10)
+#define ADAM_DECAY_8 ADAM_DECAY(VMOVUPS, Y0, Y1, Y2, Y3, Y4, Y5, Y15, Y14, Y13, Y12, Y11, Y10, Y9)
+#define ADAM_DECAY_4 ADAM_DECAY(VMOVUPS, X0, X1, X2, X3, X4, X5, X15, X14, X13, X12, X11, X10, X9)
+#define ADAM_DECAY_1 ADAM_DECAY(VMOVSS, X0, X1, X2, X3, X4, X5, X15, X14, X13, X12, X11, X10, X9)
+
+// func adamVector(p, grad, m, v *float32, step, bc2, eps, b1c, b2, b2c, wd float32, n int)
+// (wd unused: it is 0)
+TEXT ·adamVector(SB), NOSPLIT, $0-72
+	MOVQ	p+0(FP), DI
+	MOVQ	grad+8(FP), SI
+	MOVQ	m+16(FP), R8
+	MOVQ	v+24(FP), R9
+	VBROADCASTSS	step+32(FP), Y15
+	VBROADCASTSS	bc2+36(FP), Y14
+	VBROADCASTSS	eps+40(FP), Y13
+	VBROADCASTSS	b1c+44(FP), Y12
+	VBROADCASTSS	b2+48(FP), Y11
+	VBROADCASTSS	b2c+52(FP), Y10
+	MOVQ	n+64(FP), CX
+	LOOPS(ADAM_8, ADAM_4, ADAM_1)
+
+// func adamDecayVector(p, grad, m, v *float32, step, bc2, eps, b1c, b2, b2c, wd float32, n int)
+TEXT ·adamDecayVector(SB), NOSPLIT, $0-72
+	MOVQ	p+0(FP), DI
+	MOVQ	grad+8(FP), SI
+	MOVQ	m+16(FP), R8
+	MOVQ	v+24(FP), R9
+	VBROADCASTSS	step+32(FP), Y15
+	VBROADCASTSS	bc2+36(FP), Y14
+	VBROADCASTSS	eps+40(FP), Y13
+	VBROADCASTSS	b1c+44(FP), Y12
+	VBROADCASTSS	b2+48(FP), Y11
+	VBROADCASTSS	b2c+52(FP), Y10
+	VBROADCASTSS	wd+56(FP), Y9
+	MOVQ	n+64(FP), CX
+	LOOPS(ADAM_DECAY_8, ADAM_DECAY_4, ADAM_DECAY_1)

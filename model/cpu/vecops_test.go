@@ -167,6 +167,25 @@ func TestVecOps(t *testing.T) {
 				o.adadelta(y[0][:n], x[1], y[1][:n], y[2][:n], x[4][0], x[4][1], x[4][2], x[4][3])
 			}}
 		}},
+		{"adam", func(n, _ int, _ func(int) int) opCase {
+			abs := func(x []float32) []float32 { // second moments: never negative
+				for i := range x {
+					x[i] = float32(math.Abs(float64(x[i])))
+				}
+				return x
+			}
+			c := adamConsts{step: 1e-3 / 0.1, bc2: float32(math.Sqrt(0.001)), eps: 1e-8, b1c: 0.1, b2: 0.999, b2c: 0.001, wd: 0.01}
+			if rng.IntN(2) == 0 {
+				c.wd = 0 // no weight decay
+			}
+			x := [][]float32{withNaNs(input(n)), withNaNs(input(n)), input(n), abs(input(n))}
+			return opCase{x, []int{flat(n), flat(n), flat(n)}, func(o vecOps, y [][]float32) {
+				copy(y[0], x[0]) // parameters and both moments are updated in place
+				copy(y[1], x[2])
+				copy(y[2], x[3])
+				o.adam(y[0][:n], x[1], y[1][:n], y[2][:n], c)
+			}}
+		}},
 		{"dropout", func(n, _ int, _ func(int) int) opCase {
 			x := [][]float32{withNaNs(input(n))}
 			p := []float32{0, 0.1, 0.5, 0.9, 1}[rng.IntN(5)]
