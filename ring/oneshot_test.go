@@ -220,22 +220,15 @@ func TestMismatchNamesEarlierCall(t *testing.T) {
 	const n = 3
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	net := newMemNet(n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		c := &Collectives{T: net.end(r), Peers: []int{0, 1, 2}, Rank: r, OneShotBytes: 1 << 20}
-		wg.Go(func() {
-			if r == 1 {
-				errs[r] = AllReduce(ctx, c, make([]float32, 1000), Sum)
-				return
-			}
-			if errs[r] = Broadcast(ctx, c, make([]float32, 2000), 0); errs[r] == nil {
-				errs[r] = Barrier(ctx, c)
-			}
-		})
-	}
-	wg.Wait()
+	errs := rankErrors(ctx, n, func(c *Collectives) { c.OneShotBytes = 1 << 20 }, func(ctx context.Context, r int, c *Collectives) error {
+		if r == 1 {
+			return AllReduce(ctx, c, make([]float32, 1000), Sum)
+		}
+		if err := Broadcast(ctx, c, make([]float32, 2000), 0); err != nil {
+			return err
+		}
+		return Barrier(ctx, c)
+	})
 	want := "collective mismatch: group rank 1 called AllReduce #0 (1000 × float32, op sum, one-shot) where this rank called Broadcast #0 (2000 × float32, root 0, "
 	if errs[0] == nil || !strings.HasPrefix(errs[0].Error(), want) || !strings.Contains(errs[0].Error(), "this rank is now in Barrier #1") {
 		t.Fatalf("rank 0: %v\nwant it to start %q and name the barrier", errs[0], want)

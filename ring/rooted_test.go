@@ -24,6 +24,16 @@ func onEveryRankSmall(t *testing.T, n, chunkBytes, smallBytes int, fn func(ctx c
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
+	errs := rankErrors(ctx, n, func(c *Collectives) { c.ChunkBytes, c.SmallBytes = chunkBytes, smallBytes }, fn)
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// rankErrors runs fn for each of n in-process ranks (group ranks 0 … n−1
+// of one memNet), each in its own goroutine, with its Collectives set up
+// by configure (nil: the defaults), and returns their errors by rank.
+func rankErrors(ctx context.Context, n int, configure func(c *Collectives), fn func(ctx context.Context, r int, c *Collectives) error) []error {
 	net := newMemNet(n)
 	peers := make([]int, n)
 	for r := range peers {
@@ -32,13 +42,14 @@ func onEveryRankSmall(t *testing.T, n, chunkBytes, smallBytes int, fn func(ctx c
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for r := range n {
-		c := &Collectives{T: net.end(r), Peers: peers, Rank: r, ChunkBytes: chunkBytes, SmallBytes: smallBytes}
+		c := &Collectives{T: net.end(r), Peers: peers, Rank: r}
+		if configure != nil {
+			configure(c)
+		}
 		wg.Go(func() { errs[r] = fn(ctx, r, c) })
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
+	return errs
 }
 
 // contributions returns n ranks' random inputs of count elements.
@@ -243,26 +254,17 @@ func TestRootedBadArguments(t *testing.T) {
 func TestRootedMismatchNamed(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	net := newMemNet(3)
-	peers := []int{0, 1, 2}
-	errs := make([]error, 3)
-	var wg sync.WaitGroup
-	for r := range 3 {
-		c := &Collectives{T: net.end(r), Peers: peers, Rank: r}
+	errs := rankErrors(ctx, 3, nil, func(ctx context.Context, r int, c *Collectives) error {
 		buf := make([]float32, 5)
-		wg.Go(func() {
-			if r == 2 {
-				errs[r] = ReduceToRoot(ctx, c, buf, Max, 0)
-				return
-			}
-			var recv []float32
-			if r == 0 {
-				recv = make([]float32, 15)
-			}
-			errs[r] = Gather(ctx, c, buf, recv, 0)
-		})
-	}
-	wg.Wait()
+		if r == 2 {
+			return ReduceToRoot(ctx, c, buf, Max, 0)
+		}
+		var recv []float32
+		if r == 0 {
+			recv = make([]float32, 15)
+		}
+		return Gather(ctx, c, buf, recv, 0)
+	})
 	var m *MismatchError
 	if !errors.As(errs[0], &m) || !strings.Contains(m.Error(), "Gather #0 (5 × float32, root 0, direct)") || !strings.Contains(m.Error(), "Reduce #0 (5 × float32, op max, root 0, binomial-tree)") {
 		t.Fatalf("the root's error: %v, want a mismatch naming Gather and Reduce", errs[0])
@@ -277,18 +279,13 @@ func TestRootedMismatchNamed(t *testing.T) {
 func TestAllToAllAlgorithmMismatchNamed(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	net := newMemNet(3)
-	peers := []int{0, 1, 2}
-	errs := make([]error, 3)
-	var wg sync.WaitGroup
-	for r := range 3 {
-		c := &Collectives{T: net.end(r), Peers: peers, Rank: r}
-		if r == 2 {
+	errs := rankErrors(ctx, 3, func(c *Collectives) {
+		if c.Rank == 2 {
 			c.BruckBytes = 1 << 20
 		}
-		wg.Go(func() { errs[r] = AllToAll(ctx, c, make([]float32, 6), make([]float32, 6)) })
-	}
-	wg.Wait()
+	}, func(ctx context.Context, _ int, c *Collectives) error {
+		return AllToAll(ctx, c, make([]float32, 6), make([]float32, 6))
+	})
 	var m *MismatchError // the others wait out the context: rank 0 stopped answering
 	if !errors.As(errs[0], &m) || !strings.Contains(m.Error(), "pairwise") || !strings.Contains(m.Error(), "bruck") {
 		t.Fatalf("rank 0's error: %v, want a mismatch naming pairwise and bruck", errs[0])
