@@ -5,7 +5,8 @@
 # and on the CPU, DDP with two ranks sharing the GPU, training throughput
 # against PyTorch (cuDNN) on the same GPU, and ResNet-50 at batch 256
 # against PyTorch in FP32, TF32 and mixed precision (bf16 and fp16
-# autocast, channels-last), with each process's peak GPU memory.
+# autocast, channels-last; gorun's bf16 autocast beside them), with each
+# process's peak GPU memory.
 #
 #   bash bench/gpu.sh build          # where Go is: static binaries in bin/gpu
 #   bash bench/gpu.sh run [OUTDIR]   # on the GPU machine (no Go needed)
@@ -60,6 +61,8 @@ if want mnist; then
 log "MNIST net on Fashion-MNIST, 3 epochs, one rank: GPU, then CPU"
 "$BIN/train" --device cuda --data "$DATA" --epochs 3 --progress lines 2>&1 | tee "$OUT/mnist-gpu.txt" | grep -E "Model|Epoch|epoch|accuracy|Test|total" | tail -8
 "$BIN/train" --device cpu --data "$DATA" --epochs 3 --progress lines 2>&1 | tee "$OUT/mnist-cpu.txt" | grep -E "Model|Epoch|epoch|accuracy|Test|total" | tail -8
+log "MNIST net on Fashion-MNIST, 3 epochs on the GPU in bf16 autocast (issue 30: within 0.3 points of float32)"
+"$BIN/train" --device cuda --data "$DATA" --epochs 3 --precision bf16 --progress lines 2>&1 | tee "$OUT/mnist-gpu-bf16.txt" | grep -E "Model|Epoch|epoch|accuracy|Test|total" | tail -8
 fi
 
 if want save; then
@@ -125,11 +128,16 @@ gorun_resnet() { # label, then train's flags
 		--batch-size "$RN_BATCH" --epochs 2 --augment=false --optimizer sgd --lr 0.01 --momentum 0.9 --scheduler none --progress lines "$@" 2>&1 |
 		grep -E "^(Model|Epoch 2:|Peak|panic|error|train:|gpu:)" | sed "s/^/gorun resnet50 $label: /"
 }
+# RN_GORUN and RN_TORCH choose the precisions of each (all by default;
+# "tf32-im2col" is TF32 with our own convolutions).
 for run in $(seq ${RN_RUNS:-1}); do
-	peak gorun_resnet fp32
-	peak gorun_resnet tf32 --tf32
-	GORUN_CONV=im2col peak gorun_resnet "tf32 im2col" --tf32
-	for mode in fp32 tf32 amp amp-fp16; do
+	for p in ${RN_GORUN:-fp32 tf32 tf32-im2col bf16}; do
+		case $p in
+		tf32-im2col) GORUN_CONV=im2col peak gorun_resnet "tf32 im2col" --precision tf32 ;;
+		*) peak gorun_resnet $p --precision $p ;;
+		esac
+	done
+	for mode in ${RN_TORCH:-fp32 tf32 amp amp-fp16}; do
 		peak timeout 300 $PY bench/competitors/torch_gpu_train.py resnet50 "$RN_IMAGES" "$RN_BATCH" $mode
 	done
 done 2>&1 | tee "$OUT/resnet50.txt"
@@ -144,8 +152,8 @@ done 2>&1 | tee "$OUT/ddp16.txt"
 fi
 
 if want profile; then
-log "where ResNet-50's TF32 step goes (GORUN_GPU_PROFILE: every operation waited for)"
+log "where ResNet-50's ${PROFILE_PRECISION:=tf32} step goes (GORUN_GPU_PROFILE: every operation waited for)"
 GORUN_GPU_PROFILE=1 timeout 120 "$BIN/train" --device cuda --model resnet50 --synthetic --train-samples 2048 --test-samples 256 \
-	--batch-size 256 --epochs 2 --augment=false --optimizer sgd --lr 0.01 --momentum 0.9 --scheduler none --progress lines --tf32 2>&1 |
+	--batch-size 256 --epochs 2 --augment=false --optimizer sgd --lr 0.01 --momentum 0.9 --scheduler none --progress lines --precision $PROFILE_PRECISION 2>&1 |
 	grep -A30 "GPU operations" | head -16 | tee "$OUT/profile.txt"
 fi

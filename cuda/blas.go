@@ -33,6 +33,7 @@ type BLAS struct {
 	version     int
 	tf32        bool
 	rawSgemm    uintptr // cublasSgemm_v2 for purego.SyscallN
+	rawGemmEx   uintptr // cublasGemmEx, likewise
 }
 
 // OpenBLAS loads cuBLAS and creates a handle whose work goes to s.
@@ -54,6 +55,9 @@ func (s *Stream) OpenBLAS() (*BLAS, error) {
 		return nil, err
 	}
 	if b.rawSgemm, err = purego.Dlsym(lib, "cublasSgemm_v2"); err != nil {
+		return nil, fmt.Errorf("cuda: %s: %w", name, err)
+	}
+	if b.rawGemmEx, err = purego.Dlsym(lib, "cublasGemmEx"); err != nil {
 		return nil, fmt.Errorf("cuda: %s: %w", name, err)
 	}
 	if err := s.dv.Enter(); err != nil {
@@ -155,6 +159,39 @@ func (b *BLAS) GEMM(transA, transB bool, m, n, k int, alpha float32, a DevPtr, l
 	runtime.KeepAlive(b)
 	if r := result(ret); r != success {
 		return &Error{Call: fmt.Sprintf("cublasSgemm m=%d n=%d k=%d", m, n, k), Code: r}
+	}
+	return nil
+}
+
+// CUDA's data types and cuBLAS's compute type and algorithm choice, as
+// their headers number them.
+const (
+	cudaR32F        = 0  // CUDA_R_32F
+	cudaR16F        = 2  // CUDA_R_16F
+	cudaR16BF       = 14 // CUDA_R_16BF
+	blasCompute32F  = 68 // CUBLAS_COMPUTE_32F
+	blasGemmDefault = -1 // CUBLAS_GEMM_DEFAULT
+)
+
+// GEMMHalf is GEMM with 16-bit operands a and b (BFloat16 or Half codes)
+// and a float32 c, accumulated in float32 on the tensor cores
+// (cublasGemmEx): autocast's matrix product. The caller holds Enter.
+func (b *BLAS) GEMMHalf(data ConvData, transA, transB bool, m, n, k int, alpha float32, a DevPtr, lda int, bm DevPtr, ldb int, beta float32, c DevPtr, ldc int) error {
+	in := cudaR16BF
+	switch data {
+	case Half:
+		in = cudaR16F
+	case BFloat16:
+	default:
+		return fmt.Errorf("cuda: GEMMHalf of %s operands: want bf16 or fp16", data)
+	}
+	b.alpha, b.beta = alpha, beta
+	ret, _, _ := purego.SyscallN(b.rawGemmEx, b.h, uintptr(op(transB)), uintptr(op(transA)), uintptr(uint32(n)), uintptr(uint32(m)), uintptr(uint32(k)),
+		uintptr(unsafe.Pointer(&b.alpha)), uintptr(bm), uintptr(in), uintptr(uint32(ldb)), uintptr(a), uintptr(in), uintptr(uint32(lda)),
+		uintptr(unsafe.Pointer(&b.beta)), uintptr(c), cudaR32F, uintptr(uint32(ldc)), blasCompute32F, uintptr(uint32(blasGemmDefault&0xFFFFFFFF)))
+	runtime.KeepAlive(b)
+	if r := result(ret); r != success {
+		return &Error{Call: fmt.Sprintf("cublasGemmEx %s m=%d n=%d k=%d", data, m, n, k), Code: r}
 	}
 	return nil
 }

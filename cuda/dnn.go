@@ -52,11 +52,44 @@ type algoPerf struct {
 // cuDNN's enumerations, as its header numbers them.
 const (
 	dnnFloat            = 0 // CUDNN_DATA_FLOAT
+	dnnHalf             = 2 // CUDNN_DATA_HALF
+	dnnBFloat16         = 9 // CUDNN_DATA_BFLOAT16
 	dnnNCHW             = 0 // CUDNN_TENSOR_NCHW
+	dnnNHWC             = 1 // CUDNN_TENSOR_NHWC (for filters: KRSC)
 	dnnCrossCorrelation = 1 // CUDNN_CROSS_CORRELATION, what deep-learning frameworks call convolution
 	dnnDefaultMath      = 0 // CUDNN_DEFAULT_MATH: TF32 tensor cores allowed for float data
+	dnnTensorOpMath     = 1 // CUDNN_TENSOR_OP_MATH: tensor cores for 16-bit data
 	dnnFMAMath          = 3 // CUDNN_FMA_MATH: float data in float arithmetic only
 )
+
+// ConvData is the element type of a convolution's tensors.
+type ConvData int
+
+// The convolutions' element types.
+const (
+	// Float32 tensors in NCHW layout (filters KCRS).
+	Float32 ConvData = iota
+	// BFloat16 and Half tensors in NHWC layout (filters KRSC) with float32
+	// accumulation, on the tensor cores: torch.autocast's convolutions in
+	// PyTorch's channels-last layout.
+	BFloat16
+	Half
+)
+
+func (d ConvData) String() string {
+	return [...]string{"float32", "bf16", "fp16"}[d]
+}
+
+// dnnType returns cuDNN's data type and tensor format for d.
+func (d ConvData) dnnType() (dtype, format int32) {
+	switch d {
+	case BFloat16:
+		return dnnBFloat16, dnnNHWC
+	case Half:
+		return dnnHalf, dnnNHWC
+	}
+	return dnnFloat, dnnNCHW
+}
 
 // dnnLibraries are the names tried for cuDNN, newest first: the library
 // (in cuDNN 9 a shim that loads the rest) and the parts that hold the
@@ -69,7 +102,7 @@ func dnnLibraries() [][]string {
 }
 
 // DNN is a cuDNN handle bound to one stream. Its convolutions read and
-// write float32 tensors in NCHW layout.
+// write float32 tensors in NCHW layout, or 16-bit ones in NHWC (ConvData).
 type DNN struct {
 	api             dnnAPI
 	dv              *Device
@@ -204,14 +237,20 @@ func (d *DNN) Close() error {
 }
 
 // ConvShape is one 2-D convolution's geometry: input N×C×H×W, F filters
-// of C×KH×KW, output N×F×OH×OW; and whether TF32 tensor cores may be used.
+// of C×KH×KW, output N×F×OH×OW; whether TF32 tensor cores may be used
+// (float32 data); and the tensors' element type.
 type ConvShape struct {
 	N, C, H, W, F, KH, KW, StrideH, StrideW, PadH, PadW, OH, OW int
 	TF32                                                        bool
+	Data                                                        ConvData
 }
 
 func (c ConvShape) String() string {
-	return fmt.Sprintf("%dx%dx%dx%d * %dx%dx%dx%d stride %dx%d pad %dx%d", c.N, c.C, c.H, c.W, c.F, c.C, c.KH, c.KW, c.StrideH, c.StrideW, c.PadH, c.PadW)
+	s := fmt.Sprintf("%dx%dx%dx%d * %dx%dx%dx%d stride %dx%d pad %dx%d", c.N, c.C, c.H, c.W, c.F, c.C, c.KH, c.KW, c.StrideH, c.StrideW, c.PadH, c.PadW)
+	if c.Data != Float32 {
+		s += " in " + c.Data.String()
+	}
+	return s
 }
 
 // Conv is a planned convolution: its descriptors and the fastest
@@ -248,9 +287,13 @@ func (d *DNN) Plan(s ConvShape, maxWorkspace int) (*Conv, error) {
 		return nil
 	}
 	math := int32(dnnFMAMath)
-	if s.TF32 {
+	switch {
+	case s.Data != Float32:
+		math = dnnTensorOpMath
+	case s.TF32:
 		math = dnnDefaultMath
 	}
+	dtype, format := s.Data.dnnType()
 	for _, step := range []struct {
 		call string
 		f    func() Result
@@ -260,13 +303,13 @@ func (d *DNN) Plan(s ConvShape, maxWorkspace int) (*Conv, error) {
 		{"cudnnCreateFilterDescriptor", func() Result { return d.api.createFilter(&c.w) }},
 		{"cudnnCreateConvolutionDescriptor", func() Result { return d.api.createConv(&c.conv) }},
 		{"cudnnSetTensor4dDescriptor", func() Result {
-			return d.api.setTensor4d(c.x, dnnNCHW, dnnFloat, int32(s.N), int32(s.C), int32(s.H), int32(s.W))
+			return d.api.setTensor4d(c.x, format, dtype, int32(s.N), int32(s.C), int32(s.H), int32(s.W))
 		}},
 		{"cudnnSetTensor4dDescriptor", func() Result {
-			return d.api.setTensor4d(c.y, dnnNCHW, dnnFloat, int32(s.N), int32(s.F), int32(s.OH), int32(s.OW))
+			return d.api.setTensor4d(c.y, format, dtype, int32(s.N), int32(s.F), int32(s.OH), int32(s.OW))
 		}},
 		{"cudnnSetFilter4dDescriptor", func() Result {
-			return d.api.setFilter4d(c.w, dnnFloat, dnnNCHW, int32(s.F), int32(s.C), int32(s.KH), int32(s.KW))
+			return d.api.setFilter4d(c.w, dtype, format, int32(s.F), int32(s.C), int32(s.KH), int32(s.KW))
 		}},
 		{"cudnnSetConvolution2dDescriptor", func() Result {
 			return d.api.setConv2d(c.conv, int32(s.PadH), int32(s.PadW), int32(s.StrideH), int32(s.StrideW), 1, 1, dnnCrossCorrelation, dnnFloat)

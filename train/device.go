@@ -7,6 +7,7 @@ import (
 
 	"github.com/gorun/gorun/comm"
 	"github.com/gorun/gorun/cuda"
+	"github.com/gorun/gorun/model/amp"
 	"github.com/gorun/gorun/model/cpu"
 	"github.com/gorun/gorun/model/gpu"
 	"github.com/gorun/gorun/model/tensor"
@@ -34,12 +35,19 @@ func (d *Device) Close() {
 // (CUDA_VISIBLE_DEVICES narrows them, as the driver applies it), so ranks
 // of one machine spread over its GPUs and share them when there are more
 // ranks than GPUs; localRank is comm's (LOCAL_RANK, SLURM_LOCALID or
-// OMPI_COMM_WORLD_LOCAL_RANK). threads is the CPU backend's thread count;
-// tf32 lets GPU matrix products use TF32. The CPU backend takes the
+// OMPI_COMM_WORLD_LOCAL_RANK). threads is the CPU backend's thread count.
+// precision is --precision's name: on a GPU, "tf32" lets matrix products
+// and convolutions use TF32 and "bf16" or "fp16" opens the backend
+// autocasting them (gpu.Options.Autocast); the CPU's 16-bit arithmetic is
+// emulated by the trainer (amp.Autocast). The CPU backend takes the
 // GEMM micro-kernel GORUN_CPU_KERNEL names (avx512, avx2-fma or go), when
 // set, instead of the best this CPU runs; one it cannot run is an error
 // naming those it can.
-func OpenBackend(device string, localRank, threads int, tf32 bool) (*Device, error) {
+func OpenBackend(device string, localRank, threads int, precision string) (*Device, error) {
+	p, err := amp.Parse(precision)
+	if err != nil {
+		return nil, err
+	}
 	openCPU := func(note string) (*Device, error) {
 		c, err := cpu.NewWithKernel(threads, os.Getenv("GORUN_CPU_KERNEL"))
 		if err != nil {
@@ -54,7 +62,7 @@ func OpenBackend(device string, localRank, threads int, tf32 bool) (*Device, err
 	default:
 		return nil, fmt.Errorf("unknown device %q (want auto, cpu or cuda)", device)
 	}
-	g, err := openGPU(localRank, tf32)
+	g, err := openGPU(localRank, p)
 	if err == nil {
 		return &Device{Backend: g, close: func() {
 			if p := g.Profile(); p != "" {
@@ -71,7 +79,7 @@ func OpenBackend(device string, localRank, threads int, tf32 bool) (*Device, err
 	return openCPU(fmt.Sprintf("%v: training on the CPU", err))
 }
 
-func openGPU(localRank int, tf32 bool) (*gpu.Backend, error) {
+func openGPU(localRank int, p amp.Precision) (*gpu.Backend, error) {
 	d, err := cuda.Open()
 	if err != nil {
 		return nil, err
@@ -84,7 +92,11 @@ func openGPU(localRank int, tf32 bool) (*gpu.Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return gpu.NewOn(dv, gpu.Options{TF32: tf32, Profile: os.Getenv("GORUN_GPU_PROFILE") != "", Convolutions: os.Getenv("GORUN_CONV")})
+	o := gpu.Options{TF32: p == amp.TF32, Profile: os.Getenv("GORUN_GPU_PROFILE") != "", Convolutions: os.Getenv("GORUN_CONV")}
+	if p.Half() {
+		o.Autocast = string(p)
+	}
+	return gpu.NewOn(dv, o)
 }
 
 // onDevice returns x where be computes: x itself for a host backend, else

@@ -141,6 +141,27 @@ func WithGroup(g *comm.Group) Option { return func(s *setup) { s.group = g } }
 // saved ones were.
 func ResumeFrom(path string) Option { return func(s *setup) { s.resume = path } }
 
+// autocasting is a device backend opened to run its products in 16 bits
+// (gpu.Options.Autocast).
+type autocasting interface{ Autocast() string }
+
+// autocast returns the backend the layers compute on at precision p
+// (16-bit): the CPU's emulation wrapping a host backend, or a device
+// backend itself when it was opened autocasting to p.
+func autocast(be tensor.Backend, p amp.Precision) (tensor.Backend, error) {
+	dev := tensor.DeviceOf(be)
+	if dev == nil {
+		return amp.NewAutocast(be, p)
+	}
+	if a, ok := be.(autocasting); !ok || a.Autocast() != string(p) {
+		return nil, fmt.Errorf("precision %s on %s: the backend was not opened for it (open it with train.OpenBackend and this precision)", p, dev)
+	}
+	if p == amp.FP16 {
+		return nil, fmt.Errorf("precision fp16 on %s: the loss scaler checks gradients on the host only so far; use bf16 (no loss scaling needed)", dev)
+	}
+	return be, nil
+}
+
 // New builds the model named in cfg with weights drawn from cfg.Seed (on a
 // pipeline, this rank's stage only), its optimizer and schedule, and
 // loaders for train and test (test may be nil).
@@ -197,7 +218,7 @@ func New(ctx context.Context, cfg Config, be tensor.Backend, train, test *data.D
 		layers := be
 		if p := cfg.precision(); p.Half() {
 			// The layers' products in 16 bits; the loss in float32.
-			if layers, err = amp.NewAutocast(be, p); err != nil {
+			if layers, err = autocast(be, p); err != nil {
 				return nil, err
 			}
 			if p == amp.FP16 {

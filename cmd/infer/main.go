@@ -57,7 +57,7 @@ func run(args []string, stdout io.Writer) error {
 	if *dataDir == "" && fs.NArg() == 0 && *merge == "" {
 		return fmt.Errorf("give image files to classify, --data DIR to evaluate, or --merge OUT")
 	}
-	dev, err := train.OpenBackend(*device, 0, *threads, false)
+	dev, err := train.OpenBackend(*device, 0, *threads, "fp32")
 	if err != nil {
 		return err
 	}

@@ -133,7 +133,7 @@ func parseFlags(args []string) (train.Config, options, error) {
 		return nil
 	})
 	fs.StringVar(&o.timeline, "timeline", "", "with --pipeline: draw the last batch's schedule (every stage's forwards, backwards and weight passes) as an SVG here, and write it as a Chrome trace (chrome://tracing, Perfetto) beside it, the name ending in .json (a name ending in .json: the trace only)")
-	fs.StringVar(&cfg.Precision, "precision", "fp32", "matrix products and convolutions in fp32, tf32 (on a GPU, as --tf32), bf16 or fp16 (as torch.autocast: 16-bit operands and results, float32 accumulation, batch norm, loss and optimizer in float32 on float32 weights; fp16 with GradScaler's loss scaling; emulated on the CPU)")
+	fs.StringVar(&cfg.Precision, "precision", "fp32", "matrix products and convolutions in fp32, tf32 (on a GPU, as --tf32), bf16 or fp16 (as torch.autocast: 16-bit operands and results, float32 accumulation, batch norm, loss and optimizer in float32 on float32 weights; fp16 with GradScaler's loss scaling; emulated on the CPU, on a GPU's tensor cores for bf16)")
 	fs.StringVar(&cfg.GradCompression, "grad-compression", "none", "in a distributed run, gradients travel as none (float32), bf16 or fp16 (averaged in float32 and rounded once; half the bytes), or powersgd:R[:START] (rank-R PowerSGD with error feedback from step START, default 0), as PyTorch's communication hooks")
 	fs.BoolVar(&cfg.SyncBatchNorm, "sync-bn", false, "in a distributed run, batch norm uses the statistics of the whole batch across ranks (SyncBatchNorm)")
 	fs.BoolVar(&o.verbose, "verbose", false, "in a distributed run, every rank prints its progress (default: rank 0 only)")
@@ -256,7 +256,7 @@ func runJob(cfg train.Config, o options, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	dev, err := train.OpenBackend(o.device, g.LocalRank(), cfg.Threads, cfg.Precision == "tf32")
+	dev, err := train.OpenBackend(o.device, g.LocalRank(), cfg.Threads, cfg.Precision)
 	if err != nil {
 		return err
 	}

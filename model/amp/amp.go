@@ -106,14 +106,15 @@ const (
 	numOperands
 )
 
-// NewAutocast wraps be (a host backend: the GPU's 16-bit path is not
-// built yet) for precision p, which must be 16-bit.
+// NewAutocast wraps be (a host backend; the GPU's backend has a 16-bit
+// path of its own, gpu.Options.Autocast) for precision p, which must be
+// 16-bit.
 func NewAutocast(be tensor.Backend, p Precision) (*Autocast, error) {
 	if !p.Half() {
 		return nil, fmt.Errorf("amp: autocast to %s: only bf16 and fp16 are emulated", p)
 	}
 	if dev := tensor.DeviceOf(be); dev != nil {
-		return nil, fmt.Errorf("amp: precision %s on %s: 16-bit products are emulated on the CPU only so far (use --precision fp32 or tf32 there)", p, dev)
+		return nil, fmt.Errorf("amp: precision %s on %s: Autocast emulates 16-bit products on host backends only (a GPU backend autocasts itself: gpu.Options.Autocast)", p, dev)
 	}
 	return &Autocast{Backend: be, p: p}, nil
 }

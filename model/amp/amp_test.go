@@ -156,7 +156,7 @@ func TestAutocastErrors(t *testing.T) {
 	if _, err := NewAutocast(cpu.New(1), FP32); err == nil || !strings.Contains(err.Error(), "fp32") {
 		t.Errorf("autocast to fp32: %v", err)
 	}
-	if _, err := NewAutocast(deviceBackend{cpu.New(1)}, BF16); err == nil || !strings.Contains(err.Error(), "CPU only") {
+	if _, err := NewAutocast(deviceBackend{cpu.New(1)}, BF16); err == nil || !strings.Contains(err.Error(), "host backends only") {
 		t.Errorf("autocast on a device backend: %v", err)
 	}
 }

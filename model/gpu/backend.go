@@ -53,6 +53,12 @@ type Options struct {
 	// Convolutions chooses how convolutions run: ConvAuto (cuDNN when its
 	// library loads, else im2col), ConvCuDNN (cuDNN or an error), ConvIm2col.
 	Convolutions string
+	// Autocast, "bf16" or "fp16", runs matrix products and convolutions as
+	// torch.autocast does in that format: operands rounded to 16 bits,
+	// float32 accumulation on the tensor cores, results rounded to 16 bits
+	// and stored as float32 (convolutions in cuDNN, channels-last). Empty:
+	// float32 (TF32 as set).
+	Autocast string
 }
 
 // The choices of Options.Convolutions.
@@ -76,22 +82,28 @@ type Backend struct {
 	// why convolutions run as im2col when they do.
 	plans    map[cuda.ConvShape]*cuda.Conv
 	convNote string
-	mod      *cuda.Module
-	k        kernels
-	args     *cuda.Args
-	mem      *memory
-	sms      int
+	// half is the autocast format (cuda.Float32: none).
+	half cuda.ConvData
+	mod  *cuda.Module
+	k    kernels
+	args *cuda.Args
+	mem  *memory
+	sms  int
 
 	mu  sync.Mutex // guards err (allocations report from any goroutine)
 	err error
 
 	col, tmp, stats, small, sums scratch
-	hostStats                    []float64 // SyncBatchNorm's statistics on the host
-	lossOut                      []float32
+	// The 16-bit operands of an autocast product: input, weights, output
+	// (or output gradient), and a gradient.
+	hx, hw, hy, hd scratch
+	hostStats      []float64 // SyncBatchNorm's statistics on the host
+	lossOut        []float32
 
 	profile bool
 	spent   map[string]time.Duration
 	calls   map[string]int
+	planned time.Duration // in cuDNN's planning, counted apart from the operations
 }
 
 // kernels are the functions of the embedded module.
@@ -100,9 +112,11 @@ type kernels struct {
 	maxPool, maxPoolBackward, avgPool, avgPoolBackward                        *cuda.Function
 	bnSumParts, bnSqdevParts, addParts, bnFinish, bnEvalStats, bnApply        *cuda.Function
 	bnBackwardParts, bnBackwardFinish, bnBackwardDx                           *cuda.Function
+	bnApplyPlanes, bnBackwardDxPlanes                                         *cuda.Function
 	relu, reluBackward, dropout, mul, add                                     *cuda.Function
 	logSoftmax, logSoftmaxBackward, nllLoss, nllLossBackward                  *cuda.Function
 	sgd, adam, adadelta                                                       *cuda.Function
+	toHalf, addRounded, toHalfNHWC, fromHalfNHWC                              *cuda.Function
 }
 
 func (k *kernels) table() map[string]**cuda.Function {
@@ -113,9 +127,11 @@ func (k *kernels) table() map[string]**cuda.Function {
 		"bn_sum_parts": &k.bnSumParts, "bn_sqdev_parts": &k.bnSqdevParts, "add_parts": &k.addParts, "bn_finish": &k.bnFinish,
 		"bn_eval_stats": &k.bnEvalStats, "bn_apply": &k.bnApply,
 		"bn_backward_parts": &k.bnBackwardParts, "bn_backward_finish": &k.bnBackwardFinish, "bn_backward_dx": &k.bnBackwardDx,
+		"bn_apply_planes": &k.bnApplyPlanes, "bn_backward_dx_planes": &k.bnBackwardDxPlanes,
 		"relu": &k.relu, "relu_backward": &k.reluBackward, "dropout": &k.dropout, "mul": &k.mul, "add": &k.add,
 		"log_softmax": &k.logSoftmax, "log_softmax_backward": &k.logSoftmaxBackward, "nll_loss": &k.nllLoss, "nll_loss_backward": &k.nllLossBackward,
 		"sgd_step": &k.sgd, "adam_step": &k.adam, "adadelta_step": &k.adadelta,
+		"to_half": &k.toHalf, "add_rounded": &k.addRounded, "to_half_nhwc": &k.toHalfNHWC, "from_half_nhwc": &k.fromHalfNHWC,
 	}
 }
 
@@ -140,6 +156,18 @@ func NewOn(dv *cuda.Device, o Options) (*Backend, error) {
 		return nil, fmt.Errorf("gpu: convolutions %q (GORUN_CONV): want %s, %s or %s", o.Convolutions, ConvAuto, ConvCuDNN, ConvIm2col)
 	}
 	b := &Backend{dv: dv, args: cuda.NewArgs(), sms: dv.Multiprocessors}
+	switch o.Autocast {
+	case "":
+	case "bf16":
+		b.half = cuda.BFloat16
+	case "fp16":
+		b.half = cuda.Half
+	default:
+		return nil, fmt.Errorf("gpu: autocast to %q: want bf16 or fp16", o.Autocast)
+	}
+	if b.half != cuda.Float32 && o.Convolutions == ConvIm2col {
+		return nil, fmt.Errorf("gpu: autocast to %s runs its convolutions in cuDNN, not im2col", o.Autocast)
+	}
 	var err error
 	if b.s, err = dv.NewStream(); err != nil {
 		return nil, err
@@ -164,14 +192,20 @@ func NewOn(dv *cuda.Device, o Options) (*Backend, error) {
 	if err := b.blas.SetTF32(o.TF32); err != nil {
 		return nil, err
 	}
-	if err := b.openDNN(o.Convolutions); err != nil {
+	convs := o.Convolutions
+	if b.half != cuda.Float32 {
+		convs = ConvCuDNN // 16-bit convolutions are cuDNN's
+	}
+	if err := b.openDNN(convs); err != nil {
 		return nil, err
 	}
 	b.mem = &memory{b: b}
 	if o.Profile {
 		b.profile, b.spent, b.calls = true, map[string]time.Duration{}, map[string]int{}
 	}
-	b.col.b, b.tmp.b, b.stats.b, b.small.b, b.sums.b = b, b, b, b, b
+	for _, s := range b.scratches() {
+		s.b = b
+	}
 	return b, nil
 }
 
@@ -181,7 +215,7 @@ func NewOn(dv *cuda.Device, o Options) (*Backend, error) {
 // first failure, the sticky one included.
 func (b *Backend) Close() error {
 	err := b.Synchronize()
-	for _, s := range []*scratch{&b.col, &b.tmp, &b.stats, &b.small, &b.sums} {
+	for _, s := range b.scratches() {
 		if s.p != 0 {
 			err = errors.Join(err, b.dv.Free(s.p))
 			s.p, s.bytes = 0, 0
@@ -198,6 +232,11 @@ func (b *Backend) Close() error {
 	return err
 }
 
+// scratches lists the backend's scratch buffers.
+func (b *Backend) scratches() []*scratch {
+	return []*scratch{&b.col, &b.tmp, &b.stats, &b.small, &b.sums, &b.hx, &b.hw, &b.hy, &b.hd}
+}
+
 // Name implements tensor.Backend.
 func (b *Backend) Name() string {
 	tf := ""
@@ -207,6 +246,9 @@ func (b *Backend) Name() string {
 	conv := "im2col convolutions (" + b.convNote + ")"
 	if b.dnn != nil {
 		conv = "cuDNN " + cudnnVersion(b.dnn.Version()) + " convolutions"
+	}
+	if b.half != cuda.Float32 {
+		tf = ", products and convolutions in " + b.half.String() + " (autocast, channels-last)"
 	}
 	return fmt.Sprintf("cuda %s, driver %s, cuBLAS %d%s, %s", b.dv, b.dv.Driver().Version(), b.blas.Version(), tf, conv)
 }
@@ -319,10 +361,10 @@ func (b *Backend) op(name string) func() {
 	if !b.profile {
 		return noop
 	}
-	t0 := time.Now()
+	t0, p0 := time.Now(), b.planned
 	return func() {
 		b.fail(b.s.Synchronize())
-		b.spent[name] += time.Since(t0)
+		b.spent[name] += time.Since(t0) - (b.planned - p0)
 		b.calls[name]++
 	}
 }
@@ -444,6 +486,10 @@ func (b *Backend) MatMul(a *tensor.Tensor, transA bool, bm *tensor.Tensor, trans
 	if !b.ok(a, bm, c) {
 		return
 	}
+	if b.half != cuda.Float32 {
+		b.matMulHalf(a, transA, bm, transB, c, alpha, beta)
+		return
+	}
 	m, n, k := tensor.MatMulDims(a, transA, bm, transB)
 	b.gemm(transA, transB, m, n, k, alpha, b.ptr(a), a.Shape[1], b.ptr(bm), bm.Shape[1], beta, b.ptr(c), c.Shape[1])
 }
@@ -485,15 +531,22 @@ func (b *Backend) BiasGrad(dy, db *tensor.Tensor) {
 	if !b.ok(dy, db) {
 		return
 	}
+	b.biasGrad(dy, db, noRounding)
+}
+
+// biasGrad queues db += the sum of dy over each channel; unless kind is
+// noRounding, dy's values and the sum are rounded to kind's 16 bits (a
+// 16-bit product's gradient, as amp.Autocast computes it).
+func (b *Backend) biasGrad(dy, db *tensor.Tensor, kind int) {
 	n, c, hw := tensor.Planes(dy)
 	parts := max(1, min(64, n*hw/8192))
 	partial := b.sums.get(8 * c * parts)
 	if partial == 0 {
 		return
 	}
-	b.a().Ptr(b.ptr(dy)).Ptr(partial).Int(n).Int(c).Int(hw)
+	b.a().Ptr(b.ptr(dy)).Ptr(partial).Int(n).Int(c).Int(hw).Int(kind)
 	b.launch(b.k.channelPartials, cuda.Dim3{X: c, Y: parts}, threads, threads*8)
-	b.a().Ptr(partial).Ptr(b.ptr(db)).Int(c).Int(parts)
+	b.a().Ptr(partial).Ptr(b.ptr(db)).Int(c).Int(parts).Int(kind)
 	b.launch(b.k.sumPartials, cuda.Dim3{X: (c + threads - 1) / threads}, threads, 0)
 }
 
@@ -526,11 +579,19 @@ func (b *Backend) conv(x, w *tensor.Tensor, oh, ow int, p tensor.ConvParams) (co
 // the first time this shape comes) and its workspace; nil after a failure.
 func (b *Backend) plan(x, w, y *tensor.Tensor, p tensor.ConvParams) (*cuda.Conv, cuda.DevPtr) {
 	s := cuda.ConvShape{N: x.Shape[0], C: x.Shape[1], H: x.Shape[2], W: x.Shape[3], F: w.Shape[0], KH: p.KernelH, KW: p.KernelW,
-		StrideH: p.StrideH, StrideW: p.StrideW, PadH: p.PadH, PadW: p.PadW, OH: y.Shape[2], OW: y.Shape[3], TF32: b.blas.TF32()}
+		StrideH: p.StrideH, StrideW: p.StrideW, PadH: p.PadH, PadW: p.PadW, OH: y.Shape[2], OW: y.Shape[3], TF32: b.blas.TF32(), Data: b.half}
 	c, ok := b.plans[s]
 	if !ok {
+		t0 := time.Now()
 		var err error
-		if c, err = b.dnn.Plan(s, convWorkspaceLimit); err != nil {
+		c, err = b.dnn.Plan(s, convWorkspaceLimit)
+		if b.profile {
+			d := time.Since(t0)
+			b.planned += d
+			b.spent["cuDNN planning"] += d
+			b.calls["cuDNN planning"]++
+		}
+		if err != nil {
 			b.fail(err)
 			return nil, 0
 		}
@@ -572,6 +633,10 @@ func (b *Backend) Conv2d(x, w, bias, y *tensor.Tensor, p tensor.ConvParams) {
 	if !b.ok(x, w, bias, y) {
 		return
 	}
+	if b.half != cuda.Float32 {
+		b.conv2dHalf(x, w, bias, y, p)
+		return
+	}
 	if b.dnn != nil {
 		c, ws := b.plan(x, w, y, p)
 		if c != nil && b.enter() {
@@ -600,6 +665,10 @@ func (b *Backend) Conv2d(x, w, bias, y *tensor.Tensor, p tensor.ConvParams) {
 func (b *Backend) Conv2dBackward(x, w, dy, dx, dw, db *tensor.Tensor, p tensor.ConvParams) {
 	defer b.op("Conv2dBackward")()
 	if !b.ok(x, w, dy, dx, dw, db) {
+		return
+	}
+	if b.half != cuda.Float32 {
+		b.conv2dBackwardHalf(x, w, dy, dx, dw, db, p)
 		return
 	}
 	if b.dnn != nil {
@@ -775,8 +844,22 @@ func (b *Backend) BatchNorm(x, y, gamma, beta, runMean, runVar, saveMean, saveIn
 		b.a().Ptr(b.ptr(runMean)).Ptr(b.ptr(runVar)).Ptr(b.ptr(saveMean)).Ptr(b.ptr(saveInvStd)).Int(c).Float(p.Eps)
 		b.launch(b.k.bnEvalStats, cuda.Dim3{X: (c + threads - 1) / threads}, threads, 0)
 	}
-	b.a().Ptr(b.ptr(x)).Ptr(b.ptr(y)).Ptr(b.ptr(gamma)).Ptr(b.ptr(beta)).Ptr(b.ptr(saveMean)).Ptr(b.ptr(saveInvStd)).Int(n * c * hw).Int(c).Int(hw)
+	a := b.a().Ptr(b.ptr(x)).Ptr(b.ptr(y)).Ptr(b.ptr(gamma)).Ptr(b.ptr(beta)).Ptr(b.ptr(saveMean)).Ptr(b.ptr(saveInvStd))
+	if g, ok := planeGrid(n*c, hw); ok {
+		a.Int(c).Int(hw)
+		b.launch(b.k.bnApplyPlanes, g, threads, 0)
+		return
+	}
+	a.Int(n * c * hw).Int(c).Int(hw)
 	b.each(b.k.bnApply, n*c*hw)
+}
+
+// planeGrid is the grid of the _planes kernels over planes of hw
+// elements: one block per 1024 elements of a plane; false for planes too
+// small for it (under 256 elements), where the grid-stride kernels run.
+func planeGrid(planes, hw int) (cuda.Dim3, bool) {
+	const segment, smallest = 1024, 256
+	return cuda.Dim3{X: planes, Y: (hw + segment - 1) / segment}, hw >= smallest
 }
 
 // BatchNormBackward implements tensor.Backend.
@@ -804,7 +887,13 @@ func (b *Backend) BatchNormBackward(x, dy, dx, gamma, dgamma, dbeta, saveMean, s
 	if p.Training {
 		training = 1
 	}
-	b.a().Ptr(b.ptr(x)).Ptr(b.ptr(dy)).Ptr(b.ptr(dx)).Ptr(b.ptr(gamma)).Ptr(b.ptr(saveMean)).Ptr(b.ptr(saveInvStd)).Ptr(sums).Float64(count).Int(training).Int(n * c * hw).Int(c).Int(hw)
+	a := b.a().Ptr(b.ptr(x)).Ptr(b.ptr(dy)).Ptr(b.ptr(dx)).Ptr(b.ptr(gamma)).Ptr(b.ptr(saveMean)).Ptr(b.ptr(saveInvStd)).Ptr(sums).Float64(count).Int(training)
+	if g, ok := planeGrid(n*c, hw); ok {
+		a.Int(c).Int(hw)
+		b.launch(b.k.bnBackwardDxPlanes, g, threads, 0)
+		return
+	}
+	a.Int(n * c * hw).Int(c).Int(hw)
 	b.each(b.k.bnBackwardDx, n*c*hw)
 }
 

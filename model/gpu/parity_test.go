@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/gorun/gorun/cuda"
+	"github.com/gorun/gorun/model/amp"
 	"github.com/gorun/gorun/model/cpu"
 	"github.com/gorun/gorun/model/tensor"
 )
@@ -158,7 +159,15 @@ func parityCases() []parityCase {
 		name     string
 		x        []int
 		training bool
-	}{{"Train4D", []int{6, 5, 7, 7}, true}, {"Eval4D", []int{6, 5, 7, 7}, false}, {"Train2D", []int{16, 9}, true}} {
+	}{
+		{"Train4D", []int{6, 5, 7, 7}, true}, {"Eval4D", []int{6, 5, 7, 7}, false}, {"Train2D", []int{16, 9}, true},
+		// Planes of 256 or more elements (the _planes kernels): 3136 is
+		// three full segments of 1024 and a partial one, and the channel's
+		// 62,720 elements split into 7 parts that end mid-plane; 300 is
+		// under one segment.
+		{"Train4DLargePlanes", []int{20, 3, 56, 56}, true}, {"Eval4DLargePlanes", []int{20, 3, 56, 56}, false},
+		{"Train4DPlanes300", []int{5, 4, 15, 20}, true},
+	} {
 		c := bn.x[1]
 		// x, y, gamma, beta, runMean, runVar, saveMean, saveInvStd, dy, dx, dgamma, dbeta
 		shapes := [][]int{bn.x, bn.x, {c}, {c}, {c}, {c}, {c}, {c}, bn.x, bn.x, {c}, {c}}
@@ -270,7 +279,15 @@ func TestParity(t *testing.T) {
 
 // parity runs the cases whose names start with prefix on g and on the CPU.
 func parity(t *testing.T, g *Backend, prefix string) {
-	ref := cpu.New(2)
+	compare(t, g, cpu.New(2), nil, prefix, 0)
+}
+
+// compare runs the cases whose names start with prefix on g and on ref
+// and compares every tensor and the returned value: relative difference
+// at most tol (0: the case's own, else 1e-4). With other (a backend
+// computing differently, e.g. in float32 where ref rounds to 16 bits),
+// g's results must also lie closer to ref's than to other's.
+func compare(t *testing.T, g *Backend, ref, other tensor.Backend, prefix string, tol float64) {
 	rng := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
 	for _, c := range parityCases() {
 		if !strings.HasPrefix(c.name, prefix) {
@@ -278,7 +295,6 @@ func parity(t *testing.T, g *Backend, prefix string) {
 		}
 		t.Run(c.name, func(t *testing.T) {
 			host := make([]*tensor.Tensor, len(c.shapes))
-			dev := make([]*tensor.Tensor, len(c.shapes))
 			for i, sh := range c.shapes {
 				host[i] = tensor.New(sh...)
 				for j := range host[i].Data {
@@ -288,22 +304,46 @@ func parity(t *testing.T, g *Backend, prefix string) {
 			if c.prepare != nil {
 				c.prepare(host)
 			}
+			clone := func() []*tensor.Tensor {
+				ts := make([]*tensor.Tensor, len(host))
+				for i, h := range host {
+					ts[i] = tensor.New(h.Shape...)
+					copy(ts[i].Data, h.Data)
+				}
+				return ts
+			}
+			dev := make([]*tensor.Tensor, len(host))
 			for i := range host {
 				dev[i] = tensor.NewOn(g.Device(), host[i].Shape...)
 				dev[i].SetHostData(host[i].Data)
+			}
+			var far []*tensor.Tensor
+			if other != nil {
+				far = clone()
+				c.op(other, far)
 			}
 			want := c.op(ref, host)
 			got := c.op(g, dev)
 			if err := g.Synchronize(); err != nil {
 				t.Fatal(err)
 			}
-			tol := c.tol
+			tol := tol
+			if tol == 0 {
+				tol = c.tol
+			}
 			if tol == 0 {
 				tol = 1e-4
 			}
 			for i := range host {
-				if d := tensor.RelDiff(dev[i].HostData(), host[i].Data, 1e-6); d > tol || d != d {
+				gi := dev[i].HostData()
+				d := tensor.RelDiff(gi, host[i].Data, 1e-6)
+				if d > tol || d != d {
 					t.Errorf("tensor %d %s: relative difference %.3g (tolerance %.0g)", i, host[i], d, tol)
+				}
+				if far != nil {
+					if dFar := tensor.RelDiff(gi, far[i].Data, 1e-6); dFar > 0 && dFar <= d {
+						t.Errorf("tensor %d %s: %.3g from the reference but %.3g from the other backend's", i, host[i], d, dFar)
+					}
 				}
 			}
 			if d := tensor.RelDiff([]float32{got}, []float32{want}, 1e-6); d > tol || d != d {
@@ -312,6 +352,35 @@ func parity(t *testing.T, g *Backend, prefix string) {
 		})
 	}
 }
+
+// TestAutocastParity: under autocast the GPU's matrix products and
+// convolutions (forward and both gradients) give amp.Autocast's numbers
+// on the CPU — the same rounding to 16 bits — within a tolerance of a
+// fraction of a 16-bit unit in the last place (bf16 2^-8, fp16 2^-11
+// relative), and lie closer to them than to float32's.
+func TestAutocastParity(t *testing.T) {
+	for _, c := range []struct {
+		p    amp.Precision
+		gpu  *opened
+		tol  float64
+		name string
+	}{{amp.BF16, bf16Once, 3e-3, "bf16"}, {amp.FP16, fp16Once, 4e-4, "fp16"}} {
+		t.Run(c.name, func(t *testing.T) {
+			g := c.gpu.get(t)
+			t.Logf("%s", g.Name())
+			ref, err := amp.NewAutocast(cpu.New(2), c.p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, prefix := range []string{"MatMul", "Conv2d"} {
+				compare(t, g, ref, cpu.New(2), prefix, c.tol)
+			}
+		})
+	}
+}
+
+// bf16Once and fp16Once are backends autocasting to bf16 and fp16.
+var bf16Once, fp16Once = newOpened(Options{Autocast: "bf16"}), newOpened(Options{Autocast: "fp16"})
 
 // TestLaunchAllocations: a kernel launch makes two raw driver calls
 // (context, launch), each allocating once inside purego; nothing else of

@@ -4,9 +4,33 @@
 // oldest architecture CUDA 13 supports, which newer GPUs JIT-compile at
 // load; the PTX is committed so building gorun needs no CUDA toolkit.
 
+#include <cuda_fp16.h>
+
 // Indices are 32-bit: the backend refuses tensors of 2^31 elements or
 // more, and 64-bit division costs a GPU several times as much.
 #define GRID_STRIDE(i, n) for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += gridDim.x * blockDim.x)
+
+// ---- 16-bit formats ------------------------------------------------------
+// Autocast's operands travel as 16-bit codes (unsigned short): bfloat16
+// (kind BF16) or IEEE half (kind FP16), rounded to nearest even as the
+// CPU's ring.NewBFloat16 and ring.NewFloat16 round.
+#define BF16 0
+#define FP16 1
+#define NO_ROUNDING -1
+
+__device__ __forceinline__ unsigned short to16(float f, int kind) {
+    if (kind == FP16) return __half_as_ushort(__float2half_rn(f));
+    unsigned int b = __float_as_uint(f);
+    if ((b & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FC0;  // NaN: torch's canonical one
+    return (unsigned short)((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16);
+}
+
+__device__ __forceinline__ float from16(unsigned short h, int kind) {
+    if (kind == FP16) return __half2float(__ushort_as_half(h));
+    return __uint_as_float(((unsigned int)h) << 16);
+}
+
+__device__ __forceinline__ float round16(float f, int kind) { return from16(to16(f, kind), kind); }
 
 extern "C" {
 
@@ -33,25 +57,29 @@ __device__ double block_sum(double v, double* sh) {
 // partial[ch·parts + part] = Σ of part's share of dy[:, ch, :] for dy
 // [n, c, hw]; grid (c, parts). sum_partials adds each channel's parts in
 // order, so the result does not depend on scheduling.
-__global__ void channel_partials(const float* dy, double* partial, int n, int c, int hw) {
+__global__ void channel_partials(const float* dy, double* partial, int n, int c, int hw, int kind) {
     extern __shared__ double sh[];
     int ch = blockIdx.x, part = blockIdx.y, parts = gridDim.y;
     int total = n * hw;
     int per = (total + parts - 1) / parts;
     int lo = part * per, hi = min(total, lo + per);
     double s = 0;
-    for (int k = lo + threadIdx.x; k < hi; k += blockDim.x) s += dy[((k / hw) * c + ch) * hw + k % hw];
+    for (int k = lo + threadIdx.x; k < hi; k += blockDim.x) {
+        float v = dy[((k / hw) * c + ch) * hw + k % hw];
+        s += kind == NO_ROUNDING ? v : round16(v, kind);
+    }
     s = block_sum(s, sh);
     if (threadIdx.x == 0) partial[ch * parts + part] = s;
 }
 
-// db[ch] += Σ_part partial[ch·parts + part].
-__global__ void sum_partials(const double* partial, float* db, int c, int parts) {
+// db[ch] += Σ_part partial[ch·parts + part], the sum rounded to a 16-bit
+// format first when kind is one (autocast's bias gradient; see round16).
+__global__ void sum_partials(const double* partial, float* db, int c, int parts, int kind) {
     int ch = blockIdx.x * blockDim.x + threadIdx.x;
     if (ch >= c) return;
     double s = 0;
     for (int p = 0; p < parts; p++) s += partial[ch * parts + p];
-    db[ch] += (float)s;
+    db[ch] += kind == NO_ROUNDING ? (float)s : round16((float)s, kind);
 }
 
 // ---- convolution helpers --------------------------------------------------
@@ -249,11 +277,57 @@ __global__ void avgpool_backward(const float* dy, float* dx, int total, int h, i
         }                                                                     \
     }
 
+// ShareCursor walks one thread's elements of block (ch, part)'s share of
+// channel ch, as CHANNEL_SHARE does, handing out indices so that a loop
+// can load several before it uses them (four loads in flight per thread
+// instead of one: the reductions are bound by memory latency otherwise).
+struct ShareCursor {
+    int img, off, stepImg, stepOff, hw, c, ch, left;
+    __device__ ShareCursor(int n, int c_, int hw_) : hw(hw_), c(c_), ch(blockIdx.x) {
+        int total = n * hw, parts = gridDim.y;
+        int per = (total + parts - 1) / parts;
+        int lo = blockIdx.y * per, hi = min(total, lo + per);
+        int k = lo + threadIdx.x;
+        left = k < hi ? (hi - k + blockDim.x - 1) / blockDim.x : 0;
+        img = k / hw;
+        off = k - img * hw;
+        stepImg = blockDim.x / hw;
+        stepOff = blockDim.x - stepImg * hw;
+    }
+    // next returns the index of the next element in x and moves on.
+    __device__ __forceinline__ int next() {
+        int i = (img * c + ch) * hw + off;
+        img += stepImg;
+        off += stepOff;
+        if (off >= hw) { off -= hw; img++; }
+        return i;
+    }
+};
+
+// SHARE_UNROLLED runs its body (the last arguments) on each value v = x[i] of the thread's
+// elements, loading four at a time.
+#define SHARE_UNROLLED(cur, x, v, ...)                                            \
+    {                                                                              \
+        for (; (cur).left >= 4; (cur).left -= 4) {                                 \
+            int i0_ = (cur).next(), i1_ = (cur).next(), i2_ = (cur).next(), i3_ = (cur).next(); \
+            float a0_ = (x)[i0_], a1_ = (x)[i1_], a2_ = (x)[i2_], a3_ = (x)[i3_];   \
+            { float v = a0_; __VA_ARGS__; }                                        \
+            { float v = a1_; __VA_ARGS__; }                                        \
+            { float v = a2_; __VA_ARGS__; }                                        \
+            { float v = a3_; __VA_ARGS__; }                                        \
+        }                                                                          \
+        for (; (cur).left > 0; (cur).left--) {                                     \
+            float v = (x)[(cur).next()];                                           \
+            __VA_ARGS__;                                                           \
+        }                                                                          \
+    }
+
 // partial[ch·parts + part] = Σ x over block (ch, part)'s share.
 __global__ void bn_sum_parts(const float* x, double* partial, int n, int c, int hw) {
     extern __shared__ double sh[];
     double s = 0;
-    CHANNEL_SHARE(i, n, c, hw, s += x[i]);
+    ShareCursor cur(n, c, hw);
+    SHARE_UNROLLED(cur, x, v, s += v);
     s = block_sum(s, sh);
     if (threadIdx.x == 0) partial[blockIdx.x * gridDim.y + blockIdx.y] = s;
 }
@@ -262,7 +336,8 @@ __global__ void bn_sum_parts(const float* x, double* partial, int n, int c, int 
 __global__ void bn_sqdev_parts(const float* x, const double* sums, double count, double* partial, int n, int c, int hw) {
     extern __shared__ double sh[];
     double mean = sums[blockIdx.x] / count, s = 0;
-    CHANNEL_SHARE(i, n, c, hw, { double d = (double)x[i] - mean; s += d * d; });
+    ShareCursor cur(n, c, hw);
+    SHARE_UNROLLED(cur, x, v, { double d = (double)v - mean; s += d * d; });
     s = block_sum(s, sh);
     if (threadIdx.x == 0) partial[blockIdx.x * gridDim.y + blockIdx.y] = s;
 }
@@ -309,16 +384,59 @@ __global__ void bn_apply(const float* x, float* y, const float* gamma, const flo
     }
 }
 
+// The _planes kernels run over x [planes, hw] with large planes (hw ≥
+// 256): grid (planes, ⌈hw/1024⌉), 256 threads, each thread four elements
+// of one plane, all four loaded before any is used (one load in flight
+// per thread leaves the memory system idle), and the channel's constants
+// read once rather than an index divided per element.
+#define SEGMENT 1024
+#define PER_THREAD 4
+
+__global__ void bn_apply_planes(const float* __restrict__ x, float* __restrict__ y, const float* gamma, const float* beta,
+                                const float* mean, const float* invstd, int c, int hw) {
+    int ch = blockIdx.x % c;
+    float scale = invstd[ch] * gamma[ch];
+    float shift = beta[ch] - mean[ch] * scale;
+    size_t base = (size_t)blockIdx.x * hw;
+    int j = blockIdx.y * SEGMENT + threadIdx.x;
+    float v[PER_THREAD];
+#pragma unroll
+    for (int u = 0; u < PER_THREAD; u++) {
+        int k = j + u * (SEGMENT / PER_THREAD);
+        v[u] = k < hw ? x[base + k] : 0.f;
+    }
+#pragma unroll
+    for (int u = 0; u < PER_THREAD; u++) {
+        int k = j + u * (SEGMENT / PER_THREAD);
+        if (k < hw) y[base + k] = v[u] * scale + shift;
+    }
+}
+
 // partial[2(ch·parts + part)] = Σdy and [… + 1] = Σdy·x̂ over the share.
 __global__ void bn_backward_parts(const float* x, const float* dy, const float* mean, const float* invstd,
                                   double* partial, int n, int c, int hw) {
     extern __shared__ double sh[];
     double m = mean[blockIdx.x], is = invstd[blockIdx.x], sdy = 0, sdx = 0;
-    CHANNEL_SHARE(i, n, c, hw, {
+    ShareCursor cur(n, c, hw);
+    for (; cur.left >= 4; cur.left -= 4) {
+        int i0 = cur.next(), i1 = cur.next(), i2 = cur.next(), i3 = cur.next();
+        float g0 = dy[i0], g1 = dy[i1], g2 = dy[i2], g3 = dy[i3];
+        float x0 = x[i0], x1 = x[i1], x2 = x[i2], x3 = x[i3];
+        sdy += (double)g0;
+        sdx += (double)g0 * ((double)x0 - m) * is;
+        sdy += (double)g1;
+        sdx += (double)g1 * ((double)x1 - m) * is;
+        sdy += (double)g2;
+        sdx += (double)g2 * ((double)x2 - m) * is;
+        sdy += (double)g3;
+        sdx += (double)g3 * ((double)x3 - m) * is;
+    }
+    for (; cur.left > 0; cur.left--) {
+        int i = cur.next();
         double g = dy[i];
         sdy += g;
         sdx += g * ((double)x[i] - m) * is;
-    });
+    }
     sdy = block_sum(sdy, sh);
     sdx = block_sum(sdx, sh);
     if (threadIdx.x == 0) {
@@ -342,6 +460,36 @@ __global__ void bn_backward_finish(const double* partial, double* sums, float* d
     sums[2 * ch + 1] = sdx;
     dgamma[ch] += (float)sdx;
     dbeta[ch] += (float)sdy;
+}
+
+// bn_backward_dx over large planes (see bn_apply_planes).
+__global__ void bn_backward_dx_planes(const float* __restrict__ x, const float* __restrict__ dy, float* __restrict__ dx,
+                                      const float* gamma, const float* mean, const float* invstd, const double* sums,
+                                      double count, int training, int c, int hw) {
+    int ch = blockIdx.x % c;
+    double is = invstd[ch], g = gamma[ch], m = mean[ch];
+    double k = g * is / count, sdy = sums[2 * ch], sdx = sums[2 * ch + 1];
+    float eval = (float)(g * is);
+    size_t base = (size_t)blockIdx.x * hw;
+    int j = blockIdx.y * SEGMENT + threadIdx.x;
+    float xv[PER_THREAD], gv[PER_THREAD];
+#pragma unroll
+    for (int u = 0; u < PER_THREAD; u++) {
+        int e = j + u * (SEGMENT / PER_THREAD);
+        gv[u] = e < hw ? dy[base + e] : 0.f;
+        xv[u] = e < hw && training ? x[base + e] : 0.f;
+    }
+#pragma unroll
+    for (int u = 0; u < PER_THREAD; u++) {
+        int e = j + u * (SEGMENT / PER_THREAD);
+        if (e >= hw) continue;
+        if (!training) {
+            dx[base + e] = gv[u] * eval;
+        } else {
+            double xhat = ((double)xv[u] - m) * is;
+            dx[base + e] = (float)(k * (count * (double)gv[u] - sdy - xhat * sdx));
+        }
+    }
 }
 
 __global__ void bn_backward_dx(const float* x, const float* dy, float* dx, const float* gamma, const float* mean,
@@ -481,6 +629,71 @@ __global__ void adadelta_step(float* p, const float* g, float* sq, float* acc, i
         float delta = sqrtf(acc[i] + eps) / sqrtf(s + eps) * d;
         acc[i] = rho * acc[i] + (1.f - rho) * delta * delta;
         p[i] = w - lr * delta;
+    }
+}
+
+// ---- autocast: 16-bit operands ---------------------------------------------
+
+// y[i] = x[i] in the 16-bit format (a matrix product's operand).
+__global__ void to_half(const float* x, unsigned short* y, int n, int kind) {
+    GRID_STRIDE(i, n) { y[i] = to16(x[i], kind); }
+}
+
+// c[i] = beta·c[i] + round16(p[i]) (c not read when beta is 0); p may be
+// c itself: a product rounded in place.
+__global__ void add_rounded(float* c, const float* p, float beta, int n, int kind) {
+    GRID_STRIDE(i, n) {
+        float v = round16(p[i], kind);
+        c[i] = beta == 0.f ? v : beta * c[i] + v;
+    }
+}
+
+// Transposes between one image's planes x [c][hw] (float32, NCHW) and
+// y [hw][c] (16-bit, NHWC), 32×32 tiles through shared memory so that
+// both sides are read and written in whole rows. Grid (⌈hw/32⌉, ⌈c/32⌉,
+// images), 256 threads: 32 columns × 8 rows, each thread 4 rows.
+#define TILE 32
+
+// y = x rounded to 16 bits, NCHW to NHWC (an input, or KCRS weights to
+// KRSC with c = C and hw = R·S).
+__global__ void to_half_nhwc(const float* x, unsigned short* y, int c, int hw, int kind) {
+    __shared__ float tile[TILE][TILE + 1];
+    int tx = threadIdx.x & (TILE - 1), ty = threadIdx.x / TILE;
+    size_t base = (size_t)blockIdx.z * c * hw;
+    int p0 = blockIdx.x * TILE, c0 = blockIdx.y * TILE;
+    for (int j = ty; j < TILE; j += 8) {
+        int ch = c0 + j, p = p0 + tx;
+        if (ch < c && p < hw) tile[j][tx] = x[base + (size_t)ch * hw + p];
+    }
+    __syncthreads();
+    for (int j = ty; j < TILE; j += 8) {
+        int p = p0 + j, ch = c0 + tx;
+        if (p < hw && ch < c) y[base + (size_t)p * c + ch] = to16(tile[tx][j], kind);
+    }
+}
+
+// x = beta·x + widened y (+ round16(bias[ch]), rounded again, when bias is
+// given), NHWC to NCHW: a product's output or gradient back to float32
+// (beta 0, x not read), or a weight gradient added to its accumulator
+// (beta 1).
+__global__ void from_half_nhwc(const unsigned short* y, float* x, const float* bias, float beta, int c, int hw, int kind) {
+    __shared__ float tile[TILE][TILE + 1];
+    int tx = threadIdx.x & (TILE - 1), ty = threadIdx.x / TILE;
+    size_t base = (size_t)blockIdx.z * c * hw;
+    int p0 = blockIdx.x * TILE, c0 = blockIdx.y * TILE;
+    for (int j = ty; j < TILE; j += 8) {
+        int p = p0 + j, ch = c0 + tx;
+        if (p < hw && ch < c) tile[j][tx] = from16(y[base + (size_t)p * c + ch], kind);
+    }
+    __syncthreads();
+    for (int j = ty; j < TILE; j += 8) {
+        int ch = c0 + j, p = p0 + tx;
+        if (ch < c && p < hw) {
+            float v = tile[tx][j];
+            if (bias != 0) v = round16(v + round16(bias[ch], kind), kind);
+            size_t i = base + (size_t)ch * hw + p;
+            x[i] = beta == 0.f ? v : beta * x[i] + v;
+        }
     }
 }
 
