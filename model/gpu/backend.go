@@ -113,7 +113,7 @@ type kernels struct {
 	bnSumParts, bnSqdevParts, addParts, bnFinish, bnEvalStats, bnApply        *cuda.Function
 	bnBackwardParts, bnBackwardFinish, bnBackwardDx                           *cuda.Function
 	bnApplyPlanes, bnBackwardDxPlanes                                         *cuda.Function
-	relu, reluBackward, dropout, mul, add                                     *cuda.Function
+	relu, reluBackward, dropout, mul, add, addReLU                            *cuda.Function
 	logSoftmax, logSoftmaxBackward, nllLoss, nllLossBackward                  *cuda.Function
 	sgd, adam, adadelta                                                       *cuda.Function
 	toHalf, addRounded, toHalfNHWC, fromHalfNHWC                              *cuda.Function
@@ -128,7 +128,7 @@ func (k *kernels) table() map[string]**cuda.Function {
 		"bn_eval_stats": &k.bnEvalStats, "bn_apply": &k.bnApply,
 		"bn_backward_parts": &k.bnBackwardParts, "bn_backward_finish": &k.bnBackwardFinish, "bn_backward_dx": &k.bnBackwardDx,
 		"bn_apply_planes": &k.bnApplyPlanes, "bn_backward_dx_planes": &k.bnBackwardDxPlanes,
-		"relu": &k.relu, "relu_backward": &k.reluBackward, "dropout": &k.dropout, "mul": &k.mul, "add": &k.add,
+		"relu": &k.relu, "relu_backward": &k.reluBackward, "dropout": &k.dropout, "mul": &k.mul, "add": &k.add, "add_relu": &k.addReLU,
 		"log_softmax": &k.logSoftmax, "log_softmax_backward": &k.logSoftmaxBackward, "nll_loss": &k.nllLoss, "nll_loss_backward": &k.nllLossBackward,
 		"sgd_step": &k.sgd, "adam_step": &k.adam, "adadelta_step": &k.adadelta,
 		"to_half": &k.toHalf, "add_rounded": &k.addRounded, "to_half_nhwc": &k.toHalfNHWC, "from_half_nhwc": &k.fromHalfNHWC,
@@ -818,6 +818,18 @@ func (b *Backend) channelSums(f *cuda.Function, a *cuda.Args, partial, out cuda.
 // each channel's reduced by several blocks (channelParts).
 func (b *Backend) BatchNorm(x, y, gamma, beta, runMean, runVar, saveMean, saveInvStd *tensor.Tensor, p tensor.BatchNormParams) {
 	defer b.op("BatchNorm")()
+	b.batchNorm(x, y, gamma, beta, runMean, runVar, saveMean, saveInvStd, p, false)
+}
+
+// BatchNormReLU implements tensor.BatchNormReLUBackend: the relu applied
+// as each element is normalised.
+func (b *Backend) BatchNormReLU(x, y, gamma, beta, runMean, runVar, saveMean, saveInvStd *tensor.Tensor, p tensor.BatchNormParams) {
+	defer b.op("BatchNormReLU")()
+	b.batchNorm(x, y, gamma, beta, runMean, runVar, saveMean, saveInvStd, p, true)
+}
+
+// batchNorm is BatchNorm, with the relu of y fused in when relu is set.
+func (b *Backend) batchNorm(x, y, gamma, beta, runMean, runVar, saveMean, saveInvStd *tensor.Tensor, p tensor.BatchNormParams, relu bool) {
 	if !b.ok(x, y, gamma, beta, runMean, runVar, saveMean, saveInvStd) {
 		return
 	}
@@ -844,7 +856,7 @@ func (b *Backend) BatchNorm(x, y, gamma, beta, runMean, runVar, saveMean, saveIn
 		b.a().Ptr(b.ptr(runMean)).Ptr(b.ptr(runVar)).Ptr(b.ptr(saveMean)).Ptr(b.ptr(saveInvStd)).Int(c).Float(p.Eps)
 		b.launch(b.k.bnEvalStats, cuda.Dim3{X: (c + threads - 1) / threads}, threads, 0)
 	}
-	a := b.a().Ptr(b.ptr(x)).Ptr(b.ptr(y)).Ptr(b.ptr(gamma)).Ptr(b.ptr(beta)).Ptr(b.ptr(saveMean)).Ptr(b.ptr(saveInvStd))
+	a := b.a().Ptr(b.ptr(x)).Ptr(b.ptr(y)).Ptr(b.ptr(gamma)).Ptr(b.ptr(beta)).Ptr(b.ptr(saveMean)).Ptr(b.ptr(saveInvStd)).Int(boolInt(relu))
 	if g, ok := planeGrid(n*c, hw); ok {
 		a.Int(c).Int(hw)
 		b.launch(b.k.bnApplyPlanes, g, threads, 0)
@@ -865,7 +877,26 @@ func planeGrid(planes, hw int) (cuda.Dim3, bool) {
 // BatchNormBackward implements tensor.Backend.
 func (b *Backend) BatchNormBackward(x, dy, dx, gamma, dgamma, dbeta, saveMean, saveInvStd *tensor.Tensor, p tensor.BatchNormParams) {
 	defer b.op("BatchNormBackward")()
-	if !b.ok(x, dy, dx, gamma, dgamma, dbeta, saveMean, saveInvStd) {
+	b.batchNormBackward(x, dy, dx, gamma, nil, dgamma, dbeta, saveMean, saveInvStd, p)
+}
+
+// BatchNormReLUBackward implements tensor.BatchNormReLUBackend: where the
+// relu stopped the gradient is found again from x, gamma, beta and the
+// saved statistics with the forward pass's arithmetic, as each element is
+// read.
+func (b *Backend) BatchNormReLUBackward(x, dy, dx, gamma, beta, dgamma, dbeta, saveMean, saveInvStd *tensor.Tensor, p tensor.BatchNormParams) {
+	defer b.op("BatchNormReLUBackward")()
+	if beta == nil {
+		b.fail(errors.New("BatchNormReLUBackward needs the batch norm's beta (the relu's mask is found again from it)"))
+		return
+	}
+	b.batchNormBackward(x, dy, dx, gamma, beta, dgamma, dbeta, saveMean, saveInvStd, p)
+}
+
+// batchNormBackward is BatchNormBackward, with the relu fused in when
+// reluBeta (the batch norm's beta) is set.
+func (b *Backend) batchNormBackward(x, dy, dx, gamma, reluBeta, dgamma, dbeta, saveMean, saveInvStd *tensor.Tensor, p tensor.BatchNormParams) {
+	if !b.ok(x, dy, dx, gamma, reluBeta, dgamma, dbeta, saveMean, saveInvStd) {
 		return
 	}
 	n, c, hw := tensor.Planes(x)
@@ -875,7 +906,7 @@ func (b *Backend) BatchNormBackward(x, dy, dx, gamma, dgamma, dbeta, saveMean, s
 	if sums == 0 || partial == 0 {
 		return
 	}
-	b.a().Ptr(b.ptr(x)).Ptr(b.ptr(dy)).Ptr(b.ptr(saveMean)).Ptr(b.ptr(saveInvStd)).Ptr(partial).Int(n).Int(c).Int(hw)
+	b.a().Ptr(b.ptr(x)).Ptr(b.ptr(dy)).Ptr(b.ptr(saveMean)).Ptr(b.ptr(saveInvStd)).Ptr(b.ptr(gamma)).Ptr(b.ptr(reluBeta)).Ptr(partial).Int(n).Int(c).Int(hw)
 	b.launch(b.k.bnBackwardParts, cuda.Dim3{X: c, Y: parts}, threads, threads*8)
 	b.a().Ptr(partial).Ptr(sums).Ptr(b.ptr(dgamma)).Ptr(b.ptr(dbeta)).Int(c).Int(parts)
 	b.launch(b.k.bnBackwardFinish, cuda.Dim3{X: (c + threads - 1) / threads}, threads, 0)
@@ -887,7 +918,7 @@ func (b *Backend) BatchNormBackward(x, dy, dx, gamma, dgamma, dbeta, saveMean, s
 	if p.Training {
 		training = 1
 	}
-	a := b.a().Ptr(b.ptr(x)).Ptr(b.ptr(dy)).Ptr(b.ptr(dx)).Ptr(b.ptr(gamma)).Ptr(b.ptr(saveMean)).Ptr(b.ptr(saveInvStd)).Ptr(sums).Float64(count).Int(training)
+	a := b.a().Ptr(b.ptr(x)).Ptr(b.ptr(dy)).Ptr(b.ptr(dx)).Ptr(b.ptr(gamma)).Ptr(b.ptr(reluBeta)).Ptr(b.ptr(saveMean)).Ptr(b.ptr(saveInvStd)).Ptr(sums).Float64(count).Int(training)
 	if g, ok := planeGrid(n*c, hw); ok {
 		a.Int(c).Int(hw)
 		b.launch(b.k.bnBackwardDxPlanes, g, threads, 0)
@@ -931,6 +962,15 @@ func (b *Backend) Mul(x, y, z *tensor.Tensor) {
 	if b.ok(x, y, z) {
 		b.a().Ptr(b.ptr(x)).Ptr(b.ptr(y)).Ptr(b.ptr(z)).Int(x.Len())
 		b.each(b.k.mul, x.Len())
+	}
+}
+
+// AddReLU implements tensor.AddReLUBackend: z = relu(x + y) in one pass.
+func (b *Backend) AddReLU(x, y, z *tensor.Tensor) {
+	defer b.op("AddReLU")()
+	if b.ok(x, y, z) {
+		b.a().Ptr(b.ptr(x)).Ptr(b.ptr(y)).Ptr(b.ptr(z)).Int(x.Len())
+		b.each(b.k.addReLU, x.Len())
 	}
 }
 

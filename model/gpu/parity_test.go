@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"errors"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -183,6 +184,17 @@ func parityCases() []parityCase {
 				be.BatchNormBackward(ts[0], ts[8], ts[9], ts[2], ts[10], ts[11], ts[6], ts[7], p)
 				return 0
 			}})
+		if len(bn.x) == 4 {
+			// The same with the relu fused in (both backends have it).
+			cs = append(cs, parityCase{name: "BatchNormReLU" + bn.name, shapes: shapes, prepare: cs[len(cs)-1].prepare,
+				op: func(be tensor.Backend, ts []*tensor.Tensor) float32 {
+					f := be.(tensor.BatchNormReLUBackend)
+					p := tensor.BatchNormParams{Training: bn.training, Momentum: 0.1, Eps: 1e-5}
+					f.BatchNormReLU(ts[0], ts[1], ts[2], ts[3], ts[4], ts[5], ts[6], ts[7], p)
+					f.BatchNormReLUBackward(ts[0], ts[8], ts[9], ts[2], ts[3], ts[10], ts[11], ts[6], ts[7], p)
+					return 0
+				}})
+		}
 	}
 	ew := [][]int{{5, 7, 9, 11}, {5, 7, 9, 11}, {5, 7, 9, 11}}
 	cs = append(cs,
@@ -193,6 +205,10 @@ func parityCases() []parityCase {
 		}, tol: 1e-7},
 		parityCase{name: "Dropout", shapes: ew, op: func(be tensor.Backend, ts []*tensor.Tensor) float32 {
 			be.Dropout(ts[0], ts[1], ts[2], 0.3, 12345)
+			return 0
+		}, tol: 1e-7},
+		parityCase{name: "AddReLU", shapes: append(ew, ew[0]), op: func(be tensor.Backend, ts []*tensor.Tensor) float32 {
+			be.(tensor.AddReLUBackend).AddReLU(ts[0], ts[1], ts[2])
 			return 0
 		}, tol: 1e-7},
 		parityCase{name: "MulAddCopyFill", shapes: append(ew, ew[0]), op: func(be tensor.Backend, ts []*tensor.Tensor) float32 {
@@ -355,16 +371,20 @@ func compare(t *testing.T, g *Backend, ref, other tensor.Backend, prefix string,
 
 // TestAutocastParity: under autocast the GPU's matrix products and
 // convolutions (forward and both gradients) give amp.Autocast's numbers
-// on the CPU — the same rounding to 16 bits — within a tolerance of a
-// fraction of a 16-bit unit in the last place (bf16 2^-8, fp16 2^-11
-// relative), and lie closer to them than to float32's.
+// on the CPU — the same rounding to 16 bits — within a tolerance of about
+// one 16-bit unit in the last place (bf16 2^-8 ≈ 4e-3, fp16 2^-11 ≈ 5e-4
+// relative), and lie closer to them than to float32's. Most results agree
+// far closer; a convolution with a bias does not: cuDNN's 16-bit output
+// is rounded before the rounded bias is added and the sum rounded again
+// (PyTorch's order on a GPU), where the emulation rounds once — half a
+// unit on many elements (0.3% measured on one small case).
 func TestAutocastParity(t *testing.T) {
 	for _, c := range []struct {
 		p    amp.Precision
 		gpu  *opened
 		tol  float64
 		name string
-	}{{amp.BF16, bf16Once, 3e-3, "bf16"}, {amp.FP16, fp16Once, 4e-4, "fp16"}} {
+	}{{amp.BF16, bf16Once, 5e-3, "bf16"}, {amp.FP16, fp16Once, 8e-4, "fp16"}} {
 		t.Run(c.name, func(t *testing.T) {
 			g := c.gpu.get(t)
 			t.Logf("%s", g.Name())
@@ -381,6 +401,66 @@ func TestAutocastParity(t *testing.T) {
 
 // bf16Once and fp16Once are backends autocasting to bf16 and fp16.
 var bf16Once, fp16Once = newOpened(Options{Autocast: "bf16"}), newOpened(Options{Autocast: "fp16"})
+
+// TestFusedReLUIsSeparate: on the GPU, batch norm with its relu fused in
+// gives the bits of BatchNorm then ReLU, and of ReLUBackward then
+// BatchNormBackward (tensor.BatchNormReLUBackend's promise); AddReLU those
+// of Add then ReLU.
+func TestFusedReLUIsSeparate(t *testing.T) {
+	g := gpuOnce.get(t)
+	rng := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+	for _, shape := range [][]int{{6, 5, 7, 7}, {20, 3, 56, 56}} {
+		c := shape[1]
+		random := func(sh ...int) *tensor.Tensor {
+			h := tensor.New(sh...)
+			for i := range h.Data {
+				h.Data[i] = float32(rng.NormFloat64())
+			}
+			d := tensor.NewOn(g.Device(), sh...)
+			d.SetHostData(h.Data)
+			return d
+		}
+		x, dy, gamma, beta, short := random(shape...), random(shape...), random(c), random(c), random(shape...)
+		type run struct{ y, dx, dgamma, dbeta, sum *tensor.Tensor }
+		runs := [2]run{}
+		for i := range runs {
+			r := run{tensor.NewOn(g.Device(), shape...), tensor.NewOn(g.Device(), shape...), tensor.NewOn(g.Device(), c), tensor.NewOn(g.Device(), c), tensor.NewOn(g.Device(), shape...)}
+			runMean, runVar, mean, invStd := tensor.NewOn(g.Device(), c), tensor.NewOn(g.Device(), c), tensor.NewOn(g.Device(), c), tensor.NewOn(g.Device(), c)
+			g.Fill(runVar, 1)
+			p := tensor.BatchNormParams{Training: true, Momentum: 0.1, Eps: 1e-5}
+			if i == 0 {
+				g.BatchNorm(x, r.y, gamma, beta, runMean, runVar, mean, invStd, p)
+				g.ReLU(r.y, r.y)
+				masked := tensor.NewOn(g.Device(), shape...)
+				g.ReLUBackward(r.y, dy, masked)
+				g.BatchNormBackward(x, masked, r.dx, gamma, r.dgamma, r.dbeta, mean, invStd, p)
+				g.Add(x, short, r.sum)
+				g.ReLU(r.sum, r.sum)
+			} else {
+				g.BatchNormReLU(x, r.y, gamma, beta, runMean, runVar, mean, invStd, p)
+				g.BatchNormReLUBackward(x, dy, r.dx, gamma, beta, r.dgamma, r.dbeta, mean, invStd, p)
+				g.AddReLU(x, short, r.sum)
+			}
+			runs[i] = r
+		}
+		if err := g.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range []struct {
+			name string
+			a, b *tensor.Tensor
+		}{{"y", runs[0].y, runs[1].y}, {"dx", runs[0].dx, runs[1].dx}, {"dgamma", runs[0].dgamma, runs[1].dgamma},
+			{"dbeta", runs[0].dbeta, runs[1].dbeta}, {"relu(x + short)", runs[0].sum, runs[1].sum}} {
+			sep, fused := o.a.HostData(), o.b.HostData()
+			for i := range sep {
+				if math.Float32bits(sep[i]) != math.Float32bits(fused[i]) {
+					t.Errorf("%v: %s[%d] fused %v, separate %v", shape, o.name, i, fused[i], sep[i])
+					break
+				}
+			}
+		}
+	}
+}
 
 // TestLaunchAllocations: a kernel launch makes two raw driver calls
 // (context, launch), each allocating once inside purego; nothing else of

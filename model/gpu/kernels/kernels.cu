@@ -32,6 +32,21 @@ __device__ __forceinline__ float from16(unsigned short h, int kind) {
 
 __device__ __forceinline__ float round16(float f, int kind) { return from16(to16(f, kind), kind); }
 
+// The relu as the relu kernel computes it (a NaN passes).
+__device__ __forceinline__ float relu_of(float v) { return v > 0.f ? v : (v != v ? v : 0.f); }
+
+// A fused batch norm's relu mask, found again in backward: the forward
+// pass's output x·scale + shift (the same float arithmetic as bn_apply)
+// was positive. relu_beta is the batch norm's beta when its relu is fused,
+// else 0 (no mask).
+__device__ __forceinline__ float masked_dy(float g, float x, const float* gamma, const float* relu_beta,
+                                           const float* mean, const float* invstd, int ch) {
+    if (relu_beta == 0) return g;
+    float scale = invstd[ch] * gamma[ch];
+    float shift = relu_beta[ch] - mean[ch] * scale;
+    return x * scale + shift > 0.f ? g : 0.f;
+}
+
 extern "C" {
 
 // ---- bias ----------------------------------------------------------------
@@ -374,13 +389,16 @@ __global__ void bn_eval_stats(const float* run_mean, const float* run_var, float
     save_invstd[ch] = (float)(1 / sqrt((double)run_var[ch] + (double)eps));
 }
 
+// y = x·scale + shift per channel, then the relu when relu is 1 (a fused
+// batch norm → relu).
 __global__ void bn_apply(const float* x, float* y, const float* gamma, const float* beta, const float* mean,
-                         const float* invstd, int total, int c, int hw) {
+                         const float* invstd, int relu, int total, int c, int hw) {
     GRID_STRIDE(i, total) {
         int ch = (i / hw) % c;
         float scale = invstd[ch] * gamma[ch];
         float shift = beta[ch] - mean[ch] * scale;
-        y[i] = x[i] * scale + shift;
+        float v = x[i] * scale + shift;
+        y[i] = relu ? relu_of(v) : v;
     }
 }
 
@@ -392,8 +410,8 @@ __global__ void bn_apply(const float* x, float* y, const float* gamma, const flo
 #define SEGMENT 1024
 #define PER_THREAD 4
 
-__global__ void bn_apply_planes(const float* __restrict__ x, float* __restrict__ y, const float* gamma, const float* beta,
-                                const float* mean, const float* invstd, int c, int hw) {
+__global__ void bn_apply_planes(const float* x, float* y, const float* gamma, const float* beta,
+                                const float* mean, const float* invstd, int relu, int c, int hw) {
     int ch = blockIdx.x % c;
     float scale = invstd[ch] * gamma[ch];
     float shift = beta[ch] - mean[ch] * scale;
@@ -408,20 +426,29 @@ __global__ void bn_apply_planes(const float* __restrict__ x, float* __restrict__
 #pragma unroll
     for (int u = 0; u < PER_THREAD; u++) {
         int k = j + u * (SEGMENT / PER_THREAD);
-        if (k < hw) y[base + k] = v[u] * scale + shift;
+        if (k < hw) {
+            float o = v[u] * scale + shift;
+            y[base + k] = relu ? relu_of(o) : o;
+        }
     }
 }
 
 // partial[2(ch·parts + part)] = Σdy and [… + 1] = Σdy·x̂ over the share.
+// (relu_beta: see masked_dy.)
 __global__ void bn_backward_parts(const float* x, const float* dy, const float* mean, const float* invstd,
-                                  double* partial, int n, int c, int hw) {
+                                  const float* gamma, const float* relu_beta, double* partial, int n, int c, int hw) {
     extern __shared__ double sh[];
-    double m = mean[blockIdx.x], is = invstd[blockIdx.x], sdy = 0, sdx = 0;
+    int ch = blockIdx.x;
+    double m = mean[ch], is = invstd[ch], sdy = 0, sdx = 0;
     ShareCursor cur(n, c, hw);
     for (; cur.left >= 4; cur.left -= 4) {
         int i0 = cur.next(), i1 = cur.next(), i2 = cur.next(), i3 = cur.next();
         float g0 = dy[i0], g1 = dy[i1], g2 = dy[i2], g3 = dy[i3];
         float x0 = x[i0], x1 = x[i1], x2 = x[i2], x3 = x[i3];
+        g0 = masked_dy(g0, x0, gamma, relu_beta, mean, invstd, ch);
+        g1 = masked_dy(g1, x1, gamma, relu_beta, mean, invstd, ch);
+        g2 = masked_dy(g2, x2, gamma, relu_beta, mean, invstd, ch);
+        g3 = masked_dy(g3, x3, gamma, relu_beta, mean, invstd, ch);
         sdy += (double)g0;
         sdx += (double)g0 * ((double)x0 - m) * is;
         sdy += (double)g1;
@@ -433,9 +460,10 @@ __global__ void bn_backward_parts(const float* x, const float* dy, const float* 
     }
     for (; cur.left > 0; cur.left--) {
         int i = cur.next();
-        double g = dy[i];
+        float xv = x[i];
+        double g = masked_dy(dy[i], xv, gamma, relu_beta, mean, invstd, ch);
         sdy += g;
-        sdx += g * ((double)x[i] - m) * is;
+        sdx += g * ((double)xv - m) * is;
     }
     sdy = block_sum(sdy, sh);
     sdx = block_sum(sdx, sh);
@@ -463,9 +491,9 @@ __global__ void bn_backward_finish(const double* partial, double* sums, float* d
 }
 
 // bn_backward_dx over large planes (see bn_apply_planes).
-__global__ void bn_backward_dx_planes(const float* __restrict__ x, const float* __restrict__ dy, float* __restrict__ dx,
-                                      const float* gamma, const float* mean, const float* invstd, const double* sums,
-                                      double count, int training, int c, int hw) {
+__global__ void bn_backward_dx_planes(const float* x, const float* dy, float* dx, const float* gamma, const float* relu_beta,
+                                      const float* mean, const float* invstd, const double* sums, double count,
+                                      int training, int c, int hw) {
     int ch = blockIdx.x % c;
     double is = invstd[ch], g = gamma[ch], m = mean[ch];
     double k = g * is / count, sdy = sums[2 * ch], sdx = sums[2 * ch + 1];
@@ -477,8 +505,10 @@ __global__ void bn_backward_dx_planes(const float* __restrict__ x, const float* 
     for (int u = 0; u < PER_THREAD; u++) {
         int e = j + u * (SEGMENT / PER_THREAD);
         gv[u] = e < hw ? dy[base + e] : 0.f;
-        xv[u] = e < hw && training ? x[base + e] : 0.f;
+        xv[u] = e < hw && (training || relu_beta != 0) ? x[base + e] : 0.f;
     }
+#pragma unroll
+    for (int u = 0; u < PER_THREAD; u++) gv[u] = masked_dy(gv[u], xv[u], gamma, relu_beta, mean, invstd, ch);
 #pragma unroll
     for (int u = 0; u < PER_THREAD; u++) {
         int e = j + u * (SEGMENT / PER_THREAD);
@@ -492,25 +522,33 @@ __global__ void bn_backward_dx_planes(const float* __restrict__ x, const float* 
     }
 }
 
-__global__ void bn_backward_dx(const float* x, const float* dy, float* dx, const float* gamma, const float* mean,
-                               const float* invstd, const double* sums, double count, int training, int total, int c, int hw) {
+__global__ void bn_backward_dx(const float* x, const float* dy, float* dx, const float* gamma, const float* relu_beta,
+                               const float* mean, const float* invstd, const double* sums, double count, int training,
+                               int total, int c, int hw) {
     GRID_STRIDE(i, total) {
         int ch = (i / hw) % c;
         double is = invstd[ch], g = gamma[ch];
+        float xv = x[i];
+        float gy = masked_dy(dy[i], xv, gamma, relu_beta, mean, invstd, ch);
         if (!training) {
-            dx[i] = dy[i] * (float)(g * is);
+            dx[i] = gy * (float)(g * is);
             continue;
         }
-        double xhat = ((double)x[i] - (double)mean[ch]) * is;
+        double xhat = ((double)xv - (double)mean[ch]) * is;
         double k = g * is / count;
-        dx[i] = (float)(k * (count * (double)dy[i] - sums[2 * ch] - xhat * sums[2 * ch + 1]));
+        dx[i] = (float)(k * (count * (double)gy - sums[2 * ch] - xhat * sums[2 * ch + 1]));
     }
 }
 
 // ---- element-wise ---------------------------------------------------------------
 
 __global__ void relu(const float* x, float* y, int n) {
-    GRID_STRIDE(i, n) { float v = x[i]; y[i] = v > 0.f ? v : (v != v ? v : 0.f); }
+    GRID_STRIDE(i, n) { y[i] = relu_of(x[i]); }
+}
+
+// z = relu(x + y): a residual block's sum and its relu in one pass.
+__global__ void add_relu(const float* x, const float* y, float* z, int n) {
+    GRID_STRIDE(i, n) { z[i] = relu_of(x[i] + y[i]); }
 }
 
 __global__ void relu_backward(const float* y, const float* dy, float* dx, int n) {
