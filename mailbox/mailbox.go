@@ -306,28 +306,47 @@ func (p *Peer) begin(h *Header) {
 	c.early, c.dst = e, e.data
 }
 
-// newEarly returns an early frame with a buffer of n bytes, reusing a
-// spare one when it is large enough.
+// newEarly returns an early frame with a buffer of n bytes, reusing the
+// most recently kept spare that is large enough.
 func (p *Peer) newEarly(n uint64) *early {
-	if k := len(p.spare); k > 0 {
-		e := p.spare[k-1]
-		if uint64(cap(e.data)) >= n {
-			p.spare[k-1] = nil
-			p.spare = p.spare[:k-1]
-			e.data = e.data[:n]
-			return e
+	for i := len(p.spare) - 1; i >= 0; i-- {
+		e := p.spare[i]
+		if uint64(cap(e.data)) < n {
+			continue
 		}
+		last := len(p.spare) - 1
+		p.spare[i], p.spare[last] = p.spare[last], nil
+		p.spare = p.spare[:last]
+		e.data = e.data[:n]
+		return e
 	}
 	return &early{data: make([]byte, n)}
 }
 
-// recycle keeps a consumed early frame for reuse.
+// recycle keeps a consumed early frame for reuse. With maxSpares kept
+// already, it takes the place of the smallest when it is larger: spares
+// left by a run of small frames must not stand in the way of larger ones
+// that follow (each would be allocated and dropped again — measured: a
+// 64 KiB Reduce on four ranks at half its speed after a run of 1 KiB
+// ones, bench/results/HISTORY.md).
 func (p *Peer) recycle(e *early) {
-	if len(p.spare) >= maxSpares || cap(e.data) > maxSpareBytes {
+	if cap(e.data) > maxSpareBytes {
 		return
 	}
 	*e = early{data: e.data[:0]}
-	p.spare = append(p.spare, e)
+	if len(p.spare) < maxSpares {
+		p.spare = append(p.spare, e)
+		return
+	}
+	small := 0
+	for i, s := range p.spare {
+		if cap(s.data) < cap(p.spare[small].data) {
+			small = i
+		}
+	}
+	if cap(p.spare[small].data) < cap(e.data) {
+		p.spare[small] = e
+	}
 }
 
 // overflow fails the frame being reassembled: its fragments carry more

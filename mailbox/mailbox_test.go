@@ -252,6 +252,43 @@ func TestSteadyStateAllocatesNothing(t *testing.T) {
 	}
 }
 
+// TestSpareBuffersFollowFrameSizes: after a run of small early frames
+// has filled the spares, early frames of a larger size allocate only
+// until the spares have grown to it (before, every one allocated: the
+// small spares were kept and the large buffers dropped).
+func TestSpareBuffersFollowFrameSizes(t *testing.T) {
+	p := NewPeer()
+	// maxSpares small frames in flight at once: all become spares.
+	small := bytes.Repeat([]byte{1}, 1024)
+	var tickets []uint64
+	var bufs [][]byte
+	for range maxSpares {
+		send(p, 1, [4]uint64{}, small, len(small))
+	}
+	for range maxSpares {
+		buf := make([]byte, len(small))
+		bufs = append(bufs, buf)
+		tickets = append(tickets, p.Post(1, buf))
+	}
+	for i, tk := range tickets {
+		if _, n, err, ok := p.Result(1, tk); !ok || err != nil || n != len(small) || !bytes.Equal(bufs[i], small) {
+			t.Fatalf("small frame %d: n=%d err=%v ok=%v", i, n, err, ok)
+		}
+	}
+	large, buf := bytes.Repeat([]byte{2}, 64<<10), make([]byte, 64<<10)
+	cycle := func() {
+		send(p, 1, [4]uint64{}, large, 4096)
+		tk := p.Post(1, buf)
+		if _, n, err, ok := p.Result(1, tk); !ok || err != nil || n != len(large) || !bytes.Equal(buf, large) {
+			t.Fatalf("large frame: n=%d err=%v ok=%v", n, err, ok)
+		}
+	}
+	cycle() // the first large frame allocates its buffer; the spares keep it
+	if allocs := testing.AllocsPerRun(100, cycle); allocs != 0 {
+		t.Errorf("%v allocations per 64 KiB early frame after a run of 1 KiB ones, want 0", allocs)
+	}
+}
+
 // TestCombine: a receive posted with a combine function folds the frame
 // into its buffer, fragment by fragment, whether the frame arrives after
 // the post or before it.
