@@ -166,11 +166,11 @@ func (b *BLAS) GEMM(transA, transB bool, m, n, k int, alpha float32, a DevPtr, l
 // CUDA's data types and cuBLAS's compute type and algorithm choice, as
 // their headers number them.
 const (
-	cudaR32F        = 0  // CUDA_R_32F
-	cudaR16F        = 2  // CUDA_R_16F
-	cudaR16BF       = 14 // CUDA_R_16BF
-	blasCompute32F  = 68 // CUBLAS_COMPUTE_32F
-	blasGemmDefault = -1 // CUBLAS_GEMM_DEFAULT
+	cudaR32F        = 0          // CUDA_R_32F
+	cudaR16F        = 2          // CUDA_R_16F
+	cudaR16BF       = 14         // CUDA_R_16BF
+	blasCompute32F  = 68         // CUBLAS_COMPUTE_32F
+	blasGemmDefault = 0xFFFFFFFF // CUBLAS_GEMM_DEFAULT, −1 as a C int
 )
 
 // GEMMHalf is GEMM with 16-bit operands a and b (BFloat16 or Half codes)
@@ -188,7 +188,7 @@ func (b *BLAS) GEMMHalf(data ConvData, transA, transB bool, m, n, k int, alpha f
 	b.alpha, b.beta = alpha, beta
 	ret, _, _ := purego.SyscallN(b.rawGemmEx, b.h, uintptr(op(transB)), uintptr(op(transA)), uintptr(uint32(n)), uintptr(uint32(m)), uintptr(uint32(k)),
 		uintptr(unsafe.Pointer(&b.alpha)), uintptr(bm), uintptr(in), uintptr(uint32(ldb)), uintptr(a), uintptr(in), uintptr(uint32(lda)),
-		uintptr(unsafe.Pointer(&b.beta)), uintptr(c), cudaR32F, uintptr(uint32(ldc)), blasCompute32F, uintptr(uint32(blasGemmDefault&0xFFFFFFFF)))
+		uintptr(unsafe.Pointer(&b.beta)), uintptr(c), cudaR32F, uintptr(uint32(ldc)), blasCompute32F, blasGemmDefault)
 	runtime.KeepAlive(b)
 	if r := result(ret); r != success {
 		return &Error{Call: fmt.Sprintf("cublasGemmEx %s m=%d n=%d k=%d", data, m, n, k), Code: r}

@@ -72,6 +72,16 @@ func TestOpenBackendCPUKernel(t *testing.T) {
 	}
 }
 
+// TestOpenBackendPrecision: an unknown precision is refused before any
+// device is opened, naming it.
+func TestOpenBackendPrecision(t *testing.T) {
+	for _, device := range []string{"cpu", "auto", "cuda"} {
+		if _, err := OpenBackend(device, 0, 1, "fp8"); err == nil || !strings.Contains(err.Error(), `"fp8"`) {
+			t.Errorf("device %s, precision fp8: error %v, want one naming it", device, err)
+		}
+	}
+}
+
 // TestAutocastBackend: a 16-bit precision wraps a host backend in the
 // CPU's emulation and takes a device backend as it is only when that was
 // opened autocasting to the same format — and not for fp16, whose loss
