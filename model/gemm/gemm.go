@@ -23,6 +23,9 @@ type kernel struct {
 	// interleave is interleave4 or a vector kernel giving the same bits:
 	// the transposing step of the packings.
 	interleave func(dst []float32, width int, src []float32, base, stride, kc int, alpha float32)
+	// copyRows is copyRows or a vector kernel doing the same: the
+	// untransposed packing of B's full-width panels.
+	copyRows func(dst, src []float32, stride, kc, width int)
 }
 
 // Engine multiplies matrices with a fixed number of threads, reusing its
@@ -362,6 +365,10 @@ func (k kernel) packB(dst []float32, b Matrix, pc, jc, kc, nc int) {
 	for jr := 0; jr < nc; jr += nr {
 		cols := min(nr, nc-jr)
 		panel := dst[jr*kc : jr*kc+kc*nr]
+		if !b.Trans && cols == nr {
+			k.copyRows(panel, b.Data[pc*b.Stride+jc+jr:], b.Stride, kc, nr)
+			continue
+		}
 		if !b.Trans {
 			for l := 0; l < kc; l++ {
 				src := b.Data[(pc+l)*b.Stride+jc+jr:]
@@ -373,6 +380,14 @@ func (k kernel) packB(dst []float32, b Matrix, pc, jc, kc, nc int) {
 		}
 		// op(B)(l, j) = Data[(jc+jr+j)*Stride + pc+l]: columns are contiguous.
 		k.transposeRows(panel, nr, b.Data, (jc+jr)*b.Stride+pc, b.Stride, kc, cols, 1)
+	}
+}
+
+// copyRows copies kc rows of width floats, src[l·stride:][:width], into
+// dst[l·width:][:width].
+func copyRows(dst, src []float32, stride, kc, width int) {
+	for l := range kc {
+		copy(dst[l*width:(l+1)*width], src[l*stride:l*stride+width])
 	}
 }
 

@@ -18,3 +18,23 @@ func interleave4Vector(dst []float32, width int, src []float32, base, stride, kc
 //
 //go:noescape
 func interleave4AVX2(dst *float32, width int, src *float32, stride, kc int, alpha float32)
+
+// copyRowsVector is copyRows with the AVX2 kernel of pack_amd64.s, for
+// the assembly micro-kernels' panel widths (16 and 32).
+func copyRowsVector(dst, src []float32, stride, kc, width int) {
+	if kc == 0 {
+		return
+	}
+	if width != 16 && width != 32 {
+		copyRows(dst, src, stride, kc, width)
+		return
+	}
+	_ = src[(kc-1)*stride+width-1]
+	_ = dst[kc*width-1]
+	copyRowsAVX2(&dst[0], &src[0], stride, kc, width)
+}
+
+// copyRowsAVX2 is copyRows for kc ≥ 1 rows of 16 or 32 floats.
+//
+//go:noescape
+func copyRowsAVX2(dst, src *float32, stride, kc, width int)

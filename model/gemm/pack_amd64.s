@@ -75,3 +75,48 @@ tail:
 done:
 	VZEROUPPER
 	RET
+
+// func copyRowsAVX2(dst *float32, src *float32, stride, kc, width int)
+//
+// copyRows' AVX2 form (pack_amd64.go): for l < kc, the width floats
+// (16 or 32) at src[l·stride] go to dst[l·width]: a packed panel of B
+// read from rows of the untransposed matrix. One call per panel instead
+// of one copy per row, which spent more in the calls than in the copies
+// (a tenth of a ResNet-50 forward at one thread).
+TEXT ·copyRowsAVX2(SB), NOSPLIT, $0-40
+	MOVQ	dst+0(FP), DI
+	MOVQ	src+8(FP), SI
+	MOVQ	stride+16(FP), R8
+	SHLQ	$2, R8            // stride in bytes
+	MOVQ	kc+24(FP), CX
+	MOVQ	width+32(FP), AX
+	CMPQ	AX, $32
+	JEQ	wide
+
+row16:
+	VMOVUPS	(SI), Y0
+	VMOVUPS	32(SI), Y1
+	VMOVUPS	Y0, (DI)
+	VMOVUPS	Y1, 32(DI)
+	ADDQ	R8, SI
+	ADDQ	$64, DI
+	DECQ	CX
+	JNZ	row16
+	VZEROUPPER
+	RET
+
+wide:
+	VMOVUPS	(SI), Y0
+	VMOVUPS	32(SI), Y1
+	VMOVUPS	64(SI), Y2
+	VMOVUPS	96(SI), Y3
+	VMOVUPS	Y0, (DI)
+	VMOVUPS	Y1, 32(DI)
+	VMOVUPS	Y2, 64(DI)
+	VMOVUPS	Y3, 96(DI)
+	ADDQ	R8, SI
+	ADDQ	$128, DI
+	DECQ	CX
+	JNZ	wide
+	VZEROUPPER
+	RET

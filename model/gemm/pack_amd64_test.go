@@ -79,3 +79,30 @@ func BenchmarkInterleave4(b *testing.B) {
 		})
 	}
 }
+
+// TestCopyRowsVector holds the AVX2 panel copy to copyRows: both panel
+// widths, one row to a full block, strides equal to the width and padded,
+// and the panel's bytes past the copied rows untouched.
+func TestCopyRowsVector(t *testing.T) {
+	for _, width := range []int{16, 32} {
+		for _, kc := range []int{1, 2, 7, 256} {
+			for _, stride := range []int{width, width + 3, 3 * width} {
+				src := make([]float32, (kc-1)*stride+width)
+				for i := range src {
+					src[i] = float32(i) + 0.25
+				}
+				got, want := make([]float32, kc*width+5), make([]float32, kc*width+5)
+				for i := kc * width; i < len(got); i++ {
+					got[i], want[i] = -1, -1
+				}
+				copyRowsVector(got, src, stride, kc, width)
+				copyRows(want, src, stride, kc, width)
+				for i := range want {
+					if got[i] != want[i] {
+						t.Fatalf("width %d, kc %d, stride %d: element %d is %v, want %v", width, kc, stride, i, got[i], want[i])
+					}
+				}
+			}
+		}
+	}
+}
