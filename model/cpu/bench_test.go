@@ -280,3 +280,30 @@ func BenchmarkMaxPool3x3(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkIm2colStride2 times one image's im2col for ResNet-50's
+// stride-2 convolutions (layer2's 3×3 at 56×56 and its 1×1 downsample,
+// the stem's 7×7 at 224×224) with the vector gather and with the loop:
+// the measurement behind gather2's kernel.
+//
+//	go test ./model/cpu -run '^$' -bench Im2colStride2 -count 5
+func BenchmarkIm2colStride2(b *testing.B) {
+	for _, s := range []struct {
+		name     string
+		c, hw, k int
+		pad      int
+	}{{"3x3_128x56", 128, 56, 3, 1}, {"1x1_256x56", 256, 56, 1, 0}, {"7x7_3x224", 3, 224, 7, 3}} {
+		p := tensor.ConvParams{KernelH: s.k, KernelW: s.k, StrideH: 2, StrideW: 2, PadH: s.pad, PadW: s.pad}
+		rng := rand.New(rand.NewPCG(1, 2))
+		x := randTensor(rng, 1, s.c, s.hw, s.hw)
+		g := geom(x, tensor.New(1, s.c, s.k, s.k), p)
+		col := make([]float32, g.ckk*g.ohw)
+		for _, ops := range []vecOps{{vector: hasVectorOps()}, {}} {
+			b.Run(s.name+"/"+ops.name(), func(b *testing.B) {
+				for b.Loop() {
+					im2col(ops, x.Data, col, g.ohw, g, p)
+				}
+			})
+		}
+	}
+}

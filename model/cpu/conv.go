@@ -151,7 +151,7 @@ func (t *convTask) Do(worker, i int) {
 			col = t.x.Data[first*inLen : (first+1)*inLen]
 		default:
 			for k := range n {
-				im2col(t.x.Data[(first+k)*inLen:(first+k+1)*inLen], col[k*g.ohw:], ld, g, t.p)
+				im2col(t.b.vec, t.x.Data[(first+k)*inLen:(first+k+1)*inLen], col[k*g.ohw:], ld, g, t.p)
 			}
 		}
 		colM := gemm.Matrix{Data: col, Stride: ld}
@@ -228,7 +228,7 @@ func (t *convTask) addBias(y []float32, hw int) {
 // im2col lays out the receptive fields of one image [C, H, W] as the
 // columns of col [C·KH·KW, OH·OW] (row stride ld), zero where they
 // overhang the padding.
-func im2col(x, col []float32, ld int, g geometry, p tensor.ConvParams) {
+func im2col(ops vecOps, x, col []float32, ld int, g geometry, p tensor.ConvParams) {
 	r := 0
 	for c := 0; c < g.c; c++ {
 		plane := x[c*g.h*g.wd : (c+1)*g.h*g.wd]
@@ -236,6 +236,10 @@ func im2col(x, col []float32, ld int, g geometry, p tensor.ConvParams) {
 			for kw := 0; kw < p.KernelW; kw++ {
 				out := col[r*ld : r*ld+g.ohw]
 				r++
+				// iw = ow·StrideW − PadW + kw: each row a strided (or, at
+				// stride 1, shifted) copy of the image row's [lo, hi), zeros
+				// around; the same [lo, hi) for every row.
+				lo, hi := inside(g.ow, g.wd, p.StrideW, kw-p.PadW)
 				for oh := 0; oh < g.oh; oh++ {
 					dst := out[oh*g.ow : (oh+1)*g.ow]
 					ih := oh*p.StrideH - p.PadH + kh
@@ -244,9 +248,6 @@ func im2col(x, col []float32, ld int, g geometry, p tensor.ConvParams) {
 						continue
 					}
 					src := plane[ih*g.wd : (ih+1)*g.wd]
-					// iw = ow·StrideW − PadW + kw: a strided (or, at stride
-					// 1, shifted) copy of the row's [lo, hi), zeros around.
-					lo, hi := inside(g.ow, g.wd, p.StrideW, kw-p.PadW)
 					clear(dst[:lo])
 					clear(dst[hi:])
 					if p.StrideW == 1 {
@@ -254,6 +255,10 @@ func im2col(x, col []float32, ld int, g geometry, p tensor.ConvParams) {
 						continue
 					}
 					at := lo*p.StrideW - p.PadW + kw
+					if p.StrideW == 2 {
+						ops.gather2(dst[lo:hi], src[at:])
+						continue
+					}
 					for ow := lo; ow < hi; ow++ {
 						dst[ow] = src[at]
 						at += p.StrideW

@@ -438,6 +438,28 @@ func pick(mask uint32, v, w float32) float32 {
 	return math.Float32frombits(math.Float32bits(w) ^ (math.Float32bits(v)^math.Float32bits(w))&mask)
 }
 
+// gather2 sets dst[i] = src[2i] for i < len(dst): a stride-2
+// convolution's im2col row. src holds at least 2·len(dst) − 1 values.
+func (o vecOps) gather2(dst, src []float32) {
+	n := len(dst)
+	if n == 0 {
+		return
+	}
+	src = src[:2*n-1]
+	i := 0
+	if o.vector {
+		// Blocks of eight read sixteen values: the last block only when
+		// src has its sixteenth.
+		i = min(n, len(src)/2) &^ 7
+		if i > 0 {
+			gather2Vector(&dst[0], &src[0], i)
+		}
+	}
+	for ; i < n; i++ {
+		dst[i] = src[2*i]
+	}
+}
+
 // maxPoolRow sets y[j] to window j's maximum for j < len(y).
 func (o vecOps) maxPoolRow(y, r0, r1 []float32) {
 	n := len(y)

@@ -17,6 +17,9 @@ func hasWideOps() bool { return cpu.X86.HasAVX2 && cpu.X86.HasAVX512F && cpu.X86
 // n ≥ 1 and rows ≥ 1, strides in elements.
 
 //go:noescape
+func gather2Vector(dst, src *float32, n int)
+
+//go:noescape
 func bt4Vector(y0, y1, y2, y3, x0, x1, x2, x3 *float32, n int)
 
 //go:noescape

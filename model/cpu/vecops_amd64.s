@@ -1108,3 +1108,26 @@ TEXT ·adamDecayVector(SB), NOSPLIT, $0-72
 	VBROADCASTSS	wd+56(FP), Y9
 	MOVQ	n+64(FP), CX
 	LOOPS(ADAM_DECAY_8, ADAM_DECAY_4, ADAM_DECAY_1)
+
+// func gather2Vector(dst, src *float32, n int)
+//
+// gather2 (vecops.go) for n a multiple of 8, reading src[0:2n]: sixteen
+// values at a time, their even ones split out by VSHUFPS in the order
+// 0 1 4 5 2 3 6 7 and put back in order by VPERMPD $0xD8 (POOL_SPLIT's
+// step).
+TEXT ·gather2Vector(SB), NOSPLIT, $0-24
+	MOVQ	dst+0(FP), DI
+	MOVQ	src+8(FP), SI
+	MOVQ	n+16(FP), CX
+	XORQ	AX, AX
+gather8:
+	VMOVUPS	(SI)(AX*8), Y0
+	VMOVUPS	32(SI)(AX*8), Y1
+	VSHUFPS	$0x88, Y1, Y0, Y2
+	VPERMPD	$0xD8, Y2, Y2
+	VMOVUPS	Y2, (DI)(AX*4)
+	ADDQ	$8, AX
+	CMPQ	AX, CX
+	JLT	gather8
+	VZEROUPPER
+	RET

@@ -41,6 +41,7 @@ func addReLUVector(y, a, b *float32, n int)        { panic("no vector kernels") 
 func reluVector(y, x *float32, n int)              { panic("no vector kernels") }
 func reluBackwardVector(dx, dy, y *float32, n int) { panic("no vector kernels") }
 func maxPoolRowVector(y, r0, r1 *float32, n int)   { panic("no vector kernels") }
+func gather2Vector(dst, src *float32, n int)       { panic("no vector kernels") }
 func maxPoolBackwardRowVector(d0, d1, r0, r1, grad *float32, n int) {
 	panic("no vector kernels")
 }

@@ -295,3 +295,32 @@ func TestVecOpsSums(t *testing.T) {
 }
 
 func pair(a, b float64) [2]float64 { return [2]float64{a, b} }
+
+// TestGather2: the stride-2 gather, vector kernel and loop, takes every
+// second value bit for bit (a NaN and −0 among them): lengths 0 to 40
+// (blocks of eight and the rest), sources holding just 2n − 1 values or
+// more.
+func TestGather2(t *testing.T) {
+	vec := vecOps{vector: hasVectorOps()}
+	for n := range 41 {
+		for _, extra := range []int{0, 1, 17} {
+			src := make([]float32, max(0, 2*n-1)+extra)
+			for i := range src {
+				src[i] = float32(i)*1.5 - 7
+			}
+			if len(src) > 4 {
+				src[2] = float32(math.NaN())
+				src[4] = float32(math.Copysign(0, -1))
+			}
+			for _, ops := range []vecOps{vec, {}} {
+				got := make([]float32, n)
+				ops.gather2(got, src)
+				for i := range got {
+					if math.Float32bits(got[i]) != math.Float32bits(src[2*i]) {
+						t.Fatalf("%s, n %d, extra %d: element %d is %v, want src[%d] = %v", ops.name(), n, extra, i, got[i], 2*i, src[2*i])
+					}
+				}
+			}
+		}
+	}
+}
