@@ -269,29 +269,31 @@ func winogradOutput(ops vecOps, y []float32, m []float32, es, ld, images int, f,
 	// column 2j + k at p[(2r + k)·tiles + tile]).
 	c, p, rows := buf[:8*tiles], buf[8*tiles:12*tiles], buf[12*tiles:]
 	part := func(d []float32, i int) []float32 { return d[i*tiles : (i+1)*tiles] }
-	for o, k := 0, 0; o < f; o, k = o+(k+1)/images, (k+1)%images { // each filter, image by image
-		plane := y[(k*f+o)*oh*ow:][:oh*ow]
-		var b float32
-		if bias != nil {
-			b = bias[o]
-		}
-		at := o*ld + k*tiles
-		for q := range 4 {
-			ops.at2(part(c, q), part(c, 4+q), m[(0+q)*es+at:][:tiles], m[(4+q)*es+at:][:tiles], m[(8+q)*es+at:][:tiles], m[(12+q)*es+at:][:tiles])
-		}
-		for r := range 2 {
-			count := (oh - r + 1) / 2 // output rows 2i + r
-			if count == 0 {
-				break
+	for o := range f {
+		for k := range images { // each filter, image by image: m in order
+			plane := y[(k*f+o)*oh*ow:][:oh*ow]
+			var b float32
+			if bias != nil {
+				b = bias[o]
 			}
-			ops.at2(part(p, 2*r), part(p, 2*r+1), part(c, 4*r), part(c, 4*r+1), part(c, 4*r+2), part(c, 4*r+3))
-			if ow == 2*tw {
-				ops.interleave(plane[r*ow:], 2*ow, part(p, 2*r), part(p, 2*r+1), tw, b, tw, count)
-				continue
+			at := o*ld + k*tiles
+			for q := range 4 {
+				ops.at2(part(c, q), part(c, 4+q), m[(0+q)*es+at:][:tiles], m[(4+q)*es+at:][:tiles], m[(8+q)*es+at:][:tiles], m[(12+q)*es+at:][:tiles])
 			}
-			ops.interleave(rows, 2*tw, part(p, 2*r), part(p, 2*r+1), tw, b, tw, count)
-			for i := range count {
-				copy(plane[(2*i+r)*ow:(2*i+r+1)*ow], rows[i*2*tw:])
+			for r := range 2 {
+				count := (oh - r + 1) / 2 // output rows 2i + r
+				if count == 0 {
+					break
+				}
+				ops.at2(part(p, 2*r), part(p, 2*r+1), part(c, 4*r), part(c, 4*r+1), part(c, 4*r+2), part(c, 4*r+3))
+				if ow == 2*tw {
+					ops.interleave(plane[r*ow:], 2*ow, part(p, 2*r), part(p, 2*r+1), tw, b, tw, count)
+					continue
+				}
+				ops.interleave(rows, 2*tw, part(p, 2*r), part(p, 2*r+1), tw, b, tw, count)
+				for i := range count {
+					copy(plane[(2*i+r)*ow:(2*i+r+1)*ow], rows[i*2*tw:])
+				}
 			}
 		}
 	}
@@ -312,25 +314,27 @@ func winogradOutputGrad(ops vecOps, m []float32, es, ld int, dy []float32, image
 	even0, odd0, even1, odd1 := part(0), part(1), part(2), part(3)
 	h0, h1 := buf[4*tiles:8*tiles], buf[8*tiles:] // dY Aᵀ of rows 2i and 2i + 1, [4][tiles]
 	hpart := func(h []float32, q int) []float32 { return h[q*tiles : (q+1)*tiles] }
-	for o, k := 0, 0; o < f; o, k = o+(k+1)/images, (k+1)%images { // each filter, image by image
-		plane := dy[(k*f+o)*oh*ow:][:oh*ow]
-		ops.deinterleave(even0, odd0, tw, plane, 2*ow, ow/2, th)
-		ops.deinterleave(even1, odd1, tw, plane[min(ow, len(plane)):], 2*ow, ow/2, oh/2)
-		if ow%2 == 1 {
-			for y := range oh {
-				even := even0
-				if y%2 == 1 {
-					even = even1
+	for o := range f {
+		for k := range images { // each filter, image by image: m in order
+			plane := dy[(k*f+o)*oh*ow:][:oh*ow]
+			ops.deinterleave(even0, odd0, tw, plane, 2*ow, ow/2, th)
+			ops.deinterleave(even1, odd1, tw, plane[min(ow, len(plane)):], 2*ow, ow/2, oh/2)
+			if ow%2 == 1 {
+				for y := range oh {
+					even := even0
+					if y%2 == 1 {
+						even = even1
+					}
+					even[(y/2)*tw+tw-1] = plane[y*ow+ow-1]
 				}
-				even[(y/2)*tw+tw-1] = plane[y*ow+ow-1]
 			}
-		}
-		ops.a4(hpart(h0, 0), hpart(h0, 1), hpart(h0, 2), hpart(h0, 3), even0, odd0)
-		ops.a4(hpart(h1, 0), hpart(h1, 1), hpart(h1, 2), hpart(h1, 3), even1, odd1)
-		at := o*ld + k*tiles
-		for q := range 4 {
-			m0, m1, m2, m3 := m[(0+q)*es+at:][:tiles], m[(4+q)*es+at:][:tiles], m[(8+q)*es+at:][:tiles], m[(12+q)*es+at:][:tiles]
-			ops.a4(m0, m1, m2, m3, hpart(h0, q), hpart(h1, q))
+			ops.a4(hpart(h0, 0), hpart(h0, 1), hpart(h0, 2), hpart(h0, 3), even0, odd0)
+			ops.a4(hpart(h1, 0), hpart(h1, 1), hpart(h1, 2), hpart(h1, 3), even1, odd1)
+			at := o*ld + k*tiles
+			for q := range 4 {
+				m0, m1, m2, m3 := m[(0+q)*es+at:][:tiles], m[(4+q)*es+at:][:tiles], m[(8+q)*es+at:][:tiles], m[(12+q)*es+at:][:tiles]
+				ops.a4(m0, m1, m2, m3, hpart(h0, q), hpart(h1, q))
+			}
 		}
 	}
 }
