@@ -539,7 +539,7 @@ func (b *Backend) BiasGrad(dy, db *tensor.Tensor) {
 // 16-bit product's gradient, as amp.Autocast computes it).
 func (b *Backend) biasGrad(dy, db *tensor.Tensor, kind int) {
 	n, c, hw := tensor.Planes(dy)
-	parts := max(1, min(64, n*hw/8192))
+	parts := channelParts(n, hw)
 	partial := b.sums.get(8 * c * parts)
 	if partial == 0 {
 		return
