@@ -155,19 +155,20 @@ func NewOn(dv *cuda.Device, o Options) (*Backend, error) {
 	default:
 		return nil, fmt.Errorf("gpu: convolutions %q (GORUN_CONV): want %s, %s or %s", o.Convolutions, ConvAuto, ConvCuDNN, ConvIm2col)
 	}
-	b := &Backend{dv: dv, args: cuda.NewArgs(), sms: dv.Multiprocessors}
+	half := cuda.Float32
 	switch o.Autocast {
 	case "":
 	case "bf16":
-		b.half = cuda.BFloat16
+		half = cuda.BFloat16
 	case "fp16":
-		b.half = cuda.Half
+		half = cuda.Half
 	default:
 		return nil, fmt.Errorf("gpu: autocast to %q: want bf16 or fp16", o.Autocast)
 	}
-	if b.half != cuda.Float32 && o.Convolutions == ConvIm2col {
+	if half != cuda.Float32 && o.Convolutions == ConvIm2col {
 		return nil, fmt.Errorf("gpu: autocast to %s runs its convolutions in cuDNN, not im2col", o.Autocast)
 	}
+	b := &Backend{dv: dv, args: cuda.NewArgs(), sms: dv.Multiprocessors, half: half}
 	var err error
 	if b.s, err = dv.NewStream(); err != nil {
 		return nil, err

@@ -518,3 +518,20 @@ func TestConvolutionChoice(t *testing.T) {
 		}
 	}
 }
+
+// TestAutocastChoice: an unknown autocast format, and autocast with our
+// own im2col convolutions, are refused before the GPU is touched, naming
+// what was asked.
+func TestAutocastChoice(t *testing.T) {
+	for _, c := range []struct {
+		o    Options
+		want string
+	}{
+		{Options{Autocast: "fp8"}, `autocast to "fp8": want bf16 or fp16`},
+		{Options{Autocast: "bf16", Convolutions: ConvIm2col}, "autocast to bf16 runs its convolutions in cuDNN, not im2col"},
+	} {
+		if _, err := NewOn(nil, c.o); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: error %v, want one containing %q", c.o, err, c.want)
+		}
+	}
+}
