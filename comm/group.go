@@ -126,6 +126,11 @@ type Group struct {
 	sendSeq map[[2]int]uint64 // (peer, tag) → next sequence number
 	recvSeq map[[2]int]uint64
 	senders map[int]chan queued // per-peer ordered async sends
+
+	// workers counts the goroutines running queued calls (the
+	// collectives' queue, the per-peer senders): Close waits for them
+	// before it unmaps the transports they may still be using.
+	workers sync.WaitGroup
 }
 
 type queued struct {
@@ -813,10 +818,26 @@ func (g *Group) hasQueued() bool { return g.pending.Load() > 0 }
 
 var errClosed = errors.New("group closed")
 
+// waitOrDone waits for wg, or until ctx ends; it reports whether wg's
+// goroutines all finished.
+func waitOrDone(ctx context.Context, wg *sync.WaitGroup) bool {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
 func (g *Group) enqueue(ctx context.Context, c call, run func(context.Context) error) *Work {
 	g.startQ.Do(func() {
 		g.queue = make(chan queued, 1024)
-		go func() {
+		g.workers.Go(func() {
 			for q := range g.queue {
 				q.w.start = time.Now()
 				q.w.err = g.exec(q.ctx, q.call, q.run)
@@ -824,7 +845,7 @@ func (g *Group) enqueue(ctx context.Context, c call, run func(context.Context) e
 				g.pending.Add(-1)
 				close(q.w.done)
 			}
-		}()
+		})
 	})
 	g.qmu.RLock()
 	defer g.qmu.RUnlock()
@@ -1023,6 +1044,11 @@ func (g *Group) Close() error {
 	g.w.stall.close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	// A call still running (an asynchronous send nobody waited for, one
+	// that failed with its peer) must not find its transport unmapped.
+	if !waitOrDone(ctx, &g.workers) && failure == nil {
+		failure = g.wrap("Close", errors.New("asynchronous calls still running after 10 s"))
+	}
 	farewell := g.act.farewell()
 	if g.w.data.shm != nil {
 		g.w.data.shm.Leave(farewell)

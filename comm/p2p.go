@@ -56,12 +56,12 @@ func SendAsync[T Elem](ctx context.Context, g *Group, buf []T, dst, tag int) *Wo
 	if ch == nil {
 		ch = make(chan queued, 256)
 		g.senders[dst] = ch
-		go func() {
+		g.workers.Go(func() {
 			for q := range ch {
 				q.w.err = q.run(q.ctx)
 				close(q.w.done)
 			}
-		}()
+		})
 	}
 	w := &Work{done: make(chan struct{})}
 	ch <- queued{ctx: ctx, w: w, run: func(ctx context.Context) error {
