@@ -34,6 +34,10 @@ type scratch struct {
 	ybuf      []float32 // a group's output (gradient) as one matrix
 	dw, db    []float32
 	wino      winoRows // Winograd's transforms' rows
+	// Max pooling's row picks (pool.go): values and columns of a
+	// plane's rows, and an output row's best values and positions.
+	poolRows, poolBest []float32
+	poolCols, poolAt   []int32
 }
 
 var _ tensor.Backend = (*Backend)(nil)
@@ -109,9 +113,10 @@ func must(err error) {
 	}
 }
 
-func grow(buf *[]float32, n int) []float32 {
+// grow returns (*buf)[:n], reallocating only when it is too short.
+func grow[T any](buf *[]T, n int) []T {
 	if cap(*buf) < n {
-		*buf = make([]float32, n)
+		*buf = make([]T, n)
 	}
 	*buf = (*buf)[:n]
 	return *buf

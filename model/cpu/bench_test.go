@@ -251,8 +251,8 @@ func BenchmarkWinogradWeights(b *testing.B) {
 }
 
 // BenchmarkMaxPool3x3 times ResNet's stem max pool (3×3, stride 2,
-// padding 1; the general pooling loop) forward and backward on 4 images
-// of 64×112×112, one thread.
+// padding 1; row picks with the vector kernels) forward and backward on 4
+// images of 64×112×112, one thread.
 //
 //	go test ./model/cpu -run '^$' -bench MaxPool3x3 -count 3
 func BenchmarkMaxPool3x3(b *testing.B) {

@@ -51,26 +51,29 @@ func referenceMaxPool(x, dy *tensor.Tensor, p tensor.PoolParams) (y, dx []float3
 	return y, dx
 }
 
-// TestMaxPool checks the 2×2 fast path and the general loops against the
-// definition, with ties and NaNs, on 1 and 3 threads.
+// TestMaxPool checks the 2×2 fast path, the 3-wide stride-2 vector rows
+// and the general loops against the definition, bit for bit, with ties
+// (of −0 and +0 too) and NaNs, on 1 and 3 threads.
 func TestMaxPool(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	params := []tensor.PoolParams{
 		{KernelH: 2, KernelW: 2, StrideH: 2, StrideW: 2},
 		{KernelH: 3, KernelW: 3, StrideH: 2, StrideW: 2, PadH: 1, PadW: 1},
+		{KernelH: 3, KernelW: 3, StrideH: 2, StrideW: 2},
 		{KernelH: 2, KernelW: 2, StrideH: 1, StrideW: 1},
+		{KernelH: 3, KernelW: 2, StrideH: 1, StrideW: 3, PadH: 1},
 	}
 	for _, threads := range []int{1, 3} {
 		be := New(threads)
 		for _, p := range params {
-			for _, hw := range []int{7, 8, 26} {
+			for _, hw := range []int{7, 8, 26, 40} { // 26, 40: vector rows, with an overlapping last block
 				x := randTensor(rng, 5, 3, hw, hw)
 				for i := range x.Data {
 					switch rng.IntN(12) {
 					case 0:
 						x.Data[i] = 1 // ties
 					case 1:
-						x.Data[i] = float32(math.NaN())
+						x.Data[i] = math.Float32frombits(0x7fc00000 | uint32(i)) // NaNs told apart: the last one wins
 					case 2:
 						x.Data[i] = float32(math.Copysign(0, -1)) // ties of −0 and +0
 					case 3:
@@ -87,8 +90,8 @@ func TestMaxPool(t *testing.T) {
 				be.MaxPool2d(x, y, p)
 				be.MaxPool2dBackward(x, dy, dx, p)
 				wantY, wantDX := referenceMaxPool(x, dy, p)
-				same := func(a, b []float32) bool {
-					return slices.EqualFunc(a, b, func(u, v float32) bool { return u == v || (u != u && v != v) })
+				same := func(a, b []float32) bool { // bit for bit: −0 and +0, and which NaN
+					return slices.EqualFunc(a, b, func(u, v float32) bool { return math.Float32bits(u) == math.Float32bits(v) })
 				}
 				if !same(y.Data, wantY) || !same(dx.Data, wantDX) {
 					t.Fatalf("threads %d, %+v, %dx%d: differs from the definition", threads, p, hw, hw)

@@ -40,7 +40,8 @@ type elemTask struct {
 	sgd        tensor.SGDOptions
 	adam       tensor.AdamOptions
 	adadelta   tensor.AdadeltaOptions
-	vec        vecOps // the vector kernels (vecops.go)
+	vec        vecOps    // the vector kernels (vecops.go)
+	scratch    []scratch // per-worker buffers (max pooling's)
 }
 
 // runElem runs t over the threads, in ranges of at least grain units.
@@ -48,6 +49,7 @@ func (b *Backend) runElem(t elemTask, grain int) {
 	e := &b.elem
 	*e = t
 	e.vec = b.vec
+	e.scratch = b.chunks
 	chunks := min(b.pool.Threads(), ceilDiv(t.n, max(grain, 1)))
 	if chunks <= 1 {
 		e.per = t.n
@@ -59,7 +61,7 @@ func (b *Backend) runElem(t elemTask, grain int) {
 }
 
 // Do runs range i.
-func (t *elemTask) Do(_, i int) {
+func (t *elemTask) Do(worker, i int) {
 	lo := i * t.per
 	hi := min(lo+t.per, t.n)
 	if lo >= hi {
@@ -100,8 +102,8 @@ func (t *elemTask) Do(_, i int) {
 		a := t.adadelta
 		t.vec.adadelta(t.x.Data[lo:hi], t.y.Data[lo:hi], t.z.Data[lo:hi], t.w.Data[lo:hi], a.LR, a.Rho, a.Eps, a.WeightDecay)
 	case opMaxPool:
-		maxPoolPlanes(t.vec, t.x, t.y, t.pool, lo, hi)
+		maxPoolPlanes(t.vec, &t.scratch[worker], t.x, t.y, t.pool, lo, hi)
 	case opMaxPoolBackward:
-		maxPoolBackwardPlanes(t.vec, t.x, t.y, t.z, t.pool, lo, hi)
+		maxPoolBackwardPlanes(t.vec, &t.scratch[worker], t.x, t.y, t.z, t.pool, lo, hi)
 	}
 }

@@ -190,7 +190,7 @@ func (b *Backend) batchNorm(x, y, gamma, beta, runMean, runVar, saveMean, saveIn
 				t.shift[ch] = x.Data[ch*hw]
 			}
 		}
-		t.stats = growF64(&b.stats, 2*c+1)
+		t.stats = grow(&b.stats, 2*c+1)
 		b.runBN(bnMoments)
 		t.stats[c] = float64(n * hw)
 		if p.SumAcross != nil {
@@ -240,7 +240,7 @@ func (b *Backend) batchNormBackward(x, dy, dx, gamma, beta, dgamma, dbeta, saveM
 	t := &b.bn
 	*t = bnTask{x: x, dy: dy, dx: dx, gamma: gamma, beta: beta, saveMean: saveMean, saveInvStd: saveInvStd, n: n, c: c, hw: hw, training: p.Training, relu: beta != nil}
 	// Per channel: Σdy and Σdy·x̂, then the element count.
-	t.stats = growF64(&b.stats, 2*c+1)
+	t.stats = grow(&b.stats, 2*c+1)
 	b.runBN(bnGradSums)
 	for ch := range c {
 		dgamma.Data[ch] += float32(t.stats[2*ch+1])
@@ -251,13 +251,4 @@ func (b *Backend) batchNormBackward(x, dy, dx, gamma, beta, dgamma, dbeta, saveM
 		p.SumAcross(t.stats)
 	}
 	b.runBN(bnGradInput)
-}
-
-// growF64 returns (*buf)[:n], reallocating only when it is too short.
-func growF64(buf *[]float64, n int) []float64 {
-	if cap(*buf) < n {
-		*buf = make([]float64, n)
-	}
-	*buf = (*buf)[:n]
-	return *buf
 }

@@ -1,8 +1,6 @@
 package cpu
 
 import (
-	"math"
-
 	"github.com/gorun/gorun/model/tensor"
 )
 
@@ -31,8 +29,12 @@ func halving(p tensor.PoolParams) bool {
 }
 
 // maxPoolPlanes pools planes [lo, hi) of x into y. A window's maximum is
-// PyTorch's: the first of equal maxima, or the window's last NaN.
-func maxPoolPlanes(vec vecOps, x, y *tensor.Tensor, p tensor.PoolParams, lo, hi int) {
+// PyTorch's: the first of equal maxima, or the window's last NaN. The 2×2,
+// stride-2 windows take the vector rows; other windows are pooled row
+// first (poolOutputRow), which finds the element PyTorch's row-major scan
+// finds: "the last NaN, else the first maximum" of a sequence is that of
+// the picks of its consecutive runs, here each window row's elements.
+func maxPoolPlanes(vec vecOps, s *scratch, x, y *tensor.Tensor, p tensor.PoolParams, lo, hi int) {
 	h, w := x.Shape[2], x.Shape[3]
 	oh, ow := y.Shape[2], y.Shape[3]
 	for pl := lo; pl < hi; pl++ {
@@ -45,27 +47,17 @@ func maxPoolPlanes(vec vecOps, x, y *tensor.Tensor, p tensor.PoolParams, lo, hi 
 			}
 			continue
 		}
+		s.planePicks(vec, in, p, h, w, ow)
 		for i := 0; i < oh; i++ {
-			h0, h1, _ := window(i, p.StrideH, p.PadH, p.KernelH, h)
-			for j := 0; j < ow; j++ {
-				w0, w1, _ := window(j, p.StrideW, p.PadW, p.KernelW, w)
-				best := float32(math.Inf(-1))
-				for r := h0; r < h1; r++ {
-					for _, v := range in[r*w+w0 : r*w+w1] {
-						best = pick(takes(v, best), v, best) // without a branch (poolWinner)
-					}
-				}
-				out[i*ow+j] = best
-			}
+			s.poolOutputRow(vec, out[i*ow:(i+1)*ow], i, p, h, w)
 		}
 	}
 }
 
 // maxPoolBackwardPlanes sets planes [lo, hi) of dx: each output's
-// gradient goes to its window's maximum, found again as PyTorch's forward
-// finds it: the first position, replaced by a strictly greater value or a
-// NaN.
-func maxPoolBackwardPlanes(vec vecOps, x, dy, dx *tensor.Tensor, p tensor.PoolParams, lo, hi int) {
+// gradient goes to its window's maximum, found again as the forward pass
+// finds it.
+func maxPoolBackwardPlanes(vec vecOps, s *scratch, x, dy, dx *tensor.Tensor, p tensor.PoolParams, lo, hi int) {
 	h, w := x.Shape[2], x.Shape[3]
 	oh, ow := dy.Shape[2], dy.Shape[3]
 	if !halving(p) {
@@ -91,24 +83,43 @@ func maxPoolBackwardPlanes(vec vecOps, x, dy, dx *tensor.Tensor, p tensor.PoolPa
 			}
 			continue
 		}
+		s.planePicks(vec, in, p, h, w, ow)
+		best := grow(&s.poolBest, ow)
 		for i := 0; i < oh; i++ {
-			h0, h1, _ := window(i, p.StrideH, p.PadH, p.KernelH, h)
-			for j := 0; j < ow; j++ {
-				w0, w1, _ := window(j, p.StrideW, p.PadW, p.KernelW, w)
-				best, at := float32(math.Inf(-1)), h0*w+w0
-				for r := h0; r < h1; r++ {
-					for s, v := range in[r*w+w0 : r*w+w1] {
-						m := takes(v, best) // without a branch (poolWinner)
-						best = pick(m, v, best)
-						at ^= ((r*w + w0 + s) ^ at) & int(int32(m))
-					}
-				}
-				if h1 > h0 && w1 > w0 {
-					out[at] += g[i*ow+j]
-				}
+			at := s.poolOutputRow(vec, best, i, p, h, w)
+			for j, pos := range at {
+				out[pos] += g[i*ow+j]
 			}
 		}
 	}
+}
+
+// planePicks takes the row picks of every row of the h×w plane in, for
+// ow output columns: s.poolRows and s.poolCols hold, row after row, each
+// output column's pick in that row and its column (vecOps.rowPicks).
+func (s *scratch) planePicks(vec vecOps, in []float32, p tensor.PoolParams, h, w, ow int) {
+	rows, cols := grow(&s.poolRows, h*ow), grow(&s.poolCols, h*ow)
+	for r := 0; r < h; r++ {
+		vec.rowPicks(rows[r*ow:(r+1)*ow], cols[r*ow:(r+1)*ow], in[r*w:(r+1)*w], p.StrideW, p.PadW, p.KernelW)
+	}
+}
+
+// poolOutputRow sets best to output row i's maxima from the plane's row
+// picks (planePicks), scanning its window rows in order, and returns
+// their positions in the plane (int32: a plane holds fewer than 2³¹
+// elements).
+func (s *scratch) poolOutputRow(vec vecOps, best []float32, i int, p tensor.PoolParams, h, w int) []int32 {
+	ow := len(best)
+	at := grow(&s.poolAt, ow)
+	h0, h1, _ := window(i, p.StrideH, p.PadH, p.KernelH, h)
+	copy(best, s.poolRows[h0*ow:(h0+1)*ow])
+	for j, c := range s.poolCols[h0*ow : (h0+1)*ow] {
+		at[j] = int32(h0*w) + c
+	}
+	for r := h0 + 1; r < h1; r++ {
+		vec.pickRows(best, at, s.poolRows[r*ow:(r+1)*ow], s.poolCols[r*ow:(r+1)*ow], r*w)
+	}
+	return at
 }
 
 // b2u is 1 for true and 0 for false (compiled to a flag move, no branch).

@@ -495,6 +495,71 @@ func (o vecOps) maxPoolBackwardRow(d0, d1, r0, r1, g []float32) {
 	}
 }
 
+// rowPicks takes, for each output column j < len(v) of a max pool, the
+// pick of its window's elements in one input row (stride, padding and
+// kernel along the row), scanning them in order without a branch: v[j]
+// is the last NaN, else the first maximum, and at[j] its column. Every
+// window holds at least one element (padding below the kernel, as the
+// pooling layers require). ResNet's 3-wide, stride-2 windows take the
+// vector kernel inside the row.
+func (o vecOps) rowPicks(v []float32, at []int32, row []float32, stride, pad, k int) {
+	n := len(v)
+	at = at[:n]
+	if o.vector && stride == 2 && k == 3 {
+		j0 := (pad + 1) / 2 // the first window inside the row: 2·j0 ≥ pad
+		first := 2*j0 - pad
+		// Blocks of eight windows read row[first+2t … first+2t+17]; a
+		// last block overlapping the one before takes the rest.
+		if nv := min(n-j0, (len(row)-2-first)/2); nv >= 8 {
+			rowPicksRange(v, at, row, stride, pad, k, 0, j0)
+			rowPicks3Vector(&v[j0], &at[j0], &row[first], first, nv&^7)
+			if last := nv - 8; nv%8 != 0 {
+				rowPicks3Vector(&v[j0+last], &at[j0+last], &row[first+2*last], first+2*last, 8)
+			}
+			rowPicksRange(v, at, row, stride, pad, k, j0+nv, n)
+			return
+		}
+	}
+	rowPicksRange(v, at, row, stride, pad, k, 0, n)
+}
+
+// rowPicksRange is rowPicks for the output columns [j0, j1).
+func rowPicksRange(v []float32, at []int32, row []float32, stride, pad, k, j0, j1 int) {
+	w := len(row)
+	for j := j0; j < j1; j++ {
+		lo := j*stride - pad
+		hi := min(lo+k, w)
+		lo = max(lo, 0)
+		best, pos := row[lo], int32(lo)
+		for c := lo + 1; c < hi; c++ {
+			e := row[c]
+			m := takes(e, best)
+			best = pick(m, e, best)
+			pos ^= (int32(c) ^ pos) & int32(m)
+		}
+		v[j], at[j] = best, pos
+	}
+}
+
+// pickRows continues len(best) scans with the row picks of a further
+// row: where the scan takes v[j] over best[j], best[j] = v[j] and at[j] =
+// base + cols[j].
+func (o vecOps) pickRows(best []float32, at []int32, v []float32, cols []int32, base int) {
+	n := len(best)
+	at, v, cols = at[:n], v[:n], cols[:n]
+	j := 0
+	if o.vector {
+		if j = n &^ 7; j > 0 {
+			pickRowsVector(&best[0], &at[0], &v[0], &cols[0], base, j)
+		}
+	}
+	for ; j < n; j++ {
+		m := takes(v[j], best[j])
+		best[j] = pick(m, v[j], best[j])
+		at[j] ^= ((int32(base) + cols[j]) ^ at[j]) & int32(m)
+	}
+}
+
 // sgdMomentum is torch.optim.SGD's step with momentum after the first
 // (no Nesterov) over len(p) elements: d = g (+ wd·p), buf = mom·buf +
 // damp1·d with damp1 = 1 − dampening, p −= lr·buf, every product rounded

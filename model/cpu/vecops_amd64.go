@@ -78,6 +78,14 @@ func maxPoolRowVector(y, r0, r1 *float32, n int)
 //go:noescape
 func maxPoolBackwardRowVector(d0, d1, r0, r1, grad *float32, n int)
 
+// rowPicks3Vector and pickRowsVector take n a multiple of 8.
+//
+//go:noescape
+func rowPicks3Vector(v *float32, at *int32, row *float32, first, n int)
+
+//go:noescape
+func pickRowsVector(best *float32, at *int32, v *float32, cols *int32, base, n int)
+
 // sgdMomentumVector takes wd = 0, sgdMomentumDecayVector any other.
 //
 //go:noescape

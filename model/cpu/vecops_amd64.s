@@ -8,6 +8,11 @@
 // counts them down), moving their pointers by the strides, in bytes, of
 // R11 and R12. Each computes exactly what the Go loop in vecops.go
 // computes, in the same order, so the results are the same bits.
+//
+// Every instruction touching an XMM register is VEX-encoded (VMOVD, VMOVQ,
+// not MOVL, MOVQ): one legacy-SSE move of a constant into X12 before the
+// loop made rowPicks3Vector's whole loop 12× slower on the Intel host
+// (family 6 model 207), the YMM registers' upper halves being dirty.
 
 // ROWS runs BODY8, BODY4 and BODY1 over AX from 0 to CX (DX is scratch)
 // for each of BX rows, running NEXT (the pointers' moves) between rows.
@@ -175,7 +180,7 @@ TEXT ·g4Vector(SB), NOSPLIT, $0-64
 	MOVQ	x2+48(FP), R12
 	MOVQ	n+56(FP), CX
 	MOVL	$0x3f000000, R13 // 0.5
-	MOVL	R13, X15
+	VMOVD	R13, X15
 	VBROADCASTSS	X15, Y15
 	LOOPS(G4_8, G4_4, G4_1)
 
@@ -934,7 +939,7 @@ TEXT ·sgdMomentumDecayVector(SB), NOSPLIT, $0-48
 // ONE_MINUS sets R to 1 − R (Y10 scratch).
 #define ONE_MINUS(R) \
 	MOVL	$0x3f800000, R10 \
-	MOVL	R10, X10 \
+	VMOVD	R10, X10 \
 	VBROADCASTSS	X10, Y10 \
 	VSUBPS	R, Y10, R
 
@@ -1003,7 +1008,7 @@ TEXT ·dropoutWide(SB), NOSPLIT, $0-56
 	MOVQ	$8, AX
 	VPBROADCASTQ	AX, Z8
 	MOVL	$0x33800000, AX // 2⁻²⁴
-	MOVL	AX, X7
+	VMOVD	AX, X7
 	VBROADCASTSS	X7, Y7
 	MOVQ	n+48(FP), CX
 	XORQ	AX, AX
@@ -1131,3 +1136,90 @@ gather8:
 	JLT	gather8
 	VZEROUPPER
 	RET
+
+// func rowPicks3Vector(v *float32, at *int32, row *float32, first, n int)
+//
+// Windows of three at stride two: window t holds row[2t], row[2t+1] and
+// row[2t+2]; v[t] gets the scan's pick and at[t] its column, first + 2t
+// + 0, 1 or 2. Eight windows at a time (n a multiple of 8), reading
+// row[0 … 2n+1].
+TEXT ·rowPicks3Vector(SB), NOSPLIT, $0-40
+	MOVQ	v+0(FP), DI
+	MOVQ	at+8(FP), R9
+	MOVQ	row+16(FP), SI
+	LEAQ	8(SI), R8
+	MOVQ	first+24(FP), BX
+	MOVQ	n+32(FP), CX
+	// Y12: each lane's first column, in POOL_SPLIT's window order
+	// 0 1 4 5 2 3 6 7; Y13, Y14, Y15: 1, 2 and 16 in every lane.
+	VMOVQ	BX, X12
+	VPBROADCASTD	X12, Y12
+	VPADDD	pickLanes<>(SB), Y12, Y12
+	MOVL	$1, BX
+	VMOVQ	BX, X13
+	VPBROADCASTD	X13, Y13
+	VPADDD	Y13, Y13, Y14
+	MOVL	$16, BX
+	VMOVQ	BX, X15
+	VPBROADCASTD	X15, Y15
+	XORQ	AX, AX
+picks8:
+	POOL_SPLIT(32, SI, Y0, Y1, Y2, Y3)
+	POOL_SPLIT(32, R8, Y0, Y1, Y4, Y5)
+	VMOVDQU	Y12, Y6
+	POOL_TAKE(Y3, Y2, Y7, Y8)
+	VPADDD	Y13, Y12, Y9
+	VBLENDVPS	Y7, Y9, Y6, Y6
+	POOL_TAKE(Y4, Y2, Y7, Y8)
+	VPADDD	Y14, Y12, Y9
+	VBLENDVPS	Y7, Y9, Y6, Y6
+	VPERMPD	$0xD8, Y2, Y2
+	VPERMPD	$0xD8, Y6, Y6
+	VMOVUPS	Y2, (DI)(AX*4)
+	VMOVDQU	Y6, (R9)(AX*4)
+	VPADDD	Y15, Y12, Y12
+	ADDQ	$8, AX
+	CMPQ	AX, CX
+	JLT	picks8
+	VZEROUPPER
+	RET
+
+// func pickRowsVector(best *float32, at *int32, v *float32, cols *int32, base, n int)
+//
+// Continues n scans with the picks of a further row: where the scan takes
+// v[j] over best[j], best[j] = v[j] and at[j] = base + cols[j]. n a
+// multiple of 8.
+TEXT ·pickRowsVector(SB), NOSPLIT, $0-48
+	MOVQ	best+0(FP), DI
+	MOVQ	at+8(FP), R9
+	MOVQ	v+16(FP), SI
+	MOVQ	cols+24(FP), R8
+	MOVQ	base+32(FP), BX
+	MOVQ	n+40(FP), CX
+	VMOVQ	BX, X5
+	VPBROADCASTD	X5, Y5
+	XORQ	AX, AX
+rows8:
+	VMOVUPS	(SI)(AX*4), Y0
+	VMOVUPS	(DI)(AX*4), Y1
+	POOL_TAKE(Y0, Y1, Y2, Y3)
+	VMOVUPS	Y1, (DI)(AX*4)
+	VPADDD	(R8)(AX*4), Y5, Y4
+	VMOVDQU	(R9)(AX*4), Y6
+	VBLENDVPS	Y2, Y4, Y6, Y6
+	VMOVDQU	Y6, (R9)(AX*4)
+	ADDQ	$8, AX
+	CMPQ	AX, CX
+	JLT	rows8
+	VZEROUPPER
+	RET
+
+DATA pickLanes<>+0(SB)/4, $0
+DATA pickLanes<>+4(SB)/4, $2
+DATA pickLanes<>+8(SB)/4, $8
+DATA pickLanes<>+12(SB)/4, $10
+DATA pickLanes<>+16(SB)/4, $4
+DATA pickLanes<>+20(SB)/4, $6
+DATA pickLanes<>+24(SB)/4, $12
+DATA pickLanes<>+28(SB)/4, $14
+GLOBL pickLanes<>(SB), RODATA|NOPTR, $32

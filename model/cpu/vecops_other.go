@@ -42,6 +42,12 @@ func reluVector(y, x *float32, n int)              { panic("no vector kernels") 
 func reluBackwardVector(dx, dy, y *float32, n int) { panic("no vector kernels") }
 func maxPoolRowVector(y, r0, r1 *float32, n int)   { panic("no vector kernels") }
 func gather2Vector(dst, src *float32, n int)       { panic("no vector kernels") }
+func rowPicks3Vector(v *float32, at *int32, row *float32, first, n int) {
+	panic("no vector kernels")
+}
+func pickRowsVector(best *float32, at *int32, v *float32, cols *int32, base, n int) {
+	panic("no vector kernels")
+}
 func maxPoolBackwardRowVector(d0, d1, r0, r1, grad *float32, n int) {
 	panic("no vector kernels")
 }
