@@ -120,6 +120,11 @@ type Settings struct {
 	// (GORUN_LAUNCHER_PID, set by gorun): when it is gone the rank exits,
 	// also where it is not the launcher's child (a wrapper script, go run).
 	LauncherPID int
+	// BlameFile, when set (GORUN_BLAME_FILE, set by gorun), is where the
+	// group writes the rank its first error names — a peer that died,
+	// left or aborted — so that the launcher reports that rank's failure
+	// as the job's cause even when this rank's exit is reaped first.
+	BlameFile string
 }
 
 // Defaults for Settings.
@@ -347,6 +352,7 @@ func ResolveSettings(getenv func(string) string, opts ...Option) (Settings, erro
 	s.Spin = e.duration("GORUN_SPIN", -1)
 	s.StoreFD = e.int("GORUN_STORE_FD", 0)
 	s.LauncherPID = e.int("GORUN_LAUNCHER_PID", 0)
+	s.BlameFile = getenv("GORUN_BLAME_FILE")
 	switch v := getenv("GORUN_TRANSPORT"); v {
 	case "", "auto":
 		s.Transport = "auto"

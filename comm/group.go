@@ -15,7 +15,9 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/comm/rendezvous"
+	"github.com/gorun/gorun/rdma"
 	"github.com/gorun/gorun/ring"
+	"github.com/gorun/gorun/shm"
 	"github.com/gorun/gorun/tcp"
 )
 
@@ -775,10 +777,50 @@ func (g *Group) fail(what string, err error) error {
 	if left := (*tcp.LeftError)(nil); errors.As(err, &left) { // (shared memory's too)
 		wrapped = fmt.Errorf("comm: rank %d: %w while this rank waits in %s", g.w.settings.Rank, left, what)
 	}
-	g.err.CompareAndSwap(nil, &wrapped)
+	if g.err.CompareAndSwap(nil, &wrapped) {
+		g.blame(err)
+	}
 	err = *g.err.Load()
 	g.w.data.abort(err)
 	return err
+}
+
+// blame writes the rank the group's first error names, if any, to the
+// launcher's file for this rank (Settings.BlameFile). Best effort: without
+// it the launcher goes by the order the ranks exited in.
+func (g *Group) blame(err error) {
+	path := g.w.settings.BlameFile
+	if path == "" {
+		return
+	}
+	if peer, ok := blamedPeer(err); ok && peer != g.w.settings.Rank {
+		_ = os.WriteFile(path, []byte(strconv.Itoa(peer)+"\n"), 0o600)
+	}
+}
+
+// blamedPeer returns the rank err says failed: one that aborted the job,
+// closed its group early, or that a transport lost or failed to talk to.
+func blamedPeer(err error) (int, bool) {
+	var (
+		aborted *tcp.AbortError
+		left    *tcp.LeftError
+		overTCP *tcp.PeerError
+		overShm *shm.PeerError
+		overIB  *rdma.PeerError
+	)
+	switch {
+	case errors.As(err, &aborted):
+		return aborted.Rank, true
+	case errors.As(err, &left):
+		return left.Rank, true
+	case errors.As(err, &overTCP):
+		return overTCP.Rank, true
+	case errors.As(err, &overShm):
+		return overShm.Rank, true
+	case errors.As(err, &overIB):
+		return overIB.Rank, true
+	}
+	return 0, false
 }
 
 // exec runs one collective now, on this goroutine, holding the group. The

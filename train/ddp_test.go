@@ -325,6 +325,13 @@ func TestDDPRankDies(t *testing.T) {
 	if !strings.Contains(log, "[0] WORKER-ERROR") || !strings.Contains(log, "rank 1") {
 		t.Fatalf("rank 0 should fail naming rank 1:\n%s", log)
 	}
+	blamed := map[int]int{} // rank → the rank its failure blames
+	for _, f := range res.Failures {
+		blamed[f.Rank] = f.Blames
+	}
+	if len(blamed) != 2 || blamed[0] != 1 || blamed[1] != -1 {
+		t.Errorf("failures %v blame %v, want rank 0's blaming rank 1 (comm's blame file) and rank 1's blaming none\n%s", res.Failures, blamed, log)
+	}
 	if elapsed > 30*time.Second {
 		t.Fatalf("the job took %v to fail after a rank died", elapsed)
 	}

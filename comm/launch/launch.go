@@ -13,8 +13,10 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -77,6 +79,11 @@ type RankError struct {
 	ExitCode int
 	Signal   syscall.Signal
 	Err      error // a start failure
+	// Blames is the rank this rank's error named as the cause, -1 for
+	// none: comm writes it to GORUN_BLAME_FILE when a group fails on a
+	// peer that died, left or aborted. A failure that blames another
+	// failed rank is not the job's first failure.
+	Blames int
 	// exited is when the launcher saw the process end: a rank's exit is
 	// reported only once its output has been copied, which on a busy
 	// machine can put a rank that failed first behind its victims.
@@ -105,6 +112,12 @@ func (e *RankError) Status() int {
 	return 1
 }
 
+// BlameFileEnv names the variable that tells each rank where to write the
+// rank its failure blames (comm does, when a group fails on a peer that
+// died, left or aborted): a decimal rank and a newline. The launcher
+// reads it when the rank exits with an error (RankError.Blames).
+const BlameFileEnv = "GORUN_BLAME_FILE"
+
 // ErrTimeout is returned (wrapped) when the job outlives Config.Timeout.
 var ErrTimeout = errors.New("job timed out")
 
@@ -123,12 +136,14 @@ func (e *InterruptError) Status() int { return 128 + int(e.Signal) }
 // Result tells how a job ended.
 type Result struct {
 	// First is the failure that most likely caused the others (nil when all
-	// succeeded): the first rank killed by a signal gorun did not send, or
-	// else the first rank to exit with a non-zero status. A rank killed from
-	// outside makes its peers fail with a status a moment later, and on a
-	// busy machine their exits can be reaped before its own; and a rank's
-	// exit is reported once its output is copied, so "first" goes by when
-	// each process ended, not by when its exit was reported.
+	// succeeded): among the failures whose error did not name another
+	// failed rank as its cause (RankError.Blames), the first rank killed by
+	// a signal gorun did not send, or else the first rank to exit with a
+	// non-zero status. A rank that fails makes its peers fail a moment
+	// later, and on a busy machine their exits can be reaped before its
+	// own; and a rank's exit is reported once its output is copied, so
+	// "first" goes by what the ranks said and by when each process ended,
+	// not by when its exit was reported.
 	First *RankError
 	// Failures lists every rank that failed on its own, before being stopped.
 	Failures []*RankError
@@ -185,6 +200,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if cfg.Stdout == cfg.Stderr {
 		errOut = out
 	}
+	blameDir, err := os.MkdirTemp("", "gorun-blame-")
+	if err != nil {
+		return nil, fmt.Errorf("launch: %w", err)
+	}
+	defer os.RemoveAll(blameDir)
 	j := &job{cfg: cfg, ranks: make([]*rank, cfg.NP), exited: make(chan int, cfg.NP), errOut: errOut}
 	nodes := max(cfg.Nodes, 1)
 	for r := range cfg.NP {
@@ -221,7 +241,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		if !cfg.NoPrefix {
 			prefix = "[" + strconv.Itoa(global) + "] "
 		}
-		rk := &rank{id: r, global: global, cmd: cmd}
+		rk := &rank{id: r, global: global, cmd: cmd, blameFile: filepath.Join(blameDir, "rank-"+strconv.Itoa(global))}
+		cmd.Env = append(cmd.Env, BlameFileEnv+"="+rk.blameFile)
 		if global == 0 && cfg.Status != nil {
 			pr, pw, err := os.Pipe()
 			if err != nil {
@@ -272,6 +293,7 @@ type rank struct {
 	stopped         bool       // we stopped it
 	exited          time.Time  // when its process ended (zero: running)
 	done            bool       // it has exited and its output is copied
+	blameFile       string     // where comm writes the rank its error named (BlameFileEnv)
 }
 
 type job struct {
@@ -301,7 +323,7 @@ func (j *job) run(ctx context.Context) (*Result, error) {
 			f.Close()
 		}
 		if err != nil {
-			rk.err = &RankError{Rank: rk.global, Err: err}
+			rk.err = &RankError{Rank: rk.global, Err: err, Blames: -1}
 			res.First = rk.err
 			res.Failures = append(res.Failures, rk.err)
 			rk.copiers.Wait()
@@ -357,18 +379,22 @@ func (j *job) run(ctx context.Context) (*Result, error) {
 			rk := j.ranks[id]
 			if rk.err != nil && !rk.stopped {
 				res.Failures = append(res.Failures, rk.err)
-				switch {
+				switch first := cause(res.Failures); {
 				case j.cfg.KeepGoing:
 					j.errOut.printf("gorun: %v; the others go on without it\n", rk.err)
 				case res.First == nil:
-					res.First = rk.err
+					res.First = first
 					j.errOut.printf("gorun: %v; stopping the other ranks\n", rk.err)
-				case res.First.Err == nil && res.First.Signal == 0 && rk.err.Signal != 0:
-					res.First = rk.err
-					j.errOut.printf("gorun: %v\n", rk.err)
-				case res.First.Err == nil && (res.First.Signal == 0) == (rk.err.Signal == 0) && rk.err.exited.Before(res.First.exited):
-					j.errOut.printf("gorun: %v before rank %d did: the first failure\n", rk.err, res.First.Rank)
-					res.First = rk.err
+				case first == res.First: // a failure it caused, most likely
+				case res.First.Blames == first.Rank:
+					j.errOut.printf("gorun: %v: the first failure (rank %d's error named it)\n", first, res.First.Rank)
+					res.First = first
+				case first.Signal != 0 && res.First.Signal == 0:
+					j.errOut.printf("gorun: %v: the first failure\n", first)
+					res.First = first
+				default:
+					j.errOut.printf("gorun: %v before rank %d did: the first failure\n", first, res.First.Rank)
+					res.First = first
 				}
 			}
 			if rk.err == nil {
@@ -415,7 +441,7 @@ func (j *job) run(ctx context.Context) (*Result, error) {
 		if succeeded > 0 && res.Err == nil {
 			res.Lost = res.Failures
 		} else {
-			res.First = res.Failures[0]
+			res.First = cause(res.Failures)
 		}
 	}
 	return res, nil
@@ -433,11 +459,52 @@ func (j *job) markStopped() {
 	}
 }
 
+// cause returns the failure that most likely caused the others (Result.First):
+// failures whose error named another failed rank are passed over (unless
+// every one did), then a start failure comes first, then a rank killed by
+// a signal, then the earliest exit.
+func cause(failures []*RankError) *RankError {
+	failed := make(map[int]bool, len(failures))
+	for _, f := range failures {
+		failed[f.Rank] = true
+	}
+	var first *RankError
+	for _, f := range failures {
+		if f.Blames >= 0 && f.Blames != f.Rank && failed[f.Blames] {
+			continue
+		}
+		if first == nil || likelierCause(f, first) {
+			first = f
+		}
+	}
+	if first == nil { // they blame each other
+		for _, f := range failures {
+			if first == nil || likelierCause(f, first) {
+				first = f
+			}
+		}
+	}
+	return first
+}
+
+// likelierCause orders failures that do not blame each other: a start
+// failure, then a rank killed by a signal gorun did not send (its peers
+// exit with a status because of it), then the earlier exit.
+func likelierCause(a, b *RankError) bool {
+	if (a.Err != nil) != (b.Err != nil) {
+		return a.Err != nil
+	}
+	if (a.Signal != 0) != (b.Signal != 0) {
+		return a.Signal != 0
+	}
+	return a.exited.Before(b.exited)
+}
+
 func exitError(rk *rank, err error) *RankError {
 	if err == nil {
 		return nil
 	}
-	e := &RankError{Rank: rk.global, Pid: rk.cmd.Process.Pid, exited: rk.exited}
+	e := &RankError{Rank: rk.global, Pid: rk.cmd.Process.Pid, exited: rk.exited, Blames: readBlame(rk.blameFile)}
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
@@ -449,6 +516,20 @@ func exitError(rk *rank, err error) *RankError {
 	}
 	e.Err = err
 	return e
+}
+
+// readBlame returns the rank a rank's blame file names (BlameFileEnv), or
+// -1 when there is none: a rank that failed on its own writes nothing.
+func readBlame(path string) int {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return -1
+	}
+	r, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || r < 0 {
+		return -1
+	}
+	return r
 }
 
 // lineWriter writes whole lines from many ranks without interleaving them.

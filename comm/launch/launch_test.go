@@ -87,6 +87,48 @@ func TestFirstFailureStopsTheRest(t *testing.T) {
 	}
 }
 
+// TestBlamedRankIsTheCause: rank 0 exits first with a status, its blame
+// file naming rank 1 (as comm writes it when a group fails on a dead
+// peer); rank 1 exits with a status after it. Rank 1 is the first failure.
+func TestBlamedRankIsTheCause(t *testing.T) {
+	res, out := sh(t, `case $RANK in 0) echo 1 > "$`+BlameFileEnv+`"; exit 3;; 1) sleep 0.3; exit 7;; esac; exec sleep 60`, Config{NP: 3})
+	if res.First == nil || res.First.Rank != 1 || res.First.Status() != 7 {
+		t.Fatalf("first failure %v, want rank 1 with status 7\n%s", res.First, out)
+	}
+	if len(res.Failures) != 2 || res.Failures[0].Rank != 0 || res.Failures[0].Blames != 1 || res.Failures[1].Blames != -1 {
+		t.Errorf("failures %+v, want rank 0 blaming rank 1, then rank 1 blaming none", res.Failures)
+	}
+	if !strings.Contains(out, "rank 0's error named it") {
+		t.Errorf("launcher did not say why rank 1 is the first failure:\n%s", out)
+	}
+}
+
+// TestCause orders failures as Result.First documents.
+func TestCause(t *testing.T) {
+	at := func(ms int) time.Time { return time.Unix(0, 0).Add(time.Duration(ms) * time.Millisecond) }
+	exit := func(rank, ms, blames int) *RankError {
+		return &RankError{Rank: rank, ExitCode: 3, exited: at(ms), Blames: blames}
+	}
+	killed := &RankError{Rank: 4, ExitCode: -1, Signal: syscall.SIGKILL, exited: at(50), Blames: -1}
+	for _, c := range []struct {
+		name     string
+		failures []*RankError
+		want     int
+	}{
+		{"earliest exit", []*RankError{exit(2, 20, -1), exit(1, 10, -1)}, 1},
+		{"the blamed rank, though later", []*RankError{exit(0, 10, 1), exit(1, 30, -1)}, 1},
+		{"along a chain of blame", []*RankError{exit(2, 10, 1), exit(1, 20, 0), exit(0, 30, -1)}, 0},
+		{"blame of a rank that did not fail", []*RankError{exit(0, 10, 3), exit(1, 20, -1)}, 0},
+		{"ranks blaming each other: earliest", []*RankError{exit(1, 20, 0), exit(0, 10, 1)}, 0},
+		{"a signal before a status", []*RankError{exit(0, 10, -1), killed}, 4},
+		{"a blamed status before a signal", []*RankError{exit(0, 10, -1), exit(2, 5, 0), &RankError{Rank: 4, ExitCode: -1, Signal: syscall.SIGKILL, exited: at(50), Blames: 0}}, 0},
+	} {
+		if got := cause(c.failures); got.Rank != c.want {
+			t.Errorf("%s: cause is rank %d, want %d", c.name, got.Rank, c.want)
+		}
+	}
+}
+
 func TestKilledRankNamed(t *testing.T) {
 	res, _ := sh(t, `if [ "$RANK" = 2 ]; then kill -9 $$; fi; exec sleep 60`, Config{NP: 3})
 	if res.First == nil || res.First.Rank != 2 || res.First.Signal != syscall.SIGKILL || res.First.Status() != 137 {
