@@ -4,10 +4,16 @@ SGEMM through NumPy/OpenBLAS and PyTorch, and CIFARNet's convolutions forward
 
     OPENBLAS_NUM_THREADS=1 /usr/bin/python3 bench/competitors/torch_layers.py 1
     OPENBLAS_NUM_THREADS=2 /usr/bin/python3 bench/competitors/torch_layers.py 2
+    OMP_NUM_THREADS=1 /usr/bin/python3 bench/competitors/torch_layers.py 1 resnet50
 
 Compare with:
     go test ./model/gemm -run '^$' -bench 'Sgemm/best|MicroKernel'
     go test ./model/nn -run '^$' -bench ConvLayer
+    go test ./model/nn -run '^$' -bench ResNet50Convs -benchtime 3x  (with "resnet50")
+
+With "resnet50" it times ResNet-50's distinct convolutions alone (batch 32,
+no bias), forward and forward + backward, in GFLOP/s as gorun's benchmark
+reports them.
 """
 import sys
 import time
@@ -22,6 +28,45 @@ from common import timeit
 threads = int(sys.argv[1]) if len(sys.argv) > 1 else 1
 torch.set_num_threads(threads)
 
+
+RESNET50_CONVS = [  # name, in, out, kernel, stride, input size: model/nn's resnet50Convs
+    ("stem_3x64_7x7s2_224", 3, 64, 7, 2, 224), ("l1_64x64_1x1_56", 64, 64, 1, 1, 56),
+    ("l1_64x64_3x3_56", 64, 64, 3, 1, 56), ("l1_64x256_1x1_56", 64, 256, 1, 1, 56),
+    ("l1_256x64_1x1_56", 256, 64, 1, 1, 56), ("l2_256x128_1x1_56", 256, 128, 1, 1, 56),
+    ("l2_128x128_3x3s2_56", 128, 128, 3, 2, 56), ("l2_256x512_1x1s2_56", 256, 512, 1, 2, 56),
+    ("l2_128x128_3x3_28", 128, 128, 3, 1, 28), ("l2_128x512_1x1_28", 128, 512, 1, 1, 28),
+    ("l2_512x128_1x1_28", 512, 128, 1, 1, 28), ("l3_512x256_1x1_28", 512, 256, 1, 1, 28),
+    ("l3_256x256_3x3s2_28", 256, 256, 3, 2, 28), ("l3_512x1024_1x1s2_28", 512, 1024, 1, 2, 28),
+    ("l3_256x256_3x3_14", 256, 256, 3, 1, 14), ("l3_256x1024_1x1_14", 256, 1024, 1, 1, 14),
+    ("l3_1024x256_1x1_14", 1024, 256, 1, 1, 14), ("l4_1024x512_1x1_14", 1024, 512, 1, 1, 14),
+    ("l4_512x512_3x3s2_14", 512, 512, 3, 2, 14), ("l4_1024x2048_1x1s2_14", 1024, 2048, 1, 2, 14),
+    ("l4_512x512_3x3_7", 512, 512, 3, 1, 7), ("l4_512x2048_1x1_7", 512, 2048, 1, 1, 7),
+    ("l4_2048x512_1x1_7", 2048, 512, 1, 1, 7),
+]
+
+if len(sys.argv) > 2 and sys.argv[2] == "resnet50":
+    print("threads", threads, "torch", torch.__version__, "allocator", allocator)
+    for name, cin, cout, k, stride, hw in RESNET50_CONVS:
+        conv = torch.nn.Conv2d(cin, cout, k, stride=stride, padding=k // 2, bias=False)
+        x = torch.randn(32, cin, hw, hw, requires_grad=True)
+        with torch.no_grad():
+            y = conv(x)
+        dy = torch.randn(y.shape)
+        macs = 32 * cout * y.shape[2] * y.shape[3] * cin * k * k
+
+        def forward():
+            with torch.no_grad():
+                conv(x)
+
+        def training():
+            conv.zero_grad()
+            x.grad = None
+            conv(x).backward(dy)
+
+        for mode, fn, mult in (("forward", forward, 1), ("training", training, 3)):
+            dt = timeit(fn)
+            print("resnet50 conv %-24s %-8s %8.2f ms %7.1f GFLOP/s" % (name, mode, dt * 1e3, 2 * macs * mult / dt / 1e9))
+    sys.exit(0)
 
 print("threads", threads, "torch", torch.__version__, "OpenBLAS kernels", openblas_core, "allocator", allocator)
 for name, m, n, k in [("square128", 128, 128, 128), ("square256", 256, 256, 256), ("square512", 512, 512, 512),

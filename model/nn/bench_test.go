@@ -41,3 +41,79 @@ func BenchmarkConvLayer(b *testing.B) {
 		be.Close()
 	}
 }
+
+// resnet50Convs are ResNet-50's distinct convolutions (torchvision's v1.5:
+// stride in the 3×3): name, channels in and out, kernel, stride, input
+// size, and how many of the network's 53 convolutions have the shape.
+var resnet50Convs = []struct {
+	name                   string
+	in, out, k, stride, hw int
+	count                  int
+}{
+	{"stem_3x64_7x7s2_224", 3, 64, 7, 2, 224, 1},
+	{"l1_64x64_1x1_56", 64, 64, 1, 1, 56, 1},
+	{"l1_64x64_3x3_56", 64, 64, 3, 1, 56, 3},
+	{"l1_64x256_1x1_56", 64, 256, 1, 1, 56, 4},
+	{"l1_256x64_1x1_56", 256, 64, 1, 1, 56, 2},
+	{"l2_256x128_1x1_56", 256, 128, 1, 1, 56, 1},
+	{"l2_128x128_3x3s2_56", 128, 128, 3, 2, 56, 1},
+	{"l2_256x512_1x1s2_56", 256, 512, 1, 2, 56, 1},
+	{"l2_128x128_3x3_28", 128, 128, 3, 1, 28, 3},
+	{"l2_128x512_1x1_28", 128, 512, 1, 1, 28, 4},
+	{"l2_512x128_1x1_28", 512, 128, 1, 1, 28, 3},
+	{"l3_512x256_1x1_28", 512, 256, 1, 1, 28, 1},
+	{"l3_256x256_3x3s2_28", 256, 256, 3, 2, 28, 1},
+	{"l3_512x1024_1x1s2_28", 512, 1024, 1, 2, 28, 1},
+	{"l3_256x256_3x3_14", 256, 256, 3, 1, 14, 5},
+	{"l3_256x1024_1x1_14", 256, 1024, 1, 1, 14, 6},
+	{"l3_1024x256_1x1_14", 1024, 256, 1, 1, 14, 5},
+	{"l4_1024x512_1x1_14", 1024, 512, 1, 1, 14, 1},
+	{"l4_512x512_3x3s2_14", 512, 512, 3, 2, 14, 1},
+	{"l4_1024x2048_1x1s2_14", 1024, 2048, 1, 2, 14, 1},
+	{"l4_512x512_3x3_7", 512, 512, 3, 1, 7, 2},
+	{"l4_512x2048_1x1_7", 512, 2048, 1, 1, 7, 3},
+	{"l4_2048x512_1x1_7", 2048, 512, 1, 1, 7, 2},
+}
+
+// BenchmarkResNet50Convs times each of ResNet-50's distinct convolutions
+// at batch 32, one thread, forward alone (inference) and forward +
+// backward (training), reporting GFLOP/s (2 FLOPs a multiply-add, 3× the
+// forward's for training); `torch_layers.py 1 resnet50` times the same
+// layers in PyTorch. The "count" column of resnet50Convs weighs them
+// into a network's time.
+//
+//	go test ./model/nn -run '^$' -bench ResNet50Convs -benchtime 3x
+func BenchmarkResNet50Convs(b *testing.B) {
+	be := cpu.New(1)
+	defer be.Close()
+	for _, s := range resnet50Convs {
+		rng := rand.New(rand.NewPCG(1, 1))
+		c := NewConv2d(be, s.in, s.out, s.k, Conv2dOptions{Stride: s.stride, Padding: s.k / 2, NoBias: true}, rng)
+		x := randTensor(rng, 32, s.in, s.hw, s.hw)
+		y, err := c.Forward(x)
+		if err != nil {
+			b.Fatal(err)
+		}
+		dy := randTensor(rng, y.Shape...)
+		macs := float64(32 * s.out * y.Shape[2] * y.Shape[3] * s.in * s.k * s.k)
+		for _, mode := range []string{"forward", "training"} {
+			b.Run(s.name+"/"+mode, func(b *testing.B) {
+				for b.Loop() {
+					if _, err := c.Forward(x); err != nil {
+						b.Fatal(err)
+					}
+					if mode == "training" {
+						if _, err := c.Backward(dy); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				flops := 2 * macs
+				if mode == "training" {
+					flops *= 3
+				}
+				b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
+		}
+	}
+}
