@@ -24,7 +24,8 @@ type kernel struct {
 	// the transposing step of the packings.
 	interleave func(dst []float32, width int, src []float32, base, stride, kc int, alpha float32)
 	// copyRows is copyRows or a vector kernel doing the same: the
-	// untransposed packing of B's full-width panels.
+	// untransposed packing of B's full-width panels, and of a transposed
+	// A's full panels when alpha is 1.
 	copyRows func(dst, src []float32, stride, kc, width int)
 }
 
@@ -343,6 +344,10 @@ func (k kernel) packA(dst []float32, a Matrix, ic, pc, mc, kc int, alpha float32
 		panel := dst[ir*kc : ir*kc+kc*mr]
 		if a.Trans {
 			// op(A)(i, l) = Data[(pc+l)*Stride + ic+ir+i]: rows are contiguous.
+			if alpha == 1 && rows == mr {
+				k.copyRows(panel, a.Data[pc*a.Stride+ic+ir:], a.Stride, kc, mr)
+				continue
+			}
 			for l := 0; l < kc; l++ {
 				src := a.Data[(pc+l)*a.Stride+ic+ir:]
 				out := panel[l*mr : l*mr+mr]

@@ -20,12 +20,12 @@ func interleave4Vector(dst []float32, width int, src []float32, base, stride, kc
 func interleave4AVX2(dst *float32, width int, src *float32, stride, kc int, alpha float32)
 
 // copyRowsVector is copyRows with the AVX2 kernel of pack_amd64.s, for
-// the assembly micro-kernels' panel widths (16 and 32).
+// the assembly micro-kernels' panel widths (B's 16 and 32, A's 6 and 12).
 func copyRowsVector(dst, src []float32, stride, kc, width int) {
 	if kc == 0 {
 		return
 	}
-	if width != 16 && width != 32 {
+	if width != 6 && width != 12 && width != 16 && width != 32 {
 		copyRows(dst, src, stride, kc, width)
 		return
 	}
@@ -34,7 +34,7 @@ func copyRowsVector(dst, src []float32, stride, kc, width int) {
 	copyRowsAVX2(&dst[0], &src[0], stride, kc, width)
 }
 
-// copyRowsAVX2 is copyRows for kc ≥ 1 rows of 16 or 32 floats.
+// copyRowsAVX2 is copyRows for kc ≥ 1 rows of 6, 12, 16 or 32 floats.
 //
 //go:noescape
 func copyRowsAVX2(dst, src *float32, stride, kc, width int)

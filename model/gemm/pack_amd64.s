@@ -79,8 +79,9 @@ done:
 // func copyRowsAVX2(dst *float32, src *float32, stride, kc, width int)
 //
 // copyRows' AVX2 form (pack_amd64.go): for l < kc, the width floats
-// (16 or 32) at src[l·stride] go to dst[l·width]: a packed panel of B
-// read from rows of the untransposed matrix. One call per panel instead
+// (6, 12, 16 or 32) at src[l·stride] go to dst[l·width]: a packed panel
+// of B read from rows of the untransposed matrix, or of A from columns of
+// the transposed one. One call per panel instead
 // of one copy per row, which spent more in the calls than in the copies
 // (a tenth of a ResNet-50 forward at one thread).
 TEXT ·copyRowsAVX2(SB), NOSPLIT, $0-40
@@ -92,6 +93,10 @@ TEXT ·copyRowsAVX2(SB), NOSPLIT, $0-40
 	MOVQ	width+32(FP), AX
 	CMPQ	AX, $32
 	JEQ	wide
+	CMPQ	AX, $12
+	JEQ	row12
+	CMPQ	AX, $6
+	JEQ	row6
 
 row16:
 	VMOVUPS	(SI), Y0
@@ -102,6 +107,32 @@ row16:
 	ADDQ	$64, DI
 	DECQ	CX
 	JNZ	row16
+	VZEROUPPER
+	RET
+
+// Widths 12 and 6: a transposed A's panels of the AVX-512 and AVX2
+// micro-kernels' rows.
+row12:
+	VMOVUPS	(SI), Y0
+	VMOVUPS	32(SI), X1
+	VMOVUPS	Y0, (DI)
+	VMOVUPS	X1, 32(DI)
+	ADDQ	R8, SI
+	ADDQ	$48, DI
+	DECQ	CX
+	JNZ	row12
+	VZEROUPPER
+	RET
+
+row6:
+	VMOVUPS	(SI), X0
+	VMOVSD	16(SI), X1
+	VMOVUPS	X0, (DI)
+	VMOVSD	X1, 16(DI)
+	ADDQ	R8, SI
+	ADDQ	$24, DI
+	DECQ	CX
+	JNZ	row6
 	VZEROUPPER
 	RET
 

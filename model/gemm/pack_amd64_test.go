@@ -84,7 +84,7 @@ func BenchmarkInterleave4(b *testing.B) {
 // widths, one row to a full block, strides equal to the width and padded,
 // and the panel's bytes past the copied rows untouched.
 func TestCopyRowsVector(t *testing.T) {
-	for _, width := range []int{16, 32} {
+	for _, width := range []int{6, 12, 16, 32} {
 		for _, kc := range []int{1, 2, 7, 256} {
 			for _, stride := range []int{width, width + 3, 3 * width} {
 				src := make([]float32, (kc-1)*stride+width)
