@@ -16,10 +16,12 @@ type Backend struct {
 	gemm   *gemm.Engine
 	chunks []scratch // per-chunk buffers of the parallel convolution loops
 	conv   convTask
-	elem   elemTask
-	bn     bnTask
-	stats  []float64 // batch norm's per-channel sums
-	shift  []float32 // batch norm's per-channel K (norm.go)
+	// convNorm is Conv2dBatchNorm's per-channel map, kept for reuse.
+	convNorm convNorm
+	elem     elemTask
+	bn       bnTask
+	stats    []float64 // batch norm's per-channel sums
+	shift    []float32 // batch norm's per-channel K (norm.go)
 	// convAlgo is the convolution algorithm chosen (SetConvAlgorithm);
 	// winoU holds the layer's transformed weights while it runs as
 	// Winograd (winograd.go).
@@ -40,7 +42,11 @@ type scratch struct {
 	poolCols, poolAt   []int32
 }
 
-var _ tensor.Backend = (*Backend)(nil)
+var (
+	_ tensor.Backend              = (*Backend)(nil)
+	_ tensor.BatchNormReLUBackend = (*Backend)(nil)
+	_ tensor.ConvBatchNormBackend = (*Backend)(nil)
+)
 
 // New returns a CPU backend using threads threads (< 1 means 1). Several
 // ranks sharing a machine should divide its cores between them.

@@ -1,6 +1,8 @@
 package cpu
 
 import (
+	"math"
+
 	"github.com/gorun/gorun/model/gemm"
 	"github.com/gorun/gorun/model/tensor"
 )
@@ -23,7 +25,15 @@ type convTask struct {
 	biasGrad   bool // backward: the bias gradient is wanted (db not nil)
 	weightGrad bool // backward: the weight gradient is wanted (dw not nil)
 	serialGEMM bool
-	winograd   bool // Winograd F(2×2, 3×3) instead of im2col (winograd.go)
+	winograd   bool      // Winograd F(2×2, 3×3) instead of im2col (winograd.go)
+	norm       *convNorm // forward: a batch norm applied to each image's output (Conv2dBatchNorm)
+}
+
+// convNorm is an evaluation-mode batch norm fused into a convolution: each
+// output channel f becomes y·scale[f] + shift[f], through a relu when set.
+type convNorm struct {
+	scale, shift []float32
+	relu         bool
 }
 
 // geometry of one convolution.
@@ -47,7 +57,39 @@ func pointwise(p tensor.ConvParams) bool {
 
 // Conv2d implements tensor.Backend.
 func (b *Backend) Conv2d(x, w, bias, y *tensor.Tensor, p tensor.ConvParams) {
-	b.runConv(false, x, w, bias, y, nil, nil, p, false, false)
+	b.runConv(false, x, w, bias, y, nil, nil, p, false, false, nil)
+}
+
+// Conv2dBatchNorm implements tensor.ConvBatchNormBackend: each image's
+// output planes go through the batch norm's evaluation-mode affine map
+// (and relu) right after the image's product, with BatchNorm's scale,
+// shift and row kernels, so the bits are those of the two layers.
+func (b *Backend) Conv2dBatchNorm(x, w, bias, y, gamma, beta, runMean, runVar *tensor.Tensor, p tensor.ConvParams, bn tensor.BatchNormParams, relu bool) {
+	c := y.Shape[1]
+	norm := &b.convNorm
+	norm.scale, norm.shift, norm.relu = grow(&norm.scale, c), grow(&norm.shift, c), relu
+	for ch := range c {
+		invStd := float32(1 / math.Sqrt(float64(runVar.Data[ch])+float64(bn.Eps)))
+		norm.scale[ch], norm.shift[ch] = evalAffine(invStd, gamma.Data[ch], beta.Data[ch], runMean.Data[ch])
+	}
+	b.runConv(false, x, w, bias, y, nil, nil, p, false, false, norm)
+}
+
+// normalise applies the task's fused batch norm, if any, to one image's
+// output planes.
+func (t *convTask) normalise(y []float32) {
+	if t.norm == nil {
+		return
+	}
+	hw := t.g.ohw
+	for f, scale := range t.norm.scale {
+		row := y[f*hw : (f+1)*hw]
+		if t.norm.relu {
+			t.b.vec.affineReLU(row, row, scale, t.norm.shift[f])
+		} else {
+			t.b.vec.affine(row, row, scale, t.norm.shift[f])
+		}
+	}
 }
 
 // Conv2dBackward implements tensor.Backend.
@@ -55,7 +97,7 @@ func (b *Backend) Conv2dBackward(x, w, dy, dx, dw, db *tensor.Tensor, p tensor.C
 	if dw == nil && dx == nil && db == nil {
 		return
 	}
-	chunks := b.runConv(true, x, w, nil, nil, dy, dx, p, db != nil, dw != nil)
+	chunks := b.runConv(true, x, w, nil, nil, dy, dx, p, db != nil, dw != nil, nil)
 	g := b.conv.g
 	for i := 0; i < chunks; i++ {
 		s := &b.chunks[i]
@@ -72,11 +114,11 @@ func (b *Backend) Conv2dBackward(x, w, dy, dx, dw, db *tensor.Tensor, p tensor.C
 	}
 }
 
-func (b *Backend) runConv(backward bool, x, w, bias, y, dy, dx *tensor.Tensor, p tensor.ConvParams, biasGrad, weightGrad bool) int {
+func (b *Backend) runConv(backward bool, x, w, bias, y, dy, dx *tensor.Tensor, p tensor.ConvParams, biasGrad, weightGrad bool, norm *convNorm) int {
 	n := x.Shape[0]
 	threads := b.pool.Threads()
 	t := &b.conv
-	*t = convTask{b: b, backward: backward, x: x, w: w, bias: bias, y: y, dy: dy, dx: dx, p: p, g: geom(x, w, p), n: n, biasGrad: biasGrad, weightGrad: weightGrad}
+	*t = convTask{b: b, backward: backward, x: x, w: w, bias: bias, y: y, dy: dy, dx: dx, p: p, g: geom(x, w, p), n: n, biasGrad: biasGrad, weightGrad: weightGrad, norm: norm}
 	if t.winograd = b.useWinograd(t.g, p); t.winograd && (!backward || dx != nil) {
 		// Forward: U [16][F][C]; backward: the data gradient's U [16][C][F].
 		// On the calling goroutine, before the chunks: chunk 0's rows are free.
@@ -160,6 +202,7 @@ func (t *convTask) Do(worker, i int) {
 				yn := t.y.Data[first*outLen : (first+1)*outLen]
 				t.gemm(worker, g.f, g.ohw, g.ckk, wm, colM, 0, gemm.Matrix{Data: yn, Stride: g.ohw})
 				t.addBias(yn, g.ohw)
+				t.normalise(yn)
 				continue
 			}
 			t.gemm(worker, g.f, ld, g.ckk, wm, colM, 0, gemm.Matrix{Data: ybuf, Stride: ld})
@@ -169,6 +212,7 @@ func (t *convTask) Do(worker, i int) {
 					copy(yn[f*g.ohw:(f+1)*g.ohw], ybuf[f*ld+k*g.ohw:])
 				}
 				t.addBias(yn, g.ohw)
+				t.normalise(yn)
 			}
 			continue
 		}

@@ -161,8 +161,14 @@ func (t *bnTask) reluAffine(ch int) (scale, shift float32) {
 // x·scale + shift: the forward pass's, and the fused relu's backward
 // finds the relu's output again with the same arithmetic.
 func (t *bnTask) affine(ch int) (scale, shift float32) {
-	scale = t.saveInvStd.Data[ch] * t.gamma.Data[ch]
-	return scale, t.beta.Data[ch] - t.saveMean.Data[ch]*scale
+	return evalAffine(t.saveInvStd.Data[ch], t.gamma.Data[ch], t.beta.Data[ch], t.saveMean.Data[ch])
+}
+
+// evalAffine is a channel's normalising map y = x·scale + shift from its
+// inverse standard deviation, weight, bias and mean.
+func evalAffine(invStd, gamma, beta, mean float32) (scale, shift float32) {
+	scale = invStd * gamma
+	return scale, beta - mean*scale
 }
 
 // BatchNorm implements tensor.Backend. Statistics accumulate in float64;

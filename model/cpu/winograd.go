@@ -400,6 +400,9 @@ func (t *convTask) winogradChunk(worker, i int) {
 			winogradInput(t.b.vec, v, winoStride(g.c*ld), ld, t.x.Data[first*inLen:(first+n)*inLen], n, g.c, g.h, g.wd, p.PadH, p.PadW, out, &s.wino)
 			t.winogradProducts(worker, g.f, ld, g.c, t.b.winoU, v, ld, false, m, false)
 			winogradOutput(t.b.vec, t.y.Data[first*outLen:(first+n)*outLen], m, winoStride(g.f*ld), ld, n, g.f, g.oh, g.ow, out, bias, &s.wino)
+			for k := first; k < first+n; k++ {
+				t.normalise(t.y.Data[k*outLen : (k+1)*outLen])
+			}
 		}
 		return
 	}

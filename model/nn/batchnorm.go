@@ -27,6 +27,11 @@ type BatchNorm2d struct {
 	// and the relu passes both through.
 	relu  *ReLU
 	fused tensor.BatchNormReLUBackend
+	// conv is the convolution right before this layer that applies it
+	// while gradients are off and it evaluates (fuseConvBNs): Forward
+	// then passes its input through.
+	conv    *Conv2d
+	gradOff bool // gradients are off (SetGradEnabled)
 	inputGrad
 	result
 }
@@ -51,6 +56,12 @@ func (b *BatchNorm2d) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 	}
 	if b.P.Training && tensor.Volume(x.Shape)/b.C < 2 {
 		return nil, fmt.Errorf("input %s has one value per channel; training needs more", x)
+	}
+	if b.conv != nil && b.conv.bn == b && b.conv.foldsBN() {
+		// The convolution before this layer applied it (and the relu
+		// fused into it) already.
+		b.x, b.y = x, x
+		return x, nil
 	}
 	b.x = x
 	tensor.ReuseLike(&b.mean, x, b.C)
@@ -113,6 +124,35 @@ func fuseReLUs(layers []Layer) {
 	}
 }
 
+// fuseConvBNs pairs every convolution in layers with the batch norm right
+// after it, when the convolution's backend applies an evaluation-mode
+// batch norm as it convolves (tensor.ConvBatchNormBackend), and undoes
+// the pairings no longer adjacent. The pairing acts only in passes with
+// gradients off and the batch norm evaluating (Conv2d.foldsBN). A
+// container calls it whenever its list of children changes; nothing but
+// the batch norm reads a convolution's output in a container's sequence.
+func fuseConvBNs(layers []Layer) {
+	for i, l := range layers {
+		conv, ok := l.(*Conv2d)
+		if !ok {
+			continue
+		}
+		if conv.bn != nil && conv.bn.conv == conv {
+			conv.bn.conv = nil
+		}
+		conv.bn, conv.fusedBN = nil, nil
+		fb, ok := conv.be.(tensor.ConvBatchNormBackend)
+		if !ok || i+1 == len(layers) {
+			continue
+		}
+		if bn, ok := layers[i+1].(*BatchNorm2d); ok && bn.be == conv.be {
+			conv.bn, conv.fusedBN, bn.conv = bn, fb, conv
+		}
+	}
+}
+
+func (b *BatchNorm2d) setNoGrad(off bool) { b.gradOff = off }
+
 // State implements Layer.
 func (b *BatchNorm2d) State() []Var {
 	return []Var{
@@ -133,7 +173,7 @@ func (b *BatchNorm2d) Replica() Layer {
 	r := *b
 	r.x, r.y, r.inputGrad, r.result = nil, nil, inputGrad{}, result{}
 	r.mean, r.invStd = nil, nil
-	r.relu, r.fused = nil, nil // the replica's container pairs it anew
+	r.relu, r.fused, r.conv = nil, nil, nil // the replica's container pairs it anew
 	r.tracked = b.counter()
 	return &r
 }

@@ -67,3 +67,90 @@ func TestFusedBatchNormReLU(t *testing.T) {
 		t.Error("bn1 and the relu cut out of its chain are still paired")
 	}
 }
+
+// TestConvBatchNormFolded: with gradients off and the batch norms
+// evaluating, every convolution followed by a batch norm in its container
+// applies it (and the relu fused into that) as it convolves, the batch
+// norm passing its input through; the outputs are the separate layers'
+// to the bit on 1 and 3 threads, through each of the convolution's paths
+// (im2col image by image and in groups of small maps, Winograd, a 1×1
+// straight from its input) and in a residual network. With gradients on,
+// or in training, the layers run apart.
+func TestConvBatchNormFolded(t *testing.T) {
+	build := func(be tensor.Backend) *Chain {
+		rng := rand.New(rand.NewPCG(8, 9))
+		return NewChain(
+			Child{"im2col", NewConv2d(be, 3, 16, 3, Conv2dOptions{Padding: 1}, rng)},
+			Child{"bn1", NewBatchNorm2d(be, 16)},
+			Child{"", NewReLUInPlace(be)},
+			Child{"winograd", NewConv2d(be, 16, 16, 3, Conv2dOptions{Padding: 1, NoBias: true}, rng)},
+			Child{"bn2", NewBatchNorm2d(be, 16)},
+			Child{"pointwise", NewConv2d(be, 16, 32, 1, Conv2dOptions{NoBias: true}, rng)},
+			Child{"bn3", NewBatchNorm2d(be, 32)},
+			Child{"", NewReLUInPlace(be)},
+			Child{"grouped", NewConv2d(be, 32, 32, 3, Conv2dOptions{Stride: 2, Padding: 1}, rng)},
+			Child{"bn4", NewBatchNorm2d(be, 32)},
+			Child{"", NewReLUInPlace(be)},
+			Child{"last", NewConv2d(be, 32, 8, 1, Conv2dOptions{}, rng)},
+		)
+	}
+	for _, threads := range []int{1, 3} {
+		be := cpu.New(threads)
+		rng := rand.New(rand.NewPCG(10, 11))
+		for _, net := range []struct {
+			name         string
+			fused, plain *Chain
+			x            *tensor.Tensor
+		}{
+			{"chain", build(be), build(unfusing{be}), randTensor(rng, 4, 3, 24, 24)},
+			{"residual network", tinyResNet(be, 7), tinyResNet(unfusing{be}, 7), randTensor(rng, 3, 3, 16, 16)},
+		} {
+			fused, plain, x := net.fused, net.plain, net.x
+			r := randTensor(rng, 64*x.Shape[0]*24*24).Data
+			// Training steps first, so that the running statistics the
+			// evaluation uses are not the initial 0 and 1.
+			var y *tensor.Tensor
+			for _, c := range []*Chain{fused, plain} {
+				var err error
+				if y, err = c.Forward(x); err != nil {
+					t.Fatal(err)
+				}
+			}
+			sameStep(t, be, fused, plain, x, r[:tensor.Volume(y.Shape)], net.name+": training step")
+			for _, c := range []*Chain{fused, plain} {
+				c.SetTraining(false)
+				SetGradEnabled(c, false)
+			}
+			got, err := fused.Forward(x)
+			if err != nil {
+				t.Fatal(err)
+			}
+			gotY := got.HostData()
+			want, err := plain.Forward(x)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !sameBits(gotY, want.HostData()) {
+				t.Fatalf("%s, %d threads: evaluation outputs differ", net.name, threads)
+			}
+			if net.name == "chain" {
+				for i, l := range fused.Layers {
+					if conv, ok := l.(*Conv2d); ok && conv.foldsBN() != (fused.Names[i] != "last") {
+						t.Errorf("%s: folds its batch norm %v", fused.Names[i], conv.foldsBN())
+					}
+				}
+				if plain.Layers[0].(*Conv2d).foldsBN() {
+					t.Error("folded on the backend without the fused call")
+				}
+			}
+			for _, c := range []*Chain{fused, plain} {
+				SetGradEnabled(c, true)
+			}
+			if fused.Layers[0].(*Conv2d).foldsBN() {
+				t.Error("folded with gradients on")
+			}
+			sameStep(t, be, fused, plain, x, r[:tensor.Volume(want.Shape)], net.name+": evaluation-mode step with gradients")
+		}
+		be.Close()
+	}
+}

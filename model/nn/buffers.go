@@ -476,6 +476,7 @@ func (cc *capsCache) of(layers []Layer) []caps {
 			*cc = append(*cc, capsOf(l))
 		}
 		fuseReLUs(layers)
+		fuseConvBNs(layers)
 	}
 	return *cc
 }

@@ -29,6 +29,14 @@ type Conv2d struct {
 	// data (PyTorch skips it too, as the data does not require grad).
 	NoInputGrad bool
 	x, y        *tensor.Tensor
+	// bn, when set, is the batch norm right after this layer in its
+	// container (fuseConvBNs), applied by this layer's backend as it
+	// convolves (tensor.ConvBatchNormBackend) while gradients are off and
+	// the batch norm evaluates; the batch norm then passes its input
+	// through (foldsBN).
+	bn      *BatchNorm2d
+	fusedBN tensor.ConvBatchNormBackend
+	gradOff bool // gradients are off (SetGradEnabled)
 	inputGrad
 	result
 	deferral
@@ -67,9 +75,22 @@ func (c *Conv2d) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 	c.x = x
 	y := c.out.get(x, x.Shape[0], c.Out, oh, ow)
 	c.y = y
+	if bn := c.bn; c.foldsBN() {
+		c.fusedBN.Conv2dBatchNorm(x, c.Weight, c.Bias, y, bn.Weight, bn.Bias, bn.RunningMean, bn.RunningVar, c.P, bn.P, bn.fusedReLU())
+		return y, nil
+	}
 	c.be.Conv2d(x, c.Weight, c.Bias, y, c.P)
 	return y, nil
 }
+
+// foldsBN reports whether this forward pass applies the batch norm after
+// it (fuseConvBNs): paired, gradients off on both, the batch norm
+// evaluating.
+func (c *Conv2d) foldsBN() bool {
+	return c.bn != nil && c.bn.conv == c && c.gradOff && c.bn.gradOff && !c.bn.P.Training
+}
+
+func (c *Conv2d) setNoGrad(off bool) { c.gradOff = off }
 
 // Backward implements Layer.
 func (c *Conv2d) Backward(dy *tensor.Tensor) (*tensor.Tensor, error) {
@@ -112,6 +133,7 @@ func (c *Conv2d) Replica() Layer {
 	r := *c
 	r.x, r.y, r.inputGrad, r.result = nil, nil, inputGrad{}, result{}
 	r.deferral = deferral{on: c.deferral.on}
+	r.bn, r.fusedBN = nil, nil // the replica's container pairs it anew
 	return &r
 }
 

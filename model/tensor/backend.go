@@ -43,6 +43,19 @@ type BatchNormParams struct {
 	SumAcross func(v []float64)
 }
 
+// ConvBatchNormBackend is a Backend that runs a convolution followed by a
+// batch norm in evaluation mode (and the relu after it) as one layer: the
+// batch norm's per-channel scale and shift applied to each output plane as
+// the convolution finishes it, while it is still in cache, instead of in a
+// pass of their own over the whole output. Layers use it for inference
+// (gradients off, batch norm not training). The results are those of
+// Conv2d, then BatchNorm with p.Training false (BatchNormReLU with relu),
+// to the bit.
+type ConvBatchNormBackend interface {
+	Backend
+	Conv2dBatchNorm(x, w, bias, y, gamma, beta, runMean, runVar *Tensor, p ConvParams, bn BatchNormParams, relu bool)
+}
+
 // BatchNormReLUBackend is a Backend that runs a batch norm and the relu
 // after it in one pass over memory (torchvision's bn → relu(inplace)):
 // layers use it when their backend has it, and the two separate calls
