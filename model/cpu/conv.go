@@ -84,12 +84,18 @@ func (t *convTask) normalise(y []float32) {
 	hw := t.g.ohw
 	for f, scale := range t.norm.scale {
 		row := y[f*hw : (f+1)*hw]
-		if t.norm.relu {
-			t.b.vec.affineReLU(row, row, scale, t.norm.shift[f])
-		} else {
-			t.b.vec.affine(row, row, scale, t.norm.shift[f])
-		}
+		t.norm.apply(t.b.vec, row, row, scale, t.norm.shift[f])
 	}
+}
+
+// apply sets y to x·scale + shift, through the relu when the norm has
+// one: batch norm's normalising row kernels.
+func (n *convNorm) apply(vec vecOps, y, x []float32, scale, shift float32) {
+	if n.relu {
+		vec.affineReLU(y, x, scale, shift)
+		return
+	}
+	vec.affine(y, x, scale, shift)
 }
 
 // Conv2dBackward implements tensor.Backend.
@@ -208,6 +214,13 @@ func (t *convTask) Do(worker, i int) {
 			t.gemm(worker, g.f, ld, g.ckk, wm, colM, 0, gemm.Matrix{Data: ybuf, Stride: ld})
 			for k := range n {
 				yn := t.y.Data[(first+k)*outLen : (first+k+1)*outLen]
+				if t.norm != nil && t.bias == nil {
+					// The batch norm's pass is the copy.
+					for f, scale := range t.norm.scale {
+						t.norm.apply(t.b.vec, yn[f*g.ohw:(f+1)*g.ohw], ybuf[f*ld+k*g.ohw:f*ld+(k+1)*g.ohw], scale, t.norm.shift[f])
+					}
+					continue
+				}
 				for f := 0; f < g.f; f++ {
 					copy(yn[f*g.ohw:(f+1)*g.ohw], ybuf[f*ld+k*g.ohw:])
 				}
