@@ -153,6 +153,26 @@ func fuseConvBNs(layers []Layer) {
 
 func (b *BatchNorm2d) setNoGrad(off bool) { b.gradOff = off }
 
+// foldsToEnd reports whether layers[i] is a convolution applying the batch
+// norm after it in this pass (Conv2d.foldsBN), that batch norm and the
+// relu fused into it, if any, being the last of layers: they pass the
+// convolution's output through, so it is the container's output and goes
+// where the container's caller lent.
+func foldsToEnd(layers []Layer, i int) bool {
+	conv, ok := layers[i].(*Conv2d)
+	if !ok || !conv.foldsBN() || i+1 >= len(layers) || layers[i+1] != Layer(conv.bn) {
+		return false
+	}
+	switch len(layers) - i {
+	case 2:
+		return true
+	case 3:
+		r, ok := layers[i+2].(*ReLU)
+		return ok && r.fused() && r.bn == conv.bn
+	}
+	return false
+}
+
 // State implements Layer.
 func (b *BatchNorm2d) State() []Var {
 	return []Var{

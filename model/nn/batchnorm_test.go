@@ -133,6 +133,16 @@ func TestConvBatchNormFolded(t *testing.T) {
 			if !sameBits(gotY, want.HostData()) {
 				t.Fatalf("%s, %d threads: evaluation outputs differ", net.name, threads)
 			}
+			// Folding keeps no buffer of its own: a container's output
+			// still goes where its caller lent (foldsToEnd).
+			for range 2 {
+				if _, err := fused.Forward(x); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if mf, mp := fused.own.made, plain.own.made; mf > mp {
+				t.Errorf("%s, %d threads: the pool made %d buffers folding, %d without", net.name, threads, mf, mp)
+			}
 			if net.name == "chain" {
 				for i, l := range fused.Layers {
 					if conv, ok := l.(*Conv2d); ok && conv.foldsBN() != (fused.Names[i] != "last") {

@@ -294,6 +294,8 @@ func through(layers []Layer, cs []caps, in *tensor.Tensor, inBuf, final *buffer,
 		}
 		switch {
 		case k == n-1:
+		case !backward && final != nil && foldsToEnd(layers, i):
+			out = final // the layers after it pass its output through
 		case !backward && held != nil && cs[i].inPlace:
 			out = held // an elementwise layer over an input only it reads
 		default:
@@ -331,7 +333,7 @@ func through(layers []Layer, cs []caps, in *tensor.Tensor, inBuf, final *buffer,
 			pool.put(held)
 			held = nil
 		}
-		if k < n-1 && out != held {
+		if k < n-1 && out != held && out != final {
 			if out.holds(res) {
 				held = out
 			} else {
