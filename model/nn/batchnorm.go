@@ -145,7 +145,9 @@ func fuseConvBNs(layers []Layer) {
 		if !ok || i+1 == len(layers) {
 			continue
 		}
-		if bn, ok := layers[i+1].(*BatchNorm2d); ok && bn.be == conv.be {
+		// (A batch norm over another channel count is left to fail on
+		// its own, naming the mismatch.)
+		if bn, ok := layers[i+1].(*BatchNorm2d); ok && bn.be == conv.be && bn.C == conv.Out {
 			conv.bn, conv.fusedBN, bn.conv = bn, fb, conv
 		}
 	}

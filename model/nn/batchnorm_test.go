@@ -2,6 +2,7 @@ package nn
 
 import (
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/gorun/gorun/model/cpu"
@@ -162,5 +163,21 @@ func TestConvBatchNormFolded(t *testing.T) {
 			sameStep(t, be, fused, plain, x, r[:tensor.Volume(want.Shape)], net.name+": evaluation-mode step with gradients")
 		}
 		be.Close()
+	}
+}
+
+// TestConvBatchNormMismatchNotFolded: a batch norm over another channel
+// count than the convolution before it gives its shape error in
+// evaluation with gradients off too, not a panic in the fused call.
+func TestConvBatchNormMismatchNotFolded(t *testing.T) {
+	be := cpu.New(1)
+	defer be.Close()
+	rng := rand.New(rand.NewPCG(12, 13))
+	net := NewChain(Child{"conv", NewConv2d(be, 3, 4, 3, Conv2dOptions{Padding: 1}, rng)}, Child{"bn", NewBatchNorm2d(be, 3)})
+	net.SetTraining(false)
+	SetGradEnabled(net, false)
+	_, err := net.Forward(randTensor(rng, 2, 3, 6, 6))
+	if err == nil || !strings.Contains(err.Error(), "bn") || !strings.Contains(err.Error(), "3") {
+		t.Fatalf("got %v, want the batch norm's shape error", err)
 	}
 }
