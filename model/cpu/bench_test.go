@@ -188,6 +188,7 @@ func BenchmarkElementwiseKernels(b *testing.B) {
 		run  func(o vecOps)
 	}{
 		{"relu", func(o vecOps) { o.relu(y, x) }},
+		{"add", func(o vecOps) { o.add(y, x, u) }},
 		{"relu-backward", func(o vecOps) { o.reluBackward(u, x, z) }},
 		{"max-pool", func(o vecOps) {
 			for r := 0; r < n/512; r++ { // rows of 128 windows, from two input rows of 256

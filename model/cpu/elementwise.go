@@ -79,15 +79,9 @@ func (t *elemTask) Do(worker, i int) {
 		}
 		t.vec.dropout(t.y.Data[lo:hi], t.z.Data[lo:hi], t.x.Data[lo:hi], t.f, keep, t.seed, lo)
 	case opMul:
-		zd, yd := t.z.Data[lo:hi], t.y.Data[lo:hi]
-		for i, v := range t.x.Data[lo:hi] {
-			zd[i] = v * yd[i]
-		}
+		t.vec.mul(t.z.Data[lo:hi], t.x.Data[lo:hi], t.y.Data[lo:hi])
 	case opAdd:
-		zd, yd := t.z.Data[lo:hi], t.y.Data[lo:hi]
-		for i, v := range t.x.Data[lo:hi] {
-			zd[i] = v + yd[i]
-		}
+		t.vec.add(t.z.Data[lo:hi], t.x.Data[lo:hi], t.y.Data[lo:hi])
 	case opAddReLU:
 		t.vec.addReLU(t.z.Data[lo:hi], t.x.Data[lo:hi], t.y.Data[lo:hi])
 	case opSGD:

@@ -65,6 +65,12 @@ func gradSumsReLUVector(x, dy *float32, n int, mean float64, scale, shift float3
 func addReLUVector(y, a, b *float32, n int)
 
 //go:noescape
+func addVector(y, a, b *float32, n int)
+
+//go:noescape
+func mulVector(y, a, b *float32, n int)
+
+//go:noescape
 func reluVector(y, x *float32, n int)
 
 //go:noescape
