@@ -264,7 +264,7 @@ func (t *convTask) Do(worker, i int) {
 		// dcol = Wᵀ · dy, folded back into each image.
 		t.gemm(worker, g.ckk, ld, g.f, wT, dyM, 0, gemm.Matrix{Data: dcol, Stride: ld})
 		for k := range n {
-			col2im(dcol[k*g.ohw:], ld, t.dx.Data[(first+k)*inLen:(first+k+1)*inLen], g, t.p)
+			col2im(t.b.vec, dcol[k*g.ohw:], ld, t.dx.Data[(first+k)*inLen:(first+k+1)*inLen], g, t.p)
 		}
 	}
 }
@@ -328,7 +328,7 @@ func im2col(ops vecOps, x, col []float32, ld int, g geometry, p tensor.ConvParam
 
 // col2im sets dx [C, H, W] to the sum of the column gradients (col, row
 // stride ld) over every receptive field each pixel belongs to.
-func col2im(col []float32, ld int, dx []float32, g geometry, p tensor.ConvParams) {
+func col2im(ops vecOps, col []float32, ld int, dx []float32, g geometry, p tensor.ConvParams) {
 	clear(dx)
 	r := 0
 	for c := 0; c < g.c; c++ {
@@ -348,10 +348,8 @@ func col2im(col []float32, ld int, dx []float32, g geometry, p tensor.ConvParams
 					// add of the row's [lo, hi).
 					lo, hi := inside(g.ow, g.wd, p.StrideW, kw-p.PadW)
 					if p.StrideW == 1 {
-						d := dst[lo+kw-p.PadW:]
-						for i, v := range src[lo:hi] {
-							d[i] += v
-						}
+						d := dst[lo+kw-p.PadW:][:hi-lo]
+						ops.add(d, d, src[lo:hi])
 						continue
 					}
 					at := lo*p.StrideW - p.PadW + kw
