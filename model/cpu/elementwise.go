@@ -79,7 +79,10 @@ func (t *elemTask) Do(worker, i int) {
 		}
 		t.vec.dropout(t.y.Data[lo:hi], t.z.Data[lo:hi], t.x.Data[lo:hi], t.f, keep, t.seed, lo)
 	case opMul:
-		t.vec.mul(t.z.Data[lo:hi], t.x.Data[lo:hi], t.y.Data[lo:hi])
+		zd, yd := t.z.Data[lo:hi], t.y.Data[lo:hi]
+		for i, v := range t.x.Data[lo:hi] {
+			zd[i] = v * yd[i]
+		}
 	case opAdd:
 		t.vec.add(t.z.Data[lo:hi], t.x.Data[lo:hi], t.y.Data[lo:hi])
 	case opAddReLU:

@@ -350,22 +350,6 @@ func (o vecOps) add(y, a, b []float32) {
 	}
 }
 
-// mul sets y[i] = a[i]·b[i] over len(y) elements.
-func (o vecOps) mul(y, a, b []float32) {
-	n := len(y)
-	a, b = a[:n], b[:n]
-	if n == 0 {
-		return
-	}
-	if o.vector {
-		mulVector(&y[0], &a[0], &b[0], n)
-		return
-	}
-	for i, v := range a {
-		y[i] = v * b[i]
-	}
-}
-
 // addReLU sets y[i] = reluOf(a[i] + b[i]) over len(y) elements (a
 // residual block's sum and relu).
 func (o vecOps) addReLU(y, a, b []float32) {

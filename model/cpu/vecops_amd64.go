@@ -68,9 +68,6 @@ func addReLUVector(y, a, b *float32, n int)
 func addVector(y, a, b *float32, n int)
 
 //go:noescape
-func mulVector(y, a, b *float32, n int)
-
-//go:noescape
 func reluVector(y, x *float32, n int)
 
 //go:noescape

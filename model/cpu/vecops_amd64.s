@@ -575,18 +575,15 @@ TEXT ·addReLUVector(SB), NOSPLIT, $0-32
 	MOVQ	n+24(FP), CX
 	LOOPS(ADD_RELU_8, ADD_RELU_4, ADD_RELU_1)
 
-// y = a + b, and y = a·b.
-#define BINARY(MOV, OP, Z) \
+// y = a + b.
+#define ADD(MOV, OP, Z) \
 	MOV	(SI)(AX*4), Z \
 	OP	(R8)(AX*4), Z, Z \
 	MOV	Z, (DI)(AX*4)
 
-#define ADD_8 BINARY(VMOVUPS, VADDPS, Y0)
-#define ADD_4 BINARY(VMOVUPS, VADDPS, X0)
-#define ADD_1 BINARY(VMOVSS, VADDSS, X0)
-#define MUL_8 BINARY(VMOVUPS, VMULPS, Y0)
-#define MUL_4 BINARY(VMOVUPS, VMULPS, X0)
-#define MUL_1 BINARY(VMOVSS, VMULSS, X0)
+#define ADD_8 ADD(VMOVUPS, VADDPS, Y0)
+#define ADD_4 ADD(VMOVUPS, VADDPS, X0)
+#define ADD_1 ADD(VMOVSS, VADDSS, X0)
 
 // func addVector(y, a, b *float32, n int)
 TEXT ·addVector(SB), NOSPLIT, $0-32
@@ -595,14 +592,6 @@ TEXT ·addVector(SB), NOSPLIT, $0-32
 	MOVQ	b+16(FP), R8
 	MOVQ	n+24(FP), CX
 	LOOPS(ADD_8, ADD_4, ADD_1)
-
-// func mulVector(y, a, b *float32, n int)
-TEXT ·mulVector(SB), NOSPLIT, $0-32
-	MOVQ	y+0(FP), DI
-	MOVQ	a+8(FP), SI
-	MOVQ	b+16(FP), R8
-	MOVQ	n+24(FP), CX
-	LOOPS(MUL_8, MUL_4, MUL_1)
 
 // out = (a·g + bx·(x − mu)) + d with g zeroed where the relu of x·scale +
 // shift stops the gradient.

@@ -39,7 +39,6 @@ func gradSumsReLUVector(x, dy *float32, n int, mean float64, scale, shift float3
 }
 func addReLUVector(y, a, b *float32, n int)        { panic("no vector kernels") }
 func addVector(y, a, b *float32, n int)            { panic("no vector kernels") }
-func mulVector(y, a, b *float32, n int)            { panic("no vector kernels") }
 func reluVector(y, x *float32, n int)              { panic("no vector kernels") }
 func reluBackwardVector(dx, dy, y *float32, n int) { panic("no vector kernels") }
 func maxPoolRowVector(y, r0, r1 *float32, n int)   { panic("no vector kernels") }

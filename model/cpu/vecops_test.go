@@ -114,10 +114,6 @@ func TestVecOps(t *testing.T) {
 			x := [][]float32{withNaNs(input(n)), input(n)}
 			return opCase{x, []int{flat(n)}, func(o vecOps, y [][]float32) { o.add(y[0][:n], x[0], x[1]) }}
 		}},
-		{"mul", func(n, _ int, _ func(int) int) opCase {
-			x := [][]float32{withNaNs(input(n)), input(n)}
-			return opCase{x, []int{flat(n)}, func(o vecOps, y [][]float32) { o.mul(y[0][:n], x[0], x[1]) }}
-		}},
 		{"addReLU", func(n, _ int, _ func(int) int) opCase {
 			x := [][]float32{withNaNs(input(n)), input(n)}
 			return opCase{x, []int{flat(n)}, func(o vecOps, y [][]float32) { o.addReLU(y[0][:n], x[0], x[1]) }}
