@@ -13,7 +13,8 @@ Compare with:
 
 With "resnet50" it times ResNet-50's distinct convolutions alone (batch 32,
 no bias), forward and forward + backward, in GFLOP/s as gorun's benchmark
-reports them.
+reports them; a further argument names one layer (bench/resnet50_convs.sh
+alternates gorun and PyTorch layer by layer).
 """
 import sys
 import time
@@ -45,8 +46,11 @@ RESNET50_CONVS = [  # name, in, out, kernel, stride, input size: model/nn's resn
 ]
 
 if len(sys.argv) > 2 and sys.argv[2] == "resnet50":
+    only = sys.argv[3] if len(sys.argv) > 3 else None  # one layer's name (bench/resnet50_convs.sh)
     print("threads", threads, "torch", torch.__version__, "allocator", allocator)
     for name, cin, cout, k, stride, hw in RESNET50_CONVS:
+        if only is not None and name != only:
+            continue
         conv = torch.nn.Conv2d(cin, cout, k, stride=stride, padding=k // 2, bias=False)
         x = torch.randn(32, cin, hw, hw, requires_grad=True)
         with torch.no_grad():
