@@ -32,6 +32,9 @@ type BatchNorm2d struct {
 	// then passes its input through.
 	conv    *Conv2d
 	gradOff bool // gradients are off (SetGradEnabled)
+	// passNext: the convolution's last Forward applied this layer, whose
+	// next Forward (the container's next call) passes its input through.
+	passNext bool
 	inputGrad
 	result
 }
@@ -57,11 +60,14 @@ func (b *BatchNorm2d) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 	if b.P.Training && tensor.Volume(x.Shape)/b.C < 2 {
 		return nil, fmt.Errorf("input %s has one value per channel; training needs more", x)
 	}
-	if b.conv != nil && b.conv.bn == b && b.conv.foldsBN() {
-		// The convolution before this layer applied it (and the relu
-		// fused into it) already.
-		b.x, b.y = x, x
-		return x, nil
+	if pass := b.passNext && b.conv != nil && b.conv.bn == b && b.conv.foldsBN(); pass || b.passNext {
+		b.passNext = false
+		if pass {
+			// The convolution before this layer applied it (and the
+			// relu fused into it) already.
+			b.x, b.y = x, x
+			return x, nil
+		}
 	}
 	b.x = x
 	tensor.ReuseLike(&b.mean, x, b.C)
@@ -155,14 +161,23 @@ func fuseConvBNs(layers []Layer) {
 
 func (b *BatchNorm2d) setNoGrad(off bool) { b.gradOff = off }
 
-// foldsToEnd reports whether layers[i] is a convolution applying the batch
-// norm after it in this pass (Conv2d.foldsBN), that batch norm and the
-// relu fused into it, if any, being the last of layers: they pass the
-// convolution's output through, so it is the container's output and goes
-// where the container's caller lent.
-func foldsToEnd(layers []Layer, i int) bool {
+// foldsPair reports whether layers[i] is a convolution that applies the
+// batch norm right after it in this pass (Conv2d.foldsBN), and returns it.
+func foldsPair(layers []Layer, i int) (*Conv2d, bool) {
 	conv, ok := layers[i].(*Conv2d)
 	if !ok || !conv.foldsBN() || i+1 >= len(layers) || layers[i+1] != Layer(conv.bn) {
+		return nil, false
+	}
+	return conv, true
+}
+
+// foldsToEnd reports whether layers[i] folds the batch norm after it
+// (foldsPair), that batch norm and the relu fused into it, if any, being
+// the last of layers: they pass the convolution's output through, so it
+// is the container's output and goes where the container's caller lent.
+func foldsToEnd(layers []Layer, i int) bool {
+	conv, ok := foldsPair(layers, i)
+	if !ok {
 		return false
 	}
 	switch len(layers) - i {
@@ -195,7 +210,7 @@ func (b *BatchNorm2d) Replica() Layer {
 	r := *b
 	r.x, r.y, r.inputGrad, r.result = nil, nil, inputGrad{}, result{}
 	r.mean, r.invStd = nil, nil
-	r.relu, r.fused, r.conv = nil, nil, nil // the replica's container pairs it anew
+	r.relu, r.fused, r.conv, r.passNext = nil, nil, nil, false // the replica's container pairs it anew
 	r.tracked = b.counter()
 	return &r
 }

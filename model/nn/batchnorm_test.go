@@ -181,3 +181,43 @@ func TestConvBatchNormMismatchNotFolded(t *testing.T) {
 		t.Fatalf("got %v, want the batch norm's shape error", err)
 	}
 }
+
+// TestConvBatchNormFoldedOnlyInItsContainer: a convolution shared by two
+// containers — one pairing it with the batch norm after it, one where it
+// comes last (a pipeline stage cut between the two) — folds the batch
+// norm only when the container pairing them runs them one after the
+// other, whichever ran last.
+func TestConvBatchNormFoldedOnlyInItsContainer(t *testing.T) {
+	be := cpu.New(1)
+	defer be.Close()
+	rng := rand.New(rand.NewPCG(14, 15))
+	conv := NewConv2d(be, 3, 4, 3, Conv2dOptions{Padding: 1}, rng)
+	bn := NewBatchNorm2d(be, 4)
+	for i := range bn.C {
+		bn.RunningMean.Data[i], bn.RunningVar.Data[i], bn.Bias.Data[i] = 0.3*float32(i), 2+float32(i), 0.5
+	}
+	whole := NewChain(Child{"conv", conv}, Child{"bn", bn})
+	stage := NewChain(Child{"conv", conv})
+	plain := NewChain(Child{"conv", NewConv2d(unfusing{be}, 3, 4, 3, Conv2dOptions{Padding: 1}, rand.New(rand.NewPCG(14, 15)))})
+	for _, c := range []*Chain{whole, stage, plain} {
+		c.SetTraining(false)
+		SetGradEnabled(c, false)
+	}
+	x := randTensor(rng, 2, 3, 5, 5)
+	raw, err := plain.Forward(x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := raw.HostData()
+	for _, order := range [][]*Chain{{stage, whole, stage}, {whole, stage, whole, stage}} {
+		for _, c := range order {
+			y, err := c.Forward(x)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c == stage && !sameBits(y.HostData(), want) {
+				t.Fatal("the stage ending with the convolution returned its output with the batch norm applied")
+			}
+		}
+	}
+}

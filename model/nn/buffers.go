@@ -314,6 +314,9 @@ func through(layers []Layer, cs []caps, in *tensor.Tensor, inBuf, final *buffer,
 			res, err = layers[i].Backward(in)
 			cs[i].lend(nil, nil, nil)
 		} else {
+			if conv, ok := foldsPair(layers, i); ok {
+				conv.foldNext = true // its batch norm is the next call
+			}
 			cs[i].lendOut(out, pool)
 			res, err = layers[i].Forward(in)
 			cs[i].lendOut(nil, nil)

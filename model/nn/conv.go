@@ -37,6 +37,9 @@ type Conv2d struct {
 	bn      *BatchNorm2d
 	fusedBN tensor.ConvBatchNormBackend
 	gradOff bool // gradients are off (SetGradEnabled)
+	// foldNext is set by the container running this layer right before
+	// its batch norm (through, foldsPair) for one Forward call.
+	foldNext bool
 	inputGrad
 	result
 	deferral
@@ -75,17 +78,22 @@ func (c *Conv2d) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 	c.x = x
 	y := c.out.get(x, x.Shape[0], c.Out, oh, ow)
 	c.y = y
-	if bn := c.bn; c.foldsBN() {
+	if bn := c.bn; c.foldNext && c.foldsBN() {
+		c.foldNext = false
 		c.fusedBN.Conv2dBatchNorm(x, c.Weight, c.Bias, y, bn.Weight, bn.Bias, bn.RunningMean, bn.RunningVar, c.P, bn.P, bn.fusedReLU())
+		bn.passNext = true
 		return y, nil
 	}
+	c.foldNext = false
 	c.be.Conv2d(x, c.Weight, c.Bias, y, c.P)
 	return y, nil
 }
 
-// foldsBN reports whether this forward pass applies the batch norm after
-// it (fuseConvBNs): paired, gradients off on both, the batch norm
-// evaluating.
+// foldsBN reports whether a forward pass now would apply the batch norm
+// after it (fuseConvBNs): paired, gradients off on both, the batch norm
+// evaluating. Only a container running the two one after the other asks
+// it to (foldNext), so that the batch norm's pass-through always follows
+// the folded call it stands for.
 func (c *Conv2d) foldsBN() bool {
 	return c.bn != nil && c.bn.conv == c && c.gradOff && c.bn.gradOff && !c.bn.P.Training
 }
@@ -133,7 +141,7 @@ func (c *Conv2d) Replica() Layer {
 	r := *c
 	r.x, r.y, r.inputGrad, r.result = nil, nil, inputGrad{}, result{}
 	r.deferral = deferral{on: c.deferral.on}
-	r.bn, r.fusedBN = nil, nil // the replica's container pairs it anew
+	r.bn, r.fusedBN, r.foldNext = nil, nil, false // the replica's container pairs it anew
 	return &r
 }
 
