@@ -28,10 +28,8 @@ type BatchNorm2d struct {
 	relu  *ReLU
 	fused tensor.BatchNormReLUBackend
 	// conv is the convolution right before this layer that applies it
-	// while gradients are off and it evaluates (fuseConvBNs): Forward
-	// then passes its input through.
-	conv    *Conv2d
-	gradOff bool // gradients are off (SetGradEnabled)
+	// while gradients are off and it evaluates (fuseConvBNs).
+	conv *Conv2d
 	// passNext: the convolution's last Forward applied this layer, whose
 	// next Forward (the container's next call) passes its input through.
 	passNext bool
@@ -60,14 +58,12 @@ func (b *BatchNorm2d) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 	if b.P.Training && tensor.Volume(x.Shape)/b.C < 2 {
 		return nil, fmt.Errorf("input %s has one value per channel; training needs more", x)
 	}
-	if pass := b.passNext && b.conv != nil && b.conv.bn == b && b.conv.foldsBN(); pass || b.passNext {
+	if b.passNext {
+		// The convolution before this layer applied it (and the relu
+		// fused into it) already.
 		b.passNext = false
-		if pass {
-			// The convolution before this layer applied it (and the
-			// relu fused into it) already.
-			b.x, b.y = x, x
-			return x, nil
-		}
+		b.x, b.y = x, x
+		return x, nil
 	}
 	b.x = x
 	tensor.ReuseLike(&b.mean, x, b.C)
@@ -159,27 +155,23 @@ func fuseConvBNs(layers []Layer) {
 	}
 }
 
-func (b *BatchNorm2d) setNoGrad(off bool) { b.gradOff = off }
-
-// foldsPair reports whether layers[i] is a convolution that applies the
-// batch norm right after it in this pass (Conv2d.foldsBN), and returns it.
-func foldsPair(layers []Layer, i int) (*Conv2d, bool) {
+// foldsPair returns layers[i] when it is a convolution that applies the
+// batch norm right after it in this pass (Conv2d.foldsBN), else nil;
+// containers ask only when their gradients are off (through's forward).
+func foldsPair(layers []Layer, i int) *Conv2d {
 	conv, ok := layers[i].(*Conv2d)
 	if !ok || !conv.foldsBN() || i+1 >= len(layers) || layers[i+1] != Layer(conv.bn) {
-		return nil, false
+		return nil
 	}
-	return conv, true
+	return conv
 }
 
-// foldsToEnd reports whether layers[i] folds the batch norm after it
-// (foldsPair), that batch norm and the relu fused into it, if any, being
-// the last of layers: they pass the convolution's output through, so it
-// is the container's output and goes where the container's caller lent.
-func foldsToEnd(layers []Layer, i int) bool {
-	conv, ok := foldsPair(layers, i)
-	if !ok {
-		return false
-	}
+// foldsToEnd reports whether conv, layers[i], folding the batch norm
+// after it (foldsPair), has that batch norm and the relu fused into it,
+// if any, as the last of layers: they pass the convolution's output
+// through, so it is the container's output and goes where the
+// container's caller lent.
+func foldsToEnd(layers []Layer, i int, conv *Conv2d) bool {
 	switch len(layers) - i {
 	case 2:
 		return true

@@ -292,9 +292,13 @@ func through(layers []Layer, cs []caps, in *tensor.Tensor, inBuf, final *buffer,
 		if backward {
 			i = n - 1 - k
 		}
+		var folding *Conv2d // a convolution applying the batch norm after it
+		if !backward {
+			folding = foldsPair(layers, i)
+		}
 		switch {
 		case k == n-1:
-		case !backward && final != nil && foldsToEnd(layers, i):
+		case folding != nil && final != nil && foldsToEnd(layers, i, folding):
 			out = final // the layers after it pass its output through
 		case !backward && held != nil && cs[i].inPlace:
 			out = held // an elementwise layer over an input only it reads
@@ -314,8 +318,8 @@ func through(layers []Layer, cs []caps, in *tensor.Tensor, inBuf, final *buffer,
 			res, err = layers[i].Backward(in)
 			cs[i].lend(nil, nil, nil)
 		} else {
-			if conv, ok := foldsPair(layers, i); ok {
-				conv.foldNext = true // its batch norm is the next call
+			if folding != nil {
+				folding.foldNext = true // its batch norm is the next call
 			}
 			cs[i].lendOut(out, pool)
 			res, err = layers[i].Forward(in)

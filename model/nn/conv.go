@@ -31,14 +31,12 @@ type Conv2d struct {
 	x, y        *tensor.Tensor
 	// bn, when set, is the batch norm right after this layer in its
 	// container (fuseConvBNs), applied by this layer's backend as it
-	// convolves (tensor.ConvBatchNormBackend) while gradients are off and
-	// the batch norm evaluates; the batch norm then passes its input
-	// through (foldsBN).
+	// convolves (tensor.ConvBatchNormBackend) when the container runs the
+	// two with gradients off and the batch norm evaluates (foldsPair);
+	// the batch norm then passes its input through.
 	bn      *BatchNorm2d
 	fusedBN tensor.ConvBatchNormBackend
-	gradOff bool // gradients are off (SetGradEnabled)
-	// foldNext is set by the container running this layer right before
-	// its batch norm (through, foldsPair) for one Forward call.
+	// foldNext is set by that container for one Forward call.
 	foldNext bool
 	inputGrad
 	result
@@ -89,16 +87,14 @@ func (c *Conv2d) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 	return y, nil
 }
 
-// foldsBN reports whether a forward pass now would apply the batch norm
-// after it (fuseConvBNs): paired, gradients off on both, the batch norm
-// evaluating. Only a container running the two one after the other asks
-// it to (foldNext), so that the batch norm's pass-through always follows
-// the folded call it stands for.
+// foldsBN reports whether a forward pass with gradients off would apply
+// the batch norm after it (fuseConvBNs): paired, the batch norm
+// evaluating. Only a container running the two one after the other with
+// gradients off asks it to (foldNext), so that the batch norm's
+// pass-through always follows the folded call it stands for.
 func (c *Conv2d) foldsBN() bool {
-	return c.bn != nil && c.bn.conv == c && c.gradOff && c.bn.gradOff && !c.bn.P.Training
+	return c.bn != nil && c.bn.conv == c && !c.bn.P.Training
 }
-
-func (c *Conv2d) setNoGrad(off bool) { c.gradOff = off }
 
 // Backward implements Layer.
 func (c *Conv2d) Backward(dy *tensor.Tensor) (*tensor.Tensor, error) {
