@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -100,6 +101,33 @@ func TestBlamedRankIsTheCause(t *testing.T) {
 	}
 	if !strings.Contains(out, "rank 0's error named it") {
 		t.Errorf("launcher did not say why rank 1 is the first failure:\n%s", out)
+	}
+}
+
+// TestReadBlame: a blame file that is missing, empty, not a number or
+// negative blames no one (-1); a rank and a newline is that rank.
+func TestReadBlame(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct {
+		name, content string
+		want          int
+	}{
+		{"missing", "", -1},
+		{"empty", "", -1},
+		{"garbage", "rank one\n", -1},
+		{"negative", "-2\n", -1},
+		{"rank", "3\n", 3},
+		{"without newline", "0", 0},
+	} {
+		path := filepath.Join(dir, c.name)
+		if c.name != "missing" {
+			if err := os.WriteFile(path, []byte(c.content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := readBlame(path); got != c.want {
+			t.Errorf("%s: blames %d, want %d", c.name, got, c.want)
+		}
 	}
 }
 
