@@ -31,8 +31,8 @@ type fastPath struct {
 // transport that reaches it (RDMA, then shared memory), over TCP
 // otherwise. It has the transport methods the ring algorithms and
 // point-to-point calls use, and passes on the optional ones (ring.Combiner,
-// ring.SendRecver) where the peer's transport has them. A new transport is
-// its set-up call in setUp and one add.
+// ring.SendRecver, ring.DirectSender) where the peer's transport has them.
+// A new transport is its set-up call in setUp and one add.
 type dataPath struct {
 	tcp   *tcp.Transport
 	host  string     // the address this rank listens on ("" for one rank alone)
@@ -154,6 +154,16 @@ func (d *dataPath) PostCombine(peer int, stream uint32, buf []byte, combine func
 	}
 	t, err := l.PostCombine(peer, stream, buf, combine)
 	return t, err == nil, err
+}
+
+// SendDirect implements ring.DirectSender: through shared memory a large
+// frame is read by the peer straight from payload; elsewhere it is Send.
+func (d *dataPath) SendDirect(ctx context.Context, peer int, stream uint32, meta [4]uint64, payload []byte) error {
+	l := d.watched(peer)
+	if ds, ok := l.(ring.DirectSender); ok {
+		return ds.SendDirect(ctx, peer, stream, meta, payload)
+	}
+	return l.Send(ctx, peer, stream, meta, payload)
 }
 
 func (d *dataPath) Wait(ctx context.Context, peer int, stream uint32, ticket uint64) ([4]uint64, int, error) {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/ring"
+	"github.com/gorun/gorun/shm"
 	"github.com/gorun/gorun/tcp"
 )
 
@@ -90,6 +91,11 @@ type Settings struct {
 	// applies to every group of more than two). All ranks must use the
 	// same value.
 	BruckBytes int
+	// DirectBytes is the frame size from which ranks of one machine read
+	// each other's frames straight from the sender's memory, one copy
+	// instead of two through the shared-memory rings (GORUN_DIRECT_BYTES;
+	// 0: shm.DefaultDirectBytes, -1: never; at least shm.MinDirectBytes).
+	DirectBytes int
 	// Compress sends large payloads compressed with S2.
 	Compress bool
 	// Addr is the address peers reach this rank's data port by; empty: the
@@ -335,6 +341,7 @@ func ResolveSettings(getenv func(string) string, opts ...Option) (Settings, erro
 	s.OneShotBytes = e.int("GORUN_ONESHOT_BYTES", 0)
 	s.HalvingBytes = e.int("GORUN_HALVING_BYTES", 0)
 	s.BruckBytes = e.int("GORUN_BRUCK_BYTES", 0)
+	s.DirectBytes = e.int("GORUN_DIRECT_BYTES", 0)
 	switch c := getenv("GORUN_COMPRESS"); c {
 	case "", "0", "none", "off":
 	case "1", "s2", "on":
@@ -433,6 +440,8 @@ func (s *Settings) validate() error {
 		return fmt.Errorf("timeouts must be positive (join %v, call %v)", s.JoinTimeout, s.Timeout)
 	case s.StallAfter < 0:
 		return fmt.Errorf("GORUN_STALL=%v: want 0 (off) or a positive duration", s.StallAfter)
+	case s.DirectBytes > 0 && s.DirectBytes < shm.MinDirectBytes:
+		return fmt.Errorf("GORUN_DIRECT_BYTES=%d: want at least %d bytes (smaller buffers may lie on a goroutine's stack, which moves), or -1 for none", s.DirectBytes, shm.MinDirectBytes)
 	case s.Size > 1<<20:
 		return fmt.Errorf("world size %d is too large", s.Size)
 	}

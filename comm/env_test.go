@@ -45,6 +45,7 @@ func TestResolveSettings(t *testing.T) {
 		{name: "open mpi across nodes needs MASTER_ADDR", env: map[string]string{"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}, wantErr: "Open MPI spans several nodes"},
 		{name: "bad timeout", env: map[string]string{"GORUN_TIMEOUT": "soon"}, wantErr: `GORUN_TIMEOUT="soon"`},
 		{name: "socket buffer too small", env: map[string]string{"GORUN_SOCKET_BUFFER": "4096"}, wantErr: "GORUN_SOCKET_BUFFER=4096: 4096 bytes is below the 65536-byte minimum"},
+		{name: "direct frames too small", env: map[string]string{"GORUN_DIRECT_BYTES": "4096"}, wantErr: "GORUN_DIRECT_BYTES=4096: want at least 262144 bytes (smaller buffers may lie on a goroutine's stack, which moves), or -1 for none"},
 		{name: "bad compression", env: map[string]string{"GORUN_COMPRESS": "zip"}, wantErr: `GORUN_COMPRESS="zip"`},
 		{name: "negative stall", env: map[string]string{"GORUN_STALL": "-5s"}, wantErr: "GORUN_STALL=-5s: want 0 (off) or a positive duration"},
 		{name: "bad stall", env: map[string]string{"GORUN_STALL": "later"}, wantErr: `GORUN_STALL="later"`},
@@ -78,13 +79,13 @@ func TestResolveSettings(t *testing.T) {
 
 func TestResolveSettingsTuning(t *testing.T) {
 	env := map[string]string{"GORUN_TIMEOUT": "90", "GORUN_JOIN_TIMEOUT": "2m", "GORUN_SMALL_BYTES": "-1", "GORUN_CHUNK_BYTES": "8192", "GORUN_COMPRESS": "s2", "GORUN_TOKEN": "abc",
-		"GORUN_STALL": "0", "GORUN_LAUNCHER_PID": "4242"}
+		"GORUN_STALL": "0", "GORUN_LAUNCHER_PID": "4242", "GORUN_DIRECT_BYTES": "-1"}
 	s, err := ResolveSettings(func(k string) string { return env[k] }, WithChunkBytes(4096))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if s.Timeout != 90*time.Second || s.JoinTimeout != 2*time.Minute || s.SmallBytes != -1 || s.ChunkBytes != 4096 || !s.Compress || string(s.Token) != "abc" ||
-		s.StallAfter != 0 || s.LauncherPID != 4242 {
+		s.StallAfter != 0 || s.LauncherPID != 4242 || s.DirectBytes != -1 {
 		t.Errorf("got %+v", s)
 	}
 }

@@ -79,7 +79,7 @@ func setupSharedMemory(hosts []string, s *Settings, t *tcp.Transport, share func
 	if len(local) < 2 {
 		return nil, hostOf, nil
 	}
-	st, info, err := shm.New(shm.Config{Rank: s.Rank, Size: s.Size, Local: local, Timeout: s.Timeout, Spin: s.Spin, Failed: t.Err, Left: t.Left, Watch: s.lazy()})
+	st, info, err := shm.New(shm.Config{Rank: s.Rank, Size: s.Size, Local: local, Timeout: s.Timeout, Spin: s.Spin, Failed: t.Err, Left: t.Left, Watch: s.lazy(), DirectBytes: s.DirectBytes})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -56,6 +56,9 @@ func runWorker(scenario string) int {
 	switch scenario {
 	case "matrix":
 		err = matrix(ctx, g)
+	case "large-blocks":
+		// Blocks of 1.2 MB: a 1 MiB chunk and a 151,424-byte rest each.
+		err = checkRooted[float32](ctx, g, 300_000)
 	case "stranger", "sum":
 		buf := []float32{float32(g.Rank() + 1)}
 		if err = g.AllReduce(ctx, buf, comm.Sum); err == nil && buf[0] != float32(g.Size()*(g.Size()+1)/2) {

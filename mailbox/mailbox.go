@@ -13,6 +13,7 @@ package mailbox
 import (
 	"errors"
 	"fmt"
+	"io"
 )
 
 // ErrFrameTooLarge is wrapped by the error of a receive whose frame is
@@ -66,6 +67,7 @@ type Peer struct {
 	cur        incoming
 	spare      []*early // consumed early frames kept for reuse, with their buffers
 	unclaimed  int      // early frames not yet claimed by a Post, over all streams
+	scratch    []byte   // DeliverFrom's bytes on their way into a combining receive
 }
 
 // Early frames are recycled, so that a peer that is often ahead of this
@@ -281,6 +283,51 @@ func (p *Peer) Deliver(h *Header, data []byte) {
 	if h.Flags&Last != 0 {
 		p.end()
 	}
+}
+
+// scratchBytes is the most a frame that DeliverFrom folds into a
+// combining receive is read in one piece: the piece is still in the
+// core's cache when it is folded in.
+const scratchBytes = 256 << 10
+
+// DeliverFrom takes a whole frame whose bytes the transport reads itself
+// from src (at offsets 0 to h.Total; h.Flags and h.N are not looked at):
+// straight into the posted receive it fills, or into the early frame
+// that waits for its receive, or, for a receive that combines, piece by
+// piece through a scratch buffer. No frame may be arriving in fragments
+// meanwhile. A read that fails fails the frame's receive with its error,
+// which DeliverFrom also returns; a frame larger than its receive is
+// reported there and not read (nil is returned).
+func (p *Peer) DeliverFrom(h *Header, src io.ReaderAt) error {
+	p.begin(h)
+	c := &p.cur
+	var err error
+	switch {
+	case c.tooBig:
+	case c.recv != nil && c.recv.combine != nil:
+		if len(p.scratch) < min(len(c.dst), scratchBytes) {
+			p.scratch = make([]byte, min(len(c.dst), scratchBytes))
+		}
+		for off := 0; off < len(c.dst) && err == nil; off += scratchBytes {
+			piece := p.scratch[:min(len(c.dst)-off, scratchBytes)]
+			if _, err = src.ReadAt(piece, int64(off)); err == nil {
+				c.recv.combine(c.dst[off:off+len(piece)], piece)
+			}
+		}
+	default:
+		_, err = src.ReadAt(c.dst, 0)
+	}
+	if err != nil {
+		err = fmt.Errorf("reading a %d-byte frame: %w", h.Total, err)
+		if c.recv != nil {
+			c.recv.err = err
+		} else {
+			c.early.err = err
+		}
+	}
+	c.got = len(c.dst)
+	p.end()
+	return err
 }
 
 func (p *Peer) begin(h *Header) {

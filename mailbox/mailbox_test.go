@@ -378,3 +378,92 @@ func TestIdleAndUnclaimed(t *testing.T) {
 	p.Post(1, make([]byte, 16))
 	state("1's frame claimed", true, true, 0)
 }
+
+// failingReader fails every read after the first ok bytes.
+type failingReader struct {
+	r  *bytes.Reader
+	ok int64
+}
+
+var errRead = errors.New("the sender's memory is gone")
+
+func (f failingReader) ReadAt(b []byte, off int64) (int, error) {
+	if off+int64(len(b)) > f.ok {
+		return 0, errRead
+	}
+	return f.r.ReadAt(b, off)
+}
+
+// TestDeliverFrom: a whole frame the transport reads itself lands in a
+// posted receive, in an early frame for a later one, or folded into a
+// combining receive over several scratch pieces; a frame larger than its
+// receive and a read that fails fail that receive only, and the frame
+// after it is delivered normally.
+func TestDeliverFrom(t *testing.T) {
+	frame := bytes.Repeat([]byte("0123456789abcdef"), (2*scratchBytes+40)/16) // three scratch pieces
+	xor := func(dst, src []byte) {
+		for i := range dst {
+			dst[i] ^= src[i]
+		}
+	}
+	for _, tc := range []struct {
+		name      string
+		postFirst bool
+		buf       int
+		combine   Combine
+		readable  int64 // bytes the source gives before failing
+		want      string
+	}{
+		{"posted", true, len(frame), nil, 1 << 40, ""},
+		{"posted, combined", true, len(frame) + 8, xor, 1 << 40, ""},
+		{"early", false, len(frame) + 8, nil, 1 << 40, ""},
+		{"early, combined", false, len(frame), xor, 1 << 40, ""},
+		{"too large", true, 100, nil, 1 << 40, "frame larger than the posted receive"},
+		{"read fails", true, len(frame), nil, scratchBytes, "reading a 524320-byte frame: the sender's memory is gone"},
+		{"read fails, combined", true, len(frame), xor, scratchBytes, "reading a 524320-byte frame: the sender's memory is gone"},
+		{"read fails, early", false, len(frame), nil, 0, "reading a 524320-byte frame: the sender's memory is gone"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := NewPeer()
+			buf := bytes.Repeat([]byte{0x5a}, tc.buf)
+			var tk uint64
+			if tc.postFirst {
+				tk = p.PostCombine(3, buf, tc.combine)
+			}
+			h := Header{Stream: 3, Total: uint64(len(frame)), Meta: [4]uint64{42}}
+			err := p.DeliverFrom(&h, failingReader{bytes.NewReader(frame), tc.readable})
+			// Only a failed read is returned (a frame too large is the
+			// receive's error alone).
+			if readFails := tc.readable < int64(len(frame)); readFails != errors.Is(err, errRead) || !readFails && err != nil {
+				t.Fatalf("DeliverFrom returned %v", err)
+			}
+			if !tc.postFirst {
+				tk = p.PostCombine(3, buf, tc.combine)
+			}
+			meta, n, err, ok := p.Result(3, tk)
+			if !ok {
+				t.Fatal("the receive is not done")
+			}
+			if tc.want != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.want) {
+					t.Fatalf("got %v, want an error containing %q", err, tc.want)
+				}
+			} else {
+				want := frame
+				if tc.combine != nil {
+					want = bytes.Repeat([]byte{0x5a}, len(frame))
+					xor(want, frame)
+				}
+				if err != nil || n != len(frame) || meta[0] != 42 || !bytes.Equal(buf[:n], want) {
+					t.Fatalf("meta %v, %d bytes, %v", meta, n, err)
+				}
+			}
+			send(p, 3, [4]uint64{43}, []byte("next"), 2)
+			next := make([]byte, 4)
+			tk = p.Post(3, next)
+			if meta, n, err, ok := p.Result(3, tk); !ok || err != nil || n != 4 || meta[0] != 43 || string(next) != "next" {
+				t.Fatalf("the next frame: ok %v, meta %v, %d bytes, %v", ok, meta, n, err)
+			}
+		})
+	}
+}

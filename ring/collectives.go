@@ -95,6 +95,18 @@ type SendRecver interface {
 	SendRecv(ctx context.Context, to int, stream uint32, meta [4]uint64, payload []byte, from int, buf []byte) (rmeta [4]uint64, n int, ok bool, err error)
 }
 
+// DirectSender is implemented by transports that can have the receiver
+// copy a frame straight out of the sender's memory (shared memory, by
+// cross-memory attach): one copy instead of two, but the send returns
+// only once the receiver has read the frame. That pays where every rank
+// sends and receives whole blocks at once, so that the copying is the
+// work (all-to-all); chunks streaming one way or round a ring run faster
+// through the transport's own buffers, where sender and receiver copy at
+// the same time. SendDirect is Send for frames or peers it cannot take.
+type DirectSender interface {
+	SendDirect(ctx context.Context, peer int, stream uint32, meta [4]uint64, payload []byte) error
+}
+
 // Size returns the number of members.
 func (c *Collectives) Size() int { return len(c.Peers) }
 
@@ -161,6 +173,15 @@ func fromBytes[T Elem](b []byte) []T {
 
 func (c *Collectives) send(ctx context.Context, to int, call Call, step, chunk int, b []byte) error {
 	return c.T.Send(ctx, c.peer(to), c.Stream, call.meta(step, chunk), b)
+}
+
+// sendDirect is send through the transport's DirectSender, where it has
+// one.
+func (c *Collectives) sendDirect(ctx context.Context, to int, call Call, step, chunk int, b []byte) error {
+	if ds, ok := c.T.(DirectSender); ok {
+		return ds.SendDirect(ctx, c.peer(to), c.Stream, call.meta(step, chunk), b)
+	}
+	return c.send(ctx, to, call, step, chunk, b)
 }
 
 // wait completes the k-th posted receive and checks that it belongs to the

@@ -88,10 +88,21 @@ func foldOut[T Elem](ctx context.Context, c *Collectives, call Call, f fold, buf
 // at most ChunkBytes numbered from 0 (at least one frame, even when the
 // range is empty).
 func sendChunks[T Elem](ctx context.Context, c *Collectives, call Call, to, step int, buf []T, lo, hi int) error {
+	return sendChunksBy(ctx, c, (*Collectives).send, call, to, step, buf, lo, hi)
+}
+
+// sendChunksDirect is sendChunks through the transport's DirectSender
+// (where it has one): for blocks every rank sends while it receives
+// others' (all-to-all).
+func sendChunksDirect[T Elem](ctx context.Context, c *Collectives, call Call, to, step int, buf []T, lo, hi int) error {
+	return sendChunksBy(ctx, c, (*Collectives).sendDirect, call, to, step, buf, lo, hi)
+}
+
+func sendChunksBy[T Elem](ctx context.Context, c *Collectives, send func(*Collectives, context.Context, int, Call, int, int, []byte) error, call Call, to, step int, buf []T, lo, hi int) error {
 	ce := c.chunkElems(elemSize[T]())
 	for j := range subchunks(lo, hi, ce) {
 		a, b := sub(lo, hi, ce, j)
-		if err := c.send(ctx, to, call, step, j, AsBytes(buf[a:b])); err != nil {
+		if err := send(c, ctx, to, call, step, j, AsBytes(buf[a:b])); err != nil {
 			return err
 		}
 	}

@@ -265,8 +265,9 @@ func rootedLayout(c *Collectives, what string, root int, counts []int, mine stri
 
 // exchange receives block p of recv (laid out as rl) from every other
 // group rank p: all receives posted, then, when sending, block p of send
-// (laid out as sl) sent to each rank p from the next rank on, then the
-// receives waited for in the order posted; frames are step of call.
+// (laid out as sl) sent to each rank p from the next rank on (as direct
+// frames where the transport has them: every rank copies at once), then
+// the receives waited for in the order posted; frames are step of call.
 func exchange[T Elem](ctx context.Context, c *Collectives, call Call, step int, recv []T, rl layout, send []T, sl layout, sending bool) error {
 	n, r := c.Size(), c.Rank
 	for i := 1; i < n; i++ {
@@ -280,7 +281,7 @@ func exchange[T Elem](ctx context.Context, c *Collectives, call Call, step int, 
 		for i := 1; i < n; i++ {
 			to := mod(r+i, n)
 			lo, hi := sl.block(to)
-			if err := sendChunks(ctx, c, call, to, step, send, lo, hi); err != nil {
+			if err := sendChunksDirect(ctx, c, call, to, step, send, lo, hi); err != nil {
 				return err
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -289,5 +290,61 @@ func TestAllToAllAlgorithmMismatchNamed(t *testing.T) {
 	var m *MismatchError // the others wait out the context: rank 0 stopped answering
 	if !errors.As(errs[0], &m) || !strings.Contains(m.Error(), "pairwise") || !strings.Contains(m.Error(), "bruck") {
 		t.Fatalf("rank 0's error: %v, want a mismatch naming pairwise and bruck", errs[0])
+	}
+}
+
+// directEnd is a memEnd that also offers SendDirect (ring.DirectSender),
+// counting the frames sent through it by kind of call.
+type directEnd struct {
+	*memEnd
+	direct map[Kind]int
+}
+
+func (e *directEnd) SendDirect(ctx context.Context, peer int, stream uint32, meta [4]uint64, payload []byte) error {
+	e.direct[decodeCall(meta).Kind]++
+	return e.memEnd.Send(ctx, peer, stream, meta, payload)
+}
+
+// TestOnlyAllToAllSendsDirect: of the collectives, only the all-to-alls
+// (pairwise exchange: every rank sends while it receives) send through a
+// transport's DirectSender, every block's every chunk; the others, whose
+// chunks stream one way or round a ring, use Send.
+func TestOnlyAllToAllSendsDirect(t *testing.T) {
+	const n, count, chunk = 3, 1000, 1024 // blocks of 4,000 bytes: 4 chunks
+	ends := make([]*directEnd, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	configure := func(c *Collectives) {
+		ends[c.Rank] = &directEnd{memEnd: c.T.(*memEnd), direct: map[Kind]int{}}
+		c.T, c.ChunkBytes = ends[c.Rank], chunk
+	}
+	errs := rankErrors(ctx, n, configure, func(ctx context.Context, r int, c *Collectives) error {
+		all, mine := make([]float32, n*count), make([]float32, count)
+		counts := []int{count, count, count}
+		for _, call := range []func() error{
+			func() error { return AllToAll(ctx, c, make([]float32, n*count), all) },
+			func() error { return AllToAllV(ctx, c, make([]float32, n*count), counts, all, counts) },
+			func() error { return Gather(ctx, c, mine, all, 0) },
+			func() error { return Scatter(ctx, c, all, mine, 0) },
+			func() error { return ReduceToRoot(ctx, c, all, Sum, 0) },
+			func() error { return AllReduce(ctx, c, all, Sum) },
+			func() error { return Broadcast(ctx, c, all, 0) },
+			func() error { return AllGather(ctx, c, mine, all) },
+			func() error { return ReduceScatter(ctx, c, all, mine, Sum) },
+		} {
+			if err := call(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	want := map[Kind]int{KindAllToAll: (n - 1) * 4, KindAllToAllV: (n - 1) * 4}
+	for r, e := range ends {
+		if !maps.Equal(e.direct, want) {
+			t.Errorf("rank %d sent direct frames %v, want %v", r, e.direct, want)
+		}
 	}
 }

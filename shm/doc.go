@@ -5,7 +5,9 @@
 // a sender copies a frame into its ring in the receiver's segment,
 // fragment by fragment, and rings the receiver's doorbell. A waiting rank
 // drains its rings itself, spinning briefly and then sleeping on the
-// doorbell with a futex, so an idle rank burns no core.
+// doorbell with a futex, so an idle rank burns no core. SendDirect sends
+// large frames as direct records instead, which the receiver reads
+// straight out of the sender's memory (process_vm_readv): see direct.go.
 //
 // Transport offers the same Send, Post and Wait as the tcp transport (and
 // so satisfies the ring package's interface without importing it), and

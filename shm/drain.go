@@ -15,6 +15,10 @@ func (p *peer) drain() bool {
 	if !ok {
 		return false
 	}
+	if isDirect(&h) {
+		p.drainDirect(tail, &h)
+		return true
+	}
 	data, rec := p.in.fragment(tail, int(h.N))
 	p.boxes.Deliver(&h, data)
 	p.noteUnclaimed()

@@ -297,6 +297,12 @@ func (r *ring) header(pos uint64) []uint64 {
 	return unsafe.Slice((*uint64)(unsafe.Pointer(&r.mem[off])), recordHeader/8)
 }
 
+// inline returns the inline word of the record at pos (a direct record's
+// state: see direct.go).
+func (r *ring) inline(pos uint64) *atomic.Uint64 {
+	return (*atomic.Uint64)(unsafe.Pointer(&r.mem[pos&(r.size-1)+inlineWord*8]))
+}
+
 // seq returns the sequence word of the record at pos.
 func (r *ring) seq(pos uint64) *atomic.Uint64 {
 	return (*atomic.Uint64)(unsafe.Pointer(&r.mem[pos&(r.size-1)+seqWord*8]))

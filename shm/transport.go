@@ -73,6 +73,11 @@ type Config struct {
 	// goodbye comes elsewhere, over TCP): waits for that rank's data and
 	// sends to it return the error, after one last look at what it sent.
 	Left func(rank int) error
+	// DirectBytes: frames of at least this many bytes sent by SendDirect
+	// are read by the receiver straight from the sender's memory, one
+	// copy instead of two (see direct.go). 0: DefaultDirectBytes;
+	// negative: never; otherwise at least MinDirectBytes.
+	DirectBytes int
 	// Watch makes waits hear the end of the peer they wait for from
 	// shared memory itself, for peers no other transport connects (lazy
 	// TCP): a goodbye or an abort in its segment's status (Leave, Abort),
@@ -122,6 +127,8 @@ type Transport struct {
 
 	statusMu sync.Mutex           // serialises Leave and Abort
 	leftFn   func(rank int) error // t.left, made once (a method value allocates)
+	readv    vmReader             // reads peers' memory: unix.ProcessVMReadv
+	patience time.Duration        // how long a direct record waits for its claim: directPatience
 }
 
 type peer struct {
@@ -135,6 +142,7 @@ type peer struct {
 	dirty  dirtyLines // out's lines that may hold data; under sendMu
 	looked bool       // wrapEarly read the tail on this lap; under sendMu
 	plain  bool       // publish with plain stores (Transport.plain)
+	direct bool       // large frames go as direct records (until the peer refuses one); under sendMu
 
 	rxMu  sync.Mutex // held while draining in and touching the mailboxes
 	boxes *mailbox.Peer
@@ -144,6 +152,11 @@ type peer struct {
 	// written under rxMu.
 	delivered atomic.Uint64
 	unclaimed atomic.Int64
+	// Reading direct records, under rxMu: whether the peer's memory can
+	// be read, and the reader.
+	readable int
+	probe    [8]byte
+	src      remoteBytes
 
 	pid   int // the peer's process
 	pidfd int // readable once that process ended (Config.Watch); -1: none
@@ -197,6 +210,12 @@ func New(cfg Config) (*Transport, Info, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 5 * time.Minute
 	}
+	switch {
+	case cfg.DirectBytes == 0:
+		cfg.DirectBytes = DefaultDirectBytes
+	case cfg.DirectBytes > 0 && cfg.DirectBytes < MinDirectBytes:
+		return nil, Info{}, fmt.Errorf("shm: direct frames of %d bytes: want at least %d (smaller buffers may lie on a goroutine's stack, which moves), or a negative size for none", cfg.DirectBytes, MinDirectBytes)
+	}
 	if len(cfg.Local) == 0 {
 		for r := range cfg.Size {
 			cfg.Local = append(cfg.Local, r)
@@ -210,7 +229,7 @@ func New(cfg Config) (*Transport, Info, error) {
 		return nil, Info{}, err
 	}
 	t := &Transport{cfg: cfg, own: own, peers: make([]*peer, cfg.Size), plain: storesInOrder && registerBarriers()}
-	t.leftFn = t.left
+	t.leftFn, t.readv, t.patience = t.left, unix.ProcessVMReadv, directPatience
 	return t, Info{PID: os.Getpid(), FD: own.fd}, nil
 }
 
@@ -230,7 +249,8 @@ func (t *Transport) Attach(rank int, info Info) error {
 	if rank == t.cfg.Rank || t.slot(rank) < 0 {
 		return fmt.Errorf("shm: cannot attach rank %d (this is rank %d; the local ranks are %v)", rank, t.cfg.Rank, t.cfg.Local)
 	}
-	p := &peer{rank: rank, in: t.own.ring(t.slot(rank)), boxes: mailbox.NewPeer(), plain: t.plain, pid: info.PID, pidfd: -1}
+	p := &peer{rank: rank, in: t.own.ring(t.slot(rank)), boxes: mailbox.NewPeer(), plain: t.plain, direct: true, pid: info.PID, pidfd: -1}
+	p.src.pid, p.src.readv = info.PID, t.readv
 	p.mapSeg = func() {
 		seg, err := openSegment(info.PID, info.FD, len(t.cfg.Local), t.cfg.Slots, t.cfg.SlotBytes)
 		if err != nil {
@@ -457,6 +477,22 @@ const lastLooks = 3
 // ring is full (draining this rank's own rings meanwhile, so two ranks
 // sending to each other cannot deadlock).
 func (t *Transport) Send(ctx context.Context, rank int, stream uint32, meta [4]uint64, payload []byte) error {
+	return t.send(ctx, rank, stream, meta, payload, false)
+}
+
+// SendDirect is Send, except that a frame of Config.DirectBytes or more
+// is read by rank straight out of payload, one copy instead of two,
+// and SendDirect returns once it was (see direct.go); it goes through the
+// ring where rank cannot read this process's memory or does not start
+// reading within a short patience. The copy saved pays where both ranks
+// are busy copying (all-to-all); a stream of chunks one way, or round a
+// ring, runs faster through the ring, where sender and receiver copy at
+// the same time (bench/results/HISTORY.md).
+func (t *Transport) SendDirect(ctx context.Context, rank int, stream uint32, meta [4]uint64, payload []byte) error {
+	return t.send(ctx, rank, stream, meta, payload, true)
+}
+
+func (t *Transport) send(ctx context.Context, rank int, stream uint32, meta [4]uint64, payload []byte, direct bool) error {
 	p, err := t.peer(rank)
 	if err != nil {
 		return err
@@ -471,31 +507,19 @@ func (t *Transport) Send(ctx context.Context, rank int, stream uint32, meta [4]u
 	}
 	p.sendMu.Lock()
 	defer p.sendMu.Unlock()
-	r := p.out
 	var w waiter
+	if d := t.cfg.DirectBytes; direct && d > 0 && len(payload) >= d && p.direct {
+		if sent, err := t.sendDirect(ctx, p, stream, meta, payload, &w); sent || err != nil {
+			return err
+		}
+	}
+	r := p.out
 	h := mailbox.Header{Stream: stream, Flags: mailbox.First, Total: uint64(len(payload)), Meta: meta}
 	for off := 0; off == 0 || off < len(payload); {
-		head := p.head
 		n := min(len(payload)-off, r.maxFrag)
-		rec := uint64(recordBytes(n))
-		wrap := rec > r.toEnd(head) || p.wrapEarly(head, rec)
-		if wrap {
-			rec = r.toEnd(head) // a wrap record fills the rest of the lap
-		}
-		// Room for the record and the next one's header line, whose
-		// sequence word may need a zero before this record is published.
-		if head+rec+lineBytes-p.freed > r.size {
-			if p.freed = r.tail.Load(); head+rec+lineBytes-p.freed <= r.size {
-				continue
-			}
-			if w.t == nil {
-				w = t.waiter(ctx, rank, "sending (its ring stayed full)")
-			}
-			t.progress(nil)
-			if err := w.pause(func() bool { return head+rec+lineBytes-r.tail.Load() <= r.size || t.pending() }); err != nil {
-				return err
-			}
-			continue
+		head, rec, wrap, err := t.reserve(ctx, p, n, &w)
+		if err != nil {
+			return err
 		}
 		hdr, at := r.header(head), head&(r.size-1)
 		p.dirty.header(at)
@@ -515,18 +539,57 @@ func (t *Transport) Send(ctx context.Context, rank int, stream uint32, meta [4]u
 			h.Put(hdr)
 			h.Flags = 0
 		}
-		if next := (head + rec) & (r.size - 1); p.dirty.isData(next) {
-			publish(r.seq(next), 0, p.plain)
-			p.dirty.header(next)
-		}
-		p.head = head + rec
-		publish(r.seq(head), head+1, p.plain)
-		p.seg.ringBell()
+		p.publish(head, rec)
 		if len(payload) == 0 && !wrap {
 			break
 		}
 	}
 	return nil
+}
+
+// reserve waits until p's ring has room at p.head for the record of an
+// n-byte fragment, or for a wrap record there (wrap: the record goes to
+// the next lap), and returns where the record lies and its length. The
+// caller holds sendMu; w bounds the wait (started on its first pause).
+func (t *Transport) reserve(ctx context.Context, p *peer, n int, w *waiter) (head, rec uint64, wrap bool, err error) {
+	r := p.out
+	for {
+		head = p.head
+		rec = uint64(recordBytes(n))
+		wrap = rec > r.toEnd(head) || p.wrapEarly(head, rec)
+		if wrap {
+			rec = r.toEnd(head) // a wrap record fills the rest of the lap
+		}
+		// Room for the record and the next one's header line, whose
+		// sequence word may need a zero before this record is published.
+		if head+rec+lineBytes-p.freed <= r.size {
+			return head, rec, wrap, nil
+		}
+		if p.freed = r.tail.Load(); head+rec+lineBytes-p.freed <= r.size {
+			continue
+		}
+		if w.t == nil {
+			*w = t.waiter(ctx, p.rank, "sending (its ring stayed full)")
+		}
+		t.progress(nil)
+		if err := w.pause(func() bool { return head+rec+lineBytes-r.tail.Load() <= r.size || t.pending() }); err != nil {
+			return 0, 0, false, err
+		}
+	}
+}
+
+// publish hands the receiver the record of rec bytes at head, once its
+// header and data are written, and rings its bell. The caller holds
+// sendMu.
+func (p *peer) publish(head, rec uint64) {
+	r := p.out
+	if next := (head + rec) & (r.size - 1); p.dirty.isData(next) {
+		publish(r.seq(next), 0, p.plain)
+		p.dirty.header(next)
+	}
+	p.head = head + rec
+	publish(r.seq(head), head+1, p.plain)
+	p.seg.ringBell()
 }
 
 // smallWindow bounds the part of a ring that a stream of frames the

@@ -18,10 +18,17 @@ import (
 // do through /proc/PID/fd.
 func pair(t testing.TB, slots, slotBytes int) (*Transport, *Transport) {
 	t.Helper()
+	return pairOf(t, Config{Slots: slots, SlotBytes: slotBytes, Timeout: 10 * time.Second, Spin: 20 * time.Microsecond})
+}
+
+// pairOf is pair with both ranks configured as cfg (Rank and Size set).
+func pairOf(t testing.TB, cfg Config) (*Transport, *Transport) {
+	t.Helper()
 	var ts [2]*Transport
 	var infos [2]Info
 	for r := range 2 {
-		tr, info, err := New(Config{Rank: r, Size: 2, Slots: slots, SlotBytes: slotBytes, Timeout: 10 * time.Second, Spin: 20 * time.Microsecond})
+		cfg.Rank, cfg.Size = r, 2
+		tr, info, err := New(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
