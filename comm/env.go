@@ -441,7 +441,7 @@ func (s *Settings) validate() error {
 	case s.StallAfter < 0:
 		return fmt.Errorf("GORUN_STALL=%v: want 0 (off) or a positive duration", s.StallAfter)
 	case s.DirectBytes > 0 && s.DirectBytes < shm.MinDirectBytes:
-		return fmt.Errorf("GORUN_DIRECT_BYTES=%d: want at least %d bytes (smaller buffers may lie on a goroutine's stack, which moves), or -1 for none", s.DirectBytes, shm.MinDirectBytes)
+		return fmt.Errorf("GORUN_DIRECT_BYTES=%d: want at least %d bytes, or -1 for none", s.DirectBytes, shm.MinDirectBytes)
 	case s.Size > 1<<20:
 		return fmt.Errorf("world size %d is too large", s.Size)
 	}

@@ -45,7 +45,7 @@ func TestResolveSettings(t *testing.T) {
 		{name: "open mpi across nodes needs MASTER_ADDR", env: map[string]string{"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}, wantErr: "Open MPI spans several nodes"},
 		{name: "bad timeout", env: map[string]string{"GORUN_TIMEOUT": "soon"}, wantErr: `GORUN_TIMEOUT="soon"`},
 		{name: "socket buffer too small", env: map[string]string{"GORUN_SOCKET_BUFFER": "4096"}, wantErr: "GORUN_SOCKET_BUFFER=4096: 4096 bytes is below the 65536-byte minimum"},
-		{name: "direct frames too small", env: map[string]string{"GORUN_DIRECT_BYTES": "4096"}, wantErr: "GORUN_DIRECT_BYTES=4096: want at least 262144 bytes (smaller buffers may lie on a goroutine's stack, which moves), or -1 for none"},
+		{name: "direct frames too small", env: map[string]string{"GORUN_DIRECT_BYTES": "4096"}, wantErr: "GORUN_DIRECT_BYTES=4096: want at least 65536 bytes, or -1 for none"},
 		{name: "bad compression", env: map[string]string{"GORUN_COMPRESS": "zip"}, wantErr: `GORUN_COMPRESS="zip"`},
 		{name: "negative stall", env: map[string]string{"GORUN_STALL": "-5s"}, wantErr: "GORUN_STALL=-5s: want 0 (off) or a positive duration"},
 		{name: "bad stall", env: map[string]string{"GORUN_STALL": "later"}, wantErr: `GORUN_STALL="later"`},

@@ -161,13 +161,19 @@ func stranger(addr string) (closeIdle func()) {
 func killScenario(ctx context.Context, g *comm.Group) error {
 	victim, _ := strconv.Atoi(os.Getenv("VICTIM"))
 	buf := make([]float32, 4<<20)
+	call := func() error { return g.AllReduce(ctx, buf, comm.Sum) }
+	if os.Getenv("KILL_DURING") == "alltoall" {
+		// Blocks of 16/np MiB: direct frames in flight through shared memory.
+		recv := make([]float32, len(buf))
+		call = func() error { return g.AllToAll(ctx, buf, recv) }
+	}
 	start := time.Now()
 	for i := 0; ; i++ {
 		if g.Rank() == victim && i == 3 {
 			syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		}
 		t0 := time.Now()
-		if err := g.AllReduce(ctx, buf, comm.Sum); err != nil {
+		if err := call(); err != nil {
 			fmt.Printf("FAILED-AFTER %.3f %v\n", time.Since(t0).Seconds(), err)
 			return err
 		}

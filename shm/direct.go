@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"runtime"
 	"time"
 	"unsafe"
 
@@ -41,14 +40,18 @@ import (
 // SendDirect returns only once its payload was read or will not be: the
 // receiver reads the sender's live memory. The payload must not move
 // meanwhile. Go's collector does not move heap objects, but a goroutine's
-// stack moves when it grows, and with it any buffer placed there; the
-// compiler places no object larger than 128 KiB on a stack, so
-// MinDirectBytes keeps direct records to buffers that cannot lie there.
+// stack moves when it grows, and with it any buffer placed there: the
+// payload is held in the peer (peer.lent) while it is lent, which makes
+// every buffer passed to SendDirect escape to the heap, by the
+// compiler's own escape analysis.
 const (
-	// DefaultDirectBytes: all-to-alls of blocks from 256 KiB ran faster
-	// with direct frames than without (bench/results/HISTORY.md).
-	DefaultDirectBytes = 256 << 10
-	MinDirectBytes     = 256 << 10
+	// DefaultDirectBytes: all-to-alls between two ranks with blocks from
+	// 64 KiB ran faster with direct frames than without, and than with
+	// direct frames from 128 or 256 KiB only (bench/results/HISTORY.md).
+	DefaultDirectBytes = 64 << 10
+	// MinDirectBytes bounds DirectBytes from below: smaller frames cost
+	// less through the rings than a read's system call and hand-over.
+	MinDirectBytes = 64 << 10
 	// directPatience is shorter than the waits' spin and yield phases,
 	// so a sender waiting for a claim never sleeps.
 	directPatience = 150 * time.Microsecond
@@ -91,8 +94,9 @@ func (t *Transport) sendDirect(ctx context.Context, p *peer, stream uint32, meta
 	h.Put(r.header(head))
 	state := r.inline(head)
 	state.Store(addr)
+	p.lent = payload
+	defer func() { p.lent = nil }()
 	p.publish(head, rec)
-	defer runtime.KeepAlive(payload) // read by the peer until the record is released
 
 	end := head + rec
 	var dw waiter

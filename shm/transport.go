@@ -143,6 +143,7 @@ type peer struct {
 	looked bool       // wrapEarly read the tail on this lap; under sendMu
 	plain  bool       // publish with plain stores (Transport.plain)
 	direct bool       // large frames go as direct records (until the peer refuses one); under sendMu
+	lent   []byte     // the payload of the direct record in flight (see direct.go); under sendMu
 
 	rxMu  sync.Mutex // held while draining in and touching the mailboxes
 	boxes *mailbox.Peer
@@ -214,7 +215,7 @@ func New(cfg Config) (*Transport, Info, error) {
 	case cfg.DirectBytes == 0:
 		cfg.DirectBytes = DefaultDirectBytes
 	case cfg.DirectBytes > 0 && cfg.DirectBytes < MinDirectBytes:
-		return nil, Info{}, fmt.Errorf("shm: direct frames of %d bytes: want at least %d (smaller buffers may lie on a goroutine's stack, which moves), or a negative size for none", cfg.DirectBytes, MinDirectBytes)
+		return nil, Info{}, fmt.Errorf("shm: direct frames of %d bytes: want at least %d, or a negative size for none", cfg.DirectBytes, MinDirectBytes)
 	}
 	if len(cfg.Local) == 0 {
 		for r := range cfg.Size {
