@@ -305,11 +305,12 @@ func (e *directEnd) SendDirect(ctx context.Context, peer int, stream uint32, met
 	return e.memEnd.Send(ctx, peer, stream, meta, payload)
 }
 
-// TestOnlyAllToAllSendsDirect: of the collectives, only the all-to-alls
-// (pairwise exchange: every rank sends while it receives) send through a
-// transport's DirectSender, every block's every chunk; the others, whose
-// chunks stream one way or round a ring, use Send.
-func TestOnlyAllToAllSendsDirect(t *testing.T) {
+// TestDirectFramesWhereEveryRankCopies: of the collectives, only the
+// all-to-alls (pairwise exchange) and the all-gathers (every rank
+// forwards what it receives, with no arithmetic) send through a
+// transport's DirectSender, every chunk of every block; the others, whose
+// chunks stream one way or are added in as they land, use Send.
+func TestDirectFramesWhereEveryRankCopies(t *testing.T) {
 	const n, count, chunk = 3, 1000, 1024 // blocks of 4,000 bytes: 4 chunks
 	ends := make([]*directEnd, n)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -341,7 +342,7 @@ func TestOnlyAllToAllSendsDirect(t *testing.T) {
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
 	}
-	want := map[Kind]int{KindAllToAll: (n - 1) * 4, KindAllToAllV: (n - 1) * 4}
+	want := map[Kind]int{KindAllToAll: (n - 1) * 4, KindAllToAllV: (n - 1) * 4, KindAllGather: (n - 1) * 4}
 	for r, e := range ends {
 		if !maps.Equal(e.direct, want) {
 			t.Errorf("rank %d sent direct frames %v, want %v", r, e.direct, want)

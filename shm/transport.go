@@ -486,9 +486,9 @@ func (t *Transport) Send(ctx context.Context, rank int, stream uint32, meta [4]u
 // and SendDirect returns once it was (see direct.go); it goes through the
 // ring where rank cannot read this process's memory or does not start
 // reading within a short patience. The copy saved pays where both ranks
-// are busy copying (all-to-all); a stream of chunks one way, or round a
-// ring, runs faster through the ring, where sender and receiver copy at
-// the same time (bench/results/HISTORY.md).
+// are busy copying (all-to-all, all-gather); a stream of chunks one way,
+// or added in round a ring, runs faster through the ring, where sender
+// and receiver work at the same time (bench/results/HISTORY.md).
 func (t *Transport) SendDirect(ctx context.Context, rank int, stream uint32, meta [4]uint64, payload []byte) error {
 	return t.send(ctx, rank, stream, meta, payload, true)
 }
