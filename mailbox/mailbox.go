@@ -4,7 +4,9 @@
 // registered memory). A frame is cut into fragments, each in one slot
 // behind a Header; Deliver hands them over in order and the mailbox copies
 // each into the receive posted for its stream, or keeps it until that
-// receive is posted.
+// receive is posted. DeliverFrom takes a whole frame the transport reads
+// itself (shm's direct frames, read from the sender's memory) straight
+// into the same places.
 //
 // A Peer is not safe for concurrent use: the transport serializes Post,
 // Result and Deliver for one peer (its receive lock).

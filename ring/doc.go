@@ -27,10 +27,10 @@
 //
 // The algorithms run over the small Transport interface declared here; the
 // transports (tcp, shm, rdma) satisfy it without importing this package,
-// and may also offer the optional interfaces (Combiner, SendRecver) that
-// save a copy or a round trip. Every frame carries the identity of the call
-// it belongs to (sequence number, kind, element type, count, reduction,
-// root, algorithm) and the step within it, and every arrival is checked
-// against what this rank expects: ranks that make different calls get an
-// error naming both.
+// and may also offer the optional interfaces (Combiner, SendRecver,
+// DirectSender) that save a copy or a round trip. Every frame carries
+// the identity of the call it belongs to (sequence number, kind, element
+// type, count, reduction, root, algorithm) and the step within it, and
+// every arrival is checked against what this rank expects: ranks that
+// make different calls get an error naming both.
 package ring
