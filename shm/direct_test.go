@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -142,31 +141,21 @@ func TestDirectExchange(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	const n = 1<<20 + 8
-	var wg sync.WaitGroup
-	errs := make([]error, 2)
-	for r, tr := range []*Transport{a, b} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			in := make([]byte, n)
-			tk, _ := tr.Post(1-r, 4, in)
-			moved, err := sendCounting(ctx, tr, 1-r, 4, [4]uint64{}, payload(uint64(10+r), n))
-			if err == nil && moved != uint64(recordBytes(0)) {
-				err = fmt.Errorf("rank %d's frame moved the ring by %d bytes, want one direct record", r, moved)
+	onBoth(t, a, b, func(r int, tr *Transport) error {
+		in := make([]byte, n)
+		tk, _ := tr.Post(1-r, 4, in)
+		moved, err := sendCounting(ctx, tr, 1-r, 4, [4]uint64{}, payload(uint64(10+r), n))
+		if err == nil && moved != uint64(recordBytes(0)) {
+			err = fmt.Errorf("rank %d's frame moved the ring by %d bytes, want one direct record", r, moved)
+		}
+		if err == nil {
+			var got int
+			if _, got, err = tr.Wait(ctx, 1-r, 4, tk); err == nil && (got != n || !bytes.Equal(in, payload(uint64(11-r), n))) {
+				err = fmt.Errorf("rank %d received %d bytes, or wrong ones", r, got)
 			}
-			if err == nil {
-				var got int
-				if _, got, err = tr.Wait(ctx, 1-r, 4, tk); err == nil && (got != n || !bytes.Equal(in, payload(uint64(11-r), n))) {
-					err = fmt.Errorf("rank %d received %d bytes, or wrong ones", r, got)
-				}
-			}
-			errs[r] = err
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
+		}
+		return err
+	})
 	in := make([]byte, n)
 	tk, _ := b.Post(0, 5, in)
 	done := waitAsync(ctx, b, 0, 5, tk)

@@ -341,27 +341,31 @@ func TestBothSendLargeFirst(t *testing.T) {
 	a, b := pair(t, 4, 16<<10)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
+	onBoth(t, a, b, func(r int, tr *Transport) error {
+		out := payload(uint64(r), 8<<20)
+		if err := tr.Send(ctx, 1-r, 5, [4]uint64{uint64(r)}, out); err != nil {
+			return err
+		}
+		in := make([]byte, 8<<20)
+		tk, err := tr.Post(1-r, 5, in)
+		if err == nil {
+			_, _, err = tr.Wait(ctx, 1-r, 5, tk)
+		}
+		if err == nil && !bytes.Equal(in, payload(uint64(1-r), 8<<20)) {
+			err = fmt.Errorf("rank %d received corrupted data", r)
+		}
+		return err
+	})
+}
+
+// onBoth runs fn for ranks 0 (a) and 1 (b) at once, each on its own
+// goroutine, and fails with their errors.
+func onBoth(t *testing.T, a, b *Transport, fn func(r int, tr *Transport) error) {
+	t.Helper()
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
 	for r, tr := range []*Transport{a, b} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			out := payload(uint64(r), 8<<20)
-			if err := tr.Send(ctx, 1-r, 5, [4]uint64{uint64(r)}, out); err != nil {
-				errs[r] = err
-				return
-			}
-			in := make([]byte, 8<<20)
-			tk, err := tr.Post(1-r, 5, in)
-			if err == nil {
-				_, _, err = tr.Wait(ctx, 1-r, 5, tk)
-			}
-			if err == nil && !bytes.Equal(in, payload(uint64(1-r), 8<<20)) {
-				err = fmt.Errorf("rank %d received corrupted data", r)
-			}
-			errs[r] = err
-		}()
+		wg.Go(func() { errs[r] = fn(r, tr) })
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
