@@ -13,14 +13,13 @@ import (
 )
 
 // Frames of Config.DirectBytes or more that SendDirect sends are copied
-// once instead of twice
-// (into the ring, out of it): the sender publishes a direct record — the
-// frame's mailbox header with a fragment length of zero (a frame with
-// bytes never has such a fragment otherwise) and, in the inline word,
-// the address of the payload in its own memory — and the receiver copies
-// the payload from there straight into the posted receive with
-// process_vm_readv, Linux's cross-memory attach, which Open MPI's shared
-// memory transport uses for the same. The inline word then settles the
+// once instead of twice (into the ring, out of it): the sender publishes
+// a direct record — the frame's mailbox header with a fragment length of
+// zero (a frame with bytes never has such a fragment otherwise) and, in
+// the inline word, the address of the payload in its own memory — and
+// the receiver copies the payload from there straight into the posted
+// receive with process_vm_readv, Linux's cross-memory attach, which Open
+// MPI's shared memory transport uses for the same. The inline word then settles the
 // record's fate, by compare-and-swap on the address, so that exactly one
 // side decides:
 //
@@ -47,10 +46,12 @@ import (
 const (
 	// DefaultDirectBytes: all-to-alls between two ranks with blocks from
 	// 64 KiB ran faster with direct frames than without, and than with
-	// direct frames from 128 or 256 KiB only (bench/results/HISTORY.md).
+	// direct frames from 256 KiB only (BENCHMARKS.md; the runs are in
+	// bench/results/current/direct-*-2026-11-27.txt).
 	DefaultDirectBytes = 64 << 10
-	// MinDirectBytes bounds DirectBytes from below: smaller frames cost
-	// less through the rings than a read's system call and hand-over.
+	// MinDirectBytes bounds DirectBytes from below: the smallest size
+	// measured (a read's system call and hand-over cost a few µs, which
+	// smaller frames would not win back).
 	MinDirectBytes = 64 << 10
 	// directPatience is shorter than the waits' spin and yield phases,
 	// so a sender waiting for a claim never sleeps.
