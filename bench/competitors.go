@@ -26,7 +26,7 @@ type Competitor struct {
 var competitorLine = regexp.MustCompile(`^(gloo|mpi)(?: op=(\w+))? np=(\d+) bytes=(\d+) us=([0-9.]+)`)
 
 // mpiOps are the collectives the Open MPI helper times.
-var mpiOps = []string{"all_reduce", "reduce", "gather", "scatter", "alltoall"}
+var mpiOps = []string{"all_reduce", "broadcast", "all_gather", "reduce_scatter", "reduce", "gather", "scatter", "alltoall"}
 
 // parseCompetitor reads the helpers' "NAME [op=OP] np=N bytes=B us=T"
 // lines (no op: all_reduce).
@@ -50,8 +50,9 @@ func parseCompetitor(r io.Reader) []Competitor {
 	return out
 }
 
-// RunCompetitors measures the collectives ops among all_reduce, reduce,
-// gather, scatter and alltoall with Open MPI (openmpi-bin with mpicc), and
+// RunCompetitors measures the collectives ops among all_reduce,
+// broadcast, all_gather, reduce_scatter, reduce, gather, scatter and
+// alltoall with Open MPI (openmpi-bin with mpicc), and
 // all-reduce with gloo (Debian's python3-torch), at the given sizes and
 // world size, using the helpers in dir (bench/competitors). A competitor
 // that is not installed is reported in skipped and left out.

@@ -2,13 +2,14 @@
  *
  *   mpicc -O2 -o bin/mpi_allreduce bench/competitors/mpi_allreduce.c
  *   mpirun --allow-run-as-root --oversubscribe -np 2 --mca btl self,tcp \
- *       bin/mpi_allreduce [op=all_reduce|reduce|gather|scatter|alltoall] 8 65536 ...
+ *       bin/mpi_allreduce [op=all_reduce|broadcast|all_gather|reduce_scatter|
+ *                          reduce|gather|scatter|alltoall] 8 65536 ...
  *
  * Prints "mpi op=OP np=N bytes=SIZE us=MICROSECONDS" per size: the slowest
  * rank's mean time per call after a warm-up. SIZE counts the whole buffer
- * as gorun's harness does (the gathered buffer for gather and scatter, the
- * send buffer for alltoall, rounded down to whole blocks of float32 per
- * rank); roots are rank 0. With "--mca btl self,tcp" the ranks talk over
+ * as gorun's harness does (the gathered buffer for gather, scatter and
+ * all_gather, the send buffer for alltoall and reduce_scatter, rounded
+ * down to whole blocks of float32 per rank); roots are rank 0. With "--mca btl self,tcp" the ranks talk over
  * loopback TCP; with "self,vader" through shared memory. */
 #include <mpi.h>
 #include <stdio.h>
@@ -24,6 +25,12 @@ static void call(const char *op, float *a, float *b, long count, int size) {
         MPI_Scatter(a, count / size, MPI_FLOAT, b, count / size, MPI_FLOAT, 0, MPI_COMM_WORLD);
     else if (!strcmp(op, "alltoall"))
         MPI_Alltoall(a, count / size, MPI_FLOAT, b, count / size, MPI_FLOAT, MPI_COMM_WORLD);
+    else if (!strcmp(op, "all_gather"))
+        MPI_Allgather(a, count / size, MPI_FLOAT, b, count / size, MPI_FLOAT, MPI_COMM_WORLD);
+    else if (!strcmp(op, "reduce_scatter"))
+        MPI_Reduce_scatter_block(a, b, count / size, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    else if (!strcmp(op, "broadcast"))
+        MPI_Bcast(a, count, MPI_FLOAT, 0, MPI_COMM_WORLD);
     else
         MPI_Allreduce(MPI_IN_PLACE, a, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
 }
@@ -41,7 +48,8 @@ int main(int argc, char **argv) {
         }
         long bytes = atol(argv[a]);
         long count = bytes / 4 < 2 ? 2 : bytes / 4;
-        int blocks = !strcmp(op, "gather") || !strcmp(op, "scatter") || !strcmp(op, "alltoall");
+        int blocks = !strcmp(op, "gather") || !strcmp(op, "scatter") || !strcmp(op, "alltoall") ||
+                     !strcmp(op, "all_gather") || !strcmp(op, "reduce_scatter");
         if (blocks) {
             count -= count % size;
             if (count < size) count = size;
