@@ -59,6 +59,9 @@ func runWorker(scenario string) int {
 	case "large-blocks":
 		// Blocks of 1.2 MB: a 1 MiB chunk and a 151,424-byte rest each.
 		err = checkRooted[float32](ctx, g, 300_000)
+		if err == nil {
+			err = largeBroadcasts(ctx, g)
+		}
 	case "stranger", "sum":
 		buf := []float32{float32(g.Rank() + 1)}
 		if err = g.AllReduce(ctx, buf, comm.Sum); err == nil && buf[0] != float32(g.Size()*(g.Size()+1)/2) {
@@ -869,4 +872,28 @@ func socketsScenario(ctx context.Context, g *comm.Group) error {
 	}
 	fmt.Printf("SOCKETS %d\n", sockets)
 	return g.Barrier(ctx)
+}
+
+// largeBroadcasts broadcasts 120 KB (a binomial tree) and 400 KB (a chain
+// of one chunk) from ranks 0 and n−1: sizes whose frames go direct
+// through shared memory.
+func largeBroadcasts(ctx context.Context, g *comm.Group) error {
+	n, r := g.Size(), g.Rank()
+	for _, count := range []int{30_000, 100_000} {
+		for _, root := range []int{0, n - 1} {
+			buf := make([]float32, count)
+			for i := range buf {
+				buf[i] = value[float32](r, i, comm.Sum)
+			}
+			if err := g.Broadcast(ctx, buf, root); err != nil {
+				return err
+			}
+			for i, v := range buf {
+				if want := value[float32](root, i, comm.Sum); v != want {
+					return fmt.Errorf("Broadcast of %d floats from %d: element %d is %v, want %v", count, root, i, v, want)
+				}
+			}
+		}
+	}
+	return nil
 }

@@ -5,7 +5,9 @@ import "context"
 // Broadcast copies root's buf to every rank's buf. Small messages follow a
 // binomial tree (log2(n) steps); large ones a pipelined chain from the root,
 // chunk after chunk, so every link is busy at once; across hosts, above
-// the hierarchy's threshold, host by host (hierarchicalBroadcast).
+// the hierarchy's threshold, host by host (hierarchicalBroadcast). Each
+// rank's last send in the tree, and a chain's only chunk, go as direct
+// frames where the transport has them: nothing else waits behind them.
 func Broadcast[T Elem](ctx context.Context, c *Collectives, buf []T, root int) error {
 	if c.hierarchical(KindBroadcast, len(AsBytes(buf))) {
 		c.begin(KindBroadcast, DTypeOf[T](), 0, AlgoHierarchical, root, len(buf))
@@ -41,10 +43,19 @@ func Broadcast[T Elem](ctx context.Context, c *Collectives, buf []T, root int) e
 			mask <<= 1
 		}
 		for mask >>= 1; mask > 0; mask >>= 1 {
-			if vr+mask < n {
-				if err := c.send(ctx, rankOf(vr+mask), call, 0, 0, data); err != nil {
-					return err
-				}
+			if vr+mask >= n {
+				continue
+			}
+			// The last child (mask 1) reads the frame straight from this
+			// rank's buffer; the others, sent first, go through the rings,
+			// so that this rank need not wait for their reads before it
+			// serves the next (measured: BENCHMARKS.md).
+			send := (*Collectives).send
+			if mask == 1 {
+				send = (*Collectives).sendDirect
+			}
+			if err := send(c, ctx, rankOf(vr+mask), call, 0, 0, data); err != nil {
+				return err
 			}
 		}
 		return nil
@@ -68,7 +79,13 @@ func Broadcast[T Elem](ctx context.Context, c *Collectives, buf []T, root int) e
 				return err
 			}
 		}
-		if vr < n-1 {
+		switch {
+		case vr == n-1:
+		case chunks == 1:
+			if err := c.sendDirect(ctx, next, call, 0, j, AsBytes(buf[a:b])); err != nil {
+				return err
+			}
+		default:
 			if err := c.send(ctx, next, call, 0, j, AsBytes(buf[a:b])); err != nil {
 				return err
 			}

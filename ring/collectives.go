@@ -100,11 +100,12 @@ type SendRecver interface {
 // cross-memory attach): one copy instead of two, but the send returns
 // only once the receiver has read the frame. That pays where every rank
 // sends and receives whole blocks at once, so that the copying is the
-// work (all-to-all, and the all-gather's ring, which only forwards);
-// chunks streaming one way, or added in as they land round a ring, run
-// faster through the transport's own buffers, where sender and receiver
-// work at the same time (bench/results/HISTORY.md). SendDirect is Send
-// for frames or peers it cannot take.
+// work (all-to-all, and the all-gather's ring, which only forwards), and
+// where nothing waits behind the send (a broadcast tree's last child, a
+// chain of one chunk); chunks streaming one way, or added in as they land
+// round a ring, run faster through the transport's own buffers, where
+// sender and receiver work at the same time (bench/results/HISTORY.md).
+// SendDirect is Send for frames or peers it cannot take.
 type DirectSender interface {
 	SendDirect(ctx context.Context, peer int, stream uint32, meta [4]uint64, payload []byte) error
 }

@@ -305,11 +305,13 @@ func (e *directEnd) SendDirect(ctx context.Context, peer int, stream uint32, met
 	return e.memEnd.Send(ctx, peer, stream, meta, payload)
 }
 
-// TestDirectFramesWhereEveryRankCopies: of the collectives, only the
+// TestDirectFramesWhereEveryRankCopies: of the collectives, the
 // all-to-alls (pairwise exchange) and the all-gathers (every rank
-// forwards what it receives, with no arithmetic) send through a
-// transport's DirectSender, every chunk of every block; the others, whose
-// chunks stream one way or are added in as they land, use Send.
+// forwards what it receives, with no arithmetic) send every chunk of
+// every block through a transport's DirectSender, and a broadcast its
+// tree's last send from each rank (the root's, to rank 1, here) and a
+// chain's only chunk; the others, whose chunks stream one way or are
+// added in as they land, use Send.
 func TestDirectFramesWhereEveryRankCopies(t *testing.T) {
 	const n, count, chunk = 3, 1000, 1024 // blocks of 4,000 bytes: 4 chunks
 	ends := make([]*directEnd, n)
@@ -330,6 +332,11 @@ func TestDirectFramesWhereEveryRankCopies(t *testing.T) {
 			func() error { return ReduceToRoot(ctx, c, all, Sum, 0) },
 			func() error { return AllReduce(ctx, c, all, Sum) },
 			func() error { return Broadcast(ctx, c, all, 0) },
+			func() error { // a chain of one chunk
+				c.SmallBytes = 1
+				defer func() { c.SmallBytes = 0 }()
+				return Broadcast(ctx, c, make([]float32, chunk/4), 0)
+			},
 			func() error { return AllGather(ctx, c, mine, all) },
 			func() error { return ReduceScatter(ctx, c, all, mine, Sum) },
 		} {
@@ -342,8 +349,15 @@ func TestDirectFramesWhereEveryRankCopies(t *testing.T) {
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
 	}
-	want := map[Kind]int{KindAllToAll: (n - 1) * 4, KindAllToAllV: (n - 1) * 4, KindAllGather: (n - 1) * 4}
 	for r, e := range ends {
+		want := map[Kind]int{KindAllToAll: (n - 1) * 4, KindAllToAllV: (n - 1) * 4, KindAllGather: (n - 1) * 4}
+		// Broadcasts from rank 0: the tree's root sends to rank 2 through
+		// the rings and to rank 1 direct; the chain's ranks 0 and 1 send
+		// their one chunk on.
+		want[KindBroadcast] = map[int]int{0: 2, 1: 1, 2: 0}[r]
+		if want[KindBroadcast] == 0 {
+			delete(want, KindBroadcast)
+		}
 		if !maps.Equal(e.direct, want) {
 			t.Errorf("rank %d sent direct frames %v, want %v", r, e.direct, want)
 		}
