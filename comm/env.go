@@ -209,6 +209,11 @@ func WithOneShotBytes(n int) Option { return func(s *Settings) { s.OneShotBytes 
 // two ranks use halving-doubling instead of the ring; -1 disables it.
 func WithHalvingBytes(n int) Option { return func(s *Settings) { s.HalvingBytes = n } }
 
+// WithDirectBytes sets the chunk size from which ranks of one machine
+// read each other's frames straight from the sender's memory (see
+// Settings.DirectBytes); -1 disables it.
+func WithDirectBytes(n int) Option { return func(s *Settings) { s.DirectBytes = n } }
+
 // WithBruckBytes sets the block size up to which all-to-alls among more
 // than two ranks use Bruck's algorithm; -1 disables it.
 func WithBruckBytes(n int) Option { return func(s *Settings) { s.BruckBytes = n } }

@@ -84,6 +84,12 @@ func TestResolveSettingsTuning(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if o, err := ResolveSettings(func(k string) string { return env[k] }, WithDirectBytes(1<<20)); err != nil || o.DirectBytes != 1<<20 {
+		t.Errorf("WithDirectBytes(1 MiB) over GORUN_DIRECT_BYTES=-1: %d, %v", o.DirectBytes, err)
+	}
+	if _, err := ResolveSettings(func(k string) string { return env[k] }, WithDirectBytes(100)); err == nil || !strings.Contains(err.Error(), "want at least 65536 bytes") {
+		t.Errorf("WithDirectBytes(100): %v, want the minimum named", err)
+	}
 	if s.Timeout != 90*time.Second || s.JoinTimeout != 2*time.Minute || s.SmallBytes != -1 || s.ChunkBytes != 4096 || !s.Compress || string(s.Token) != "abc" ||
 		s.StallAfter != 0 || s.LauncherPID != 4242 || s.DirectBytes != -1 {
 		t.Errorf("got %+v", s)
