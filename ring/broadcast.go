@@ -79,16 +79,15 @@ func Broadcast[T Elem](ctx context.Context, c *Collectives, buf []T, root int) e
 				return err
 			}
 		}
-		switch {
-		case vr == n-1:
-		case chunks == 1:
-			if err := c.sendDirect(ctx, next, call, 0, j, AsBytes(buf[a:b])); err != nil {
-				return err
-			}
-		default:
-			if err := c.send(ctx, next, call, 0, j, AsBytes(buf[a:b])); err != nil {
-				return err
-			}
+		if vr == n-1 {
+			continue
+		}
+		send := (*Collectives).send
+		if chunks == 1 { // nothing waits behind it
+			send = (*Collectives).sendDirect
+		}
+		if err := send(c, ctx, next, call, 0, j, AsBytes(buf[a:b])); err != nil {
+			return err
 		}
 	}
 	return nil
