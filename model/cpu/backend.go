@@ -33,6 +33,7 @@ type Backend struct {
 // scratch is one chunk's working memory, grown on demand and then reused.
 type scratch struct {
 	col, dcol []float32
+	img, dimg []float32 // an image and its gradient laid out for im2col (phased.go)
 	ybuf      []float32 // a group's output (gradient) as one matrix
 	dw, db    []float32
 	wino      winoRows // Winograd's transforms' rows

@@ -284,8 +284,9 @@ func BenchmarkMaxPool3x3(b *testing.B) {
 
 // BenchmarkIm2colStride2 times one image's im2col for ResNet-50's
 // stride-2 convolutions (layer2's 3×3 at 56×56 and its 1×1 downsample,
-// the stem's 7×7 at 224×224) with the vector gather and with the loop:
-// the measurement behind gather2's kernel.
+// the stem's 7×7 at 224×224): the image laid out (padded, its columns
+// split into even and odd) with the vector kernels and with the loops,
+// then its column matrix.
 //
 //	go test ./model/cpu -run '^$' -bench Im2colStride2 -count 5
 func BenchmarkIm2colStride2(b *testing.B) {
@@ -298,11 +299,14 @@ func BenchmarkIm2colStride2(b *testing.B) {
 		rng := rand.New(rand.NewPCG(1, 2))
 		x := randTensor(rng, 1, s.c, s.hw, s.hw)
 		g := geom(x, tensor.New(1, s.c, s.k, s.k), p)
+		lay := phasedLayout(g, p)
+		img := make([]float32, lay.size())
 		col := make([]float32, g.ckk*g.ohw)
 		for _, ops := range []vecOps{{vector: hasVectorOps()}, {}} {
 			b.Run(s.name+"/"+ops.name(), func(b *testing.B) {
 				for b.Loop() {
-					im2col(ops, x.Data, col, g.ohw, g, p)
+					lay.fill(ops, img, x.Data)
+					im2col(img, lay, col, g.ohw, g, p, 0, g.ckk, 0, g.ohw)
 				}
 			})
 		}

@@ -159,9 +159,19 @@ func (t *convTask) gemm(worker, m, n, k int, a, bm gemm.Matrix, beta float32, c 
 // rather than once per image.
 const groupColumns = 512
 
-// Do runs chunk i of the batch on worker: groups of images, each one
-// im2col into a shared column matrix (row stride ld = images·OH·OW) and
-// one GEMM per product.
+// blockBytes bounds a block of the column matrix: im2col writes a block
+// and the GEMM packs it right after, while it is in the core's cache,
+// where a whole column matrix (3.6 MB an image in ResNet-50's layer2
+// strided convolution, 7.4 MB in its stem) went out to memory and came
+// back.
+const blockBytes = 1 << 20
+
+// Do runs chunk i of the batch on worker: groups of images, each group's
+// column matrix [C·KH·KW, images·OH·OW] built and multiplied a block at a
+// time. Where the blocks split a product along its depth — the forward
+// pass's rows, the weight gradient's columns — they are multiples of the
+// GEMM's depth, so the products over blocks give the bits of one product
+// over the whole matrix (gemm.Engine.Depth).
 func (t *convTask) Do(worker, i int) {
 	if t.winograd {
 		t.winogradChunk(worker, i)
@@ -171,12 +181,22 @@ func (t *convTask) Do(worker, i int) {
 	s := &t.b.chunks[i]
 	lo, hi := i*t.per, min((i+1)*t.per, t.n)
 	group := max(1, min(hi-lo, groupColumns/g.ohw))
-	direct := pointwise(t.p) && group == 1
-	// The column matrix serves the forward pass and the weight gradient.
-	columns := !t.backward || t.weightGrad
+	depth := t.b.gemm.Depth()
+	// im2col reads each image laid out for its receptive fields (padded,
+	// its columns split by stride, or subsampled: phased.go), or, unpadded
+	// at stride 1, the image itself. The layouts' padding is cleared once
+	// a chunk.
+	cols := columnSource{g: g, p: t.p, lay: phasedLayout(g, t.p)}
+	// The images serve the forward pass and the weight gradient. A 1×1
+	// kernel's column matrix is its image's layout: with one image to a
+	// GEMM, that is multiplied directly.
+	images := !t.backward || t.weightGrad
+	direct := group == 1 && (pointwise(t.p) || cols.lay.subH > 0)
+	columns := images && !direct
 	var col, dcol, ybuf []float32
-	if !direct && columns {
-		col = grow(&s.col, g.ckk*group*g.ohw)
+	if images && !cols.lay.identity() {
+		cols.img = grow(&s.img, group*cols.lay.size())
+		clear(cols.img)
 	}
 	if group > 1 {
 		ybuf = grow(&s.ybuf, g.f*group*g.ohw)
@@ -185,33 +205,52 @@ func (t *convTask) Do(worker, i int) {
 	if t.backward {
 		clear(grow(&s.dw, g.f*g.ckk))
 		clear(grow(&s.db, g.f))
-		if !direct && t.dx != nil {
-			dcol = grow(&s.dcol, g.ckk*group*g.ohw)
-		}
 	}
 	inLen, outLen := g.c*g.h*g.wd, g.f*g.ohw
 	for first := lo; first < hi; first += group {
 		n := min(group, hi-first)
-		ld := n * g.ohw // row stride of col, dcol and ybuf
-		switch {
-		case !columns:
-		case direct:
-			col = t.x.Data[first*inLen : (first+1)*inLen]
-		default:
-			for k := range n {
-				im2col(t.b.vec, t.x.Data[(first+k)*inLen:(first+k+1)*inLen], col[k*g.ohw:], ld, g, t.p)
-			}
+		ld := n * g.ohw // columns of the group's matrices
+		if images {
+			cols.images(t.b.vec, t.x.Data[first*inLen:(first+n)*inLen], n)
 		}
-		colM := gemm.Matrix{Data: col, Stride: ld}
+		// Blocks of the column matrix: the forward pass's are depth rows by
+		// width columns, the weight gradient's wrows by width, the data
+		// gradient's drows by all ld columns (splits along M and N, which
+		// keep the bits at any size).
+		width := blockWidth(depth, g.ckk, ld)
+		wrows, drows := blockRows(width), blockRows(ld)
+		if columns {
+			col = grow(&s.col, width*min(g.ckk, max(depth, wrows)))
+		}
+		if !direct && t.dx != nil {
+			dcol = grow(&s.dcol, min(g.ckk, drows)*ld)
+		}
 		if !t.backward {
+			y := gemm.Matrix{Data: ybuf, Stride: ld} // the group's output [F, ld]
 			if n == 1 {
-				yn := t.y.Data[first*outLen : (first+1)*outLen]
-				t.gemm(worker, g.f, g.ohw, g.ckk, wm, colM, 0, gemm.Matrix{Data: yn, Stride: g.ohw})
-				t.addBias(yn, g.ohw)
-				t.normalise(yn)
+				y = gemm.Matrix{Data: t.y.Data[first*outLen : (first+1)*outLen], Stride: g.ohw}
+			}
+			if direct {
+				t.gemm(worker, g.f, g.ohw, g.ckk, wm, gemm.Matrix{Data: cols.src, Stride: g.ohw}, 0, y)
+			}
+			for j0 := 0; columns && j0 < ld; j0 += width {
+				j1 := min(ld, j0+width)
+				for r0 := 0; r0 < g.ckk; r0 += depth {
+					r1 := min(g.ckk, r0+depth)
+					blk := col[:(r1-r0)*(j1-j0)]
+					cols.block(blk, n, r0, r1, j0, j1)
+					beta := float32(1)
+					if r0 == 0 {
+						beta = 0
+					}
+					t.gemm(worker, g.f, j1-j0, r1-r0, wm.ColsFrom(r0), gemm.Matrix{Data: blk, Stride: j1 - j0}, beta, y.ColsFrom(j0))
+				}
+			}
+			if n == 1 {
+				t.addBias(y.Data, g.ohw)
+				t.normalise(y.Data)
 				continue
 			}
-			t.gemm(worker, g.f, ld, g.ckk, wm, colM, 0, gemm.Matrix{Data: ybuf, Stride: ld})
 			for k := range n {
 				yn := t.y.Data[(first+k)*outLen : (first+k+1)*outLen]
 				if t.norm != nil && t.bias == nil {
@@ -242,8 +281,18 @@ func (t *convTask) Do(worker, i int) {
 			}
 			dyM = gemm.Matrix{Data: ybuf, Stride: ld}
 		}
-		if t.weightGrad { // dW += dy · colᵀ
-			t.gemm(worker, g.f, g.ckk, ld, dyM, gemm.Matrix{Data: col, Stride: ld, Trans: true}, 1, gemm.Matrix{Data: s.dw, Stride: g.ckk})
+		dw := gemm.Matrix{Data: s.dw, Stride: g.ckk}
+		if t.weightGrad && direct { // dW += dy · xᵀ
+			t.gemm(worker, g.f, g.ckk, ld, dyM, gemm.Matrix{Data: cols.src, Stride: ld, Trans: true}, 1, dw)
+		}
+		for r0 := 0; columns && r0 < g.ckk; r0 += wrows { // dW += dy · colᵀ
+			r1 := min(g.ckk, r0+wrows)
+			for j0 := 0; j0 < ld; j0 += width {
+				j1 := min(ld, j0+width)
+				blk := col[:(r1-r0)*(j1-j0)]
+				cols.block(blk, n, r0, r1, j0, j1)
+				t.gemm(worker, g.f, r1-r0, j1-j0, dyM.ColsFrom(j0), gemm.Matrix{Data: blk, Stride: j1 - j0, Trans: true}, 1, dw.ColsFrom(r0))
+			}
 		}
 		for f := 0; t.biasGrad && f < g.f; f++ {
 			var sum float32
@@ -256,16 +305,97 @@ func (t *convTask) Do(worker, i int) {
 			continue
 		}
 		wT := gemm.Matrix{Data: t.w.Data, Stride: g.ckk, Trans: true}
-		if direct {
-			dxn := t.dx.Data[first*inLen : (first+1)*inLen]
-			t.gemm(worker, g.ckk, g.ohw, g.f, wT, dyM, 0, gemm.Matrix{Data: dxn, Stride: g.ohw})
+		dx := t.dx.Data[first*inLen : (first+n)*inLen]
+		if direct && cols.lay.identity() {
+			t.gemm(worker, g.ckk, g.ohw, g.f, wT, dyM, 0, gemm.Matrix{Data: dx, Stride: g.ohw})
 			continue
 		}
-		// dcol = Wᵀ · dy, folded back into each image.
-		t.gemm(worker, g.ckk, ld, g.f, wT, dyM, 0, gemm.Matrix{Data: dcol, Stride: ld})
-		for k := range n {
-			col2im(t.b.vec, dcol[k*g.ohw:], ld, t.dx.Data[(first+k)*inLen:(first+k+1)*inLen], g, t.p)
+		if direct { // the subsampled image's gradient, scattered into dx
+			sums := grow(&s.dimg, cols.lay.size())
+			t.gemm(worker, g.ckk, g.ohw, g.f, wT, dyM, 0, gemm.Matrix{Data: sums, Stride: g.ohw})
+			cols.lay.extract(t.b.vec, dx, sums)
+			continue
 		}
+		// dcol = Wᵀ · dy a block of rows at a time, each folded back into
+		// the images' gradients (laid out as their images were) as it is
+		// made, in the order of its rows.
+		sums := dx
+		if !cols.lay.identity() {
+			sums = grow(&s.dimg, n*cols.lay.size())
+		}
+		clear(sums)
+		for r0 := 0; r0 < g.ckk; r0 += drows {
+			r1 := min(g.ckk, r0+drows)
+			blk := dcol[:(r1-r0)*ld]
+			t.gemm(worker, r1-r0, ld, g.f, wT.RowsFrom(r0), dyM, 0, gemm.Matrix{Data: blk, Stride: ld})
+			per := len(sums) / n
+			for k := range n {
+				col2im(t.b.vec, blk[k*g.ohw:], ld, sums[k*per:(k+1)*per], cols.lay, g, t.p, r0, r1)
+			}
+		}
+		if !cols.lay.identity() {
+			size := cols.lay.size()
+			for k := range n {
+				cols.lay.extract(t.b.vec, dx[k*inLen:(k+1)*inLen], sums[k*size:(k+1)*size])
+			}
+		}
+	}
+}
+
+// blockWidth is the number of columns of a column matrix's blocks, for
+// blocks of depth rows of a matrix [rows, ld]: all of them where the block
+// keeps within blockBytes, else the largest multiple of depth that does
+// (at least depth).
+func blockWidth(depth, rows, ld int) int {
+	rows = min(rows, depth)
+	if rows*ld*4 <= blockBytes {
+		return ld
+	}
+	return max(depth, blockBytes/4/rows/depth*depth)
+}
+
+// blockRows is the number of rows of a column matrix's blocks of width
+// columns in the backward passes: as many as keep within blockBytes, a
+// multiple of 96 (of the micro-kernels' tile rows and columns), at least
+// 96.
+func blockRows(width int) int {
+	return max(96, blockBytes/4/width/96*96)
+}
+
+// columnSource makes blocks of a group of images' column matrix.
+type columnSource struct {
+	g   geometry
+	p   tensor.ConvParams
+	lay phased
+	img []float32 // the group's images laid out, one after another; nil: the images themselves
+	src []float32 // the images im2col reads
+}
+
+// images takes the group's n images x (one after another), laying them
+// out where the layout is not the image itself.
+func (cs *columnSource) images(ops vecOps, x []float32, n int) {
+	if cs.img == nil {
+		cs.src = x
+		return
+	}
+	size, in := cs.lay.size(), len(x)/n
+	for k := range n {
+		cs.lay.fill(ops, cs.img[k*size:(k+1)*size], x[k*in:(k+1)*in])
+	}
+	cs.src = cs.img[:n*size]
+}
+
+// block writes rows [r0, r1) and columns [j0, j1) of the group's column
+// matrix (image k's columns are k·OH·OW onward) into blk, at row stride
+// j1 − j0.
+func (cs *columnSource) block(blk []float32, n, r0, r1, j0, j1 int) {
+	ohw, per := cs.g.ohw, len(cs.src)/n
+	for k := range n {
+		c0, c1 := max(j0-k*ohw, 0), min(j1-k*ohw, ohw)
+		if c0 >= c1 {
+			continue
+		}
+		im2col(cs.src[k*per:(k+1)*per], cs.lay, blk[k*ohw+c0-j0:], j1-j0, cs.g, cs.p, r0, r1, c0, c1)
 	}
 }
 
@@ -282,101 +412,49 @@ func (t *convTask) addBias(y []float32, hw int) {
 	}
 }
 
-// im2col lays out the receptive fields of one image [C, H, W] as the
-// columns of col [C·KH·KW, OH·OW] (row stride ld), zero where they
-// overhang the padding.
-func im2col(ops vecOps, x, col []float32, ld int, g geometry, p tensor.ConvParams) {
-	r := 0
-	for c := 0; c < g.c; c++ {
-		plane := x[c*g.h*g.wd : (c+1)*g.h*g.wd]
-		for kh := 0; kh < p.KernelH; kh++ {
-			for kw := 0; kw < p.KernelW; kw++ {
-				out := col[r*ld : r*ld+g.ohw]
-				r++
-				// iw = ow·StrideW − PadW + kw: each row a strided (or, at
-				// stride 1, shifted) copy of the image row's [lo, hi), zeros
-				// around; the same [lo, hi) for every row.
-				lo, hi := inside(g.ow, g.wd, p.StrideW, kw-p.PadW)
-				for oh := 0; oh < g.oh; oh++ {
-					dst := out[oh*g.ow : (oh+1)*g.ow]
-					ih := oh*p.StrideH - p.PadH + kh
-					if ih < 0 || ih >= g.h {
-						clear(dst)
-						continue
-					}
-					src := plane[ih*g.wd : (ih+1)*g.wd]
-					clear(dst[:lo])
-					clear(dst[hi:])
-					if p.StrideW == 1 {
-						copy(dst[lo:hi], src[lo+kw-p.PadW:])
-						continue
-					}
-					at := lo*p.StrideW - p.PadW + kw
-					if p.StrideW == 2 {
-						ops.gather2(dst[lo:hi], src[at:])
-						continue
-					}
-					for ow := lo; ow < hi; ow++ {
-						dst[ow] = src[at]
-						at += p.StrideW
-					}
-				}
-			}
+// im2col writes rows [r0, r1) and columns [c0, c1) of one image's column
+// matrix [C·KH·KW, OH·OW] — its receptive fields, zero where they overhang
+// the padding — into col, row r at (r − r0)·ld, column c at c − c0: img
+// is the image in layout lay (phased.go), so each row is runs of up to OW
+// values, one every StrideH padded rows.
+func im2col(img []float32, lay phased, col []float32, ld int, g geometry, p tensor.ConvParams, r0, r1, c0, c1 int) {
+	step, kk := lay.step(), p.KernelH*p.KernelW
+	for r := r0; r < r1; r++ {
+		c, kh, kw := r/kk, r%kk/p.KernelW, r%p.KernelW
+		src := img[c*lay.hp*lay.wp+kh*lay.wp+lay.column(kw):]
+		out := col[(r-r0)*ld : (r-r0)*ld+c1-c0]
+		if step == g.ow { // the runs follow one another: a 1×1 kernel at stride 1
+			copy(out, src[c0:c1])
+			continue
+		}
+		for j := c0; j < c1; {
+			oh, ow := j/g.ow, j%g.ow
+			run := min(c1-j, g.ow-ow)
+			copy(out[j-c0:j-c0+run], src[oh*step+ow:])
+			j += run
 		}
 	}
 }
 
-// col2im sets dx [C, H, W] to the sum of the column gradients (col, row
-// stride ld) over every receptive field each pixel belongs to.
-func col2im(ops vecOps, col []float32, ld int, dx []float32, g geometry, p tensor.ConvParams) {
-	clear(dx)
-	r := 0
-	for c := 0; c < g.c; c++ {
-		plane := dx[c*g.h*g.wd : (c+1)*g.h*g.wd]
-		for kh := 0; kh < p.KernelH; kh++ {
-			for kw := 0; kw < p.KernelW; kw++ {
-				in := col[r*ld : r*ld+g.ohw]
-				r++
-				for oh := 0; oh < g.oh; oh++ {
-					ih := oh*p.StrideH - p.PadH + kh
-					if ih < 0 || ih >= g.h {
-						continue
-					}
-					src := in[oh*g.ow : (oh+1)*g.ow]
-					dst := plane[ih*g.wd : (ih+1)*g.wd]
-					// iw = ow·StrideW − PadW + kw: a strided (or shifted)
-					// add of the row's [lo, hi).
-					lo, hi := inside(g.ow, g.wd, p.StrideW, kw-p.PadW)
-					if p.StrideW == 1 {
-						d := dst[lo+kw-p.PadW:][:hi-lo]
-						ops.add(d, d, src[lo:hi])
-						continue
-					}
-					at := lo*p.StrideW - p.PadW + kw
-					for _, v := range src[lo:hi] {
-						dst[at] += v
-						at += p.StrideW
-					}
-				}
-			}
+// col2im adds rows [r0, r1) of an image's column gradients (col, row
+// stride ld, all OH·OW columns) into sums, an image in layout lay, at the
+// positions im2col took them from: its adjoint. Over all rows, in order,
+// the sums at the image's positions are its input gradient
+// (phased.extract), added in the order the rows give.
+func col2im(ops vecOps, col []float32, ld int, sums []float32, lay phased, g geometry, p tensor.ConvParams, r0, r1 int) {
+	step, kk := lay.step(), p.KernelH*p.KernelW
+	for r := r0; r < r1; r++ {
+		c, kh, kw := r/kk, r%kk/p.KernelW, r%p.KernelW
+		dst := sums[c*lay.hp*lay.wp+kh*lay.wp+lay.column(kw):]
+		in := col[(r-r0)*ld : (r-r0)*ld+g.ohw]
+		if step == g.ow {
+			d := dst[:g.ohw]
+			ops.add(d, d, in)
+			continue
+		}
+		for oh := range g.oh {
+			d := dst[oh*step : oh*step+g.ow]
+			ops.add(d, d, in[oh*g.ow:(oh+1)*g.ow])
 		}
 	}
-}
-
-// inside returns the range [lo, hi) of the out output positions o whose
-// input position o·stride + offset lies in [0, in): lo = hi when none
-// does.
-func inside(out, in, stride, offset int) (lo, hi int) {
-	lo = 0
-	if offset < 0 {
-		lo = ceilDiv(-offset, stride)
-	}
-	hi = out
-	if last := in - 1 - offset; last < 0 {
-		hi = 0
-	} else {
-		hi = min(out, last/stride+1)
-	}
-	lo = min(lo, hi)
-	return lo, hi
 }

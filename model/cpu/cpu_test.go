@@ -217,7 +217,14 @@ func TestConvolution(t *testing.T) {
 		{1, 32, 64, 32, tensor.ConvParams{KernelH: 3, KernelW: 3, StrideH: 1, StrideW: 1, PadH: 1, PadW: 1}}, // one image: the GEMM split over threads
 		{3, 2, 3, 9, tensor.ConvParams{KernelH: 3, KernelW: 2, StrideH: 2, StrideW: 1, PadH: 2, PadW: 1}},    // uneven kernel, wide padding
 		{2, 3, 4, 7, tensor.ConvParams{KernelH: 1, KernelW: 1, StrideH: 2, StrideW: 2}},                      // a downsample
+		{2, 5, 3, 10, tensor.ConvParams{KernelH: 1, KernelW: 1, StrideH: 2, StrideW: 3}},                     // subsampled unevenly
+		{2, 6, 5, 40, tensor.ConvParams{KernelH: 1, KernelW: 1, StrideH: 2, StrideW: 2}},                     // subsampled, one image to a GEMM
 		{2, 2, 3, 3, tensor.ConvParams{KernelH: 5, KernelW: 5, StrideH: 3, StrideW: 3, PadH: 2, PadW: 2}},    // windows over both edges
+		// Column matrices in blocks: 360 rows (two blocks of the GEMM's
+		// depth) by 1,296 columns (two blocks) from an odd-width image,
+		// and 270 rows by three images' columns.
+		{1, 40, 4, 71, tensor.ConvParams{KernelH: 3, KernelW: 3, StrideH: 2, StrideW: 2, PadH: 1, PadW: 1}},
+		{3, 30, 4, 10, tensor.ConvParams{KernelH: 3, KernelW: 3, StrideH: 1, StrideW: 1, PadH: 1, PadW: 1}},
 	}
 	for _, threads := range []int{1, 2} {
 		be := New(threads)

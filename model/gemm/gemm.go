@@ -113,6 +113,13 @@ func newEngine(p *parallel.Pool, own bool, k kernel) *Engine {
 // Kernel names the micro-kernel in use ("avx2-fma 6x16", "go 4x8", ...).
 func (e *Engine) Kernel() string { return e.k.name }
 
+// Depth is the depth of the blocks the engine multiplies in: it adds
+// op(A)·op(B) into C a block of Depth columns of op(A) (rows of op(B)) at
+// a time, so a product split along K at multiples of Depth, its parts
+// added into C in order (beta 1 after the first), gives the same bits as
+// the whole.
+func (e *Engine) Depth() int { return e.k.kc }
+
 // Threads returns the number of threads the engine uses.
 func (e *Engine) Threads() int { return e.pool.Threads() }
 
@@ -230,15 +237,15 @@ func (t *gemmTask) Do(worker, i int) {
 	lo := i * t.step
 	if t.byRows {
 		rows := min(t.step, t.m-lo)
-		t.e.serial(&t.e.ws[worker], rows, t.n, t.k, t.alpha, t.a.rowsFrom(lo), t.b, t.beta, t.c.rowsFrom(lo))
+		t.e.serial(&t.e.ws[worker], rows, t.n, t.k, t.alpha, t.a.RowsFrom(lo), t.b, t.beta, t.c.RowsFrom(lo))
 		return
 	}
 	cols := min(t.step, t.n-lo)
-	t.e.serial(&t.e.ws[worker], t.m, cols, t.k, t.alpha, t.a, t.b.colsFrom(lo), t.beta, t.c.colsFrom(lo))
+	t.e.serial(&t.e.ws[worker], t.m, cols, t.k, t.alpha, t.a, t.b.ColsFrom(lo), t.beta, t.c.ColsFrom(lo))
 }
 
-// rowsFrom returns the view of op(M) starting at row r.
-func (m Matrix) rowsFrom(r int) Matrix {
+// RowsFrom returns the view of op(M) starting at row r.
+func (m Matrix) RowsFrom(r int) Matrix {
 	if m.Trans {
 		m.Data = m.Data[r:]
 	} else {
@@ -247,8 +254,8 @@ func (m Matrix) rowsFrom(r int) Matrix {
 	return m
 }
 
-// colsFrom returns the view of op(M) starting at column c.
-func (m Matrix) colsFrom(c int) Matrix {
+// ColsFrom returns the view of op(M) starting at column c.
+func (m Matrix) ColsFrom(c int) Matrix {
 	if m.Trans {
 		m.Data = m.Data[c*m.Stride:]
 	} else {

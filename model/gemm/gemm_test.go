@@ -172,3 +172,47 @@ func TestNewKernelWithPool(t *testing.T) {
 		}
 	}
 }
+
+// TestSplitAtDepthSameBits: a product split along K at multiples of
+// Depth, its parts added into C in order, gives the bits of the whole
+// product (the convolutions' column matrices are built and multiplied a
+// block of Depth rows at a time on that promise), for every kernel and
+// both transposes of B; split elsewhere it need not.
+func TestSplitAtDepthSameBits(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	p := parallel.New(1)
+	defer p.Close()
+	for _, k := range availableKernels() {
+		e := newEngine(p, false, k)
+		depth := e.Depth()
+		m, n, kk := 2*k.mr+3, 3*k.nr+5, 2*depth+depth/2+7
+		for _, transB := range []bool{false, true} {
+			a := randomMatrix(r, m, kk, 1, false)
+			b := randomMatrix(r, kk, n, 2, transB)
+			whole := make([]float32, m*n)
+			must(t, e.SgemmSerial(0, m, n, kk, 1, a, b, 0, Matrix{Data: whole, Stride: n}))
+			parts := make([]float32, m*n)
+			for k0 := 0; k0 < kk; k0 += depth {
+				k1 := min(kk, k0+depth)
+				ap, bp := a.ColsFrom(k0), b.RowsFrom(k0)
+				beta := float32(1)
+				if k0 == 0 {
+					beta = 0
+				}
+				must(t, e.SgemmSerial(0, m, n, k1-k0, 1, ap, bp, beta, Matrix{Data: parts, Stride: n}))
+			}
+			for i := range whole {
+				if math.Float32bits(whole[i]) != math.Float32bits(parts[i]) {
+					t.Fatalf("%s, B transposed %v: C[%d] = %v split at multiples of %d, %v whole", k.name, transB, i, parts[i], depth, whole[i])
+				}
+			}
+		}
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
