@@ -34,6 +34,7 @@ type Backend struct {
 type scratch struct {
 	col, dcol []float32
 	img, dimg []float32 // an image and its gradient laid out for im2col (phased.go)
+	window    []int     // the kernel positions' offsets in a laid-out channel
 	ybuf      []float32 // a group's output (gradient) as one matrix
 	dw, db    []float32
 	wino      winoRows // Winograd's transforms' rows

@@ -301,12 +301,13 @@ func BenchmarkIm2colStride2(b *testing.B) {
 		g := geom(x, tensor.New(1, s.c, s.k, s.k), p)
 		lay := phasedLayout(g, p)
 		img := make([]float32, lay.size())
+		window := lay.window(make([]int, s.k*s.k), s.k)
 		col := make([]float32, g.ckk*g.ohw)
 		for _, ops := range []vecOps{{vector: hasVectorOps()}, {}} {
 			b.Run(s.name+"/"+ops.name(), func(b *testing.B) {
 				for b.Loop() {
 					lay.fill(ops, img, x.Data)
-					im2col(img, lay, col, g.ohw, g, p, 0, g.ckk, 0, g.ohw)
+					im2col(img, lay, window, col, g.ohw, g, 0, g.ckk, 0, g.ohw)
 				}
 			})
 		}

@@ -186,7 +186,8 @@ func (t *convTask) Do(worker, i int) {
 	// its columns split by stride, or subsampled: phased.go), or, unpadded
 	// at stride 1, the image itself. The layouts' padding is cleared once
 	// a chunk.
-	cols := columnSource{g: g, p: t.p, lay: phasedLayout(g, t.p)}
+	cols := columnSource{g: g, lay: phasedLayout(g, t.p)}
+	cols.window = cols.lay.window(grow(&s.window, t.p.KernelH*t.p.KernelW), t.p.KernelW)
 	// The images serve the forward pass and the weight gradient. A 1×1
 	// kernel's column matrix is its image's layout: with one image to a
 	// GEMM, that is multiplied directly.
@@ -330,7 +331,7 @@ func (t *convTask) Do(worker, i int) {
 			t.gemm(worker, r1-r0, ld, g.f, wT.RowsFrom(r0), dyM, 0, gemm.Matrix{Data: blk, Stride: ld})
 			per := len(sums) / n
 			for k := range n {
-				col2im(t.b.vec, blk[k*g.ohw:], ld, sums[k*per:(k+1)*per], cols.lay, g, t.p, r0, r1)
+				col2im(t.b.vec, blk[k*g.ohw:], ld, sums[k*per:(k+1)*per], cols.lay, cols.window, g, r0, r1)
 			}
 		}
 		if !cols.lay.identity() {
@@ -364,11 +365,11 @@ func blockRows(width int) int {
 
 // columnSource makes blocks of a group of images' column matrix.
 type columnSource struct {
-	g   geometry
-	p   tensor.ConvParams
-	lay phased
-	img []float32 // the group's images laid out, one after another; nil: the images themselves
-	src []float32 // the images im2col reads
+	g      geometry
+	lay    phased
+	window []int     // each kernel position's offset in a channel of the layout (phased.window)
+	img    []float32 // the group's images laid out, one after another; nil: the images themselves
+	src    []float32 // the images im2col reads
 }
 
 // images takes the group's n images x (one after another), laying them
@@ -395,7 +396,7 @@ func (cs *columnSource) block(blk []float32, n, r0, r1, j0, j1 int) {
 		if c0 >= c1 {
 			continue
 		}
-		im2col(cs.src[k*per:(k+1)*per], cs.lay, blk[k*ohw+c0-j0:], j1-j0, cs.g, cs.p, r0, r1, c0, c1)
+		im2col(cs.src[k*per:(k+1)*per], cs.lay, cs.window, blk[k*ohw+c0-j0:], j1-j0, cs.g, r0, r1, c0, c1)
 	}
 }
 
@@ -416,22 +417,29 @@ func (t *convTask) addBias(y []float32, hw int) {
 // matrix [C·KH·KW, OH·OW] — its receptive fields, zero where they overhang
 // the padding — into col, row r at (r − r0)·ld, column c at c − c0: img
 // is the image in layout lay (phased.go), so each row is runs of up to OW
-// values, one every StrideH padded rows.
-func im2col(img []float32, lay phased, col []float32, ld int, g geometry, p tensor.ConvParams, r0, r1, c0, c1 int) {
-	step, kk := lay.step(), p.KernelH*p.KernelW
+// values, one every StrideH padded rows, from the offset window gives its
+// kernel position in the image's channel.
+func im2col(img []float32, lay phased, window []int, col []float32, ld int, g geometry, r0, r1, c0, c1 int) {
+	step, plane := lay.step(), lay.hp*lay.wp
+	c, k := r0/len(window), r0%len(window)
+	oh0, ow0 := c0/g.ow, c0%g.ow
 	for r := r0; r < r1; r++ {
-		c, kh, kw := r/kk, r%kk/p.KernelW, r%p.KernelW
-		src := img[c*lay.hp*lay.wp+kh*lay.wp+lay.column(kw):]
+		src := img[c*plane+window[k]:]
 		out := col[(r-r0)*ld : (r-r0)*ld+c1-c0]
+		if k++; k == len(window) {
+			c, k = c+1, 0
+		}
 		if step == g.ow { // the runs follow one another: a 1×1 kernel at stride 1
 			copy(out, src[c0:c1])
 			continue
 		}
-		for j := c0; j < c1; {
-			oh, ow := j/g.ow, j%g.ow
-			run := min(c1-j, g.ow-ow)
-			copy(out[j-c0:j-c0+run], src[oh*step+ow:])
+		at, ow := oh0*step+ow0, ow0
+		for j := 0; j < len(out); {
+			run := min(len(out)-j, g.ow-ow)
+			copy(out[j:j+run], src[at:at+run])
 			j += run
+			at += step - ow
+			ow = 0
 		}
 	}
 }
@@ -441,12 +449,15 @@ func im2col(img []float32, lay phased, col []float32, ld int, g geometry, p tens
 // positions im2col took them from: its adjoint. Over all rows, in order,
 // the sums at the image's positions are its input gradient
 // (phased.extract), added in the order the rows give.
-func col2im(ops vecOps, col []float32, ld int, sums []float32, lay phased, g geometry, p tensor.ConvParams, r0, r1 int) {
-	step, kk := lay.step(), p.KernelH*p.KernelW
+func col2im(ops vecOps, col []float32, ld int, sums []float32, lay phased, window []int, g geometry, r0, r1 int) {
+	step, plane := lay.step(), lay.hp*lay.wp
+	c, k := r0/len(window), r0%len(window)
 	for r := r0; r < r1; r++ {
-		c, kh, kw := r/kk, r%kk/p.KernelW, r%p.KernelW
-		dst := sums[c*lay.hp*lay.wp+kh*lay.wp+lay.column(kw):]
+		dst := sums[c*plane+window[k]:]
 		in := col[(r-r0)*ld : (r-r0)*ld+g.ohw]
+		if k++; k == len(window) {
+			c, k = c+1, 0
+		}
 		if step == g.ow {
 			d := dst[:g.ohw]
 			ops.add(d, d, in)

@@ -55,6 +55,16 @@ func (l phased) phaseStart(r int) int {
 // reads: output column ow reads it at column + ow.
 func (l phased) column(kw int) int { return l.phaseStart(kw%l.phases) + kw/l.phases }
 
+// window sets offsets[kh·kw + kw′], for a kernel kw columns wide, to the
+// offset within a laid-out channel of the first value kernel position
+// (kh, kw′) reads, and returns offsets.
+func (l phased) window(offsets []int, kw int) []int {
+	for k := range offsets {
+		offsets[k] = k/kw*l.wp + l.column(k%kw)
+	}
+	return offsets
+}
+
 // step is the distance in the layout from one output row's run to the
 // next's.
 func (l phased) step() int { return l.rowStep * l.wp }
