@@ -465,6 +465,9 @@ func loadData(model string, o options) (*data.Dataset, *data.Dataset, error) {
 		}
 	}
 	if trainSet, testSet, err = data.LoadSized(dir, o.imageSize); err != nil {
+		if o.dataDir != "" {
+			return nil, nil, fmt.Errorf("--data: %w", err)
+		}
 		return nil, nil, err
 	}
 	return trainSet.Head(o.trainSamples), testSet.Head(o.testSamples), nil

@@ -71,7 +71,7 @@ func TestTrainCommandErrors(t *testing.T) {
 	}{
 		{[]string{"--model", "vgg"}, `--model "vgg": want one of`},
 		{[]string{"--data", empty}, "neither MNIST-format"},
-		{[]string{"--model", "cifarnet", "--data", "/nonexistent"}, "/nonexistent"},
+		{[]string{"--model", "cifarnet", "--data", "/nonexistent"}, "--data: stat /nonexistent: no such file or directory"},
 		{[]string{"--synthetic", "--batch-size", "0"}, "--batch-size 0"},
 		{[]string{"--synthetic", "--lr", "inf"}, "--lr +Inf"},
 		{[]string{"--synthetic", "--lr", "nan"}, "--lr NaN"},

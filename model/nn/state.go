@@ -55,36 +55,44 @@ func LoadState(f *safetensors.File, l Layer) error { return LoadVars(f, "", l.St
 // LoadVars copies the tensors named prefix+Name into vars, with
 // LoadState's checks; tensors whose names lack the prefix are ignored.
 func LoadVars(f *safetensors.File, prefix string, state []Var) error {
-	var problems []string
+	var differ, missing, extra []string
 	want := map[string]bool{}
 	for _, v := range state {
 		want[prefix+v.Name] = true
 		t, ok := f.Get(prefix + v.Name)
 		switch {
 		case !ok:
-			problems = append(problems, fmt.Sprintf("missing tensor %q", prefix+v.Name))
+			missing = append(missing, fmt.Sprintf("%q", prefix+v.Name))
 		case v.Count != nil:
 			if t.I64 == nil || len(t.I64) != 1 {
-				problems = append(problems, fmt.Sprintf("tensor %q: want one integer, have %s %v", prefix+v.Name, t.DType, t.Shape))
+				differ = append(differ, fmt.Sprintf("tensor %q: want one integer, have %s %v", prefix+v.Name, t.DType, t.Shape))
 			}
 		case t.F32 == nil:
-			problems = append(problems, fmt.Sprintf("tensor %q: want floating point, have %s", prefix+v.Name, t.DType))
+			differ = append(differ, fmt.Sprintf("tensor %q: want floating point, have %s", prefix+v.Name, t.DType))
 		case !v.Value.SameShape(t.Shape...):
-			problems = append(problems, fmt.Sprintf("tensor %q: shape %v in file, model has %s", prefix+v.Name, t.Shape, v.Value))
+			differ = append(differ, fmt.Sprintf("tensor %q: shape %v in file, model has %s", prefix+v.Name, t.Shape, v.Value))
 		}
 	}
-	var extra []string
 	for _, t := range f.Tensors {
 		if strings.HasPrefix(t.Name, prefix) && !want[t.Name] {
 			extra = append(extra, fmt.Sprintf("%q", t.Name))
 		}
 	}
+	sort.Strings(extra)
+	// A file of another model's weights would list every tensor: the
+	// first few of each kind, and how many more.
+	var problems []string
+	if len(differ) > 0 {
+		problems = append(problems, someOf(differ, "; ", "tensors differ"))
+	}
+	if len(missing) > 0 {
+		problems = append(problems, plural(len(missing), "missing tensor")+" "+someOf(missing, ", ", "missing"))
+	}
 	if len(extra) > 0 {
-		sort.Strings(extra)
-		problems = append(problems, "unexpected tensors "+strings.Join(extra, ", "))
+		problems = append(problems, plural(len(extra), "unexpected tensor")+" "+someOf(extra, ", ", "unexpected"))
 	}
 	if len(problems) > 0 {
-		return fmt.Errorf("state does not match the model: %s", strings.Join(problems, "; "))
+		return fmt.Errorf("state does not match the model (%d tensors in the model, %d in the file): %s", len(state), len(f.Tensors), strings.Join(problems, "; "))
 	}
 	for _, v := range state {
 		t, _ := f.Get(prefix + v.Name)
@@ -144,4 +152,22 @@ func ToDevice(l Layer, dev tensor.Device) {
 			v.Grad.MoveTo(dev)
 		}
 	}
+}
+
+// someOf joins up to five of items with sep and says how many more
+// (kind) there are.
+func someOf(items []string, sep, kind string) string {
+	const most = 5
+	if len(items) <= most {
+		return strings.Join(items, sep)
+	}
+	return fmt.Sprintf("%s%s… and %d more %s", strings.Join(items[:most], sep), sep, len(items)-most, kind)
+}
+
+// plural is "what" for one and "whats" for more.
+func plural(n int, what string) string {
+	if n == 1 {
+		return what
+	}
+	return what + "s"
 }

@@ -1,6 +1,7 @@
 package nn
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"path/filepath"
 	"strings"
@@ -54,8 +55,17 @@ func TestLoadRejectsMismatchedState(t *testing.T) {
 		edit       func([]safetensors.Tensor) []safetensors.Tensor
 	}{
 		{"missing", `missing tensor "fc.bias"`, func(ts []safetensors.Tensor) []safetensors.Tensor { return ts[:len(ts)-1] }},
-		{"extra", `unexpected tensors "head.weight"`, func(ts []safetensors.Tensor) []safetensors.Tensor {
+		{"extra", `unexpected tensor "head.weight"`, func(ts []safetensors.Tensor) []safetensors.Tensor {
 			return append(ts, safetensors.Tensor{Name: "head.weight", Shape: []int{1}, F32: []float32{1}})
+		}},
+		// Another model's file: the first five of each kind and a count,
+		// not every name.
+		{"another model", `unexpected tensors "other.0", "other.1", "other.10", "other.100", "other.101", … and 195 more unexpected`, func(ts []safetensors.Tensor) []safetensors.Tensor {
+			ts = nil
+			for i := range 200 {
+				ts = append(ts, safetensors.Tensor{Name: fmt.Sprintf("other.%d", i), Shape: []int{1}, F32: []float32{1}})
+			}
+			return ts
 		}},
 		{"shape", `tensor "fc.weight": shape [8 3] in file, model has [3 8]`, func(ts []safetensors.Tensor) []safetensors.Tensor {
 			for i := range ts {
@@ -77,6 +87,9 @@ func TestLoadRejectsMismatchedState(t *testing.T) {
 			err := LoadFile(path, net)
 			if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), path) {
 				t.Fatalf("error %v, want one naming %s and %q", err, path, tt.want)
+			}
+			if len(err.Error()) > 1000 {
+				t.Errorf("error of %d bytes: %v", len(err.Error()), err)
 			}
 			if tensor.RelDiff(net.State()[0].Value.Data, before.Data, 1e-6) != 0 {
 				t.Error("a failed load changed the model")
