@@ -287,6 +287,9 @@ func collectives(args []string, stdout io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("bench collectives: unexpected arguments %q (flags start with -)", fs.Args())
+	}
 	cfg := bench.Config{Ops: strings.Split(*ops, ","), Warmup: *warmup, WarmupTime: *warmupTime, Iters: *iters, Break: *brk}
 	if *chart != "" {
 		if err := bench.ChartFormatOK(*chart); err != nil {
@@ -462,6 +465,9 @@ func trainScaling(args []string, stdout io.Writer) error {
 	chart := fs.String("chart", "", "draw img/s and speed-up by world size here: SVG, or PNG for a name ending in .png")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("bench train: unexpected arguments %q (flags start with -)", fs.Args())
 	}
 	worlds, err := parseInts(*nps)
 	if err != nil {

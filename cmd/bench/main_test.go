@@ -355,3 +355,22 @@ func TestModelCommand(t *testing.T) {
 		}
 	}
 }
+
+// TestStrayArguments: an argument where flags belong stops collectives
+// and train before anything runs, naming it (the flags after it would go
+// unread).
+func TestStrayArguments(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"collectives", "all_reduce", "-np", "2"}, `bench collectives: unexpected arguments ["all_reduce" "-np" "2"]`},
+		{[]string{"train", "-np", "2", "cifarnet"}, `bench train: unexpected arguments ["cifarnet"]`},
+	} {
+		var out bytes.Buffer
+		err := run(c.args, &out)
+		if err == nil || !strings.Contains(err.Error(), c.want) || out.Len() > 0 {
+			t.Errorf("bench %q: error %v and output %q, want %q and none", c.args, err, out.String(), c.want)
+		}
+	}
+}

@@ -40,6 +40,15 @@ func run(args []string, stdout io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if fs.NArg() > 0 {
+		// Flags after the first argument go unread: say so, not "--out is
+		// required".
+		switch a := fs.Arg(0); data.Format(a) {
+		case data.FormatCIFAR10, data.FormatMNIST, data.FormatImageFolder:
+			return fmt.Errorf("unexpected argument %q: the format is a flag, --format %s", a, a)
+		}
+		return fmt.Errorf("unexpected arguments %q (flags start with --)", fs.Args())
+	}
 	if *out == "" {
 		return fmt.Errorf("--out is required")
 	}

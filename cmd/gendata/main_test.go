@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/gorun/gorun/train/data"
@@ -46,6 +47,26 @@ func TestGendata(t *testing.T) {
 		{"--out", filepath.Join(dir, "few"), "--format", "imagefolder", "--train", "5"}} {
 		if err := run(bad, &bytes.Buffer{}); err == nil {
 			t.Errorf("gendata %v succeeded", bad)
+		}
+	}
+}
+
+// TestGendataArguments: an argument where a flag belongs is named (and a
+// format named as one points to --format), rather than "--out is
+// required" for the flags after it that went unread.
+func TestGendataArguments(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"imagefolder", "--out", dir}, `unexpected argument "imagefolder": the format is a flag, --format imagefolder`},
+		{[]string{"--out", dir, "photos"}, `unexpected arguments ["photos"] (flags start with --)`},
+		{[]string{}, "--out is required"},
+	} {
+		err := run(c.args, &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("gendata %q: error %v, want %q", c.args, err, c.want)
 		}
 	}
 }

@@ -43,7 +43,8 @@ func run(args []string, stdout io.Writer) error {
 	batch := fs.Int("batch-size", 128, "evaluation batch size")
 	merge := fs.String("merge", "", "write the loaded model (e.g. a pipeline run's stage files) as one weights file here and exit")
 	asJSON := fs.Bool("json", false, `print one JSON object per image: {"file": ..., "top": [{"class": index, "name": ..., "prob": ...}, ...]}`)
-	if err := fs.Parse(args); err != nil {
+	files, err := parseInterspersed(fs, args)
+	if err != nil {
 		return err
 	}
 	for name, v := range map[string]int{"top": *top, "threads": *threads, "batch-size": *batch} {
@@ -54,7 +55,7 @@ func run(args []string, stdout io.Writer) error {
 	if *weights == "" {
 		return fmt.Errorf("--weights is required")
 	}
-	if *dataDir == "" && fs.NArg() == 0 && *merge == "" {
+	if *dataDir == "" && len(files) == 0 && *merge == "" {
 		return fmt.Errorf("give image files to classify, --data DIR to evaluate, or --merge OUT")
 	}
 	dev, err := train.OpenBackend(*device, 0, *threads, "fp32")
@@ -78,7 +79,7 @@ func run(args []string, stdout io.Writer) error {
 		return evaluate(c, *dataDir, *batch, stdout)
 	}
 	var images [][]byte
-	for _, p := range fs.Args() {
+	for _, p := range files {
 		b, err := readImage(c, p)
 		if err != nil {
 			return err
@@ -90,14 +91,14 @@ func run(args []string, stdout io.Writer) error {
 		return err
 	}
 	if *asJSON {
-		return printJSON(stdout, fs.Args(), preds)
+		return printJSON(stdout, files, preds)
 	}
 	for i, ps := range preds {
 		var parts []string
 		for _, p := range ps {
 			parts = append(parts, fmt.Sprintf("%s %.2f%%", p.Name, 100*p.Probability))
 		}
-		fmt.Fprintf(stdout, "%s: %s\n", fs.Arg(i), strings.Join(parts, ", "))
+		fmt.Fprintf(stdout, "%s: %s\n", files[i], strings.Join(parts, ", "))
 	}
 	return nil
 }
@@ -176,4 +177,26 @@ func printJSON(w io.Writer, files []string, preds [][]train.Prediction) error {
 		}
 	}
 	return nil
+}
+
+// parseInterspersed parses flags wherever they stand among the arguments
+// (infer photo.jpg --weights w.safetensors, as Python's argparse allows;
+// the flag package alone stops at the first file and would take the
+// flags after it for files) and returns the other arguments in order.
+// Everything after "--" is an argument.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var rest []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		left := fs.Args()
+		if used := len(args) - len(left); used > 0 && args[used-1] == "--" {
+			return append(rest, left...), nil
+		}
+		if len(left) == 0 {
+			return rest, nil
+		}
+		rest, args = append(rest, left[0]), left[1:]
+	}
 }

@@ -88,6 +88,14 @@ func TestInfer(t *testing.T) {
 		}
 	}
 
+	// Flags after the files, and a file after "--": the same lines.
+	want := out.String()
+	out.Reset()
+	args := append(append([]string{files[0]}, files[1:len(files)-1]...), "--weights", ckpt, "--threads", "1", "--", files[len(files)-1])
+	if err := run(args, &out); err != nil || out.String() != want {
+		t.Fatalf("infer %q: %v\n%s\nwant\n%s", args, err, out.String(), want)
+	}
+
 	// --json: one object per image, the same predictions.
 	out.Reset()
 	if err := run(append([]string{"--weights", ckpt, "--threads", "1", "--json", "--top", "2"}, files...), &out); err != nil {
