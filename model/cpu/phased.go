@@ -65,6 +65,12 @@ func (l phased) window(offsets []int, kw int) []int {
 	return offsets
 }
 
+// at is the offset within a padded row of the image's column iw.
+func (l phased) at(iw int) int {
+	q := iw + l.padW
+	return l.phaseStart(q%l.phases) + q/l.phases
+}
+
 // step is the distance in the layout from one output row's run to the
 // next's.
 func (l phased) step() int { return l.rowStep * l.wp }
@@ -94,15 +100,14 @@ func (l phased) fill(ops vecOps, dst, x []float32) {
 			ops.deinterleave(out[even:], out[odd:], l.wp, in, l.w, l.w/2, l.h)
 			if l.w%2 == 1 {
 				for ih := range l.h {
-					out[ih*l.wp+even+l.w/2] = in[ih*l.w+l.w-1]
+					out[ih*l.wp+l.at(l.w-1)] = in[ih*l.w+l.w-1]
 				}
 			}
 		default:
 			for ih := range l.h {
 				row := out[ih*l.wp : (ih+1)*l.wp]
 				for iw, v := range in[ih*l.w : (ih+1)*l.w] {
-					q := iw + l.padW
-					row[l.phaseStart(q%l.phases)+q/l.phases] = v
+					row[l.at(iw)] = v
 				}
 			}
 		}
@@ -133,15 +138,14 @@ func (l phased) extract(ops vecOps, dx, src []float32) {
 			ops.interleave(out, l.w, in[even:], in[odd:], l.wp, 0, l.w/2, l.h)
 			if l.w%2 == 1 {
 				for ih := range l.h {
-					out[ih*l.w+l.w-1] = in[ih*l.wp+even+l.w/2]
+					out[ih*l.w+l.w-1] = in[ih*l.wp+l.at(l.w-1)]
 				}
 			}
 		default:
 			for ih := range l.h {
 				row := in[ih*l.wp : (ih+1)*l.wp]
 				for iw := range out[ih*l.w : (ih+1)*l.w] {
-					q := iw + l.padW
-					out[ih*l.w+iw] = row[l.phaseStart(q%l.phases)+q/l.phases]
+					out[ih*l.w+iw] = row[l.at(iw)]
 				}
 			}
 		}
