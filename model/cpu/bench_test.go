@@ -313,3 +313,30 @@ func BenchmarkIm2colStride2(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkConvOneImage times ResNet-50's strided and 1×1 convolutions
+// on one image with two threads, as infer runs a photo: the image's
+// products split over the threads (whole column matrices, as blocks would
+// fall under the GEMM's size for splitting).
+//
+//	go test ./model/cpu -run '^$' -bench ConvOneImage
+func BenchmarkConvOneImage(b *testing.B) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, c := range []struct {
+		name             string
+		c, f, hw, k, pad int
+		stride           int
+	}{{"stem_7x7s2_224", 3, 64, 224, 7, 3, 2}, {"l2_3x3s2_56", 128, 128, 56, 3, 1, 2}, {"l4_3x3s2_14", 512, 512, 14, 3, 1, 2}, {"l3_1x1_14", 1024, 256, 14, 1, 0, 1}} {
+		p := tensor.ConvParams{KernelH: c.k, KernelW: c.k, StrideH: c.stride, StrideW: c.stride, PadH: c.pad, PadW: c.pad}
+		x, w := randTensor(rng, 1, c.c, c.hw, c.hw), randTensor(rng, c.f, c.c, c.k, c.k)
+		oh, ow := p.OutSize(c.hw, c.hw)
+		y := tensor.New(1, c.f, oh, ow)
+		be := New(2)
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				be.Conv2d(x, w, nil, y, p)
+			}
+		})
+		be.Close()
+	}
+}

@@ -214,14 +214,20 @@ func (t *convTask) Do(worker, i int) {
 		if images {
 			cols.images(t.b.vec, t.x.Data[first*inLen:(first+n)*inLen], n)
 		}
-		// Blocks of the column matrix: the forward pass's are depth rows by
-		// width columns, the weight gradient's wrows by width, the data
-		// gradient's drows by all ld columns (splits along M and N, which
-		// keep the bits at any size).
-		width := blockWidth(depth, g.ckk, ld)
+		// Blocks of the column matrix: the forward pass's are frows (the
+		// GEMM's depth) rows by width columns, the weight gradient's wrows
+		// by width, the data gradient's drows by all ld columns (splits
+		// along M and N, which keep the bits at any size).
+		frows, width := depth, blockWidth(depth, g.ckk, ld)
 		wrows, drows := blockRows(width), blockRows(ld)
+		if !t.serialGEMM {
+			// One chunk, its products split over the threads: whole
+			// matrices, as blocks would be too small to split (a batch of
+			// one image, as infer gets).
+			frows, width, wrows, drows = g.ckk, ld, g.ckk, g.ckk
+		}
 		if columns {
-			col = grow(&s.col, width*min(g.ckk, max(depth, wrows)))
+			col = grow(&s.col, width*min(g.ckk, max(frows, wrows)))
 		}
 		if !direct && t.dx != nil {
 			dcol = grow(&s.dcol, min(g.ckk, drows)*ld)
@@ -236,8 +242,8 @@ func (t *convTask) Do(worker, i int) {
 			}
 			for j0 := 0; columns && j0 < ld; j0 += width {
 				j1 := min(ld, j0+width)
-				for r0 := 0; r0 < g.ckk; r0 += depth {
-					r1 := min(g.ckk, r0+depth)
+				for r0 := 0; r0 < g.ckk; r0 += frows {
+					r1 := min(g.ckk, r0+frows)
 					blk := col[:(r1-r0)*(j1-j0)]
 					cols.block(blk, n, r0, r1, j0, j1)
 					beta := float32(1)
