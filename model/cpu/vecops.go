@@ -7,8 +7,10 @@ import "math"
 // on rows of tiles (n consecutive tiles' values of one tile element) or
 // on rows of an image, batch norm's two per-element passes and two sums
 // (norm.go), the relu and its gradient, the 2×2 max pool and its gradient
-// (pool.go), the SGD (with momentum), Adam and Adadelta steps (optim.go), and
-// dropout (in AVX-512: its random numbers need 64-bit multiplies).
+// (pool.go), the strided convolutions' image layouts (phased.go: the
+// deinterleave and interleave the Winograd transforms also use, and
+// gather2), the SGD (with momentum), Adam and Adadelta steps (optim.go),
+// and dropout (in AVX-512: its random numbers need 64-bit multiplies).
 // It runs them with the AVX2 kernels of vecops_amd64.s where the
 // processor has them (vector true), else with the loops below; both give
 // the same bits (TestVecOps): the loops round every product to float32
@@ -455,8 +457,9 @@ func pick(mask uint32, v, w float32) float32 {
 	return math.Float32frombits(math.Float32bits(w) ^ (math.Float32bits(v)^math.Float32bits(w))&mask)
 }
 
-// gather2 sets dst[i] = src[2i] for i < len(dst): a stride-2
-// convolution's im2col row. src holds at least 2·len(dst) − 1 values.
+// gather2 sets dst[i] = src[2i] for i < len(dst): a row of an image
+// subsampled for a 1×1 convolution at stride 2 (phased.subsample). src
+// holds at least 2·len(dst) − 1 values.
 func (o vecOps) gather2(dst, src []float32) {
 	n := len(dst)
 	if n == 0 {
