@@ -527,14 +527,14 @@ func reporters(o options, cfg train.Config, stdout io.Writer) (report.Reporter, 
 	if o.metrics != "" {
 		j, err := report.NewJSONL(o.metrics, cfg.LogInterval)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("--metrics: %w", err)
 		}
 		rs = append(rs, j)
 	}
 	if o.tensorboard != "" {
 		tb, err := report.NewTensorBoard(o.tensorboard, cfg.LogInterval)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("--tensorboard: %w", err)
 		}
 		rs = append(rs, tb)
 	}

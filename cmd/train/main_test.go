@@ -72,6 +72,8 @@ func TestTrainCommandErrors(t *testing.T) {
 		{[]string{"--model", "vgg"}, `--model "vgg": want one of`},
 		{[]string{"--data", empty}, "neither MNIST-format"},
 		{[]string{"--model", "cifarnet", "--data", "/nonexistent"}, "--data: stat /nonexistent: no such file or directory"},
+		{[]string{"--synthetic", "--epochs", "1", "--metrics", "/nonexistent/m.jsonl"}, "--metrics: open /nonexistent/m.jsonl: no such file or directory"},
+		{[]string{"--synthetic", "--epochs", "1", "--tensorboard", "/proc/runs"}, "--tensorboard: mkdir /proc/runs"},
 		{[]string{"--synthetic", "--batch-size", "0"}, "--batch-size 0"},
 		{[]string{"--synthetic", "--lr", "inf"}, "--lr +Inf"},
 		{[]string{"--synthetic", "--lr", "nan"}, "--lr NaN"},
