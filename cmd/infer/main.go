@@ -125,7 +125,7 @@ func readImage(c *train.Classifier, p string) ([]byte, error) {
 func evaluate(c *train.Classifier, dir string, batch int, w io.Writer) error {
 	_, test, err := data.LoadSized(dir, c.Model.Input[len(c.Model.Input)-1])
 	if err != nil {
-		return err
+		return fmt.Errorf("--data: %w", err)
 	}
 	ev, err := c.Evaluate(context.Background(), test, batch)
 	if err != nil {

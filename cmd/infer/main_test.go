@@ -129,6 +129,10 @@ func TestInfer(t *testing.T) {
 	if want := fmt.Sprintf("Accuracy: %d/%d", ev.Correct, ev.Total); !strings.Contains(out.String(), want) || !strings.Contains(out.String(), "Confusion matrix") {
 		t.Fatalf("evaluation output:\n%s", out.String())
 	}
+	missing := filepath.Join(dir, "nope")
+	if err := run([]string{"--weights", ckpt, "--data", missing}, &out); err == nil || !strings.Contains(err.Error(), "--data: stat "+missing) {
+		t.Errorf("--data %s: error %v, want one naming --data and the directory", missing, err)
+	}
 
 	for _, bad := range [][]string{{"--weights", filepath.Join(dir, "missing")}, {"--weights", ckpt}, {"--weights", ckpt, filepath.Join(dir, "net.safetensors")}} {
 		if err := run(bad, &out); err == nil {
