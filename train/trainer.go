@@ -540,7 +540,7 @@ func (t *Trainer) Describe(w io.Writer, backend string) {
 	case t.cfg.Augment && t.train.Streamed():
 		aug = fmt.Sprintf(", augmented (RandomResizedCrop %d, flip)", t.train.Shape[1])
 	case t.cfg.Augment && t.train.Shape[0] == 3:
-		aug = ", augmented (random crop 32 pad 4, flip)"
+		aug = fmt.Sprintf(", augmented (random crop %d pad %d, flip)", t.train.Shape[1], data.CIFARAugmentation(t.train, 0).Pad)
 	}
 	fmt.Fprintf(w, "Data %s: %d training and %d test images%s\n", t.train.Name, t.train.Len(), testN, aug)
 	if t.train.Streamed() {

@@ -440,3 +440,20 @@ func TestFP16ResumeIsBitIdentical(t *testing.T) {
 	}
 	t.Logf("scale %v, %d steps skipped", s1, k1)
 }
+
+// TestDescribeNamesTheCrop: the run's description names the padded
+// crop's size as the data's, not CIFAR's 32 (ResNet-50 on generated
+// ImageNet-shaped images crops 224).
+func TestDescribeNamesTheCrop(t *testing.T) {
+	cfg, err := Defaults("resnet50")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Threads, cfg.Augment = 1, true
+	imgs := data.SyntheticImageNet(2, 1)
+	var out strings.Builder
+	newTrainer(t, cfg, imgs, nil).Describe(&out, "cpu")
+	if want := "augmented (random crop 224 pad 4, flip)"; !strings.Contains(out.String(), want) {
+		t.Errorf("description:\n%s\nwant %q", out.String(), want)
+	}
+}
