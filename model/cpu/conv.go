@@ -331,19 +331,18 @@ func (t *convTask) Do(worker, i int) {
 			sums = grow(&s.dimg, n*cols.lay.size())
 		}
 		clear(sums)
+		per := len(sums) / n // one image's
 		for r0 := 0; r0 < g.ckk; r0 += drows {
 			r1 := min(g.ckk, r0+drows)
 			blk := dcol[:(r1-r0)*ld]
 			t.gemm(worker, r1-r0, ld, g.f, wT.RowsFrom(r0), dyM, 0, gemm.Matrix{Data: blk, Stride: ld})
-			per := len(sums) / n
 			for k := range n {
 				col2im(t.b.vec, blk[k*g.ohw:], ld, sums[k*per:(k+1)*per], cols.lay, cols.window, g, r0, r1)
 			}
 		}
 		if !cols.lay.identity() {
-			size := cols.lay.size()
 			for k := range n {
-				cols.lay.extract(t.b.vec, dx[k*inLen:(k+1)*inLen], sums[k*size:(k+1)*size])
+				cols.lay.extract(t.b.vec, dx[k*inLen:(k+1)*inLen], sums[k*per:(k+1)*per])
 			}
 		}
 	}
@@ -435,7 +434,7 @@ func im2col(img []float32, lay phased, window []int, col []float32, ld int, g ge
 		if k++; k == len(window) {
 			c, k = c+1, 0
 		}
-		if step == g.ow { // the runs follow one another: a 1×1 kernel at stride 1
+		if step == g.ow { // the runs follow one another: a 1×1 kernel, unstrided or subsampled
 			copy(out, src[c0:c1])
 			continue
 		}

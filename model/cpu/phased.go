@@ -83,7 +83,10 @@ func (l phased) fill(ops vecOps, dst, x []float32) {
 		l.subsample(ops, dst, x)
 		return
 	}
-	plane := l.h * l.w
+	plane, even, odd := l.h*l.w, 0, 0
+	if l.phases == 2 {
+		even, odd = l.evenOdd()
+	}
 	for c := range l.c {
 		in := x[c*plane : (c+1)*plane]
 		out := dst[c*l.hp*l.wp+l.padH*l.wp:]
@@ -96,7 +99,6 @@ func (l phased) fill(ops vecOps, dst, x []float32) {
 			// Column iw sits at padded column q = iw + padW: the even
 			// columns of the image go to phase padW mod 2 from padW div 2
 			// on, the odd ones to the other phase from (padW+1) div 2 on.
-			even, odd := l.evenOdd()
 			ops.deinterleave(out[even:], out[odd:], l.wp, in, l.w, l.w/2, l.h)
 			if l.w%2 == 1 {
 				for ih := range l.h {
@@ -122,7 +124,10 @@ func (l phased) extract(ops vecOps, dx, src []float32) {
 		l.scatter(dx, src)
 		return
 	}
-	plane := l.h * l.w
+	plane, even, odd := l.h*l.w, 0, 0
+	if l.phases == 2 {
+		even, odd = l.evenOdd()
+	}
 	for c := range l.c {
 		out := dx[c*plane : (c+1)*plane]
 		in := src[c*l.hp*l.wp+l.padH*l.wp:]
@@ -134,7 +139,6 @@ func (l phased) extract(ops vecOps, dx, src []float32) {
 		case 2:
 			// Adding zero keeps every value's bits: the sums began at +0,
 			// so none is −0.
-			even, odd := l.evenOdd()
 			ops.interleave(out, l.w, in[even:], in[odd:], l.wp, 0, l.w/2, l.h)
 			if l.w%2 == 1 {
 				for ih := range l.h {
