@@ -19,9 +19,9 @@ import (
 // the inline word, the address of the payload in its own memory — and
 // the receiver copies the payload from there straight into the posted
 // receive with process_vm_readv, Linux's cross-memory attach, which Open
-// MPI's shared memory transport uses for the same. The inline word then settles the
-// record's fate, by compare-and-swap on the address, so that exactly one
-// side decides:
+// MPI's shared memory transport uses for the same. The inline word then
+// settles the record's fate, by compare-and-swap on the address, so that
+// exactly one side decides:
 //
 //   - the receiver claims it (directClaimed), reads, stores the outcome
 //     (directCopied, directRefused when this machine does not let it read

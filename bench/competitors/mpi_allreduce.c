@@ -9,8 +9,9 @@
  * rank's mean time per call after a warm-up. SIZE counts the whole buffer
  * as gorun's harness does (the gathered buffer for gather, scatter and
  * all_gather, the send buffer for alltoall and reduce_scatter, rounded
- * down to whole blocks of float32 per rank); roots are rank 0. With "--mca btl self,tcp" the ranks talk over
- * loopback TCP; with "self,vader" through shared memory. */
+ * down to whole blocks of float32 per rank); roots are rank 0. With
+ * "--mca btl self,tcp" the ranks talk over loopback TCP; with
+ * "self,vader" through shared memory. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
