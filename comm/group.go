@@ -682,8 +682,41 @@ func gatherAddrs(ctx context.Context, store store, s *Settings, master string) (
 	if !errors.Is(err, rendezvous.ErrMissing) {
 		return nil, fmt.Errorf("rendezvous at %s: %w", master, err)
 	}
-	return nil, fmt.Errorf("rendezvous at %s: ranks %v did not join within %v (GORUN_JOIN_TIMEOUT)",
-		master, missingRanks(store, keys), s.JoinTimeout)
+	missing := missingRanks(store, keys)
+	return nil, fmt.Errorf("rendezvous at %s: ranks %v did not join within %v (GORUN_JOIN_TIMEOUT)%s",
+		master, missing, s.JoinTimeout, whereMissing(store, missing))
+}
+
+// whereMissing tells, for gorun's own store, which of the missing ranks
+// reached it (and stopped before publishing an address) and which never
+// did (not started, or the store's address unreachable from them); ""
+// for torchrun's agent's store, which keeps no such record.
+func whereMissing(store store, missing []int) string {
+	if _, torch := store.(*rendezvous.TorchClient); torch || len(missing) == 0 {
+		return ""
+	}
+	qctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	var reached, never []int
+	for _, r := range missing {
+		ok, err := store.Has(qctx, rendezvous.ReachedKey(r))
+		if err != nil {
+			return ""
+		}
+		if ok {
+			reached = append(reached, r)
+		} else {
+			never = append(never, r)
+		}
+	}
+	var parts []string
+	if len(never) > 0 {
+		parts = append(parts, fmt.Sprintf("%v never reached the store (not started, or MASTER_ADDR:MASTER_PORT unreachable from their hosts)", never))
+	}
+	if len(reached) > 0 {
+		parts = append(parts, fmt.Sprintf("%v reached it but published no address (stopped or stuck inside their join)", reached))
+	}
+	return ": " + strings.Join(parts, "; ")
 }
 
 // missingRanks lists the ranks whose key is not set, after a GetMany of

@@ -273,16 +273,24 @@ func TestStrangerCannotJoin(t *testing.T) {
 	}
 }
 
-// TestAbsentRankNamed: rank 2 never calls Init; the others must fail at the
-// join deadline with an error naming rank 2.
+// TestAbsentRankNamed: rank 2 never calls Init, or reaches the store and
+// says nothing more; the others must fail at the join deadline with an
+// error naming rank 2 and telling which of the two it was.
 func TestAbsentRankNamed(t *testing.T) {
-	_, out := runJob(t, 3, "absent", "GORUN_JOIN_TIMEOUT=2s")
-	lines := commtest.RankLines(out)
-	for r := range 2 {
-		text := strings.Join(lines[r], "\n")
-		if !containsAll(text, "INIT-ERROR", "ranks [2] did not join") {
-			t.Errorf("rank %d's error does not name the absent rank:\n%s", r, text)
-		}
+	for _, tc := range []struct{ scenario, where string }{
+		{"absent", "[2] never reached the store"},
+		{"mute", "[2] reached it but published no address"},
+	} {
+		t.Run(tc.scenario, func(t *testing.T) {
+			_, out := runJob(t, 3, tc.scenario, "GORUN_JOIN_TIMEOUT=2s")
+			lines := commtest.RankLines(out)
+			for r := range 2 {
+				text := strings.Join(lines[r], "\n")
+				if !containsAll(text, "INIT-ERROR", "ranks [2] did not join", tc.where) {
+					t.Errorf("rank %d's error does not name the absent rank and where it stopped:\n%s", r, out)
+				}
+			}
+		})
 	}
 }
 

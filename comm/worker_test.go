@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/comm"
+	"github.com/gorun/gorun/comm/rendezvous"
 	"github.com/gorun/gorun/ring"
 	"github.com/gorun/gorun/tcp"
 )
@@ -45,6 +46,19 @@ func runWorker(scenario string) int {
 	}
 	if strings.HasPrefix(scenario, "absent") && os.Getenv("RANK") == "2" {
 		return 0 // never joins
+	}
+	if scenario == "mute" && os.Getenv("RANK") == "2" {
+		// Reaches the store, then never publishes its address: stuck
+		// inside its join until the launcher stops it.
+		size, _ := strconv.Atoi(os.Getenv("WORLD_SIZE"))
+		c, err := rendezvous.Dial(ctx, os.Getenv("MASTER_ADDR")+":"+os.Getenv("MASTER_PORT"), []byte(os.Getenv("GORUN_TOKEN")), 2, size)
+		if err != nil {
+			fmt.Println("MUTE-DIAL-ERROR:", err)
+			return 1
+		}
+		defer c.Close()
+		time.Sleep(time.Minute)
+		return 0
 	}
 	start := time.Now()
 	g, err := comm.Init(ctx)

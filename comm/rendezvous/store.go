@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"sync"
 	"time"
 
@@ -47,8 +48,9 @@ type Server struct {
 	data    map[string][]byte
 	changed chan struct{} // closed and replaced on every set
 
-	wg    sync.WaitGroup
-	conns map[net.Conn]struct{}
+	wg     sync.WaitGroup
+	conns  map[net.Conn]struct{}
+	closed bool
 }
 
 // Serve starts serving on ln for a job of size ranks.
@@ -65,6 +67,9 @@ func (s *Server) Addr() net.Addr { return s.ln.Addr() }
 
 // Close stops the server and drops every connection.
 func (s *Server) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
 	err := s.ln.Close()
 	s.mu.Lock()
 	for c := range s.conns {
@@ -91,11 +96,21 @@ func (s *Server) WaitIdle(timeout time.Duration) {
 
 func (s *Server) accept() {
 	defer s.wg.Done()
+	pause := 5 * time.Millisecond
 	for {
 		c, err := s.ln.Accept()
 		if err != nil {
+			if !errors.Is(err, net.ErrClosed) && s.open() {
+				// Out of descriptors or buffers for a moment (EMFILE,
+				// ENOBUFS): the ranks still to come must be heard, as
+				// net/http's server goes on after such errors.
+				time.Sleep(pause)
+				pause = min(2*pause, time.Second)
+				continue
+			}
 			return
 		}
+		pause = 5 * time.Millisecond
 		s.mu.Lock()
 		s.conns[c] = struct{}{}
 		s.mu.Unlock()
@@ -114,12 +129,35 @@ func (s *Server) accept() {
 				}
 				return nil
 			}
-			if _, err := tcp.AcceptHandshake(c, s.token, check, 10*time.Second); err != nil {
+			id, err := tcp.AcceptHandshake(c, s.token, check, 10*time.Second)
+			if err != nil {
 				return // a stranger: dropped
 			}
+			s.set(ReachedKey(int(id.From)), nil)
 			s.serve(c)
 		}()
 	}
+}
+
+// ReachedKey is the key the server sets when rank has connected to it
+// and shown the job's token: a rank that reached the store but never
+// published its address is told apart from one that never arrived.
+func ReachedKey(rank int) string { return "gorun/reached/" + strconv.Itoa(rank) }
+
+// open reports whether Close has not been called.
+func (s *Server) open() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.closed
+}
+
+// set stores val under key and wakes the waiting requests.
+func (s *Server) set(key string, val []byte) {
+	s.mu.Lock()
+	s.data[key] = val
+	close(s.changed)
+	s.changed = make(chan struct{})
+	s.mu.Unlock()
 }
 
 func (s *Server) serve(c net.Conn) {
@@ -133,11 +171,7 @@ func (s *Server) serve(c net.Conn) {
 		var out []byte
 		switch op {
 		case opSet:
-			s.mu.Lock()
-			s.data[key] = val
-			close(s.changed)
-			s.changed = make(chan struct{})
-			s.mu.Unlock()
+			s.set(key, val)
 		case opCheck:
 			s.mu.Lock()
 			if _, ok := s.data[key]; !ok {

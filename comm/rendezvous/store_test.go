@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -160,5 +161,50 @@ func TestDecodeValuesRejectsTruncated(t *testing.T) {
 	}
 	if _, err := decodeKeys([]byte{5, 0, 'a'}); err == nil {
 		t.Error("decodeKeys of a truncated list: no error")
+	}
+}
+
+// failingListener fails its first n Accepts the way a process out of
+// descriptors does.
+type failingListener struct {
+	net.Listener
+	n int
+}
+
+func (l *failingListener) Accept() (net.Conn, error) {
+	if l.n > 0 {
+		l.n--
+		return nil, &net.OpError{Op: "accept", Net: "tcp", Err: syscall.EMFILE}
+	}
+	return l.Listener.Accept()
+}
+
+// TestServerOutlivesAcceptErrors: a failed accept (EMFILE) must not stop
+// the store from hearing the ranks still to come; after Close it stops.
+func TestServerOutlivesAcceptErrors(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := Serve(&failingListener{Listener: ln, n: 3}, []byte("tok"), 4)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := Dial(ctx, ln.Addr().String(), []byte("tok"), 3, 4)
+	if err != nil {
+		t.Fatalf("after failed accepts: %v", err)
+	}
+	defer c.Close()
+	if ok, err := c.Has(ctx, ReachedKey(3)); !ok || err != nil {
+		t.Fatalf("Has(ReachedKey(3)) = %v, %v: want the store to record the rank that reached it", ok, err)
+	}
+	if ok, err := c.Has(ctx, ReachedKey(2)); ok || err != nil {
+		t.Fatalf("Has(ReachedKey(2)) = %v, %v for a rank that never came", ok, err)
+	}
+	closed := make(chan struct{})
+	go func() { s.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not stop the accept loop")
 	}
 }
