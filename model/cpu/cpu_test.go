@@ -225,6 +225,15 @@ func TestConvolution(t *testing.T) {
 		// and 270 rows by three images' columns.
 		{1, 40, 4, 71, tensor.ConvParams{KernelH: 3, KernelW: 3, StrideH: 2, StrideW: 2, PadH: 1, PadW: 1}},
 		{3, 30, 4, 10, tensor.ConvParams{KernelH: 3, KernelW: 3, StrideH: 1, StrideW: 1, PadH: 1, PadW: 1}},
+		// Stride 2 with 32+ channels: groups of images, the last group
+		// smaller; odd widths unpadded; kernels of 4, 5 and 3×2 with
+		// uneven padding.
+		{5, 32, 6, 14, tensor.ConvParams{KernelH: 3, KernelW: 3, StrideH: 2, StrideW: 2, PadH: 1, PadW: 1}},
+		{3, 33, 5, 15, tensor.ConvParams{KernelH: 3, KernelW: 3, StrideH: 2, StrideW: 2}},
+		{2, 32, 4, 12, tensor.ConvParams{KernelH: 5, KernelW: 5, StrideH: 2, StrideW: 2, PadH: 2, PadW: 2}},
+		{4, 36, 3, 9, tensor.ConvParams{KernelH: 4, KernelW: 4, StrideH: 2, StrideW: 2, PadH: 1, PadW: 1}},
+		{3, 32, 4, 8, tensor.ConvParams{KernelH: 3, KernelW: 2, StrideH: 2, StrideW: 2, PadH: 1}},
+		{1, 48, 7, 57, tensor.ConvParams{KernelH: 3, KernelW: 3, StrideH: 2, StrideW: 2, PadH: 1, PadW: 1}},
 	}
 	for _, threads := range []int{1, 2} {
 		be := New(threads)
