@@ -48,6 +48,7 @@ import (
 
 	"github.com/gorun/gorun/bench"
 	"github.com/gorun/gorun/bench/netcluster"
+	"github.com/gorun/gorun/cmd/internal/cli"
 	"github.com/gorun/gorun/comm"
 	"github.com/gorun/gorun/comm/launch"
 	"github.com/gorun/gorun/train/data"
@@ -75,6 +76,9 @@ var variants = map[string][]string{
 
 func main() {
 	if err := run(os.Args[1:], os.Stdout); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return // -h: the usage is printed
+		}
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -108,7 +112,7 @@ func cluster(args []string, stdout io.Writer) error {
 	loss := fs.Float64("loss", 0, "fraction of packets dropped on each host's link (needs tc netem)")
 	gorun := fs.String("gorun", "bin/gorun", "the gorun binary")
 	each := fs.Bool("each", false, "run PROGRAM once per host itself, not under gorun, with torchrun's variables for a host's agent (MASTER_ADDR, MASTER_PORT, GROUP_RANK, LOCAL_WORLD_SIZE = -np, WORLD_SIZE): for competitors such as gloo")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() == 0 {
@@ -176,7 +180,7 @@ func costModel(args []string, stdout io.Writer) error {
 	shmGBs := fs.Float64("shm-bw", c.SHMBandwidth/1e9, "shared memory's bus bandwidth within a host, GB/s (measured on the 2-core VM)")
 	fs.DurationVar(&c.EthernetWire, "eth-wire", c.EthernetWire, "an Ethernet hop's latency through NIC and switch (assumed)")
 	fs.DurationVar(&c.IBWire, "ib-wire", c.IBWire, "an InfiniBand hop's latency (assumed)")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -222,7 +226,7 @@ func dataPipeline(args []string, stdout io.Writer) error {
 	size := fs.Int("size", 224, "output image size")
 	eval := fs.Bool("eval", false, "evaluation's Resize(size·8/7)+CenterCrop(size) instead of RandomResizedCrop(size)+flip")
 	asJSON := fs.Bool("json", false, "print the result as one JSON object")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	switch {
@@ -284,7 +288,7 @@ func collectives(args []string, stdout io.Writer) error {
 	chart := fs.String("chart", "", "draw bus bandwidth and latency by message size for every collective, competitors included, here: SVG, or PNG for a name ending in .png")
 	brk := fs.String("break", "", "testing: make this collective reduce with Max instead of Sum, to see #wrong count it")
 	inJob := fs.Bool("in-job", false, "run as one rank of a job someone else started (srun, gorun, mpirun, torchrun): rank 0 prints the table; -np and the variants do not apply")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -463,7 +467,7 @@ func trainScaling(args []string, stdout io.Writer) error {
 	helpers := fs.String("helpers", "bench/competitors", "directory of the competitor helper programs")
 	jsonPath := fs.String("json", "", "also write the rows as JSON here")
 	chart := fs.String("chart", "", "draw img/s and speed-up by world size here: SVG, or PNG for a name ending in .png")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

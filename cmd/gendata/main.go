@@ -12,16 +12,21 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 
+	"github.com/gorun/gorun/cmd/internal/cli"
 	"github.com/gorun/gorun/train/data"
 )
 
 func main() {
 	if err := run(os.Args[1:], os.Stdout); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return // -h: the usage is printed
+		}
 		fmt.Fprintln(os.Stderr, "gendata:", err)
 		os.Exit(1)
 	}
@@ -37,7 +42,7 @@ func run(args []string, stdout io.Writer) error {
 	nTrain := fs.Int("train", 10000, "training images")
 	nTest := fs.Int("test", 2000, "test images")
 	seed := fs.Uint64("seed", 1, "random seed (the test split uses seed+1)")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

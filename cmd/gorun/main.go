@@ -28,6 +28,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gorun/gorun/cmd/internal/cli"
 	"github.com/gorun/gorun/comm/launch"
 	"golang.org/x/sys/unix"
 )
@@ -53,7 +54,11 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(fs.Output(), "usage: gorun [flags] PROGRAM [ARGS...]\n\nStarts PROGRAM as -np ranks on this machine.\n\nflags:\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintln(stderr, "gorun:", err)
 		return 2
 	}
 	if fs.NArg() == 0 {

@@ -21,6 +21,9 @@ func TestExitStatusAndMessage(t *testing.T) {
 		// as a user's Ctrl-C would: forwarded, and 128 + 2 as shells report it.
 		{"interrupted", []string{"-np", "2", "-grace", "500ms", "sh", "-c", `[ "$RANK" = 0 ] && sleep 0.5 && kill -INT $PPID; exec sleep 30`}, 130, []string{"interrupted by interrupt"}},
 		{"no program", []string{"-np", "2"}, 2, []string{"usage: gorun"}},
+		{"help", []string{"-h"}, 0, []string{"usage: gorun", "-max-restarts"}},
+		// mpirun's -n: one line naming gorun's -np, not the usage.
+		{"mistyped flag", []string{"-n", "2", "true"}, 2, []string{"gorun: unknown flag -n (did you mean -np?); \"gorun -h\" lists the flags\n"}},
 		{"timeout without a unit", []string{"-timeout", "2", "true"}, 2, []string{`"2" is not a duration`, "such as 30s"}},
 		{"negative grace", []string{"-grace", "-1s", "true"}, 2, []string{"-1s: want 0 or more"}},
 		{"bad np", []string{"-np", "0", "true"}, 2, []string{"need at least one rank"}},
@@ -50,6 +53,9 @@ func TestExitStatusAndMessage(t *testing.T) {
 				if !strings.Contains(out.String(), want) {
 					t.Errorf("output lacks %q:\n%s", want, out.String())
 				}
+			}
+			if status == 2 && tc.name != "no program" && strings.Contains(out.String(), "usage: gorun") {
+				t.Errorf("a bad command line printed the whole usage:\n%s", out.String())
 			}
 		})
 	}

@@ -13,6 +13,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -20,12 +21,16 @@ import (
 	"runtime"
 	"strings"
 
+	"github.com/gorun/gorun/cmd/internal/cli"
 	"github.com/gorun/gorun/train"
 	"github.com/gorun/gorun/train/data"
 )
 
 func main() {
 	if err := run(os.Args[1:], os.Stdout); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return // -h: the usage is printed
+		}
 		fmt.Fprintln(os.Stderr, "infer:", err)
 		os.Exit(1)
 	}
@@ -187,7 +192,7 @@ func printJSON(w io.Writer, files []string, preds [][]train.Prediction) error {
 func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	var rest []string
 	for {
-		if err := fs.Parse(args); err != nil {
+		if err := cli.Parse(fs, args); err != nil {
 			return nil, err
 		}
 		left := fs.Args()

@@ -13,16 +13,21 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 
+	"github.com/gorun/gorun/cmd/internal/cli"
 	"github.com/gorun/gorun/train/data"
 )
 
 func main() {
 	if err := run(os.Args[1:], os.Stdout); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return // -h: the usage is printed
+		}
 		fmt.Fprintln(os.Stderr, "shard:", err)
 		os.Exit(1)
 	}
@@ -35,7 +40,7 @@ func run(args []string, stdout io.Writer) error {
 	samples := fs.Int("samples", 1000, "samples per shard (the last of each split may have fewer); a job needs at least as many training shards as ranks")
 	resize := fs.Int("resize", 0, "scale images whose shorter side is longer down to this size and store them as JPEG (quality 90); 0 keeps the files as they are")
 	seed := fs.Uint64("seed", 1, "the shuffle of the training samples")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

@@ -70,6 +70,7 @@ func TestTrainCommandErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"--model", "vgg"}, `--model "vgg": want one of`},
+		{[]string{"--batch", "32"}, `unknown flag --batch (did you mean --batch-size, --microbatches or --test-batch-size?); "train -h" lists the flags`},
 		{[]string{"--data", empty}, "neither MNIST-format"},
 		{[]string{"--model", "cifarnet", "--data", "/nonexistent"}, "--data: stat /nonexistent: no such file or directory"},
 		{[]string{"--synthetic", "--epochs", "1", "--metrics", "/nonexistent/m.jsonl"}, "--metrics: open /nonexistent/m.jsonl: no such file or directory"},

@@ -1,0 +1,128 @@
+// Package cli holds what the commands share on their command lines:
+// flag parsing that answers a mistyped flag in one line, with the flags
+// it may have meant, instead of the whole usage — which, under gorun,
+// every rank of the job would print.
+package cli
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+)
+
+// Parse parses args into fs. -h and -help print fs's usage (to its
+// output) and return flag.ErrHelp. A flag fs does not define is an
+// error that names it as typed, with up to three defined flags close to
+// it and a pointer to -h; other errors are the flag package's own. The
+// usage is printed only for -h.
+func Parse(fs *flag.FlagSet, args []string) error {
+	out := fs.Output()
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	fs.SetOutput(out)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, flag.ErrHelp):
+		fs.Usage()
+		return err
+	}
+	name, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: -")
+	if !ok {
+		return err
+	}
+	dashes := typedDashes(args, name)
+	msg := fmt.Sprintf("unknown flag %s%s", dashes, name)
+	if near := Suggest(fs, name); len(near) > 0 {
+		for i := range near {
+			near[i] = dashes + near[i]
+		}
+		msg += " (did you mean " + orList(near) + "?)"
+	}
+	return fmt.Errorf("%s; %q lists the flags", msg, fs.Name()+" -h")
+}
+
+// typedDashes returns the dashes the user put before the flag name: "--"
+// where an argument reads --name or --name=…, else "-".
+func typedDashes(args []string, name string) string {
+	for _, a := range args {
+		if a == "--"+name || strings.HasPrefix(a, "--"+name+"=") {
+			return "--"
+		}
+	}
+	return "-"
+}
+
+// orList joins words as "a", "a or b", "a, b or c".
+func orList(words []string) string {
+	if len(words) == 1 {
+		return words[0]
+	}
+	return strings.Join(words[:len(words)-1], ", ") + " or " + words[len(words)-1]
+}
+
+// Suggest returns up to three of fs's flags close to name, closest
+// first: those it begins or that begin with it, those that contain it,
+// then those a few edits away (a third of name's length, at least one;
+// editDistance).
+// A name of one or two letters matches only by edits.
+func Suggest(fs *flag.FlagSet, name string) []string {
+	type candidate struct {
+		name  string
+		score int
+	}
+	var found []candidate
+	limit := max(1, len(name)/3)
+	fs.VisitAll(func(f *flag.Flag) {
+		score := -1
+		switch {
+		case len(name) >= 3 && (strings.HasPrefix(f.Name, name) || strings.HasPrefix(name, f.Name)):
+			score = 0
+		case len(name) >= 3 && strings.Contains(f.Name, name):
+			score = 1
+		default:
+			if d := editDistance(name, f.Name); d <= limit {
+				score = 1 + d
+			}
+		}
+		if score >= 0 {
+			found = append(found, candidate{f.Name, score})
+		}
+	})
+	slices.SortStableFunc(found, func(a, b candidate) int { return a.score - b.score })
+	var names []string
+	for _, c := range found[:min(3, len(found))] {
+		names = append(names, c.name)
+	}
+	return names
+}
+
+// editDistance is the number of single-letter insertions, deletions,
+// substitutions and swaps of neighbours that turn a into b (the optimal
+// string alignment distance: "modle" is one from "model").
+func editDistance(a, b string) int {
+	d := make([][]int, len(a)+1)
+	for i := range d {
+		d[i] = make([]int, len(b)+1)
+		d[i][0] = i
+	}
+	for j := range d[0] {
+		d[0][j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
+		}
+	}
+	return d[len(a)][len(b)]
+}

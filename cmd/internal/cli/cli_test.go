@@ -1,0 +1,65 @@
+package cli
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"strings"
+	"testing"
+)
+
+func trainFlags(out *bytes.Buffer) *flag.FlagSet {
+	fs := flag.NewFlagSet("train", flag.ContinueOnError)
+	fs.SetOutput(out)
+	for _, name := range []string{"batch-size", "test-batch-size", "epochs", "lr", "model", "data", "save", "save-every", "np"} {
+		fs.String(name, "", "usage of "+name)
+	}
+	return fs
+}
+
+func TestParse(t *testing.T) {
+	for _, tc := range []struct {
+		args      []string
+		err       string // "" for none; else the error's text
+		usage     bool   // the usage was printed
+		errIsHelp bool
+	}{
+		{args: []string{"--epochs", "3"}},
+		{args: []string{"--batch", "32"}, err: `unknown flag --batch (did you mean --batch-size or --test-batch-size?); "train -h" lists the flags`},
+		{args: []string{"-epoch=2"}, err: `unknown flag -epoch (did you mean -epochs?); "train -h" lists the flags`},
+		{args: []string{"--modle", "x"}, err: `unknown flag --modle (did you mean --model?); "train -h" lists the flags`},
+		{args: []string{"--learning-rate", "0.1"}, err: `unknown flag --learning-rate; "train -h" lists the flags`},
+		{args: []string{"-n", "4"}, err: `unknown flag -n (did you mean -np?); "train -h" lists the flags`},
+		{args: []string{"-h"}, usage: true, errIsHelp: true},
+		{args: []string{"--epochs"}, err: "flag needs an argument: -epochs"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			var out bytes.Buffer
+			err := Parse(trainFlags(&out), tc.args)
+			switch {
+			case tc.errIsHelp:
+				if !errors.Is(err, flag.ErrHelp) {
+					t.Fatalf("error %v, want flag.ErrHelp", err)
+				}
+			case tc.err == "" && err != nil:
+				t.Fatalf("error %v", err)
+			case tc.err != "" && (err == nil || err.Error() != tc.err):
+				t.Fatalf("error %v\nwant %s", err, tc.err)
+			}
+			if printed := strings.Contains(out.String(), "usage of batch-size"); printed != tc.usage {
+				t.Fatalf("usage printed: %v, want %v:\n%s", printed, tc.usage, out.String())
+			}
+		})
+	}
+}
+
+func TestEditDistance(t *testing.T) {
+	for _, tc := range []struct {
+		a, b string
+		want int
+	}{{"", "", 0}, {"np", "", 2}, {"modle", "model", 1}, {"ab", "ba", 1}, {"kitten", "sitting", 3}, {"lr", "lr", 0}} {
+		if got := editDistance(tc.a, tc.b); got != tc.want {
+			t.Errorf("editDistance(%q, %q) = %d, want %d", tc.a, tc.b, got, tc.want)
+		}
+	}
+}
