@@ -333,10 +333,12 @@ func WriteImageFolder(dir string, train, test *Dataset, w, h int, ext string) er
 	if ext != ".jpg" && ext != ".png" {
 		return fmt.Errorf("image folder: format %q: want .jpg or .png", ext)
 	}
-	for _, s := range []struct {
+	splits := []struct {
 		split string
 		d     *Dataset
-	}{{"train", train}, {"val", test}} {
+	}{{"train", train}, {"val", test}}
+	// Both splits checked before anything is written.
+	for _, s := range splits {
 		if s.d.Shape[0] != 3 {
 			return fmt.Errorf("image folder: %s has %d channels, want 3", s.d.Name, s.d.Shape[0])
 		}
@@ -347,6 +349,8 @@ func WriteImageFolder(dir string, train, test *Dataset, w, h int, ext string) er
 		if k := slices.Index(count, 0); k >= 0 {
 			return fmt.Errorf("image folder: class %s would have none of the %d %s images: write more (a class directory without images cannot be read, by torchvision's ImageFolder either)", s.d.Classes[k], s.d.Len(), s.split)
 		}
+	}
+	for _, s := range splits {
 		for _, c := range s.d.Classes {
 			if err := os.MkdirAll(filepath.Join(dir, s.split, c), 0o755); err != nil {
 				return err

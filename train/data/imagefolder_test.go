@@ -138,8 +138,12 @@ func TestImageFolder(t *testing.T) {
 	train, _ := Synthetic(FormatCIFAR10, 60, 1)
 	test, _ := Synthetic(FormatCIFAR10, 40, 2)
 	few, _ := Synthetic(FormatCIFAR10, 5, 2)
-	if err := WriteImageFolder(t.TempDir(), train, few, 48, 40, ".png"); err == nil || !strings.Contains(err.Error(), "would have none of the 5 val images") {
+	refused := t.TempDir()
+	if err := WriteImageFolder(refused, train, few, 48, 40, ".png"); err == nil || !strings.Contains(err.Error(), "would have none of the 5 val images") {
 		t.Errorf("5 images in 10 classes: %v", err)
+	}
+	if left, _ := os.ReadDir(refused); len(left) > 0 {
+		t.Errorf("a refused image folder left %d entries behind (the train split, written before val was checked)", len(left))
 	}
 	if err := WriteImageFolder(dir, train, test, 48, 40, ".png"); err != nil {
 		t.Fatal(err)
