@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"slices"
 	"sort"
+	"strings"
 
 	"github.com/gorun/gorun/model/nn"
 	"github.com/gorun/gorun/model/tensor"
@@ -38,6 +39,9 @@ type Classifier struct {
 // A pipeline run's per-stage files (NAME.stage0.safetensors, …) load as
 // one model when path is NAME.safetensors and only the stage files exist.
 func LoadClassifier(path, model, labels string, be tensor.Backend) (*Classifier, error) {
+	if base, ok := strings.CutSuffix(path, checkpoint.TrainPath("")); ok && fileExists(base) {
+		return nil, fmt.Errorf("%s is a run's training state (optimizer and progress, for --resume); its weights are in %s", path, base)
+	}
 	var m *zoo.Model
 	var meta *checkpoint.Meta
 	var err error
@@ -206,6 +210,9 @@ func fileExists(p string) bool {
 // model is empty, by the file's metadata.
 func loadWhole(path, model string, be tensor.Backend) (*zoo.Model, *checkpoint.Meta, error) {
 	meta, _, err := checkpoint.ReadMeta(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, fmt.Errorf("weights %s: %w", path, fs.ErrNotExist)
+	}
 	if err != nil && model == "" {
 		return nil, nil, fmt.Errorf("%w; pass --model to load plain weights", err)
 	}

@@ -134,9 +134,18 @@ func TestInfer(t *testing.T) {
 		t.Errorf("--data %s: error %v, want one naming --data and the directory", missing, err)
 	}
 
-	for _, bad := range [][]string{{"--weights", filepath.Join(dir, "missing")}, {"--weights", ckpt}, {"--weights", ckpt, filepath.Join(dir, "net.safetensors")}} {
-		if err := run(bad, &out); err == nil {
-			t.Errorf("infer %v succeeded", bad)
+	for _, bad := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--weights", filepath.Join(dir, "missing"), files[0]}, "weights " + filepath.Join(dir, "missing") + ": file does not exist"},
+		{[]string{"--weights", ckpt}, "give image files to classify"},
+		{[]string{"--weights", ckpt, filepath.Join(dir, "net.safetensors")}, "net.safetensors"},
+		{[]string{"--weights", ckpt, dir}, dir + " is a directory, not an image file"},
+		{[]string{"--weights", ckpt + ".train", files[0]}, ckpt + ".train is a run's training state (optimizer and progress, for --resume); its weights are in " + ckpt},
+	} {
+		if err := run(bad.args, &out); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("infer %v: error %v, want %q", bad.args, err, bad.want)
 		}
 	}
 }

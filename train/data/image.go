@@ -11,7 +11,7 @@ import (
 
 // DecodeImageFile reads a PNG or JPEG file.
 func DecodeImageFile(path string) (image.Image, error) {
-	f, err := os.Open(path)
+	f, _, err := openImageFile(path)
 	if err != nil {
 		return nil, err
 	}
@@ -21,6 +21,25 @@ func DecodeImageFile(path string) (image.Image, error) {
 		return nil, fmt.Errorf("%s: %w (PNG and JPEG are supported)", path, err)
 	}
 	return img, nil
+}
+
+// openImageFile opens the image file at path, refusing a directory
+// (whose read would fail with "is a directory", or decode as "unknown
+// format").
+func openImageFile(path string) (*os.File, os.FileInfo, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := f.Stat()
+	if err == nil && st.IsDir() {
+		err = fmt.Errorf("%s is a directory, not an image file", path)
+	}
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return f, st, nil
 }
 
 // ImageBytes converts img to a dataset image of the given [C, H, W]: one

@@ -160,15 +160,11 @@ func (r *ImageReader) decode(b []byte, where string, reuse *RGB) (*RGB, error) {
 
 // readFile reads the file at path into the reader's buffer.
 func (r *ImageReader) readFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
+	f, st, err := openImageFile(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
 	if int64(cap(r.buf)) < st.Size() {
 		r.buf = make([]byte, st.Size())
 	}
