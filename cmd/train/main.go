@@ -294,9 +294,12 @@ func runJob(cfg train.Config, o options, stdout io.Writer) error {
 	}
 	t.Describe(stdout, be.Name())
 	runErr := t.Run(ctx)
-	t.Times().Print(stdout)
+	trained := t.Times().Total > 0 // a run refused before its first batch has no times to show
+	if runErr == nil || trained {
+		t.Times().Print(stdout)
+	}
 	if runErr != nil {
-		if rss := train.PeakRSS(); rss > 0 {
+		if rss := train.PeakRSS(); rss > 0 && trained {
 			fmt.Fprintf(stdout, "Peak memory (RSS) = %.0f MiB\n", float64(rss)/(1<<20))
 		}
 		if errors.Is(runErr, context.Canceled) {

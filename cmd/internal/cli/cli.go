@@ -66,9 +66,9 @@ func orList(words []string) string {
 
 // Suggest returns up to three of fs's flags close to name, closest
 // first: those it begins or that begin with it, those that contain it,
-// then those a few edits away (a third of name's length, at least one;
-// editDistance).
-// A name of one or two letters matches only by edits.
+// then those a few edits away (editDistance up to a third of name's
+// length, at least one). A name of one or two letters matches only by
+// edits.
 func Suggest(fs *flag.FlagSet, name string) []string {
 	type candidate struct {
 		name  string
