@@ -301,12 +301,8 @@ func (t *convTask) Do(worker, i int) {
 				t.gemm(worker, g.f, r1-r0, j1-j0, dyM.ColsFrom(j0), gemm.Matrix{Data: blk, Stride: j1 - j0, Trans: true}, 1, dw.ColsFrom(r0))
 			}
 		}
-		for f := 0; t.biasGrad && f < g.f; f++ {
-			var sum float32
-			for _, v := range dyM.Data[f*ld : f*ld+ld] {
-				sum += v
-			}
-			s.db[f] += sum
+		if t.biasGrad {
+			addRowSums(s.db[:g.f], dyM.Data, ld, dyM.Stride)
 		}
 		if t.dx == nil {
 			continue
@@ -405,16 +401,48 @@ func (cs *columnSource) block(blk []float32, n, r0, r1, j0, j1 int) {
 	}
 }
 
-// addBias adds the bias to each of the F rows (of length hw) of y.
+// addBias adds the bias to each of the F rows (of length hw) of y, with
+// the batch norm's row kernel: x·1 + v is x + v, bit for bit.
 func (t *convTask) addBias(y []float32, hw int) {
 	if t.bias == nil {
 		return
 	}
 	for f, v := range t.bias.Data {
 		row := y[f*hw : (f+1)*hw]
-		for j := range row {
-			row[j] += v
+		t.b.vec.affine(row, row, 1, v)
+	}
+}
+
+// addRowSums adds to sums[r] the sum of row r of m (rows of n values,
+// stride apart), each row summed in order from its first value as a
+// plain loop sums it — the same bits — but four rows at a time, so that
+// four additions are in flight where one row's would each wait for the
+// one before.
+func addRowSums(sums, m []float32, n, stride int) {
+	r := 0
+	for ; r+4 <= len(sums); r += 4 {
+		r0 := m[r*stride : r*stride+n]
+		r1 := m[(r+1)*stride : (r+1)*stride+n]
+		r2 := m[(r+2)*stride : (r+2)*stride+n]
+		r3 := m[(r+3)*stride : (r+3)*stride+n]
+		var s0, s1, s2, s3 float32
+		for j, v := range r0 {
+			s0 += v
+			s1 += r1[j]
+			s2 += r2[j]
+			s3 += r3[j]
 		}
+		sums[r] += s0
+		sums[r+1] += s1
+		sums[r+2] += s2
+		sums[r+3] += s3
+	}
+	for ; r < len(sums); r++ {
+		var sum float32
+		for _, v := range m[r*stride : r*stride+n] {
+			sum += v
+		}
+		sums[r] += sum
 	}
 }
 

@@ -319,3 +319,68 @@ func TestNewWithKernel(t *testing.T) {
 		t.Fatalf("avx1024: %v", err)
 	}
 }
+
+// TestAddRowSums: rows summed four at a time give, bit for bit, what a
+// plain loop over each row gives, for 0 to 9 rows, rows of 0 to 37
+// values, stride past the row, added to what sums held.
+func TestAddRowSums(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 9))
+	for rows := range 10 {
+		for _, n := range []int{0, 1, 5, 37} {
+			stride := n + 3
+			m := make([]float32, rows*stride)
+			for i := range m {
+				m[i] = float32(rng.NormFloat64()) * float32(math.Pow(10, float64(rng.IntN(7)-3)))
+			}
+			got, want := make([]float32, rows), make([]float32, rows)
+			for r := range rows {
+				got[r] = float32(r) / 3
+				want[r] = got[r]
+				var sum float32
+				for _, v := range m[r*stride : r*stride+n] {
+					sum += v
+				}
+				want[r] += sum
+			}
+			addRowSums(got, m, n, stride)
+			for r := range rows {
+				if math.Float32bits(got[r]) != math.Float32bits(want[r]) {
+					t.Fatalf("%d rows of %d: row %d sums to %v, a plain loop to %v", rows, n, r, got[r], want[r])
+				}
+			}
+		}
+	}
+}
+
+// TestAddBiasKeepsBits: the bias added with the row kernel (x·1 + v) is
+// x + v bit for bit, signed zeros, infinities and subnormals included,
+// with the vector kernels and without.
+func TestAddBiasKeepsBits(t *testing.T) {
+	special := []float32{0, float32(math.Copysign(0, -1)), 1, -1, float32(math.Inf(1)), float32(math.Inf(-1)), 1e-40, -3e-39, 3.4e38, 1.5}
+	for _, vec := range []bool{true, false} {
+		be := New(1)
+		if !vec {
+			be.vec = vecOps{}
+		}
+		hw := 37
+		y := make([]float32, len(special)*hw)
+		want := make([]float32, len(y))
+		bias := tensor.New(len(special))
+		for f, v := range special {
+			bias.Data[f] = v
+			for j := range hw {
+				x := special[(f+j)%len(special)]
+				y[f*hw+j] = x
+				want[f*hw+j] = x + v
+			}
+		}
+		task := convTask{b: be, bias: bias}
+		task.addBias(y, hw)
+		for i := range y {
+			if math.Float32bits(y[i]) != math.Float32bits(want[i]) && !(math.IsNaN(float64(y[i])) && math.IsNaN(float64(want[i]))) {
+				t.Fatalf("vector %v: value %d is %v, x + v is %v", vec, i, y[i], want[i])
+			}
+		}
+		be.Close()
+	}
+}

@@ -461,12 +461,5 @@ func (t *convTask) winogradWeightGrad(worker int, s *scratch, lo, hi, group int,
 // addBiasGrad adds one image's output gradient dyn [F, OH·OW], summed
 // over positions, to s's bias gradient.
 func (t *convTask) addBiasGrad(s *scratch, dyn []float32) {
-	hw := t.g.ohw
-	for f := range t.g.f {
-		var sum float32
-		for _, x := range dyn[f*hw : (f+1)*hw] {
-			sum += x
-		}
-		s.db[f] += sum
-	}
+	addRowSums(s.db[:t.g.f], dyn, t.g.ohw, t.g.ohw)
 }
