@@ -75,13 +75,7 @@ var variants = map[string][]string{
 }
 
 func main() {
-	if err := run(os.Args[1:], os.Stdout); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return // -h: the usage is printed
-		}
-		fmt.Fprintln(os.Stderr, "bench:", err)
-		os.Exit(1)
-	}
+	os.Exit(cli.Status(os.Stderr, "bench", run(os.Args[1:], os.Stdout)))
 }
 
 func run(args []string, stdout io.Writer) error {
@@ -180,11 +174,8 @@ func costModel(args []string, stdout io.Writer) error {
 	shmGBs := fs.Float64("shm-bw", c.SHMBandwidth/1e9, "shared memory's bus bandwidth within a host, GB/s (measured on the 2-core VM)")
 	fs.DurationVar(&c.EthernetWire, "eth-wire", c.EthernetWire, "an Ethernet hop's latency through NIC and switch (assumed)")
 	fs.DurationVar(&c.IBWire, "ib-wire", c.IBWire, "an InfiniBand hop's latency (assumed)")
-	if err := cli.Parse(fs, args); err != nil {
+	if err := cli.ParseFlagsOnly(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("bench model: unexpected argument %q", fs.Arg(0))
 	}
 	rs, err := parseInts(*ranks)
 	if err != nil {
@@ -226,12 +217,10 @@ func dataPipeline(args []string, stdout io.Writer) error {
 	size := fs.Int("size", 224, "output image size")
 	eval := fs.Bool("eval", false, "evaluation's Resize(size·8/7)+CenterCrop(size) instead of RandomResizedCrop(size)+flip")
 	asJSON := fs.Bool("json", false, "print the result as one JSON object")
-	if err := cli.Parse(fs, args); err != nil {
+	if err := cli.ParseFlagsOnly(fs, args); err != nil {
 		return err
 	}
 	switch {
-	case fs.NArg() > 0:
-		return fmt.Errorf("bench data: unexpected arguments %q", fs.Args())
 	case *dir == "":
 		return fmt.Errorf("bench data: -data DIR: an image folder is needed (bench/gen_photos.py or gendata --format imagefolder write one)")
 	case *workers < 1 || *batch < 1 || *size < 1:
@@ -288,11 +277,8 @@ func collectives(args []string, stdout io.Writer) error {
 	chart := fs.String("chart", "", "draw bus bandwidth and latency by message size for every collective, competitors included, here: SVG, or PNG for a name ending in .png")
 	brk := fs.String("break", "", "testing: make this collective reduce with Max instead of Sum, to see #wrong count it")
 	inJob := fs.Bool("in-job", false, "run as one rank of a job someone else started (srun, gorun, mpirun, torchrun): rank 0 prints the table; -np and the variants do not apply")
-	if err := cli.Parse(fs, args); err != nil {
+	if err := cli.ParseFlagsOnly(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("bench collectives: unexpected arguments %q (flags start with -)", fs.Args())
 	}
 	cfg := bench.Config{Ops: strings.Split(*ops, ","), Warmup: *warmup, WarmupTime: *warmupTime, Iters: *iters, Break: *brk}
 	if *chart != "" {
@@ -467,11 +453,8 @@ func trainScaling(args []string, stdout io.Writer) error {
 	helpers := fs.String("helpers", "bench/competitors", "directory of the competitor helper programs")
 	jsonPath := fs.String("json", "", "also write the rows as JSON here")
 	chart := fs.String("chart", "", "draw img/s and speed-up by world size here: SVG, or PNG for a name ending in .png")
-	if err := cli.Parse(fs, args); err != nil {
+	if err := cli.ParseFlagsOnly(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("bench train: unexpected arguments %q (flags start with -)", fs.Args())
 	}
 	worlds, err := parseInts(*nps)
 	if err != nil {

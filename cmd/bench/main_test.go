@@ -167,7 +167,7 @@ func TestDataCommand(t *testing.T) {
 		{[]string{"data", "-data", dir, "-workers", "0"}, "-workers 0"},
 		{[]string{"data", "-data", dir, "-images", "8", "-batch", "8"}, "want at least two batches"},
 		{[]string{"data", "-data", t.TempDir()}, "is not an image folder (DIR/train/CLASS/IMAGE, DIR/val/CLASS/IMAGE) or shards"},
-		{[]string{"data", "-data", dir, "extra"}, "unexpected arguments"},
+		{[]string{"data", "-data", dir, "extra"}, `unexpected arguments ["extra"]: bench data takes flags only`},
 	} {
 		if err := run(c.args, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("bench %v: %v, want an error saying %q", c.args, err, c.want)
@@ -347,7 +347,7 @@ func TestModelCommand(t *testing.T) {
 		{[]string{"-sizes", "1QB"}, "-sizes"},
 		{[]string{"-shm-bw", "0"}, "-shm-bw 0"},
 		{[]string{"-tcp-step", "-1us"}, "negative"},
-		{[]string{"extra"}, `unexpected argument "extra"`},
+		{[]string{"extra"}, `unexpected arguments ["extra"]: bench model takes flags only`},
 	} {
 		err := run(append([]string{"model"}, tc.args...), io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -364,8 +364,8 @@ func TestStrayArguments(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"collectives", "all_reduce", "-np", "2"}, `bench collectives: unexpected arguments ["all_reduce" "-np" "2"]`},
-		{[]string{"train", "-np", "2", "cifarnet"}, `bench train: unexpected arguments ["cifarnet"]`},
+		{[]string{"collectives", "all_reduce", "-np", "2"}, `unexpected arguments ["all_reduce" "-np" "2"]: bench collectives takes flags only ("bench collectives -h" lists them)`},
+		{[]string{"train", "-np", "2", "cifarnet"}, `unexpected arguments ["cifarnet"]: bench train takes flags only`},
 	} {
 		var out bytes.Buffer
 		err := run(c.args, &out)

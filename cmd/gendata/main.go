@@ -12,7 +12,6 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -23,13 +22,7 @@ import (
 )
 
 func main() {
-	if err := run(os.Args[1:], os.Stdout); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return // -h: the usage is printed
-		}
-		fmt.Fprintln(os.Stderr, "gendata:", err)
-		os.Exit(1)
-	}
+	os.Exit(cli.Status(os.Stderr, "gendata", run(os.Args[1:], os.Stdout)))
 }
 
 func run(args []string, stdout io.Writer) error {
@@ -52,7 +45,7 @@ func run(args []string, stdout io.Writer) error {
 		case data.FormatCIFAR10, data.FormatMNIST, data.FormatImageFolder:
 			return fmt.Errorf("unexpected argument %q: the format is a flag, --format %s", a, a)
 		}
-		return fmt.Errorf("unexpected arguments %q (flags start with --)", fs.Args())
+		return cli.NoArguments(fs)
 	}
 	if *out == "" {
 		return fmt.Errorf("--out is required")

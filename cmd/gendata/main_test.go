@@ -61,7 +61,7 @@ func TestGendataArguments(t *testing.T) {
 		want string
 	}{
 		{[]string{"imagefolder", "--out", dir}, `unexpected argument "imagefolder": the format is a flag, --format imagefolder`},
-		{[]string{"--out", dir, "photos"}, `unexpected arguments ["photos"] (flags start with --)`},
+		{[]string{"--out", dir, "photos"}, `unexpected arguments ["photos"]: gendata takes flags only ("gendata -h" lists them)`},
 		{[]string{}, "--out is required"},
 	} {
 		err := run(c.args, &bytes.Buffer{})

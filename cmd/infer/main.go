@@ -13,7 +13,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -27,13 +26,7 @@ import (
 )
 
 func main() {
-	if err := run(os.Args[1:], os.Stdout); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return // -h: the usage is printed
-		}
-		fmt.Fprintln(os.Stderr, "infer:", err)
-		os.Exit(1)
-	}
+	os.Exit(cli.Status(os.Stderr, "infer", run(os.Args[1:], os.Stdout)))
 }
 
 func run(args []string, stdout io.Writer) error {

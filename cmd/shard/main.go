@@ -13,7 +13,6 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -24,13 +23,7 @@ import (
 )
 
 func main() {
-	if err := run(os.Args[1:], os.Stdout); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return // -h: the usage is printed
-		}
-		fmt.Fprintln(os.Stderr, "shard:", err)
-		os.Exit(1)
-	}
+	os.Exit(cli.Status(os.Stderr, "shard", run(os.Args[1:], os.Stdout)))
 }
 
 func run(args []string, stdout io.Writer) error {
@@ -40,11 +33,8 @@ func run(args []string, stdout io.Writer) error {
 	samples := fs.Int("samples", 1000, "samples per shard (the last of each split may have fewer); a job needs at least as many training shards as ranks")
 	resize := fs.Int("resize", 0, "scale images whose shorter side is longer down to this size and store them as JPEG (quality 90); 0 keeps the files as they are")
 	seed := fs.Uint64("seed", 1, "the shuffle of the training samples")
-	if err := cli.Parse(fs, args); err != nil {
+	if err := cli.ParseFlagsOnly(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q (flags start with --)", fs.Args())
 	}
 	if *dir == "" || *out == "" {
 		return fmt.Errorf("--data DIR and --out DIR are required")

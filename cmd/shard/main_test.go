@@ -39,7 +39,7 @@ func TestShardCommand(t *testing.T) {
 		{[]string{"--data", folder, "--out", out, "--samples", "0"}, "0 samples per shard"},
 		{[]string{"--data", folder, "--out", out, "--resize", "-3"}, "resize to -3"},
 		{[]string{"--data", t.TempDir(), "--out", out}, "is not an image folder"},
-		{[]string{"--data", folder, "--out", out, "extra"}, "unexpected arguments"},
+		{[]string{"--data", folder, "--out", out, "extra"}, `unexpected arguments ["extra"]: shard takes flags only`},
 	} {
 		if err := run(c.args, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("shard %v: %v, want an error saying %q", c.args, err, c.want)

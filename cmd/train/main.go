@@ -56,13 +56,7 @@ type options struct {
 }
 
 func main() {
-	if err := run(os.Args[1:], os.Stdout); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return // -h: the usage is printed
-		}
-		fmt.Fprintln(os.Stderr, "train:", err)
-		os.Exit(1)
-	}
+	os.Exit(cli.Status(os.Stderr, "train", run(os.Args[1:], os.Stdout)))
 }
 
 func run(args []string, stdout io.Writer) error {
@@ -141,11 +135,8 @@ func parseFlags(args []string) (train.Config, options, error) {
 	fs.StringVar(&cfg.GradCompression, "grad-compression", "none", "in a distributed run, gradients travel as none (float32), bf16 or fp16 (averaged in float32 and rounded once; half the bytes), or powersgd:R[:START] (rank-R PowerSGD with error feedback from step START, default 0), as PyTorch's communication hooks")
 	fs.BoolVar(&cfg.SyncBatchNorm, "sync-bn", false, "in a distributed run, batch norm uses the statistics of the whole batch across ranks (SyncBatchNorm)")
 	fs.BoolVar(&o.verbose, "verbose", false, "in a distributed run, every rank prints its progress (default: rank 0 only)")
-	if err := cli.Parse(fs, args); err != nil {
+	if err := cli.ParseFlagsOnly(fs, args); err != nil {
 		return cfg, o, err
-	}
-	if fs.NArg() > 0 {
-		return cfg, o, fmt.Errorf("unexpected arguments %q (flags start with --)", fs.Args())
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })

@@ -113,7 +113,7 @@ func TestTrainCommandErrors(t *testing.T) {
 		{[]string{"--synthetic", "--optimizer", "lbfgs", "--train-samples", "10"}, `optimizer "lbfgs"`},
 		{[]string{"--synthetic", "--data", empty}, "choose one"},
 		{[]string{"--resume", filepath.Join(empty, "none.safetensors")}, "cannot resume"},
-		{[]string{"extra"}, "unexpected arguments"},
+		{[]string{"extra"}, `unexpected arguments ["extra"]: train takes flags only ("train -h" lists them)`},
 		{[]string{"--synthetic", "--save-every", "5"}, "--save-every 5 needs --save PATH"},
 		{[]string{"--synthetic", "--save-every", "-1", "--save", filepath.Join(empty, "x")}, "--save-every -1"},
 		{[]string{"--synthetic", "--resume", "auto"}, "--resume auto resumes from --save's path"},

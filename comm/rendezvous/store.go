@@ -103,7 +103,9 @@ func (s *Server) accept() {
 			if !errors.Is(err, net.ErrClosed) && s.open() {
 				// Out of descriptors or buffers for a moment (EMFILE,
 				// ENOBUFS): the ranks still to come must be heard, as
-				// net/http's server goes on after such errors.
+				// net/http's server goes on after such errors. (open, not
+				// ErrClosed alone: a listener that fails otherwise once
+				// closed must not keep Close waiting.)
 				time.Sleep(pause)
 				pause = min(2*pause, time.Second)
 				continue

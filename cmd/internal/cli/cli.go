@@ -45,6 +45,36 @@ func Parse(fs *flag.FlagSet, args []string) error {
 	return fmt.Errorf("%s; %q lists the flags", msg, fs.Name()+" -h")
 }
 
+// ParseFlagsOnly is Parse for a command that takes flags and no other
+// arguments: one left over (a stray word, after which the flag package
+// leaves the rest unread) is an error naming what was left.
+func ParseFlagsOnly(fs *flag.FlagSet, args []string) error {
+	if err := Parse(fs, args); err != nil {
+		return err
+	}
+	return NoArguments(fs)
+}
+
+// NoArguments is the error for the arguments fs left after its flags,
+// nil when there are none.
+func NoArguments(fs *flag.FlagSet) error {
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q: %s takes flags only (%q lists them)", fs.Args(), fs.Name(), fs.Name()+" -h")
+	}
+	return nil
+}
+
+// Status is a command's exit status for the error its run returned,
+// which it writes to w after the command's name: 0 for none and for -h
+// (whose usage Parse printed), 1 for any other.
+func Status(w io.Writer, name string, err error) int {
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	fmt.Fprintf(w, "%s: %v\n", name, err)
+	return 1
+}
+
 // typedDashes returns the dashes the user put before the flag name: "--"
 // where an argument reads --name or --name=…, else "-".
 func typedDashes(args []string, name string) string {

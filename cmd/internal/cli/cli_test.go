@@ -53,6 +53,39 @@ func TestParse(t *testing.T) {
 	}
 }
 
+func TestParseFlagsOnly(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		err  string
+	}{
+		{[]string{"--epochs", "3"}, ""},
+		{[]string{"extra", "--epochs", "3"}, `unexpected arguments ["extra" "--epochs" "3"]: train takes flags only ("train -h" lists them)`},
+		{[]string{"--batch", "1"}, `unknown flag --batch (did you mean --batch-size or --test-batch-size?); "train -h" lists the flags`},
+	} {
+		err := ParseFlagsOnly(trainFlags(&bytes.Buffer{}), tc.args)
+		if (tc.err == "" && err != nil) || (tc.err != "" && (err == nil || err.Error() != tc.err)) {
+			t.Errorf("%q: error %v, want %q", tc.args, err, tc.err)
+		}
+	}
+}
+
+func TestStatus(t *testing.T) {
+	for _, tc := range []struct {
+		err    error
+		status int
+		out    string
+	}{
+		{nil, 0, ""},
+		{flag.ErrHelp, 0, ""},
+		{errors.New("--epochs -1: want at least 1"), 1, "train: --epochs -1: want at least 1\n"},
+	} {
+		var out bytes.Buffer
+		if got := Status(&out, "train", tc.err); got != tc.status || out.String() != tc.out {
+			t.Errorf("Status(%v) = %d, wrote %q; want %d, %q", tc.err, got, out.String(), tc.status, tc.out)
+		}
+	}
+}
+
 func TestEditDistance(t *testing.T) {
 	for _, tc := range []struct {
 		a, b string
