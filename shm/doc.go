@@ -5,7 +5,10 @@
 // a sender copies a frame into its ring in the receiver's segment,
 // fragment by fragment, and rings the receiver's doorbell. A waiting rank
 // drains its rings itself, spinning briefly and then sleeping on the
-// doorbell with a futex, so an idle rank burns no core. SendDirect sends
+// doorbell with a futex, so an idle rank burns no core; before each sleep
+// it lets the rank's other goroutines run (its compute, which a futex
+// sleep would keep off the core), and looks again instead of sleeping if
+// one did. SendDirect sends
 // large frames as direct records instead, which the receiver reads
 // straight out of the sender's memory (process_vm_readv): see direct.go.
 //

@@ -457,6 +457,19 @@ func (w *waiter) pause(ready func() bool) error {
 			return err
 		}
 	}
+	// The futex sleep keeps this goroutine's P (Go's right to run code)
+	// until the runtime's monitor takes it back, which can take
+	// milliseconds: meanwhile another goroutine of this process that
+	// wants the core — the compute of a pipeline stage whose receive
+	// waits, a backward pass an all-reduce overlaps — cannot run, and with
+	// one P per rank (gorun's default) the core idles. So let such a
+	// goroutine run first, and when one did, look again instead of
+	// sleeping: this wait comes back when it yields or is preempted.
+	yielded := time.Now()
+	runtime.Gosched()
+	if time.Since(yielded) > othersRan {
+		return nil
+	}
 	own := w.t.own
 	own.sleepers().Add(1)
 	if w.t.plain {
@@ -467,8 +480,15 @@ func (w *waiter) pause(ready func() bool) error {
 		futexSleep(own.bell(), v, min(sleepSlice, w.deadline.Sub(now)))
 	}
 	own.sleepers().Add(^uint32(0))
+	// Whatever became runnable while this one held the P runs first.
+	runtime.Gosched()
 	return nil
 }
+
+// othersRan is how long a Gosched must take for a sleeping wait to take
+// it that another goroutine ran meanwhile (a yield with none to run to
+// takes a microsecond or less).
+const othersRan = 20 * time.Microsecond
 
 // lastLooks is how many looks a wait takes after its peer left before it
 // gives up (one could miss the ring held by another goroutine draining it).

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -564,6 +565,56 @@ func BenchmarkPingPong(b *testing.B) {
 			}
 			if err := <-done; err != nil {
 				b.Fatal(err)
+			}
+		})
+	}
+}
+
+// BenchmarkComputeBesideWait is a compute loop (sums over 256 KiB) with
+// one P, alone and beside a receive of this process that waits for the
+// whole run: a sleeping wait must leave the P to the compute (a pipeline
+// stage computing while it waits for its neighbour's next microbatch).
+func BenchmarkComputeBesideWait(b *testing.B) {
+	data := make([]float32, 64<<10)
+	for i := range data {
+		data[i] = float32(i % 7)
+	}
+	for _, waiting := range []bool{false, true} {
+		b.Run(fmt.Sprintf("waiting=%v", waiting), func(b *testing.B) {
+			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+			x, y := pair(b, 8, 4096)
+			ctx := context.Background()
+			done := make(chan error, 1)
+			if waiting {
+				buf := make([]byte, 8)
+				tk, err := y.Post(0, 1, buf)
+				if err != nil {
+					b.Fatal(err)
+				}
+				go func() {
+					_, _, err := y.Wait(ctx, 0, 1, tk)
+					done <- err
+				}()
+				time.Sleep(5 * time.Millisecond) // past its spin and yield phases
+			}
+			var sum float32
+			b.ResetTimer()
+			for range b.N {
+				for _, v := range data {
+					sum += v
+				}
+			}
+			b.StopTimer()
+			if waiting {
+				if err := x.Send(ctx, 1, 1, [4]uint64{}, make([]byte, 8)); err != nil {
+					b.Fatal(err)
+				}
+				if err := <-done; err != nil {
+					b.Fatal(err)
+				}
+			}
+			if sum < 0 {
+				b.Fatal("negative sum")
 			}
 		})
 	}
