@@ -17,7 +17,7 @@
 # microbatch, so the peak is training's).
 #
 # Usage: bash bench/schedules.sh [rounds]
-#   MODELS="cifarnet resnet50" MICRO="4 8" SCHEDULES="1f1b zb interleaved"
+#   MODELS="cifarnet resnet50" MICRO="4 8" SCHEDULES="1f1b zb zb-h2 interleaved"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-3}

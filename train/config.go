@@ -61,7 +61,7 @@ type Config struct {
 	// (GPipe); Microbatches cuts each batch for it.
 	Pipeline     int    `json:"pipeline,omitempty"`
 	Microbatches int    `json:"microbatches,omitempty"`
-	Schedule     string `json:"schedule,omitempty"` // gpipe (default), 1f1b, zb or interleaved
+	Schedule     string `json:"schedule,omitempty"` // gpipe (default), 1f1b, zb, zb-h2 or interleaved
 	// Chunks is, with the interleaved schedule, how many chunks of the
 	// model each stage holds (0: 2): the model is cut into
 	// Pipeline·Chunks chunks, stage s holding chunks s, s+Pipeline, ….
@@ -186,8 +186,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--pipeline %d: want 2 or more stages (0 or 1: none)", c.Pipeline)
 	case c.Microbatches < 0:
 		return fmt.Errorf("--microbatches %d: want 1 or more", c.Microbatches)
-	case !slices.Contains([]string{"", "gpipe", "1f1b", "zb", "interleaved"}, c.Schedule):
-		return fmt.Errorf("--schedule %q: want gpipe, 1f1b, zb or interleaved", c.Schedule)
+	case !slices.Contains([]string{"", "gpipe", "1f1b", "zb", "zb-h2", "interleaved"}, c.Schedule):
+		return fmt.Errorf("--schedule %q: want gpipe, 1f1b, zb, zb-h2 or interleaved", c.Schedule)
 	case c.Chunks < 0 || c.Chunks == 1:
 		return fmt.Errorf("--chunks %d: want 2 or more chunks per stage", c.Chunks)
 	case c.Chunks > 1 && c.Schedule != "interleaved":

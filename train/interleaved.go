@@ -207,13 +207,8 @@ func (p *Pipeline) runInterleaved(ctx context.Context) error {
 		ch := p.chunks[o.chunk]
 		if o.kind == PassForward {
 			slot := ch.take(o.micro)
-			if err := p.waitSent(ch.outSent, slot); err != nil {
+			if err := p.receiveActivation(ctx, ch, o.micro, slot, p.waitRecv); err != nil {
 				return err
-			}
-			if !p.first(ch) {
-				if err := p.waitRecv(p.recvActivation(ctx, ch, o.micro, slot), "microbatch", o.micro, p.prev()); err != nil {
-					return err
-				}
 			}
 			if err := p.forward(ctx, ch, o.micro, slot); err != nil {
 				return err
@@ -221,13 +216,8 @@ func (p *Pipeline) runInterleaved(ctx context.Context) error {
 			continue
 		}
 		slot := ch.slotOf[o.micro]
-		if err := p.waitSent(ch.gradSent, slot); err != nil {
+		if err := p.receiveGradient(ctx, ch, o.micro, slot, p.waitRecv); err != nil {
 			return err
-		}
-		if !p.final(ch) {
-			if err := p.waitRecv(p.recvGradient(ctx, ch, o.micro, slot), "the gradient of microbatch", o.micro, p.next()); err != nil {
-				return err
-			}
 		}
 		if err := p.backward(ctx, ch, o.micro, slot); err != nil {
 			return err
@@ -269,16 +259,13 @@ func (ch *chunk) release(slot int) {
 
 // beginChunk readies ch for a step of m microbatches that holds at most n at
 // once: n slots, all free (more added if a short batch's order needs more
-// than the full one's); no sends in flight (the last step waited for
-// them).
+// than the full one's).
 func (p *Pipeline) beginChunk(ch *chunk, m, n int) {
 	p.addSlots(ch, n)
 	for s := range ch.freedAt {
 		ch.freedAt[s] = 0
 	}
 	ch.freed = 0
-	clear(ch.outSent)
-	clear(ch.gradSent)
 	if len(ch.slotOf) < m {
 		ch.slotOf = make([]int, m)
 	}

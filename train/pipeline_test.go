@@ -43,14 +43,14 @@ func TestPipelineMatchesOneProcess(t *testing.T) {
 			cases = append(cases, pcase{p, m, "gpipe", 1})
 		}
 	}
-	for _, s := range []string{"1f1b", "zb"} {
+	for _, s := range []string{"1f1b", "zb", "zb-h2"} {
 		cases = append(cases, pcase{2, 4, s, 1}, pcase{3, 3, s, 1}, pcase{3, 8, s, 1})
 	}
 	cases = append(cases, pcase{2, 4, "interleaved", 2}, pcase{3, 3, "interleaved", 2}, pcase{3, 8, "interleaved", 2},
 		pcase{2, 4, "interleaved", 3}, pcase{3, 2, "1f1b", 1}, pcase{3, 2, "interleaved", 2})
 	if testing.Short() {
 		// (GPipe, the default, runs in -short in TestPipelineTimesDataParallel.)
-		cases = []pcase{{3, 8, "1f1b", 1}, {3, 8, "zb", 1}, {3, 8, "interleaved", 2}}
+		cases = []pcase{{3, 8, "1f1b", 1}, {3, 8, "zb", 1}, {3, 8, "zb-h2", 1}, {3, 8, "interleaved", 2}}
 	}
 	weights := map[pcase]map[string][]float32{}
 	cfg, trainSet, testSet := ddpSetup(1, batch, steps, 1)
@@ -82,7 +82,7 @@ func TestPipelineMatchesOneProcess(t *testing.T) {
 			got := savedTensors(t, files...)
 			weights[c] = got
 			worst := sameParams(t, ref, got, fmt.Sprintf("%s p=%d m=%d vs the unsplit model", c.schedule, p, m))
-			if c.schedule == "zb" || c.schedule == "interleaved" {
+			if c.schedule != "gpipe" && c.schedule != "1f1b" {
 				oneF, ok := weights[pcase{p, m, "1f1b", 1}]
 				if !ok {
 					t.Fatalf("no 1f1b run with p=%d m=%d to compare with", p, m)
@@ -120,8 +120,8 @@ func TestPipelineMatchesOneProcess(t *testing.T) {
 					}
 				}
 			}
-			if n := p * m * c.chunks; passes['F'] != n || passes['B'] != n || (passes['W'] > 0) != (c.schedule == "zb") {
-				t.Fatalf("timeline boxes %v, want %d F and B each, and W only with zb", passes, n)
+			if n := p * m * c.chunks; passes['F'] != n || passes['B'] != n || (passes['W'] > 0) != strings.HasPrefix(c.schedule, "zb") {
+				t.Fatalf("timeline boxes %v, want %d F and B each, and W only with zb and zb-h2", passes, n)
 			}
 			checkTrace(t, out+".json", c.schedule, p, m, c.chunks)
 
@@ -151,11 +151,11 @@ func TestPipelineMatchesOneProcess(t *testing.T) {
 }
 
 // TestPipelineStageDies kills stage 1 of 3 after its second step, with
-// the GPipe, the zero-bubble (whose receives may be waited for while
-// weight passes run) and the interleaved schedules: the other stages fail
+// the GPipe, the zero-bubble (ZB-H1 and ZB-H2, whose receives may be
+// waited for while weight passes run) and the interleaved schedules: the other stages fail
 // with errors naming rank 1.
 func TestPipelineStageDies(t *testing.T) {
-	for _, schedule := range []string{"gpipe", "zb", "interleaved"} {
+	for _, schedule := range []string{"gpipe", "zb", "zb-h2", "interleaved"} {
 		t.Run(schedule, func(t *testing.T) {
 			if testing.Short() && schedule != "zb" {
 				t.Skip("-short (the race pass): the zero-bubble schedule's receives are the one path of their own; the full pass runs all")
@@ -497,6 +497,7 @@ func checkTrace(t *testing.T, path, schedule string, p, m, chunks int) {
 	spans := map[int][][2]float64{}
 	seen := map[string]bool{}
 	busy := map[string]float64{} // total duration by category
+	warm := map[int]int{}        // forwards before the first backward, by stage
 	for _, e := range doc.TraceEvents {
 		switch e.Ph {
 		case "M":
@@ -518,6 +519,13 @@ func checkTrace(t *testing.T, path, schedule string, p, m, chunks int) {
 			}
 			seen[key] = true
 			spans[e.Tid] = append(spans[e.Tid], [2]float64{e.Ts, e.Ts + e.Dur})
+			if e.Name[0] == 'F' && !seen[fmt.Sprintf("%d/B", e.Tid)] {
+				// (Events are written in each stage's order.)
+				warm[e.Tid]++
+			}
+			if e.Name[0] == 'B' {
+				seen[fmt.Sprintf("%d/B", e.Tid)] = true
+			}
 		}
 	}
 	for cat, d := range busy {
@@ -534,7 +542,7 @@ func checkTrace(t *testing.T, path, schedule string, p, m, chunks int) {
 		// has none.
 		kinds := []string{"F", "B"}
 		if seen[fmt.Sprintf("%d/W0", s)] {
-			if schedule != "zb" {
+			if !strings.HasPrefix(schedule, "zb") {
 				t.Errorf("stage %d: weight passes in a %s schedule", s, schedule)
 			}
 			kinds = append(kinds, "W")
@@ -552,6 +560,13 @@ func checkTrace(t *testing.T, path, schedule string, p, m, chunks int) {
 				}
 			}
 		}
+		// The schedule's warm-up: stage s runs p−s−1 forwards before its
+		// steady alternation of a forward and a backward (1F1B, ZB-H1), or
+		// 2(p−s−1) (ZB-H2); GPipe all m.
+		want := map[string]int{"gpipe": m, "1f1b": p - s - 1, "zb": p - s - 1, "zb-h2": 2 * (p - s - 1)}
+		if w, ok := want[schedule]; ok && warm[s] != min(w+1, m) {
+			t.Errorf("%s: stage %d ran %d forwards before its first backward, want %d", schedule, s, warm[s], min(w+1, m))
+		}
 		sp := spans[s]
 		slices.SortFunc(sp, func(a, b [2]float64) int { return cmp.Compare(a[0], b[0]) })
 		for i := 1; i < len(sp); i++ {
@@ -560,8 +575,12 @@ func checkTrace(t *testing.T, path, schedule string, p, m, chunks int) {
 			}
 		}
 	}
+	ideal := float64(p-1) / float64(chunks*m+p-1)
+	if schedule == "zb-h2" {
+		ideal = 0
+	}
 	if o := doc.OtherData; o.Schedule != schedule || o.Stages != p || o.Chunks != chunks || o.Microbatches != m || len(o.Idle) != p ||
-		o.IdealBubble != float64(p-1)/float64(chunks*m+p-1) || o.Title == "" {
+		o.IdealBubble != ideal || o.Title == "" {
 		t.Errorf("trace summary %+v", o)
 	}
 }

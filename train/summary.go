@@ -109,6 +109,9 @@ func (t *Trainer) Summarize(ctx context.Context, w io.Writer, timeline string) e
 	if v := t.cfg.chunks(); v > 1 {
 		formula = fmt.Sprintf("interleaved bubble (p-1)/(%dm+p-1)", v)
 	}
+	if t.cfg.Schedule == "zb-h2" {
+		formula = "ZB-H2's bubble, passes of equal length"
+	}
 	fmt.Fprintf(w, "Pipeline idle time per stage: %s (%s = %.1f%%)\n", strings.Join(parts, ", "), formula, 100*ideal)
 	// Every stage's peak, on the reporting rank.
 	g, p := t.job, t.cfg.Pipeline
