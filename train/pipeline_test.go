@@ -152,8 +152,8 @@ func TestPipelineMatchesOneProcess(t *testing.T) {
 
 // TestPipelineStageDies kills stage 1 of 3 after its second step, with
 // the GPipe, the zero-bubble (ZB-H1 and ZB-H2, whose receives may be
-// waited for while weight passes run) and the interleaved schedules: the other stages fail
-// with errors naming rank 1.
+// waited for while weight passes run) and the interleaved schedules: the
+// other stages fail with errors naming rank 1.
 func TestPipelineStageDies(t *testing.T) {
 	for _, schedule := range []string{"gpipe", "zb", "zb-h2", "interleaved"} {
 		t.Run(schedule, func(t *testing.T) {
@@ -498,6 +498,7 @@ func checkTrace(t *testing.T, path, schedule string, p, m, chunks int) {
 	seen := map[string]bool{}
 	busy := map[string]float64{} // total duration by category
 	warm := map[int]int{}        // forwards before the first backward, by stage
+	backed := map[int]bool{}     // stages whose first backward was seen
 	for _, e := range doc.TraceEvents {
 		switch e.Ph {
 		case "M":
@@ -519,12 +520,14 @@ func checkTrace(t *testing.T, path, schedule string, p, m, chunks int) {
 			}
 			seen[key] = true
 			spans[e.Tid] = append(spans[e.Tid], [2]float64{e.Ts, e.Ts + e.Dur})
-			if e.Name[0] == 'F' && !seen[fmt.Sprintf("%d/B", e.Tid)] {
-				// (Events are written in each stage's order.)
-				warm[e.Tid]++
-			}
-			if e.Name[0] == 'B' {
-				seen[fmt.Sprintf("%d/B", e.Tid)] = true
+			// (Events are written in each stage's order.)
+			switch e.Name[0] {
+			case 'F':
+				if !backed[e.Tid] {
+					warm[e.Tid]++
+				}
+			case 'B':
+				backed[e.Tid] = true
 			}
 		}
 	}
