@@ -138,6 +138,22 @@ func Defaults(model string) (Config, error) {
 	return c, nil
 }
 
+// pipelineOnly names the first option set that only a pipeline uses
+// ("" when none is).
+func (c Config) pipelineOnly() string {
+	switch {
+	case c.Schedule != "":
+		return "--schedule " + c.Schedule
+	case c.Microbatches != 0:
+		return fmt.Sprintf("--microbatches %d", c.Microbatches)
+	case c.Chunks != 0:
+		return fmt.Sprintf("--chunks %d", c.Chunks)
+	case c.Balance != "":
+		return "--balance " + c.Balance
+	}
+	return ""
+}
+
 // Validate reports settings that cannot work, naming the setting.
 func (c Config) Validate() error {
 	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
@@ -188,6 +204,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--microbatches %d: want 1 or more", c.Microbatches)
 	case !slices.Contains([]string{"", "gpipe", "1f1b", "zb", "zb-h2", "interleaved"}, c.Schedule):
 		return fmt.Errorf("--schedule %q: want gpipe, 1f1b, zb, zb-h2 or interleaved", c.Schedule)
+	case c.Pipeline < 2 && c.pipelineOnly() != "":
+		return fmt.Errorf("%s without --pipeline N: it applies to pipelines of 2 or more stages only", c.pipelineOnly())
 	case c.Chunks < 0 || c.Chunks == 1:
 		return fmt.Errorf("--chunks %d: want 2 or more chunks per stage", c.Chunks)
 	case c.Chunks > 1 && c.Schedule != "interleaved":
