@@ -78,7 +78,7 @@ func matrixAcrossHosts(t *testing.T, algo string) string {
 	}
 	lines := commtest.RankLines(all)
 	for r := range 6 {
-		if len(lines[r]) == 0 || lines[r][len(lines[r])-1] != "OK" {
+		if !commtest.EndsOK(lines[r]) {
 			t.Errorf("rank %d did not report OK:\n%s", r, all)
 		}
 	}

@@ -54,7 +54,7 @@ func allOK(t *testing.T, np int, scenario string, env ...string) map[int][]strin
 	}
 	lines := commtest.RankLines(out)
 	for r := range np {
-		if len(lines[r]) == 0 || lines[r][len(lines[r])-1] != "OK" {
+		if !commtest.EndsOK(lines[r]) {
 			t.Errorf("rank %d did not report OK:\n%s", r, out)
 		}
 	}

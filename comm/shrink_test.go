@@ -55,7 +55,7 @@ func TestShrink(t *testing.T) {
 				if last != c.kept {
 					t.Errorf("rank %d shrank to %q, want %s:\n%s", r, last, c.kept, out)
 				}
-				if n := len(lines[r]); n == 0 || lines[r][n-1] != "OK" {
+				if !commtest.EndsOK(lines[r]) {
 					t.Errorf("rank %d did not finish:\n%s", r, out)
 				}
 			}

@@ -85,3 +85,17 @@ func RankLines(out string) map[int][]string {
 	}
 	return lines
 }
+
+// EndsOK reports whether the last of a rank's lines that is not one of
+// the library's "comm: " diagnostics is "OK". The diagnostics go to
+// standard error and the program's own lines to standard output: the
+// launcher relays the two streams independently, so a diagnostic written
+// before a program's last line can still be relayed after it.
+func EndsOK(lines []string) bool {
+	for i := len(lines) - 1; i >= 0; i-- {
+		if !strings.HasPrefix(lines[i], "comm: ") {
+			return lines[i] == "OK"
+		}
+	}
+	return false
+}
