@@ -24,6 +24,18 @@ func (l Link) String() string {
 // sizes. Every member must hold the same Costs.
 type Costs struct {
 	Net, Local Link
+	// Reduce is the element-wise reduction's rate in bytes of the result
+	// per second (0: not priced). Recursive doubling and halving-doubling
+	// reduce what a step received only once it has all arrived, so their
+	// steps take that much longer; the ring reduces each chunk while the
+	// next one travels, so its steps take the longer of the two. (Without
+	// it the model chose doubling for two ranks across hosts at every
+	// size: one step less than the ring, at the same bandwidth.)
+	Reduce float64
+	// Chunk is the ring's pipelining chunk in bytes (0: not priced). Its
+	// pipeline fills once a call: the first chunk crosses, and is reduced,
+	// before the next step has anything to send.
+	Chunk int
 	// Host[q] is group rank q's host (any labels).
 	Host []int
 
@@ -97,8 +109,9 @@ func (m *Costs) prepare() {
 	if n < 2 {
 		return
 	}
-	m.lines[AlgoRing] = line{}.plus(m.ringStep(), 2*(n-1))
-	m.gather = line{}.plus(m.ringStep(), n-1)
+	ring := m.ringStep()
+	m.lines[AlgoRing] = m.fill(ring).plus(m.overlapped(ring, 1/float64(n)), n-1).plus(ring, n-1)
+	m.gather = line{}.plus(ring, n-1)
 	f := newFold(n)
 	var folds []transfer // the pairing before (and, reversed, after)
 	for r := 0; r < 2*f.rem; r += 2 {
@@ -112,16 +125,19 @@ func (m *Costs) prepare() {
 		return ts
 	}
 	var doubling, halving line
-	if len(folds) > 0 {
-		doubling = doubling.plus(m.step(folds, 1), 2)
-		halving = halving.plus(m.step(folds, 1), 2)
+	if len(folds) > 0 { // in, reducing, and out
+		fold := m.step(folds, 1)
+		doubling = doubling.plus(m.then(fold, 1), 1).plus(fold, 1)
+		halving = halving.plus(m.then(fold, 1), 1).plus(fold, 1)
 	}
 	for mask := 1; mask < f.p2; mask <<= 1 {
 		ts := across(mask)
-		doubling = doubling.plus(m.step(ts, 1), 1)
+		doubling = doubling.plus(m.then(m.step(ts, 1), 1), 1)
 		// Halving sends half its window at bit mask: mask/p2 of the buffer,
 		// once while reducing and once while gathering.
-		halving = halving.plus(m.step(ts, float64(mask)/float64(f.p2)), 2)
+		share := float64(mask) / float64(f.p2)
+		half := m.step(ts, share)
+		halving = halving.plus(m.then(half, share), 1).plus(half, 1)
 	}
 	m.lines[AlgoDoubling] = doubling
 	if n > 2 {
@@ -161,6 +177,35 @@ func (m *Costs) gatherHierarchical(h *Hierarchy, bytes int) bool {
 }
 
 type transfer struct{ from, to int }
+
+// then prices step s followed by the reduction of share of the buffer.
+func (m *Costs) then(s line, share float64) line {
+	if m.Reduce > 0 {
+		s.b += share / m.Reduce
+	}
+	return s
+}
+
+// fill prices the ring's pipeline filling, given its step s (each rank
+// passing 1/n of the buffer): one chunk's transfer at that step's rate,
+// and its reduction.
+func (m *Costs) fill(s line) line {
+	n := len(m.Host)
+	l := line{a: float64(m.Chunk) * s.b * float64(n)}
+	if m.Reduce > 0 {
+		l.a += float64(m.Chunk) / m.Reduce
+	}
+	return l
+}
+
+// overlapped prices step s with the reduction of share of the buffer
+// running beside the transfer, chunk by chunk: the slower of the two.
+func (m *Costs) overlapped(s line, share float64) line {
+	if m.Reduce > 0 {
+		s.b = max(s.b, share/m.Reduce)
+	}
+	return s
+}
 
 // step prices one step in which every transfer carries share of the
 // buffer at once.

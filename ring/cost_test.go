@@ -41,7 +41,7 @@ func TestCostsChoose(t *testing.T) {
 		{"1 ms steps, 1 MiB, flat", slowSteps, 1 << 20, false, AlgoDoubling},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			m := &Costs{Net: c.net, Local: shm, Host: hosts}
+			m := &Costs{Net: c.net, Local: shm, Host: hosts, Reduce: 10e9}
 			var h *Hierarchy
 			if c.hier {
 				h = hier(c.net)
@@ -54,6 +54,39 @@ func TestCostsChoose(t *testing.T) {
 					}
 				}
 				t.Errorf("chose %v, want %v (predicted: %v)", got, c.want, times)
+			}
+		})
+	}
+}
+
+// TestCostsChooseTwoHosts: two ranks on two hosts over a 10 Gbit/s link
+// (50 µs steps), the ring in chunks of 128 KiB. Recursive doubling takes
+// one step to the ring's two at the same bandwidth, and no pipeline to
+// fill, but reduces the whole buffer after it has arrived, where the ring
+// reduces half of it chunk by chunk as it travels: all-reduces up to
+// about 1.7 MB are recursive doubling, larger ones the ring (measured on
+// the namespace cluster, doubling ahead by 5% at 1 and 2 MiB, the ring by
+// 3% at 4 MiB, 14% at 8 MiB; BENCHMARKS.md, "Across nodes"). With the
+// reduction not priced, doubling wins at every size.
+func TestCostsChooseTwoHosts(t *testing.T) {
+	net := Link{Step: 50 * time.Microsecond, BytesPerSec: 1.25e9}
+	shm := Link{Step: time.Microsecond, BytesPerSec: 10e9}
+	for _, c := range []struct {
+		name   string
+		reduce float64
+		bytes  int
+		want   Algo
+	}{
+		{"64 KiB", 10e9, 64 << 10, AlgoDoubling},
+		{"1 MiB", 10e9, 1 << 20, AlgoDoubling},
+		{"4 MiB", 10e9, 4 << 20, AlgoRing},
+		{"16 MiB", 10e9, 16 << 20, AlgoRing},
+		{"16 MiB, reduction not priced", 0, 16 << 20, AlgoDoubling},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m := &Costs{Net: net, Local: shm, Host: []int{0, 1}, Reduce: c.reduce, Chunk: 128 << 10}
+			if got := m.choose(c.bytes, nil); got != c.want {
+				t.Errorf("chose %v, want %v", got, c.want)
 			}
 		})
 	}
@@ -86,6 +119,43 @@ func TestCostsPredict(t *testing.T) {
 	if _, ok := m.Predict(AlgoHierarchical, bytes, nil); ok {
 		t.Error("a prediction for host by host without a hierarchy")
 	}
+	// With the reduction and the ring's chunk priced (the reduction here
+	// slower than shared memory, faster than the network): the ring's
+	// pipeline fills once (a 100 kB chunk over the network, then reduced),
+	// and its reducing steps take the slower of transfer and reduction,
+	// each at a sixth; halving-doubling's and recursive doubling's
+	// reducing steps (the first pairing, and the steps across bits while
+	// reducing) add the reduction of what they received.
+	const reduce = 5e9
+	m = &Costs{Net: net, Local: shm, Host: []int{0, 0, 1, 1, 2, 2}, Reduce: reduce, Chunk: 1e5}
+	for _, c := range []struct {
+		algo Algo
+		want float64 // seconds
+	}{
+		{AlgoRing, (1e5/1e8 + 1e5/reduce) + 10*(100e-6+1e6/1e8)},
+		{AlgoHalving, (1e-6 + 6e6/1e10 + 6e6/reduce) + (1e-6 + 6e6/1e10) +
+			(100e-6 + 1.5e6/1e8 + 1.5e6/reduce) + (100e-6 + 1.5e6/1e8) +
+			(100e-6 + 2*3e6/1e8 + 3e6/reduce) + (100e-6 + 2*3e6/1e8)},
+		{AlgoDoubling, (1e-6 + 6e6/1e10 + 6e6/reduce) + (1e-6 + 6e6/1e10) + (100e-6 + 6e6/1e8 + 6e6/reduce) + (100e-6 + 2*6e6/1e8 + 6e6/reduce)},
+	} {
+		got, ok := m.Predict(c.algo, bytes, nil)
+		if !ok || abs64(got.Seconds()-c.want) > 1e-6 {
+			t.Errorf("%v, reduction priced: predicted %v, want %v", c.algo, got, time.Duration(c.want*1e9))
+		}
+	}
+	// One host: the ring's steps through shared memory (10 GB/s) are
+	// slower than the reduction on their own; at 20 GB/s the reduction
+	// sets the pace of its reducing steps.
+	m = &Costs{Net: net, Local: Link{Step: time.Microsecond, BytesPerSec: 2e10}, Host: []int{0, 0}, Reduce: 1e10}
+	if got, want := predicted(m, AlgoRing, bytes), (1e-6+3e6/1e10)+(1e-6+3e6/2e10); abs64(got-want) > 1e-9 {
+		t.Errorf("ring on one host, reduction slower than the link: predicted %v s, want %v", got, want)
+	}
+}
+
+// predicted is m's prediction for algo and bytes, in seconds.
+func predicted(m *Costs, algo Algo, bytes int) float64 {
+	d, _ := m.Predict(algo, bytes, nil)
+	return d.Seconds()
 }
 
 func abs64(x float64) float64 {
