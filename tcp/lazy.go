@@ -143,7 +143,9 @@ func (t *Transport) acceptPeer(c *net.TCPConn) {
 		err = t.attach(kept, c)
 	}
 	if err != nil {
-		// The handshake broke after the verdict: let either side try anew.
+		// The handshake broke after the verdict: let either side try anew
+		// (the dialer, if it heard the verdict, hears this rank left).
+		abandon(c)
 		c.Close()
 		t.lazy.mu.Lock()
 		kept.link = linkIdle
@@ -272,10 +274,27 @@ func (t *Transport) dialOnce(ctx context.Context, p *peer) (*net.TCPConn, error)
 		err = tune(tc, &t.cfg)
 	}
 	if err != nil {
+		if ctx.Err() != nil {
+			abandon(tc)
+		}
 		tc.Close()
 		return nil, err
 	}
 	return tc, nil
+}
+
+// abandon says goodbye on c, a connection this rank gives up while its
+// transport closes, in case the other end took it — its verdict sent, its
+// reader started — before this end heard: that end then reads that this
+// rank left, not that it died. Where the other end had not taken it, the
+// frame ends its handshake as any other stray bytes would.
+func abandon(c *net.TCPConn) {
+	var b [HeaderSize]byte
+	h := Header{Kind: KindBye}
+	h.Encode(b[:])
+	c.SetDeadline(time.Now().Add(100 * time.Millisecond))
+	c.Write(b[:])
+	c.CloseWrite()
 }
 
 // unreachable records that p cannot be reached, unless its link has left

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -189,4 +190,51 @@ func TestLazyTieBreak(t *testing.T) {
 		t.Fatalf("rank 1's link to rank 0: %d, want taken", st)
 	}
 	exchange(t, ts, 1, 0, 1, []byte("up"))
+}
+
+// TestAbandonedDialIsAGoodbye: a rank that gives up a connection while
+// its transport closes — its handshake cut short after the listener had
+// sent its verdict and taken the connection — says goodbye on it
+// (abandon), so the listener hears that the rank left, not that it died;
+// a connection merely dropped there still counts as a death.
+func TestAbandonedDialIsAGoodbye(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		abandon bool
+	}{{"abandoned", true}, {"dropped", false}} {
+		t.Run(c.name, func(t *testing.T) {
+			token := []byte("tok")
+			ts := mesh(t, 2, Config{Token: token, Lazy: true}, nil)
+			// Rank 0's dial, by hand: rank 1 takes it once the handshake
+			// is through.
+			conn, err := net.Dial("tcp", ts[0].peers[1].addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc := conn.(*net.TCPConn)
+			if err := DialHandshake(tc, token, Identity{Purpose: PurposeData, From: 0, To: 1, Size: 2}, 5*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			ticket, err := ts[1].Post(0, 3, make([]byte, 8))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.abandon {
+				abandon(tc)
+			}
+			tc.Close()
+			_, _, err = ts[1].Wait(ctx, 0, 3, ticket)
+			var left *LeftError
+			switch {
+			case c.abandon && !errors.As(err, &left):
+				t.Errorf("wait: %v, want rank 0's goodbye (a *LeftError)", err)
+			case c.abandon && ts[1].Err() != nil:
+				t.Errorf("the transport failed: %v, want it healthy", ts[1].Err())
+			case !c.abandon && !errors.Is(err, ErrPeerDied):
+				t.Errorf("wait: %v, want ErrPeerDied", err)
+			}
+		})
+	}
 }
