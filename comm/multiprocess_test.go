@@ -479,6 +479,80 @@ func TestStallNamed(t *testing.T) {
 	}
 }
 
+// TestStallNamedThroughRankZero: in a job of more than 16 ranks
+// (relayAbove) the waiting ranks ask rank 0, which asks everyone once for
+// all of them: every waiting rank still names rank 2 as not arrived, in
+// one line; the table of where each rank is appears once per report
+// round, in rank 0's log; and no rank but 0 connects to the others for
+// it (lazy connections through shared memory: each other rank holds its
+// listener and its connection to rank 0, where asking everyone itself
+// connected it to all 23).
+func TestStallNamedThroughRankZero(t *testing.T) {
+	if testing.Short() {
+		t.Skip("24 processes for 7 s; the full run covers it")
+	}
+	const np = 24
+	res, out := runJob(t, np, "stall", "GORUN_STALL=2s", "STALL_SLEEP=5s", "STALL_SOCKETS=1")
+	if err := res.Error(); err != nil {
+		t.Fatalf("job failed: %v\n%s", err, out)
+	}
+	lines := commtest.RankLines(out)
+	named := regexp.MustCompile(`^comm: rank \d+: stalled: call #3 has waited [0-9.]+s \(GORUN_STALL=2s\); rank 2 has not arrived; (rank 0 logs where each rank is|where each rank is: logged above|where each rank is:)$`)
+	tableRows := 0
+	for r := range np {
+		reports := 0
+		for _, l := range lines[r] {
+			if named.MatchString(l) {
+				reports++
+			}
+			if strings.HasPrefix(l, "  rank ") {
+				if r != 0 {
+					t.Errorf("rank %d logged a table row %q; only rank 0 should", r, l)
+				}
+				tableRows++
+			}
+		}
+		switch {
+		case r == 2 && reports > 0:
+			t.Errorf("rank 2, which never waited, reported a stall:\n%s", out)
+		case r != 2 && reports != 2:
+			t.Errorf("rank %d named rank 2 in %d reports, want 2 (after 2 and 4 s):\n%s", r, reports, out)
+		}
+		var sockets int
+		for _, l := range lines[r] {
+			fmt.Sscanf(l, "SOCKETS %d", &sockets)
+		}
+		if r != 0 && (sockets == 0 || sockets > 3) {
+			t.Errorf("rank %d holds %d sockets, want its listener and at most its connections to rank 0 and one neighbour", r, sockets)
+		}
+	}
+	if tableRows != 2*np {
+		t.Errorf("%d table rows logged, want %d (rank 0's table, once for each of the 2 report rounds):\n%s", tableRows, 2*np, out)
+	}
+}
+
+// TestStallRankZeroSilent: when rank 0 answers nobody (its process
+// stopped), the waiting ranks of a job past relayAbove ask everyone
+// themselves, and each logs the table, naming rank 0 as silent.
+func TestStallRankZeroSilent(t *testing.T) {
+	if testing.Short() {
+		t.Skip("18 processes for 12 s; the full run covers it")
+	}
+	const np = 18
+	res, out := runJob(t, np, "stoppedzero", "GORUN_STALL=2s", "STALL_SLEEP=10s")
+	if err := res.Error(); err != nil {
+		t.Fatalf("job failed: %v\n%s", err, out)
+	}
+	lines := commtest.RankLines(out)
+	for r := 1; r < np; r++ {
+		text := strings.Join(lines[r], "\n")
+		if !containsAll(text, "stalled: call #4 has waited", "rank 0 did not answer; where each rank is:",
+			"rank 0: did not answer within 2s", "rank 1: in call #4 (AllReduce, 1000 × float32) for") {
+			t.Errorf("rank %d did not log the table naming rank 0 silent:\n%s", r, out)
+		}
+	}
+}
+
 // TestTimeoutCarriesTable: when the wait ends at GORUN_TIMEOUT, the error
 // (and the abort the others get) says which rank had not arrived and
 // where each rank was.

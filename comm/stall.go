@@ -20,12 +20,36 @@ import (
 // ended). It asks the other ranks over TCP control messages, beside the
 // data, never through the data path that stalled; a rank answers from its
 // transport's reader whatever it is doing.
+//
+// In jobs of more than relayAbove ranks a waiting rank asks rank 0
+// instead, which asks everyone once for all the ranks that report the
+// same stall, logs the table once, and answers each with who has not
+// arrived: every rank asking every other would open the connections lazy
+// jobs never made (n² sockets) and log n tables of n lines. When rank 0
+// does not answer, the rank asks everyone itself.
 
-// Control messages: a question, and its answer.
+// Control messages: a question, and its answer; a stalled rank's question
+// to rank 0, and its answer.
 const (
-	ctlWhere = 'Q' // id u64
-	ctlHere  = 'A' // id u64, flags u8 (1: running, 2: any), seq u64, text
+	ctlWhere   = 'Q' // id u64
+	ctlHere    = 'A' // id u64, flags u8 (1: running, 2: any), seq u64, text
+	ctlStalled = 'S' // id u64, seq u64, waited u64 (ns), what
+	ctlLate    = 'L' // id u64, summary
 )
+
+// relayAbove is the most ranks whose stalled ranks each ask every other
+// rank themselves; in larger jobs they ask rank 0 (the size past which
+// connections are lazy by default).
+const relayAbove = LazyAbove
+
+// reuse is how long after a gathering of places rank 0 answers stalled
+// ranks from it: the ranks waiting in one call report within a clock
+// tick of each other, or, on a host with many more ranks than cores,
+// within a gathering's time (128 ranks on 2 cores: over 3 s); but the
+// next reports, StallAfter or more later, get a gathering of their own.
+func (w *stallWatch) reuse() time.Duration {
+	return min(askTimeout, w.after/2)
+}
 
 // askTimeout bounds how long a rank waits for the others' answers.
 const askTimeout = 2 * time.Second
@@ -44,6 +68,18 @@ type stallWatch struct {
 	mu     sync.Mutex
 	nextID uint64
 	asks   map[uint64]chan answer
+
+	// Rank 0's last gathering for stalled ranks (relayAbove): when it
+	// ended, and its result; gathering is set while one runs.
+	shared    gathered
+	gathering chan struct{}
+}
+
+// gathered is where every rank was when asked, and how each replied.
+type gathered struct {
+	at      time.Time
+	places  []place
+	replies []reply
 }
 
 type answer struct {
@@ -65,21 +101,50 @@ func (w *stallWatch) control(from int, msg []byte) {
 	switch msg[0] {
 	case ctlWhere:
 		go w.answer(from, id) // SendControl may wait: not on the receive path
+	case ctlStalled:
+		if len(msg) < 25 || w.rank != 0 {
+			return
+		}
+		seq := binary.LittleEndian.Uint64(msg[9:17])
+		waited := time.Duration(binary.LittleEndian.Uint64(msg[17:25]))
+		go w.serveLate(from, id, seq, waited, string(msg[25:]))
+	case ctlLate:
+		w.deliver(id, answer{from: from, p: place{text: string(msg[9:])}})
 	case ctlHere:
 		if len(msg) < 18 {
 			return
 		}
-		a := answer{from: from, p: place{running: msg[9]&1 != 0, any: msg[9]&2 != 0,
-			seq: binary.LittleEndian.Uint64(msg[10:18]), text: string(msg[18:])}}
-		w.mu.Lock()
-		ch := w.asks[id]
-		w.mu.Unlock()
-		if ch != nil {
-			select {
-			case ch <- a:
-			default:
-			}
+		w.deliver(id, answer{from: from, p: place{running: msg[9]&1 != 0, any: msg[9]&2 != 0,
+			seq: binary.LittleEndian.Uint64(msg[10:18]), text: string(msg[18:])}})
+	}
+}
+
+// deliver hands an answer to the question id waiting for it, if any.
+func (w *stallWatch) deliver(id uint64, a answer) {
+	w.mu.Lock()
+	ch := w.asks[id]
+	w.mu.Unlock()
+	if ch != nil {
+		select {
+		case ch <- a:
+		default:
 		}
+	}
+}
+
+// question registers a question to n ranks and returns its id and where
+// their answers arrive; done forgets it.
+func (w *stallWatch) question(n int) (id uint64, ch chan answer, done func()) {
+	w.mu.Lock()
+	w.nextID++
+	id = w.nextID
+	ch = make(chan answer, n)
+	w.asks[id] = ch
+	w.mu.Unlock()
+	return id, ch, func() {
+		w.mu.Lock()
+		delete(w.asks, id)
+		w.mu.Unlock()
 	}
 }
 
@@ -134,29 +199,29 @@ func (w *stallWatch) gather() ([]place, []reply) {
 	places := make([]place, w.size)
 	replies := make([]reply, w.size)
 	places[w.rank], replies[w.rank] = w.here(time.Now()), answered
-	w.mu.Lock()
-	w.nextID++
-	id := w.nextID
-	ch := make(chan answer, w.size)
-	w.asks[id] = ch
-	w.mu.Unlock()
-	defer func() {
-		w.mu.Lock()
-		delete(w.asks, id)
-		w.mu.Unlock()
-	}()
+	id, ch, done := w.question(w.size)
+	defer done()
 	q := binary.LittleEndian.AppendUint64([]byte{ctlWhere}, id)
 	pending := make([]bool, w.size) // asked, not yet answered
 	waiting := 0
+	unsent := make(chan int, w.size)
 	for r := range w.size {
 		switch {
 		case r == w.rank:
-		case !w.t.Gone(r) && w.t.SendControl(r, q) == nil:
-			pending[r] = true
-			waiting++
 		case w.t.Gone(r):
 			replies[r] = gone
-		} // else silent: the question could not be sent
+		default:
+			pending[r] = true
+			waiting++
+			// Asked at once, each on its own: with lazy connections a
+			// question may have to connect first, which a stopped rank
+			// holds up for the transport's handshake timeout.
+			go func() {
+				if w.t.SendControl(r, q) != nil {
+					unsent <- r // silent: the question could not be sent
+				}
+			}()
+		}
 	}
 	deadline := time.NewTimer(askTimeout)
 	defer deadline.Stop()
@@ -167,6 +232,11 @@ func (w *stallWatch) gather() ([]place, []reply) {
 		case a := <-ch:
 			if a.from >= 0 && a.from < w.size && pending[a.from] {
 				places[a.from], replies[a.from], pending[a.from] = a.p, answered, false
+				waiting--
+			}
+		case r := <-unsent:
+			if pending[r] {
+				pending[r] = false
 				waiting--
 			}
 		case <-poll.C:
@@ -183,11 +253,145 @@ func (w *stallWatch) gather() ([]place, []reply) {
 	return places, replies
 }
 
+// gatherShared is gather for rank 0's answers to stalled ranks: one
+// gathering serves every question asked while it runs and for reuse()
+// after; fresh says whether this call made it.
+func (w *stallWatch) gatherShared() (g gathered, fresh bool) {
+	for {
+		w.mu.Lock()
+		switch {
+		case w.gathering != nil:
+			wait := w.gathering
+			w.mu.Unlock()
+			<-wait
+			continue
+		case w.shared.places != nil && time.Since(w.shared.at) < w.reuse():
+			g = w.shared
+			w.mu.Unlock()
+			return g, false
+		}
+		done := make(chan struct{})
+		w.gathering = done
+		w.mu.Unlock()
+		places, replies := w.gather()
+		w.mu.Lock()
+		w.shared = gathered{at: time.Now(), places: places, replies: replies}
+		w.gathering = nil
+		g = w.shared
+		w.mu.Unlock()
+		close(done)
+		return g, true
+	}
+}
+
+// serveLate answers rank from, stalled in call seq for waited (what names
+// the call), with who has not arrived, and logs where every rank is when
+// it had to ask them.
+func (w *stallWatch) serveLate(from int, id, seq uint64, waited time.Duration, what string) {
+	g, fresh := w.gatherShared()
+	summary, table := describe(g.places, g.replies, seq)
+	if fresh {
+		fmt.Fprintf(w.log, "comm: rank %d: rank %d reports a stall (%s has waited %v); where each rank is:%s\n",
+			w.rank, from, what, waited.Round(100*time.Millisecond), table)
+	}
+	out := binary.LittleEndian.AppendUint64([]byte{ctlLate}, id)
+	out = append(out, summary...)
+	w.t.SendControl(from, out)
+}
+
+// askRankZero asks rank 0 who has not arrived at call seq, this rank
+// having waited in it for waited (what names the call); ok is false when
+// rank 0 did not answer.
+func (w *stallWatch) askRankZero(seq uint64, waited time.Duration, what string) (summary string, ok bool) {
+	id, ch, done := w.question(1)
+	defer done()
+	q := binary.LittleEndian.AppendUint64([]byte{ctlStalled}, id)
+	q = binary.LittleEndian.AppendUint64(q, seq)
+	q = binary.LittleEndian.AppendUint64(q, uint64(waited))
+	q = append(q, what...)
+	if w.t.Gone(0) {
+		return "", false
+	}
+	unsent := make(chan error, 1)
+	go func() { unsent <- w.t.SendControl(0, q) }() // (which may have to connect: gather)
+	// Rank 0 may finish one gathering and make another first; past that
+	// it is stopped, or starved of CPU.
+	deadline := time.NewTimer(3 * askTimeout)
+	defer deadline.Stop()
+	poll := time.NewTicker(gatherPoll)
+	defer poll.Stop()
+	for {
+		select {
+		case a := <-ch:
+			return a.p.text, a.from == 0
+		case err := <-unsent:
+			if err != nil {
+				return "", false
+			}
+		case <-poll.C:
+			if w.t.Gone(0) {
+				return "", false
+			}
+		case <-deadline.C:
+			return "", false
+		}
+	}
+}
+
 // table describes where every rank is, for a call numbered seq this rank
 // waits in: which ranks have not arrived at it and which did not answer,
 // then one line per rank.
 func (w *stallWatch) table(seq uint64) (summary, text string) {
 	places, replies := w.gather()
+	return describe(places, replies, seq)
+}
+
+// tableAt says where a stall report's table of places is logged.
+type tableAt uint8
+
+const (
+	tableHere   tableAt = iota // with the report
+	tableRank0                 // by rank 0, which was asked
+	tableLogged                // by this rank (0) a moment ago, for another's report
+)
+
+// refer ends a report whose table is at t: "; where each rank is:" and
+// the table, or where to find it (verb: "is" or "was").
+func (t tableAt) refer(verb, table string) string {
+	switch t {
+	case tableRank0:
+		return "; rank 0 logs where each rank " + verb
+	case tableLogged:
+		return "; where each rank " + verb + ": logged above"
+	}
+	return "; where each rank " + verb + ":" + table
+}
+
+// locate is where the ranks are for call seq, which this rank has waited
+// in for waited (what names the call), and where the table is logged: in
+// large jobs rank 0 is asked and logs it (unless it did a moment ago for
+// another rank); else the ranks are asked here.
+func (w *stallWatch) locate(seq uint64, waited time.Duration, what string) (summary, table string, at tableAt) {
+	switch {
+	case w.size <= relayAbove:
+	case w.rank != 0:
+		if summary, ok := w.askRankZero(seq, waited, what); ok {
+			return summary, "", tableRank0
+		}
+	default:
+		g, fresh := w.gatherShared()
+		summary, table = describe(g.places, g.replies, seq)
+		if !fresh {
+			return summary, "", tableLogged
+		}
+		return summary, table, tableHere
+	}
+	summary, table = w.table(seq)
+	return summary, table, tableHere
+}
+
+// describe is table's text for places and replies.
+func describe(places []place, replies []reply, seq uint64) (summary, text string) {
 	var late, quiet []int
 	var b strings.Builder
 	for r, p := range places {
@@ -220,18 +424,20 @@ func (w *stallWatch) table(seq uint64) (summary, text string) {
 // tell who has not arrived (their numbers are the job's); for the
 // others the table says where each rank is.
 func (w *stallWatch) report(a *activity, p place, waited time.Duration) {
-	summary, table := w.table(p.seq)
 	what := fmt.Sprintf("call #%d", p.seq)
 	if a != w.act {
 		what = a.label + ": " + p.call
+	}
+	summary, table, at := w.locate(p.seq, waited, what)
+	if a != w.act {
 		if _, silent, ok := strings.Cut(summary, "; "); ok {
 			summary = silent
 		} else {
 			summary = "every rank answered"
 		}
 	}
-	fmt.Fprintf(w.log, "comm: rank %d: stalled: %s has waited %v (GORUN_STALL=%v); %s; where each rank is:%s\n",
-		w.rank, what, waited.Round(100*time.Millisecond), w.after, summary, table)
+	fmt.Fprintf(w.log, "comm: rank %d: stalled: %s has waited %v (GORUN_STALL=%v); %s%s\n",
+		w.rank, what, waited.Round(100*time.Millisecond), w.after, summary, at.refer("is", table))
 }
 
 // ranks names a list of ranks with a verb: "rank 2 has not arrived",
@@ -317,9 +523,10 @@ func (w *stallWatch) failedAfterStall(err error, a *activity) error {
 		return err
 	}
 	p := a.where(time.Now())
-	if p.since == 0 || time.Duration(time.Now().UnixNano()-p.since) < w.after {
+	waited := time.Duration(time.Now().UnixNano() - p.since)
+	if p.since == 0 || waited < w.after {
 		return err
 	}
-	summary, table := w.table(p.seq)
-	return fmt.Errorf("%w; %s; where each rank was:%s", err, summary, table)
+	summary, table, at := w.locate(p.seq, waited, fmt.Sprintf("call #%d", p.seq))
+	return fmt.Errorf("%w; %s%s", err, summary, at.refer("was", table))
 }

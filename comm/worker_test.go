@@ -95,6 +95,8 @@ func runWorker(scenario string) int {
 		err = earlyScenario(ctx, g)
 	case "stall":
 		err = stallScenario(ctx, g)
+	case "stoppedzero":
+		err = stoppedZeroScenario(ctx, g)
 	case "shrink":
 		err = shrinkScenario(ctx, g)
 	case "recvstall":
@@ -773,8 +775,6 @@ func earlyScenario(ctx context.Context, g *comm.Group) error {
 	return errors.New("the extra all-reduce succeeded")
 }
 
-// stallScenario: rank 2 computes (sleeps) STALL_SLEEP before its third
-// all-reduce while the others wait in it.
 // shrinkScenario runs all-reduces, checking each against the sum over the
 // ranks that remain; rank SHRINK_VICTIM kills itself before step 3. A rank
 // whose call fails shrinks the group and goes on with the others from the
@@ -846,6 +846,9 @@ func shrinkScenario(ctx context.Context, g *comm.Group) error {
 	return nil
 }
 
+// stallScenario: rank 2 computes (sleeps) STALL_SLEEP before its third
+// all-reduce while the others wait in it; with STALL_SOCKETS=1 each rank
+// then prints how many sockets it holds.
 func stallScenario(ctx context.Context, g *comm.Group) error {
 	pause, err := time.ParseDuration(os.Getenv("STALL_SLEEP"))
 	if err != nil {
@@ -855,6 +858,37 @@ func stallScenario(ctx context.Context, g *comm.Group) error {
 	for i := range 4 {
 		if i == 2 && g.Rank() == 2 {
 			time.Sleep(pause)
+		}
+		if err := g.AllReduce(ctx, buf, comm.Sum); err != nil {
+			return err
+		}
+	}
+	if os.Getenv("STALL_SOCKETS") == "1" {
+		return printSockets()
+	}
+	return nil
+}
+
+// stoppedZeroScenario: rank 1 stops rank 0's process (SIGSTOP) before
+// the third of four all-reduces and lets it go on (SIGCONT) STALL_SLEEP
+// later, so that while the others wait rank 0 answers nobody.
+func stoppedZeroScenario(ctx context.Context, g *comm.Group) error {
+	pause, err := time.ParseDuration(os.Getenv("STALL_SLEEP"))
+	if err != nil {
+		return err
+	}
+	pids := make([]int64, g.Size())
+	pids[g.Rank()] = int64(os.Getpid())
+	if err := comm.AllReduce(ctx, g, pids, comm.Sum); err != nil {
+		return err
+	}
+	buf := make([]float32, 1000)
+	for i := range 4 {
+		if i == 2 && g.Rank() == 1 {
+			if err := syscall.Kill(int(pids[0]), syscall.SIGSTOP); err != nil {
+				return err
+			}
+			time.AfterFunc(pause, func() { syscall.Kill(int(pids[0]), syscall.SIGCONT) })
 		}
 		if err := g.AllReduce(ctx, buf, comm.Sum); err != nil {
 			return err
@@ -874,6 +908,14 @@ func socketsScenario(ctx context.Context, g *comm.Group) error {
 	if err := g.Barrier(ctx); err != nil {
 		return err
 	}
+	if err := printSockets(); err != nil {
+		return err
+	}
+	return g.Barrier(ctx)
+}
+
+// printSockets prints how many sockets this process holds open.
+func printSockets() error {
 	fds, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
 		return err
@@ -885,7 +927,7 @@ func socketsScenario(ctx context.Context, g *comm.Group) error {
 		}
 	}
 	fmt.Printf("SOCKETS %d\n", sockets)
-	return g.Barrier(ctx)
+	return nil
 }
 
 // largeBroadcasts broadcasts 120 KB (a binomial tree) and 400 KB (a chain
