@@ -515,8 +515,8 @@ func TestStallNamedThroughRankZero(t *testing.T) {
 		switch {
 		case r == 2 && reports > 0:
 			t.Errorf("rank 2, which never waited, reported a stall:\n%s", out)
-		case r != 2 && reports != 2:
-			t.Errorf("rank %d named rank 2 in %d reports, want 2 (after 2 and 4 s):\n%s", r, reports, out)
+		case r != 2 && (reports < 1 || reports > 2):
+			t.Errorf("rank %d named rank 2 in %d reports, want 2 (after 2 and 4 s; 1 where the first took long):\n%s", r, reports, out)
 		}
 		var sockets int
 		for _, l := range lines[r] {
@@ -526,28 +526,33 @@ func TestStallNamedThroughRankZero(t *testing.T) {
 			t.Errorf("rank %d holds %d sockets, want its listener and at most its connections to rank 0 and one neighbour", r, sockets)
 		}
 	}
-	if tableRows != 2*np {
-		t.Errorf("%d table rows logged, want %d (rank 0's table, once for each of the 2 report rounds):\n%s", tableRows, 2*np, out)
+	// Rank 0 logs its table once for each round of reports, 2 here, or
+	// once for both where its first gathering ended late enough to serve
+	// the second round too.
+	if tableRows%np != 0 || tableRows < np || tableRows > 2*np {
+		t.Errorf("%d table rows logged, want %d or %d (rank 0's table, once a round of reports):\n%s", tableRows, 2*np, np, out)
 	}
 }
 
 // TestStallRankZeroSilent: when rank 0 answers nobody (its process
 // stopped), the waiting ranks of a job past relayAbove ask everyone
-// themselves, and each logs the table, naming rank 0 as silent.
+// themselves, and each logs the table, naming rank 0 as silent. (Rank 0
+// stays stopped 14 s: a rank gives it 6 s after its stall report's 2 s,
+// then asks everyone within 2 s more.)
 func TestStallRankZeroSilent(t *testing.T) {
 	if testing.Short() {
-		t.Skip("18 processes for 12 s; the full run covers it")
+		t.Skip("18 processes for 15 s; the full run covers it")
 	}
 	const np = 18
-	res, out := runJob(t, np, "stoppedzero", "GORUN_STALL=2s", "STALL_SLEEP=10s")
+	res, out := runJob(t, np, "stoppedzero", "GORUN_STALL=2s", "STALL_SLEEP=14s")
 	if err := res.Error(); err != nil {
 		t.Fatalf("job failed: %v\n%s", err, out)
 	}
 	lines := commtest.RankLines(out)
+	stalled := regexp.MustCompile(`stalled: call #\d+ has waited [0-9.]+s \(GORUN_STALL=2s\); every rank that answered has arrived; rank 0 did not answer; where each rank is:`)
 	for r := 1; r < np; r++ {
 		text := strings.Join(lines[r], "\n")
-		if !containsAll(text, "stalled: call #4 has waited", "rank 0 did not answer; where each rank is:",
-			"rank 0: did not answer within 2s", "rank 1: in call #4 (AllReduce, 1000 × float32) for") {
+		if !stalled.MatchString(text) || !containsAll(text, "rank 0: did not answer within 2s", "rank 1: in call #") {
 			t.Errorf("rank %d did not log the table naming rank 0 silent:\n%s", r, out)
 		}
 	}
