@@ -196,6 +196,28 @@ func TestStepFor(t *testing.T) {
 	}
 }
 
+// TestCostsForPricesReductions: a group across hosts gets a model that
+// prices the reductions and the ring's chunks (the group's own, 128 KiB
+// across the network), so that two hosts over a 10 Gbit/s link run small
+// all-reduces by recursive doubling and large ones by the ring.
+func TestCostsForPricesReductions(t *testing.T) {
+	w := &world{settings: Settings{Size: 2}, data: &dataPath{hostOf: []int{0, 1}},
+		net: ring.Link{Step: 50 * time.Microsecond, BytesPerSec: 1.25e9}}
+	m := costsFor(w, []int{0, 1}, 1)
+	if m == nil || m.Reduce != reduceRate || m.Chunk != DefaultNetChunkBytes {
+		t.Fatalf("costs %+v, want the reduction at %v B/s and chunks of %d bytes", m, reduceRate, DefaultNetChunkBytes)
+	}
+	c := &ring.Collectives{Peers: []int{0, 1}, Costs: m}
+	for _, tc := range []struct {
+		bytes int
+		want  ring.Algo
+	}{{64 << 10, ring.AlgoDoubling}, {16 << 20, ring.AlgoRing}} {
+		if got := c.AllReduceAlgorithm(tc.bytes); got != tc.want {
+			t.Errorf("%d bytes: %v, want %v", tc.bytes, got, tc.want)
+		}
+	}
+}
+
 // TestBruckBytes: Bruck's all-to-all is the default only in groups of at
 // least BruckMinRanks with a member across the network (here: no shared
 // memory at all); a size set applies to every group, and -1 turns it off.
