@@ -703,13 +703,25 @@ func (p *Pipeline) account(stepStart time.Time) {
 	}
 }
 
+// IdealBubble is the fraction of a step the schedule leaves a stage idle
+// when every pass takes equally long, and the formula it comes from:
+// GPipe's (p−1)/(m+p−1), which 1F1B and ZB-H1 share; (p−1)/(V·m+p−1) with
+// V interleaved chunks per stage (the warm-up and cool-down shrink with
+// the chunks); none for ZB-H2 (from one step to the next).
+func (p *Pipeline) IdealBubble() (ideal float64, formula string) {
+	switch v := len(p.chunks); {
+	case p.schedule == "zb-h2":
+		return 0, "ZB-H2's bubble, passes of equal length"
+	case v > 1:
+		return float64(p.stages-1) / float64(v*p.micro+p.stages-1), fmt.Sprintf("interleaved bubble (p-1)/(%dm+p-1)", v)
+	}
+	return float64(p.stages-1) / float64(p.micro+p.stages-1), "GPipe bubble (p-1)/(m+p-1)"
+}
+
 // Bubble returns, for every stage, the fraction of its step time spent
 // not computing (waiting for its neighbours), measured over all steps so
-// far, and the schedule's ideal: GPipe's (p−1)/(m+p−1), which 1F1B and
-// ZB-H1 share; (p−1)/(V·m+p−1) with V interleaved chunks per stage
-// (the warm-up and cool-down shrink with the chunks); none for ZB-H2 (with
-// passes of equal length, from one step to the next). Every stage must
-// call it (the stages exchange their figures).
+// far, and the schedule's ideal (IdealBubble). Every stage must call it
+// (the stages exchange their figures).
 func (p *Pipeline) Bubble(ctx context.Context) (idle []float64, ideal float64, err error) {
 	times := make([]float64, 2*p.stages)
 	times[2*p.stage], times[2*p.stage+1] = p.busy.Seconds(), p.total.Seconds()
@@ -720,10 +732,8 @@ func (p *Pipeline) Bubble(ctx context.Context) (idle []float64, ideal float64, e
 		busy, total := times[2*s], times[2*s+1]
 		idle = append(idle, 1-busy/max(total, 1e-9))
 	}
-	if p.schedule == "zb-h2" {
-		return idle, 0, nil
-	}
-	return idle, float64(p.stages-1) / float64(len(p.chunks)*p.micro+p.stages-1), nil
+	ideal, _ = p.IdealBubble()
+	return idle, ideal, nil
 }
 
 // Forward runs an evaluation batch through the pipeline in one piece and

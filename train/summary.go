@@ -105,13 +105,7 @@ func (t *Trainer) Summarize(ctx context.Context, w io.Writer, timeline string) e
 	for s, f := range idle {
 		parts = append(parts, fmt.Sprintf("stage %d %.1f%%", s, 100*f))
 	}
-	formula := "GPipe bubble (p-1)/(m+p-1)"
-	if v := t.cfg.chunks(); v > 1 {
-		formula = fmt.Sprintf("interleaved bubble (p-1)/(%dm+p-1)", v)
-	}
-	if t.cfg.Schedule == "zb-h2" {
-		formula = "ZB-H2's bubble, passes of equal length"
-	}
+	_, formula := t.stage().pipe.IdealBubble()
 	fmt.Fprintf(w, "Pipeline idle time per stage: %s (%s = %.1f%%)\n", strings.Join(parts, ", "), formula, 100*ideal)
 	// Every stage's peak, on the reporting rank.
 	g, p := t.job, t.cfg.Pipeline

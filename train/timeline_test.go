@@ -1,6 +1,7 @@
 package train
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -28,6 +29,29 @@ func TestTracePath(t *testing.T) {
 	for in, want := range map[string]string{"t.svg": "t.json", "/a/b.c/run.svg": "/a/b.c/run.json", "t.json": "t.json", "t": "t.json"} {
 		if got := tracePath(in); got != want {
 			t.Errorf("tracePath(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestIdealBubble: the ideal bubble the run's summary and trace report,
+// and its formula, by schedule: GPipe's (p−1)/(m+p−1) for gpipe, 1f1b
+// and zb; (p−1)/(V·m+p−1) with V interleaved chunks; none for zb-h2.
+func TestIdealBubble(t *testing.T) {
+	for _, c := range []struct {
+		schedule              string
+		stages, micro, chunks int
+		want                  float64
+		formula               string
+	}{
+		{"gpipe", 2, 4, 1, 1.0 / 5, "GPipe bubble (p-1)/(m+p-1)"},
+		{"1f1b", 4, 8, 1, 3.0 / 11, "GPipe bubble (p-1)/(m+p-1)"},
+		{"zb", 2, 8, 1, 1.0 / 9, "GPipe bubble (p-1)/(m+p-1)"},
+		{"interleaved", 2, 4, 2, 1.0 / 9, "interleaved bubble (p-1)/(2m+p-1)"},
+		{"zb-h2", 2, 4, 1, 0, "ZB-H2's bubble, passes of equal length"},
+	} {
+		p := &Pipeline{schedule: c.schedule, stages: c.stages, micro: c.micro, chunks: make([]*chunk, c.chunks)}
+		if got, formula := p.IdealBubble(); math.Abs(got-c.want) > 1e-12 || formula != c.formula {
+			t.Errorf("%s, p=%d m=%d V=%d: %v (%s), want %v (%s)", c.schedule, c.stages, c.micro, c.chunks, got, formula, c.want, c.formula)
 		}
 	}
 }
