@@ -1,7 +1,8 @@
 #!/bin/bash
 # Flat against hierarchical collectives across simulated hosts: HOSTS
-# network namespaces (default 3) × NP ranks (default 2) on a bridge (bench cluster, bench/netcluster), each
-# host's link limited with tc tbf (or unshaped), GORUN_ALGO=flat,
+# network namespaces (default 3) × NP ranks (default 2) on a bridge
+# (bench cluster, bench/netcluster), each host's link limited with tc
+# tbf (or unshaped), GORUN_ALGO=flat,
 # GORUN_ALGO=hierarchical and, with GLOO=1, PyTorch's gloo (Debian's
 # python3-torch; no reduce-scatter) alternating for ROUNDS rounds. Rank
 # 0's rows, time per call in µs. Needs root and iproute2.

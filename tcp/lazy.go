@@ -143,9 +143,12 @@ func (t *Transport) acceptPeer(c *net.TCPConn) {
 		err = t.attach(kept, c)
 	}
 	if err != nil {
-		// The handshake broke after the verdict: let either side try anew
-		// (the dialer, if it heard the verdict, hears this rank left).
-		abandon(c)
+		// The handshake broke after the verdict: let either side try anew.
+		// If this is the transport closing, the dialer, should it have
+		// heard the verdict, hears that this rank left.
+		if t.lazy.ctx.Err() != nil {
+			abandon(c)
+		}
 		c.Close()
 		t.lazy.mu.Lock()
 		kept.link = linkIdle
