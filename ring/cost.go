@@ -34,13 +34,26 @@ type Costs struct {
 	Reduce float64
 	// Chunk is the ring's pipelining chunk in bytes (0: not priced). Its
 	// pipeline fills once a call: the first chunk crosses, and is reduced,
-	// before the next step has anything to send.
+	// before the next step has anything to send. A ring whose blocks are
+	// no larger than a chunk has no pipeline: each step reduces after its
+	// transfer, as doubling's do.
 	Chunk int
 	// Host[q] is group rank q's host (any labels).
 	Host []int
 
 	lines  map[Algo]line // each all-reduce algorithm's time for a buffer: fixed + per-byte
+	plain  line          // the ring's without a pipeline (Chunk)
 	gather line          // the ring all-gather's (and reduce-scatter's) time for the whole buffer
+}
+
+// cost is the predicted seconds of an all-reduce of bytes by algo, and
+// whether the model covers it (m prepared).
+func (m *Costs) cost(algo Algo, bytes int) (float64, bool) {
+	l, ok := m.lines[algo]
+	if algo == AlgoRing && bytes <= m.Chunk*len(m.Host) {
+		l = m.plain
+	}
+	return l.at(bytes), ok
 }
 
 // line is a predicted time a + b·bytes, in seconds.
@@ -59,8 +72,8 @@ func (m *Costs) Predict(algo Algo, bytes int, h *Hierarchy) (time.Duration, bool
 		return time.Duration(m.hierarchical(h, bytes) * 1e9), true
 	}
 	m.prepare()
-	l, ok := m.lines[algo]
-	return time.Duration(l.at(bytes) * 1e9), ok
+	t, ok := m.cost(algo, bytes)
+	return time.Duration(t * 1e9), ok
 }
 
 // choose returns the all-reduce of bytes predicted fastest among those
@@ -70,8 +83,8 @@ func (m *Costs) choose(bytes int, h *Hierarchy) Algo {
 	m.prepare()
 	best, algo := math.Inf(1), AlgoRing
 	for _, a := range []Algo{AlgoDoubling, AlgoHalving, AlgoRing} {
-		if l, ok := m.lines[a]; ok && l.at(bytes) < best {
-			best, algo = l.at(bytes), a
+		if t, ok := m.cost(a, bytes); ok && t < best {
+			best, algo = t, a
 		}
 	}
 	if h != nil && m.hierarchical(h, bytes) < best {
@@ -89,10 +102,11 @@ func (m *Costs) hierarchical(h *Hierarchy, bytes int) float64 {
 	local := 2 * float64(l-1) * (m.Local.Step.Seconds() + float64(shard)/m.Local.BytesPerSec)
 	cross := h.Cross.Costs
 	if cross == nil {
-		return local + m.lines[AlgoRing].at(shard) // (not reached: comm sets both)
+		t, _ := m.cost(AlgoRing, shard) // (not reached: comm sets both)
+		return local + t
 	}
-	algo := cross.choose(shard, nil) // (prepares cross.lines)
-	return local + cross.lines[algo].at(shard)
+	t, _ := cross.cost(cross.choose(shard, nil), shard) // (choose prepares cross)
+	return local + t
 }
 
 // prepare works out each algorithm's line once: the steps it takes, and
@@ -111,6 +125,7 @@ func (m *Costs) prepare() {
 	}
 	ring := m.ringStep()
 	m.lines[AlgoRing] = m.fill(ring).plus(m.overlapped(ring, 1/float64(n)), n-1).plus(ring, n-1)
+	m.plain = line{}.plus(m.then(ring, 1/float64(n)), n-1).plus(ring, n-1)
 	m.gather = line{}.plus(ring, n-1)
 	f := newFold(n)
 	var folds []transfer // the pairing before (and, reversed, after)

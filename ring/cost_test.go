@@ -23,7 +23,7 @@ func TestCostsChoose(t *testing.T) {
 		cross.BytesPerSec /= 2 // two cross groups share each host's link
 		return &Hierarchy{
 			Local: &Collectives{Peers: []int{0, 1}},
-			Cross: &Collectives{Peers: []int{0, 2, 4}, Costs: &Costs{Net: cross, Local: shm, Host: []int{0, 1, 2}}},
+			Cross: &Collectives{Peers: []int{0, 2, 4}, Costs: &Costs{Net: cross, Local: shm, Host: []int{0, 1, 2}, Reduce: 10e9, Chunk: 128 << 10}},
 		}
 	}
 	for _, c := range []struct {
@@ -35,13 +35,14 @@ func TestCostsChoose(t *testing.T) {
 	}{
 		{"1 Gbit/s, 4 KiB, flat", gbit, 4 << 10, false, AlgoDoubling},
 		{"1 Gbit/s, 4 KiB", gbit, 4 << 10, true, AlgoDoubling},
+		{"1 Gbit/s, 64 KiB", gbit, 64 << 10, true, AlgoHierarchical},
 		{"1 Gbit/s, 1 MiB, flat", gbit, 1 << 20, false, AlgoRing},
 		{"1 Gbit/s, 1 MiB", gbit, 1 << 20, true, AlgoHierarchical},
 		{"1 Gbit/s, 64 MiB", gbit, 64 << 20, true, AlgoHierarchical},
 		{"1 ms steps, 1 MiB, flat", slowSteps, 1 << 20, false, AlgoDoubling},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			m := &Costs{Net: c.net, Local: shm, Host: hosts, Reduce: 10e9}
+			m := &Costs{Net: c.net, Local: shm, Host: hosts, Reduce: 10e9, Chunk: 128 << 10}
 			var h *Hierarchy
 			if c.hier {
 				h = hier(c.net)
@@ -142,6 +143,12 @@ func TestCostsPredict(t *testing.T) {
 		if !ok || abs64(got.Seconds()-c.want) > 1e-6 {
 			t.Errorf("%v, reduction priced: predicted %v, want %v", c.algo, got, time.Duration(c.want*1e9))
 		}
+	}
+	// Blocks no larger than a chunk (6e5 bytes over 6 ranks, 1e5-byte
+	// chunks): no pipeline, each reducing step of the ring reduces after
+	// its transfer.
+	if got, want := predicted(m, AlgoRing, 6e5), 5*(100e-6+1e5/1e8+1e5/reduce)+5*(100e-6+1e5/1e8); abs64(got-want) > 1e-8 {
+		t.Errorf("ring of blocks within a chunk: predicted %v s, want %v", got, want)
 	}
 	// One host: the ring's steps through shared memory (10 GB/s) are
 	// slower than the reduction on their own; at 20 GB/s the reduction
