@@ -202,8 +202,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--pipeline %d: want 2 or more stages (0 or 1: none)", c.Pipeline)
 	case c.Microbatches < 0:
 		return fmt.Errorf("--microbatches %d: want 1 or more", c.Microbatches)
-	case !slices.Contains([]string{"", "gpipe", "1f1b", "zb", "zb-h2", "interleaved"}, c.Schedule):
-		return fmt.Errorf("--schedule %q: want gpipe, 1f1b, zb, zb-h2 or interleaved", c.Schedule)
+	case c.Schedule != "" && !slices.Contains(Schedules, c.Schedule):
+		return fmt.Errorf("--schedule %q: want %s", c.Schedule, scheduleList())
 	case c.Pipeline < 2 && c.pipelineOnly() != "":
 		return fmt.Errorf("%s without --pipeline N: it applies to pipelines of 2 or more stages only", c.pipelineOnly())
 	case c.Chunks < 0 || c.Chunks == 1:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gorun/gorun/comm"
@@ -119,6 +120,16 @@ const (
 // Letter is the pass's letter in timelines: F, B or W.
 func (k Pass) Letter() string { return [...]string{"F", "B", "W"}[k] }
 
+// Schedules are the pipeline schedules, by name (--schedule; "" is gpipe).
+var Schedules = []string{"gpipe", "1f1b", "zb", "zb-h2", "interleaved"}
+
+// scheduleList names the schedules for an error: "gpipe, …, zb-h2 or
+// interleaved".
+func scheduleList() string {
+	n := len(Schedules)
+	return strings.Join(Schedules[:n-1], ", ") + " or " + Schedules[n-1]
+}
+
 // NewPipeline sets up stage g.Rank() of a pipeline of g.Size() stages:
 // layer is the stage's part of model m, taking per-sample inputs of shape
 // in and giving out; micro microbatches per batch; schedule gpipe (the
@@ -131,7 +142,7 @@ func NewPipeline(g *comm.Group, be tensor.Backend, m *zoo.Model, layer nn.Layer,
 	case "interleaved":
 		return nil, fmt.Errorf("pipeline: the interleaved schedule takes several chunks per stage (NewInterleavedPipeline)")
 	default:
-		return nil, fmt.Errorf("pipeline: schedule %q: want gpipe, 1f1b, zb, zb-h2 or interleaved", schedule)
+		return nil, fmt.Errorf("pipeline: schedule %q: want %s", schedule, scheduleList())
 	}
 	return newPipeline(g, be, m, []Chunk{{Layer: layer, In: in, Out: out}}, micro, schedule)
 }

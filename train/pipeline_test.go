@@ -705,3 +705,18 @@ func TestPipelineModel(t *testing.T) {
 		}
 	}
 }
+
+// TestNewPipelineBadSchedule: an unknown schedule is refused before
+// anything is set up, naming it and the schedules there are; the
+// interleaved one is sent to its own constructor.
+func TestNewPipelineBadSchedule(t *testing.T) {
+	for schedule, want := range map[string]string{
+		"zigzag":      `pipeline: schedule "zigzag": want gpipe, 1f1b, zb, zb-h2 or interleaved`,
+		"interleaved": "NewInterleavedPipeline",
+	} {
+		_, err := NewPipeline(nil, nil, nil, nil, nil, nil, 4, schedule)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("schedule %q: %v, want an error with %q", schedule, err, want)
+		}
+	}
+}
