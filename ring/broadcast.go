@@ -52,7 +52,7 @@ func Broadcast[T Elem](ctx context.Context, c *Collectives, buf []T, root int) e
 			// serves the next (measured: BENCHMARKS.md).
 			send := (*Collectives).send
 			if mask == 1 {
-				send = (*Collectives).sendDirect
+				send = (*Collectives).sendDirectLarge
 			}
 			if err := send(c, ctx, rankOf(vr+mask), call, 0, 0, data); err != nil {
 				return err
@@ -84,7 +84,7 @@ func Broadcast[T Elem](ctx context.Context, c *Collectives, buf []T, root int) e
 		}
 		send := (*Collectives).send
 		if chunks == 1 { // nothing waits behind it
-			send = (*Collectives).sendDirect
+			send = (*Collectives).sendDirectLarge
 		}
 		if err := send(c, ctx, next, call, 0, j, AsBytes(buf[a:b])); err != nil {
 			return err

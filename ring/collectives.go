@@ -187,6 +187,26 @@ func (c *Collectives) sendDirect(ctx context.Context, to int, call Call, step, c
 	return c.send(ctx, to, call, step, chunk, b)
 }
 
+// directBytes is the smallest frame the collectives send as a direct
+// frame, except the all-to-all between two ranks, which sends every
+// frame the transport takes as one (16 KiB and more in shared memory).
+// Below it they send through the transport's buffers: all-gathers and
+// broadcasts of 16 and 32 KiB frames ran slower direct than through the
+// rings, and so did all-to-alls among four ranks (whose direct sends go
+// to the peers one after another, each waiting for its reader), while
+// two-rank all-to-alls of the same frames ran faster direct
+// (bench/results/current/direct-threshold-2026-11-27.txt).
+const directBytes = 64 << 10
+
+// sendDirectLarge is sendDirect for frames of directBytes or more, send
+// for smaller ones.
+func (c *Collectives) sendDirectLarge(ctx context.Context, to int, call Call, step, chunk int, b []byte) error {
+	if len(b) < directBytes {
+		return c.send(ctx, to, call, step, chunk, b)
+	}
+	return c.sendDirect(ctx, to, call, step, chunk, b)
+}
+
 // wait completes the k-th posted receive and checks that it belongs to the
 // same call, step and chunk, with the expected number of bytes.
 func (c *Collectives) wait(ctx context.Context, from int, k int, call Call, step, chunk, bytes int) error {

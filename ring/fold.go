@@ -92,10 +92,15 @@ func sendChunks[T Elem](ctx context.Context, c *Collectives, call Call, to, step
 }
 
 // sendChunksDirect is sendChunks through the transport's DirectSender
-// (where it has one): for blocks every rank sends while it receives
-// others' (all-to-all).
+// (where it has one), for blocks every rank sends while it receives
+// others' (all-to-all): every chunk where the group has two ranks, else
+// chunks of directBytes or more.
 func sendChunksDirect[T Elem](ctx context.Context, c *Collectives, call Call, to, step int, buf []T, lo, hi int) error {
-	return sendChunksBy(ctx, c, (*Collectives).sendDirect, call, to, step, buf, lo, hi)
+	send := (*Collectives).sendDirectLarge
+	if c.Size() == 2 {
+		send = (*Collectives).sendDirect
+	}
+	return sendChunksBy(ctx, c, send, call, to, step, buf, lo, hi)
 }
 
 func sendChunksBy[T Elem](ctx context.Context, c *Collectives, send func(*Collectives, context.Context, int, Call, int, int, []byte) error, call Call, to, step int, buf []T, lo, hi int) error {

@@ -35,8 +35,9 @@ func AllGatherV[T Elem](ctx context.Context, c *Collectives, send, recv []T, cou
 }
 
 // allGather is the ring all-gather of send into block Rank of recv, laid
-// out as l. Its frames go as direct frames where the transport has them
-// (every rank copies at once: measured faster, bench/results/HISTORY.md).
+// out as l. Its frames of directBytes or more go as direct frames
+// where the transport has them (every rank copies at once: measured
+// faster, bench/results/HISTORY.md).
 func allGather[T Elem](ctx context.Context, c *Collectives, call Call, send, recv []T, l layout) error {
 	n, r := c.Size(), c.Rank
 	c.tickets = c.tickets[:0]
@@ -58,7 +59,7 @@ func allGather[T Elem](ctx context.Context, c *Collectives, call Call, send, rec
 	}
 	for j := range subchunks(lo, hi, ce) {
 		a, b := sub(lo, hi, ce, j)
-		if err := c.sendDirect(ctx, right, call, 0, j, AsBytes(recv[a:b])); err != nil {
+		if err := c.sendDirectLarge(ctx, right, call, 0, j, AsBytes(recv[a:b])); err != nil {
 			return err
 		}
 	}
@@ -72,7 +73,7 @@ func allGather[T Elem](ctx context.Context, c *Collectives, call Call, send, rec
 			}
 			k++
 			if t < n-2 {
-				if err := c.sendDirect(ctx, right, call, t+1, j, AsBytes(recv[a:b])); err != nil {
+				if err := c.sendDirectLarge(ctx, right, call, t+1, j, AsBytes(recv[a:b])); err != nil {
 					return err
 				}
 			}

@@ -306,60 +306,89 @@ func (e *directEnd) SendDirect(ctx context.Context, peer int, stream uint32, met
 }
 
 // TestDirectFramesWhereEveryRankCopies: of the collectives, the
-// all-to-alls (pairwise exchange) and the all-gathers (every rank
-// forwards what it receives, with no arithmetic) send every chunk of
-// every block through a transport's DirectSender, and a broadcast its
-// tree's last send from each rank (the root's, to rank 1, here) and a
-// chain's only chunk; the others, whose chunks stream one way or are
-// added in as they land, use Send.
+// all-to-alls (pairwise exchange) send every chunk of every block
+// through a transport's DirectSender where the group has two ranks, and
+// chunks of directBytes or more in larger groups; so do, for chunks of
+// directBytes or more, the all-gathers (every rank forwards what it
+// receives, with no arithmetic) and a broadcast its tree's last send from
+// each rank (the root's, to rank 1, here) and a chain's only chunk; the
+// others, whose chunks stream one way or are added in as they land, and
+// the smaller chunks, use Send.
 func TestDirectFramesWhereEveryRankCopies(t *testing.T) {
-	const n, count, chunk = 3, 1000, 1024 // blocks of 4,000 bytes: 4 chunks
-	ends := make([]*directEnd, n)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	configure := func(c *Collectives) {
-		ends[c.Rank] = &directEnd{memEnd: c.T.(*memEnd), direct: map[Kind]int{}}
-		c.T, c.ChunkBytes = ends[c.Rank], chunk
-	}
-	errs := rankErrors(ctx, n, configure, func(ctx context.Context, r int, c *Collectives) error {
-		all, mine := make([]float32, n*count), make([]float32, count)
-		counts := []int{count, count, count}
-		for _, call := range []func() error{
-			func() error { return AllToAll(ctx, c, make([]float32, n*count), all) },
-			func() error { return AllToAllV(ctx, c, make([]float32, n*count), counts, all, counts) },
-			func() error { return Gather(ctx, c, mine, all, 0) },
-			func() error { return Scatter(ctx, c, all, mine, 0) },
-			func() error { return ReduceToRoot(ctx, c, all, Sum, 0) },
-			func() error { return AllReduce(ctx, c, all, Sum) },
-			func() error { return Broadcast(ctx, c, all, 0) },
-			func() error { // a chain of one chunk
-				c.SmallBytes = 1
-				defer func() { c.SmallBytes = 0 }()
-				return Broadcast(ctx, c, make([]float32, chunk/4), 0)
-			},
-			func() error { return AllGather(ctx, c, mine, all) },
-			func() error { return ReduceScatter(ctx, c, all, mine, Sum) },
-		} {
-			if err := call(); err != nil {
-				return err
+	for _, tc := range []struct {
+		name         string
+		n            int  // ranks
+		chunk, count int  // bytes a chunk; elements a block, which make 4 chunks
+		exchanges    bool // the all-to-alls send direct frames
+		forwards     bool // the all-gathers and broadcasts do
+	}{
+		{"two ranks, small chunks", 2, 1024, 1000, true, false},
+		{"three ranks, small chunks", 3, 1024, 1000, false, false},
+		{"two ranks, chunks of directBytes", 2, directBytes, directBytes, true, true},
+		{"three ranks, chunks of directBytes", 3, directBytes, directBytes, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n, chunk, count := tc.n, tc.chunk, tc.count
+			ends := make([]*directEnd, n)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			configure := func(c *Collectives) {
+				ends[c.Rank] = &directEnd{memEnd: c.T.(*memEnd), direct: map[Kind]int{}}
+				c.T, c.ChunkBytes = ends[c.Rank], chunk
+				c.SmallBytes = 4 * n * count // the broadcast's tree
 			}
-		}
-		return nil
-	})
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
-	for r, e := range ends {
-		want := map[Kind]int{KindAllToAll: (n - 1) * 4, KindAllToAllV: (n - 1) * 4, KindAllGather: (n - 1) * 4}
-		// Broadcasts from rank 0: the tree's root sends to rank 2 through
-		// the rings and to rank 1 direct; the chain's ranks 0 and 1 send
-		// their one chunk on.
-		want[KindBroadcast] = map[int]int{0: 2, 1: 1, 2: 0}[r]
-		if want[KindBroadcast] == 0 {
-			delete(want, KindBroadcast)
-		}
-		if !maps.Equal(e.direct, want) {
-			t.Errorf("rank %d sent direct frames %v, want %v", r, e.direct, want)
-		}
+			errs := rankErrors(ctx, n, configure, func(ctx context.Context, r int, c *Collectives) error {
+				all, mine := make([]float32, n*count), make([]float32, count)
+				counts := make([]int, n)
+				for i := range counts {
+					counts[i] = count
+				}
+				for _, call := range []func() error{
+					func() error { return AllToAll(ctx, c, make([]float32, n*count), all) },
+					func() error { return AllToAllV(ctx, c, make([]float32, n*count), counts, all, counts) },
+					func() error { return Gather(ctx, c, mine, all, 0) },
+					func() error { return Scatter(ctx, c, all, mine, 0) },
+					func() error { return ReduceToRoot(ctx, c, all, Sum, 0) },
+					func() error { return AllReduce(ctx, c, all, Sum) },
+					func() error { return Broadcast(ctx, c, all, 0) },
+					func() error { // a chain of one chunk
+						c.SmallBytes = 1
+						defer func() { c.SmallBytes = 4 * n * count }()
+						return Broadcast(ctx, c, make([]float32, chunk/4), 0)
+					},
+					func() error { return AllGather(ctx, c, mine, all) },
+					func() error { return ReduceScatter(ctx, c, all, mine, Sum) },
+				} {
+					if err := call(); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if err := errors.Join(errs...); err != nil {
+				t.Fatal(err)
+			}
+			blockChunks := (4*count + chunk - 1) / chunk
+			for r, e := range ends {
+				want := map[Kind]int{}
+				if tc.exchanges {
+					want[KindAllToAll] = (n - 1) * blockChunks
+					want[KindAllToAllV] = (n - 1) * blockChunks
+				}
+				if tc.forwards {
+					want[KindAllGather] = (n - 1) * blockChunks
+					// Broadcasts from rank 0: the tree's root sends to
+					// rank 1 direct (and to rank 2 through the rings);
+					// the chain's ranks but the last send their one chunk
+					// on direct.
+					if b := map[int]int{0: 2, 1: n - 2}[r]; b > 0 {
+						want[KindBroadcast] = b
+					}
+				}
+				if !maps.Equal(e.direct, want) {
+					t.Errorf("rank %d sent direct frames %v, want %v", r, e.direct, want)
+				}
+			}
+		})
 	}
 }

@@ -44,15 +44,18 @@ import (
 // every buffer passed to SendDirect escape to the heap, by the
 // compiler's own escape analysis.
 const (
-	// DefaultDirectBytes: all-to-alls between two ranks with blocks from
-	// 64 KiB ran faster with direct frames than without, and than with
-	// direct frames from 256 KiB only (BENCHMARKS.md; the runs are in
-	// bench/results/current/direct-*-2026-11-27.txt).
-	DefaultDirectBytes = 64 << 10
+	// DefaultDirectBytes: all-to-alls between two ranks with blocks of
+	// 16 and 32 KiB ran faster with direct frames than through the ring
+	// (8 KiB ones slower), and larger blocks faster still
+	// (bench/results/current/direct-threshold-2026-11-27.txt and
+	// direct-*-2026-11-27.txt; BENCHMARKS.md). The ring's collectives
+	// other than two-rank all-to-alls send direct frames from 64 KiB
+	// only (ring's directBytes).
+	DefaultDirectBytes = 16 << 10
 	// MinDirectBytes bounds DirectBytes from below: the smallest size
-	// measured (a read's system call and hand-over cost a few µs, which
-	// smaller frames would not win back).
-	MinDirectBytes = 64 << 10
+	// measured to gain (a read's system call and hand-over cost a few µs,
+	// which smaller frames would not win back).
+	MinDirectBytes = 16 << 10
 	// directPatience is shorter than the waits' spin and yield phases,
 	// so a sender waiting for a claim never sleeps.
 	directPatience = 150 * time.Microsecond
