@@ -267,8 +267,58 @@ func TestConvolution(t *testing.T) {
 				t.Fatalf("threads %d, case %+v: dx or dw differ without the bias gradient", threads, c)
 			}
 			checkSplitBackward(t, be, x, w, dy, dx, dw, db, c.p, fmt.Sprintf("threads %d, case %+v", threads, c))
+			if c.n >= threads {
+				checkImagesAlone(t, threads, x, w, bias, dy, y, dx, dw, c.p, fmt.Sprintf("threads %d, case %+v", threads, c))
+			}
 		}
 		be.Close()
+	}
+}
+
+// checkImagesAlone runs each image of a batch through the convolution
+// alone, on a backend of threads+1 threads, and fails unless its output
+// and input gradient equal, bit for bit, the batch's y and dx, and for a
+// batch of one image its weight gradient dw: a batch of at least as many
+// images as threads runs each chunk's products on one thread, a block of
+// the column matrix at a time (blocks split at multiples of the GEMM's
+// depth), several small images to a product; a batch of fewer runs each
+// image's whole matrices, every product split over the threads.
+func checkImagesAlone(t *testing.T, threads int, x, w, bias, dy, y, dx, dw *tensor.Tensor, p tensor.ConvParams, label string) {
+	t.Helper()
+	be := New(threads + 1)
+	defer be.Close()
+	n := x.Shape[0]
+	for k := range n {
+		one := func(batch *tensor.Tensor) *tensor.Tensor {
+			per := len(batch.Data) / n
+			shape := append([]int{1}, batch.Shape[1:]...)
+			out, err := tensor.FromData(batch.Data[k*per:(k+1)*per], shape...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return out
+		}
+		xk, dyk := one(x), one(dy)
+		yk, dxk, dwk := tensor.New(one(y).Shape...), tensor.New(xk.Shape...), tensor.New(w.Shape...)
+		be.Conv2d(xk, w, bias, yk, p)
+		be.Conv2dBackward(xk, w, dyk, dxk, dwk, nil, p)
+		results := []struct {
+			name      string
+			got, want []float32
+		}{{"y", yk.Data, one(y).Data}, {"dx", dxk.Data, one(dx).Data}}
+		if n == 1 {
+			results = append(results, struct {
+				name      string
+				got, want []float32
+			}{"dw", dwk.Data, dw.Data})
+		}
+		for _, r := range results {
+			for i := range r.want {
+				if math.Float32bits(r.got[i]) != math.Float32bits(r.want[i]) {
+					t.Fatalf("%s: image %d alone: %s[%d] = %v, in the batch %v", label, k, r.name, i, r.got[i], r.want[i])
+				}
+			}
+		}
 	}
 }
 
