@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -19,6 +20,21 @@ var Ops = []string{"all_reduce", "broadcast", "all_gather", "reduce_scatter", "r
 // (-ops barrier): it moves no data, so a row per size would repeat itself;
 // its rows say 0 bytes.
 const Barrier = "barrier"
+
+// CheckOps fails unless every name in ops is a collective the harness
+// runs (Ops, or Barrier), naming the first that is not.
+func CheckOps(ops []string) error {
+	for _, op := range ops {
+		if op != Barrier && !slices.Contains(Ops, op) {
+			return unknownOp(op)
+		}
+	}
+	return nil
+}
+
+func unknownOp(op string) error {
+	return fmt.Errorf("unknown collective %q (have %s, %s)", op, strings.Join(Ops, ", "), Barrier)
+}
 
 // Config says what to measure.
 type Config struct {
@@ -229,7 +245,7 @@ func runOne(ctx context.Context, g *comm.Group, cfg Config, op string, bytes int
 	case Barrier:
 		count = 0
 	default:
-		return res, fmt.Errorf("unknown collective %q (have %s, %s)", op, strings.Join(Ops, ", "), Barrier)
+		return res, unknownOp(op)
 	}
 	if count < 1 && op != Barrier {
 		return res, fmt.Errorf("%d bytes is less than one element", bytes)

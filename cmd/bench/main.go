@@ -281,6 +281,12 @@ func collectives(args []string, stdout io.Writer) error {
 		return err
 	}
 	cfg := bench.Config{Ops: strings.Split(*ops, ","), Warmup: *warmup, WarmupTime: *warmupTime, Iters: *iters, Break: *brk}
+	if err := bench.CheckOps(cfg.Ops); err != nil {
+		return fmt.Errorf("-ops: %w", err)
+	}
+	if err := bench.CheckOps([]string{cfg.Break}); cfg.Break != "" && err != nil {
+		return fmt.Errorf("-break: %w", err)
+	}
 	if *chart != "" {
 		if err := bench.ChartFormatOK(*chart); err != nil {
 			return fmt.Errorf("-chart: %w", err)
@@ -301,6 +307,11 @@ func collectives(args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("-np %w", err)
 	}
+	for _, variant := range strings.Split(*vars, ",") {
+		if _, ok := variants[variant]; !ok {
+			return fmt.Errorf("-variants: unknown %q (have %s)", variant, variantNames())
+		}
+	}
 	exe, err := os.Executable()
 	if err != nil {
 		return err
@@ -312,10 +323,7 @@ func collectives(args []string, stdout io.Writer) error {
 	defer os.RemoveAll(dir)
 	var all []bench.Result
 	for _, variant := range strings.Split(*vars, ",") {
-		env, ok := variants[variant]
-		if !ok {
-			return fmt.Errorf("-variants: unknown %q (have %s)", variant, variantNames())
-		}
+		env := variants[variant]
 		for _, np := range worlds {
 			out := filepath.Join(dir, fmt.Sprintf("%s-%d.json", variant, np))
 			var logs launch.Buffer

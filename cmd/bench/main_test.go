@@ -358,7 +358,7 @@ func TestModelCommand(t *testing.T) {
 
 // TestStrayArguments: an argument where flags belong stops collectives
 // and train before anything runs, naming it (the flags after it would go
-// unread).
+// unread), and so does a collective or variant the harness does not know.
 func TestStrayArguments(t *testing.T) {
 	for _, c := range []struct {
 		args []string
@@ -366,6 +366,10 @@ func TestStrayArguments(t *testing.T) {
 	}{
 		{[]string{"collectives", "all_reduce", "-np", "2"}, `unexpected arguments ["all_reduce" "-np" "2"]: bench collectives takes flags only ("bench collectives -h" lists them)`},
 		{[]string{"train", "-np", "2", "cifarnet"}, `unexpected arguments ["cifarnet"]: bench train takes flags only`},
+		// Bad names, named before any job starts.
+		{[]string{"collectives", "-np", "2", "-ops", "all_reduce,allreduce"}, `-ops: unknown collective "allreduce" (have all_reduce, broadcast`},
+		{[]string{"collectives", "-np", "2", "-variants", "default,rign"}, `-variants: unknown "rign" (have bruck, default`},
+		{[]string{"collectives", "-np", "2", "-break", "allreduce"}, `-break: unknown collective "allreduce"`},
 	} {
 		var out bytes.Buffer
 		err := run(c.args, &out)

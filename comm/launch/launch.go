@@ -584,6 +584,9 @@ func rendezvous(cfg Config) (addr string, port int, token string, ln *os.File, e
 		if cfg.NodeRank < 0 || cfg.NodeRank >= cfg.Nodes {
 			return "", 0, "", nil, fmt.Errorf("launch: node rank %d outside 0…%d", cfg.NodeRank, cfg.Nodes-1)
 		}
+		if cfg.Master == "" {
+			return "", 0, "", nil, fmt.Errorf("launch: a job over %d nodes needs --master HOST:PORT, where node 0 serves the rendezvous (the same on every node)", cfg.Nodes)
+		}
 		host, p, err := net.SplitHostPort(cfg.Master)
 		if err != nil || host == "" {
 			return "", 0, "", nil, fmt.Errorf("launch: --master %q: want HOST:PORT", cfg.Master)

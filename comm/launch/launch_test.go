@@ -282,3 +282,31 @@ func TestStatusTerminal(t *testing.T) {
 		})
 	}
 }
+
+// TestMultiNodeSettingsRejected: a multi-node job whose node rank,
+// master address or token is missing or wrong fails before anything
+// starts, saying which setting and what it wants.
+func TestMultiNodeSettingsRejected(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"no master", Config{Nodes: 2, Token: "t"}, "a job over 2 nodes needs --master HOST:PORT"},
+		{"master without a port", Config{Nodes: 2, Master: "node0", Token: "t"}, `--master "node0": want HOST:PORT`},
+		{"master without a host", Config{Nodes: 2, Master: ":29500", Token: "t"}, `--master ":29500": want HOST:PORT`},
+		{"port out of range", Config{Nodes: 2, Master: "node0:70000", Token: "t"}, `port "70000" is not a port number`},
+		{"node rank past the nodes", Config{Nodes: 2, NodeRank: 2, Master: "node0:29500", Token: "t"}, "node rank 2 outside 0…1"},
+		{"no token", Config{Nodes: 3, NodeRank: 1, Master: "node0:29500"}, "a job over 3 nodes needs the same token on every node: set GORUN_TOKEN"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, _, _, ln, err := rendezvous(c.cfg)
+			if ln != nil {
+				ln.Close()
+			}
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %v, want one containing %q", err, c.want)
+			}
+		})
+	}
+}
