@@ -2,6 +2,7 @@ package data
 
 import (
 	"bytes"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -234,6 +235,18 @@ func TestCIFAR10(t *testing.T) {
 	})
 	if _, err := Detect(t.TempDir()); err == nil || !strings.Contains(err.Error(), "neither MNIST-format") {
 		t.Fatalf("empty directory: %v", err)
+	}
+	// Half an image folder: the split that is there and the one missing.
+	for _, c := range []struct{ has, lacks string }{{"train", "val"}, {"val", "train"}} {
+		dir := t.TempDir()
+		if err := os.MkdirAll(filepath.Join(dir, c.has, "cat"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, filepath.Join(dir, c.has, "cat"), "0.jpg", []byte("not read"))
+		want := fmt.Sprintf("%s holds an image folder's %s/ but no %s/ beside it", dir, c.has, c.lacks)
+		if _, err := Detect(dir); err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("only %s/: %v, want %q", c.has, err, want)
+		}
 	}
 }
 

@@ -180,6 +180,9 @@ func Detect(dir string) (Format, error) {
 	if isShardDir(dir) {
 		return FormatShards, nil
 	}
+	if split, missing := halfImageFolder(dir); split != "" {
+		return "", fmt.Errorf("%s holds an image folder's %s/ but no %s/ beside it: an image folder needs both, train/CLASS/IMAGE to train on and val/CLASS/IMAGE to evaluate on, as torchvision's ImageNet layout has them", dir, split, missing)
+	}
 	return "", fmt.Errorf("%s holds neither MNIST-format files (train-images-idx3-ubyte[.gz], ...), nor CIFAR-10 binary batches (data_batch_1.bin ... test_batch.bin, or cifar-10-binary.tar.gz), nor an image folder (train/CLASS/IMAGE and val/CLASS/IMAGE, JPEG or PNG), nor shards (shards.json and its tar files)", dir)
 }
 

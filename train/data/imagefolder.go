@@ -321,6 +321,23 @@ func isImageFolder(dir string) bool {
 	return true
 }
 
+// halfImageFolder reports an image folder with one of its two splits:
+// the split dir has (train or val) and the one it lacks, or "" for both
+// when dir has both or neither.
+func halfImageFolder(dir string) (split, missing string) {
+	isDir := func(split string) bool {
+		st, err := os.Stat(filepath.Join(dir, split))
+		return err == nil && st.IsDir()
+	}
+	switch train, val := isDir("train"), isDir("val"); {
+	case train && !val:
+		return "train", "val"
+	case val && !train:
+		return "val", "train"
+	}
+	return "", ""
+}
+
 // WriteImageFolder writes train and test, 3-channel datasets, as an image
 // folder: DIR/train/CLASS/NNNNNN.EXT and DIR/val/CLASS/NNNNNN.EXT, each
 // image scaled to w×h (Pillow's bilinear), as JPEG (ext ".jpg", quality

@@ -182,7 +182,7 @@ func TestImageFolder(t *testing.T) {
 		t.Errorf("val without a class: %v", err)
 	}
 	os.RemoveAll(filepath.Join(dir, "val"))
-	if _, _, err := Load(dir); err == nil || !strings.Contains(err.Error(), "nor an image folder (train/CLASS/IMAGE and val/CLASS/IMAGE") {
+	if _, _, err := Load(dir); err == nil || !strings.Contains(err.Error(), "holds an image folder's train/ but no val/ beside it") {
 		t.Errorf("no val directory: %v", err)
 	}
 }
