@@ -1,10 +1,13 @@
 package comm
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gorun/gorun/shm"
 )
 
 func TestResolveSettings(t *testing.T) {
@@ -45,7 +48,7 @@ func TestResolveSettings(t *testing.T) {
 		{name: "open mpi across nodes needs MASTER_ADDR", env: map[string]string{"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}, wantErr: "Open MPI spans several nodes"},
 		{name: "bad timeout", env: map[string]string{"GORUN_TIMEOUT": "soon"}, wantErr: `GORUN_TIMEOUT="soon"`},
 		{name: "socket buffer too small", env: map[string]string{"GORUN_SOCKET_BUFFER": "4096"}, wantErr: "GORUN_SOCKET_BUFFER=4096: 4096 bytes is below the 65536-byte minimum"},
-		{name: "direct frames too small", env: map[string]string{"GORUN_DIRECT_BYTES": "4096"}, wantErr: "GORUN_DIRECT_BYTES=4096: want at least 65536 bytes, or -1 for none"},
+		{name: "direct frames too small", env: map[string]string{"GORUN_DIRECT_BYTES": "4096"}, wantErr: fmt.Sprintf("GORUN_DIRECT_BYTES=4096: want at least %d bytes, or -1 for none", shm.MinDirectBytes)},
 		{name: "bad compression", env: map[string]string{"GORUN_COMPRESS": "zip"}, wantErr: `GORUN_COMPRESS="zip"`},
 		{name: "negative stall", env: map[string]string{"GORUN_STALL": "-5s"}, wantErr: "GORUN_STALL=-5s: want 0 (off) or a positive duration"},
 		{name: "bad stall", env: map[string]string{"GORUN_STALL": "later"}, wantErr: `GORUN_STALL="later"`},
@@ -87,7 +90,7 @@ func TestResolveSettingsTuning(t *testing.T) {
 	if o, err := ResolveSettings(func(k string) string { return env[k] }, WithDirectBytes(1<<20)); err != nil || o.DirectBytes != 1<<20 {
 		t.Errorf("WithDirectBytes(1 MiB) over GORUN_DIRECT_BYTES=-1: %d, %v", o.DirectBytes, err)
 	}
-	if _, err := ResolveSettings(func(k string) string { return env[k] }, WithDirectBytes(100)); err == nil || !strings.Contains(err.Error(), "want at least 65536 bytes") {
+	if _, err := ResolveSettings(func(k string) string { return env[k] }, WithDirectBytes(100)); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("want at least %d bytes", shm.MinDirectBytes)) {
 		t.Errorf("WithDirectBytes(100): %v, want the minimum named", err)
 	}
 	if s.Timeout != 90*time.Second || s.JoinTimeout != 2*time.Minute || s.SmallBytes != -1 || s.ChunkBytes != 4096 || !s.Compress || string(s.Token) != "abc" ||
