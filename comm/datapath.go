@@ -189,6 +189,20 @@ func (d *dataPath) SendRecv(ctx context.Context, to int, stream uint32, meta [4]
 	return rmeta, n, true, err
 }
 
+// Recv implements ring.Recver for peers whose transport hands a frame
+// over without a posted receive (shared memory takes it straight from its
+// ring); for others ok is false and the caller posts and waits.
+func (d *dataPath) Recv(ctx context.Context, from int, stream uint32, buf []byte) ([4]uint64, int, bool, error) {
+	r, ok := d.watched(from).(interface {
+		Recv(ctx context.Context, from int, stream uint32, buf []byte) ([4]uint64, int, error)
+	})
+	if !ok {
+		return [4]uint64{}, 0, false, nil
+	}
+	meta, n, err := r.Recv(ctx, from, stream, buf)
+	return meta, n, true, err
+}
+
 // describePaths says, for the log, how this rank reaches its peers, why
 // RDMA is not used where it was wanted, whether pairs connect when first
 // needed (lazy), and the world group's ring chunk.

@@ -32,10 +32,7 @@ func Broadcast[T Elem](ctx context.Context, c *Collectives, buf []T, root int) e
 		for mask < n {
 			if vr&mask != 0 {
 				parent := rankOf(vr - mask)
-				if err := c.post(parent, data); err != nil {
-					return err
-				}
-				if err := c.wait(ctx, parent, 0, call, 0, 0, len(data)); err != nil {
+				if err := c.recvOne(ctx, call, 0, 0, parent, data, len(data)); err != nil {
 					return err
 				}
 				break

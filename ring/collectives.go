@@ -95,6 +95,15 @@ type SendRecver interface {
 	SendRecv(ctx context.Context, to int, stream uint32, meta [4]uint64, payload []byte, from int, buf []byte) (rmeta [4]uint64, n int, ok bool, err error)
 }
 
+// Recver is implemented by transports that can receive a frame more
+// cheaply than Post and Wait when nothing else is posted before it and
+// nothing waits to be sent meanwhile: shared memory copies a small frame
+// from the ring it arrives in straight into buf. ok is false when the
+// transport cannot do it for this peer; nothing was posted then.
+type Recver interface {
+	Recv(ctx context.Context, peer int, stream uint32, buf []byte) (meta [4]uint64, n int, ok bool, err error)
+}
+
 // DirectSender is implemented by transports that can have the receiver
 // copy a frame straight out of the sender's memory (shared memory, by
 // cross-memory attach): one copy instead of two, but the send returns
@@ -233,6 +242,25 @@ func (c *Collectives) sendRecv(ctx context.Context, call Call, step, chunk, to i
 		return err
 	}
 	if err := c.send(ctx, to, call, step, chunk, payload); err != nil {
+		return err
+	}
+	return c.wait(ctx, from, k, call, step, chunk, bytes)
+}
+
+// recvOne receives the frame of step and chunk of call from group rank
+// from into buf, which must then hold bytes: through the transport's
+// Recver where it has one, else Post and Wait. Only for a receive
+// nothing is posted before (c.tickets empty), by a rank that sends
+// nothing until it has the frame.
+func (c *Collectives) recvOne(ctx context.Context, call Call, step, chunk, from int, buf []byte, bytes int) error {
+	if rv, ok := c.T.(Recver); ok {
+		meta, n, ok, err := rv.Recv(ctx, c.peer(from), c.Stream, buf)
+		if ok || err != nil {
+			return c.check(from, call, step, chunk, bytes, meta, n, err)
+		}
+	}
+	k := len(c.tickets)
+	if err := c.post(from, buf); err != nil {
 		return err
 	}
 	return c.wait(ctx, from, k, call, step, chunk, bytes)

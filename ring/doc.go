@@ -28,7 +28,7 @@
 // The algorithms run over the small Transport interface declared here; the
 // transports (tcp, shm, rdma) satisfy it without importing this package,
 // and may also offer the optional interfaces (Combiner, SendRecver,
-// DirectSender) that save a copy or a round trip. Every frame carries
+// Recver, DirectSender) that save a copy or a round trip. Every frame carries
 // the identity of the call it belongs to (sequence number, kind, element
 // type, count, reduction, root, algorithm) and the step within it, and
 // every arrival is checked against what this rank expects: ranks that

@@ -135,6 +135,14 @@ func gather[T Elem](ctx context.Context, c *Collectives, call Call, step int, se
 	}
 	lo, hi := l.block(r)
 	copy(recv[lo:hi], send)
+	if c.Size() == 2 { // one block to receive
+		from := 1 - r
+		lo, hi := l.block(from)
+		if subchunks(lo, hi, c.chunkElems(elemSize[T]())) == 1 {
+			b := AsBytes(recv[lo:hi])
+			return c.recvOne(ctx, call, step, 0, from, b, len(b))
+		}
+	}
 	return exchange(ctx, c, call, step, recv, l, nil, layout{}, false)
 }
 
@@ -165,6 +173,10 @@ func scatter[T Elem](ctx context.Context, c *Collectives, call Call, send []T, l
 	n, r := c.Size(), c.Rank
 	c.tickets = c.tickets[:0]
 	if r != root {
+		if subchunks(0, len(recv), c.chunkElems(elemSize[T]())) == 1 {
+			b := AsBytes(recv)
+			return c.recvOne(ctx, call, 0, 0, root, b, len(b))
+		}
 		if err := postChunks(c, root, recv, 0, len(recv)); err != nil {
 			return err
 		}

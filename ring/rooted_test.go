@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -387,6 +388,104 @@ func TestDirectFramesWhereEveryRankCopies(t *testing.T) {
 				}
 				if !maps.Equal(e.direct, want) {
 					t.Errorf("rank %d sent direct frames %v, want %v", r, e.direct, want)
+				}
+			}
+		})
+	}
+}
+
+// recvEnd is a memEnd that also offers Recv (ring.Recver), counting the
+// frames received through it by kind of call.
+type recvEnd struct {
+	*memEnd
+	recvd map[Kind]int
+}
+
+func (e *recvEnd) Recv(ctx context.Context, peer int, stream uint32, buf []byte) ([4]uint64, int, bool, error) {
+	tk, err := e.memEnd.Post(peer, stream, buf)
+	if err != nil {
+		return [4]uint64{}, 0, true, err
+	}
+	meta, n, err := e.memEnd.Wait(ctx, peer, stream, tk)
+	e.recvd[decodeCall(meta).Kind]++
+	return meta, n, true, err
+}
+
+// TestRecvWhereNothingElseIsPosted: the receives that nothing is posted
+// before and nothing is sent during — a Scatter's block of one chunk off
+// the root, a broadcast tree's frame from the parent, a two-rank
+// Gather's block at the root — go through a transport's Recver, and the
+// results are the sequential reference's; a Scatter's block of several
+// chunks, and a Gather among more ranks, post and wait.
+func TestRecvWhereNothingElseIsPosted(t *testing.T) {
+	const chunk = 1024
+	for _, tc := range []struct {
+		name  string
+		n     int
+		count int // elements a block
+		want  func(r int) map[Kind]int
+	}{
+		{"two ranks, one chunk", 2, 100, func(r int) map[Kind]int {
+			if r == 0 {
+				return map[Kind]int{KindGather: 1}
+			}
+			return map[Kind]int{KindScatter: 1, KindBroadcast: 1}
+		}},
+		{"three ranks, one chunk", 3, 100, func(r int) map[Kind]int {
+			if r == 0 {
+				return map[Kind]int{}
+			}
+			return map[Kind]int{KindScatter: 1, KindBroadcast: 1}
+		}},
+		{"two ranks, several chunks", 2, 1000, func(r int) map[Kind]int {
+			if r == 0 {
+				return map[Kind]int{}
+			}
+			return map[Kind]int{KindBroadcast: 1} // the tree's one frame
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n, count := tc.n, tc.count
+			in := contributions(n, n*count)
+			ends := make([]*recvEnd, n)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			configure := func(c *Collectives) {
+				ends[c.Rank] = &recvEnd{memEnd: c.T.(*memEnd), recvd: map[Kind]int{}}
+				c.T, c.ChunkBytes, c.SmallBytes = ends[c.Rank], chunk, 1<<20
+			}
+			errs := rankErrors(ctx, n, configure, func(ctx context.Context, r int, c *Collectives) error {
+				mine := make([]float32, count)
+				if err := Scatter(ctx, c, in[0], mine, 0); err != nil {
+					return err
+				}
+				if !slices.Equal(mine, in[0][r*count:(r+1)*count]) {
+					return fmt.Errorf("rank %d: Scatter gave the wrong block", r)
+				}
+				all := slices.Clone(in[r])
+				if err := Broadcast(ctx, c, all, 0); err != nil {
+					return err
+				}
+				if !slices.Equal(all, in[0]) {
+					return fmt.Errorf("rank %d: Broadcast gave another buffer than the root's", r)
+				}
+				gathered := make([]float32, n*count)
+				if err := Gather(ctx, c, in[r][:count], gathered, 0); err != nil {
+					return err
+				}
+				for q := 0; r == 0 && q < n; q++ {
+					if !slices.Equal(gathered[q*count:(q+1)*count], in[q][:count]) {
+						return fmt.Errorf("Gather: block %d is not rank %d's", q, q)
+					}
+				}
+				return nil
+			})
+			if err := errors.Join(errs...); err != nil {
+				t.Fatal(err)
+			}
+			for r, e := range ends {
+				if want := tc.want(r); !maps.Equal(e.recvd, want) {
+					t.Errorf("rank %d received %v through Recv, want %v", r, e.recvd, want)
 				}
 			}
 		})

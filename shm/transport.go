@@ -759,6 +759,22 @@ func (t *Transport) SendRecv(ctx context.Context, to int, stream uint32, meta [4
 	if err := t.Send(ctx, to, stream, meta, payload); err != nil {
 		return [4]uint64{}, 0, err
 	}
+	return t.recv(ctx, p, from, stream, buf)
+}
+
+// Recv receives the next frame from rank from on stream into buf, as Post
+// then Wait would, the frame taken straight from the ring as SendRecv
+// takes it where it can.
+func (t *Transport) Recv(ctx context.Context, from int, stream uint32, buf []byte) ([4]uint64, int, error) {
+	p, err := t.peer(from)
+	if err != nil {
+		return [4]uint64{}, 0, err
+	}
+	return t.recv(ctx, p, from, stream, buf)
+}
+
+// recv is the receive of SendRecv and Recv from p, rank from.
+func (t *Transport) recv(ctx context.Context, p *peer, from int, stream uint32, buf []byte) ([4]uint64, int, error) {
 	var w waiter
 	// A frame waiting in the mailboxes for a receive, or moved there by
 	// another goroutine meanwhile, may be this one or come before it:

@@ -674,25 +674,34 @@ func TestOnlyLocalRanksGetRings(t *testing.T) {
 // record and whole, through the mailbox when an earlier frame of the
 // stream waits there, another stream's frame comes first, the frame spans
 // several records or does not fit.
+// sendRecvFrame is a frame rank 0 sends in a TestSendRecv case.
+type sendRecvFrame struct {
+	stream uint32
+	n      int
+}
+
+// sendRecvTest is a TestSendRecv case.
+type sendRecvTest struct {
+	name string
+	sent []sendRecvFrame // sent by rank 0 before rank 1 receives
+	// drained: how many of them rank 1 moves into its mailbox first
+	// (as another goroutine's wait would).
+	drained int
+	// preposted: rank 1 posted a receive on stream 1 before, which
+	// the first frame fills.
+	preposted bool
+	bufLen    int
+	want      int  // index into sent of the frame received
+	direct    bool // taken from the ring: no receive posted
+	tooBig    bool
+}
+
+// TestSendRecv: SendRecv, and Recv, take the next frame of the stream
+// from the ring when nothing is in the mailboxes, else as Post and Wait
+// would; either way every frame arrives once and in order.
 func TestSendRecv(t *testing.T) {
-	type frame struct {
-		stream uint32
-		n      int
-	}
-	cases := []struct {
-		name string
-		sent []frame // sent by rank 0 before rank 1 calls SendRecv
-		// drained: how many of them rank 1 moves into its mailbox first
-		// (as another goroutine's wait would).
-		drained int
-		// preposted: rank 1 posted a receive on stream 1 before, which
-		// the first frame fills.
-		preposted bool
-		bufLen    int
-		want      int  // index into sent of the frame SendRecv returns
-		direct    bool // taken from the ring: no receive posted
-		tooBig    bool
-	}{
+	type frame = sendRecvFrame
+	cases := []sendRecvTest{
 		{name: "inline", sent: []frame{{1, 8}}, bufLen: 8, direct: true},
 		{name: "empty", sent: []frame{{1, 0}}, bufLen: 0, direct: true},
 		{name: "one record", sent: []frame{{1, 1000}}, bufLen: 1024, direct: true},
@@ -704,72 +713,94 @@ func TestSendRecv(t *testing.T) {
 		{name: "larger than the buffer", sent: []frame{{1, 100}}, bufLen: 10, tooBig: true},
 	}
 	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			a, b := pair(t, 4, 1024)
-			ctx := context.Background()
-			for i, f := range tc.sent {
-				if err := a.Send(ctx, 1, f.stream, [4]uint64{uint64(i), 7}, payload(uint64(i), f.n)); err != nil {
-					t.Fatal(err)
-				}
+		for _, recvOnly := range []bool{false, true} {
+			name := "SendRecv/" + tc.name
+			if recvOnly {
+				name = "Recv/" + tc.name
 			}
-			var early []byte
-			var earlyTk uint64
-			if tc.preposted {
-				early = make([]byte, tc.sent[0].n)
-				earlyTk, _ = b.Post(0, 1, early)
-			}
-			p := b.peers[0]
-			for range tc.drained {
-				p.rxMu.Lock()
-				if !p.drain() {
-					t.Fatal("nothing to drain")
-				}
-				p.delivered.Add(1)
-				p.noteUnclaimed()
-				p.rxMu.Unlock()
-			}
-			buf := make([]byte, tc.bufLen)
-			meta, n, err := b.SendRecv(ctx, 0, 1, [4]uint64{99}, payload(99, 5), 0, buf)
-			if tc.tooBig {
-				if !errors.Is(err, ErrFrameTooLarge) {
-					t.Fatalf("got %v, want ErrFrameTooLarge", err)
-				}
-			} else {
-				want := tc.sent[tc.want]
-				if err != nil || meta != [4]uint64{uint64(tc.want), 7} || n != want.n || !bytes.Equal(buf[:n], payload(uint64(tc.want), want.n)) {
-					t.Fatalf("got meta %v, %d bytes, %v; want frame %d", meta, n, err, tc.want)
-				}
-			}
-			// Rank 0 got rank 1's frame, and every frame left is still
-			// received in order.
-			got := make([]byte, 5)
-			tk, _ := a.Post(1, 1, got)
-			if _, n, err := a.Wait(ctx, 1, 1, tk); err != nil || n != 5 || !bytes.Equal(got, payload(99, 5)) {
-				t.Fatalf("rank 0 received %d bytes, %v", n, err)
-			}
-			posted := uint64(0) // receives posted on stream 1 here
-			for i, f := range tc.sent {
-				if i == tc.want {
-					continue
-				}
-				buf, tk := early, earlyTk
-				if i > 0 || !tc.preposted {
-					buf = make([]byte, f.n)
-					tk, _ = b.Post(0, f.stream, buf)
-				}
-				if f.stream == 1 {
-					posted++
-				}
-				if meta, n, err := b.Wait(ctx, 0, f.stream, tk); err != nil || meta[0] != uint64(i) || !bytes.Equal(buf[:n], payload(uint64(i), f.n)) {
-					t.Fatalf("frame %d afterwards: meta %v, %d bytes, %v", i, meta, n, err)
-				}
-			}
-			// Tickets count the receives posted on the stream: SendRecv
-			// posted none when it took the frame from the ring.
-			if tk, _ := b.Post(0, 1, nil); (tk == posted) != tc.direct {
-				t.Errorf("taken from the ring: %v, want %v (next ticket %d, %d posted here)", tk == posted, tc.direct, tk, posted)
-			}
-		})
+			t.Run(name, func(t *testing.T) { sendRecvCase(t, tc, recvOnly) })
+		}
+	}
+}
+
+// sendRecvCase is one case of TestSendRecv: rank 0 sends the frames
+// sent, rank 1 drains some into its mailbox and preposts a receive, then
+// receives one frame by SendRecv (sending one back) or, recvOnly, by
+// Recv, which must be frame want, taken from the ring (no receive
+// posted) when direct; every other frame still arrives in order.
+func sendRecvCase(t *testing.T, tc sendRecvTest, recvOnly bool) {
+	a, b := pair(t, 4, 1024)
+	ctx := context.Background()
+	for i, f := range tc.sent {
+		if err := a.Send(ctx, 1, f.stream, [4]uint64{uint64(i), 7}, payload(uint64(i), f.n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var early []byte
+	var earlyTk uint64
+	if tc.preposted {
+		early = make([]byte, tc.sent[0].n)
+		earlyTk, _ = b.Post(0, 1, early)
+	}
+	p := b.peers[0]
+	for range tc.drained {
+		p.rxMu.Lock()
+		if !p.drain() {
+			t.Fatal("nothing to drain")
+		}
+		p.delivered.Add(1)
+		p.noteUnclaimed()
+		p.rxMu.Unlock()
+	}
+	buf := make([]byte, tc.bufLen)
+	var meta [4]uint64
+	var n int
+	var err error
+	if recvOnly {
+		meta, n, err = b.Recv(ctx, 0, 1, buf)
+	} else {
+		meta, n, err = b.SendRecv(ctx, 0, 1, [4]uint64{99}, payload(99, 5), 0, buf)
+	}
+	if tc.tooBig {
+		if !errors.Is(err, ErrFrameTooLarge) {
+			t.Fatalf("got %v, want ErrFrameTooLarge", err)
+		}
+	} else {
+		want := tc.sent[tc.want]
+		if err != nil || meta != [4]uint64{uint64(tc.want), 7} || n != want.n || !bytes.Equal(buf[:n], payload(uint64(tc.want), want.n)) {
+			t.Fatalf("got meta %v, %d bytes, %v; want frame %d", meta, n, err, tc.want)
+		}
+	}
+	// Rank 0 got rank 1's frame, and every frame left is still
+	// received in order.
+	if !recvOnly {
+		got := make([]byte, 5)
+		tk, _ := a.Post(1, 1, got)
+		if _, n, err := a.Wait(ctx, 1, 1, tk); err != nil || n != 5 || !bytes.Equal(got, payload(99, 5)) {
+			t.Fatalf("rank 0 received %d bytes, %v", n, err)
+		}
+	}
+	posted := uint64(0) // receives posted on stream 1 here
+	for i, f := range tc.sent {
+		if i == tc.want {
+			continue
+		}
+		buf, tk := early, earlyTk
+		if i > 0 || !tc.preposted {
+			buf = make([]byte, f.n)
+			tk, _ = b.Post(0, f.stream, buf)
+		}
+		if f.stream == 1 {
+			posted++
+		}
+		if meta, n, err := b.Wait(ctx, 0, f.stream, tk); err != nil || meta[0] != uint64(i) || !bytes.Equal(buf[:n], payload(uint64(i), f.n)) {
+			t.Fatalf("frame %d afterwards: meta %v, %d bytes, %v", i, meta, n, err)
+		}
+	}
+	// Tickets count the receives posted on the stream: SendRecv
+	// posted none when it took the frame from the ring.
+	if tk, _ := b.Post(0, 1, nil); (tk == posted) != tc.direct {
+		t.Errorf("taken from the ring: %v, want %v (next ticket %d, %d posted here)", tk == posted, tc.direct, tk, posted)
 	}
 }
 
