@@ -284,12 +284,19 @@ func (w *stallWatch) gatherShared() (g gathered, fresh bool) {
 	}
 }
 
+// sharedTable is table from rank 0's shared gathering (gatherShared);
+// fresh says whether this call made it.
+func (w *stallWatch) sharedTable(seq uint64) (summary, table string, fresh bool) {
+	g, fresh := w.gatherShared()
+	summary, table = describe(g.places, g.replies, seq)
+	return summary, table, fresh
+}
+
 // serveLate answers rank from, stalled in call seq for waited (what names
 // the call), with who has not arrived, and logs where every rank is when
 // it had to ask them.
 func (w *stallWatch) serveLate(from int, id, seq uint64, waited time.Duration, what string) {
-	g, fresh := w.gatherShared()
-	summary, table := describe(g.places, g.replies, seq)
+	summary, table, fresh := w.sharedTable(seq)
 	if fresh {
 		fmt.Fprintf(w.log, "comm: rank %d: rank %d reports a stall (%s has waited %v); where each rank is:%s\n",
 			w.rank, from, what, waited.Round(100*time.Millisecond), table)
@@ -303,15 +310,15 @@ func (w *stallWatch) serveLate(from int, id, seq uint64, waited time.Duration, w
 // having waited in it for waited (what names the call); ok is false when
 // rank 0 did not answer.
 func (w *stallWatch) askRankZero(seq uint64, waited time.Duration, what string) (summary string, ok bool) {
+	if w.t.Gone(0) {
+		return "", false
+	}
 	id, ch, done := w.question(1)
 	defer done()
 	q := binary.LittleEndian.AppendUint64([]byte{ctlStalled}, id)
 	q = binary.LittleEndian.AppendUint64(q, seq)
 	q = binary.LittleEndian.AppendUint64(q, uint64(waited))
 	q = append(q, what...)
-	if w.t.Gone(0) {
-		return "", false
-	}
 	unsent := make(chan error, 1)
 	go func() { unsent <- w.t.SendControl(0, q) }() // (which may have to connect: gather)
 	// Rank 0 may finish one gathering and make another first; past that
@@ -379,9 +386,8 @@ func (w *stallWatch) locate(seq uint64, waited time.Duration, what string) (summ
 			return summary, "", tableRank0
 		}
 	default:
-		g, fresh := w.gatherShared()
-		summary, table = describe(g.places, g.replies, seq)
-		if !fresh {
+		var fresh bool
+		if summary, table, fresh = w.sharedTable(seq); !fresh {
 			return summary, "", tableLogged
 		}
 		return summary, table, tableHere

@@ -127,6 +127,21 @@ func postChunks[T Elem](c *Collectives, from int, dst []T, lo, hi int) error {
 	return nil
 }
 
+// recvChunks receives range [lo, hi) of dst from group rank from, the
+// frames of step of call, when nothing else is posted (c.tickets empty)
+// and nothing is sent meanwhile: a range of one chunk through recvOne,
+// else posted and waited for chunk by chunk.
+func recvChunks[T Elem](ctx context.Context, c *Collectives, call Call, from, step int, dst []T, lo, hi int) error {
+	if subchunks(lo, hi, c.chunkElems(elemSize[T]())) == 1 {
+		b := AsBytes(dst[lo:hi])
+		return c.recvOne(ctx, call, step, 0, from, b, len(b))
+	}
+	if err := postChunks(c, from, dst, lo, hi); err != nil {
+		return err
+	}
+	return waitChunks(ctx, c, call, from, 0, step, dst, lo, hi, nil)
+}
+
 // waitChunks waits for the frames of range [lo, hi) of dst posted from
 // ticket first on, checking each against call and step, and calls each(j,
 // a, b), when not nil, as chunk j, elements [a, b), lands.

@@ -138,10 +138,7 @@ func gather[T Elem](ctx context.Context, c *Collectives, call Call, step int, se
 	if c.Size() == 2 { // one block to receive
 		from := 1 - r
 		lo, hi := l.block(from)
-		if subchunks(lo, hi, c.chunkElems(elemSize[T]())) == 1 {
-			b := AsBytes(recv[lo:hi])
-			return c.recvOne(ctx, call, step, 0, from, b, len(b))
-		}
+		return recvChunks(ctx, c, call, from, step, recv, lo, hi)
 	}
 	return exchange(ctx, c, call, step, recv, l, nil, layout{}, false)
 }
@@ -173,14 +170,7 @@ func scatter[T Elem](ctx context.Context, c *Collectives, call Call, send []T, l
 	n, r := c.Size(), c.Rank
 	c.tickets = c.tickets[:0]
 	if r != root {
-		if subchunks(0, len(recv), c.chunkElems(elemSize[T]())) == 1 {
-			b := AsBytes(recv)
-			return c.recvOne(ctx, call, 0, 0, root, b, len(b))
-		}
-		if err := postChunks(c, root, recv, 0, len(recv)); err != nil {
-			return err
-		}
-		return waitChunks(ctx, c, call, root, 0, 0, recv, 0, len(recv), nil)
+		return recvChunks(ctx, c, call, root, 0, recv, 0, len(recv))
 	}
 	for i := 1; i < n; i++ { // the next ranks first
 		to := mod(r+i, n)
