@@ -28,6 +28,10 @@ type Backend struct {
 	convAlgo ConvAlgorithm
 	winoU    []float32
 	vec      vecOps // the transforms' row operations (vecops.go)
+	// trimmed and liveW are the running convolution's live taps and
+	// their weights, when some of its taps meet only padding (taps.go).
+	trimmed trimmedConv
+	liveW   *tensor.Tensor
 }
 
 // scratch is one chunk's working memory, grown on demand and then reused.

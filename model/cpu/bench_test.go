@@ -92,6 +92,10 @@ func BenchmarkConvAlgorithms(b *testing.B) {
 		{"resnet_128x128x28", 32, 128, 128, 28},
 		{"resnet_256x256x14", 32, 256, 256, 14},
 		{"resnet_512x512x7", 32, 512, 512, 7},
+		{"resnet18_64x64x8", 32, 64, 64, 8}, // ResNet-18 on CIFAR-10's 32×32 images
+		{"resnet18_128x128x4", 32, 128, 128, 4},
+		{"resnet18_256x256x2", 32, 256, 256, 2},
+		{"resnet18_512x512x1", 32, 512, 512, 1},
 		{"thin_16x16x32", 32, 16, 16, 32},
 		{"thin_32x32x32", 32, 32, 32, 32},
 	} {

@@ -57,7 +57,20 @@ func pointwise(p tensor.ConvParams) bool {
 
 // Conv2d implements tensor.Backend.
 func (b *Backend) Conv2d(x, w, bias, y *tensor.Tensor, p tensor.ConvParams) {
+	w, p, _ = b.liveKernel(x, w, p)
 	b.runConv(false, x, w, bias, y, nil, nil, p, false, false, nil)
+}
+
+// liveKernel returns the kernel and params to run the convolution of x by
+// w with: those of its live taps when some meet only padding (taps.go),
+// else w and p.
+func (b *Backend) liveKernel(x, w *tensor.Tensor, p tensor.ConvParams) (*tensor.Tensor, tensor.ConvParams, *trimmedConv) {
+	t, ok := trim(x, p)
+	if !ok {
+		return w, p, nil
+	}
+	b.trimmed = t
+	return t.weights(&b.liveW, w), t.p, &b.trimmed
 }
 
 // Conv2dBatchNorm implements tensor.ConvBatchNormBackend: each image's
@@ -72,6 +85,7 @@ func (b *Backend) Conv2dBatchNorm(x, w, bias, y, gamma, beta, runMean, runVar *t
 		invStd := float32(1 / math.Sqrt(float64(runVar.Data[ch])+float64(bn.Eps)))
 		norm.scale[ch], norm.shift[ch] = evalAffine(invStd, gamma.Data[ch], beta.Data[ch], runMean.Data[ch])
 	}
+	w, p, _ = b.liveKernel(x, w, p)
 	b.runConv(false, x, w, bias, y, nil, nil, p, false, false, norm)
 }
 
@@ -103,11 +117,16 @@ func (b *Backend) Conv2dBackward(x, w, dy, dx, dw, db *tensor.Tensor, p tensor.C
 	if dw == nil && dx == nil && db == nil {
 		return
 	}
+	w, p, trimmed := b.liveKernel(x, w, p)
 	chunks := b.runConv(true, x, w, nil, nil, dy, dx, p, db != nil, dw != nil, nil)
 	g := b.conv.g
 	for i := 0; i < chunks; i++ {
 		s := &b.chunks[i]
-		if dw != nil {
+		switch {
+		case dw == nil:
+		case trimmed != nil:
+			trimmed.addWeightGrad(dw, s.dw[:g.f*g.ckk])
+		default:
 			for j, v := range s.dw[:g.f*g.ckk] {
 				dw.Data[j] += v
 			}

@@ -234,6 +234,16 @@ func TestConvolution(t *testing.T) {
 		{4, 36, 3, 9, tensor.ConvParams{KernelH: 4, KernelW: 4, StrideH: 2, StrideW: 2, PadH: 1, PadW: 1}},
 		{3, 32, 4, 8, tensor.ConvParams{KernelH: 3, KernelW: 2, StrideH: 2, StrideW: 2, PadH: 1}},
 		{1, 48, 7, 57, tensor.ConvParams{KernelH: 3, KernelW: 3, StrideH: 2, StrideW: 2, PadH: 1, PadW: 1}},
+		// Taps that meet only padding (taps.go): 1×1 maps, where a 3×3
+		// kernel's centre alone is live (ResNet-18's layer4 on CIFAR-10,
+		// Winograd's channels), a stride-2 kernel with four live taps, a
+		// 5×5 kernel on a 2×2 map with three rows and columns live, and
+		// 2×2 maps, whose 3×3 kernels keep every tap.
+		{5, 16, 16, 1, tensor.ConvParams{KernelH: 3, KernelW: 3, StrideH: 1, StrideW: 1, PadH: 1, PadW: 1}},
+		{1, 20, 24, 1, tensor.ConvParams{KernelH: 3, KernelW: 3, StrideH: 1, StrideW: 1, PadH: 1, PadW: 1}},
+		{4, 6, 5, 2, tensor.ConvParams{KernelH: 3, KernelW: 3, StrideH: 2, StrideW: 2, PadH: 1, PadW: 1}},
+		{3, 4, 3, 2, tensor.ConvParams{KernelH: 5, KernelW: 5, StrideH: 1, StrideW: 1, PadH: 2, PadW: 2}},
+		{6, 16, 16, 2, tensor.ConvParams{KernelH: 3, KernelW: 3, StrideH: 1, StrideW: 1, PadH: 1, PadW: 1}},
 	}
 	for _, threads := range []int{1, 2} {
 		be := New(threads)

@@ -41,7 +41,7 @@ type ConvAlgorithm int
 
 const (
 	// ConvAuto uses Winograd F(2×2, 3×3) for 3×3 stride-1 layers with
-	// enough channels, im2col + GEMM for the rest.
+	// enough channels and outputs, im2col + GEMM for the rest.
 	ConvAuto ConvAlgorithm = iota
 	// ConvIm2col uses im2col + GEMM for every layer.
 	ConvIm2col
@@ -60,8 +60,16 @@ func (b *Backend) useWinograd(g geometry, p tensor.ConvParams) bool {
 		p.PadH > 2 || p.PadW > 2 || g.oh < 1 || g.ow < 1 {
 		return false
 	}
-	return b.convAlgo == ConvWinograd || min(g.c, g.f) >= b.winoMinChannels()
+	return b.convAlgo == ConvWinograd || min(g.c, g.f) >= b.winoMinChannels() && winoTiling(g.oh, g.ow).tiles >= winoMinTiles
 }
+
+// winoMinTiles is the fewest 2×2 tiles an image's output must have for
+// ConvAuto to run a layer as Winograd: below, the weights' transform and
+// packing, once a call, outweigh the products it saves (ResNet-18's
+// 256-channel layer on CIFAR-10's 2×2 maps, one tile an image, ran 1.2×
+// slower than im2col; its 128-channel one on 4×4 maps, four tiles, 1.6×
+// faster; BenchmarkConvAlgorithms).
+const winoMinTiles = 4
 
 // winoMinChannels is the fewest input and output channels for which
 // ConvAuto runs a layer as Winograd.

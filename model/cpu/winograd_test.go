@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -100,22 +101,29 @@ func TestWinogradChoice(t *testing.T) {
 		p    tensor.ConvParams
 		algo ConvAlgorithm
 		want bool
+		hw   int // the map's height and width, 8 when 0
 	}{
-		{64, 128, p3, ConvAuto, true},
-		{3, 64, p3, ConvAuto, false},          // a first layer: too few channels
-		{64, 32, p3, ConvAuto, be.vec.vector}, // thin layers: Winograd with the vector transforms
-		{32, 64, p3, ConvAuto, be.vec.vector},
-		{16, 16, p3, ConvAuto, be.vec.vector},
-		{8, 64, p3, ConvAuto, false},
-		{64, 128, p3, ConvIm2col, false},
-		{3, 64, p3, ConvWinograd, true},
-		{64, 64, tensor.ConvParams{KernelH: 3, KernelW: 3, StrideH: 2, StrideW: 2, PadH: 1, PadW: 1}, ConvWinograd, false},
-		{64, 64, tensor.ConvParams{KernelH: 1, KernelW: 1, StrideH: 1, StrideW: 1}, ConvWinograd, false},
-		{64, 64, tensor.ConvParams{KernelH: 3, KernelW: 3, StrideH: 1, StrideW: 1, PadH: 3, PadW: 3}, ConvWinograd, false},
+		{64, 128, p3, ConvAuto, true, 0},
+		{3, 64, p3, ConvAuto, false, 0},          // a first layer: too few channels
+		{64, 32, p3, ConvAuto, be.vec.vector, 0}, // thin layers: Winograd with the vector transforms
+		{32, 64, p3, ConvAuto, be.vec.vector, 0},
+		{16, 16, p3, ConvAuto, be.vec.vector, 0},
+		{8, 64, p3, ConvAuto, false, 0},
+		{64, 128, p3, ConvIm2col, false, 0},
+		{3, 64, p3, ConvWinograd, true, 0},
+		{64, 64, tensor.ConvParams{KernelH: 3, KernelW: 3, StrideH: 2, StrideW: 2, PadH: 1, PadW: 1}, ConvWinograd, false, 0},
+		{64, 64, tensor.ConvParams{KernelH: 1, KernelW: 1, StrideH: 1, StrideW: 1}, ConvWinograd, false, 0},
+		{64, 64, tensor.ConvParams{KernelH: 3, KernelW: 3, StrideH: 1, StrideW: 1, PadH: 3, PadW: 3}, ConvWinograd, false, 0},
+		// Maps below four tiles an image stay im2col unless forced.
+		{128, 128, p3, ConvAuto, true, 4},
+		{128, 128, p3, ConvAuto, true, 3},
+		{256, 256, p3, ConvAuto, false, 2},
+		{256, 256, p3, ConvWinograd, true, 2},
 	} {
-		t.Run(fmt.Sprintf("%d-%d-%+v-%d", c.c, c.f, c.p, c.algo), func(t *testing.T) {
+		hw := cmp.Or(c.hw, 8)
+		t.Run(fmt.Sprintf("%d-%d-%+v-%d-%d", c.c, c.f, c.p, c.algo, hw), func(t *testing.T) {
 			be.SetConvAlgorithm(c.algo)
-			x, w := tensor.New(1, c.c, 8, 8), tensor.New(c.f, c.c, c.p.KernelH, c.p.KernelW)
+			x, w := tensor.New(1, c.c, hw, hw), tensor.New(c.f, c.c, c.p.KernelH, c.p.KernelW)
 			if got := be.useWinograd(geom(x, w, c.p), c.p); got != c.want {
 				t.Errorf("Winograd chosen: %v, want %v", got, c.want)
 			}

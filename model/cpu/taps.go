@@ -1,0 +1,110 @@
+package cpu
+
+import "github.com/gorun/gorun/model/tensor"
+
+// Kernels larger than the map they slide over. On small feature maps some
+// of a kernel's rows or columns meet only padding, whatever the output:
+// ResNet-18's 3×3 convolutions on CIFAR-10's 1×1 maps of layer4 use their
+// centre tap alone, and the 3×3 stride-2 one that makes those maps uses
+// four of nine. Such a layer is run as the convolution with the live taps
+// alone — a 1×1 kernel, unpadded, in the first case, so a plain product —
+// instead of multiplying zeros (nine times the work there, sixteen times
+// as Winograd). The result is the same sum less terms that are exactly
+// zero; the dropped taps' weight gradients are zero.
+
+// liveTaps returns the range [lo, hi) of a kernel dimension of k taps
+// that meets the input for some output: tap t reads input index
+// o·stride − pad + t for outputs o in [0, out). lo == hi when none does.
+func liveTaps(in, out, k, stride, pad int) (lo, hi int) {
+	live := func(t int) bool {
+		o := ceilDiv(max(0, pad-t), stride) // the first output whose tap t is not in the leading padding
+		return o < out && o*stride-pad+t < in
+	}
+	for lo = 0; lo < k && !live(lo); lo++ {
+	}
+	for hi = k; hi > lo && !live(hi-1); hi-- {
+	}
+	return lo, hi
+}
+
+// trimmedConv is a convolution run with its live taps alone: params p
+// over the same input give the same output size, and tap (i, j) of its
+// kernel is tap (h0+i, w0+j) of the layer's.
+type trimmedConv struct {
+	p      tensor.ConvParams
+	h0, w0 int
+}
+
+// trim reports whether the convolution of x by a kernel of params p has
+// taps that meet only padding, and the convolution without them.
+func trim(x *tensor.Tensor, p tensor.ConvParams) (trimmedConv, bool) {
+	h, w := x.Shape[2], x.Shape[3]
+	oh, ow := p.OutSize(h, w)
+	h0, h1 := liveTaps(h, oh, p.KernelH, p.StrideH, p.PadH)
+	w0, w1 := liveTaps(w, ow, p.KernelW, p.StrideW, p.PadW)
+	if h0 == h1 || w0 == w1 || (h1-h0 == p.KernelH && w1-w0 == p.KernelW) {
+		return trimmedConv{}, false
+	}
+	t := trimmedConv{h0: h0, w0: w0, p: tensor.ConvParams{
+		KernelH: h1 - h0, KernelW: w1 - w0,
+		StrideH: p.StrideH, StrideW: p.StrideW,
+		PadH: p.PadH - h0, PadW: p.PadW - w0,
+	}}
+	// Output o's tap h0+i reads index o·stride − pad + h0 + i, which is
+	// tap i of the new kernel with padding pad − h0; the outputs must be
+	// the same ones (the trailing padding is implied by the size).
+	if toh, tow := t.p.OutSize(h, w); toh != oh || tow != ow || t.p.PadH < 0 || t.p.PadW < 0 {
+		return trimmedConv{}, false
+	}
+	return t, true
+}
+
+// weights copies the live taps of w [F, C, KH, KW] into dst's storage, as
+// a kernel [F, C, KH', KW'] of the trimmed convolution.
+func (t trimmedConv) weights(dst **tensor.Tensor, w *tensor.Tensor) *tensor.Tensor {
+	out := tensor.Reuse(dst, w.Shape[0], w.Shape[1], t.p.KernelH, t.p.KernelW)
+	kk, kw := w.Shape[2]*w.Shape[3], w.Shape[3]
+	th, tw := t.p.KernelH, t.p.KernelW
+	at := t.h0*kw + t.w0
+	if th*tw == 1 { // one live tap: a strided gather
+		for k := range out.Data {
+			out.Data[k] = w.Data[k*kk+at]
+		}
+		return out
+	}
+	n := 0
+	for k := range w.Shape[0] * w.Shape[1] {
+		for i := range th {
+			src := w.Data[k*kk+at+i*kw:][:tw]
+			for _, v := range src {
+				out.Data[n] = v
+				n++
+			}
+		}
+	}
+	return out
+}
+
+// addWeightGrad adds the trimmed kernel's gradient g [F·C, KH'·KW'] to
+// the layer's dw [F, C, KH, KW] at the live taps.
+func (t trimmedConv) addWeightGrad(dw *tensor.Tensor, g []float32) {
+	kk, kw := dw.Shape[2]*dw.Shape[3], dw.Shape[3]
+	th, tw := t.p.KernelH, t.p.KernelW
+	at := t.h0*kw + t.w0
+	if th*tw == 1 {
+		for k, v := range g {
+			dw.Data[k*kk+at] += v
+		}
+		return
+	}
+	n := 0
+	for k := range dw.Shape[0] * dw.Shape[1] {
+		for i := range th {
+			row := dw.Data[k*kk+at+i*kw:][:tw]
+			for j := range row {
+				row[j] += g[n]
+				n++
+			}
+		}
+	}
+}
