@@ -32,6 +32,12 @@ type Backend struct {
 	// their weights, when some of its taps meet only padding (taps.go).
 	trimmed trimmedConv
 	liveW   *tensor.Tensor
+	taps    tapsTask
+	// dense, denseV and denseTab run a convolution over maps no larger
+	// than its kernel as one dense matrix (dense.go).
+	dense    denseTask
+	denseV   []float32
+	denseTab []int32
 }
 
 // scratch is one chunk's working memory, grown on demand and then reused.

@@ -58,19 +58,22 @@ func pointwise(p tensor.ConvParams) bool {
 // Conv2d implements tensor.Backend.
 func (b *Backend) Conv2d(x, w, bias, y *tensor.Tensor, p tensor.ConvParams) {
 	w, p, _ = b.liveKernel(x, w, p)
-	b.runConv(false, x, w, bias, y, nil, nil, p, false, false, nil)
+	b.runConv(false, x, w, bias, y, nil, nil, nil, nil, p, nil)
 }
 
 // liveKernel returns the kernel and params to run the convolution of x by
 // w with: those of its live taps when some meet only padding (taps.go),
 // else w and p.
 func (b *Backend) liveKernel(x, w *tensor.Tensor, p tensor.ConvParams) (*tensor.Tensor, tensor.ConvParams, *trimmedConv) {
+	if b.useDense(geom(x, w, p), p) {
+		return w, p, nil // its dense matrix holds the live taps alone (dense.go)
+	}
 	t, ok := trim(x, p)
 	if !ok {
 		return w, p, nil
 	}
 	b.trimmed = t
-	return t.weights(&b.liveW, w), t.p, &b.trimmed
+	return t.weights(b.pool, &b.taps, &b.liveW, w), t.p, &b.trimmed
 }
 
 // Conv2dBatchNorm implements tensor.ConvBatchNormBackend: each image's
@@ -86,7 +89,7 @@ func (b *Backend) Conv2dBatchNorm(x, w, bias, y, gamma, beta, runMean, runVar *t
 		norm.scale[ch], norm.shift[ch] = evalAffine(invStd, gamma.Data[ch], beta.Data[ch], runMean.Data[ch])
 	}
 	w, p, _ = b.liveKernel(x, w, p)
-	b.runConv(false, x, w, bias, y, nil, nil, p, false, false, norm)
+	b.runConv(false, x, w, bias, y, nil, nil, nil, nil, p, norm)
 }
 
 // normalise applies the task's fused batch norm, if any, to one image's
@@ -118,7 +121,7 @@ func (b *Backend) Conv2dBackward(x, w, dy, dx, dw, db *tensor.Tensor, p tensor.C
 		return
 	}
 	w, p, trimmed := b.liveKernel(x, w, p)
-	chunks := b.runConv(true, x, w, nil, nil, dy, dx, p, db != nil, dw != nil, nil)
+	chunks := b.runConv(true, x, w, nil, nil, dy, dx, dw, db, p, nil)
 	g := b.conv.g
 	for i := 0; i < chunks; i++ {
 		s := &b.chunks[i]
@@ -139,11 +142,19 @@ func (b *Backend) Conv2dBackward(x, w, dy, dx, dw, db *tensor.Tensor, p tensor.C
 	}
 }
 
-func (b *Backend) runConv(backward bool, x, w, bias, y, dy, dx *tensor.Tensor, p tensor.ConvParams, biasGrad, weightGrad bool, norm *convNorm) int {
+// runConv runs a convolution's forward pass or backward pass over the
+// batch and returns the number of chunks whose weight and bias gradient
+// sums the caller adds up (none when the gradients went to dw and db
+// directly).
+func (b *Backend) runConv(backward bool, x, w, bias, y, dy, dx, dw, db *tensor.Tensor, p tensor.ConvParams, norm *convNorm) int {
 	n := x.Shape[0]
 	threads := b.pool.Threads()
 	t := &b.conv
-	*t = convTask{b: b, backward: backward, x: x, w: w, bias: bias, y: y, dy: dy, dx: dx, p: p, g: geom(x, w, p), n: n, biasGrad: biasGrad, weightGrad: weightGrad, norm: norm}
+	*t = convTask{b: b, backward: backward, x: x, w: w, bias: bias, y: y, dy: dy, dx: dx, p: p, g: geom(x, w, p), n: n, biasGrad: db != nil, weightGrad: dw != nil, norm: norm}
+	if b.useDense(t.g, p) {
+		t.runDense(dw, db)
+		return 0
+	}
 	if t.winograd = b.useWinograd(t.g, p); t.winograd && (!backward || dx != nil) {
 		// Forward: U [16][F][C]; backward: the data gradient's U [16][C][F].
 		// On the calling goroutine, before the chunks: chunk 0's rows are free.
@@ -488,7 +499,13 @@ func im2col(img []float32, lay phased, window []int, col []float32, ld int, g ge
 		at, ow := oh0*step+ow0, ow0
 		for j := 0; j < len(out); {
 			run := min(len(out)-j, g.ow-ow)
-			copy(out[j:j+run], src[at:at+run])
+			if run < 8 { // a copy's call costs more than so few values (ResNet-18's 2×2 maps)
+				for i, v := range src[at : at+run] {
+					out[j+i] = v
+				}
+			} else {
+				copy(out[j:j+run], src[at:at+run])
+			}
 			j += run
 			at += step - ow
 			ow = 0

@@ -278,7 +278,7 @@ func TestConvolution(t *testing.T) {
 			}
 			checkSplitBackward(t, be, x, w, dy, dx, dw, db, c.p, fmt.Sprintf("threads %d, case %+v", threads, c))
 			if c.n >= threads {
-				checkImagesAlone(t, threads, x, w, bias, dy, y, dx, dw, c.p, fmt.Sprintf("threads %d, case %+v", threads, c))
+				checkImagesAlone(t, threads, ConvAuto, x, w, bias, dy, y, dx, dw, c.p, fmt.Sprintf("threads %d, case %+v", threads, c))
 			}
 		}
 		be.Close()
@@ -286,17 +286,19 @@ func TestConvolution(t *testing.T) {
 }
 
 // checkImagesAlone runs each image of a batch through the convolution
-// alone, on a backend of threads+1 threads, and fails unless its output
-// and input gradient equal, bit for bit, the batch's y and dx, and for a
-// batch of one image its weight gradient dw: a batch of at least as many
-// images as threads runs each chunk's products on one thread, a block of
-// the column matrix at a time (blocks split at multiples of the GEMM's
-// depth), several small images to a product; a batch of fewer runs each
-// image's whole matrices, every product split over the threads.
-func checkImagesAlone(t *testing.T, threads int, x, w, bias, dy, y, dx, dw *tensor.Tensor, p tensor.ConvParams, label string) {
+// alone, on a backend of threads+1 threads running algorithm algo, and
+// fails unless its output and input gradient equal, bit for bit, the
+// batch's y and dx, and for a batch of one image its weight gradient dw:
+// a batch of at least as many images as threads runs each chunk's
+// products on one thread, a block of the column matrix at a time (blocks
+// split at multiples of the GEMM's depth), several small images to a
+// product; a batch of fewer runs each image's whole matrices, every
+// product split over the threads.
+func checkImagesAlone(t *testing.T, threads int, algo ConvAlgorithm, x, w, bias, dy, y, dx, dw *tensor.Tensor, p tensor.ConvParams, label string) {
 	t.Helper()
 	be := New(threads + 1)
 	defer be.Close()
+	be.SetConvAlgorithm(algo)
 	n := x.Shape[0]
 	for k := range n {
 		one := func(batch *tensor.Tensor) *tensor.Tensor {
