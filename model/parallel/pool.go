@@ -4,11 +4,25 @@
 // one machine can split its cores without oversubscribing them) and reused
 // for every operation: Run allocates nothing, which keeps training steps free
 // of garbage.
+//
+// Workers wait for the next Run spinning for a while (yielding to other
+// goroutines as they do) before they sleep, and so does Run for its
+// workers to finish. A sleeping goroutine on an idle core took 150–180 µs
+// to wake on the development VMs — longer than many of a network's
+// operations on small feature maps, whose second half then ran on the
+// calling goroutine alone, after its first: the OpenMP runtimes behind
+// PyTorch spin for the same reason.
 package parallel
 
 import (
+	"runtime"
 	"sync"
+	"time"
 )
+
+// spinFor is how long a worker waits for the next Run, and Run for its
+// workers, before sleeping.
+const spinFor = 200 * time.Microsecond
 
 // Task is a loop body. Do is called once for every index in [0, n) of a Run,
 // with the index of the worker running it (0 ≤ worker < Pool.Threads()), so
@@ -21,9 +35,9 @@ type Task interface {
 // one with New. A Pool runs one Run at a time; concurrent calls serialise.
 type Pool struct {
 	threads int
-	mu      sync.Mutex
-	start   []chan job
-	done    sync.WaitGroup
+	mu      sync.Mutex // held by Run
+	start   []chan job // one per worker goroutine, each holding at most one job
+	done    chan struct{}
 	next    counter // hands out indices of the current Run; guarded by mu
 }
 
@@ -51,12 +65,10 @@ func (c *counter) take(n int) int {
 // New starts a pool of threads workers (the calling goroutine counts as one,
 // so threads-1 goroutines are started). threads < 1 means 1.
 func New(threads int) *Pool {
-	if threads < 1 {
-		threads = 1
-	}
-	p := &Pool{threads: threads, start: make([]chan job, threads-1)}
+	threads = max(threads, 1)
+	p := &Pool{threads: threads, start: make([]chan job, threads-1), done: make(chan struct{}, threads-1)}
 	for w := range p.start {
-		ch := make(chan job)
+		ch := make(chan job, 1)
 		p.start[w] = ch
 		go p.work(w+1, ch)
 	}
@@ -67,12 +79,33 @@ func New(threads int) *Pool {
 func (p *Pool) Threads() int { return p.threads }
 
 func (p *Pool) work(worker int, ch chan job) {
-	for j := range ch {
+	for {
+		j, ok := receive(ch)
+		if !ok {
+			return
+		}
 		for i := j.next.take(j.n); i < j.n; i = j.next.take(j.n) {
 			j.task.Do(worker, i)
 		}
-		p.done.Done()
+		p.done <- struct{}{}
 	}
+}
+
+// receive takes the next value from ch, polling it for spinFor (yielding
+// to other goroutines in between) before blocking; ok is false once ch is
+// closed.
+func receive[T any](ch chan T) (v T, ok bool) {
+	deadline := time.Now().Add(spinFor)
+	for time.Now().Before(deadline) {
+		select {
+		case v, ok = <-ch:
+			return v, ok
+		default:
+			runtime.Gosched()
+		}
+	}
+	v, ok = <-ch
+	return v, ok
 }
 
 // Run calls t.Do for every i in [0, n), spread over the workers, and returns
@@ -92,14 +125,15 @@ func (p *Pool) Run(n int, t Task) {
 	defer p.mu.Unlock()
 	p.next.i = 0
 	helpers := min(len(p.start), n-1)
-	p.done.Add(helpers)
 	for w := 0; w < helpers; w++ {
 		p.start[w] <- job{task: t, next: &p.next, n: n}
 	}
 	for i := p.next.take(n); i < n; i = p.next.take(n) {
 		t.Do(0, i)
 	}
-	p.done.Wait()
+	for range helpers {
+		receive(p.done)
+	}
 }
 
 // Close stops the workers. The pool must not be used afterwards.
