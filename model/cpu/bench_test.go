@@ -72,11 +72,13 @@ func TestReLUBackwardMatchesBranchy(t *testing.T) {
 }
 
 // BenchmarkConvAlgorithms times forward + backward (data and weight
-// gradients) of the 3×3 stride-1 convolutions of CIFARNet and ResNet-50
-// as im2col + GEMM and as Winograd F(2×2, 3×3), one thread, batch 32 (8
-// for ResNet-50's 56×56 layer): the measurement behind useWinograd's
-// choice. winograd-loops runs the transforms without the vector kernels
-// of vecops_amd64.s: the measurement behind them.
+// gradients) of the 3×3 stride-1 convolutions of CIFARNet, ResNet-50 and
+// ResNet-18 on CIFAR-10 as im2col + GEMM and as Winograd F(2×2, 3×3),
+// one thread, batch 32 (8 for ResNet-50's 56×56 layer): the measurement
+// behind useWinograd's choice. winograd-loops runs the transforms without
+// the vector kernels of vecops_amd64.s: the measurement behind them. auto
+// is the backend's own choice, a dense product (dense.go) on the maps no
+// larger than the kernel.
 //
 //	go test ./model/cpu -run '^$' -bench ConvAlgorithms -count 5
 func BenchmarkConvAlgorithms(b *testing.B) {
@@ -108,7 +110,7 @@ func BenchmarkConvAlgorithms(b *testing.B) {
 			name  string
 			algo  ConvAlgorithm
 			loops bool // the transforms without the vector kernels
-		}{{"im2col", ConvIm2col, false}, {"winograd", ConvWinograd, false}, {"winograd-loops", ConvWinograd, true}} {
+		}{{"im2col", ConvIm2col, false}, {"winograd", ConvWinograd, false}, {"winograd-loops", ConvWinograd, true}, {"auto", ConvAuto, false}} {
 			b.Run(s.name+"/"+a.name, func(b *testing.B) {
 				be := New(1)
 				defer be.Close()

@@ -199,8 +199,13 @@ func (e *Engine) validate(m, n, k int, a, b, c Matrix) error {
 }
 
 // minParallelFlops is the work below which splitting a product over threads
-// costs more in hand-off than it saves.
-const minParallelFlops = 1 << 25
+// costs more in hand-off than it saves: about 10 µs on one core. (It was
+// 2²⁵ while the pool's workers slept between products and took 150–180 µs
+// to wake; with them polling, 128³ products on two threads went from 78 to
+// 126–140 GFLOP/s, OpenBLAS's 94–117, and 2²² would have left CIFARNet's
+// first layer, 3.5 Mflop, on one: bench/results/current/
+// gemm-parallel-threshold-2026-11-27-zen3.txt.)
+const minParallelFlops = 1 << 20
 
 // run splits C into one strip per thread along its longer side; each thread
 // packs its own operands and runs the serial algorithm on its strip.
