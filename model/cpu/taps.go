@@ -6,14 +6,14 @@ import (
 )
 
 // Kernels larger than the map they slide over. On small feature maps some
-// of a kernel's rows or columns meet only padding, whatever the output:
-// ResNet-18's 3×3 convolutions on CIFAR-10's 1×1 maps of layer4 use their
-// centre tap alone, and the 3×3 stride-2 one that makes those maps uses
-// four of nine. Such a layer is run as the convolution with the live taps
-// alone — a 1×1 kernel, unpadded, in the first case, so a plain product —
-// instead of multiplying zeros (nine times the work there, sixteen times
-// as Winograd). The result is the same sum less terms that are exactly
-// zero; the dropped taps' weight gradients are zero.
+// of a kernel's rows or columns meet only padding, whatever the output: a
+// 3×3 kernel on a 1×L map (a sequence laid out as an image) reads the
+// image with its middle row alone. Layers over maps no larger than their
+// kernels run as dense products, which skip such taps anyway (dense.go);
+// the others are run as the convolution with the live taps alone — a
+// 1×3 kernel, unpadded along its height, in that example — instead of
+// multiplying zeros. The result is the same sum less terms that are
+// exactly zero; the dropped taps' weight gradients are zero.
 
 // liveTaps returns the range [lo, hi) of a kernel dimension of k taps
 // that meets the input for some output: tap t reads input index
@@ -64,8 +64,8 @@ func trim(x *tensor.Tensor, p tensor.ConvParams) (trimmedConv, bool) {
 
 // weights copies the live taps of w [F, C, KH, KW] into dst's storage, as
 // a kernel [F, C, KH', KW'] of the trimmed convolution, its kernels split
-// over the pool's threads when there are many (a strided gather bound by
-// memory: ResNet-18's 512×512 kernels are 9.4 MB).
+// over the pool's threads when there are many (a strided gather, bound by
+// memory).
 func (t trimmedConv) weights(pool *parallel.Pool, task *tapsTask, dst **tensor.Tensor, w *tensor.Tensor) *tensor.Tensor {
 	out := tensor.Reuse(dst, w.Shape[0], w.Shape[1], t.p.KernelH, t.p.KernelW)
 	kernels := w.Shape[0] * w.Shape[1]
