@@ -112,7 +112,7 @@ func (b *Backend) Threads() int { return b.pool.Threads() }
 // algorithm, the element-wise kernels and the thread count.
 func (b *Backend) Name() string {
 	conv := map[ConvAlgorithm]string{
-		ConvAuto:     fmt.Sprintf("Winograd for 3×3 layers of %d+ channels", b.winoMinChannels()),
+		ConvAuto:     fmt.Sprintf("Winograd for 3×3 layers of %d+ channels and %d+ tiles, dense products for maps within a kernel", b.winoMinChannels(), winoMinTiles),
 		ConvIm2col:   "im2col convolutions",
 		ConvWinograd: "Winograd for every 3×3 layer",
 	}[b.convAlgo]

@@ -146,7 +146,7 @@ func TestNameSaysConvAlgorithm(t *testing.T) {
 		algo ConvAlgorithm
 		want string
 	}{
-		{ConvAuto, fmt.Sprintf(", Winograd for 3×3 layers of %d+ channels, element-wise ", be.winoMinChannels())},
+		{ConvAuto, fmt.Sprintf(", Winograd for 3×3 layers of %d+ channels and 4+ tiles, dense products for maps within a kernel, element-wise ", be.winoMinChannels())},
 		{ConvIm2col, ", im2col convolutions, element-wise "},
 		{ConvWinograd, ", Winograd for every 3×3 layer, element-wise "},
 	} {
