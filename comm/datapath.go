@@ -170,6 +170,25 @@ func (d *dataPath) Wait(ctx context.Context, peer int, stream uint32, ticket uin
 	return d.link(peer).Wait(ctx, peer, stream, ticket)
 }
 
+// pairExchanger and frameReceiver are what a transport offers (shared
+// memory does) to exchange with a pair of peers in one step, or to take
+// a frame without a posted receive; dataPath turns them into
+// ring.SendRecver and ring.Recver, which add whether they applied.
+type pairExchanger interface {
+	SendRecv(ctx context.Context, to int, stream uint32, meta [4]uint64, payload []byte, from int, buf []byte) ([4]uint64, int, error)
+}
+
+type frameReceiver interface {
+	Recv(ctx context.Context, from int, stream uint32, buf []byte) ([4]uint64, int, error)
+}
+
+// Shared memory offers both: a change to its signatures must not quietly
+// turn the fast paths off.
+var (
+	_ pairExchanger = (*shm.Transport)(nil)
+	_ frameReceiver = (*shm.Transport)(nil)
+)
+
 // SendRecv implements ring.SendRecver for pairs of peers reached through
 // one transport that exchanges in one step (shared memory takes the frame
 // straight from its ring); for others ok is false and the caller posts,
@@ -179,9 +198,7 @@ func (d *dataPath) SendRecv(ctx context.Context, to int, stream uint32, meta [4]
 	if d.watched(from) != l {
 		return [4]uint64{}, 0, false, nil
 	}
-	sr, ok := l.(interface {
-		SendRecv(ctx context.Context, to int, stream uint32, meta [4]uint64, payload []byte, from int, buf []byte) ([4]uint64, int, error)
-	})
+	sr, ok := l.(pairExchanger)
 	if !ok {
 		return [4]uint64{}, 0, false, nil
 	}
@@ -193,9 +210,7 @@ func (d *dataPath) SendRecv(ctx context.Context, to int, stream uint32, meta [4]
 // over without a posted receive (shared memory takes it straight from its
 // ring); for others ok is false and the caller posts and waits.
 func (d *dataPath) Recv(ctx context.Context, from int, stream uint32, buf []byte) ([4]uint64, int, bool, error) {
-	r, ok := d.watched(from).(interface {
-		Recv(ctx context.Context, from int, stream uint32, buf []byte) ([4]uint64, int, error)
-	})
+	r, ok := d.watched(from).(frameReceiver)
 	if !ok {
 		return [4]uint64{}, 0, false, nil
 	}
