@@ -94,13 +94,6 @@ func (g *tapsTask) Do(_, i int) {
 	kk, kw := w.Shape[2]*w.Shape[3], w.Shape[3]
 	th, tw := t.p.KernelH, t.p.KernelW
 	at := t.h0*kw + t.w0
-	if th*tw == 1 { // one live tap: a strided gather
-		out := g.out.Data[lo:hi]
-		for k := range out {
-			out[k] = w.Data[(lo+k)*kk+at]
-		}
-		return
-	}
 	n := lo * th * tw
 	for k := lo; k < hi; k++ {
 		for i := range th {
@@ -118,12 +111,6 @@ func (t trimmedConv) addWeightGrad(dw *tensor.Tensor, g []float32) {
 	kk, kw := dw.Shape[2]*dw.Shape[3], dw.Shape[3]
 	th, tw := t.p.KernelH, t.p.KernelW
 	at := t.h0*kw + t.w0
-	if th*tw == 1 {
-		for k, v := range g {
-			dw.Data[k*kk+at] += v
-		}
-		return
-	}
 	n := 0
 	for k := range dw.Shape[0] * dw.Shape[1] {
 		for i := range th {
