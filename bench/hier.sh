@@ -2,13 +2,15 @@
 # Flat against hierarchical collectives across simulated hosts: HOSTS
 # network namespaces (default 3) × NP ranks (default 2) on a bridge
 # (bench cluster, bench/netcluster), each host's link limited with tc
-# tbf (or unshaped), GORUN_ALGO=flat,
+# tbf (or unshaped; DELAY and LOSS add a one-way delay and a loss
+# fraction, by tc netem or, where the kernel has none, the user-space
+# link emulator, which then sets the rate too), GORUN_ALGO=flat,
 # GORUN_ALGO=hierarchical and, with GLOO=1, PyTorch's gloo (Debian's
 # python3-torch; no reduce-scatter) alternating for ROUNDS rounds. Rank
 # 0's rows, time per call in µs. Needs root and iproute2.
 # CONTESTANTS lists gorun's settings instead: ALGO or ALGO/NET for
 # GORUN_ALGO=ALGO GORUN_NET=NET (e.g. "auto auto/none flat/none").
-#   [HOSTS=3] [NP=2] [GLOO=1] [CONTESTANTS=...] bash bench/hier.sh [RATE|unshaped] [OPS] [SIZES] [ROUNDS] [ITERS]
+#   [HOSTS=3] [NP=2] [GLOO=1] [DELAY=1ms] [LOSS=0.01] [CONTESTANTS=...] bash bench/hier.sh [RATE|unshaped] [OPS] [SIZES] [ROUNDS] [ITERS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rate=${1:-1gbit}
@@ -22,6 +24,8 @@ go build -o bin/ ./cmd/gorun ./cmd/bench
 lscpu | grep -E 'Model name|^CPU\(s\)|CPU family|^Model:' | tr -s ' '
 shape=()
 if [ "$rate" != unshaped ]; then shape=(-rate "$rate"); fi
+if [ -n "${DELAY:-}" ]; then shape+=(-delay "$DELAY"); fi
+if [ -n "${LOSS:-}" ]; then shape+=(-loss "$LOSS"); fi
 contestants=${CONTESTANTS:-flat hierarchical}
 gloo=()
 if [ "${GLOO:-0}" = 1 ]; then

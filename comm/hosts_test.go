@@ -23,35 +23,49 @@ import (
 // reduce-scatter and barrier host by host at every size
 // (GORUN_ALGO=hierarchical) and never (flat), on 3 hosts × 2 ranks: network namespaces on a
 // bridge (bench/netcluster), links limited to 1 Gbit/s, gorun started on
-// each host (-nnodes 3). Ranks of a host talk through shared memory,
-// hosts over TCP. It needs root; CI (CI=true) runs it as root and fails
-// where the hosts cannot be made.
+// each host (-nnodes 3); and with the cost model's choice (auto) on links
+// that also delay every packet by 300 µs and lose one in 500 (netem's, or
+// the user-space emulator's where the kernel has no netem), where the
+// step the model measures while joining must show the delay. Ranks of a
+// host talk through shared memory, hosts over TCP. It needs root; CI
+// (CI=true) runs it as root and fails where the hosts cannot be made.
 func TestCollectivesAcrossHosts(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a 6-rank matrix across network namespaces; the full run covers it")
 	}
-	for _, c := range []struct{ algo, log string }{
-		{"hierarchical", "; host by host (3 hosts × 2 ranks; GORUN_ALGO=flat: never): all-reduces, broadcasts, all-gathers, reduce-scatters, barriers"},
-		{"flat", ""},
+	link := regexp.MustCompile(`collectives chosen by a cost model, the link between hosts at ([0-9.]+[µm]?s) per step, [0-9.e+-]+ GB/s \(GORUN_NET: measured while joining\)`)
+	for _, c := range []struct {
+		name, algo, log string
+		delay           time.Duration
+		loss            float64
+	}{
+		{"hierarchical", "hierarchical", "; host by host (3 hosts × 2 ranks; GORUN_ALGO=flat: never): all-reduces, broadcasts, all-gathers, reduce-scatters, barriers", 0, 0},
+		{"flat", "flat", "", 0, 0},
+		{"auto-delayed-lossy", "auto", "; host by host (3 hosts × 2 ranks; GORUN_ALGO=flat: never): ", 300 * time.Microsecond, 0.002},
 	} {
-		t.Run(c.algo, func(t *testing.T) {
-			all := matrixAcrossHosts(t, c.algo)
+		t.Run(c.name, func(t *testing.T) {
+			cfg := netcluster.Config{Hosts: 3, Rate: "1gbit", Delay: c.delay, Loss: c.loss}
+			all := matrixAcrossHosts(t, c.algo, cfg)
 			if c.log != "" && !strings.Contains(all, c.log) || c.log == "" && strings.Contains(all, "host by host") {
 				t.Errorf("GORUN_ALGO=%s: rank 0's log does not say %q:\n%s", c.algo, c.log, all)
 			}
-			if !regexp.MustCompile(`collectives chosen by a cost model, the link between hosts at [0-9.]+[µm]?s per step, [0-9.e+-]+ GB/s \(GORUN_NET: measured while joining\)`).MatchString(all) {
-				t.Errorf("GORUN_ALGO=%s: rank 0's log does not give the link it measured for the cost model:\n%s", c.algo, all)
+			m := link.FindStringSubmatch(all)
+			if m == nil {
+				t.Fatalf("GORUN_ALGO=%s: rank 0's log does not give the link it measured for the cost model:\n%s", c.algo, all)
+			}
+			if step, err := time.ParseDuration(m[1]); err != nil || step < c.delay {
+				t.Errorf("the link measured at %s per step: want at least the links' delay, %v", m[1], c.delay)
 			}
 		})
 	}
 }
 
-// matrixAcrossHosts runs the matrix with GORUN_ALGO=algo and returns the
-// job's output.
-func matrixAcrossHosts(t *testing.T, algo string) string {
+// matrixAcrossHosts runs the matrix with GORUN_ALGO=algo on 3 hosts made
+// as cfg says and returns the job's output.
+func matrixAcrossHosts(t *testing.T, algo string, cfg netcluster.Config) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	c := threeHosts(ctx, t, "gch")
+	c := startHosts(ctx, t, "gch", cfg)
 	bin := t.TempDir()
 	if out, err := exec.Command("go", "build", "-o", bin+"/", "../cmd/gorun").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
@@ -74,6 +88,12 @@ func matrixAcrossHosts(t *testing.T, algo string) string {
 	for h := range 3 {
 		if errs[h] != nil {
 			t.Fatalf("host %d: %v\n%s", h, errs[h], all)
+		}
+	}
+	if s := c.LinkStats(); s.Forwarded > 0 { // links emulated in user space
+		t.Logf("%s: %+v", c.Describe(), s)
+		if (cfg.Loss > 0) != (s.Lost > 0) {
+			t.Errorf("loss %g, yet %d packets lost", cfg.Loss, s.Lost)
 		}
 	}
 	lines := commtest.RankLines(all)
@@ -136,8 +156,14 @@ func TestCollectivesAcrossUnevenHosts(t *testing.T) {
 // named from prefix, removed when the test ends. It needs root: without
 // it the test is skipped, except under CI (CI=true), which runs as root.
 func threeHosts(ctx context.Context, t *testing.T, prefix string) *netcluster.Cluster {
+	return startHosts(ctx, t, prefix, netcluster.Config{Hosts: 3, Rate: "1gbit"})
+}
+
+// startHosts is threeHosts for the hosts and links cfg gives.
+func startHosts(ctx context.Context, t *testing.T, prefix string, cfg netcluster.Config) *netcluster.Cluster {
 	t.Helper()
-	c, err := netcluster.Start(ctx, netcluster.Config{Hosts: 3, Rate: "1gbit", Name: fmt.Sprintf("%s%d", prefix, os.Getpid()%1000)})
+	cfg.Name = fmt.Sprintf("%s%d", prefix, os.Getpid()%1000)
+	c, err := netcluster.Start(ctx, cfg)
 	if errors.Is(err, netcluster.ErrNoNamespaces) && os.Getenv("CI") != "true" {
 		t.Skip(err)
 	}

@@ -1,10 +1,13 @@
 // Package netcluster makes a cluster of "hosts" on one Linux machine:
 // network namespaces, each with its own address, joined by a bridge, each
 // host's link shaped with tc (rate, delay, loss) as a real network would
-// be. gorun treats each namespace as a separate host (no shared memory
-// between them), so jobs across them exercise the multi-host paths —
-// rendezvous, TCP between hosts, shared memory within one — and their
-// speed on a link of a chosen kind. It needs root and iproute2.
+// be — or, where the kernel has no tc netem, joined by a link emulator in
+// this process that gives the links their rate, delay and loss. gorun
+// treats each namespace as a separate host (no shared memory between
+// them), so jobs across them exercise the multi-host paths — rendezvous,
+// TCP between hosts, shared memory within one — and their speed on a link
+// of a chosen kind. It needs root and iproute2 (and /dev/net/tun for the
+// emulator).
 package netcluster
 
 import (
@@ -24,11 +27,20 @@ type Config struct {
 	// Rate limits each host's outgoing link ("10gbit", "1gbit",
 	// "100mbit"; "" for none) with tc's token bucket (tbf); Delay adds
 	// one-way latency and Loss drops this fraction of packets (0 to 1)
-	// with tc's netem, where the kernel has it (CONFIG_NET_SCH_NETEM; the
-	// development VM's has not), the rate then set by netem too.
+	// with tc's netem, the rate then set by netem too. Where the kernel
+	// has no netem (CONFIG_NET_SCH_NETEM; the development VM's has not),
+	// a delay or loss is emulated in user space (Link).
 	Rate  string
 	Delay time.Duration
 	Loss  float64
+	// Link chooses how links are made: "tc" (veths on a bridge, shaped
+	// by tc; a delay or loss needs netem), "user" (TUN devices and the
+	// link emulator of this process, emulator.go, for rate, delay and
+	// loss alike), or "" for tc where it can do what is asked, else user.
+	Link string
+	// MTU is the emulated links' MTU (default 9000, jumbo frames as on
+	// clusters' Ethernet: the emulator's cost is per packet).
+	MTU int
 	// Name prefixes the namespaces and links (short: interface names have
 	// at most 15 characters); default "gnc" and this process's id.
 	Name string
@@ -41,6 +53,7 @@ type Config struct {
 type Cluster struct {
 	cfg    Config
 	bridge string
+	emu    *emulator // links emulated in user space; nil for tc's
 	// Names are the namespaces, Addrs their addresses, host by host.
 	Names, Addrs []string
 }
@@ -59,6 +72,17 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	}
 	if cfg.Loss < 0 || cfg.Loss >= 1 || cfg.Delay < 0 {
 		return nil, fmt.Errorf("netcluster: loss %v, delay %v: want a loss in [0, 1) and a delay of 0 or more", cfg.Loss, cfg.Delay)
+	}
+	switch cfg.Link {
+	case "", "tc", "user":
+	default:
+		return nil, fmt.Errorf("netcluster: link %q: want tc, user or \"\" (tc where it can)", cfg.Link)
+	}
+	if cfg.MTU == 0 {
+		cfg.MTU = 9000
+	}
+	if cfg.MTU < 576 || cfg.MTU > 65535 {
+		return nil, fmt.Errorf("netcluster: MTU %d: want 576 to 65535", cfg.MTU)
 	}
 	if os.Getuid() != 0 {
 		return nil, fmt.Errorf("%w: not root", ErrNoNamespaces)
@@ -92,6 +116,20 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	}()
 	if err := c.ip(ctx, "netns", "add", c.Names[0]); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNoNamespaces, err)
+	}
+	if c.cfg.Link == "" && (cfg.Delay > 0 || cfg.Loss > 0) && !hasNetem(ctx, c.Names[0]) {
+		c.cfg.Link = "user"
+	}
+	if c.cfg.Link == "user" {
+		for _, n := range c.Names[1:] {
+			if err := c.ip(ctx, "netns", "add", n); err != nil {
+				return nil, err
+			}
+		}
+		if err := c.startEmulator(ctx); err != nil {
+			return nil, err
+		}
+		return c, nil
 	}
 	steps := [][]string{{"link", "add", c.bridge, "type", "bridge"}, {"link", "set", c.bridge, "up"}}
 	for i, n := range c.Names {
@@ -129,6 +167,19 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	}
 	return c, nil
 }
+
+// hasNetem reports whether tc can add a netem qdisc here (tried on the
+// loopback device of namespace ns, and taken off again).
+func hasNetem(ctx context.Context, ns string) bool {
+	if exec.CommandContext(ctx, "ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1us").Run() != nil {
+		return false
+	}
+	exec.CommandContext(ctx, "ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", "lo", "root").Run()
+	return true
+}
+
+// tun returns host i's TUN device's name (emulated links).
+func (c *Cluster) tun(i int) string { return fmt.Sprintf("%st%d", c.cfg.Name, i) }
 
 // veth returns host i's interface names: inside its namespace, and on the
 // bridge.
@@ -185,11 +236,34 @@ func bitsPerSecond(rate string) (int64, error) {
 
 // Describe says what the cluster is, for logs and benchmark headers.
 func (c *Cluster) Describe() string {
+	hosts := fmt.Sprintf("%d hosts (network namespaces %s … %s, %s.1–%d)", c.cfg.Hosts, c.Names[0], c.Names[len(c.Names)-1], c.cfg.Subnet, c.cfg.Hosts)
+	if c.emu != nil {
+		link := "unshaped"
+		if c.cfg.Rate != "" {
+			link = "rate " + c.cfg.Rate
+		}
+		if c.cfg.Delay > 0 {
+			link += fmt.Sprintf(", delay %v", c.cfg.Delay)
+		}
+		if c.cfg.Loss > 0 {
+			link += fmt.Sprintf(", loss %g%%", 100*c.cfg.Loss)
+		}
+		return fmt.Sprintf("%s on TUN links emulated in user space (%s, MTU %d)", hosts, link, c.cfg.MTU)
+	}
 	link := "unshaped veth links"
 	if s, _ := c.qdisc(); s != nil {
 		link = "links shaped by tc " + strings.Join(s, " ")
 	}
-	return fmt.Sprintf("%d hosts (network namespaces %s … %s, %s.1–%d) on a bridge, %s", c.cfg.Hosts, c.Names[0], c.Names[len(c.Names)-1], c.cfg.Subnet, c.cfg.Hosts, link)
+	return fmt.Sprintf("%s on a bridge, %s", hosts, link)
+}
+
+// LinkStats counts the packets the emulated links forwarded and dropped
+// so far (zeros for links tc shapes).
+func (c *Cluster) LinkStats() LinkStats {
+	if c.emu == nil {
+		return LinkStats{}
+	}
+	return c.emu.linkStats()
 }
 
 // Command returns a command that runs name with args on host i.
@@ -202,6 +276,12 @@ func (c *Cluster) Close() error { return c.remove() }
 
 func (c *Cluster) remove() error {
 	var errs []error
+	if c.emu != nil {
+		if err := c.emu.close(); err != nil {
+			errs = append(errs, fmt.Errorf("netcluster: closing the emulated links: %w", err))
+		}
+		c.emu = nil
+	}
 	// Each host's link first, from its bridge end: deleting one end of a
 	// veth pair deletes both at once, where a deleted namespace's links
 	// go later, when the kernel's cleanup of it runs — a Start right

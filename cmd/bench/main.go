@@ -102,8 +102,10 @@ func cluster(args []string, stdout io.Writer) error {
 	hosts := fs.Int("hosts", 3, "hosts (network namespaces)")
 	np := fs.Int("np", 2, "ranks per host")
 	rate := fs.String("rate", "", "each host's link rate, as tc writes it (10gbit, 1gbit, 100mbit; default: unshaped)")
-	delay := fs.Duration("delay", 0, "one-way delay added to each host's link (needs tc netem in the kernel)")
-	loss := fs.Float64("loss", 0, "fraction of packets dropped on each host's link (needs tc netem)")
+	delay := fs.Duration("delay", 0, "one-way delay added to each host's link (tc netem, or the user-space emulator where the kernel has no netem)")
+	loss := fs.Float64("loss", 0, "fraction of packets dropped on each host's link (as -delay)")
+	link := fs.String("link", "", "how links are made: tc (veths on a bridge shaped by tc), user (TUN devices and a link emulator in this process), or empty for tc where it can")
+	mtu := fs.Int("mtu", 9000, "the emulated links' MTU (-link user)")
 	gorun := fs.String("gorun", "bin/gorun", "the gorun binary")
 	each := fs.Bool("each", false, "run PROGRAM once per host itself, not under gorun, with torchrun's variables for a host's agent (MASTER_ADDR, MASTER_PORT, GROUP_RANK, LOCAL_WORLD_SIZE = -np, WORLD_SIZE): for competitors such as gloo")
 	if err := cli.Parse(fs, args); err != nil {
@@ -124,7 +126,7 @@ func cluster(args []string, stdout io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	c, err := netcluster.Start(ctx, netcluster.Config{Hosts: *hosts, Rate: *rate, Delay: *delay, Loss: *loss})
+	c, err := netcluster.Start(ctx, netcluster.Config{Hosts: *hosts, Rate: *rate, Delay: *delay, Loss: *loss, Link: *link, MTU: *mtu})
 	if err != nil {
 		return err
 	}

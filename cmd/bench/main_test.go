@@ -188,6 +188,8 @@ func TestClusterCommand(t *testing.T) {
 		{[]string{"cluster", "-hosts", "2"}, "no program to run"},
 		{[]string{"cluster", "-np", "0", "--", "true"}, "-np 0"},
 		{[]string{"cluster", "-gorun", "/nonexistent/gorun", "--", "true"}, "/nonexistent/gorun"},
+		{[]string{"cluster", "-each", "-link", "wire", "--", "true"}, `link "wire": want tc, user`},
+		{[]string{"cluster", "-each", "-link", "user", "-mtu", "9", "--", "true"}, "MTU 9: want 576 to 65535"},
 	} {
 		if err := run(c.args, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("bench %v: %v, want an error saying %q", c.args, err, c.want)
@@ -232,6 +234,14 @@ func TestClusterCommand(t *testing.T) {
 		if m := want.FindStringSubmatch(out.String()); m == nil || m[1] != m[2] {
 			t.Errorf("-each: host %d's line missing or outside its namespace (want %v):\n%s", h, want, out.String())
 		}
+	}
+	// Links emulated in user space, as on a kernel without tc netem.
+	out.Reset()
+	if err := run([]string{"cluster", "-hosts", "2", "-np", "1", "-link", "user", "-delay", "500us", "-each", "--", "true"}, &out); err != nil {
+		t.Fatalf("-link user: %v\n%s", err, out.String())
+	}
+	if want := "on TUN links emulated in user space (unshaped, delay 500µs, MTU 9000)"; !strings.Contains(out.String(), want) {
+		t.Errorf("-link user: no %q:\n%s", want, out.String())
 	}
 	// gloo, the competitor -each serves, across the 2 hosts.
 	if err := bench.TorchDDPAvailable("../../bench/competitors"); err != nil {
