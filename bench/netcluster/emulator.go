@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"runtime"
@@ -53,7 +54,7 @@ type emulator struct {
 	subnet [3]byte
 	bps    int64 // 0: no rate limit
 	delay  time.Duration
-	loss   float64
+	loss   atomic.Uint64 // math.Float64bits of the fraction lost (SetLoss)
 	mtu    int
 	stats  struct{ forwarded, lost, overflow, stray atomic.Int64 }
 	wg     sync.WaitGroup
@@ -90,7 +91,8 @@ func openTUN(name string) (int, error) {
 // startEmulator makes each host's TUN device, moves it into the host's
 // namespace with the host's address, and starts the links.
 func (c *Cluster) startEmulator(ctx context.Context) error {
-	e := &emulator{stop: -1, delay: c.cfg.Delay, loss: c.cfg.Loss, mtu: c.cfg.MTU}
+	e := &emulator{stop: -1, delay: c.cfg.Delay, mtu: c.cfg.MTU}
+	e.loss.Store(math.Float64bits(c.cfg.Loss))
 	if _, err := fmt.Sscanf(c.cfg.Subnet, "%d.%d.%d", &e.subnet[0], &e.subnet[1], &e.subnet[2]); err != nil {
 		return fmt.Errorf("netcluster: subnet %q: want three octets (\"10.79.3\")", c.cfg.Subnet)
 	}
@@ -198,7 +200,7 @@ func (e *emulator) link(i int, rng *rand.Rand) {
 			e.stats.stray.Add(1)
 			free = append(free, buf)
 			continue
-		case e.loss > 0 && rng.Float64() < e.loss:
+		case rng.Float64() < math.Float64frombits(e.loss.Load()):
 			e.stats.lost.Add(1)
 			free = append(free, buf)
 			continue

@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"strings"
@@ -255,6 +256,20 @@ func (c *Cluster) Describe() string {
 		link = "links shaped by tc " + strings.Join(s, " ")
 	}
 	return fmt.Sprintf("%s on a bridge, %s", hosts, link)
+}
+
+// SetLoss changes the fraction of packets every emulated link drops (0
+// to 1; 1 cuts the hosts off from each other, as an outage would) while
+// the cluster runs. Links tc shapes cannot change: an error says so.
+func (c *Cluster) SetLoss(loss float64) error {
+	if c.emu == nil {
+		return fmt.Errorf("netcluster: the loss of links tc shapes is fixed (Config.Link \"user\" emulates links whose loss can change)")
+	}
+	if loss < 0 || loss > 1 || math.IsNaN(loss) {
+		return fmt.Errorf("netcluster: loss %v: want 0 to 1", loss)
+	}
+	c.emu.loss.Store(math.Float64bits(loss))
+	return nil
 }
 
 // LinkStats counts the packets the emulated links forwarded and dropped
