@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"os/exec"
@@ -52,6 +53,9 @@ func TestCluster(t *testing.T) {
 	}
 	if d := c.Describe(); !strings.Contains(d, "3 hosts") || !strings.Contains(d, "rate 1gbit") {
 		t.Errorf("Describe: %s", d)
+	}
+	if err := c.SetLoss(0.1); err == nil || !strings.Contains(err.Error(), "the loss of links tc shapes is fixed") {
+		t.Errorf("SetLoss on links tc shapes: %v", err)
 	}
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
@@ -110,6 +114,11 @@ func TestEmulatedLinks(t *testing.T) {
 			c := start(t, cfg)
 			if d := c.Describe(); !strings.Contains(d, "emulated in user space") {
 				t.Errorf("Describe: %s", d)
+			}
+			for _, bad := range []float64{-0.1, 1.5, math.NaN()} {
+				if err := c.SetLoss(bad); err == nil {
+					t.Errorf("SetLoss(%v) succeeded", bad)
+				}
 			}
 			rtt, echo, err := echoRun(c, c.Addrs[1]+":29601", tc.bytes)
 			if err != nil {
