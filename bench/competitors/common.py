@@ -99,3 +99,13 @@ def idx(path):
     ndim = b[3]
     dims = [int.from_bytes(b[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
     return np.frombuffer(b, np.uint8, offset=4 + 4 * ndim).reshape(dims)
+
+
+def one_interface():
+    """The host's one network interface besides lo, for gloo's
+    GLOO_SOCKET_IFNAME across hosts (gloo otherwise binds to the address
+    the host name resolves to, 127.0.0.1 in a network namespace)."""
+    names = [n for n in os.listdir("/sys/class/net") if n != "lo"]
+    if len(names) != 1:
+        sys.exit("%s: this host has interfaces %s besides lo: set GLOO_SOCKET_IFNAME" % (os.path.basename(sys.argv[0]), names))
+    return names[0]

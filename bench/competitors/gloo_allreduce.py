@@ -20,6 +20,7 @@ import sys
 import time
 
 from common import allocator  # first, before torch: it picks PyTorch's memory allocator
+from common import one_interface
 
 OPS = ("all_reduce", "broadcast", "all_gather", "barrier")
 
@@ -109,13 +110,6 @@ def worker(local, np_, per_host, node, iters, jobs, init):
             tag = "" if op == "all_reduce" else "op=%s " % op
             print(f"gloo {tag}np={np_} bytes={size} us={per.item() * 1e6:.1f}", flush=True)
     dist.destroy_process_group()
-
-
-def one_interface():
-    names = [n for n in os.listdir("/sys/class/net") if n != "lo"]
-    if len(names) != 1:
-        sys.exit("gloo_allreduce.py: this host has interfaces %s besides lo: set GLOO_SOCKET_IFNAME" % names)
-    return names[0]
 
 
 if __name__ == "__main__":

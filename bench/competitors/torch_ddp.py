@@ -6,6 +6,13 @@ torchrun fails on its Python 3.11):
 
     /usr/bin/python3 bench/competitors/torch_ddp.py mnist 12800 2
     /usr/bin/python3 bench/competitors/torch_ddp.py cifarnet 2560 4
+
+Started once per host with the variables torchrun gives a host's agent
+(MASTER_ADDR, MASTER_PORT, GROUP_RANK, LOCAL_WORLD_SIZE; `bench cluster
+-each` sets them), it spawns that host's LOCAL_WORLD_SIZE ranks of the
+N-rank job instead:
+
+    bin/bench cluster -hosts 2 -np 1 -each -- /usr/bin/python3 bench/competitors/torch_ddp.py mnist 12800 2
 """
 import os
 import sys
@@ -20,14 +27,15 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "model", "testdata"))
 from torchref import CIFARNet, MNISTNet  # noqa: E402
-from common import idx  # noqa: E402
+from common import idx, one_interface  # noqa: E402
 
 model_name, n, world = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 
 
-def main(rank, port):
+def main(local, first, addr, port):
+    rank = first + local
     torch.set_num_threads(1)
-    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = addr, str(port)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     torch.manual_seed(1)
     train(rank)
@@ -64,7 +72,12 @@ def train(rank):
 if __name__ == "__main__":
     import socket
     import torch.multiprocessing as mp
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    mp.spawn(main, args=(port,), nprocs=world)
+    if "GROUP_RANK" in os.environ:  # one host's agent
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", one_interface())
+        local = int(os.environ["LOCAL_WORLD_SIZE"])
+        mp.spawn(main, args=(int(os.environ["GROUP_RANK"]) * local, os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])), nprocs=local)
+    else:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        mp.spawn(main, args=(0, "127.0.0.1", port), nprocs=world)

@@ -136,7 +136,12 @@ func cluster(args []string, stdout io.Writer) error {
 	if _, err := rand.Read(token); err != nil {
 		return err
 	}
+	// A host whose program fails stops the others, which would otherwise
+	// wait for it (gloo's rendezvous, for half an hour).
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	var mu sync.Mutex
+	failed := false // a host's program has failed (under mu)
 	errs := make([]error, *hosts)
 	var wg sync.WaitGroup
 	for h := range *hosts {
@@ -151,12 +156,24 @@ func cluster(args []string, stdout io.Writer) error {
 				cmd.Env = append(os.Environ(), "MASTER_ADDR="+c.Addrs[0], "MASTER_PORT=29519", fmt.Sprintf("GROUP_RANK=%d", h),
 					fmt.Sprintf("LOCAL_WORLD_SIZE=%d", *np), fmt.Sprintf("WORLD_SIZE=%d", *hosts**np))
 			}
+			// Stopping a host stops all it started (a shell's children too),
+			// and does not wait for pipes a straggler keeps open.
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+			cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+			cmd.WaitDelay = 5 * time.Second
 			out, err := cmd.CombinedOutput()
 			mu.Lock()
 			defer mu.Unlock()
 			stdout.Write(out)
-			if err != nil {
-				errs[h] = fmt.Errorf("host %d (%s): %w", h, c.Names[h], err)
+			switch {
+			case err == nil:
+			case failed: // stopped for another host's failure
+			case ctx.Err() != nil: // interrupted
+				errs[h] = fmt.Errorf("host %d (%s): %w", h, c.Names[h], ctx.Err())
+			default:
+				failed = true
+				errs[h] = fmt.Errorf("host %d (%s): %w; the other hosts stopped", h, c.Names[h], err)
+				cancel()
 			}
 		}()
 	}

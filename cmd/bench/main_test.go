@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gorun/gorun/bench"
 	"github.com/gorun/gorun/bench/netcluster"
@@ -234,6 +235,16 @@ func TestClusterCommand(t *testing.T) {
 		if m := want.FindStringSubmatch(out.String()); m == nil || m[1] != m[2] {
 			t.Errorf("-each: host %d's line missing or outside its namespace (want %v):\n%s", h, want, out.String())
 		}
+	}
+	// A host whose program fails stops the others at once.
+	out.Reset()
+	start := time.Now()
+	err = run([]string{"cluster", "-hosts", "3", "-np", "1", "-each", "--", "sh", "-c", `if [ "$GROUP_RANK" = 1 ]; then exit 3; fi; sleep 60`}, &out)
+	if err == nil || !strings.Contains(err.Error(), "host 1 (") || !strings.Contains(err.Error(), "exit status 3; the other hosts stopped") || strings.Contains(err.Error(), "host 0") {
+		t.Errorf("one host failing: %v, want host 1's exit status and no other host's error", err)
+	}
+	if d := time.Since(start); d > 30*time.Second {
+		t.Errorf("one host failing: the others ran on for %v", d)
 	}
 	// Links emulated in user space, as on a kernel without tc netem.
 	out.Reset()
