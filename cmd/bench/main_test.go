@@ -272,6 +272,14 @@ func TestClusterCommand(t *testing.T) {
 			t.Errorf("gloo across hosts: no %q:\n%s", want, out.String())
 		}
 	}
+	// PyTorch DDP started once per host (bench/ddp_hosts.sh's competitor).
+	out.Reset()
+	if err := run([]string{"cluster", "-hosts", "2", "-np", "1", "-each", "--", bench.TorchPython, "../../bench/competitors/torch_ddp.py", "mnist", "256", "2"}, &out); err != nil {
+		t.Fatalf("PyTorch DDP across hosts: %v\n%s", err, out.String())
+	}
+	if want := "torch-ddp mnist np=2: 256 images in "; !strings.Contains(out.String(), want) {
+		t.Errorf("PyTorch DDP across hosts: no %q:\n%s", want, out.String())
+	}
 }
 
 // TestTrainCommand runs seed 003's table as a user would: gorun over
