@@ -1,8 +1,8 @@
 #!/bin/bash
 # All-reduce across simulated hosts: 3 network namespaces × 2 ranks on a
 # bridge (bench cluster, bench/netcluster), links unshaped, limited to
-# 10 Gbit/s and to 1 Gbit/s with tc tbf (the development VM's kernel has
-# no netem, so no delay). Bus bandwidth by size, nccl-tests' columns;
+# 10 Gbit/s and to 1 Gbit/s with tc tbf (delays and losses: bench/hier.sh's
+# DELAY and LOSS). Bus bandwidth by size, nccl-tests' columns;
 # rank 0's rows. Needs root and iproute2.
 #   bash bench/hosts.sh [SIZES]
 set -euo pipefail
