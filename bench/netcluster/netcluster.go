@@ -160,7 +160,7 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 			args := append([]string{"netns", "exec", n, "tc", "qdisc", "add", "dev", host, "root"}, shaping...)
 			if out, err := exec.CommandContext(ctx, "ip", args...).CombinedOutput(); err != nil {
 				if strings.Contains(string(out), "qdisc kind is unknown") && shaping[0] == "netem" {
-					return nil, fmt.Errorf("netcluster: this kernel has no tc netem (CONFIG_NET_SCH_NETEM): a delay or loss cannot be set here, a rate alone can (tbf)")
+					return nil, fmt.Errorf("netcluster: this kernel has no tc netem (CONFIG_NET_SCH_NETEM): tc can set a rate here (tbf), not a delay or loss; Link \"user\" (bench cluster -link user) emulates them")
 				}
 				return nil, fmt.Errorf("netcluster: shaping %s (tc qdisc add ... %s): %v: %s", n, strings.Join(shaping, " "), err, out)
 			}
