@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -18,7 +19,10 @@ import (
 // TestKeepAliveOutlastsOutage cuts two hosts off from each other for 12 s
 // while a connection between them, set up as the transport sets up its
 // own (keepAlive, tune), sits idle, then uses it: keep-alive must not have
-// closed it. Probes start after 5 s of silence; with 3 probes 2 s apart
+// closed it. Then it cuts them off for good: a read waiting on the idle
+// connection must fail with "connection timed out" about 15 s after the
+// connection's last exchange, as keep-alive promises for a host that
+// vanishes. Probes start after 5 s of silence; with 3 probes 2 s apart
 // (the setting before) the kernel gave up at 11 s, within the outage —
 // and on a link losing 1% of its packets an idle connection so died about
 // once in every 130,000 silences, a few times a day across a large job's
@@ -76,17 +80,23 @@ func TestKeepAliveOutlastsOutage(t *testing.T) {
 	}
 	for lines.Scan() {
 		log = append(log, lines.Text())
+		if lines.Text() == "still connected" {
+			if err := c.SetLoss(1); err != nil { // for good
+				t.Fatal(err)
+			}
+		}
 	}
 	if err := client.Wait(); err != nil {
-		t.Fatalf("the connection did not outlast a 12 s outage: %v\nclient:\n%s\nserver:\n%s", err, strings.Join(log, "\n"), serverOut.String())
+		t.Fatalf("%v\nclient:\n%s\nserver:\n%s", err, strings.Join(log, "\n"), serverOut.String())
 	}
-	t.Logf("%+v", c.LinkStats())
+	t.Logf("%s; %+v", strings.Join(log, "; "), c.LinkStats())
 }
 
 // TestKeepAliveHelper is TestKeepAliveOutlastsOutage's server and client
 // when KEEPALIVE_HELPER says so, and passes at once otherwise. Each
 // round trip is one line each way; the client waits 16 s idle (the
-// outage, and past where keep-alive gives up) before its second.
+// outage, and past where keep-alive gives up) before its second, then
+// reads until keep-alive closes the connection (13 to 19 s).
 func TestKeepAliveHelper(t *testing.T) {
 	addr := os.Getenv("KEEPALIVE_ADDR")
 	switch os.Getenv("KEEPALIVE_HELPER") {
@@ -133,5 +143,13 @@ func TestKeepAliveHelper(t *testing.T) {
 		time.Sleep(16 * time.Second)
 		roundTrip("after the outage")
 		fmt.Println("still connected")
+		start := time.Now()
+		conn.SetDeadline(start.Add(40 * time.Second))
+		_, err = r.ReadString('\n')
+		waited := time.Since(start)
+		if !errors.Is(err, syscall.ETIMEDOUT) || waited < 13*time.Second || waited > 19*time.Second {
+			t.Fatalf("a host gone for good: the read ended after %v with %v, want keep-alive's ETIMEDOUT after 13 to 19 s", waited.Round(time.Millisecond), err)
+		}
+		fmt.Printf("gone for good: %v after %v\n", err, waited.Round(time.Second))
 	}
 }
