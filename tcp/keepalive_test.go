@@ -114,15 +114,7 @@ func TestKeepAliveHelper(t *testing.T) {
 		}
 		io.Copy(conn, conn) // echo until the client closes
 	case "client":
-		d := net.Dialer{KeepAliveConfig: keepAlive()}
-		var conn net.Conn
-		var err error
-		for range 100 { // until the server listens
-			if conn, err = d.Dial("tcp", addr); err == nil {
-				break
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		conn, err := netcluster.DialWhenListening(&net.Dialer{KeepAliveConfig: keepAlive()}, addr)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // BenchmarkLinks measures what a link between two hosts gives a TCP
@@ -72,4 +75,48 @@ func echoRun(c *Cluster, addr string, bytes int) (rtt, echo time.Duration, err e
 		return 0, 0, fmt.Errorf("client's output: %w\n%s", err, out)
 	}
 	return rtt, echo, nil
+}
+
+// BenchmarkWakeUp measures how late a sleep of d wakes, the reason the
+// emulator's links wait in ppoll on threads with a 1 ns timer slack and
+// spin the last spinWindow: Go's timer (time.Sleep), and nanosleep on a
+// locked thread with the default slack and with 1 ns. Reports the mean
+// lateness in µs.
+//
+//	go test ./bench/netcluster -run '^$' -bench WakeUp
+func BenchmarkWakeUp(b *testing.B) {
+	sleeps := []struct {
+		name string
+		run  func(time.Duration)
+	}{
+		{"go-timer", time.Sleep},
+		{"nanosleep", func(d time.Duration) {
+			ts := unix.NsecToTimespec(int64(d))
+			unix.Nanosleep(&ts, nil)
+		}},
+	}
+	for _, d := range []time.Duration{25 * time.Microsecond, 100 * time.Microsecond, time.Millisecond} {
+		for _, s := range sleeps {
+			for _, slack := range []int{0, 1} {
+				if s.name == "go-timer" && slack == 1 {
+					continue // Go's timers run on its own threads
+				}
+				b.Run(fmt.Sprintf("%v/%s/slack=%d", d, s.name, slack), func(b *testing.B) {
+					runtime.LockOSThread()
+					defer runtime.UnlockOSThread()
+					if slack == 1 {
+						unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
+						defer unix.Prctl(unix.PR_SET_TIMERSLACK, 0, 0, 0, 0) // back to the thread's default
+					}
+					var late time.Duration
+					for b.Loop() {
+						start := time.Now()
+						s.run(d)
+						late += time.Since(start) - d
+					}
+					b.ReportMetric(float64(late.Microseconds())/float64(b.N), "late-µs")
+				})
+			}
+		}
+	}
 }

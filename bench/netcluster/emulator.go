@@ -25,7 +25,8 @@ import (
 // delivers what is due, and waits in ppoll for the next packet or until
 // shortly before the next one is due, spinning the rest (still reading). (Go's timers wake
 // about a millisecond late on the development VM; a thread's sleep with
-// the default 50 µs slack about 90 µs late, with 1 ns about 25–35 µs. A
+// the default 50 µs slack 60–110 µs late, with 1 ns 30–50 µs:
+// BenchmarkWakeUp. A
 // reader handing packets to a delivering goroutine cost another wake-up,
 // about 50 µs, on every packet.)
 
@@ -35,7 +36,7 @@ type LinkStats struct {
 	Forwarded int64 // delivered to the host they were addressed to
 	Lost      int64 // dropped at random (Config.Loss)
 	Overflow  int64 // dropped because the link's queue was full
-	Stray     int64 // not IPv4 to another host of the cluster: dropped
+	Stray     int64 // not IPv4 to another host of the cluster, or refused by that host's stack: dropped
 }
 
 // queuePackets is the most packets a link holds waiting for its rate or

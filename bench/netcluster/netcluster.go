@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -279,6 +280,21 @@ func (c *Cluster) LinkStats() LinkStats {
 		return LinkStats{}
 	}
 	return c.emu.linkStats()
+}
+
+// DialWhenListening dials addr with d until it answers, for a program on
+// one host whose peer on another is started at the same time: up to 5 s
+// of refused or unreachable attempts, 50 ms apart.
+func DialWhenListening(d *net.Dialer, addr string) (net.Conn, error) {
+	var err error
+	for range 100 {
+		var c net.Conn
+		if c, err = d.Dial("tcp", addr); err == nil {
+			return c, nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return nil, fmt.Errorf("netcluster: %s did not answer within 5 s: %w", addr, err)
 }
 
 // Command returns a command that runs name with args on host i.

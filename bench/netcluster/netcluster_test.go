@@ -168,14 +168,7 @@ func TestHelperProcess(t *testing.T) {
 		io.Copy(conn, conn)
 		conn.Close()
 	case "client":
-		var conn net.Conn
-		var err error
-		for range 100 { // until the server listens
-			if conn, err = net.Dial("tcp", addr); err == nil {
-				break
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		conn, err := DialWhenListening(&net.Dialer{}, addr)
 		if err != nil {
 			t.Fatal(err)
 		}

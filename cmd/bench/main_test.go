@@ -200,7 +200,7 @@ func TestClusterCommand(t *testing.T) {
 		t.Skip("network namespaces need root")
 	}
 	bin := t.TempDir()
-	if out, err := exec.Command("go", "build", "-o", bin+"/", "../gorun", "../../examples/allreduce").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-o", bin+"/", "../gorun", "../../examples/allreduce", ".").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
 	var out bytes.Buffer
@@ -245,6 +245,35 @@ func TestClusterCommand(t *testing.T) {
 	}
 	if d := time.Since(start); d > 30*time.Second {
 		t.Errorf("one host failing: the others ran on for %v", d)
+	}
+	// Ctrl-C: the hosts' programs are stopped and the namespaces removed.
+	interrupted := exec.Command(filepath.Join(bin, "bench"), "cluster", "-hosts", "2", "-np", "1", "-each", "--", "sleep", "60")
+	var stderr bytes.Buffer
+	interrupted.Stderr = &stderr
+	if err := interrupted.Start(); err != nil {
+		t.Fatal(err)
+	}
+	prefix := fmt.Sprintf("gnc%d-", interrupted.Process.Pid%250)
+	namespaces := func() bool {
+		names, _ := exec.Command("ip", "netns", "list").Output()
+		return strings.Contains(string(names), prefix)
+	}
+	for i := 0; !namespaces(); i++ {
+		if i == 200 {
+			interrupted.Process.Kill()
+			t.Fatalf("the cluster's namespaces (%s…) never appeared", prefix)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond) // the hosts' programs started
+	start = time.Now()
+	interrupted.Process.Signal(os.Interrupt)
+	err = interrupted.Wait()
+	if err == nil || !strings.Contains(stderr.String(), "context canceled") || time.Since(start) > 20*time.Second {
+		t.Errorf("interrupted: %v after %v, want a failure within 20 s saying the context was canceled:\n%s", err, time.Since(start), stderr.String())
+	}
+	if namespaces() {
+		t.Errorf("interrupted: namespaces %s… left behind", prefix)
 	}
 	// Links emulated in user space, as on a kernel without tc netem.
 	out.Reset()

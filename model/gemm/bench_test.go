@@ -70,6 +70,27 @@ func BenchmarkMicroKernel(b *testing.B) {
 	})
 }
 
+// BenchmarkMicroKernelDepth runs the micro-kernel on L1-resident panels
+// at the depths convolutions hand it (27: a 3-channel 3×3 layer, 64: a
+// 64-channel 1×1 layer, 256: a full block), storing and accumulating: how
+// far a shallow product falls below the peak of BenchmarkMicroKernel.
+//
+//	go test ./model/gemm -run '^$' -bench MicroKernelDepth
+func BenchmarkMicroKernelDepth(b *testing.B) {
+	k := bestKernel()
+	for _, kc := range []int{9, 16, 27, 32, 64, 128, 256} {
+		a, bp, c := make([]float32, k.mr*kc), make([]float32, k.nr*kc), make([]float32, k.mr*k.nr)
+		for _, add := range []bool{false, true} {
+			b.Run(fmt.Sprintf("%s/depth=%d/add=%v", k.name, kc, add), func(b *testing.B) {
+				for b.Loop() {
+					k.tile(kc, a, bp, c, k.nr, add)
+				}
+				b.ReportMetric(2*float64(k.mr*k.nr*kc)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
+		}
+	}
+}
+
 // BenchmarkConvProducts runs the three products of one image of the MNIST
 // net's second convolution (32→64 channels, 3×3, 24×24 outputs) as the CPU
 // backend calls them: forward W·col, weight gradient dY·colᵀ (B transposed)
