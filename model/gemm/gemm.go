@@ -23,6 +23,9 @@ type kernel struct {
 	// interleave is interleave4 or a vector kernel giving the same bits:
 	// the transposing step of the packings.
 	interleave func(dst []float32, width int, src []float32, base, stride, kc int, alpha float32)
+	// interleave2 is interleave2 or a vector kernel giving the same bits:
+	// the two rows a six-row panel has past its four-row group.
+	interleave2 func(dst []float32, width int, src []float32, base, stride, kc int, alpha float32)
 	// copyRows is copyRows or a vector kernel doing the same: the
 	// untransposed packing of B's full-width panels, and of a transposed
 	// A's full panels when alpha is 1.
@@ -418,6 +421,10 @@ func (k kernel) transposeRows(dst []float32, w int, src []float32, base, stride,
 	for ; r+4 <= n; r += 4 {
 		k.interleave(dst[r:], w, src, base+r*stride, stride, kc, alpha)
 	}
+	if r+2 <= n {
+		k.interleave2(dst[r:], w, src, base+r*stride, stride, kc, alpha)
+		r += 2
+	}
 	for ; r < n; r++ {
 		for l, v := range src[base+r*stride : base+r*stride+kc] {
 			dst[l*w+r] = alpha * v
@@ -450,6 +457,23 @@ func interleave4(dst []float32, width int, src []float32, base, stride, kc int, 
 		o[1] = alpha * r1[l]
 		o[2] = alpha * r2[l]
 		o[3] = alpha * r3[l]
+	}
+}
+
+// interleave2 is interleave4 for two rows: src[base+r·stride+l] for
+// r < 2 into dst[l·width+r], scaled by alpha — a six-row panel's last two
+// rows, which a row at a time stored every width floats twice over.
+func interleave2(dst []float32, width int, src []float32, base, stride, kc int, alpha float32) {
+	r0 := src[base : base+kc]
+	r1 := src[base+stride : base+stride+kc]
+	if kc == 0 {
+		return
+	}
+	_ = dst[(kc-1)*width+1]
+	for l := range r0 {
+		o := dst[l*width : l*width+2 : l*width+2]
+		o[0] = alpha * r0[l]
+		o[1] = alpha * r1[l]
 	}
 }
 

@@ -4,11 +4,11 @@ import "golang.org/x/sys/cpu"
 
 // avx2Kernel is the AVX2/FMA micro-kernel: a 6×16 tile of C in twelve YMM
 // accumulators, fed by two vectors of B and one broadcast of A per step.
-var avx2Kernel = kernel{name: "avx2-fma 6x16", mr: 6, nr: 16, mc: 96, kc: 256, nc: 3072, tile: tileAVX2, interleave: interleave4Vector, copyRows: copyRowsVector}
+var avx2Kernel = kernel{name: "avx2-fma 6x16", mr: 6, nr: 16, mc: 96, kc: 256, nc: 3072, tile: tileAVX2, interleave: interleave4Vector, interleave2: interleave2Vector, copyRows: copyRowsVector}
 
 // avx512Kernel is the AVX-512 micro-kernel: a 12×32 tile of C in 24 ZMM
 // accumulators.
-var avx512Kernel = kernel{name: "avx512 12x32", mr: 12, nr: 32, mc: 96, kc: 256, nc: 3072, tile: tileAVX512, interleave: interleave4Vector, copyRows: copyRowsVector}
+var avx512Kernel = kernel{name: "avx512 12x32", mr: 12, nr: 32, mc: 96, kc: 256, nc: 3072, tile: tileAVX512, interleave: interleave4Vector, interleave2: interleave2Vector, copyRows: copyRowsVector}
 
 func bestKernel() kernel {
 	if cpu.X86.HasAVX512F {

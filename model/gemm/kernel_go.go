@@ -2,7 +2,7 @@ package gemm
 
 // goKernel is the portable micro-kernel: a 4×8 tile held in 32 scalar
 // accumulators, which the Go compiler keeps in registers well enough.
-var goKernel = kernel{name: "go 4x8", mr: 4, nr: 8, mc: 128, kc: 256, nc: 2048, tile: tileGo4x8, interleave: interleave4, copyRows: copyRows}
+var goKernel = kernel{name: "go 4x8", mr: 4, nr: 8, mc: 128, kc: 256, nc: 2048, tile: tileGo4x8, interleave: interleave4, interleave2: interleave2, copyRows: copyRows}
 
 func tileGo4x8(kc int, a, b, c []float32, ldc int, add bool) {
 	var c00, c01, c02, c03, c04, c05, c06, c07 float32

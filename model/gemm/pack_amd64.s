@@ -151,3 +151,64 @@ wide:
 	JNZ	wide
 	VZEROUPPER
 	RET
+
+// func interleave2AVX2(dst *float32, width int, src *float32, stride, kc int, alpha float32)
+//
+// interleave2's AVX2 form (pack_amd64.go): for l < kc, dst[l·width + r] =
+// alpha·src[r·stride + l], r < 2 — the last two rows of the AVX2
+// micro-kernel's six-row panels of A, which went one row at a time with a
+// store every width floats. Eight columns at a time: two rows of eight
+// are scaled, interleaved in registers into eight pairs (unpack low and
+// high) and stored 8 bytes each; the last kc mod 8 columns one at a time.
+// Every value is one float32 product: the Go loop's bits.
+TEXT ·interleave2AVX2(SB), NOSPLIT, $0-44
+	MOVQ	dst+0(FP), DI
+	MOVQ	width+8(FP), R9
+	SHLQ	$2, R9            // width in bytes
+	MOVQ	src+16(FP), SI
+	MOVQ	stride+24(FP), R8
+	SHLQ	$2, R8            // stride in bytes
+	MOVQ	kc+32(FP), CX
+	VBROADCASTSS	alpha+40(FP), Y15
+	LEAQ	(SI)(R8*1), R11   // row 1
+	LEAQ	(R9)(R9*2), R10   // 3·width bytes
+	XORQ	AX, AX            // column index
+	MOVQ	CX, DX
+	ANDQ	$-8, DX
+	JZ	tail2
+
+eight2:
+	VMULPS	(SI)(AX*4), Y15, Y0
+	VMULPS	(R11)(AX*4), Y15, Y1
+	VUNPCKLPS	Y1, Y0, Y4 // a0 b0 a1 b1 | a4 b4 a5 b5
+	VUNPCKHPS	Y1, Y0, Y5 // a2 b2 a3 b3 | a6 b6 a7 b7
+	VMOVLPS	X4, (DI)
+	VMOVHPS	X4, (DI)(R9*1)
+	VMOVLPS	X5, (DI)(R9*2)
+	VMOVHPS	X5, (DI)(R10*1)
+	LEAQ	(DI)(R9*4), BX
+	VEXTRACTF128	$1, Y4, X6
+	VEXTRACTF128	$1, Y5, X7
+	VMOVLPS	X6, (BX)
+	VMOVHPS	X6, (BX)(R9*1)
+	VMOVLPS	X7, (BX)(R9*2)
+	VMOVHPS	X7, (BX)(R10*1)
+	LEAQ	(BX)(R9*4), DI
+	ADDQ	$8, AX
+	CMPQ	AX, DX
+	JLT	eight2
+
+tail2:
+	CMPQ	AX, CX
+	JGE	done2
+	VMULSS	(SI)(AX*4), X15, X0
+	VMULSS	(R11)(AX*4), X15, X1
+	VMOVSS	X0, (DI)
+	VMOVSS	X1, 4(DI)
+	ADDQ	R9, DI
+	INCQ	AX
+	JMP	tail2
+
+done2:
+	VZEROUPPER
+	RET
