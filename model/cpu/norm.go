@@ -19,6 +19,13 @@ import (
 // there K is the running mean, the same on every replica, which costs
 // precision only while the variance is below about 1e-10 of
 // (mean − running mean)².
+//
+// Without a cross-replica sum (one process, or DDP without SyncBatchNorm)
+// a channel's two passes run back to back (bnForward, bnBackward): the
+// second reads the channel's planes while the first has left them in the
+// core's caches, where running each pass over every channel first sent
+// them out to memory and back. Each channel's arithmetic is the same
+// either way, so are the bits.
 
 // bnPhase is what a bnTask computes for its channels.
 type bnPhase int
@@ -28,6 +35,8 @@ const (
 	bnNormalize                // y = x·scale + shift with saveMean, saveInvStd
 	bnGradSums                 // stats[2ch], stats[2ch+1] = Σdy, Σdy·x̂
 	bnGradInput                // dx from the sums
+	bnForward                  // bnMoments, the channel's statistics, then bnNormalize
+	bnBackward                 // bnGradSums, dgamma and dbeta, then bnGradInput
 )
 
 // bnTask is one phase of a batch norm, kept in the backend so that handing
@@ -41,7 +50,10 @@ type bnTask struct {
 	stats                []float64
 	n, c, hw, per        int
 	training             bool
-	relu                 bool   // the relu after the batch norm is fused in (BatchNormReLU)
+	relu                 bool // the relu after the batch norm is fused in (BatchNormReLU)
+	runMean, runVar      *tensor.Tensor
+	dgamma, dbeta        *tensor.Tensor
+	momentum, eps        float64
 	vec                  vecOps // the per-element passes' kernels (vecops.go)
 }
 
@@ -72,8 +84,52 @@ func (t *bnTask) plane(v *tensor.Tensor, i, ch int) []float32 {
 }
 
 func (t *bnTask) channel(ch int) {
-	c := t.c
 	switch t.phase {
+	case bnForward:
+		t.phaseChannel(bnMoments, ch)
+		t.statistics(ch)
+		t.phaseChannel(bnNormalize, ch)
+	case bnBackward:
+		t.phaseChannel(bnGradSums, ch)
+		t.paramGrads(ch)
+		t.phaseChannel(bnGradInput, ch)
+	default:
+		t.phaseChannel(t.phase, ch)
+	}
+}
+
+// statistics sets channel ch's mean and inverse standard deviation, and
+// updates its running statistics, from its moments (bnMoments) and the
+// element count in stats[c].
+func (t *bnTask) statistics(ch int) {
+	c := t.c
+	m := t.stats[c]
+	d := t.stats[ch] / m // mean − K
+	mean := float64(t.shift[ch]) + d
+	ss := max(t.stats[c+1+ch]-d*t.stats[ch], 0) // Σ(x − mean)²
+	variance := ss / m
+	unbiased := variance
+	if m > 1 {
+		unbiased = ss / (m - 1)
+	}
+	mom := t.momentum
+	t.runMean.Data[ch] = float32((1-mom)*float64(t.runMean.Data[ch]) + mom*mean)
+	t.runVar.Data[ch] = float32((1-mom)*float64(t.runVar.Data[ch]) + mom*unbiased)
+	t.saveMean.Data[ch] = float32(mean)
+	t.saveInvStd.Data[ch] = float32(1 / math.Sqrt(variance+t.eps))
+}
+
+// paramGrads adds channel ch's weight and bias gradients from its sums
+// (bnGradSums).
+func (t *bnTask) paramGrads(ch int) {
+	t.dgamma.Data[ch] += float32(t.stats[2*ch+1])
+	t.dbeta.Data[ch] += float32(t.stats[2*ch])
+}
+
+// phaseChannel runs one phase's work for channel ch.
+func (t *bnTask) phaseChannel(phase bnPhase, ch int) {
+	c := t.c
+	switch phase {
 	case bnMoments:
 		k := float64(t.shift[ch])
 		var s1, s2 float64
@@ -186,37 +242,25 @@ func (b *Backend) BatchNormReLU(x, y, gamma, beta, runMean, runVar, saveMean, sa
 func (b *Backend) batchNorm(x, y, gamma, beta, runMean, runVar, saveMean, saveInvStd *tensor.Tensor, p tensor.BatchNormParams, relu bool) {
 	n, c, hw := tensor.Planes(x)
 	t := &b.bn
-	*t = bnTask{x: x, y: y, gamma: gamma, beta: beta, saveMean: saveMean, saveInvStd: saveInvStd, n: n, c: c, hw: hw, training: p.Training, relu: relu}
+	*t = bnTask{x: x, y: y, gamma: gamma, beta: beta, saveMean: saveMean, saveInvStd: saveInvStd, n: n, c: c, hw: hw, training: p.Training, relu: relu,
+		runMean: runMean, runVar: runVar, momentum: float64(p.Momentum), eps: float64(p.Eps)}
 	if p.Training {
 		// The first two moments about K, in one pass.
-		t.shift = runMean.Data
+		t.stats = grow(&b.stats, 2*c+1)
+		t.stats[c] = float64(n * hw)
 		if p.SumAcross == nil {
 			t.shift = grow(&b.shift, c)
 			for ch := range c {
 				t.shift[ch] = x.Data[ch*hw]
 			}
+			b.runBN(bnForward)
+			return
 		}
-		t.stats = grow(&b.stats, 2*c+1)
+		t.shift = runMean.Data
 		b.runBN(bnMoments)
-		t.stats[c] = float64(n * hw)
-		if p.SumAcross != nil {
-			p.SumAcross(t.stats)
-		}
-		m := t.stats[c]
-		mom := float64(p.Momentum)
+		p.SumAcross(t.stats)
 		for ch := range c {
-			d := t.stats[ch] / m // mean − K
-			mean := float64(t.shift[ch]) + d
-			ss := max(t.stats[c+1+ch]-d*t.stats[ch], 0) // Σ(x − mean)²
-			variance := ss / m
-			unbiased := variance
-			if m > 1 {
-				unbiased = ss / (m - 1)
-			}
-			runMean.Data[ch] = float32((1-mom)*float64(runMean.Data[ch]) + mom*mean)
-			runVar.Data[ch] = float32((1-mom)*float64(runVar.Data[ch]) + mom*unbiased)
-			saveMean.Data[ch] = float32(mean)
-			saveInvStd.Data[ch] = float32(1 / math.Sqrt(variance+float64(p.Eps)))
+			t.statistics(ch)
 		}
 	} else {
 		for ch := range c {
@@ -244,17 +288,19 @@ func (b *Backend) BatchNormReLUBackward(x, dy, dx, gamma, beta, dgamma, dbeta, s
 func (b *Backend) batchNormBackward(x, dy, dx, gamma, beta, dgamma, dbeta, saveMean, saveInvStd *tensor.Tensor, p tensor.BatchNormParams) {
 	n, c, hw := tensor.Planes(x)
 	t := &b.bn
-	*t = bnTask{x: x, dy: dy, dx: dx, gamma: gamma, beta: beta, saveMean: saveMean, saveInvStd: saveInvStd, n: n, c: c, hw: hw, training: p.Training, relu: beta != nil}
+	*t = bnTask{x: x, dy: dy, dx: dx, gamma: gamma, beta: beta, saveMean: saveMean, saveInvStd: saveInvStd, n: n, c: c, hw: hw, training: p.Training, relu: beta != nil,
+		dgamma: dgamma, dbeta: dbeta}
 	// Per channel: Σdy and Σdy·x̂, then the element count.
 	t.stats = grow(&b.stats, 2*c+1)
+	t.stats[2*c] = float64(n * hw)
+	if !p.Training || p.SumAcross == nil {
+		b.runBN(bnBackward)
+		return
+	}
 	b.runBN(bnGradSums)
 	for ch := range c {
-		dgamma.Data[ch] += float32(t.stats[2*ch+1])
-		dbeta.Data[ch] += float32(t.stats[2*ch])
+		t.paramGrads(ch)
 	}
-	t.stats[2*c] = float64(n * hw)
-	if p.Training && p.SumAcross != nil {
-		p.SumAcross(t.stats)
-	}
+	p.SumAcross(t.stats)
 	b.runBN(bnGradInput)
 }

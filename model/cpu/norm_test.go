@@ -330,3 +330,59 @@ func TestBatchNormReLUMatchesSeparate(t *testing.T) {
 		}
 	})
 }
+
+// TestBatchNormOneSweepSameBits holds the one-sweep batch norm (each
+// channel's two passes back to back, used without a cross-replica sum)
+// to the bits of the phase-by-phase one that a cross-replica sum needs:
+// with a sum that changes nothing and a running mean starting at each
+// channel's first value (the one sweep's shift K), forward and backward,
+// with and without the relu, on one and two threads, give the same y,
+// statistics, dx, dgamma and dbeta.
+func TestBatchNormOneSweepSameBits(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	for _, threads := range []int{1, 2} {
+		be := New(threads)
+		defer be.Close()
+		for _, shape := range [][]int{{2, 3, 5, 7}, {4, 64, 17, 17}, {3, 2, 1, 1}, {6, 5}, {32, 40, 8, 8}} {
+			for _, relu := range []bool{false, true} {
+				name := fmt.Sprintf("threads=%d/%v/relu=%v", threads, shape, relu)
+				n, c := shape[0], shape[1]
+				hw := len(tensor.New(shape...).Data) / (n * c)
+				x, dy := randTensor(rng, shape...), randTensor(rng, shape...)
+				for i := range x.Data {
+					x.Data[i] = x.Data[i]*0.5 + 3
+				}
+				gamma, beta := randTensor(rng, c), randTensor(rng, c)
+				type outs struct{ y, runMean, runVar, mean, invStd, dx, dgamma, dbeta *tensor.Tensor }
+				run := func(across func([]float64)) outs {
+					o := outs{tensor.New(shape...), tensor.New(c), tensor.New(c), tensor.New(c), tensor.New(c), tensor.New(shape...), tensor.New(c), tensor.New(c)}
+					for ch := range c {
+						o.runMean.Data[ch], o.runVar.Data[ch] = x.Data[ch*hw], 0.9
+					}
+					p := tensor.BatchNormParams{Training: true, Momentum: 0.1, Eps: 1e-5, SumAcross: across}
+					if relu {
+						be.BatchNormReLU(x, o.y, gamma, beta, o.runMean, o.runVar, o.mean, o.invStd, p)
+						be.BatchNormReLUBackward(x, dy, o.dx, gamma, beta, o.dgamma, o.dbeta, o.mean, o.invStd, p)
+					} else {
+						be.BatchNorm(x, o.y, gamma, beta, o.runMean, o.runVar, o.mean, o.invStd, p)
+						be.BatchNormBackward(x, dy, o.dx, gamma, o.dgamma, o.dbeta, o.mean, o.invStd, p)
+					}
+					return o
+				}
+				got, want := run(nil), run(func([]float64) {})
+				for _, r := range []struct {
+					what      string
+					got, want *tensor.Tensor
+				}{{"y", got.y, want.y}, {"running mean", got.runMean, want.runMean}, {"running var", got.runVar, want.runVar},
+					{"mean", got.mean, want.mean}, {"inverse std", got.invStd, want.invStd},
+					{"dx", got.dx, want.dx}, {"dgamma", got.dgamma, want.dgamma}, {"dbeta", got.dbeta, want.dbeta}} {
+					for i, v := range r.want.Data {
+						if math.Float32bits(r.got.Data[i]) != math.Float32bits(v) {
+							t.Fatalf("%s: %s[%d] = %v in one sweep, %v phase by phase", name, r.what, i, r.got.Data[i], v)
+						}
+					}
+				}
+			}
+		}
+	}
+}
