@@ -172,7 +172,10 @@ func cluster(args []string, stdout io.Writer) error {
 				errs[h] = fmt.Errorf("host %d (%s): %w", h, c.Names[h], ctx.Err())
 			default:
 				failed = true
-				errs[h] = fmt.Errorf("host %d (%s): %w; the other hosts stopped", h, c.Names[h], err)
+				errs[h] = fmt.Errorf("host %d (%s): %w", h, c.Names[h], err)
+				if *hosts > 1 {
+					errs[h] = fmt.Errorf("%w; the other hosts stopped", errs[h])
+				}
 				cancel()
 			}
 		}()

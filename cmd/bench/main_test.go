@@ -246,6 +246,11 @@ func TestClusterCommand(t *testing.T) {
 	if d := time.Since(start); d > 30*time.Second {
 		t.Errorf("one host failing: the others ran on for %v", d)
 	}
+	// A cluster of one host has no others to stop, and says none.
+	err = run([]string{"cluster", "-hosts", "1", "-np", "1", "-each", "--", "sh", "-c", "exit 3"}, &out)
+	if err == nil || !strings.Contains(err.Error(), "host 0 (") || !strings.Contains(err.Error(), "exit status 3") || strings.Contains(err.Error(), "other hosts") {
+		t.Errorf("the only host failing: %v, want host 0's exit status and no other hosts", err)
+	}
 	// Ctrl-C: the hosts' programs are stopped and the namespaces removed.
 	interrupted := exec.Command(filepath.Join(bin, "bench"), "cluster", "-hosts", "2", "-np", "1", "-each", "--", "sleep", "60")
 	var stderr bytes.Buffer
