@@ -8,6 +8,9 @@
 # gorun time, and each layer's weight in the network (how many of its 53
 # convolutions have the shape). Usage:
 #   bash bench/resnet50_convs.sh [ROUNDS] [LAYER_REGEXP]
+# OLD=DIR: also an earlier build's checkout (git worktree add DIR COMMIT),
+# its layer run just before this build's, and its own columns and
+# totals in the table (old ÷ new time).
 set -euo pipefail
 rounds=${1:-3}
 only=${2:-.}
@@ -15,24 +18,30 @@ cd "$(dirname "$0")/.."
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 go test -c -o "$tmp/nn.test" ./model/nn
+if [ -n "${OLD:-}" ]; then
+	(cd "$OLD" && go test -c -o "$tmp/old.test" ./model/nn)
+fi
 go test -c -o "$tmp/gemm.test" ./model/gemm
 lscpu | grep -E 'Model name|^CPU\(s\)|CPU family|^Model:' | tr -s ' '
 layers=$(sed -n 's/^\t{"\([a-z0-9_]*\)", [0-9]*, [0-9]*, [0-9]*, [0-9]*, [0-9]*, [0-9]*},$/\1/p' model/nn/bench_test.go | grep -E "$only")
 for round in $(seq "$rounds"); do
-	"$tmp/gemm.test" -test.run '^$' -test.bench 'MicroKernel' -test.benchtime 1s | grep GFLOP | sed "s/^/round $round /"
+	"$tmp/gemm.test" -test.run '^$' -test.bench '^BenchmarkMicroKernel$' -test.benchtime 1s | grep GFLOP | sed "s/^/round $round /"
 	for layer in $layers; do
+		if [ -n "${OLD:-}" ]; then
+			"$tmp/old.test" -test.run '^$' -test.bench "^BenchmarkResNet50Convs/$layer/" -test.benchtime 3x | grep GFLOP | sed "s/^/round $round old /"
+		fi
 		"$tmp/nn.test" -test.run '^$' -test.bench "^BenchmarkResNet50Convs/$layer/" -test.benchtime 3x | grep GFLOP | sed "s/^/round $round /"
 		OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 /usr/bin/python3 bench/competitors/torch_layers.py 1 resnet50 "$layer" | grep '^resnet50 conv' | sed "s/^/round $round /"
 	done
 done | tee "$tmp/out"
 python3 - "$tmp/out" model/nn/bench_test.go <<'PY'
 import re, statistics, sys
-g, t, peak, count = {}, {}, [], {}
+g, t, old, peak, count = {}, {}, {}, [], {}
 for line in open(sys.argv[1]):
     if m := re.search(r'MicroKernel\S*\s+\d+\s+[\d.]+ ns/op\s+([\d.]+) GFLOP/s', line):
         peak.append(float(m[1]))
     elif m := re.search(r'ResNet50Convs/(\w+)/(\w+)-\d+\s+\d+\s+(\d+) ns/op\s+([\d.]+) GFLOP/s', line):
-        g.setdefault((m[1], m[2]), []).append((int(m[3]) / 1e6, float(m[4])))
+        (old if line.split()[2] == "old" else g).setdefault((m[1], m[2]), []).append((int(m[3]) / 1e6, float(m[4])))
     elif m := re.search(r'resnet50 conv (\w+)\s+(\w+)\s+([\d.]+) ms\s+([\d.]+) GFLOP/s', line):
         t.setdefault((m[1], m[2]), []).append((float(m[3]), float(m[4])))
 for line in open(sys.argv[2]):
@@ -40,9 +49,9 @@ for line in open(sys.argv[2]):
         count[m[1]] = int(m[2])
 p = statistics.median(peak)
 print(f"micro-kernel peak (median of {len(peak)}): {p:.1f} GFLOP/s")
-print("| layer | pass | × | gorun ms | gorun GFLOP/s | % of peak | PyTorch ms | PyTorch ÷ gorun time |")
-print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
-total = {}
+print("| layer | pass | × | gorun ms | gorun GFLOP/s | % of peak | PyTorch ms | PyTorch ÷ gorun time |" + (" old ms | old ÷ new time |" if old else ""))
+print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |" + (" ---: | ---: |" if old else ""))
+total, oldTotal = {}, {}
 for key in g:
     if key not in t:
         continue
@@ -51,7 +60,15 @@ for key in g:
     c = count[key[0]]
     total.setdefault(key[1], [0, 0])
     total[key[1]][0] += c * gm; total[key[1]][1] += c * tm
-    print(f"| {key[0]} | {key[1]} | {c} | {gm:.1f} | {gf:.1f} | {100 * gf / p:.0f}% | {tm:.1f} | {tm / gm:.2f} |")
+    row = f"| {key[0]} | {key[1]} | {c} | {gm:.1f} | {gf:.1f} | {100 * gf / p:.0f}% | {tm:.1f} | {tm / gm:.2f} |"
+    if key in old:
+        om = statistics.median(x[0] for x in old[key])
+        oldTotal[key[1]] = oldTotal.get(key[1], 0) + c * om
+        row += f" {om:.1f} | {om / gm:.2f} |"
+    print(row)
 for k, (gm, tm) in total.items():
-    print(f"whole network's convolutions, {k}: gorun {gm / 1e3:.2f} s, PyTorch {tm / 1e3:.2f} s, PyTorch ÷ gorun {tm / gm:.2f}")
+    line = f"whole network's convolutions, {k}: gorun {gm / 1e3:.2f} s, PyTorch {tm / 1e3:.2f} s, PyTorch ÷ gorun {tm / gm:.2f}"
+    if k in oldTotal:
+        line += f"; old build {oldTotal[k] / 1e3:.2f} s, old ÷ new {oldTotal[k] / gm:.2f}"
+    print(line)
 PY
