@@ -128,6 +128,41 @@ func BenchmarkConvAlgorithms(b *testing.B) {
 	}
 }
 
+// BenchmarkDenseForward times the forward pass alone (inference's) of
+// ResNet-18's convolutions on CIFAR-10's smallest maps, which run as one
+// dense product (dense.go), batch 32, one and two threads.
+//
+//	go test ./model/cpu -run '^$' -bench DenseForward -count 5
+func BenchmarkDenseForward(b *testing.B) {
+	for _, s := range []struct {
+		name             string
+		c, f, hw, stride int
+	}{
+		{"resnet18_256x256x2", 256, 256, 2, 1},
+		{"resnet18_256x512x2s2", 256, 512, 2, 2},
+		{"resnet18_512x512x1", 512, 512, 1, 1},
+	} {
+		rng := rand.New(rand.NewPCG(1, 1))
+		p := tensor.ConvParams{KernelH: 3, KernelW: 3, StrideH: s.stride, StrideW: s.stride, PadH: 1, PadW: 1}
+		x, w := randTensor(rng, 32, s.c, s.hw, s.hw), randTensor(rng, s.f, s.c, 3, 3)
+		oh, ow := p.OutSize(s.hw, s.hw)
+		y := tensor.New(32, s.f, oh, ow)
+		for _, threads := range []int{1, 2} {
+			b.Run(fmt.Sprintf("%s/threads=%d", s.name, threads), func(b *testing.B) {
+				be := New(threads)
+				defer be.Close()
+				if !be.useDense(geom(x, w, p), p) {
+					b.Fatal("not a dense product")
+				}
+				for b.Loop() {
+					be.Conv2d(x, w, nil, y, p)
+				}
+				b.ReportMetric(float64(32*b.N)/b.Elapsed().Seconds(), "img/s")
+			})
+		}
+	}
+}
+
 // BenchmarkMaxPoolBackward times the 2×2 max-pooling backward pass on the
 // MNIST net's shape (batch 64, 64 channels of 24×24), one thread.
 //

@@ -123,6 +123,7 @@ func TestSmallMaps(t *testing.T) {
 		{"3×3 stride 2 on 2×2", 5, 16, 32, 2, 2, k3s2, true, false},
 		{"1×1 on 1×1", 6, 40, 24, 1, 1, tensor.ConvParams{KernelH: 1, KernelW: 1, StrideH: 1, StrideW: 1}, true, false},
 		{"3×3 on 3×3", 4, 8, 12, 3, 3, k3, true, false},
+		{"3×3 on 2×2, 72 channels: Vᵀ past one depth block of the packing", 3, 72, 10, 2, 2, k3, true, false},
 		{"3×3 on 1×12: its middle row alone", 5, 16, 20, 1, 12, k3, false, true},
 		{"3×3 on 12×1: its middle column alone", 5, 16, 20, 12, 1, k3, false, true},
 		{"3×3 on 4×4 keeps every tap", 3, 16, 16, 4, 4, k3, false, false},
