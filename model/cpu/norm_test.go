@@ -347,7 +347,7 @@ func TestBatchNormOneSweepSameBits(t *testing.T) {
 			for _, relu := range []bool{false, true} {
 				name := fmt.Sprintf("threads=%d/%v/relu=%v", threads, shape, relu)
 				n, c := shape[0], shape[1]
-				hw := len(tensor.New(shape...).Data) / (n * c)
+				hw := tensor.Volume(shape) / (n * c)
 				x, dy := randTensor(rng, shape...), randTensor(rng, shape...)
 				for i := range x.Data {
 					x.Data[i] = x.Data[i]*0.5 + 3
