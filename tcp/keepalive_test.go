@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"strings"
@@ -101,18 +100,11 @@ func TestKeepAliveHelper(t *testing.T) {
 	addr := os.Getenv("KEEPALIVE_ADDR")
 	switch os.Getenv("KEEPALIVE_HELPER") {
 	case "server":
-		l, err := net.Listen("tcp", addr)
-		if err != nil {
+		// Echo until the client closes, or keep-alive ends the connection
+		// to a client gone for good (the test stops the server first).
+		if err := netcluster.EchoOnce(addr, func(c *net.TCPConn) error { return tune(c, &Config{}) }); err != nil {
 			t.Fatal(err)
 		}
-		conn, err := l.Accept()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := tune(conn.(*net.TCPConn), &Config{}); err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(conn, conn) // echo until the client closes
 	case "client":
 		conn, err := netcluster.DialWhenListening(&net.Dialer{KeepAliveConfig: keepAlive()}, addr)
 		if err != nil {

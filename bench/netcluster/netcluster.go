@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"os"
@@ -295,6 +296,29 @@ func DialWhenListening(d *net.Dialer, addr string) (net.Conn, error) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	return nil, fmt.Errorf("netcluster: %s did not answer within 5 s: %w", addr, err)
+}
+
+// EchoOnce listens on addr, accepts one connection, prepares it (when
+// prepare is not nil) and echoes what it reads until the peer closes: the
+// far end of a program measuring or probing a link from another host.
+func EchoOnce(addr string, prepare func(*net.TCPConn) error) error {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	conn, err := l.Accept()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if prepare != nil {
+		if err := prepare(conn.(*net.TCPConn)); err != nil {
+			return err
+		}
+	}
+	_, err = io.Copy(conn, conn)
+	return err
 }
 
 // Command returns a command that runs name with args on host i.

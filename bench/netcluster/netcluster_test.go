@@ -157,16 +157,9 @@ func TestHelperProcess(t *testing.T) {
 	addr := os.Getenv("NETCLUSTER_ADDR")
 	switch os.Getenv("NETCLUSTER_HELPER") {
 	case "server":
-		l, err := net.Listen("tcp", addr)
-		if err != nil {
+		if err := EchoOnce(addr, nil); err != nil {
 			t.Fatal(err)
 		}
-		conn, err := l.Accept()
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(conn, conn)
-		conn.Close()
 	case "client":
 		conn, err := DialWhenListening(&net.Dialer{}, addr)
 		if err != nil {
