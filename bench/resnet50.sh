@@ -16,13 +16,9 @@ rounds=${1:-2}
 cd "$(dirname "$0")/.."
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-go test -c -o "$tmp/new.test" ./model/zoo
-builds=new
-if [ -n "${OLD:-}" ]; then
-	(cd "$OLD" && go test -c -o "$tmp/old.test" ./model/zoo)
-	builds="old new"
-fi
-lscpu | grep -E 'Model name|^CPU\(s\)|CPU family|^Model:' | tr -s ' '
+. bench/builds.sh
+build_tests ./model/zoo
+print_cpu
 for round in $(seq "$rounds"); do
 	for threads in ${THREADS:-1 2}; do
 		for what in ${WHAT:-train recompute infer}; do

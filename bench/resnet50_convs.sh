@@ -17,12 +17,10 @@ only=${2:-.}
 cd "$(dirname "$0")/.."
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-go test -c -o "$tmp/nn.test" ./model/nn
-if [ -n "${OLD:-}" ]; then
-	(cd "$OLD" && go test -c -o "$tmp/old.test" ./model/nn)
-fi
+. bench/builds.sh
+build_tests ./model/nn
 go test -c -o "$tmp/gemm.test" ./model/gemm
-lscpu | grep -E 'Model name|^CPU\(s\)|CPU family|^Model:' | tr -s ' '
+print_cpu
 layers=$(sed -n 's/^\t{"\([a-z0-9_]*\)", [0-9]*, [0-9]*, [0-9]*, [0-9]*, [0-9]*, [0-9]*},$/\1/p' model/nn/bench_test.go | grep -E "$only")
 for round in $(seq "$rounds"); do
 	"$tmp/gemm.test" -test.run '^$' -test.bench '^BenchmarkMicroKernel$' -test.benchtime 1s | grep GFLOP | sed "s/^/round $round /"
@@ -30,7 +28,7 @@ for round in $(seq "$rounds"); do
 		if [ -n "${OLD:-}" ]; then
 			"$tmp/old.test" -test.run '^$' -test.bench "^BenchmarkResNet50Convs/$layer/" -test.benchtime 3x | grep GFLOP | sed "s/^/round $round old /"
 		fi
-		"$tmp/nn.test" -test.run '^$' -test.bench "^BenchmarkResNet50Convs/$layer/" -test.benchtime 3x | grep GFLOP | sed "s/^/round $round /"
+		"$tmp/new.test" -test.run '^$' -test.bench "^BenchmarkResNet50Convs/$layer/" -test.benchtime 3x | grep GFLOP | sed "s/^/round $round /"
 		OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 /usr/bin/python3 bench/competitors/torch_layers.py 1 resnet50 "$layer" | grep '^resnet50 conv' | sed "s/^/round $round /"
 	done
 done | tee "$tmp/out"
