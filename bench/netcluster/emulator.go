@@ -23,12 +23,11 @@ import (
 // when it would arrive. Each host's link is one goroutine on an OS thread
 // of its own, with a 1 ns timer slack: it reads what the host sent,
 // delivers what is due, and waits in ppoll for the next packet or until
-// shortly before the next one is due, spinning the rest (still reading). (Go's timers wake
-// about a millisecond late on the development VM; a thread's sleep with
-// the default 50 µs slack 60–110 µs late, with 1 ns 30–50 µs:
-// BenchmarkWakeUp. A
-// reader handing packets to a delivering goroutine cost another wake-up,
-// about 50 µs, on every packet.)
+// shortly before the next one is due, spinning the rest (still reading).
+// Go's timers wake about a millisecond late on the development VM; a
+// thread's sleep with the default 50 µs slack 60–110 µs late, with 1 ns
+// 30–50 µs (BenchmarkWakeUp). A reader handing packets to a delivering
+// goroutine cost another wake-up, about 50 µs, on every packet.
 
 // LinkStats counts what the user-space link emulator did with the
 // packets the hosts sent (all zero for links tc shapes).
@@ -213,7 +212,9 @@ func (e *emulator) link(i int, rng *rand.Rand) {
 			free = append(free, buf)
 			continue
 		}
-		busy = later(busy, time.Now())
+		if now := time.Now(); busy.Before(now) {
+			busy = now // the link was idle
+		}
 		if e.bps > 0 {
 			busy = busy.Add(time.Duration(int64(n) * 8 * int64(time.Second) / e.bps))
 		}
@@ -238,13 +239,6 @@ func (e *emulator) write(to int, p []byte) {
 	} else {
 		e.stats.stray.Add(1) // the host's stack refused it
 	}
-}
-
-func later(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
 }
 
 // close stops forwarding and removes the TUN devices (they go with their
