@@ -5,15 +5,17 @@ SGEMM through NumPy/OpenBLAS and PyTorch, and CIFARNet's convolutions forward
     OPENBLAS_NUM_THREADS=1 /usr/bin/python3 bench/competitors/torch_layers.py 1
     OPENBLAS_NUM_THREADS=2 /usr/bin/python3 bench/competitors/torch_layers.py 2
     OMP_NUM_THREADS=1 /usr/bin/python3 bench/competitors/torch_layers.py 1 resnet50
+    OMP_NUM_THREADS=1 /usr/bin/python3 bench/competitors/torch_layers.py 1 resnet18
 
 Compare with:
     go test ./model/gemm -run '^$' -bench 'Sgemm/best|MicroKernel'
     go test ./model/nn -run '^$' -bench ConvLayer
     go test ./model/nn -run '^$' -bench ResNet50Convs -benchtime 3x  (with "resnet50")
+    go test ./model/nn -run '^$' -bench ResNet18Convs -benchtime 20x  (with "resnet18")
 
 With "resnet50" it times ResNet-50's distinct convolutions alone (batch 32,
-no bias), forward and forward + backward, in GFLOP/s as gorun's benchmark
-reports them; a further argument names one layer (bench/resnet50_convs.sh
+no bias; "resnet18": ResNet-18's on CIFAR-10's 32×32 images), forward
+and forward + backward, in GFLOP/s as gorun's benchmark reports them; a further argument names one layer (bench/resnet50_convs.sh
 alternates gorun and PyTorch layer by layer).
 """
 import sys
@@ -45,10 +47,20 @@ RESNET50_CONVS = [  # name, in, out, kernel, stride, input size: model/nn's resn
     ("l4_2048x512_1x1_7", 2048, 512, 1, 1, 7),
 ]
 
-if len(sys.argv) > 2 and sys.argv[2] == "resnet50":
+RESNET18_CONVS = [  # ResNet-18 on CIFAR-10's 32×32 images: model/nn's resnet18Convs
+    ("stem_3x64_7x7s2_32", 3, 64, 7, 2, 32), ("l1_64x64_3x3_8", 64, 64, 3, 1, 8),
+    ("l2_64x128_3x3s2_8", 64, 128, 3, 2, 8), ("l2_64x128_1x1s2_8", 64, 128, 1, 2, 8),
+    ("l2_128x128_3x3_4", 128, 128, 3, 1, 4), ("l3_128x256_3x3s2_4", 128, 256, 3, 2, 4),
+    ("l3_128x256_1x1s2_4", 128, 256, 1, 2, 4), ("l3_256x256_3x3_2", 256, 256, 3, 1, 2),
+    ("l4_256x512_3x3s2_2", 256, 512, 3, 2, 2), ("l4_256x512_1x1s2_2", 256, 512, 1, 2, 2),
+    ("l4_512x512_3x3_1", 512, 512, 3, 1, 1),
+]
+
+if len(sys.argv) > 2 and sys.argv[2] in ("resnet50", "resnet18"):
+    model = sys.argv[2]
     only = sys.argv[3] if len(sys.argv) > 3 else None  # one layer's name (bench/resnet50_convs.sh)
     print("threads", threads, "torch", torch.__version__, "allocator", allocator)
-    for name, cin, cout, k, stride, hw in RESNET50_CONVS:
+    for name, cin, cout, k, stride, hw in RESNET50_CONVS if model == "resnet50" else RESNET18_CONVS:
         if only is not None and name != only:
             continue
         conv = torch.nn.Conv2d(cin, cout, k, stride=stride, padding=k // 2, bias=False)
@@ -69,7 +81,7 @@ if len(sys.argv) > 2 and sys.argv[2] == "resnet50":
 
         for mode, fn, mult in (("forward", forward, 1), ("training", training, 3)):
             dt = timeit(fn)
-            print("resnet50 conv %-24s %-8s %8.2f ms %7.1f GFLOP/s" % (name, mode, dt * 1e3, 2 * macs * mult / dt / 1e9))
+            print("%s conv %-24s %-8s %8.2f ms %7.1f GFLOP/s" % (model, name, mode, dt * 1e3, 2 * macs * mult / dt / 1e9))
     sys.exit(0)
 
 print("threads", threads, "torch", torch.__version__, "OpenBLAS kernels", openblas_core, "allocator", allocator)

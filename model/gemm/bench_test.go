@@ -3,7 +3,10 @@ package gemm
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"testing"
+
+	"github.com/gorun/gorun/model/parallel"
 )
 
 // BenchmarkSgemm reports GFLOP/s for square products and for the shapes the
@@ -24,7 +27,7 @@ func BenchmarkSgemm(b *testing.B) {
 		for _, threads := range []int{1, 2} {
 			var e *Engine
 			if kind == "best" {
-				e = New(threads)
+				e = benchEngine(b, threads)
 			} else {
 				e = NewPureGo(threads)
 			}
@@ -53,7 +56,7 @@ func BenchmarkSgemm(b *testing.B) {
 // panels: its GFLOP/s is the practical FMA peak of one core, against which
 // the full SGEMM figures are read.
 func BenchmarkMicroKernel(b *testing.B) {
-	k := bestKernel()
+	k := benchKernel(b)
 	const kc = 256
 	a, bp, c := make([]float32, k.mr*kc), make([]float32, k.nr*kc), make([]float32, k.mr*k.nr)
 	for i := range a {
@@ -77,7 +80,7 @@ func BenchmarkMicroKernel(b *testing.B) {
 //
 //	go test ./model/gemm -run '^$' -bench MicroKernelDepth
 func BenchmarkMicroKernelDepth(b *testing.B) {
-	k := bestKernel()
+	k := benchKernel(b)
 	for _, kc := range []int{9, 16, 27, 32, 64, 128, 256} {
 		a, bp, c := make([]float32, k.mr*kc), make([]float32, k.nr*kc), make([]float32, k.mr*k.nr)
 		for _, add := range []bool{false, true} {
@@ -111,7 +114,7 @@ func BenchmarkConvProducts(b *testing.B) {
 		{"data-grad", ckk, pix, f, true, false, 0},
 	} {
 		b.Run(s.name, func(b *testing.B) {
-			e := New(1)
+			e := benchEngine(b, 1)
 			defer e.Close()
 			r := rand.New(rand.NewPCG(1, 1))
 			x, y, z := randomMatrix(r, s.m, s.k, 0, s.ta), randomMatrix(r, s.k, s.n, 0, s.tb), randomMatrix(r, s.m, s.n, 0, false)
@@ -124,4 +127,25 @@ func BenchmarkConvProducts(b *testing.B) {
 			b.ReportMetric(2*float64(s.m)*float64(s.n)*float64(s.k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 		})
 	}
+}
+
+// benchKernel is the micro-kernel the benchmarks time: the one
+// GORUN_CPU_KERNEL names (as the trainer's override), else this CPU's
+// best, so that two kernels can be compared on one CPU.
+func benchKernel(b *testing.B) kernel {
+	name := os.Getenv("GORUN_CPU_KERNEL")
+	if name == "" {
+		return bestKernel()
+	}
+	k, err := kernelNamed(name)
+	if err != nil {
+		b.Fatalf("GORUN_CPU_KERNEL: %v", err)
+	}
+	return k
+}
+
+// benchEngine is an engine of its own on threads threads running
+// benchKernel's micro-kernel.
+func benchEngine(b *testing.B, threads int) *Engine {
+	return newEngine(parallel.New(threads), true, benchKernel(b))
 }

@@ -86,12 +86,22 @@ func Kernels() []string {
 // first word of its name, or whole), for a user's override; a kernel this
 // CPU cannot run is an error naming the ones it can.
 func NewKernelWithPool(p *parallel.Pool, name string) (*Engine, error) {
+	k, err := kernelNamed(name)
+	if err != nil {
+		return nil, err
+	}
+	return newEngine(p, false, k), nil
+}
+
+// kernelNamed is the micro-kernel name names (by the first word of its
+// name, or whole) among those this CPU runs.
+func kernelNamed(name string) (kernel, error) {
 	for _, k := range availableKernels() {
 		if name == k.id() || name == k.name {
-			return newEngine(p, false, k), nil
+			return k, nil
 		}
 	}
-	return nil, fmt.Errorf("GEMM micro-kernel %q: this CPU runs %s", name, strings.Join(Kernels(), ", "))
+	return kernel{}, fmt.Errorf("GEMM micro-kernel %q: this CPU runs %s", name, strings.Join(Kernels(), ", "))
 }
 
 // id is the first word of the kernel's name.

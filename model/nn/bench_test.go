@@ -3,6 +3,7 @@ package nn
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"testing"
 
 	"github.com/gorun/gorun/model/cpu"
@@ -19,7 +20,7 @@ func BenchmarkConvLayer(b *testing.B) {
 		in, out, hw int
 	}{{"conv1_3x64x32", 3, 64, 32}, {"conv2_64x128x16", 64, 128, 16}, {"conv3_128x256x8", 128, 256, 8}, {"conv4_256x512x8", 256, 512, 8}}
 	for _, threads := range []int{1, 2} {
-		be := cpu.New(threads)
+		be := benchBackend(b, threads)
 		for _, s := range shapes {
 			b.Run(fmt.Sprintf("threads=%d/%s", threads, s.name), func(b *testing.B) {
 				rng := rand.New(rand.NewPCG(1, 1))
@@ -42,14 +43,18 @@ func BenchmarkConvLayer(b *testing.B) {
 	}
 }
 
-// resnet50Convs are ResNet-50's distinct convolutions (torchvision's v1.5:
-// stride in the 3×3): name, channels in and out, kernel, stride, input
-// size, and how many of the network's 53 convolutions have the shape.
-var resnet50Convs = []struct {
+// convShape is a network's convolution: name, channels in and out,
+// kernel, stride, input size, and how many of the network's convolutions
+// have the shape.
+type convShape struct {
 	name                   string
 	in, out, k, stride, hw int
 	count                  int
-}{
+}
+
+// resnet50Convs are ResNet-50's distinct convolutions (torchvision's v1.5:
+// stride in the 3×3); counts sum to its 53.
+var resnet50Convs = []convShape{
 	{"stem_3x64_7x7s2_224", 3, 64, 7, 2, 224, 1},
 	{"l1_64x64_1x1_56", 64, 64, 1, 1, 56, 1},
 	{"l1_64x64_3x3_56", 64, 64, 3, 1, 56, 3},
@@ -75,6 +80,23 @@ var resnet50Convs = []struct {
 	{"l4_2048x512_1x1_7", 2048, 512, 1, 1, 7, 2},
 }
 
+// resnet18Convs are the distinct convolutions of torchvision's ResNet-18
+// on CIFAR-10's 32×32 images (seed 002), in resnet50Convs' columns: their
+// maps end at 2×2 and 1×1, where the backend runs dense products.
+var resnet18Convs = []convShape{
+	{"stem_3x64_7x7s2_32", 3, 64, 7, 2, 32, 1},
+	{"l1_64x64_3x3_8", 64, 64, 3, 1, 8, 4},
+	{"l2_64x128_3x3s2_8", 64, 128, 3, 2, 8, 1},
+	{"l2_64x128_1x1s2_8", 64, 128, 1, 2, 8, 1},
+	{"l2_128x128_3x3_4", 128, 128, 3, 1, 4, 3},
+	{"l3_128x256_3x3s2_4", 128, 256, 3, 2, 4, 1},
+	{"l3_128x256_1x1s2_4", 128, 256, 1, 2, 4, 1},
+	{"l3_256x256_3x3_2", 256, 256, 3, 1, 2, 3},
+	{"l4_256x512_3x3s2_2", 256, 512, 3, 2, 2, 1},
+	{"l4_256x512_1x1s2_2", 256, 512, 1, 2, 2, 1},
+	{"l4_512x512_3x3_1", 512, 512, 3, 1, 1, 3},
+}
+
 // BenchmarkResNet50Convs times each of ResNet-50's distinct convolutions
 // at batch 32, one thread, forward alone (inference) and forward +
 // backward (training), reporting GFLOP/s (2 FLOPs a multiply-add, 3× the
@@ -83,10 +105,20 @@ var resnet50Convs = []struct {
 // into a network's time.
 //
 //	go test ./model/nn -run '^$' -bench ResNet50Convs -benchtime 3x
-func BenchmarkResNet50Convs(b *testing.B) {
-	be := cpu.New(1)
+func BenchmarkResNet50Convs(b *testing.B) { benchConvs(b, resnet50Convs) }
+
+// BenchmarkResNet18Convs is BenchmarkResNet50Convs for ResNet-18 on
+// CIFAR-10 (resnet18Convs; `torch_layers.py 1 resnet18`).
+//
+//	go test ./model/nn -run '^$' -bench ResNet18Convs -benchtime 20x
+func BenchmarkResNet18Convs(b *testing.B) { benchConvs(b, resnet18Convs) }
+
+// benchConvs times each layer of convs, forward and training, at batch
+// 32 on one thread.
+func benchConvs(b *testing.B, convs []convShape) {
+	be := benchBackend(b, 1)
 	defer be.Close()
-	for _, s := range resnet50Convs {
+	for _, s := range convs {
 		// Each layer is built inside its own sub-benchmark, so a -bench
 		// filter naming one layer times (and profiles) that layer alone.
 		b.Run(s.name, func(b *testing.B) {
@@ -120,4 +152,15 @@ func BenchmarkResNet50Convs(b *testing.B) {
 			}
 		})
 	}
+}
+
+// benchBackend is a CPU backend on threads threads with the GEMM
+// micro-kernel GORUN_CPU_KERNEL names (the trainer's override; this CPU's
+// best when unset), so that two kernels can be compared on one CPU.
+func benchBackend(b *testing.B, threads int) *cpu.Backend {
+	be, err := cpu.NewWithKernel(threads, os.Getenv("GORUN_CPU_KERNEL"))
+	if err != nil {
+		b.Fatalf("GORUN_CPU_KERNEL: %v", err)
+	}
+	return be
 }
