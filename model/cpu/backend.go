@@ -24,10 +24,12 @@ type Backend struct {
 	shift    []float32 // batch norm's per-channel K (norm.go)
 	// convAlgo is the convolution algorithm chosen (SetConvAlgorithm);
 	// winoU holds the layer's transformed weights while it runs as
-	// Winograd (winograd.go).
-	convAlgo ConvAlgorithm
-	winoU    []float32
-	vec      vecOps // the transforms' row operations (vecops.go)
+	// Winograd (winograd.go), winoLayout the layout of its transforms
+	// (winolast.go; tests and benchmarks set it).
+	convAlgo   ConvAlgorithm
+	winoU      []float32
+	winoLayout winoLayout
+	vec        vecOps // the transforms' row operations (vecops.go)
 	// trimmed and liveW are the running convolution's live taps and
 	// their weights, when some of its taps meet only padding (taps.go).
 	trimmed trimmedConv

@@ -381,3 +381,51 @@ func BenchmarkConvOneImage(b *testing.B) {
 		be.Close()
 	}
 }
+
+// BenchmarkWinogradLayouts times Winograd convolutions, forward alone
+// and forward + backward, with the transforms over a channel's tiles at
+// once (planes) and over a tile's channels at once (channels-last), one
+// thread, batch 32, on maps from ResNet-18's on CIFAR-10 (4×4, 8×8) and
+// CIFARNet's (8×8, 16×16) to ResNet-50's 7×7 and 14×14: the measurement
+// behind winoLastMaxTileCols.
+//
+//	go test ./model/cpu -run '^$' -bench WinogradLayouts -count 3
+func BenchmarkWinogradLayouts(b *testing.B) {
+	for _, s := range []struct {
+		name     string
+		c, f, hw int
+	}{
+		{"resnet18_128x128x4", 128, 128, 4},
+		{"resnet18_64x64x8", 64, 64, 8},
+		{"cifar_conv3_128x256x8", 128, 256, 8},
+		{"resnet50_512x512x7", 512, 512, 7},
+		{"cifar_conv2_64x128x16", 64, 128, 16},
+		{"resnet50_256x256x14", 256, 256, 14},
+	} {
+		rng := rand.New(rand.NewPCG(1, 1))
+		p := tensor.ConvParams{KernelH: 3, KernelW: 3, StrideH: 1, StrideW: 1, PadH: 1, PadW: 1}
+		x, w := randTensor(rng, 32, s.c, s.hw, s.hw), randTensor(rng, s.f, s.c, 3, 3)
+		y := tensor.New(32, s.f, s.hw, s.hw)
+		dy, dx, dw := randTensor(rng, y.Shape...), tensor.New(x.Shape...), tensor.New(w.Shape...)
+		for _, l := range []struct {
+			name   string
+			layout winoLayout
+		}{{"planes", winoPlanes}, {"channels-last", winoChannelsLast}} {
+			for _, pass := range []string{"forward", "training"} {
+				b.Run(s.name+"/"+pass+"/"+l.name, func(b *testing.B) {
+					be := New(1)
+					defer be.Close()
+					be.SetConvAlgorithm(ConvWinograd)
+					be.winoLayout = l.layout
+					for b.Loop() {
+						be.Conv2d(x, w, nil, y, p)
+						if pass == "training" {
+							be.Conv2dBackward(x, w, dy, dx, dw, nil, p)
+						}
+					}
+					b.ReportMetric(float64(32*b.N)/b.Elapsed().Seconds(), "img/s")
+				})
+			}
+		}
+	}
+}

@@ -402,12 +402,20 @@ func (t *convTask) winogradChunk(worker, i int) {
 		if t.bias != nil {
 			bias = t.bias.Data
 		}
+		last := t.b.channelsLast(out)
 		for first := lo; first < hi; first += group {
 			n := min(group, hi-first)
 			ld := n * out.tiles
-			winogradInput(t.b.vec, v, winoStride(g.c*ld), ld, t.x.Data[first*inLen:(first+n)*inLen], n, g.c, g.h, g.wd, p.PadH, p.PadW, out, &s.wino)
-			t.winogradProducts(worker, g.f, ld, g.c, t.b.winoU, v, ld, false, m, false)
-			winogradOutput(t.b.vec, t.y.Data[first*outLen:(first+n)*outLen], m, winoStride(g.f*ld), ld, n, g.f, g.oh, g.ow, out, bias, &s.wino)
+			x, y := t.x.Data[first*inLen:(first+n)*inLen], t.y.Data[first*outLen:(first+n)*outLen]
+			if last {
+				winogradInputLast(t.b.vec, v, winoStride(g.c*ld), x, n, g.c, g.h, g.wd, p.PadH, p.PadW, out, &s.wino)
+				t.winogradProducts(worker, ld, g.f, g.c, v, t.b.winoU, g.c, true, m, false)
+				winogradOutputLast(t.b.vec, y, m, winoStride(g.f*ld), n, g.f, g.oh, g.ow, out, bias, &s.wino)
+			} else {
+				winogradInput(t.b.vec, v, winoStride(g.c*ld), ld, x, n, g.c, g.h, g.wd, p.PadH, p.PadW, out, &s.wino)
+				t.winogradProducts(worker, g.f, ld, g.c, t.b.winoU, v, ld, false, m, false)
+				winogradOutput(t.b.vec, y, m, winoStride(g.f*ld), ld, n, g.f, g.oh, g.ow, out, bias, &s.wino)
+			}
 			for k := first; k < first+n; k++ {
 				t.normalise(t.y.Data[k*outLen : (k+1)*outLen])
 			}
@@ -432,12 +440,20 @@ func (t *convTask) winogradChunk(worker, i int) {
 	group = max(1, min(hi-lo, ceilDiv(winoGroupTiles, in.tiles)))
 	v = grow(&s.col, 16*winoStride(g.f*group*in.tiles))
 	m = grow(&s.ybuf, 16*winoStride(g.c*group*in.tiles))
+	last := t.b.channelsLast(in)
 	for first := lo; first < hi; first += group {
 		n := min(group, hi-first)
 		ld := n * in.tiles
-		winogradInput(t.b.vec, v, winoStride(g.f*ld), ld, t.dy.Data[first*outLen:(first+n)*outLen], n, g.f, g.oh, g.ow, 2-p.PadH, 2-p.PadW, in, &s.wino)
+		dy, dx := t.dy.Data[first*outLen:(first+n)*outLen], t.dx.Data[first*inLen:(first+n)*inLen]
+		if last {
+			winogradInputLast(t.b.vec, v, winoStride(g.f*ld), dy, n, g.f, g.oh, g.ow, 2-p.PadH, 2-p.PadW, in, &s.wino)
+			t.winogradProducts(worker, ld, g.c, g.f, v, t.b.winoU, g.f, true, m, false)
+			winogradOutputLast(t.b.vec, dx, m, winoStride(g.c*ld), n, g.c, g.h, g.wd, in, nil, &s.wino)
+			continue
+		}
+		winogradInput(t.b.vec, v, winoStride(g.f*ld), ld, dy, n, g.f, g.oh, g.ow, 2-p.PadH, 2-p.PadW, in, &s.wino)
 		t.winogradProducts(worker, g.c, ld, g.f, t.b.winoU, v, ld, false, m, false)
-		winogradOutput(t.b.vec, t.dx.Data[first*inLen:(first+n)*inLen], m, winoStride(g.c*ld), ld, n, g.c, g.h, g.wd, in, nil, &s.wino)
+		winogradOutput(t.b.vec, dx, m, winoStride(g.c*ld), ld, n, g.c, g.h, g.wd, in, nil, &s.wino)
 	}
 }
 
@@ -449,17 +465,32 @@ func (t *convTask) winogradWeightGrad(worker int, s *scratch, lo, hi, group int,
 	inLen, outLen := g.c*g.h*g.wd, g.f*g.ohw
 	du := grow(&s.dcol, 16*winoStride(g.f*g.c))
 	clear(du)
+	last := t.b.channelsLast(out)
 	for first := lo; first < hi; first += group {
 		n := min(group, hi-first)
 		ld := n * out.tiles
-		winogradInput(t.b.vec, v, winoStride(g.c*ld), ld, t.x.Data[first*inLen:(first+n)*inLen], n, g.c, g.h, g.wd, p.PadH, p.PadW, out, &s.wino)
-		winogradOutputGrad(t.b.vec, m, winoStride(g.f*ld), ld, t.dy.Data[first*outLen:(first+n)*outLen], n, g.f, g.oh, g.ow, out, &s.wino)
+		x, dy := t.x.Data[first*inLen:(first+n)*inLen], t.dy.Data[first*outLen:(first+n)*outLen]
 		if t.biasGrad {
 			for k := range n {
-				t.addBiasGrad(s, t.dy.Data[(first+k)*outLen:(first+k+1)*outLen])
+				t.addBiasGrad(s, dy[k*outLen:(k+1)*outLen])
 			}
 		}
-		t.winogradProducts(worker, g.f, g.c, ld, m, v, ld, true, du, true)
+		if !last {
+			winogradInput(t.b.vec, v, winoStride(g.c*ld), ld, x, n, g.c, g.h, g.wd, p.PadH, p.PadW, out, &s.wino)
+			winogradOutputGrad(t.b.vec, m, winoStride(g.f*ld), ld, dy, n, g.f, g.oh, g.ow, out, &s.wino)
+			t.winogradProducts(worker, g.f, g.c, ld, m, v, ld, true, du, true)
+			continue
+		}
+		// dU[ξ] += M̂[ξ]ᵀ·V̂[ξ]: both operands tiles × channels, so that
+		// the GEMM packs them by copying rows.
+		vs, ms, us := winoStride(g.c*ld), winoStride(g.f*ld), winoStride(g.f*g.c)
+		winogradInputLast(t.b.vec, v, vs, x, n, g.c, g.h, g.wd, p.PadH, p.PadW, out, &s.wino)
+		winogradOutputGradLast(t.b.vec, m, ms, dy, n, g.f, g.oh, g.ow, out, &s.wino)
+		for e := range 16 {
+			am := gemm.Matrix{Data: m[e*ms : e*ms+ld*g.f], Stride: g.f, Trans: true}
+			bm := gemm.Matrix{Data: v[e*vs : e*vs+ld*g.c], Stride: g.c}
+			t.gemm(worker, g.f, g.c, ld, am, bm, 1, gemm.Matrix{Data: du[e*us : e*us+g.f*g.c], Stride: g.c})
+		}
 	}
 	dw := grow(&s.dw, g.f*g.ckk)
 	clear(dw)

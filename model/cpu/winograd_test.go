@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gorun/gorun/model/gemm"
 	"github.com/gorun/gorun/model/tensor"
 )
 
@@ -35,9 +36,14 @@ func TestWinograd(t *testing.T) {
 		{9, 64, 72, 4, 4, 1, false},   // channels past the automatic threshold
 	}
 	worst := 0.0 // the largest error, as a fraction of its bound
-	for _, threads := range []int{1, 2} {
+	for _, run := range []struct {
+		threads int
+		layout  winoLayout
+	}{{1, winoPlanes}, {2, winoPlanes}, {1, winoChannelsLast}, {2, winoChannelsLast}} {
+		threads := run.threads
 		be := New(threads)
 		be.SetConvAlgorithm(ConvWinograd)
+		be.winoLayout = run.layout
 		for _, c := range cases {
 			p := tensor.ConvParams{KernelH: 3, KernelW: 3, StrideH: 1, StrideW: 1, PadH: c.pad, PadW: c.pad}
 			x := randTensor(rng, c.n, c.c, c.h, c.w)
@@ -79,7 +85,7 @@ func TestWinograd(t *testing.T) {
 				for i, v := range r.want {
 					e := math.Abs(float64(r.got[i]) - v)
 					if e > tol {
-						t.Fatalf("threads %d, case %+v: %s[%d] = %v, want %v (±%.2g)", threads, c, r.name, i, r.got[i], v, tol)
+						t.Fatalf("threads %d, layout %d, case %+v: %s[%d] = %v, want %v (±%.2g)", threads, run.layout, c, r.name, i, r.got[i], v, tol)
 					}
 					worst = max(worst, e/tol)
 				}
@@ -88,6 +94,56 @@ func TestWinograd(t *testing.T) {
 		be.Close()
 	}
 	t.Logf("the largest error is %.2g of its bound", worst)
+}
+
+// TestWinogradChannelsLast: the transforms with the channels innermost
+// give the plane layout's bits — forward with and without a bias, the
+// data, weight and bias gradients — with and without the vector
+// kernels, on maps of one tile to past the automatic choice's width,
+// odd, not square, and paddings 0 to 2.
+func TestWinogradChannelsLast(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	for _, c := range []struct {
+		n, c, f, h, w, pad int
+	}{
+		{3, 16, 24, 2, 2, 1}, // one tile an image
+		{4, 33, 17, 4, 4, 1}, // ResNet-18's layer2 maps, ragged channels
+		{2, 8, 8, 7, 5, 1},   // odd and not square
+		{2, 5, 6, 6, 6, 0},   // no padding
+		{2, 6, 5, 3, 4, 2},   // padding 2
+		{5, 24, 16, 8, 8, 1}, // ResNet-18's layer1 maps
+		{1, 8, 8, 12, 12, 1}, // wider than the automatic choice takes
+	} {
+		p := tensor.ConvParams{KernelH: 3, KernelW: 3, StrideH: 1, StrideW: 1, PadH: c.pad, PadW: c.pad}
+		x, w, bias := randTensor(rng, c.n, c.c, c.h, c.w), randTensor(rng, c.f, c.c, 3, 3), randTensor(rng, c.f)
+		oh, ow := p.OutSize(c.h, c.w)
+		dy := randTensor(rng, c.n, c.f, oh, ow)
+		for _, vector := range []bool{false, true} {
+			var got [2][5]*tensor.Tensor // by layout: y with bias, y without, dx, dw, db
+			for i, layout := range []winoLayout{winoPlanes, winoChannelsLast} {
+				be := New(1)
+				be.SetConvAlgorithm(ConvWinograd)
+				be.winoLayout = layout
+				if !vector {
+					be.vec = vecOps{}
+				}
+				y, y0, dx := tensor.New(c.n, c.f, oh, ow), tensor.New(c.n, c.f, oh, ow), tensor.New(x.Shape...)
+				dw, db := tensor.New(w.Shape...), tensor.New(c.f)
+				be.Conv2d(x, w, bias, y, p)
+				be.Conv2d(x, w, nil, y0, p)
+				be.Conv2dBackward(x, w, dy, dx, dw, db, p)
+				got[i] = [5]*tensor.Tensor{y, y0, dx, dw, db}
+				be.Close()
+			}
+			for j, name := range []string{"y", "y without bias", "dx", "dw", "db"} {
+				for i, v := range got[0][j].Data {
+					if math.Float32bits(got[1][j].Data[i]) != math.Float32bits(v) {
+						t.Fatalf("case %+v, vector kernels %v: %s[%d] = %v channels innermost, %v in planes", c, vector, name, i, got[1][j].Data[i], v)
+					}
+				}
+			}
+		}
+	}
 }
 
 // TestWinogradChoice: the automatic choice takes Winograd for 3×3 stride-1
@@ -213,6 +269,34 @@ func TestWinogradWeightsForms(t *testing.T) {
 					t.Fatalf("%d×%d kernels, flipped %v: u[%d] = %v by planes, %v kernel by kernel", s.f, s.c, flipped, i, got[i], want[i])
 				}
 			}
+		}
+	}
+}
+
+// TestChannelsLastChoice: the transforms run channels innermost on
+// outputs up to winoLastMaxTileCols tiles wide, with the vector kernels
+// only, unless a layout is forced.
+func TestChannelsLastChoice(t *testing.T) {
+	be := New(1)
+	defer be.Close()
+	for _, c := range []struct {
+		oh, ow int
+		vector bool
+		layout winoLayout
+		want   bool
+	}{
+		{4, 4, true, winoLayoutAuto, true},
+		{3, 3, true, winoLayoutAuto, true},
+		{8, 4, true, winoLayoutAuto, true}, // tall: the width decides
+		{5, 5, true, winoLayoutAuto, false},
+		{8, 8, true, winoLayoutAuto, false},
+		{4, 4, false, winoLayoutAuto, false},
+		{4, 4, true, winoPlanes, false},
+		{56, 56, false, winoChannelsLast, true},
+	} {
+		be.vec.vector, be.winoLayout = c.vector, c.layout
+		if got := be.channelsLast(winoTiling(c.oh, c.ow)); got != c.want {
+			t.Errorf("%+v: %v", c, got)
 		}
 	}
 }

@@ -1,0 +1,204 @@
+package cpu
+
+// Winograd's transforms with the channels innermost, for the smallest
+// feature maps. winogradInput, winogradOutput and winogradOutputGrad run
+// each step over one channel's tiles at once: a vector kernel call per
+// tile row and channel, which on ResNet-18's 4×4 maps (CIFAR-10) is two
+// tiles long, so that the transforms cost twice the products they feed.
+// Here each image is first laid out with its channels innermost
+// ([H][W][C]), and each step runs over all the channels of one tile at
+// once: as many calls, each C values long. The products then multiply
+// tiles × channels matrices (V̂[ξ]·Uᵀ forward, M̂[ξ]ᵀ·V̂[ξ] for the weight
+// gradient); the adds are the same, in the same order, and so are the
+// products' sums, so both layouts give the same bits
+// (TestWinogradChannelsLast).
+
+// winoLastMaxTileCols is the widest output, in 2×2 tiles, whose Winograd
+// transforms run channels innermost. BenchmarkWinogradLayouts, one
+// thread, batch 32 (Zen 4): 4×4 maps, 128 channels, 1.36× forward and
+// 1.39× forward + backward; 8×8 maps level within the noise (0.9–1.12×:
+// the layout's two transposes cost what the longer calls save), 16×16
+// ones 0.8×.
+const winoLastMaxTileCols = 2
+
+// winoLayout is how the Winograd transforms lay out their operands.
+type winoLayout int8
+
+const (
+	winoLayoutAuto   winoLayout = iota // channelsLast decides
+	winoPlanes                         // a channel's tiles at once (winogradInput)
+	winoChannelsLast                   // a tile's channels at once (winogradInputLast)
+)
+
+// channelsLast reports whether a convolution whose output (forward) or
+// input (data gradient) is tiled as s runs its Winograd transforms with
+// the channels innermost: on maps at most winoLastMaxTileCols tiles
+// wide, with the vector kernels (whose calls the plane layout makes too
+// short there).
+func (b *Backend) channelsLast(s winoShape) bool {
+	switch b.winoLayout {
+	case winoPlanes:
+		return false
+	case winoChannelsLast:
+		return true
+	}
+	return b.vec.vector && s.tw <= winoLastMaxTileCols
+}
+
+// winogradInputLast writes Bᵀ d B of every 4×4 input tile of images
+// images x [images][C, H, W] into v with the channels innermost: element
+// ξ of tile t of image k, channel ch at v[ξ·es + (k·tiles + t)·C + ch].
+// Tile (i, j) starts at row 2i − padH, column 2j − padW; what lies
+// outside the image is zero.
+func winogradInputLast(ops vecOps, v []float32, es int, x []float32, images, c, h, w, padH, padW int, s winoShape, work *winoRows) {
+	th, tw, tiles := s.th, s.tw, s.tiles
+	pw, hp := 2*tw+2, 2*th+2 // the padded width and height the tiles span
+	buf := work.get((hp*pw + 16) * c)
+	// padded: an image, [hp][pw][C], zero outside it (only the image's
+	// part is written); t: d B of a tile's four rows, [4][4][C].
+	padded, t := buf[:hp*pw*c], buf[hp*pw*c:]
+	at := func(d []float32, i int) []float32 { return d[i*c : (i+1)*c] }
+	y0, y1 := max(0, -padH), min(h, hp-padH)
+	x0, x1 := max(0, -padW), min(w, pw-padW)
+	for k := range images {
+		img := x[k*c*h*w : (k+1)*c*h*w]
+		for iy := y0; iy < y1; iy++ {
+			// Row iy of every channel into padded row iy + padH.
+			channelsInnermost(padded[((iy+padH)*pw+padW+x0)*c:], img[iy*w+x0:], h*w, c, x1-x0)
+		}
+		for i := range th {
+			for j := range tw {
+				for r := range 4 {
+					p := (2*i+r)*pw + 2*j // the tile row's first pixel
+					ops.bt4(at(t, 4*r), at(t, 4*r+1), at(t, 4*r+2), at(t, 4*r+3), at(padded, p), at(padded, p+1), at(padded, p+2), at(padded, p+3))
+				}
+				o := (k*tiles + i*tw + j) * c
+				for q := range 4 {
+					ops.bt4(v[q*es+o:][:c], v[(4+q)*es+o:][:c], v[(8+q)*es+o:][:c], v[(12+q)*es+o:][:c], at(t, q), at(t, 4+q), at(t, 8+q), at(t, 12+q))
+				}
+			}
+		}
+	}
+}
+
+// winogradOutputLast sets images images' outputs y [images][F, OH, OW]
+// from the products m laid out channels innermost (element ξ of tile t
+// of image k, filter o at m[ξ·es + (k·tiles + t)·F + o]) as Aᵀ m A, plus
+// the bias when there is one; the part of a tile past an odd edge is
+// dropped. Each image's outputs are made [OH][OW][F], then put in place.
+func winogradOutputLast(ops vecOps, y, m []float32, es, images, f, oh, ow int, s winoShape, bias []float32, work *winoRows) {
+	th, tw, tiles := s.th, s.tw, s.tiles
+	pw := 2 * tw // the output's width in whole tiles
+	buf := work.get((2*th*pw + 8) * f)
+	// out: an image's outputs, [2·th][2·tw][F]; c: Aᵀ m, [2][4][F].
+	out, c := buf[:2*th*pw*f], buf[2*th*pw*f:]
+	at := func(d []float32, i int) []float32 { return d[i*f : (i+1)*f] }
+	for k := range images {
+		for i := range th {
+			for j := range tw {
+				o := (k*tiles + i*tw + j) * f
+				for q := range 4 {
+					ops.at2(at(c, q), at(c, 4+q), m[q*es+o:][:f], m[(4+q)*es+o:][:f], m[(8+q)*es+o:][:f], m[(12+q)*es+o:][:f])
+				}
+				for r := range 2 {
+					p := (2*i+r)*pw + 2*j
+					ops.at2(at(out, p), at(out, p+1), at(c, 4*r), at(c, 4*r+1), at(c, 4*r+2), at(c, 4*r+3))
+				}
+			}
+		}
+		yk := y[k*f*oh*ow : (k+1)*f*oh*ow]
+		for oy := range oh {
+			channelsOutermost(yk[oy*ow:], oh*ow, out[oy*pw*f:], f, ow, bias)
+		}
+	}
+}
+
+// winogradOutputGradLast writes A dY Aᵀ of every 2×2 block of images
+// images' output gradients dy [images][F, OH, OW] into m with the
+// channels innermost, as winogradOutputLast reads it (zero past an odd
+// edge).
+func winogradOutputGradLast(ops vecOps, m []float32, es int, dy []float32, images, f, oh, ow int, s winoShape, work *winoRows) {
+	th, tw, tiles := s.th, s.tw, s.tiles
+	pw := 2 * tw
+	buf := work.get((2*th*pw + 8) * f)
+	// plane: an image's gradient, [2·th][2·tw][F], zero past its edges;
+	// h: dY Aᵀ of a tile's two rows, [2][4][F].
+	plane, h := buf[:2*th*pw*f], buf[2*th*pw*f:]
+	at := func(d []float32, i int) []float32 { return d[i*f : (i+1)*f] }
+	for k := range images {
+		img := dy[k*f*oh*ow : (k+1)*f*oh*ow]
+		for oy := range oh {
+			channelsInnermost(plane[oy*pw*f:], img[oy*ow:], oh*ow, f, ow)
+		}
+		for i := range th {
+			for j := range tw {
+				for r := range 2 {
+					p := (2*i+r)*pw + 2*j
+					ops.a4(at(h, 4*r), at(h, 4*r+1), at(h, 4*r+2), at(h, 4*r+3), at(plane, p), at(plane, p+1))
+				}
+				o := (k*tiles + i*tw + j) * f
+				for q := range 4 {
+					ops.a4(m[q*es+o:][:f], m[(4+q)*es+o:][:f], m[(8+q)*es+o:][:f], m[(12+q)*es+o:][:f], at(h, q), at(h, 4+q))
+				}
+			}
+		}
+	}
+}
+
+// channelsInnermost copies n pixels of c channels, src[ch·stride + i],
+// to dst[i·c + ch]: a row of an image into a row laid out channels
+// innermost. Four channels at a time, so that each store of a pixel's
+// four values is one 16-byte run.
+func channelsInnermost(dst, src []float32, stride, c, n int) {
+	if n == 0 {
+		return
+	}
+	ch := 0
+	for ; ch+4 <= c; ch += 4 {
+		s0 := src[ch*stride : ch*stride+n]
+		s1 := src[(ch+1)*stride : (ch+1)*stride+n]
+		s2 := src[(ch+2)*stride : (ch+2)*stride+n]
+		s3 := src[(ch+3)*stride : (ch+3)*stride+n]
+		for i, v := range s0 {
+			d := dst[i*c+ch : i*c+ch+4 : i*c+ch+4]
+			d[0], d[1], d[2], d[3] = v, s1[i], s2[i], s3[i]
+		}
+	}
+	for ; ch < c; ch++ {
+		for i, v := range src[ch*stride : ch*stride+n] {
+			dst[i*c+ch] = v
+		}
+	}
+}
+
+// channelsOutermost is channelsInnermost's inverse with a bias: n pixels
+// of c channels, src[i·c + ch], to dst[ch·stride + i], plus bias[ch]
+// (0 when bias is nil).
+func channelsOutermost(dst []float32, stride int, src []float32, c, n int, bias []float32) {
+	if n == 0 {
+		return
+	}
+	var b0, b1, b2, b3 float32
+	ch := 0
+	for ; ch+4 <= c; ch += 4 {
+		if bias != nil {
+			b0, b1, b2, b3 = bias[ch], bias[ch+1], bias[ch+2], bias[ch+3]
+		}
+		d0 := dst[ch*stride : ch*stride+n]
+		d1 := dst[(ch+1)*stride : (ch+1)*stride+n]
+		d2 := dst[(ch+2)*stride : (ch+2)*stride+n]
+		d3 := dst[(ch+3)*stride : (ch+3)*stride+n]
+		for i := range d0 {
+			s := src[i*c+ch : i*c+ch+4 : i*c+ch+4]
+			d0[i], d1[i], d2[i], d3[i] = s[0]+b0, s[1]+b1, s[2]+b2, s[3]+b3
+		}
+	}
+	for ; ch < c; ch++ {
+		if bias != nil {
+			b0 = bias[ch]
+		}
+		for i := range dst[ch*stride : ch*stride+n] {
+			dst[ch*stride+i] = src[i*c+ch] + b0
+		}
+	}
+}
