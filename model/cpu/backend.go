@@ -66,15 +66,15 @@ var (
 // ranks sharing a machine should divide its cores between them.
 func New(threads int) *Backend {
 	p := parallel.New(threads)
-	b := &Backend{pool: p, gemm: gemm.NewWithPool(p), chunks: make([]scratch, p.Threads()), vec: vecOps{vector: hasVectorOps(), wide: hasWideOps()}}
+	b := &Backend{pool: p, chunks: make([]scratch, p.Threads())}
+	b.useGEMM(gemm.NewWithPool(p))
 	b.conv.b = b
 	return b
 }
 
 // NewWithKernel is New with the GEMM micro-kernel named (gemm.Kernels:
 // "avx512", "avx2-fma", "go"), the user's override of the choice New makes
-// for this CPU; "go" also runs the element-wise loops without vector
-// kernels, "avx2-fma" without AVX-512 ones. An empty name is New's choice.
+// for this CPU. An empty name is New's choice.
 func NewWithKernel(threads int, name string) (*Backend, error) {
 	b := New(threads)
 	if name == "" {
@@ -85,14 +85,22 @@ func NewWithKernel(threads int, name string) (*Backend, error) {
 		b.Close()
 		return nil, err
 	}
-	b.gemm = g
-	switch {
-	case strings.HasPrefix(g.Kernel(), "go "):
-		b.vec = vecOps{}
-	case !strings.HasPrefix(g.Kernel(), "avx512"):
-		b.vec.wide = false // no AVX-512 anywhere
-	}
+	b.useGEMM(g)
 	return b, nil
+}
+
+// useGEMM sets the backend's GEMM engine and the element-wise kernels
+// that go with its micro-kernel: the AVX-512 ones with the AVX-512 kernel
+// only (where gemm prefers the AVX2 kernel on an AVX-512 CPU, its
+// measurements ran both that way), and none with the Go kernel.
+func (b *Backend) useGEMM(g *gemm.Engine) {
+	b.gemm = g
+	switch k := g.Kernel(); {
+	case strings.HasPrefix(k, "go "):
+		b.vec = vecOps{}
+	default:
+		b.vec = vecOps{vector: hasVectorOps(), wide: hasWideOps() && strings.HasPrefix(k, "avx512")}
+	}
 }
 
 // NewPureGo is New with the portable GEMM micro-kernel and Winograd

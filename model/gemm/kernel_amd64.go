@@ -10,15 +10,9 @@ var avx2Kernel = kernel{name: "avx2-fma 6x16", mr: 6, nr: 16, mc: 96, kc: 256, n
 // accumulators.
 var avx512Kernel = kernel{name: "avx512 12x32", mr: 12, nr: 32, mc: 96, kc: 256, nc: 3072, tile: tileAVX512, interleave: interleave4Vector, interleave2: interleave2Vector, copyRows: copyRowsVector}
 
-func bestKernel() kernel {
-	if cpu.X86.HasAVX512F {
-		return avx512Kernel
-	}
-	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
-		return avx2Kernel
-	}
-	return goKernel
-}
+// bestKernel is the micro-kernel New picks: the first of
+// availableKernels.
+func bestKernel() kernel { return availableKernels()[0] }
 
 func tileAVX2(kc int, a, b, c []float32, ldc int, add bool) {
 	// Bounds checks once per tile; the assembly then runs unchecked.
@@ -35,14 +29,26 @@ func tileAVX2(kc int, a, b, c []float32, ldc int, add bool) {
 //go:noescape
 func kernel6x16(kc int, a, b, c *float32, ldc int, add bool)
 
-// availableKernels lists every micro-kernel this CPU can run, best first.
+// availableKernels lists every micro-kernel this CPU can run, best first:
+// the widest, but on CPUs that run AVX-512 in 256-bit halves
+// (halfWidthAVX512) the AVX2 kernel before the AVX-512 one.
 func availableKernels() []kernel {
+	return kernelsFor(cpu.X86.HasAVX512F, cpu.X86.HasAVX2 && cpu.X86.HasFMA, thisProcessor())
+}
+
+// kernelsFor is availableKernels for a CPU with or without AVX-512F and
+// AVX2 with FMA, and identified as p.
+func kernelsFor(avx512, avx2 bool, p processor) []kernel {
 	var ks []kernel
-	if cpu.X86.HasAVX512F {
-		ks = append(ks, avx512Kernel)
-	}
-	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
+	if avx2 {
 		ks = append(ks, avx2Kernel)
+	}
+	if avx512 {
+		if halfWidthAVX512(p) {
+			ks = append(ks, avx512Kernel)
+		} else {
+			ks = append([]kernel{avx512Kernel}, ks...)
+		}
 	}
 	return append(ks, goKernel)
 }
