@@ -36,7 +36,7 @@ for round in $(seq "$rounds"); do
 	"$tmp/gemm.test" -test.run '^$' -test.bench '^BenchmarkMicroKernel$' -test.benchtime 1s | grep GFLOP | sed "s/^/round $round /"
 	for layer in $layers; do
 		if [ -n "${OLD:-}" ]; then
-			"$tmp/old.test" -test.run '^$' -test.bench "^Benchmark$bench/$layer/" -test.benchtime $runs | grep GFLOP | sed "s/^/round $round old /"
+			"$tmp/old.test" -test.run '^$' -test.bench "^Benchmark$bench/$layer/" -test.benchtime $runs | { grep GFLOP || echo "old build: no $bench/$layer" >&2; } | sed "s/^/round $round old /"
 		fi
 		"$tmp/new.test" -test.run '^$' -test.bench "^Benchmark$bench/$layer/" -test.benchtime $runs | grep GFLOP | sed "s/^/round $round /"
 		OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 /usr/bin/python3 bench/competitors/torch_layers.py 1 "$model" "$layer" | grep "^$model conv" | sed "s/^/round $round /"

@@ -1,0 +1,57 @@
+#!/bin/bash
+# SGEMM and CIFARNet's convolution layers, gorun against OpenBLAS (through
+# NumPy) and PyTorch 1.13 in the same run, alternating: per round and
+# thread count, gorun's square and CIFARNet-shaped products
+# (BenchmarkSgemm/best) and layers forward + backward at batch 32
+# (BenchmarkConvLayer), then torch_layers.py's same products and layers;
+# the micro-kernel's peak first. Then medians: GFLOP/s of each product,
+# ms of each layer, and gorun ÷ competitor by round. Usage:
+#   bash bench/sgemm.sh [ROUNDS]
+# Environment: GORUN_CPU_KERNEL, as for the trainer.
+set -euo pipefail
+rounds=${1:-3}
+cd "$(dirname "$0")/.."
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+go test -c -o "$tmp/gemm.test" ./model/gemm
+go test -c -o "$tmp/nn.test" ./model/nn
+. bench/builds.sh
+print_cpu
+for round in $(seq "$rounds"); do
+	"$tmp/gemm.test" -test.run '^$' -test.bench '^BenchmarkMicroKernel$' | awk -v r="$round" '/GFLOP/ {print "round", r, "peak", $(NF-1)}'
+	for threads in 1 2; do
+		"$tmp/gemm.test" -test.run '^$' -test.bench "^BenchmarkSgemm/best/threads=$threads/" |
+			awk -v r="$round" -v t="$threads" '/GFLOP/ {split($1, p, "/"); sub(/-[0-9]+$/, "", p[4]); print "round", r, "gorun sgemm", p[4], "threads=" t, $(NF-1)}'
+		"$tmp/nn.test" -test.run '^$' -test.bench "^BenchmarkConvLayer/threads=$threads/" |
+			awk -v r="$round" -v t="$threads" '/ns\/op/ {split($1, p, "/"); sub(/-[0-9]+$/, "", p[3]); print "round", r, "gorun conv", p[3], "threads=" t, $3 / 1e6}'
+		OPENBLAS_NUM_THREADS=$threads OMP_NUM_THREADS=$threads /usr/bin/python3 bench/competitors/torch_layers.py "$threads" |
+			awk -v r="$round" -v t="$threads" '
+				/^threads/ {print "#", $0}
+				/^sgemm/ {print "round", r, "openblas sgemm", $2, "threads=" t, $4}
+				/^conv/ {print "round", r, "torch conv", $2, "threads=" t, $4}'
+	done
+done | tee "$tmp/out"
+python3 - "$tmp/out" <<'PY'
+import statistics, sys
+v = {}
+for line in open(sys.argv[1]):
+    f = line.split()
+    if f[0] != "round":
+        continue
+    if f[2] == "peak":
+        v.setdefault(("peak",), {})[f[1]] = float(f[3])
+        continue
+    v.setdefault((f[3], f[4], f[5]), {}).setdefault(f[2], {})[f[1]] = float(f[6])
+print(f"micro-kernel peak (median): {statistics.median(v[('peak',)].values()):.1f} GFLOP/s")
+for (kind, shape, threads), by in v.items():
+    if kind == "peak" or "gorun" not in by:
+        continue
+    rival = "openblas" if kind == "sgemm" else "torch"
+    unit = "GFLOP/s" if kind == "sgemm" else "ms"
+    g, o = by["gorun"], by.get(rival, {})
+    # gorun ÷ competitor as a speed: GFLOP/s over GFLOP/s, ms under ms.
+    ratios = [(g[r] / o[r] if kind == "sgemm" else o[r] / g[r]) for r in sorted(g) if r in o]
+    print(f"{kind} {shape} {threads}: gorun {statistics.median(g.values()):.2f} {unit}, {rival} "
+          f"{statistics.median(o.values()) if o else float('nan'):.2f}; gorun's speed ÷ {rival}'s by round: "
+          + ", ".join(f"{x:.2f}" for x in ratios))
+PY
