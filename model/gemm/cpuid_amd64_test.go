@@ -48,3 +48,32 @@ func TestThisProcessor(t *testing.T) {
 		t.Errorf("CPUID: %+v; /proc/cpuinfo: vendor %s, family %s, model %s", p, want["vendor_id"], want["cpu family"], want["model"])
 	}
 }
+
+// TestKernelsFor: the widest kernel first, except AVX-512 behind AVX2 on
+// a CPU that runs it in halves; the Go kernel always, last.
+func TestKernelsFor(t *testing.T) {
+	zen3 := processor{vendor: "AuthenticAMD", family: 25, model: 1}
+	zen4 := processor{vendor: "AuthenticAMD", family: 25, model: 17}
+	zen5 := processor{vendor: "AuthenticAMD", family: 26, model: 2}
+	emerald := processor{vendor: "GenuineIntel", family: 6, model: 207}
+	for _, c := range []struct {
+		name         string
+		avx512, avx2 bool
+		p            processor
+		want         string
+	}{
+		{"zen3", false, true, zen3, "avx2-fma go"},
+		{"zen4", true, true, zen4, "avx2-fma avx512 go"},
+		{"zen5", true, true, zen5, "avx512 avx2-fma go"},
+		{"emerald rapids", true, true, emerald, "avx512 avx2-fma go"},
+		{"no avx", false, false, zen4, "go"},
+	} {
+		var got []string
+		for _, k := range kernelsFor(c.avx512, c.avx2, c.p) {
+			got = append(got, k.id())
+		}
+		if strings.Join(got, " ") != c.want {
+			t.Errorf("%s: %v, want %s", c.name, got, c.want)
+		}
+	}
+}
