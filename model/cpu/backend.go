@@ -30,6 +30,9 @@ type Backend struct {
 	winoU      []float32
 	winoLayout winoLayout
 	vec        vecOps // the transforms' row operations (vecops.go)
+	// rowsW is the running convolution's kernel [F][KH][KW][C] when it
+	// runs channels innermost (rows.go).
+	rowsW []float32
 	// trimmed and liveW are the running convolution's live taps and
 	// their weights, when some of its taps meet only padding (taps.go).
 	trimmed trimmedConv

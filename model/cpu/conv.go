@@ -8,7 +8,9 @@ import (
 )
 
 // Convolution is im2col + GEMM per image, or Winograd for 3×3 stride-1
-// layers (winograd.go). The images of a batch are split
+// layers (winograd.go), one dense product over maps no larger than the
+// kernel (dense.go), or, forward over small outputs, im2col's transpose
+// with the channels innermost (rows.go). The images of a batch are split
 // into one contiguous chunk per thread; each chunk has its own column buffer
 // and its own weight-gradient partial sums, which are added in chunk order
 // afterwards, so results do not depend on thread scheduling.
@@ -26,6 +28,7 @@ type convTask struct {
 	weightGrad bool // backward: the weight gradient is wanted (dw not nil)
 	serialGEMM bool
 	winograd   bool      // Winograd F(2×2, 3×3) instead of im2col (winograd.go)
+	rows       bool      // forward: im2col's transpose, channels innermost (rows.go)
 	norm       *convNorm // forward: a batch norm applied to each image's output (Conv2dBatchNorm)
 }
 
@@ -160,6 +163,9 @@ func (b *Backend) runConv(backward bool, x, w, bias, y, dy, dx, dw, db *tensor.T
 		// On the calling goroutine, before the chunks: chunk 0's rows are free.
 		winogradWeights(b.vec, grow(&b.winoU, 16*winoStride(t.g.f*t.g.c)), w.Data, t.g.f, t.g.c, backward, &b.chunks[0].wino)
 	}
+	if t.rows = !backward && !t.winograd && b.useRows(t.g, p); t.rows {
+		rowsWeights(grow(&b.rowsW, t.g.f*t.g.ckk), w.Data, t.g.f, t.g.c, p.KernelH*p.KernelW)
+	}
 	if n < threads {
 		// Too few images to go round: one chunk, multi-threaded GEMMs.
 		t.per = n
@@ -183,6 +189,33 @@ func (t *convTask) gemm(worker, m, n, k int, a, bm gemm.Matrix, beta float32, c 
 	must(t.b.gemm.Sgemm(m, n, k, 1, a, bm, beta, c))
 }
 
+// finishGroup puts the forward products of the group of n images from
+// first, y [F, n·OH·OW] (the images' own outputs when n is 1), in place,
+// with the bias and the fused batch norm.
+func (t *convTask) finishGroup(y gemm.Matrix, first, n int) {
+	g, outLen, ld := t.g, t.g.f*t.g.ohw, n*t.g.ohw
+	if n == 1 {
+		t.addBias(y.Data, g.ohw)
+		t.normalise(y.Data)
+		return
+	}
+	for k := range n {
+		yn := t.y.Data[(first+k)*outLen : (first+k+1)*outLen]
+		if t.norm != nil && t.bias == nil {
+			// The batch norm's pass is the copy.
+			for f, scale := range t.norm.scale {
+				t.norm.apply(t.b.vec, yn[f*g.ohw:(f+1)*g.ohw], y.Data[f*ld+k*g.ohw:f*ld+(k+1)*g.ohw], scale, t.norm.shift[f])
+			}
+			continue
+		}
+		for f := 0; f < g.f; f++ {
+			copy(yn[f*g.ohw:(f+1)*g.ohw], y.Data[f*ld+k*g.ohw:])
+		}
+		t.addBias(yn, g.ohw)
+		t.normalise(yn)
+	}
+}
+
 // groupColumns is the number of output positions a GEMM should see at
 // least: small feature maps (8×8 in CIFARNet's last layers) are batched
 // several images to a GEMM, so the weights are packed once per group
@@ -203,8 +236,12 @@ const blockBytes = 1 << 20
 // GEMM's depth, so the products over blocks give the bits of one product
 // over the whole matrix (gemm.Engine.Depth).
 func (t *convTask) Do(worker, i int) {
-	if t.winograd {
+	switch {
+	case t.winograd:
 		t.winogradChunk(worker, i)
+		return
+	case t.rows:
+		t.rowsChunk(worker, i)
 		return
 	}
 	g := t.g
@@ -283,26 +320,7 @@ func (t *convTask) Do(worker, i int) {
 					t.gemm(worker, g.f, j1-j0, r1-r0, wm.ColsFrom(r0), gemm.Matrix{Data: blk, Stride: j1 - j0}, beta, y.ColsFrom(j0))
 				}
 			}
-			if n == 1 {
-				t.addBias(y.Data, g.ohw)
-				t.normalise(y.Data)
-				continue
-			}
-			for k := range n {
-				yn := t.y.Data[(first+k)*outLen : (first+k+1)*outLen]
-				if t.norm != nil && t.bias == nil {
-					// The batch norm's pass is the copy.
-					for f, scale := range t.norm.scale {
-						t.norm.apply(t.b.vec, yn[f*g.ohw:(f+1)*g.ohw], ybuf[f*ld+k*g.ohw:f*ld+(k+1)*g.ohw], scale, t.norm.shift[f])
-					}
-					continue
-				}
-				for f := 0; f < g.f; f++ {
-					copy(yn[f*g.ohw:(f+1)*g.ohw], ybuf[f*ld+k*g.ohw:])
-				}
-				t.addBias(yn, g.ohw)
-				t.normalise(yn)
-			}
+			t.finishGroup(y, first, n)
 			continue
 		}
 		// The group's output gradient as one [F, ld] matrix.

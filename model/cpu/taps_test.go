@@ -102,11 +102,12 @@ func TestTrimmedWeights(t *testing.T) {
 }
 
 // TestSmallMaps runs convolutions over maps no larger than their kernels
-// — as ResNet-18's on CIFAR-10's 2×2 and 1×1 maps — and over maps with
-// dead kernel rows, under every algorithm choice, against the float64
-// reference: ConvAuto runs the first as dense matrices (dense.go) and the
-// second with their live taps alone (taps.go), the forced algorithms
-// trim taps too. Evaluation-mode batch norm fused into the convolution
+// — as ResNet-18's on CIFAR-10's 2×2 and 1×1 maps — over maps with dead
+// kernel rows, and strided ones onto small outputs, under every
+// algorithm choice, against the float64 reference: ConvAuto runs the
+// first as dense matrices (dense.go), the second with their live taps
+// alone (taps.go), the third's forward pass by rows (rows.go); the forced
+// algorithms trim taps too. Evaluation-mode batch norm fused into the convolution
 // (and its relu) is checked against the reference's outputs normalised.
 func TestSmallMaps(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
@@ -117,16 +118,23 @@ func TestSmallMaps(t *testing.T) {
 		n, c, f, h, w int
 		p             tensor.ConvParams
 		dense, trim   bool // the paths ConvAuto takes
+		rows          bool // and the forward pass's, untrimmed (rows.go)
 	}{
-		{"3×3 on 2×2", 9, 24, 20, 2, 2, k3, true, false},
-		{"3×3 on 1×1", 7, 33, 18, 1, 1, k3, true, false},
-		{"3×3 stride 2 on 2×2", 5, 16, 32, 2, 2, k3s2, true, false},
-		{"1×1 on 1×1", 6, 40, 24, 1, 1, tensor.ConvParams{KernelH: 1, KernelW: 1, StrideH: 1, StrideW: 1}, true, false},
-		{"3×3 on 3×3", 4, 8, 12, 3, 3, k3, true, false},
-		{"3×3 on 2×2, 72 channels: Vᵀ past one depth block of the packing", 3, 72, 10, 2, 2, k3, true, false},
-		{"3×3 on 1×12: its middle row alone", 5, 16, 20, 1, 12, k3, false, true},
-		{"3×3 on 12×1: its middle column alone", 5, 16, 20, 12, 1, k3, false, true},
-		{"3×3 on 4×4 keeps every tap", 3, 16, 16, 4, 4, k3, false, false},
+		{"3×3 on 2×2", 9, 24, 20, 2, 2, k3, true, false, false},
+		{"3×3 on 1×1", 7, 33, 18, 1, 1, k3, true, false, false},
+		{"3×3 stride 2 on 2×2", 5, 16, 32, 2, 2, k3s2, true, false, false},
+		{"1×1 on 1×1", 6, 40, 24, 1, 1, tensor.ConvParams{KernelH: 1, KernelW: 1, StrideH: 1, StrideW: 1}, true, false, false},
+		{"3×3 on 3×3", 4, 8, 12, 3, 3, k3, true, false, false},
+		{"3×3 on 2×2, 72 channels: Vᵀ past one depth block of the packing", 3, 72, 10, 2, 2, k3, true, false, false},
+		{"3×3 on 1×12: its middle row alone", 5, 16, 20, 1, 12, k3, false, true, false},
+		{"3×3 on 12×1: its middle column alone", 5, 16, 20, 12, 1, k3, false, true, false},
+		{"3×3 on 4×4 keeps every tap", 3, 16, 16, 4, 4, k3, false, false, false},
+		{"3×3 stride 2 on 8×8 (ResNet-18's layer2 on CIFAR-10): by rows", 5, 16, 24, 8, 8, k3s2, false, false, true},
+		{"3×3 stride 2 on 4×4, 40 channels: by rows", 33, 40, 12, 4, 4, k3s2, false, false, true},
+		{"5×5 stride 2 on 7×7, 17 channels: by rows", 3, 17, 9, 7, 7, tensor.ConvParams{KernelH: 5, KernelW: 5, StrideH: 2, StrideW: 2, PadH: 2, PadW: 2}, false, false, true},
+		{"3×2 stride 2×1 on 6×3, 20 channels: by rows", 4, 20, 8, 6, 3, tensor.ConvParams{KernelH: 3, KernelW: 2, StrideH: 2, StrideW: 1, PadH: 1}, false, false, true},
+		{"3×3 stride 2 on 8×8, 15 channels: im2col", 3, 15, 8, 8, 8, k3s2, false, false, false},
+		{"3×3 stride 2 on 10×10: five wide, im2col", 3, 16, 8, 10, 10, k3s2, false, false, false},
 	} {
 		x := randTensor(rng, c.n, c.c, c.h, c.w)
 		w, bias := randTensor(rng, c.f, c.c, c.p.KernelH, c.p.KernelW), randTensor(rng, c.f)
@@ -146,6 +154,10 @@ func TestSmallMaps(t *testing.T) {
 					_, trimmed := trim(x, c.p)
 					if dense := be.useDense(geom(x, w, c.p), c.p); dense != c.dense || !dense && trimmed != c.trim {
 						t.Errorf("%s: dense %v, trimmed %v; want %v, %v", label, dense, trimmed, c.dense, c.trim)
+					}
+					g := geom(x, w, c.p)
+					if rows := !c.dense && !trimmed && !be.useWinograd(g, c.p) && be.useRows(g, c.p); rows != (c.rows && be.vec.vector) {
+						t.Errorf("%s: by rows %v, want %v", label, rows, c.rows)
 					}
 				}
 				y := tensor.New(c.n, c.f, oh, ow)
