@@ -98,10 +98,8 @@ func NewWithKernel(threads int, name string) (*Backend, error) {
 // measurements ran both that way), and none with the Go kernel.
 func (b *Backend) useGEMM(g *gemm.Engine) {
 	b.gemm = g
-	switch k := g.Kernel(); {
-	case strings.HasPrefix(k, "go "):
-		b.vec = vecOps{}
-	default:
+	b.vec = vecOps{}
+	if k := g.Kernel(); !strings.HasPrefix(k, "go ") {
 		b.vec = vecOps{vector: hasVectorOps(), wide: hasWideOps() && strings.HasPrefix(k, "avx512")}
 	}
 }
