@@ -16,7 +16,9 @@ import (
 // product is the same Y = W·col, in another order of its sums.
 
 const (
-	// rowsMaxWidth is the widest output built by rows.
+	// rowsMaxWidth is the widest output built by rows: ResNet-50's
+	// strided layers onto 7×7 and 14×14 outputs ran no faster by rows
+	// (bench/results/current/rows-width-2026-11-28-zen4.txt).
 	rowsMaxWidth = 4
 	// rowsMinChannels is the fewest input channels: a copy a kernel
 	// position must carry enough values to beat im2col's runs.
