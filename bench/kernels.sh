@@ -9,12 +9,20 @@
 # behind the kernel gemm picks for a CPU (model/gemm/kernel_amd64.go).
 # Usage:
 #   bash bench/kernels.sh [ROUNDS]
-# Environment: KERNELS (default "avx512 avx2-fma"), MODELS (a
-# -test.bench regexp of the small models, default
-# "mnist|cifarnet|resnet18"), RESNET50 (default 1; 0 leaves it out).
+# Environment: KERNELS (default "avx512 avx2-fma" on a CPU with AVX-512,
+# "avx2-fma go" without), MODELS (a -test.bench regexp of the small
+# models, default "mnist|cifarnet|resnet18"), RESNET50 (default 1; 0
+# leaves it out).
 set -euo pipefail
 rounds=${1:-2}
-kernels=${KERNELS:-avx512 avx2-fma}
+# By default the two vector kernels where the CPU has AVX-512, else the
+# AVX2 one against the Go one.
+if grep -qw avx512f /proc/cpuinfo; then
+	default_kernels="avx512 avx2-fma"
+else
+	default_kernels="avx2-fma go"
+fi
+kernels=${KERNELS:-$default_kernels}
 models=${MODELS:-mnist|cifarnet|resnet18}
 cd "$(dirname "$0")/.."
 tmp=$(mktemp -d)
