@@ -370,18 +370,19 @@ func winogradWeightGrad(dw, du []float32, f, c int) {
 	}
 }
 
-// winogradProducts runs the 16 products c[ξ] = a[ξ]·b[ξ] (+ c[ξ] when
-// accumulate): a [16][m][k], b [16][k][n] (or [16][n][k] transposed, row
-// stride ldb), c [16][m][n], each's matrices winoStride apart.
-func (t *convTask) winogradProducts(worker, m, n, k int, a, b []float32, ldb int, transB bool, c []float32, accumulate bool) {
+// winogradProducts runs the 16 products c[ξ] = op(a[ξ])·op(b[ξ])
+// (+ c[ξ] when accumulate), op(a[ξ]) m×k and op(b[ξ]) k×n: a and b give
+// the 16 matrices' data, each's row stride and whether it is transposed;
+// c is [16][m][n]; each operand's matrices winoStride apart.
+func (t *convTask) winogradProducts(worker, m, n, k int, a, b gemm.Matrix, c []float32, accumulate bool) {
 	var beta float32
 	if accumulate {
 		beta = 1
 	}
 	as, bs, cs := winoStride(m*k), winoStride(k*n), winoStride(m*n)
 	for e := range 16 {
-		am := gemm.Matrix{Data: a[e*as : e*as+m*k], Stride: k}
-		bm := gemm.Matrix{Data: b[e*bs : e*bs+k*n], Stride: ldb, Trans: transB}
+		am := gemm.Matrix{Data: a.Data[e*as : e*as+m*k], Stride: a.Stride, Trans: a.Trans}
+		bm := gemm.Matrix{Data: b.Data[e*bs : e*bs+k*n], Stride: b.Stride, Trans: b.Trans}
 		t.gemm(worker, m, n, k, am, bm, beta, gemm.Matrix{Data: c[e*cs : e*cs+m*n], Stride: n})
 	}
 }
@@ -409,11 +410,11 @@ func (t *convTask) winogradChunk(worker, i int) {
 			x, y := t.x.Data[first*inLen:(first+n)*inLen], t.y.Data[first*outLen:(first+n)*outLen]
 			if last {
 				winogradInputLast(t.b.vec, v, winoStride(g.c*ld), x, n, g.c, g.h, g.wd, p.PadH, p.PadW, out, &s.wino)
-				t.winogradProducts(worker, ld, g.f, g.c, v, t.b.winoU, g.c, true, m, false)
+				t.winogradProducts(worker, ld, g.f, g.c, gemm.Matrix{Data: v, Stride: g.c}, gemm.Matrix{Data: t.b.winoU, Stride: g.c, Trans: true}, m, false)
 				winogradOutputLast(t.b.vec, y, m, winoStride(g.f*ld), n, g.f, g.oh, g.ow, out, bias, &s.wino)
 			} else {
 				winogradInput(t.b.vec, v, winoStride(g.c*ld), ld, x, n, g.c, g.h, g.wd, p.PadH, p.PadW, out, &s.wino)
-				t.winogradProducts(worker, g.f, ld, g.c, t.b.winoU, v, ld, false, m, false)
+				t.winogradProducts(worker, g.f, ld, g.c, gemm.Matrix{Data: t.b.winoU, Stride: g.c}, gemm.Matrix{Data: v, Stride: ld}, m, false)
 				winogradOutput(t.b.vec, y, m, winoStride(g.f*ld), ld, n, g.f, g.oh, g.ow, out, bias, &s.wino)
 			}
 			for k := first; k < first+n; k++ {
@@ -447,12 +448,12 @@ func (t *convTask) winogradChunk(worker, i int) {
 		dy, dx := t.dy.Data[first*outLen:(first+n)*outLen], t.dx.Data[first*inLen:(first+n)*inLen]
 		if last {
 			winogradInputLast(t.b.vec, v, winoStride(g.f*ld), dy, n, g.f, g.oh, g.ow, 2-p.PadH, 2-p.PadW, in, &s.wino)
-			t.winogradProducts(worker, ld, g.c, g.f, v, t.b.winoU, g.f, true, m, false)
+			t.winogradProducts(worker, ld, g.c, g.f, gemm.Matrix{Data: v, Stride: g.f}, gemm.Matrix{Data: t.b.winoU, Stride: g.f, Trans: true}, m, false)
 			winogradOutputLast(t.b.vec, dx, m, winoStride(g.c*ld), n, g.c, g.h, g.wd, in, nil, &s.wino)
 			continue
 		}
 		winogradInput(t.b.vec, v, winoStride(g.f*ld), ld, dy, n, g.f, g.oh, g.ow, 2-p.PadH, 2-p.PadW, in, &s.wino)
-		t.winogradProducts(worker, g.c, ld, g.f, t.b.winoU, v, ld, false, m, false)
+		t.winogradProducts(worker, g.c, ld, g.f, gemm.Matrix{Data: t.b.winoU, Stride: g.f}, gemm.Matrix{Data: v, Stride: ld}, m, false)
 		winogradOutput(t.b.vec, dx, m, winoStride(g.c*ld), ld, n, g.c, g.h, g.wd, in, nil, &s.wino)
 	}
 }
@@ -478,19 +479,14 @@ func (t *convTask) winogradWeightGrad(worker int, s *scratch, lo, hi, group int,
 		if !last {
 			winogradInput(t.b.vec, v, winoStride(g.c*ld), ld, x, n, g.c, g.h, g.wd, p.PadH, p.PadW, out, &s.wino)
 			winogradOutputGrad(t.b.vec, m, winoStride(g.f*ld), ld, dy, n, g.f, g.oh, g.ow, out, &s.wino)
-			t.winogradProducts(worker, g.f, g.c, ld, m, v, ld, true, du, true)
+			t.winogradProducts(worker, g.f, g.c, ld, gemm.Matrix{Data: m, Stride: ld}, gemm.Matrix{Data: v, Stride: ld, Trans: true}, du, true)
 			continue
 		}
 		// dU[ξ] += M̂[ξ]ᵀ·V̂[ξ]: both operands tiles × channels, so that
 		// the GEMM packs them by copying rows.
-		vs, ms, us := winoStride(g.c*ld), winoStride(g.f*ld), winoStride(g.f*g.c)
-		winogradInputLast(t.b.vec, v, vs, x, n, g.c, g.h, g.wd, p.PadH, p.PadW, out, &s.wino)
-		winogradOutputGradLast(t.b.vec, m, ms, dy, n, g.f, g.oh, g.ow, out, &s.wino)
-		for e := range 16 {
-			am := gemm.Matrix{Data: m[e*ms : e*ms+ld*g.f], Stride: g.f, Trans: true}
-			bm := gemm.Matrix{Data: v[e*vs : e*vs+ld*g.c], Stride: g.c}
-			t.gemm(worker, g.f, g.c, ld, am, bm, 1, gemm.Matrix{Data: du[e*us : e*us+g.f*g.c], Stride: g.c})
-		}
+		winogradInputLast(t.b.vec, v, winoStride(g.c*ld), x, n, g.c, g.h, g.wd, p.PadH, p.PadW, out, &s.wino)
+		winogradOutputGradLast(t.b.vec, m, winoStride(g.f*ld), dy, n, g.f, g.oh, g.ow, out, &s.wino)
+		t.winogradProducts(worker, g.f, g.c, ld, gemm.Matrix{Data: m, Stride: g.f, Trans: true}, gemm.Matrix{Data: v, Stride: g.c}, du, true)
 	}
 	dw := grow(&s.dw, g.f*g.ckk)
 	clear(dw)
