@@ -49,9 +49,9 @@ func OpenBackend(device string, localRank, threads int, precision string) (*Devi
 		return nil, err
 	}
 	openCPU := func(note string) (*Device, error) {
-		c, err := cpu.NewWithKernel(threads, os.Getenv("GORUN_CPU_KERNEL"))
+		c, err := cpu.NewFromEnv(threads)
 		if err != nil {
-			return nil, fmt.Errorf("GORUN_CPU_KERNEL: %w", err)
+			return nil, err
 		}
 		return &Device{Backend: c, close: c.Close, Note: note}, nil
 	}

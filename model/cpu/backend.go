@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"fmt"
+	"os"
 	"strings"
 
 	"github.com/gorun/gorun/model/gemm"
@@ -89,6 +90,18 @@ func NewWithKernel(threads int, name string) (*Backend, error) {
 		return nil, err
 	}
 	b.useGEMM(g)
+	return b, nil
+}
+
+// NewFromEnv is NewWithKernel with the micro-kernel the environment
+// variable GORUN_CPU_KERNEL names (New's choice when it is unset or
+// empty): the trainer's and the benchmarks' override. A kernel this CPU
+// cannot run is an error naming the variable and the kernels it can.
+func NewFromEnv(threads int) (*Backend, error) {
+	b, err := NewWithKernel(threads, os.Getenv("GORUN_CPU_KERNEL"))
+	if err != nil {
+		return nil, fmt.Errorf("GORUN_CPU_KERNEL: %w", err)
+	}
 	return b, nil
 }
 

@@ -382,6 +382,29 @@ func TestNewWithKernel(t *testing.T) {
 	}
 }
 
+// TestNewFromEnv: GORUN_CPU_KERNEL picks the kernel, unset is New's
+// choice, and one this CPU cannot run is an error naming the variable
+// and the value.
+func TestNewFromEnv(t *testing.T) {
+	t.Setenv("GORUN_CPU_KERNEL", "go")
+	b, err := NewFromEnv(1)
+	if err != nil || !strings.HasPrefix(b.Name(), "cpu go ") {
+		t.Fatalf("go: %v, %v", b, err)
+	}
+	b.Close()
+	t.Setenv("GORUN_CPU_KERNEL", "")
+	def := New(1)
+	defer def.Close()
+	if b, err = NewFromEnv(1); err != nil || b.Name() != def.Name() {
+		t.Fatalf("unset: %v, %v", b, err)
+	}
+	b.Close()
+	t.Setenv("GORUN_CPU_KERNEL", "avx1024")
+	if _, err := NewFromEnv(1); err == nil || !strings.Contains(err.Error(), "GORUN_CPU_KERNEL") || !strings.Contains(err.Error(), "avx1024") {
+		t.Fatalf("avx1024: %v", err)
+	}
+}
+
 // TestAddRowSums: rows summed four at a time give, bit for bit, what a
 // plain loop over each row gives, for 0 to 9 rows, rows of 0 to 37
 // values, stride past the row, added to what sums held.

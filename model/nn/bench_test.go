@@ -3,7 +3,6 @@ package nn
 import (
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"testing"
 
 	"github.com/gorun/gorun/model/cpu"
@@ -20,7 +19,7 @@ func BenchmarkConvLayer(b *testing.B) {
 		in, out, hw int
 	}{{"conv1_3x64x32", 3, 64, 32}, {"conv2_64x128x16", 64, 128, 16}, {"conv3_128x256x8", 128, 256, 8}, {"conv4_256x512x8", 256, 512, 8}}
 	for _, threads := range []int{1, 2} {
-		be := benchBackend(b, threads)
+		be := mustBackend(b, threads)
 		for _, s := range shapes {
 			b.Run(fmt.Sprintf("threads=%d/%s", threads, s.name), func(b *testing.B) {
 				rng := rand.New(rand.NewPCG(1, 1))
@@ -116,7 +115,7 @@ func BenchmarkResNet18Convs(b *testing.B) { benchConvs(b, resnet18Convs) }
 // benchConvs times each layer of convs, forward and training, at batch
 // 32 on one thread.
 func benchConvs(b *testing.B, convs []convShape) {
-	be := benchBackend(b, 1)
+	be := mustBackend(b, 1)
 	defer be.Close()
 	for _, s := range convs {
 		// Each layer is built inside its own sub-benchmark, so a -bench
@@ -154,13 +153,12 @@ func benchConvs(b *testing.B, convs []convShape) {
 	}
 }
 
-// benchBackend is a CPU backend on threads threads with the GEMM
-// micro-kernel GORUN_CPU_KERNEL names (the trainer's override; this CPU's
-// best when unset), so that two kernels can be compared on one CPU.
-func benchBackend(b *testing.B, threads int) *cpu.Backend {
-	be, err := cpu.NewWithKernel(threads, os.Getenv("GORUN_CPU_KERNEL"))
+// mustBackend is cpu.NewFromEnv for a benchmark: GORUN_CPU_KERNEL picks
+// the micro-kernel, so that two can be compared on one CPU.
+func mustBackend(b *testing.B, threads int) *cpu.Backend {
+	be, err := cpu.NewFromEnv(threads)
 	if err != nil {
-		b.Fatalf("GORUN_CPU_KERNEL: %v", err)
+		b.Fatal(err)
 	}
 	return be
 }

@@ -3,7 +3,6 @@ package zoo
 import (
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"testing"
 
 	"github.com/gorun/gorun/model/cpu"
@@ -30,7 +29,7 @@ func BenchmarkTrainStep(b *testing.B) {
 		}
 		for _, threads := range []int{1, 2} {
 			b.Run(fmt.Sprintf("%s/batch=%d/threads=%d", name, c.batch, threads), func(b *testing.B) {
-				be := benchBackend(b, threads)
+				be := mustBackend(b, threads)
 				defer be.Close()
 				rng := rand.New(rand.NewPCG(1, 2))
 				spec, err := Lookup(c.model)
@@ -69,7 +68,7 @@ func BenchmarkInference(b *testing.B) {
 
 // inference times evaluation-mode forward passes of model at batch.
 func inference(b *testing.B, model string, batch, threads int) {
-	be := benchBackend(b, threads)
+	be := mustBackend(b, threads)
 	defer be.Close()
 	rng := rand.New(rand.NewPCG(1, 2))
 	m, _ := New(model, be, rng)
@@ -107,7 +106,7 @@ func BenchmarkSplitBackward(b *testing.B) {
 	}{{"resnet50", 9, 8}, {"cifarnet", 11, 32}} {
 		for _, split := range []bool{false, true} {
 			b.Run(fmt.Sprintf("%s/split=%v", c.model, split), func(b *testing.B) {
-				be := benchBackend(b, 1)
+				be := mustBackend(b, 1)
 				defer be.Close()
 				spec, err := Lookup(c.model)
 				if err != nil {
@@ -165,13 +164,12 @@ func BenchmarkSplitBackward(b *testing.B) {
 	}
 }
 
-// benchBackend is a CPU backend on threads threads with the GEMM
-// micro-kernel GORUN_CPU_KERNEL names (the trainer's override; this CPU's
-// best when unset), so that two kernels can be compared on one CPU.
-func benchBackend(b *testing.B, threads int) *cpu.Backend {
-	be, err := cpu.NewWithKernel(threads, os.Getenv("GORUN_CPU_KERNEL"))
+// mustBackend is cpu.NewFromEnv for a benchmark: GORUN_CPU_KERNEL picks
+// the micro-kernel, so that two can be compared on one CPU.
+func mustBackend(b *testing.B, threads int) *cpu.Backend {
+	be, err := cpu.NewFromEnv(threads)
 	if err != nil {
-		b.Fatalf("GORUN_CPU_KERNEL: %v", err)
+		b.Fatal(err)
 	}
 	return be
 }
