@@ -45,7 +45,7 @@ for round in $(seq "$rounds"); do
 		bench=${unit%:*} benchtime=${unit##*:}
 		for kernel in $kernels; do
 			GORUN_CPU_KERNEL=$kernel "$tmp/new.test" -test.run '^$' -test.bench "^Benchmark$bench/" -test.benchtime "$benchtime" |
-				awk -v r="$round" -v k="$kernel" '/img\/s/ {print "round", r, k, $1, $(NF-1), "img/s"}'
+				awk -v r="$round" -v k="$kernel" '/img\/s/ {print "round", r, k, $1, $(NF-1), "img/s"} /FAIL|GORUN_CPU_KERNEL/ {print > "/dev/stderr"}'
 		done
 	done
 done | tee "$tmp/out"

@@ -17,6 +17,12 @@
 set -euo pipefail
 rounds=${1:-3}
 only=${2:-.}
+model=${MODEL:-resnet50}
+case $model in
+resnet50) bench=ResNet50Convs runs=3x ;;
+resnet18) bench=ResNet18Convs runs=20x ;;
+*) echo "MODEL=$model: resnet50 or resnet18" >&2; exit 2 ;;
+esac
 cd "$(dirname "$0")/.."
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -24,12 +30,6 @@ trap 'rm -rf "$tmp"' EXIT
 build_tests ./model/nn
 go test -c -o "$tmp/gemm.test" ./model/gemm
 print_cpu
-model=${MODEL:-resnet50}
-case $model in
-resnet50) bench=ResNet50Convs runs=3x ;;
-resnet18) bench=ResNet18Convs runs=20x ;;
-*) echo "MODEL=$model: resnet50 or resnet18" >&2; exit 2 ;;
-esac
 sed -n "/^var ${model}Convs = /,/^}/p" model/nn/bench_test.go > "$tmp/table"
 layers=$(sed -n 's/^\t{"\([a-z0-9_]*\)", [0-9]*, [0-9]*, [0-9]*, [0-9]*, [0-9]*, [0-9]*},$/\1/p' "$tmp/table" | grep -E "$only")
 for round in $(seq "$rounds"); do
