@@ -3,7 +3,6 @@ package nn
 import (
 	"errors"
 	"fmt"
-	"math"
 	"math/bits"
 	"reflect"
 
@@ -26,10 +25,13 @@ import (
 // ShareBuffers makes them borrow from their original's (a pipeline stage,
 // whose microbatches run one pass at a time).
 
-// buffer is storage that layers take turns writing, one at a time.
+// buffer is storage that layers take turns writing, one at a time: a
+// region of one of its pool's chunks while it holds one.
 type buffer struct {
-	t    *tensor.Tensor // flat storage, grown on demand
+	t    *tensor.Tensor // the region, flat; no storage while it holds none
 	pool *bufferPool    // the pool it belongs to
+	at   *chunk         // the chunk holding the region, nil when none
+	span span           // the region within at
 }
 
 // holds reports whether t lies (partly) in b's storage.
@@ -42,6 +44,10 @@ func (b *buffer) holds(t *tensor.Tensor) bool {
 type bufferPool struct {
 	free []*buffer
 	made int // buffers created, for tests
+	// chunks are the storage buffers' regions are cut from (fit), and
+	// largest the largest region asked for so far, a new chunk's size.
+	chunks  []*chunk
+	largest int
 	// recomputing, while set (a Checkpoint rebuilding its layer's
 	// activations), makes forward passes with gradients on keep their
 	// outputs in pool buffers, each held by its container until the
@@ -64,53 +70,61 @@ func (p *bufferPool) get() *buffer {
 	return &buffer{pool: p}
 }
 
-// fit gives b storage for n elements on like's device: storage of n's size
-// class (sizeClass), its own or a free buffer's (exchanging storage with
-// it), or new storage of that class when the pool has none free. Storage
-// serves only tensors of its own class, so that a small tensor never ties
-// up storage a large one needs later: the pool then holds, for each class,
-// as many buffers as the network ever uses of that class at once, and a
-// pass that repeats the last one's requests (a training step) finds
-// everything it needs in the pool. (Storage sized to the network's largest
-// tensor, as before, cost every small request a large buffer; exact sizes
-// shared by best fit kept growing from step to step, small tensors taking
-// large buffers first.)
+// fit gives b a region of at least n elements on like's device, its
+// contents unspecified except that a region b already holds, large
+// enough, is kept (its tail given back): a layer writing its output over
+// its input, which lies there, finds the input where it was.
+//
+// Regions come from chunks, best fit: the smallest free span large
+// enough (the first such, chunk by chunk, lowest first), so that a
+// request of a size just given back takes that place again and large
+// free spans stay whole; spans given back merge with their free
+// neighbours. A new chunk is as large as the largest region asked for
+// so far, so that small regions pack into chunks the large ones later
+// reuse, and a pass that repeats the last one's requests (a training
+// step) finds everything it needs. Storage then follows what a pass
+// holds at once, where a pool of storage per size class held, for each
+// class, the most its pass ever held of it: ResNet-50's training step at
+// batch 32 peaks 0.38 GiB lower, its inference 0.07 GiB (BENCHMARKS.md,
+// "ResNet-50 on the CPU").
 func (p *bufferPool) fit(b *buffer, like *tensor.Tensor, n int) {
 	dev := like.Device()
-	class := sizeClass(n)
-	best, bestCap := -1, capacity(b, dev)
-	if bestCap < class {
-		bestCap = math.MaxInt
+	class := regionSize(n)
+	if b.at != nil && b.at.t.Device() == dev && b.span.n >= class {
+		b.at.give(span{b.span.off + class, b.span.n - class})
+		b.place(b.at, span{b.span.off, class})
+		return
 	}
-	for i, f := range p.free {
-		if c := capacity(f, dev); c >= class && c < bestCap {
-			best, bestCap = i, c
+	old, oldSpan := b.at, b.span
+	p.largest = max(p.largest, class)
+	var c *chunk
+	at := -1 // c.free's index of the span that fits best
+	for _, k := range p.chunks {
+		if k.t.Device() != dev {
+			continue
+		}
+		for i, s := range k.free {
+			if s.n >= class && (c == nil || s.n < c.free[at].n) {
+				c, at = k, i
+			}
 		}
 	}
-	switch {
-	case best >= 0:
-		f := p.free[best]
-		b.t, f.t = f.t, b.t
-		return
-	case bestCap != math.MaxInt:
-		return // b's own storage fits best
+	if c == nil {
+		c = &chunk{free: []span{{0, p.largest}}}
+		tensor.ReuseOn(dev, &c.t, p.largest)
+		p.chunks = append(p.chunks, c)
+		at = 0
 	}
-	// Nothing of n's class is free: b gets new storage; its old storage
-	// stays in the pool, as dropping it would not free it while layers'
-	// headers from earlier passes point there.
-	if b.t != nil {
-		p.made++
-		p.free = append(p.free, &buffer{t: b.t, pool: p})
-		b.t = nil
+	b.place(c, span{c.take(at, class), class})
+	if old != nil {
+		old.give(oldSpan) // only now: the new region must not overlap it
 	}
-	tensor.ReuseLike(&b.t, like, class)
 }
 
 // sizeClass rounds n up to the nearest number whose binary form has at
 // most five significant bits (sixteen classes per doubling, at most 6.25%
-// unused), so that tensors of one shape, and of nearly equal sizes, share
-// storage. (With four bits, ResNet-50's 98 MiB activations took 104 MiB
-// each, and the pool under --recompute was 44 MiB larger.)
+// unused), so that tensors of one shape, and of nearly equal sizes, take
+// regions of one size, which the next ones of that size fit exactly.
 func sizeClass(n int) int {
 	shift := bits.Len(uint(n)) - 5
 	if shift <= 0 {
@@ -120,16 +134,86 @@ func sizeClass(n int) int {
 	return (n + unit - 1) &^ (unit - 1)
 }
 
-// capacity is how many elements b's storage holds on dev.
-func capacity(b *buffer, dev tensor.Device) int {
-	switch {
-	case b.t == nil || b.t.Device() != dev:
-		return 0
-	case dev == nil:
-		return cap(b.t.Data)
-	default:
-		return b.t.Mem.Cap - b.t.Off
+// regionAlign is the alignment of regions within a chunk, in elements:
+// 256 bytes, so that vector loads and stores over a region's rows start on
+// cache lines as they do in storage of its own.
+const regionAlign = 64
+
+// regionSize is the size of the region fit gives a request for n
+// elements: its size class, aligned.
+func regionSize(n int) int {
+	return (sizeClass(n) + regionAlign - 1) &^ (regionAlign - 1)
+}
+
+// place makes s of c b's region, b.t a flat tensor over it.
+func (b *buffer) place(c *chunk, s span) {
+	b.at, b.span = c, s
+	if b.t == nil {
+		b.t = &tensor.Tensor{}
 	}
+	t := b.t
+	if c.t.Mem != nil {
+		t.Data, t.Mem, t.Off = nil, c.t.Mem, c.t.Off+s.off
+	} else {
+		t.Data, t.Mem, t.Off = c.t.Data[s.off:s.off+s.n:s.off+s.n], nil, 0
+	}
+	if !t.SameShape(s.n) {
+		t.Shape = append(t.Shape[:0], s.n)
+	}
+}
+
+// release gives b's region back to its chunk; b then holds no storage.
+func (b *buffer) release() {
+	if b.at == nil {
+		return
+	}
+	b.at.give(b.span)
+	b.at = nil
+	b.t.Data, b.t.Mem, b.t.Off = nil, nil, 0
+}
+
+// chunk is one allocation of storage that buffers' regions are cut from.
+type chunk struct {
+	t    *tensor.Tensor // flat storage, on the host or a device
+	free []span         // unused spans, by offset, none adjacent
+}
+
+// span is elements [off, off+n) of a chunk.
+type span struct{ off, n int }
+
+// take cuts n elements from the start of free span i, which has them, and
+// returns their offset.
+func (c *chunk) take(i, n int) int {
+	s := c.free[i]
+	if s.n == n {
+		c.free = append(c.free[:i], c.free[i+1:]...)
+	} else {
+		c.free[i] = span{s.off + n, s.n - n}
+	}
+	return s.off
+}
+
+// give returns s to c's free spans, merged with the free spans beside it.
+func (c *chunk) give(s span) {
+	if s.n == 0 {
+		return
+	}
+	i := 0
+	for i < len(c.free) && c.free[i].off < s.off {
+		i++
+	}
+	if i > 0 && c.free[i-1].off+c.free[i-1].n == s.off {
+		i--
+		s = span{c.free[i].off, c.free[i].n + s.n}
+		c.free = append(c.free[:i], c.free[i+1:]...)
+	}
+	if i < len(c.free) && s.off+s.n == c.free[i].off {
+		s.n += c.free[i].n
+		c.free = append(c.free[:i], c.free[i+1:]...)
+	}
+	c.free = append(c.free, span{})
+	copy(c.free[i+1:], c.free[i:])
+	c.free[i] = s
 }
 
 func (p *bufferPool) put(b *buffer) {
@@ -138,8 +222,14 @@ func (p *bufferPool) put(b *buffer) {
 	case len(p.reads) > 0 && p.heldForLater(b):
 		p.later = append(p.later, b)
 	default:
-		p.free = append(p.free, b)
+		p.recycle(b)
 	}
+}
+
+// recycle gives b's region back and b to the free list.
+func (p *bufferPool) recycle(b *buffer) {
+	b.release()
+	p.free = append(p.free, b)
 }
 
 // output is where a layer writes a result: its own tensor, or a view of the
@@ -213,9 +303,9 @@ type lending struct {
 	// acts holds, by child, the pool buffer with that child's recomputed
 	// output (forwardAll while the pool recomputes), given back when the
 	// container's backward is done. (Giving each back as soon as its
-	// child's backward was done left the pool 12% larger: small requests
-	// then took the large buffers freed early, and large ones later
-	// needed new storage.)
+	// child's backward was done left the pool 12% larger when each
+	// buffer kept storage of its own: small requests then took the large
+	// buffers freed early, and large ones later needed new storage.)
 	acts     []*buffer
 	children capsCache
 	// replicaOf is the pool of the layer this one is a replica of, which

@@ -105,12 +105,10 @@ func sameBits(a, b []float32) bool {
 }
 
 // poolStorage returns the buffers a network's pool has made and the
-// elements they hold.
+// elements of storage its chunks hold.
 func poolStorage(p *bufferPool) (made, elems int) {
-	for _, b := range p.free {
-		if b.t != nil {
-			elems += cap(b.t.Data)
-		}
+	for _, c := range p.chunks {
+		elems += c.t.Len()
 	}
 	return p.made, elems
 }

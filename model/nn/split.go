@@ -150,7 +150,7 @@ func (p *bufferPool) releaseUnread() {
 		if p.heldForLater(b) {
 			kept = append(kept, b)
 		} else {
-			p.free = append(p.free, b)
+			p.recycle(b)
 		}
 	}
 	clear(p.later[len(kept):])
