@@ -76,7 +76,7 @@ func parseFlags(args []string) (train.Config, options, error) {
 	var cfg train.Config
 	fs.StringVar(&cfg.Model, "model", "mnist", "model: mnist, cifarnet, resnet18 (CIFAR-10), resnet34, resnet50, resnet101, resnet152 (ImageNet)")
 	fs.IntVar(&cfg.NumClasses, "num-classes", 0, "the model's outputs (default: the training data's class count)")
-	fs.BoolVar(&cfg.Recompute, "recompute", false, "ResNets: keep only each residual block's input and output, and the stem's input, for backward and recompute the rest there (activation checkpointing; the same results): ResNet-50 in less than half the memory, for one more forward pass per step")
+	fs.BoolVar(&cfg.Recompute, "recompute", false, "ResNets: keep only each residual block's input and output, the stem's input and, in Bottlenecks, the outputs of the convolutions costliest to recompute, for backward and recompute the rest there (activation checkpointing; the same results): ResNet-50 in less than half the memory, for part of a forward pass more per step")
 	fs.BoolVar(&cfg.ZeroInitResidual, "zero-init-residual", false, "ResNets: start each residual block's last batch norm at zero weight, so the block starts as the identity (torchvision's zero_init_residual)")
 	fs.StringVar(&o.dataDir, "data", "", "dataset directory: MNIST-format, CIFAR-10 binary, or an image folder (train/CLASS/*.jpg and val/CLASS/*.jpg, as torchvision's ImageFolder; JPEG or PNG) (default "+fashionMNIST+" when installed)")
 	fs.BoolVar(&o.synthetic, "synthetic", false, "train on generated data shaped for the model instead of --data")

@@ -38,6 +38,10 @@ type Conv2d struct {
 	fusedBN tensor.ConvBatchNormBackend
 	// foldNext is set by that container for one Forward call.
 	foldNext bool
+	// saved, set by the Checkpoint this layer is inside (Checkpoint.Save),
+	// keeps the output from the checkpoint's first pass for its
+	// recomputation.
+	saved *savedOutput
 	inputGrad
 	result
 	deferral
@@ -74,7 +78,19 @@ func (c *Conv2d) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 		return nil, fmt.Errorf("input %s is smaller than the %dx%d kernel with padding %d", x, c.P.KernelH, c.P.KernelW, c.P.PadH)
 	}
 	c.x = x
-	y := c.out.get(x, x.Shape[0], c.Out, oh, ow)
+	if c.saved.replays(x) {
+		c.foldNext = false
+		c.y = c.saved.y
+		return c.y, nil
+	}
+	var y *tensor.Tensor
+	if c.saved.records() && !(c.foldNext && c.foldsBN()) {
+		// Not into the container's buffer: the output stays for the
+		// recomputation, and the layer after it cannot overwrite it.
+		y = c.saved.output(x, x.Shape[0], c.Out, oh, ow)
+	} else {
+		y = c.out.get(x, x.Shape[0], c.Out, oh, ow)
+	}
 	c.y = y
 	if bn := c.bn; c.foldNext && c.foldsBN() {
 		c.foldNext = false
@@ -138,6 +154,7 @@ func (c *Conv2d) Replica() Layer {
 	r.x, r.y, r.inputGrad, r.result = nil, nil, inputGrad{}, result{}
 	r.deferral = deferral{on: c.deferral.on}
 	r.bn, r.fusedBN, r.foldNext = nil, nil, false // the replica's container pairs it anew
+	r.saved = nil                                 // the replica's checkpoint sets its own
 	return &r
 }
 
