@@ -12,9 +12,10 @@ import (
 // with gradients off, keeping only the input and the output (and the
 // outputs of the convolutions Save names), and its backward pass first
 // runs the layer's forward again to rebuild the activations (taking
-// those outputs as they were), then its backward. Memory for the layer's activations is
-// then needed for one checkpointed layer at a time, for about a third
-// more arithmetic (one more forward pass). Results, gradients and the
+// those outputs as they were), then its backward. Memory for the layer's
+// activations is then needed for one checkpointed layer at a time, for
+// up to a third more arithmetic (one more forward pass, less what Save
+// spares). Results, gradients and the
 // layer's buffers (batch norm's running statistics, counted once per
 // step) are the same as without it, bit for bit.
 //
@@ -150,19 +151,19 @@ func (c *Checkpoint) Backward(dy *tensor.Tensor) (*tensor.Tensor, error) {
 // Save makes the checkpoint keep the outputs of convs, convolutions
 // inside its layer, from its first pass until its backward is done, so
 // that the recomputation does not run them again: their outputs' memory
-// held through the step for their forward arithmetic. (A ResNet-50
-// Bottleneck's 3×3 convolution does over a third of the block's forward
-// arithmetic and its output is a sixth of the block's activations.)
-// Results stay the same, bit for bit.
+// held through the step for their forward arithmetic. Results stay the
+// same, bit for bit.
 func (c *Checkpoint) Save(convs ...*Conv2d) error {
 	for _, conv := range convs {
 		inside := false
 		Walk(c.Inner, func(l Layer) { inside = inside || l == Layer(conv) })
-		if !inside {
+		switch {
+		case !inside:
 			return fmt.Errorf("nn: saving the output of a convolution (%d to %d channels) that is not inside the checkpointed layer", conv.In, conv.Out)
-		}
-		if conv.saved != nil {
-			continue
+		case conv.saved != nil && !slices.Contains(c.saves, conv.saved):
+			return fmt.Errorf("nn: saving the output of a convolution (%d to %d channels) that another checkpoint saves", conv.In, conv.Out)
+		case conv.saved != nil:
+			continue // saved already
 		}
 		conv.saved = &savedOutput{}
 		c.saves = append(c.saves, conv.saved)

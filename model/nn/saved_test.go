@@ -131,15 +131,32 @@ func TestCheckpointSave(t *testing.T) {
 	}
 }
 
-// TestCheckpointSaveOutside: saving a convolution that is not inside the
-// checkpointed layer is an error saying so.
-func TestCheckpointSaveOutside(t *testing.T) {
+// TestCheckpointSaveErrors: saving a convolution that is not inside the
+// checkpointed layer, or that another checkpoint saves, is an error
+// saying so; saving one twice is not.
+func TestCheckpointSaveErrors(t *testing.T) {
 	be := cpu.New(1)
 	defer be.Close()
 	rng := rand.New(rand.NewPCG(1, 1))
-	cp := NewCheckpoint(be, NewBottleneck(be, 8, 4, 1, rng))
-	err := cp.Save(NewConv2d(be, 4, 4, 3, Conv2dOptions{}, rng))
-	if err == nil || !strings.Contains(err.Error(), "not inside") {
-		t.Fatalf("Save of an outside convolution: %v, want an error saying it is not inside", err)
+	block := NewBottleneck(be, 8, 4, 1, rng)
+	conv := block.Main[3].Layer.(*Conv2d)
+	outer, inner := NewCheckpoint(be, NewSequential(NewCheckpoint(be, block))), NewCheckpoint(be, block)
+	for _, c := range []struct {
+		name string
+		save func() error
+		want string
+	}{
+		{"outside", func() error { return inner.Save(NewConv2d(be, 4, 4, 3, Conv2dOptions{}, rng)) }, "not inside"},
+		{"first", func() error { return inner.Save(conv) }, ""},
+		{"twice", func() error { return inner.Save(conv, conv) }, ""},
+		{"another checkpoint's", func() error { return outer.Save(conv) }, "another checkpoint"},
+	} {
+		err := c.save()
+		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("%s: %v, want %q", c.name, err, c.want)
+		}
+	}
+	if len(inner.saves) != 1 || len(outer.saves) != 0 {
+		t.Errorf("saved outputs: %d in the inner checkpoint, %d in the outer; want 1, 0", len(inner.saves), len(outer.saves))
 	}
 }
