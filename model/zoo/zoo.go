@@ -500,10 +500,11 @@ func resnetSpec(name string, bottleneck bool, blocks [4]int, classes int, input 
 // at least saveMinMACs multiply-adds an output element. What a saved
 // output spares the recomputation is proportional to that figure, what
 // it costs in memory to its size, so the figure ranks them; in ResNet-50
-// the threshold takes the 3×3 convolutions from layer2 on, layer3's and
-// layer4's first 1×1 and layer4's downsample — 1.2 s of a one-thread
-// step's recomputed forward at batch 32 for 163 MB held through the
-// step. A BasicBlock's convolutions are as wide as the block: keeping
+// the threshold takes the 3×3 convolutions from layer2 on, the first
+// 1×1 of every block of layer3 but the first and of layer4, and layer4's
+// downsample — about 1.2 s of a one-thread step's recomputed forward at
+// batch 32 (by the layers' forward times on Zen 4) for 163 MB held
+// through the step. A BasicBlock's convolutions are as wide as the block: keeping
 // one output would double what the checkpoint holds, so none is kept.
 func checkpointBlock(be tensor.Backend, r *nn.Residual, bottleneck bool) nn.Layer {
 	c := nn.NewCheckpoint(be, r)
