@@ -80,7 +80,7 @@ func (c *Conv2d) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 	c.x = x
 	if c.saved.replays(x) {
 		c.foldNext = false
-		c.y = c.saved.y
+		c.y = c.saved.y()
 		return c.y, nil
 	}
 	var y *tensor.Tensor

@@ -14,9 +14,10 @@ import (
 type savedOutput struct {
 	phase savePhase
 	pool  *bufferPool
-	buf   *buffer        // the pool region holding the output while saved
-	y     *tensor.Tensor // the output, a view of buf
-	x     []int          // the input's shape in the first pass
+	// out is where the output lies while saved: a pool buffer of its own
+	// (out.lent), not the container's, and the output's view (out.view).
+	out output
+	x   []int // the input's shape in the first pass
 }
 
 type savePhase int
@@ -31,24 +32,20 @@ const (
 // output to: a pool region that stays the saved output's, not the
 // container's, until release.
 func (s *savedOutput) output(x *tensor.Tensor, shape ...int) *tensor.Tensor {
-	if s.buf == nil {
-		s.buf = s.pool.get()
-	}
-	n := tensor.Volume(shape)
-	s.pool.fit(s.buf, x, n)
-	t := tensor.ReuseLike(&s.buf.t, x, n)
-	v, err := tensor.View(&s.y, t, shape...)
-	if err != nil {
-		panic("nn: " + err.Error()) // the volumes agree by construction
+	if s.out.lent == nil {
+		s.out.lent = s.pool.get()
 	}
 	s.x = append(s.x[:0], x.Shape...)
-	return v
+	return s.out.get(x, shape...)
 }
+
+// y is the saved output.
+func (s *savedOutput) y() *tensor.Tensor { return s.out.view }
 
 // replays reports whether the convolution may return the saved output
 // for input x instead of convolving.
 func (s *savedOutput) replays(x *tensor.Tensor) bool {
-	return s != nil && s.phase == saveReplay && s.buf != nil && slices.Equal(s.x, x.Shape)
+	return s != nil && s.phase == saveReplay && s.out.lent != nil && slices.Equal(s.x, x.Shape)
 }
 
 // records reports whether the convolution writes its output into s.
@@ -56,8 +53,8 @@ func (s *savedOutput) records() bool { return s != nil && s.phase == saveRecord 
 
 // release gives the saved output's region back to the pool.
 func (s *savedOutput) release() {
-	if s.buf != nil {
-		s.pool.put(s.buf)
-		s.buf = nil
+	if s.out.lent != nil {
+		s.pool.put(s.out.lent)
+		s.out.lent = nil
 	}
 }
