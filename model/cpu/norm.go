@@ -244,7 +244,10 @@ func (b *Backend) batchNorm(x, y, gamma, beta, runMean, runVar, saveMean, saveIn
 	t := &b.bn
 	*t = bnTask{x: x, y: y, gamma: gamma, beta: beta, saveMean: saveMean, saveInvStd: saveInvStd, n: n, c: c, hw: hw, training: p.Training, relu: relu,
 		runMean: runMean, runVar: runVar, momentum: float64(p.Momentum), eps: float64(p.Eps)}
-	if p.Training {
+	switch {
+	case p.Training && p.SavedStats:
+		// The statistics as the earlier pass over x left them.
+	case p.Training:
 		// The first two moments about K, in one pass.
 		t.stats = grow(&b.stats, 2*c+1)
 		t.stats[c] = float64(n * hw)
@@ -262,7 +265,7 @@ func (b *Backend) batchNorm(x, y, gamma, beta, runMean, runVar, saveMean, saveIn
 		for ch := range c {
 			t.statistics(ch)
 		}
-	} else {
+	default:
 		for ch := range c {
 			saveMean.Data[ch] = runMean.Data[ch]
 			saveInvStd.Data[ch] = float32(1 / math.Sqrt(float64(runVar.Data[ch])+float64(p.Eps)))

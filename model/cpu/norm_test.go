@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/gorun/gorun/model/tensor"
@@ -385,4 +386,48 @@ func TestBatchNormOneSweepSameBits(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestBatchNormSavedStats: a training pass with SavedStats, over the x a
+// training pass has just normalised, with that pass's saved statistics,
+// gives the same y to the bit, with and without the relu, and leaves the
+// statistics, the running statistics and the cross-replica sum alone.
+func TestBatchNormSavedStats(t *testing.T) {
+	rng := rand.New(rand.NewPCG(15, 16))
+	batchNormCases(t, [][]int{{2, 3, 5, 7}, {4, 64, 17, 17}, {6, 5}, {32, 40, 8, 8}}, func(be *Backend, name string, shape []int, p tensor.BatchNormParams) {
+		if !p.Training {
+			return
+		}
+		c := shape[1]
+		x, gamma, beta := randTensor(rng, shape...), randTensor(rng, c), randTensor(rng, c)
+		runMean, runVar, mean, invStd := tensor.New(c), tensor.New(c), tensor.New(c), tensor.New(c)
+		for i := range c {
+			runMean.Data[i], runVar.Data[i] = 0.1, 0.9
+		}
+		for _, relu := range []bool{false, true} {
+			norm := be.BatchNorm
+			if relu {
+				norm = be.BatchNormReLU
+			}
+			y, again := tensor.New(shape...), tensor.New(shape...)
+			norm(x, y, gamma, beta, runMean, runVar, mean, invStd, p)
+			kept := slices.Concat(runMean.Data, runVar.Data, mean.Data, invStd.Data)
+			summed := 0
+			saved := p
+			saved.SavedStats = true
+			saved.SumAcross = func([]float64) { summed++ }
+			norm(x, again, gamma, beta, runMean, runVar, mean, invStd, saved)
+			if summed != 0 {
+				t.Fatalf("%s/relu=%v: the statistics were summed across %d times", name, relu, summed)
+			}
+			if !slices.Equal(kept, slices.Concat(runMean.Data, runVar.Data, mean.Data, invStd.Data)) {
+				t.Fatalf("%s/relu=%v: the statistics or running statistics changed", name, relu)
+			}
+			for i, v := range y.Data {
+				if math.Float32bits(again.Data[i]) != math.Float32bits(v) {
+					t.Fatalf("%s/relu=%v: y[%d] = %v with the saved statistics, %v computed", name, relu, i, again.Data[i], v)
+				}
+			}
+		}
+	})
 }

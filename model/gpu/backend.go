@@ -835,7 +835,10 @@ func (b *Backend) batchNorm(x, y, gamma, beta, runMean, runVar, saveMean, saveIn
 		return
 	}
 	n, c, hw := tensor.Planes(x)
-	if p.Training {
+	switch {
+	case p.Training && p.SavedStats:
+		// The statistics as the earlier pass over x left them.
+	case p.Training:
 		st := b.stats.get(8 * 3 * c)
 		partial := b.sums.get(8 * c * channelParts(n, hw))
 		if st == 0 || partial == 0 {
@@ -853,7 +856,7 @@ func (b *Backend) batchNorm(x, y, gamma, beta, runMean, runVar, saveMean, saveIn
 		}
 		b.a().Ptr(sums).Ptr(sq).Float64(count).Ptr(b.ptr(runMean)).Ptr(b.ptr(runVar)).Ptr(b.ptr(saveMean)).Ptr(b.ptr(saveInvStd)).Int(c).Float(p.Momentum).Float(p.Eps)
 		b.launch(b.k.bnFinish, cuda.Dim3{X: (c + threads - 1) / threads}, threads, 0)
-	} else {
+	default:
 		b.a().Ptr(b.ptr(runMean)).Ptr(b.ptr(runVar)).Ptr(b.ptr(saveMean)).Ptr(b.ptr(saveInvStd)).Int(c).Float(p.Eps)
 		b.launch(b.k.bnEvalStats, cuda.Dim3{X: (c + threads - 1) / threads}, threads, 0)
 	}

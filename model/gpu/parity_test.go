@@ -184,6 +184,18 @@ func parityCases() []parityCase {
 				be.BatchNormBackward(ts[0], ts[8], ts[9], ts[2], ts[10], ts[11], ts[6], ts[7], p)
 				return 0
 			}})
+		if bn.training {
+			// A training pass, then one over the same x with its saved
+			// statistics (a checkpoint's recomputation) into dx's place.
+			cs = append(cs, parityCase{name: "BatchNormSavedStats" + bn.name, shapes: shapes, prepare: cs[len(cs)-1].prepare,
+				op: func(be tensor.Backend, ts []*tensor.Tensor) float32 {
+					p := tensor.BatchNormParams{Training: true, Momentum: 0.1, Eps: 1e-5}
+					be.BatchNorm(ts[0], ts[1], ts[2], ts[3], ts[4], ts[5], ts[6], ts[7], p)
+					p.SavedStats = true
+					be.BatchNorm(ts[0], ts[9], ts[2], ts[3], ts[4], ts[5], ts[6], ts[7], p)
+					return 0
+				}})
+		}
 		if len(bn.x) == 4 {
 			// The same with the relu fused in (both backends have it).
 			cs = append(cs, parityCase{name: "BatchNormReLU" + bn.name, shapes: shapes, prepare: cs[len(cs)-1].prepare,

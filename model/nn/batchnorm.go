@@ -2,6 +2,7 @@ package nn
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/gorun/gorun/model/tensor"
 )
@@ -20,7 +21,14 @@ type BatchNorm2d struct {
 	BatchesTracked          int64
 	tracked                 *int64 // a replica's: the original's BatchesTracked
 	mean, invStd            *tensor.Tensor
-	x, y                    *tensor.Tensor
+	// statsOf is the shape of the input mean and invStd are the batch
+	// statistics of; replay, set by the Checkpoint this layer is inside
+	// while it recomputes, has a training pass over an input of that
+	// shape — the same input again — normalise with them instead of
+	// computing them anew (tensor.BatchNormParams.SavedStats).
+	statsOf []int
+	replay  bool
+	x, y    *tensor.Tensor
 	// relu, when set, is the in-place relu right after this layer in its
 	// container, fused into this layer's passes (fuseReLUs): Forward
 	// leaves the relu's output, Backward takes the relu's output gradient,
@@ -66,16 +74,22 @@ func (b *BatchNorm2d) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 		return x, nil
 	}
 	b.x = x
-	tensor.ReuseLike(&b.mean, x, b.C)
-	tensor.ReuseLike(&b.invStd, x, b.C)
+	p := b.P
+	if p.Training && b.replay && b.mean != nil && slices.Equal(b.statsOf, x.Shape) {
+		p.SavedStats = true
+	} else {
+		tensor.ReuseLike(&b.mean, x, b.C)
+		tensor.ReuseLike(&b.invStd, x, b.C)
+		b.statsOf = append(b.statsOf[:0], x.Shape...)
+	}
 	y := b.out.get(x, x.Shape...)
 	b.y = y
 	if b.fusedReLU() {
-		b.fused.BatchNormReLU(x, y, b.Weight, b.Bias, b.RunningMean, b.RunningVar, b.mean, b.invStd, b.P)
+		b.fused.BatchNormReLU(x, y, b.Weight, b.Bias, b.RunningMean, b.RunningVar, b.mean, b.invStd, p)
 	} else {
-		b.be.BatchNorm(x, y, b.Weight, b.Bias, b.RunningMean, b.RunningVar, b.mean, b.invStd, b.P)
+		b.be.BatchNorm(x, y, b.Weight, b.Bias, b.RunningMean, b.RunningVar, b.mean, b.invStd, p)
 	}
-	if b.P.Training {
+	if p.Training && !p.SavedStats {
 		*b.counter()++
 	}
 	return y, nil
@@ -201,7 +215,7 @@ func (b *BatchNorm2d) SetTraining(training bool) { b.P.Training = training }
 func (b *BatchNorm2d) Replica() Layer {
 	r := *b
 	r.x, r.y, r.inputGrad, r.result = nil, nil, inputGrad{}, result{}
-	r.mean, r.invStd = nil, nil
+	r.mean, r.invStd, r.statsOf, r.replay = nil, nil, nil, false
 	r.relu, r.fused, r.conv, r.passNext = nil, nil, nil, false // the replica's container pairs it anew
 	r.tracked = b.counter()
 	return &r

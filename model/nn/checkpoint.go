@@ -40,6 +40,7 @@ type Checkpoint struct {
 	// buffers and counters, and its dropout layers.
 	bufVars  []Var
 	dropouts []*Dropout
+	norms    []*BatchNorm2d // its batch norms, which the recomputation replays
 	// saves are the saved outputs of the convolutions Save named.
 	saves []*savedOutput
 	lending
@@ -57,15 +58,18 @@ func NewCheckpoint(be tensor.Backend, inner Layer) *Checkpoint {
 func (c *Checkpoint) innerCaps() *caps {
 	if !c.inner.comparable || c.inner.layer != c.Inner {
 		c.inner = capsOf(c.Inner)
-		c.bufVars, c.dropouts = c.bufVars[:0], c.dropouts[:0]
+		c.bufVars, c.dropouts, c.norms = c.bufVars[:0], c.dropouts[:0], c.norms[:0]
 		for _, v := range c.Inner.State() {
 			if v.Count != nil || (v.Grad == nil && v.Value != nil) {
 				c.bufVars = append(c.bufVars, v)
 			}
 		}
 		Walk(c.Inner, func(l Layer) {
-			if d, ok := l.(*Dropout); ok {
-				c.dropouts = append(c.dropouts, d)
+			switch l := l.(type) {
+			case *Dropout:
+				c.dropouts = append(c.dropouts, l)
+			case *BatchNorm2d:
+				c.norms = append(c.norms, l)
 			}
 		})
 	}
@@ -124,14 +128,17 @@ func (c *Checkpoint) Backward(dy *tensor.Tensor) (*tensor.Tensor, error) {
 		return nil, err
 	}
 	defer giveBack(&c.store) // unless the inner layer took it
-	// Recompute: the same input, dropout masks and batch statistics give
-	// the same activations, which this time stay (in pool buffers) for
+	// Recompute: the same input and dropout masks, and the batch norms
+	// normalising with the batch statistics of the first pass, give the
+	// same activations, which this time stay (in pool buffers) for
 	// backward; the output, the same bits again, goes over the stored one.
 	c.restoreDropouts()
 	pool.recomputing = true
 	c.innerCaps().lendOut(c.store, pool)
 	c.setSaves(saveReplay, pool)
+	c.replayNorms(true)
 	y, err := c.Inner.Forward(c.x)
+	c.replayNorms(false)
 	c.setSaves(saveOff, pool)
 	c.innerCaps().lendOut(nil, nil)
 	pool.recomputing = false
@@ -176,6 +183,14 @@ func (c *Checkpoint) Save(convs ...*Conv2d) error {
 func (c *Checkpoint) setSaves(phase savePhase, pool *bufferPool) {
 	for _, s := range c.saves {
 		s.phase, s.pool = phase, pool
+	}
+}
+
+// replayNorms sets whether the inner batch norms normalise with the
+// statistics their last training pass computed (the first pass's).
+func (c *Checkpoint) replayNorms(on bool) {
+	for _, b := range c.norms {
+		b.replay = on
 	}
 }
 

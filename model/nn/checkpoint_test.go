@@ -55,6 +55,46 @@ func TestCheckpointMatches(t *testing.T) {
 	sameEvaluation(t, ckpt, plain, randTensor(rng, 2, 3, 16, 16))
 }
 
+// TestCheckpointReplaysBatchStats: the recomputation normalises with the
+// batch statistics of the first pass instead of computing them again.
+// With every batch norm's statistics summed across processes
+// (SyncBatchNorm's SumAcross; here one process's, which counts its
+// calls), the checkpointed network calls it as often as the plain one,
+// once a batch norm in forward and once in backward, and its steps give
+// the same bits; the batches differ from step to step, so statistics left
+// from another batch would show.
+func TestCheckpointReplaysBatchStats(t *testing.T) {
+	be := cpu.New(2)
+	defer be.Close()
+	plain, ckpt := tinyResNet(be, 5), tinyResNet(be, 5)
+	CheckpointBlocks(be, ckpt)
+	if err := CheckpointSteps(be, ckpt, 0, 4); err != nil {
+		t.Fatal(err)
+	}
+	norms := 0
+	counted := func(net Layer) *int {
+		calls := new(int)
+		norms = 0
+		Walk(net, func(l Layer) {
+			if bn, ok := l.(*BatchNorm2d); ok {
+				bn.P.SumAcross = func([]float64) { *calls++ }
+				norms++
+			}
+		})
+		return calls
+	}
+	plainCalls, ckptCalls := counted(plain), counted(ckpt)
+	rng := rand.New(rand.NewPCG(2, 7))
+	for s := range 3 {
+		x := randTensor(rng, 4, 3, 16, 16)
+		r := randTensor(rng, 4, 5).Data
+		sameStep(t, be, ckpt, plain, x, r, fmt.Sprintf("step %d", s))
+		if want := 2 * norms * (s + 1); *plainCalls != want || *ckptCalls != want {
+			t.Fatalf("after step %d: statistics summed %d times checkpointed, %d plain, want %d (%d batch norms)", s, *ckptCalls, *plainCalls, want, norms)
+		}
+	}
+}
+
 // sameEvaluation switches got and want to evaluation with gradients off
 // and fails unless both take x without error and give the same output,
 // bit for bit.

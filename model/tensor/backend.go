@@ -41,6 +41,12 @@ type BatchNormParams struct {
 	// statistics of the whole distributed batch. Parameter gradients stay
 	// local (DDP averages them).
 	SumAcross func(v []float64)
+	// SavedStats, in training, says that saveMean and saveInvStd hold
+	// this batch's statistics already, from an earlier pass over the
+	// same x (activation checkpointing's recomputation): x is normalised
+	// with them as they are, to the same bits as that pass, and neither
+	// the running statistics nor SumAcross are touched.
+	SavedStats bool
 }
 
 // ConvBatchNormBackend is a Backend that runs a convolution followed by a

@@ -24,9 +24,9 @@ func (f *forwardConvs) Conv2d(x, w, b, y *tensor.Tensor, p tensor.ConvParams) {
 // small input: its pooling adapts) gives the plain model's loss and
 // gradients bit for bit, and its backward recomputes every convolution
 // but those whose outputs the first pass saved (checkpointBlock): 53
-// convolutions forward, then all again but 13 3×3 ones (layer2 on), 8
-// first 1×1 ones (layer3's five after the first, layer4's three) and
-// layer4's downsample.
+// convolutions forward, then all again but the 16 3×3 ones, 8 first 1×1
+// ones (layer3's five after the first, layer4's three) and layer4's
+// downsample.
 func TestResNet50Recompute(t *testing.T) {
 	base := cpu.New(2)
 	defer base.Close()
@@ -65,7 +65,7 @@ func TestResNet50Recompute(t *testing.T) {
 			grads[i] = append(grads[i], v.Grad.HostData())
 		}
 	}
-	if want := [2]int{53, 53 + 53 - 13 - 8 - 1}; calls != want {
+	if want := [2]int{53, 53 + 53 - 16 - 8 - 1}; calls != want {
 		t.Errorf("forward convolutions plain, recomputed: %v, want %v", calls, want)
 	}
 	if losses[0] != losses[1] {

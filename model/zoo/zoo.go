@@ -500,12 +500,18 @@ func resnetSpec(name string, bottleneck bool, blocks [4]int, classes int, input 
 // at least saveMinMACs multiply-adds an output element. What a saved
 // output spares the recomputation is proportional to that figure, what
 // it costs in memory to its size, so the figure ranks them; in ResNet-50
-// the threshold takes the 3×3 convolutions from layer2 on, the first
-// 1×1 of every block of layer3 but the first and of layer4, and layer4's
-// downsample — about 1.2 s of a one-thread step's recomputed forward at
-// batch 32 (by the layers' forward times on Zen 4) for 163 MB held
-// through the step. A BasicBlock's convolutions are as wide as the block: keeping
-// one output would double what the checkpoint holds, so none is kept.
+// the threshold takes every 3×3 convolution, the first 1×1 of every
+// block of layer3 but the first and of layer4, and layer4's downsample:
+// 240 MB held through the step at batch 32. From layer2 on (1024 and
+// up) they spare about 1.2 s of a one-thread step's recomputed forward
+// (by the layers' forward times on Zen 4) for 163 MB; layer1's 3×3 ones
+// (576) another 0.3–0.5 s for 77 MB, 51–55 MB more peak RSS (one round
+// each on Zen 4). The next ones down (512: the first 1×1 of layer2's
+// blocks after the first, layer3's first block's and its downsample,
+// layer4's last 1×1 ones) would hold 128 MB more, which ResNet-50 at two
+// threads cannot spend and stay under half PyTorch's memory. A
+// BasicBlock's convolutions are as wide as the block: keeping one output
+// would double what the checkpoint holds, so none is kept.
 func checkpointBlock(be tensor.Backend, r *nn.Residual, bottleneck bool) nn.Layer {
 	c := nn.NewCheckpoint(be, r)
 	if !bottleneck {
@@ -523,7 +529,7 @@ func checkpointBlock(be tensor.Backend, r *nn.Residual, bottleneck bool) nn.Laye
 
 // saveMinMACs is the cost, in multiply-adds an output element, from which
 // a checkpointed block keeps a convolution's output (checkpointBlock).
-const saveMinMACs = 1024
+const saveMinMACs = 576
 
 // kaiming re-draws the part's convolution weights from torchvision's
 // kaiming-normal (fan-out, ReLU gain).
