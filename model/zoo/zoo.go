@@ -505,13 +505,13 @@ func resnetSpec(name string, bottleneck bool, blocks [4]int, classes int, input 
 // 240 MB held through the step at batch 32. From layer2 on (1024 and
 // up) they spare about 1.2 s of a one-thread step's recomputed forward
 // (by the layers' forward times on Zen 4) for 163 MB; layer1's 3×3 ones
-// (576) another 0.3–0.5 s for 77 MB, 51–55 MB more peak RSS (one round
-// each on Zen 4). The next ones down (512: the first 1×1 of layer2's
-// blocks after the first, layer3's first block's and its downsample,
-// layer4's last 1×1 ones) would hold 128 MB more, which ResNet-50 at two
-// threads cannot spend and stay under half PyTorch's memory. A
-// BasicBlock's convolutions are as wide as the block: keeping one output
-// would double what the checkpoint holds, so none is kept.
+// (576) another 0.14 s (3 × 46 ms) for 77 MB, 44–51 MiB more peak RSS
+// in BENCHMARKS.md's rounds. The next ones down (512: the first 1×1 of
+// layer2's blocks after the first, layer3's first block's and its
+// downsample, layer4's last 1×1 ones) would hold 128 MB more, which
+// ResNet-50 at two threads cannot spend and stay under half PyTorch's
+// memory. A BasicBlock's convolutions are as wide as the block: keeping
+// one output would double what the checkpoint holds, so none is kept.
 func checkpointBlock(be tensor.Backend, r *nn.Residual, bottleneck bool) nn.Layer {
 	c := nn.NewCheckpoint(be, r)
 	if !bottleneck {
