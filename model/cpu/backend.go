@@ -29,6 +29,7 @@ type Backend struct {
 	// (winolast.go; tests and benchmarks set it).
 	convAlgo   ConvAlgorithm
 	winoU      []float32
+	weights    weightsTask // transformWeights' work for the pool
 	winoLayout winoLayout
 	vec        vecOps // the transforms' row operations (vecops.go)
 	// rowsW is the running convolution's kernel [F][KH][KW][C] when it

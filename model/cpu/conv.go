@@ -160,8 +160,7 @@ func (b *Backend) runConv(backward bool, x, w, bias, y, dy, dx, dw, db *tensor.T
 	}
 	if t.winograd = b.useWinograd(t.g, p); t.winograd && (!backward || dx != nil) {
 		// Forward: U [16][F][C]; backward: the data gradient's U [16][C][F].
-		// On the calling goroutine, before the chunks: chunk 0's rows are free.
-		winogradWeights(b.vec, grow(&b.winoU, 16*winoStride(t.g.f*t.g.c)), w.Data, t.g.f, t.g.c, backward, &b.chunks[0].wino)
+		b.transformWeights(w, t.g.f, t.g.c, backward)
 	}
 	if t.rows = !backward && !t.winograd && b.useRows(t.g, p); t.rows {
 		rowsWeights(grow(&b.rowsW, t.g.f*t.g.ckk), w.Data, t.g.f, t.g.c, p.KernelH*p.KernelW)
@@ -180,6 +179,34 @@ func (b *Backend) runConv(backward bool, x, w, bias, y, dy, dx, dw, db *tensor.T
 }
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
+
+// transformWeights sets b.winoU to the Winograd transform of w's f×c 3×3
+// kernels (flipped: the data gradient's), before the chunks run: with
+// the vector kernels, blocks of kernels spread over the threads, each
+// with its chunk's rows; otherwise on the calling goroutine.
+func (b *Backend) transformWeights(w *tensor.Tensor, f, c int, flipped bool) {
+	u := grow(&b.winoU, 16*winoStride(f*c))
+	blocks := ceilDiv(f*c, winoWeightBlock)
+	if !b.vec.vector || b.pool.Threads() == 1 || blocks == 1 {
+		winogradWeights(b.vec, u, w.Data, f, c, flipped, &b.chunks[0].wino)
+		return
+	}
+	b.weights = weightsTask{b: b, u: u, w: w.Data, f: f, c: c, flipped: flipped}
+	b.pool.Run(blocks, &b.weights)
+}
+
+// weightsTask is transformWeights' work, one block of kernels an index,
+// kept in the backend so that handing it to the pool allocates nothing.
+type weightsTask struct {
+	b       *Backend
+	u, w    []float32
+	f, c    int
+	flipped bool
+}
+
+func (t *weightsTask) Do(worker, i int) {
+	winogradWeightsBlocks(t.b.vec, t.u, t.w, t.f, t.c, t.flipped, &t.b.chunks[worker].wino, i, i+1)
+}
 
 func (t *convTask) gemm(worker, m, n, k int, a, bm gemm.Matrix, beta float32, c gemm.Matrix) {
 	if t.serialGEMM {

@@ -111,20 +111,35 @@ func roundUp(a, b int) int { return ceilDiv(a, b) * b }
 // the extra pass would make slower without them). Both give the same
 // bits (TestWinogradWeightsForms).
 func winogradWeights(ops vecOps, u, w []float32, f, c int, flipped bool, work *winoRows) {
+	if !ops.vector {
+		rows, cols := f, c
+		if flipped {
+			rows, cols = c, f
+		}
+		winogradWeightsByKernel(u, w, f, c, rows, cols, flipped)
+		return
+	}
+	winogradWeightsBlocks(ops, u, w, f, c, flipped, work, 0, ceilDiv(f*c, winoWeightBlock))
+}
+
+// winoWeightBlock is how many kernels winogradWeights' vector form
+// transforms at a time: 84 KiB of planes.
+const winoWeightBlock = 1024
+
+// winogradWeightsBlocks is winogradWeights with the vector kernels over
+// blocks [first, last) of winoWeightBlock kernels (in u's order), so
+// that threads can share the work (weightsTask).
+func winogradWeightsBlocks(ops vecOps, u, w []float32, f, c int, flipped bool, work *winoRows, first, last int) {
 	rows, cols := f, c
 	if flipped {
 		rows, cols = c, f
 	}
-	if !ops.vector {
-		winogradWeightsByKernel(u, w, f, c, rows, cols, flipped)
-		return
-	}
 	n := rows * cols
 	es := winoStride(n)
-	const block = 1024 // kernels a block: 84 KiB of planes
+	const block = winoWeightBlock
 	buf := grow(&work.buf, 21*block)
 	g, t := buf[:9*block], buf[9*block:21*block] // g's nine planes; t = G g, [4][3]
-	for lo := 0; lo < n; lo += block {
+	for lo := first * block; lo < min(n, last*block); lo += block {
 		m := min(block, n-lo)
 		for i := range m {
 			at := lo + i

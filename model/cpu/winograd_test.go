@@ -295,3 +295,33 @@ func TestChannelsLastChoice(t *testing.T) {
 		}
 	}
 }
+
+// TestTransformWeightsThreads: the weight transform with its blocks of
+// kernels spread over two threads (transformWeights) gives the bits of
+// the one-goroutine transform, forward and flipped, for kernel counts of
+// one block, a few and a partial last one.
+func TestTransformWeightsThreads(t *testing.T) {
+	if !hasVectorOps() {
+		t.Skip("no vector kernels on this build or processor (AVX2 missing or purego): the transform runs on the calling goroutine")
+	}
+	be := New(2)
+	defer be.Close()
+	rng := rand.New(rand.NewPCG(11, 12))
+	for _, s := range []struct{ f, c int }{{3, 5}, {64, 64}, {64, 72}, {256, 256}} {
+		w := tensor.New(s.f, s.c, 3, 3)
+		for i := range w.Data {
+			w.Data[i] = float32(rng.NormFloat64())
+		}
+		for _, flipped := range []bool{false, true} {
+			want := make([]float32, 16*winoStride(s.f*s.c))
+			var work winoRows
+			winogradWeights(be.vec, want, w.Data, s.f, s.c, flipped, &work)
+			be.transformWeights(w, s.f, s.c, flipped)
+			for i, v := range want {
+				if math.Float32bits(be.winoU[i]) != math.Float32bits(v) {
+					t.Fatalf("%d×%d kernels, flipped %v: u[%d] = %v on two threads, %v on one", s.f, s.c, flipped, i, be.winoU[i], v)
+				}
+			}
+		}
+	}
+}

@@ -20,6 +20,19 @@ type Chain struct {
 	// Backward: that child's parameter gradients are then final. DDP uses
 	// it to start reducing them while the rest of backward runs.
 	GradReady func(child Layer)
+	// SliceImages, when above 0, has the chain, while it evaluates with
+	// gradients off (inference), run an input of more images than that
+	// in slices of at most SliceImages images, each through every layer
+	// before the next: what the pass holds at once shrinks to a slice's
+	// activations, and the outputs are the same bits, provided every
+	// layer then treats each image on its own (as convolutions, linear
+	// layers, pooling and evaluating batch norms and dropout do). Host
+	// tensors only; an output target lent by an enclosing container
+	// turns it off.
+	SliceImages int
+	evaluating  bool           // SetTraining(false) was the last call
+	slice, ys   *tensor.Tensor // the slice's view of the input; the whole output
+	yShape      []int
 	lending
 }
 
@@ -61,11 +74,66 @@ func (c *Chain) label(i int) string {
 func (c *Chain) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 	if c.noGrad {
 		giveBack(&c.keptOut)
+		if c.slices(x) {
+			return c.forwardSlices(x)
+		}
 		y, held, err := through(c.Layers, c.children.of(c.Layers), x, nil, c.outTarget, c.pool(), false, c.label, nil)
 		c.keptOut = held
 		return y, err
 	}
 	return forwardAll(c.Layers, c.children.of(c.Layers), x, c.outTarget, c.pool(), c.label, &c.acts)
+}
+
+// slices reports whether an evaluation pass with gradients off runs x in
+// slices (SliceImages).
+func (c *Chain) slices(x *tensor.Tensor) bool {
+	return c.SliceImages > 0 && c.evaluating && c.outTarget == nil && x.Mem == nil &&
+		x.Dims() > 1 && x.Shape[0] > c.SliceImages
+}
+
+// forwardSlices is Forward with gradients off over x's images in slices
+// of at most SliceImages, each slice's output copied into place in the
+// chain's own output tensor.
+func (c *Chain) forwardSlices(x *tensor.Tensor) (*tensor.Tensor, error) {
+	n := x.Shape[0]
+	per := x.Len() / n
+	pool := c.pool()
+	for lo := 0; lo < n; lo += c.SliceImages {
+		hi := min(n, lo+c.SliceImages)
+		c.slice = viewRows(c.slice, x, lo, hi, per)
+		y, held, err := through(c.Layers, c.children.of(c.Layers), c.slice, nil, nil, pool, false, c.label, nil)
+		if err != nil {
+			giveBack(&held)
+			return nil, fmt.Errorf("images %d to %d: %w", lo, hi-1, err)
+		}
+		if y.Mem != nil || y.Dims() == 0 || y.Shape[0] != hi-lo {
+			giveBack(&held)
+			return nil, fmt.Errorf("nn: a chain evaluating in slices of %d images: images %d to %d gave %s, not one output per image in host memory", c.SliceImages, lo, hi-1, y)
+		}
+		if lo == 0 {
+			c.yShape = append(append(c.yShape[:0], n), y.Shape[1:]...)
+			tensor.Reuse(&c.ys, c.yShape...)
+		}
+		yPer := y.Len() / (hi - lo)
+		if yPer*n != c.ys.Len() {
+			giveBack(&held)
+			return nil, fmt.Errorf("nn: a chain evaluating in slices of %d images: images %d to %d gave %s, after %s", c.SliceImages, lo, hi-1, y, c.ys)
+		}
+		copy(c.ys.Data[lo*yPer:hi*yPer], y.Data)
+		giveBack(&held)
+	}
+	return c.ys, nil
+}
+
+// viewRows returns images [lo, hi) of x, per elements each, in v's header
+// (allocated when nil).
+func viewRows(v, x *tensor.Tensor, lo, hi, per int) *tensor.Tensor {
+	if v == nil {
+		v = &tensor.Tensor{}
+	}
+	v.Data = x.Data[lo*per : hi*per]
+	v.Shape = append(append(v.Shape[:0], hi-lo), x.Shape[1:]...)
+	return v
 }
 
 // Backward implements Layer.
@@ -105,6 +173,7 @@ func (c *Chain) State() []Var {
 
 // SetTraining implements Layer.
 func (c *Chain) SetTraining(training bool) {
+	c.evaluating = !training
 	for _, l := range c.Layers {
 		l.SetTraining(training)
 	}
@@ -116,7 +185,7 @@ func (c *Chain) Children() []Layer { return c.Layers }
 // Replica implements Layer: the children's replicas under the same names
 // (without the GradReady hook, which belongs to the original).
 func (c *Chain) Replica() Layer {
-	r := &Chain{Names: c.Names, Layers: make([]Layer, len(c.Layers))}
+	r := &Chain{Names: c.Names, Layers: make([]Layer, len(c.Layers)), SliceImages: c.SliceImages, evaluating: c.evaluating}
 	r.noGrad = c.noGrad
 	for i, l := range c.Layers {
 		r.Layers[i] = l.Replica()

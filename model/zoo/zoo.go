@@ -179,9 +179,25 @@ func (s *Spec) Build(be tensor.Backend, seed uint64) *Model {
 	if s.Recompute {
 		checkpointStem(be, net)
 	}
+	net.SliceImages = evalSliceImages(s.Input)
 	m.Net = net
 	return m
 }
+
+// evalSliceImages is how many images at a time a model's evaluation
+// passes run (nn.Chain.SliceImages): sliceInput elements of input, eight
+// ImageNet images, so that inference holds a slice's activations rather
+// than a whole batch's; on small images (CIFAR-10's, MNIST's) a slice is
+// larger than any usual batch, which runs whole. What it costs: each
+// convolution's weights are packed (and for Winograd transformed) once
+// a slice rather than once a pass.
+func evalSliceImages(input []int) int {
+	return max(1, sliceInput/tensor.Volume(input))
+}
+
+// sliceInput is the input, in elements, of one evaluation slice
+// (evalSliceImages).
+const sliceInput = 8 * 3 * 224 * 224
 
 // checkpointStem puts a ResNet's stem — every top-level child before the
 // first stage of residual blocks: conv1, bn1, relu, max pool — under one

@@ -629,3 +629,52 @@ func TestSpecOptions(t *testing.T) {
 		t.Errorf("recompute: state names\n%v\nwant\n%v", got, want)
 	}
 }
+
+// TestEvalSlices: the ImageNet models evaluate in slices of eight images
+// (nn.Chain.SliceImages), the small-image ones whole at any usual batch;
+// ResNet-50's sliced evaluation of ten images (slices of eight and two)
+// gives the bits of the whole batch's.
+func TestEvalSlices(t *testing.T) {
+	be := cpu.New(2)
+	defer be.Close()
+	for _, c := range []struct {
+		model     string
+		recompute bool
+		want      int
+	}{{"resnet50", false, 8}, {"resnet50", true, 8}, {"resnet18", false, 392}, {"cifarnet", false, 392}, {"mnist", false, 1536}} {
+		spec, err := Lookup(c.model)
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec.Recompute = c.recompute
+		if got := spec.Build(be, 1).Net.(*nn.Chain).SliceImages; got != c.want {
+			t.Errorf("%s (recompute %v) evaluates in slices of %d images, want %d", c.model, c.recompute, got, c.want)
+		}
+	}
+	spec, err := Lookup("resnet50")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := spec.Build(be, 3)
+	m.Net.SetTraining(false)
+	nn.SetGradEnabled(m.Net, false)
+	rng := rand.New(rand.NewPCG(5, 6))
+	x := tensor.New(10, 3, 64, 64)
+	for i := range x.Data {
+		x.Data[i] = rng.Float32()
+	}
+	var ys [2][]float32
+	for i, slice := range []int{8, 0} {
+		m.Net.(*nn.Chain).SliceImages = slice
+		y, err := m.Net.Forward(x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ys[i] = y.HostData()
+	}
+	for i, v := range ys[1] {
+		if math.Float32bits(ys[0][i]) != math.Float32bits(v) {
+			t.Fatalf("logit %d: %v in slices, %v whole", i, ys[0][i], v)
+		}
+	}
+}
