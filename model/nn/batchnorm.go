@@ -21,10 +21,10 @@ type BatchNorm2d struct {
 	BatchesTracked          int64
 	tracked                 *int64 // a replica's: the original's BatchesTracked
 	mean, invStd            *tensor.Tensor
-	// statsOf is the shape of the input mean and invStd are the batch
-	// statistics of; replay, set by the Checkpoint this layer is inside
-	// while it recomputes, has a training pass over an input of that
-	// shape — the same input again — normalise with them instead of
+	// statsOf is the shape of the input whose batch statistics mean and
+	// invStd hold. While replay is set (by the Checkpoint this layer is
+	// inside, as it recomputes), a training pass over an input of that
+	// shape — the same input again — normalises with them instead of
 	// computing them anew (tensor.BatchNormParams.SavedStats).
 	statsOf []int
 	replay  bool
