@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/bits"
 	"reflect"
+	"slices"
 
 	"github.com/gorun/gorun/model/tensor"
 )
@@ -186,7 +187,7 @@ type span struct{ off, n int }
 func (c *chunk) take(i, n int) int {
 	s := c.free[i]
 	if s.n == n {
-		c.free = append(c.free[:i], c.free[i+1:]...)
+		c.free = slices.Delete(c.free, i, i+1)
 	} else {
 		c.free[i] = span{s.off + n, s.n - n}
 	}
@@ -198,22 +199,17 @@ func (c *chunk) give(s span) {
 	if s.n == 0 {
 		return
 	}
-	i := 0
-	for i < len(c.free) && c.free[i].off < s.off {
-		i++
-	}
+	i, _ := slices.BinarySearchFunc(c.free, s.off, func(f span, off int) int { return f.off - off })
 	if i > 0 && c.free[i-1].off+c.free[i-1].n == s.off {
 		i--
 		s = span{c.free[i].off, c.free[i].n + s.n}
-		c.free = append(c.free[:i], c.free[i+1:]...)
+		c.free = slices.Delete(c.free, i, i+1)
 	}
 	if i < len(c.free) && s.off+s.n == c.free[i].off {
 		s.n += c.free[i].n
-		c.free = append(c.free[:i], c.free[i+1:]...)
+		c.free = slices.Delete(c.free, i, i+1)
 	}
-	c.free = append(c.free, span{})
-	copy(c.free[i+1:], c.free[i:])
-	c.free[i] = s
+	c.free = slices.Insert(c.free, i, s)
 }
 
 func (p *bufferPool) put(b *buffer) {

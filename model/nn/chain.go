@@ -2,6 +2,7 @@ package nn
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/gorun/gorun/model/tensor"
@@ -114,11 +115,11 @@ func (c *Chain) forwardSlices(x *tensor.Tensor) (*tensor.Tensor, error) {
 			c.yShape = append(append(c.yShape[:0], n), y.Shape[1:]...)
 			tensor.Reuse(&c.ys, c.yShape...)
 		}
-		yPer := y.Len() / (hi - lo)
-		if yPer*n != c.ys.Len() {
+		if !slices.Equal(y.Shape[1:], c.yShape[1:]) {
 			giveBack(&held)
 			return nil, fmt.Errorf("nn: a chain evaluating in slices of %d images: images %d to %d gave %s, after %s", c.SliceImages, lo, hi-1, y, c.ys)
 		}
+		yPer := y.Len() / (hi - lo)
 		copy(c.ys.Data[lo*yPer:hi*yPer], y.Data)
 		giveBack(&held)
 	}

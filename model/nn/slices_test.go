@@ -74,32 +74,42 @@ func TestChainEvalSlices(t *testing.T) {
 	}
 }
 
-// firstImage is a layer that keeps only its input's first image, as a
-// layer mixing a batch's images would break slicing.
-type firstImage struct{ y *tensor.Tensor }
-
-func (f *firstImage) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
-	per := x.Len() / x.Shape[0]
-	return tensor.View(&f.y, &tensor.Tensor{Data: x.Data[:per], Shape: []int{per}}, append([]int{1}, x.Shape[1:]...)...)
+// shaped is a layer whose output has the shape its function gives for
+// the input's batch size, as layers mixing a batch's images would give.
+type shaped struct {
+	shape func(n int) []int
+	y     *tensor.Tensor
 }
-func (f *firstImage) Backward(dy *tensor.Tensor) (*tensor.Tensor, error) { return dy, nil }
-func (f *firstImage) State() []Var                                       { return nil }
-func (f *firstImage) SetTraining(bool)                                   {}
-func (f *firstImage) Replica() Layer                                     { return &firstImage{} }
+
+func (l *shaped) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
+	return tensor.Reuse(&l.y, l.shape(x.Shape[0])...), nil
+}
+func (l *shaped) Backward(dy *tensor.Tensor) (*tensor.Tensor, error) { return dy, nil }
+func (l *shaped) State() []Var                                       { return nil }
+func (l *shaped) SetTraining(bool)                                   {}
+func (l *shaped) Replica() Layer                                     { return &shaped{shape: l.shape} }
 
 // TestChainEvalSlicesRefuse: a chain whose layers do not give one output
-// per image fails a sliced pass with an error naming the images and the
-// shape, instead of assembling garbage.
+// per image, of one shape for every slice, fails a sliced pass with an
+// error naming the images and the shapes, instead of assembling garbage.
 func TestChainEvalSlicesRefuse(t *testing.T) {
 	be := cpu.New(1)
 	defer be.Close()
-	rng := rand.New(rand.NewPCG(2, 2))
-	c := NewChain(Child{"fc", NewLinear(be, 4, 3, rng)}, Child{"", &firstImage{}})
-	c.SliceImages = 2
-	c.SetTraining(false)
-	SetGradEnabled(c, false)
-	_, err := c.Forward(randTensor(rng, 5, 4))
-	if err == nil || !strings.Contains(err.Error(), "images 0 to 1 gave [1 3]") {
-		t.Fatalf("got %v, want an error naming images 0 to 1 and their output [1 3]", err)
+	for _, c := range []struct {
+		name  string
+		shape func(n int) []int
+		want  string
+	}{
+		{"one row for the slice", func(int) []int { return []int{1, 3} }, "images 0 to 1 gave [1 3], not one output per image"},
+		{"rows as wide as the slice", func(n int) []int { return []int{n, n} }, "images 4 to 4 gave [1 1], after [5 2]"},
+	} {
+		rng := rand.New(rand.NewPCG(2, 2))
+		net := NewChain(Child{"fc", NewLinear(be, 4, 3, rng)}, Child{"", &shaped{shape: c.shape}})
+		net.SliceImages = 2
+		net.SetTraining(false)
+		SetGradEnabled(net, false)
+		if _, err := net.Forward(randTensor(rng, 5, 4)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got %v, want an error with %q", c.name, err, c.want)
+		}
 	}
 }
