@@ -2,7 +2,8 @@
 # The workshop models on the CPU, gorun against PyTorch 1.13 in the same
 # run, alternating: training steps of the MNIST net (batch 64), CIFARNet
 # (batch 128) and torchvision's resnet18 on CIFAR-10's 32×32 images
-# (batch 32, seed 002), and evaluation-mode forwards of the last two, at
+# (batch 32, seed 002), and evaluation-mode forwards of the last two
+# (PyTorch eager and frozen by torch.jit.optimize_for_inference), at
 # one and two threads (BenchmarkTrainStep and BenchmarkInference of
 # model/zoo against `torch_train.py speed N`); img/s per round, then
 # gorun ÷ PyTorch by round. Usage:
@@ -38,8 +39,10 @@ for line in open(sys.argv[1]):
         m = re.match(r"Benchmark(TrainStep|Inference)/(\w+)/batch=(\d+)/threads=(\d+)", f[3])
         kind = "train" if m[1] == "TrainStep" else "infer"
         go[(f[1], f"{kind}/{m[2]}/batch={m[3]}/threads={m[4]}")] = float(f[4])
-print("gorun ÷ PyTorch by round:")
+print("gorun ÷ PyTorch by round (inference: ÷ eager; ÷ frozen):")
+rounds = sorted({r for r, _ in go})
 for key in sorted({k for _, k in go}):
-    ratios = [f"{go[(r, key)] / torch[(r, key)]:.2f}" for r in sorted({r for r, _ in go}) if (r, key) in go and (r, key) in torch]
-    print(f"  {key}: {', '.join(ratios)}")
+    ratios = [f"{go[(r, key)] / torch[(r, key)]:.2f}" for r in rounds if (r, key) in torch]
+    frozen = [f"{go[(r, key)] / torch[(r, 'infer-frozen' + key[5:])]:.2f}" for r in rounds if (r, 'infer-frozen' + key[5:]) in torch]
+    print(f"  {key}: {', '.join(ratios)}" + (f"; {', '.join(frozen)}" if frozen else ""))
 PY

@@ -28,11 +28,13 @@ type Evaluation struct {
 // Accuracy returns Correct/Total.
 func (e Evaluation) Accuracy() float64 { return float64(e.Correct) / float64(max(e.Total, 1)) }
 
-// Evaluate runs m in evaluation mode, gradients off, over the images of ds
-// at indices (every image when nil) through loader, and leaves it so.
+// Evaluate runs m in evaluation mode, gradients off, weights frozen
+// (nn.Freeze: prepared once for the whole evaluation), over the images of
+// ds at indices (every image when nil) through loader, and leaves it so.
 func Evaluate(ctx context.Context, m *zoo.Model, be tensor.Backend, loader *data.Loader, ds *data.Dataset, indices []int) (Evaluation, error) {
 	m.Net.SetTraining(false)
 	nn.SetGradEnabled(m.Net, false)
+	nn.Freeze(m.Net, true)
 	var input *tensor.Tensor
 	forward := func(b *data.Batch) (*tensor.Tensor, error) { return m.Net.Forward(onDevice(be, b.X, &input)) }
 	return score(ctx, forward, m, be, loader, ds, indices)

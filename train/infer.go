@@ -60,6 +60,7 @@ func LoadClassifier(path, model, labels string, be tensor.Backend) (*Classifier,
 	}
 	m.Net.SetTraining(false)
 	nn.SetGradEnabled(m.Net, false)
+	nn.Freeze(m.Net, true)
 	c := &Classifier{Model: m, be: be}
 	if meta != nil && (meta.Model == model || pipelineModel(meta.Model, meta.Stages, meta.Chunks) == model) {
 		c.Classes, c.Mean, c.Std, c.Dataset = meta.Classes, meta.Mean, meta.Std, meta.Dataset

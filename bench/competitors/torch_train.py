@@ -3,7 +3,8 @@
 Throughput: training steps (forward, loss, backward, optimizer) of the MNIST
 net at batch 64, CIFARNet at batch 128 and torchvision's resnet18 (10
 classes, CIFAR-10's 32x32 images, seed 002) at batch 32, and inference of
-the last two, on random data, at the thread count given (compare with
+the last two (eager, and frozen by torch.jit.optimize_for_inference), on
+random data, at the thread count given (compare with
 `go test ./model/zoo -run '^$' -bench 'TrainStep|Inference'`):
 
     OPENBLAS_NUM_THREADS=1 /usr/bin/python3 bench/competitors/torch_train.py speed 1
@@ -67,7 +68,12 @@ def speed():
             net.eval()
             with torch.no_grad():
                 dt = timeit(lambda: net(x), 3.0)
-            print("infer %-9s batch %3d: %7.1f img/s" % (name, batch, batch / dt))
+                print("infer %-9s batch %3d: %7.1f img/s" % (name, batch, batch / dt))
+                # Frozen, as gorun's evaluation runs (nn.Freeze): TorchScript
+                # with batch norms folded and oneDNN's weights prepacked.
+                frozen = torch.jit.optimize_for_inference(torch.jit.script(net))
+                dt = timeit(lambda: frozen(x), 3.0)
+                print("infer-frozen %-9s batch %3d: %7.1f img/s" % (name, batch, batch / dt))
 
 
 def fashion(epochs=3):

@@ -25,7 +25,7 @@ type Backend struct {
 	shift    []float32 // batch norm's per-channel K (norm.go)
 	// convAlgo is the convolution algorithm chosen (SetConvAlgorithm);
 	// winoU holds the layer's transformed weights while it runs as
-	// Winograd (winograd.go), winoLayout the layout of its transforms
+	// Winograd (winograd.go) unprepared, winoLayout the layout of its transforms
 	// (winolast.go; tests and benchmarks set it).
 	convAlgo   ConvAlgorithm
 	winoU      []float32
@@ -33,7 +33,7 @@ type Backend struct {
 	winoLayout winoLayout
 	vec        vecOps // the transforms' row operations (vecops.go)
 	// rowsW is the running convolution's kernel [F][KH][KW][C] when it
-	// runs channels innermost (rows.go).
+	// runs channels innermost (rows.go), unprepared.
 	rowsW []float32
 	// trimmed and liveW are the running convolution's live taps and
 	// their weights, when some of its taps meet only padding (taps.go).

@@ -30,6 +30,11 @@ type convTask struct {
 	winograd   bool      // Winograd F(2×2, 3×3) instead of im2col (winograd.go)
 	rows       bool      // forward: im2col's transpose, channels innermost (rows.go)
 	norm       *convNorm // forward: a batch norm applied to each image's output (Conv2dBatchNorm)
+	// prep, when set, holds the weights' forms across calls
+	// (Conv2dPrepared); u and rowsW are the forms this call runs with.
+	prep  *prepared
+	u     []float32 // Winograd's transformed weights (winograd.go)
+	rowsW []float32 // the kernel [F][KH][KW][C] (rows.go)
 }
 
 // convNorm is an evaluation-mode batch norm fused into a convolution: each
@@ -61,7 +66,7 @@ func pointwise(p tensor.ConvParams) bool {
 // Conv2d implements tensor.Backend.
 func (b *Backend) Conv2d(x, w, bias, y *tensor.Tensor, p tensor.ConvParams) {
 	w, p, _ = b.liveKernel(x, w, p)
-	b.runConv(false, x, w, bias, y, nil, nil, nil, nil, p, nil)
+	b.runConv(false, x, w, bias, y, nil, nil, nil, nil, p, nil, nil)
 }
 
 // liveKernel returns the kernel and params to run the convolution of x by
@@ -84,15 +89,22 @@ func (b *Backend) liveKernel(x, w *tensor.Tensor, p tensor.ConvParams) (*tensor.
 // (and relu) right after the image's product, with BatchNorm's scale,
 // shift and row kernels, so the bits are those of the two layers.
 func (b *Backend) Conv2dBatchNorm(x, w, bias, y, gamma, beta, runMean, runVar *tensor.Tensor, p tensor.ConvParams, bn tensor.BatchNormParams, relu bool) {
-	c := y.Shape[1]
+	norm := b.evalNorm(gamma, beta, runMean, runVar, bn, relu)
+	w, p, _ = b.liveKernel(x, w, p)
+	b.runConv(false, x, w, bias, y, nil, nil, nil, nil, p, norm, nil)
+}
+
+// evalNorm sets the backend's convNorm to the evaluation-mode batch norm's
+// per-channel map and returns it.
+func (b *Backend) evalNorm(gamma, beta, runMean, runVar *tensor.Tensor, bn tensor.BatchNormParams, relu bool) *convNorm {
+	c := len(gamma.Data)
 	norm := &b.convNorm
 	norm.scale, norm.shift, norm.relu = grow(&norm.scale, c), grow(&norm.shift, c), relu
 	for ch := range c {
 		invStd := float32(1 / math.Sqrt(float64(runVar.Data[ch])+float64(bn.Eps)))
 		norm.scale[ch], norm.shift[ch] = evalAffine(invStd, gamma.Data[ch], beta.Data[ch], runMean.Data[ch])
 	}
-	w, p, _ = b.liveKernel(x, w, p)
-	b.runConv(false, x, w, bias, y, nil, nil, nil, nil, p, norm)
+	return norm
 }
 
 // normalise applies the task's fused batch norm, if any, to one image's
@@ -124,7 +136,7 @@ func (b *Backend) Conv2dBackward(x, w, dy, dx, dw, db *tensor.Tensor, p tensor.C
 		return
 	}
 	w, p, trimmed := b.liveKernel(x, w, p)
-	chunks := b.runConv(true, x, w, nil, nil, dy, dx, dw, db, p, nil)
+	chunks := b.runConv(true, x, w, nil, nil, dy, dx, dw, db, p, nil, nil)
 	g := b.conv.g
 	for i := 0; i < chunks; i++ {
 		s := &b.chunks[i]
@@ -148,22 +160,29 @@ func (b *Backend) Conv2dBackward(x, w, dy, dx, dw, db *tensor.Tensor, p tensor.C
 // runConv runs a convolution's forward pass or backward pass over the
 // batch and returns the number of chunks whose weight and bias gradient
 // sums the caller adds up (none when the gradients went to dw and db
-// directly).
-func (b *Backend) runConv(backward bool, x, w, bias, y, dy, dx, dw, db *tensor.Tensor, p tensor.ConvParams, norm *convNorm) int {
+// directly). A forward pass with prep set takes the weights' forms from
+// it, or builds them there on its first call (Conv2dPrepared).
+func (b *Backend) runConv(backward bool, x, w, bias, y, dy, dx, dw, db *tensor.Tensor, p tensor.ConvParams, norm *convNorm, prep *prepared) int {
 	n := x.Shape[0]
 	threads := b.pool.Threads()
 	t := &b.conv
-	*t = convTask{b: b, backward: backward, x: x, w: w, bias: bias, y: y, dy: dy, dx: dx, p: p, g: geom(x, w, p), n: n, biasGrad: db != nil, weightGrad: dw != nil, norm: norm}
+	*t = convTask{b: b, backward: backward, x: x, w: w, bias: bias, y: y, dy: dy, dx: dx, p: p, g: geom(x, w, p), n: n, biasGrad: db != nil, weightGrad: dw != nil, norm: norm, prep: prep}
 	if b.useDense(t.g, p) {
 		t.runDense(dw, db)
 		return 0
 	}
 	if t.winograd = b.useWinograd(t.g, p); t.winograd && (!backward || dx != nil) {
 		// Forward: U [16][F][C]; backward: the data gradient's U [16][C][F].
-		b.transformWeights(w, t.g.f, t.g.c, backward)
+		var fill bool
+		if t.u, fill = t.weightsForm(&b.winoU, 16*winoStride(t.g.f*t.g.c)); fill {
+			b.transformWeights(t.u, w, t.g.f, t.g.c, backward)
+		}
 	}
 	if t.rows = !backward && !t.winograd && b.useRows(t.g, p); t.rows {
-		rowsWeights(grow(&b.rowsW, t.g.f*t.g.ckk), w.Data, t.g.f, t.g.c, p.KernelH*p.KernelW)
+		var fill bool
+		if t.rowsW, fill = t.weightsForm(&b.rowsW, t.g.f*t.g.ckk); fill {
+			rowsWeights(t.rowsW, w.Data, t.g.f, t.g.c, p.KernelH*p.KernelW)
+		}
 	}
 	if n < threads {
 		// Too few images to go round: one chunk, multi-threaded GEMMs.
@@ -180,12 +199,11 @@ func (b *Backend) runConv(backward bool, x, w, bias, y, dy, dx, dw, db *tensor.T
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
 
-// transformWeights sets b.winoU to the Winograd transform of w's f×c 3×3
+// transformWeights sets u to the Winograd transform of w's f×c 3×3
 // kernels (flipped: the data gradient's), before the chunks run: with
 // the vector kernels, blocks of kernels spread over the threads, each
 // with its chunk's rows; otherwise on the calling goroutine.
-func (b *Backend) transformWeights(w *tensor.Tensor, f, c int, flipped bool) {
-	u := grow(&b.winoU, 16*winoStride(f*c))
+func (b *Backend) transformWeights(u []float32, w *tensor.Tensor, f, c int, flipped bool) {
 	blocks := ceilDiv(f*c, winoWeightBlock)
 	if !b.vec.vector || b.pool.Threads() == 1 || blocks == 1 {
 		winogradWeights(b.vec, u, w.Data, f, c, flipped, &b.chunks[0].wino)

@@ -138,13 +138,27 @@ func (t *convTask) runDense(dw, db *tensor.Tensor) {
 	defer func() { *d = denseTask{} }()
 	parts := ceilDiv(g.f, d.per)
 	x := gemm.Matrix{Data: t.x.Data, Stride: cols}
-	if !t.backward || t.dx != nil {
+	pr := t.prep
+	if !t.keepsForm(rows * cols) {
+		pr = nil
+	}
+	if (!t.backward || t.dx != nil) && (pr == nil || !pr.ready) {
 		d.w, d.v = t.w.Data, grow(&b.denseV, rows*cols)
 		b.pool.Run(parts, d)
+		if pr != nil {
+			// Prepared: Vᵀ packed as the product's B, once.
+			var err error
+			pr.packed, err = b.gemm.PackB(pr.form, cols, rows, gemm.Matrix{Data: d.v, Stride: cols, Trans: true})
+			must(err)
+		}
 	}
 	if !t.backward {
-		v := gemm.Matrix{Data: d.v, Stride: cols, Trans: true}
-		must(b.gemm.Sgemm(t.n, rows, cols, 1, x, v, 0, gemm.Matrix{Data: t.y.Data, Stride: rows}))
+		y := gemm.Matrix{Data: t.y.Data, Stride: rows}
+		if pr != nil {
+			must(b.gemm.SgemmPackedB(t.n, rows, cols, 1, x, pr.packed, 0, y))
+		} else {
+			must(b.gemm.Sgemm(t.n, rows, cols, 1, x, gemm.Matrix{Data: d.v, Stride: cols, Trans: true}, 0, y))
+		}
 		for k := range t.n {
 			yk := t.y.Data[k*rows : (k+1)*rows]
 			t.addBias(yk, g.ohw)

@@ -61,7 +61,7 @@ func (t *convTask) rowsChunk(worker, i int) {
 	rows := grow(&s.col, group*g.ohw*k)
 	ybuf := grow(&s.ybuf, g.f*group*g.ohw)
 	inLen, outLen := g.c*g.h*g.wd, g.f*g.ohw
-	w := gemm.Matrix{Data: t.b.rowsW[:g.f*k], Stride: k}
+	w := gemm.Matrix{Data: t.rowsW[:g.f*k], Stride: k}
 	for first := lo; first < hi; first += group {
 		n := min(group, hi-first)
 		for img := range n {

@@ -170,6 +170,12 @@ func (o vecOps) interleave(y []float32, ys int, e, od []float32, es int, b float
 	}
 }
 
+// minVectorRow is the shortest row affine and affineReLU hand to their
+// vector kernels: shorter ones (the outputs of a convolution over 2×2 and
+// 1×1 maps, a row per channel and image) cost more in the call than in
+// the loop, which gives the same bits.
+const minVectorRow = 8
+
 // affine sets y[i] = x[i]·scale + shift over len(y) elements (batch
 // norm's normalisation with its scale and shift folded).
 func (o vecOps) affine(y, x []float32, scale, shift float32) {
@@ -178,7 +184,7 @@ func (o vecOps) affine(y, x []float32, scale, shift float32) {
 	if n == 0 {
 		return
 	}
-	if o.vector {
+	if o.vector && n >= minVectorRow {
 		affineVector(&y[0], &x[0], scale, shift, n)
 		return
 	}
@@ -308,7 +314,7 @@ func (o vecOps) affineReLU(y, x []float32, scale, shift float32) {
 	if n == 0 {
 		return
 	}
-	if o.vector {
+	if o.vector && n >= minVectorRow {
 		affineReLUVector(&y[0], &x[0], scale, shift, n)
 		return
 	}

@@ -425,11 +425,11 @@ func (t *convTask) winogradChunk(worker, i int) {
 			x, y := t.x.Data[first*inLen:(first+n)*inLen], t.y.Data[first*outLen:(first+n)*outLen]
 			if last {
 				winogradInputLast(t.b.vec, v, winoStride(g.c*ld), x, n, g.c, g.h, g.wd, p.PadH, p.PadW, out, &s.wino)
-				t.winogradProducts(worker, ld, g.f, g.c, gemm.Matrix{Data: v, Stride: g.c}, gemm.Matrix{Data: t.b.winoU, Stride: g.c, Trans: true}, m, false)
+				t.winogradProducts(worker, ld, g.f, g.c, gemm.Matrix{Data: v, Stride: g.c}, gemm.Matrix{Data: t.u, Stride: g.c, Trans: true}, m, false)
 				winogradOutputLast(t.b.vec, y, m, winoStride(g.f*ld), n, g.f, g.oh, g.ow, out, bias, &s.wino)
 			} else {
 				winogradInput(t.b.vec, v, winoStride(g.c*ld), ld, x, n, g.c, g.h, g.wd, p.PadH, p.PadW, out, &s.wino)
-				t.winogradProducts(worker, g.f, ld, g.c, gemm.Matrix{Data: t.b.winoU, Stride: g.c}, gemm.Matrix{Data: v, Stride: ld}, m, false)
+				t.winogradProducts(worker, g.f, ld, g.c, gemm.Matrix{Data: t.u, Stride: g.c}, gemm.Matrix{Data: v, Stride: ld}, m, false)
 				winogradOutput(t.b.vec, y, m, winoStride(g.f*ld), ld, n, g.f, g.oh, g.ow, out, bias, &s.wino)
 			}
 			for k := first; k < first+n; k++ {
@@ -450,7 +450,7 @@ func (t *convTask) winogradChunk(worker, i int) {
 		return
 	}
 	// The data gradient: dy convolved with the flipped, transposed
-	// weights (winoU, set so for the backward pass), padding 2 − p, gives
+	// weights (t.u, set so for the backward pass), padding 2 − p, gives
 	// dx [C, H, W].
 	in := winoTiling(g.h, g.wd)
 	group = max(1, min(hi-lo, ceilDiv(winoGroupTiles, in.tiles)))
@@ -463,12 +463,12 @@ func (t *convTask) winogradChunk(worker, i int) {
 		dy, dx := t.dy.Data[first*outLen:(first+n)*outLen], t.dx.Data[first*inLen:(first+n)*inLen]
 		if last {
 			winogradInputLast(t.b.vec, v, winoStride(g.f*ld), dy, n, g.f, g.oh, g.ow, 2-p.PadH, 2-p.PadW, in, &s.wino)
-			t.winogradProducts(worker, ld, g.c, g.f, gemm.Matrix{Data: v, Stride: g.f}, gemm.Matrix{Data: t.b.winoU, Stride: g.f, Trans: true}, m, false)
+			t.winogradProducts(worker, ld, g.c, g.f, gemm.Matrix{Data: v, Stride: g.f}, gemm.Matrix{Data: t.u, Stride: g.f, Trans: true}, m, false)
 			winogradOutputLast(t.b.vec, dx, m, winoStride(g.c*ld), n, g.c, g.h, g.wd, in, nil, &s.wino)
 			continue
 		}
 		winogradInput(t.b.vec, v, winoStride(g.f*ld), ld, dy, n, g.f, g.oh, g.ow, 2-p.PadH, 2-p.PadW, in, &s.wino)
-		t.winogradProducts(worker, g.c, ld, g.f, gemm.Matrix{Data: t.b.winoU, Stride: g.f}, gemm.Matrix{Data: v, Stride: ld}, m, false)
+		t.winogradProducts(worker, g.c, ld, g.f, gemm.Matrix{Data: t.u, Stride: g.f}, gemm.Matrix{Data: v, Stride: ld}, m, false)
 		winogradOutput(t.b.vec, dx, m, winoStride(g.c*ld), ld, n, g.c, g.h, g.wd, in, nil, &s.wino)
 	}
 }

@@ -177,7 +177,68 @@ func (e *Engine) Sgemm(m, n, k int, alpha float32, a, b Matrix, beta float32, c 
 	if err := e.validate(m, n, k, a, b, c); err != nil {
 		return err
 	}
-	e.run(m, n, k, alpha, a, b, beta, c, e.pool.Threads())
+	e.run(m, n, k, alpha, a, b, nil, beta, c, e.pool.Threads())
+	return nil
+}
+
+// PackedB is op(B) of k×n packed once for many products (PackB): the
+// engine's panels of nr columns, each over all k rows, so that a product
+// reads them where Sgemm would pack them on every call.
+type PackedB struct {
+	k, n, nr int
+	data     []float32
+}
+
+// PackB packs the k×n op(b) for SgemmPackedB into dst's storage (grown
+// when short) and returns it.
+func (e *Engine) PackB(dst []float32, k, n int, b Matrix) (PackedB, error) {
+	if k < 0 || n < 0 {
+		return PackedB{}, fmt.Errorf("gemm: negative size k=%d n=%d", k, n)
+	}
+	if err := b.check("B", k, n); err != nil {
+		return PackedB{}, err
+	}
+	nr := e.k.nr
+	size := ceilDiv(n, nr) * k * nr
+	if cap(dst) < size {
+		dst = make([]float32, size)
+	}
+	dst = dst[:size]
+	for jr := 0; jr < n; jr += nr {
+		e.k.packB(dst[jr*k:jr*k+k*nr], b, 0, jr, k, min(nr, n-jr))
+	}
+	return PackedB{k: k, n: n, nr: nr, data: dst}, nil
+}
+
+// Size is the number of values the packing holds (its memory, in
+// float32s).
+func (b PackedB) Size() int { return len(b.data) }
+
+// colsFrom returns the view of b starting at column c, a multiple of nr.
+func (b PackedB) colsFrom(c int) PackedB {
+	b.n -= c
+	b.data = b.data[c*b.k:]
+	return b
+}
+
+// SgemmPackedB is Sgemm with op(B) packed by PackB, to the bit.
+func (e *Engine) SgemmPackedB(m, n, k int, alpha float32, a Matrix, b PackedB, beta float32, c Matrix) error {
+	if m < 0 {
+		return fmt.Errorf("gemm: negative size m=%d", m)
+	}
+	if c.Trans {
+		return fmt.Errorf("gemm: C cannot be transposed")
+	}
+	if b.k != k || b.n != n || b.nr != e.k.nr {
+		return fmt.Errorf("gemm: B packed as %d×%d in panels of %d, product wants %d×%d in panels of %d", b.k, b.n, b.nr, k, n, e.k.nr)
+	}
+	if err := a.check("A", m, k); err != nil {
+		return err
+	}
+	if err := c.check("C", m, n); err != nil {
+		return err
+	}
+	e.run(m, n, k, alpha, a, Matrix{}, &b, beta, c, e.pool.Threads())
 	return nil
 }
 
@@ -191,7 +252,7 @@ func (e *Engine) SgemmSerial(worker, m, n, k int, alpha float32, a, b Matrix, be
 	if worker < 0 || worker >= len(e.ws) {
 		return fmt.Errorf("gemm: worker %d out of range [0, %d)", worker, len(e.ws))
 	}
-	e.serial(&e.ws[worker], m, n, k, alpha, a, b, beta, c)
+	e.serial(&e.ws[worker], m, n, k, alpha, a, b, nil, beta, c)
 	return nil
 }
 
@@ -221,14 +282,18 @@ func (e *Engine) validate(m, n, k int, a, b, c Matrix) error {
 const minParallelFlops = 1 << 20
 
 // run splits C into one strip per thread along its longer side; each thread
-// packs its own operands and runs the serial algorithm on its strip.
-func (e *Engine) run(m, n, k int, alpha float32, a, b Matrix, beta float32, c Matrix, threads int) {
+// packs its own operands (B unless packed: pb) and runs the serial
+// algorithm on its strip.
+func (e *Engine) run(m, n, k int, alpha float32, a, b Matrix, pb *PackedB, beta float32, c Matrix, threads int) {
 	if threads <= 1 || 2*m*n*k < minParallelFlops {
-		e.serial(&e.ws[0], m, n, k, alpha, a, b, beta, c)
+		e.serial(&e.ws[0], m, n, k, alpha, a, b, pb, beta, c)
 		return
 	}
 	t := &e.task
 	*t = gemmTask{e: e, m: m, n: n, k: k, alpha: alpha, a: a, b: b, beta: beta, c: c}
+	if pb != nil {
+		t.packed, t.pb = true, *pb
+	}
 	if m >= n {
 		t.byRows = true
 		t.step = roundUp(ceilDiv(m, threads), e.k.mr)
@@ -247,19 +312,32 @@ type gemmTask struct {
 	m, n, k     int
 	alpha, beta float32
 	a, b, c     Matrix
+	packed      bool    // B is pb
+	pb          PackedB // B packed (SgemmPackedB)
 	byRows      bool
 	step, parts int
 }
 
 func (t *gemmTask) Do(worker, i int) {
 	lo := i * t.step
+	var pb *PackedB
 	if t.byRows {
+		if t.packed {
+			pb = &t.pb
+		}
 		rows := min(t.step, t.m-lo)
-		t.e.serial(&t.e.ws[worker], rows, t.n, t.k, t.alpha, t.a.RowsFrom(lo), t.b, t.beta, t.c.RowsFrom(lo))
+		t.e.serial(&t.e.ws[worker], rows, t.n, t.k, t.alpha, t.a.RowsFrom(lo), t.b, pb, t.beta, t.c.RowsFrom(lo))
 		return
 	}
+	b := t.b
+	if t.packed {
+		strip := t.pb.colsFrom(lo) // lo is a multiple of nr
+		pb = &strip
+	} else {
+		b = b.ColsFrom(lo)
+	}
 	cols := min(t.step, t.n-lo)
-	t.e.serial(&t.e.ws[worker], t.m, cols, t.k, t.alpha, t.a, t.b.ColsFrom(lo), t.beta, t.c.ColsFrom(lo))
+	t.e.serial(&t.e.ws[worker], t.m, cols, t.k, t.alpha, t.a, b, pb, t.beta, t.c.ColsFrom(lo))
 }
 
 // RowsFrom returns the view of op(M) starting at row r.
@@ -296,8 +374,9 @@ func scale(m, n int, beta float32, c Matrix) {
 	}
 }
 
-// serial is the blocked algorithm on one thread.
-func (e *Engine) serial(ws *workspace, m, n, k int, alpha float32, a, b Matrix, beta float32, c Matrix) {
+// serial is the blocked algorithm on one thread; with pb set, B's panels
+// are read from it instead of packed.
+func (e *Engine) serial(ws *workspace, m, n, k int, alpha float32, a, b Matrix, pb *PackedB, beta float32, c Matrix) {
 	if m == 0 || n == 0 {
 		return
 	}
@@ -316,24 +395,30 @@ func (e *Engine) serial(ws *workspace, m, n, k int, alpha float32, a, b Matrix, 
 		for pc := 0; pc < k; pc += kr.kc {
 			kc := min(kr.kc, k-pc)
 			add := beta != 0 || pc > 0 // beta = 0: the first pass over K stores
-			kr.packB(ws.b, b, pc, jc, kc, nc)
+			// Panel jr/nr of the block: bp[jr/nr·panel:][:kc·nr].
+			bp, panel := ws.b, kc*kr.nr
+			if pb != nil {
+				bp, panel = pb.data[jc*k+pc*kr.nr:], k*kr.nr
+			} else {
+				kr.packB(ws.b, b, pc, jc, kc, nc)
+			}
 			for ic := 0; ic < m; ic += kr.mc {
 				mc := min(kr.mc, m-ic)
 				kr.packA(ws.a, a, ic, pc, mc, kc, alpha)
-				e.macro(ws, mc, nc, kc, c.Data[ic*c.Stride+jc:], c.Stride, add)
+				e.macro(ws, bp, panel, mc, nc, kc, c.Data[ic*c.Stride+jc:], c.Stride, add)
 			}
 		}
 	}
 }
 
-// macro multiplies a packed mc×kc block of A by a packed kc×nc block of B
-// into C (adding to it, or with add false replacing it), one mr×nr tile at
-// a time.
-func (e *Engine) macro(ws *workspace, mc, nc, kc int, c []float32, ldc int, add bool) {
+// macro multiplies a packed mc×kc block of A by a packed kc×nc block of B,
+// its panels of nr columns at bp[p·panel:][:kc·nr], into C (adding to it,
+// or with add false replacing it), one mr×nr tile at a time.
+func (e *Engine) macro(ws *workspace, b []float32, panel, mc, nc, kc int, c []float32, ldc int, add bool) {
 	kr := e.k
 	for jr := 0; jr < nc; jr += kr.nr {
 		nr := min(kr.nr, nc-jr)
-		bp := ws.b[jr*kc : jr*kc+kc*kr.nr]
+		bp := b[jr/kr.nr*panel:][:kc*kr.nr]
 		for ir := 0; ir < mc; ir += kr.mr {
 			mr := min(kr.mr, mc-ir)
 			ap := ws.a[ir*kc : ir*kc+kc*kr.mr]

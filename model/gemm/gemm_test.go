@@ -216,3 +216,79 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// TestSgemmPackedB: a product with B packed once (PackB) gives Sgemm's
+// bits, for every micro-kernel, on one and three threads (C split by rows
+// and by columns), B transposed or not, across depth blocks and ragged
+// panels, and again with the same packing; a packing of another shape or
+// kernel is refused, and a call allocates nothing.
+func TestSgemmPackedB(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	kernels := availableKernels()
+	for _, kr := range kernels {
+		for _, threads := range []int{1, 3} {
+			e := newEngine(parallel.New(threads), true, kr)
+			for _, s := range [][3]int{{32, 1024, 600}, {200, 40, 300}, {7, 33, 5}, {1, 1, 1}, {64, 512, 2 * kr.kc + 3}, {0, 8, 4}} {
+				m, n, k := s[0], s[1], s[2]
+				for _, tb := range []bool{false, true} {
+					for _, ab := range [][2]float32{{1, 0}, {-0.5, 2}} {
+						name := fmt.Sprintf("%s, %d threads, m%d n%d k%d, B transposed %v, alpha %v beta %v", e.Kernel(), threads, m, n, k, tb, ab[0], ab[1])
+						a, b := randomMatrix(r, m, k, 1, false), randomMatrix(r, k, n, 2, tb)
+						c0 := randomMatrix(r, m, n, 1, false)
+						want := Matrix{Data: append([]float32(nil), c0.Data...), Stride: c0.Stride}
+						if err := e.Sgemm(m, n, k, ab[0], a, b, ab[1], want); err != nil {
+							t.Fatal(err)
+						}
+						pb, err := e.PackB(nil, k, n, b)
+						if err != nil {
+							t.Fatalf("%s: %v", name, err)
+						}
+						for call := range 2 {
+							got := Matrix{Data: append([]float32(nil), c0.Data...), Stride: c0.Stride}
+							if err := e.SgemmPackedB(m, n, k, ab[0], a, pb, ab[1], got); err != nil {
+								t.Fatalf("%s: %v", name, err)
+							}
+							for i, v := range want.Data {
+								if math.Float32bits(got.Data[i]) != math.Float32bits(v) {
+									t.Fatalf("%s, call %d: C[%d] = %v, Sgemm gives %v", name, call, i, got.Data[i], v)
+								}
+							}
+						}
+					}
+				}
+			}
+			b := randomMatrix(r, 30, 40, 0, false)
+			pb, err := e.PackB(nil, 30, 40, b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := randomMatrix(r, 8, 40, 0, false)
+			a := randomMatrix(r, 8, 30, 0, false)
+			for _, bad := range []struct {
+				name    string
+				m, n, k int
+			}{{"other depth", 8, 40, 29}, {"other width", 8, 39, 30}, {"negative rows", -1, 40, 30}} {
+				if err := e.SgemmPackedB(bad.m, bad.n, bad.k, 1, a, pb, 0, c); err == nil {
+					t.Errorf("%s, %d threads: %s accepted", e.Kernel(), threads, bad.name)
+				}
+			}
+			if _, err := e.PackB(nil, 31, 40, b); err == nil {
+				t.Errorf("%s: packing more rows than B holds accepted", e.Kernel())
+			}
+			if allocs := testing.AllocsPerRun(10, func() { _ = e.SgemmPackedB(8, 40, 30, 1, a, pb, 0, c) }); allocs != 0 {
+				t.Errorf("%s, %d threads: SgemmPackedB allocates %v times a call", e.Kernel(), threads, allocs)
+			}
+			for _, other := range kernels {
+				if other.nr == kr.nr {
+					continue
+				}
+				o := newEngine(parallel.New(1), true, other)
+				if err := o.SgemmPackedB(8, 40, 30, 1, a, pb, 0, c); err == nil {
+					t.Errorf("%s's packing accepted by %s", e.Kernel(), o.Kernel())
+				}
+				o.Close()
+			}
+			e.Close()
+		}
+	}
+}

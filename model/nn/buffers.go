@@ -381,6 +381,9 @@ func through(layers []Layer, cs []caps, in *tensor.Tensor, inBuf, final *buffer,
 		var folding *Conv2d // a convolution applying the batch norm after it
 		if !backward {
 			folding = foldsPair(layers, i)
+			if conv, ok := layers[i].(*Conv2d); ok {
+				conv.offNext = true // gradients are off (Freeze)
+			}
 		}
 		switch {
 		case k == n-1:

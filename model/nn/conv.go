@@ -38,6 +38,15 @@ type Conv2d struct {
 	fusedBN tensor.ConvBatchNormBackend
 	// foldNext is set by that container for one Forward call.
 	foldNext bool
+	// offNext is set by a container running this layer with gradients
+	// off, for one Forward call; frozen (Freeze) and evaluating (the last
+	// SetTraining was false) too, the layer runs on weights prepared once
+	// (prep) by its backend.
+	offNext    bool
+	frozen     bool
+	evaluating bool
+	prep       tensor.PreparedWeights
+	prepBE     tensor.PreparedConvBackend
 	// saved, set by the Checkpoint this layer is inside (Checkpoint.Save),
 	// keeps the output from the checkpoint's first pass for its
 	// recomputation.
@@ -78,6 +87,8 @@ func (c *Conv2d) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 		return nil, fmt.Errorf("input %s is smaller than the %dx%d kernel with padding %d", x, c.P.KernelH, c.P.KernelW, c.P.PadH)
 	}
 	c.x = x
+	prepared := c.offNext && c.frozen && c.evaluating
+	c.offNext = false
 	if c.saved.replays(x) {
 		c.foldNext = false
 		c.y = c.saved.y()
@@ -94,13 +105,44 @@ func (c *Conv2d) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 	c.y = y
 	if bn := c.bn; c.foldNext && c.foldsBN() {
 		c.foldNext = false
-		c.fusedBN.Conv2dBatchNorm(x, c.Weight, c.Bias, y, bn.Weight, bn.Bias, bn.RunningMean, bn.RunningVar, c.P, bn.P, bn.fusedReLU())
+		if prepared {
+			c.prepBE.Conv2dPrepared(&c.prep, x, c.Weight, c.Bias, y, bn.Weight, bn.Bias, bn.RunningMean, bn.RunningVar, c.P, bn.P, bn.fusedReLU())
+		} else {
+			c.fusedBN.Conv2dBatchNorm(x, c.Weight, c.Bias, y, bn.Weight, bn.Bias, bn.RunningMean, bn.RunningVar, c.P, bn.P, bn.fusedReLU())
+		}
 		bn.passNext = true
 		return y, nil
 	}
 	c.foldNext = false
+	if prepared {
+		c.prepBE.Conv2dPrepared(&c.prep, x, c.Weight, c.Bias, y, nil, nil, nil, nil, c.P, tensor.BatchNormParams{}, false)
+		return y, nil
+	}
 	c.be.Conv2d(x, c.Weight, c.Bias, y, c.P)
 	return y, nil
+}
+
+// Freeze sets whether the convolutions in l run on frozen weights: while
+// on, a convolution evaluating with gradients off inside a container (as
+// Evaluate and infer run a network) has its backend prepare its weights
+// in the form it multiplies them (tensor.PreparedConvBackend: Winograd's
+// transform, a small map's dense matrix, the channels innermost) on the
+// first such pass and reuses them in the passes after, as
+// torch.jit.freeze does for inference; the outputs keep their bits. The
+// prepared weights are dropped by every SetTraining, SetGradEnabled and
+// Freeze call on the layer, so a training loop that evaluates between
+// epochs prepares them again each time. Weights changed in between any
+// other way (copied into by hand while evaluating) must be followed by
+// one of those calls. A backend without prepared convolutions (the GPU's)
+// runs as before.
+func Freeze(l Layer, on bool) {
+	Walk(l, func(x Layer) {
+		if c, ok := x.(*Conv2d); ok {
+			c.prepBE, _ = c.be.(tensor.PreparedConvBackend)
+			c.frozen = on && c.prepBE != nil
+			c.prep.Reset()
+		}
+	})
 }
 
 // foldsBN reports whether a forward pass with gradients off would apply
@@ -145,8 +187,14 @@ func (c *Conv2d) State() []Var {
 	return s
 }
 
-// SetTraining implements Layer.
-func (c *Conv2d) SetTraining(bool) {}
+// SetTraining implements Layer. It drops the prepared weights (Freeze).
+func (c *Conv2d) SetTraining(training bool) {
+	c.evaluating = !training
+	c.prep.Reset()
+}
+
+// setNoGrad drops the prepared weights (Freeze) on every SetGradEnabled.
+func (c *Conv2d) setNoGrad(bool) { c.prep.Reset() }
 
 // Replica implements Layer: it shares the weights and their gradients.
 func (c *Conv2d) Replica() Layer {
@@ -155,6 +203,7 @@ func (c *Conv2d) Replica() Layer {
 	r.deferral = deferral{on: c.deferral.on}
 	r.bn, r.fusedBN, r.foldNext = nil, nil, false // the replica's container pairs it anew
 	r.saved = nil                                 // the replica's checkpoint sets its own
+	r.offNext, r.prep = false, tensor.PreparedWeights{}
 	return &r
 }
 

@@ -62,6 +62,30 @@ type ConvBatchNormBackend interface {
 	Conv2dBatchNorm(x, w, bias, y, gamma, beta, runMean, runVar *Tensor, p ConvParams, bn BatchNormParams, relu bool)
 }
 
+// PreparedWeights is where a backend keeps a convolution's weights in
+// the form it runs them (transformed, unrolled, permuted) from one call to
+// the next (PreparedConvBackend). Its zero value holds nothing; State
+// belongs to the backend that filled it.
+type PreparedWeights struct {
+	State any
+}
+
+// Reset drops what p holds: the next prepared call prepares the weights
+// again.
+func (p *PreparedWeights) Reset() { p.State = nil }
+
+// PreparedConvBackend is a Backend that can prepare a convolution's
+// weights once for many forward passes (evaluation with weights frozen,
+// nn.Freeze) instead of on every call. Each method is Conv2d (with gamma
+// nil) or Conv2dBatchNorm, to the bit, given that w has not changed since
+// prep was filled: it fills prep on the first call, and again when x's
+// shape, w's storage or p differ from the call that filled it. Callers
+// Reset prep whenever w may have changed.
+type PreparedConvBackend interface {
+	Backend
+	Conv2dPrepared(prep *PreparedWeights, x, w, bias, y, gamma, beta, runMean, runVar *Tensor, p ConvParams, bn BatchNormParams, relu bool)
+}
+
 // BatchNormReLUBackend is a Backend that runs a batch norm and the relu
 // after it in one pass over memory (torchvision's bn → relu(inplace)):
 // layers use it when their backend has it, and the two separate calls

@@ -52,7 +52,8 @@ func BenchmarkTrainStep(b *testing.B) {
 
 // BenchmarkInference times evaluation-mode forward passes of CIFARNet at
 // batch 128, ResNet-18 at batch 32 (32×32) and ResNet-50 at batch 32
-// (224×224) and reports images per second.
+// (224×224), gradients off and weights frozen (nn.Freeze, as
+// train.Evaluate and infer run them), and reports images per second.
 func BenchmarkInference(b *testing.B) {
 	for _, c := range []struct {
 		model string
@@ -74,6 +75,7 @@ func inference(b *testing.B, model string, batch, threads int) {
 	m, _ := New(model, be, rng)
 	m.Net.SetTraining(false)
 	nn.SetGradEnabled(m.Net, false)
+	nn.Freeze(m.Net, true) // as train.Evaluate and infer run it
 	x := tensor.New(append([]int{batch}, m.Input...)...)
 	for i := range x.Data {
 		x.Data[i] = rng.Float32()

@@ -1,0 +1,94 @@
+package cpu
+
+import (
+	"slices"
+
+	"github.com/gorun/gorun/model/gemm"
+	"github.com/gorun/gorun/model/tensor"
+)
+
+// A prepared convolution keeps, from one forward call to the next, what
+// an unprepared one builds from its weights on every call: the kernel of
+// its live taps when some meet only padding (taps.go), and the weights in
+// the form its algorithm multiplies — the dense matrix, packed as the
+// product's operand (dense.go),
+// Winograd's U (winograd.go) or the kernel with the channels innermost
+// (rows.go). On ResNet-18's CIFAR-10 layers building those forms took a
+// quarter of an evaluation pass at batch 32. Layers prepare only while
+// their weights are frozen (nn.Freeze); im2col + GEMM layers keep just the
+// live taps, their GEMM packing the weights on each call as before.
+
+// prepared is one layer's prepared weights (tensor.PreparedWeights.State).
+type prepared struct {
+	key   prepKey
+	ready bool              // a call has filled it
+	p     tensor.ConvParams // the params the layer runs with (its live taps')
+	live  *tensor.Tensor    // the live taps' kernel; nil when all are live
+	form  []float32         // U or the rows kernel, or the storage of packed
+	// packed is Vᵀ packed as a GEMM operand, when the layer runs as its
+	// dense matrix.
+	packed gemm.PackedB
+}
+
+// prepKey is what a prepared layer's forms depend on besides the weights'
+// values: the input's channels and map, the kernel's storage and shape,
+// and the layer's params.
+type prepKey struct {
+	c, h, wd, f int
+	w           *float32
+	p           tensor.ConvParams
+}
+
+// Conv2dPrepared implements tensor.PreparedConvBackend.
+func (b *Backend) Conv2dPrepared(prep *tensor.PreparedWeights, x, w, bias, y, gamma, beta, runMean, runVar *tensor.Tensor, p tensor.ConvParams, bn tensor.BatchNormParams, relu bool) {
+	var norm *convNorm
+	if gamma != nil {
+		norm = b.evalNorm(gamma, beta, runMean, runVar, bn, relu)
+	}
+	key := prepKey{c: x.Shape[1], h: x.Shape[2], wd: x.Shape[3], f: w.Shape[0], w: &w.Data[0], p: p}
+	pr, _ := prep.State.(*prepared)
+	if pr == nil || pr.key != key {
+		pr = &prepared{key: key}
+		prep.State = pr
+	}
+	if !pr.ready {
+		live, lp, _ := b.liveKernel(x, w, p)
+		pr.p = lp
+		if live != w {
+			pr.live = &tensor.Tensor{Shape: slices.Clone(live.Shape), Data: slices.Clone(live.Data)}
+		}
+	}
+	run := w
+	if pr.live != nil {
+		run = pr.live
+	}
+	b.runConv(false, x, run, bias, y, nil, nil, nil, nil, pr.p, norm, pr)
+	pr.ready = true
+}
+
+// weightsForm returns the buffer of n values for a form of the task's
+// weights, and whether the caller is to fill it: the backend's scratch,
+// filled on every call, unless the call is prepared; then the prepared
+// layer's own, filled on its first call.
+func (t *convTask) weightsForm(scratch *[]float32, n int) ([]float32, bool) {
+	switch {
+	case !t.keepsForm(n):
+		return grow(scratch, n), true
+	case t.prep.ready:
+		return t.prep.form[:n], false
+	}
+	return grow(&t.prep.form, n), true
+}
+
+// maxPreparedElems bounds a form a prepared layer keeps: 4 MiB, the
+// largest of ResNet-18's on CIFAR-10 (its 256-channel layers' dense
+// matrices). Larger forms belong to layers whose products dwarf their
+// preparation (ResNet-50's 512-channel Winograd layers at 224×224: 16 MiB
+// each, for no measurable gain), and are built on every call as before.
+const maxPreparedElems = 1 << 20
+
+// keepsForm reports whether the task keeps its weights' form of n values
+// from one call to the next: prepared, forward, not too large.
+func (t *convTask) keepsForm(n int) bool {
+	return t.prep != nil && !t.backward && n <= maxPreparedElems
+}

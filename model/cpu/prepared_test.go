@@ -1,0 +1,119 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/gorun/gorun/model/tensor"
+)
+
+// TestConvPrepared runs layers of every path the forward pass takes
+// through Conv2dPrepared and checks that a prepared call gives the bits
+// of Conv2d and Conv2dBatchNorm, on its first call (preparing) and after
+// (reusing); that it keeps the form its path multiplies; that it reuses
+// it (weights changed without a Reset still give the old output, as
+// nn.Freeze forbids, here to see the form was kept); that Reset prepares
+// anew; and that another input map prepares anew without a Reset.
+func TestConvPrepared(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	k3 := tensor.ConvParams{KernelH: 3, KernelW: 3, StrideH: 1, StrideW: 1, PadH: 1, PadW: 1}
+	k3s2 := tensor.ConvParams{KernelH: 3, KernelW: 3, StrideH: 2, StrideW: 2, PadH: 1, PadW: 1}
+	type form int
+	const (
+		none form = iota // im2col + GEMM: nothing but the live taps kept
+		dense
+		winograd
+		rows
+	)
+	for _, c := range []struct {
+		name          string
+		n, c, f, h, w int
+		p             tensor.ConvParams
+		form          form
+		trim          bool
+		other         [2]int // another input map for the same layer
+	}{
+		{"3×3 on 2×2: dense", 5, 24, 20, 2, 2, k3, dense, false, [2]int{1, 1}},
+		{"3×3 on 1×1: dense", 3, 33, 18, 1, 1, k3, dense, false, [2]int{2, 2}},
+		{"3×3 on 8×8, 64 channels: Winograd", 3, 64, 64, 8, 8, k3, winograd, false, [2]int{6, 6}},
+		{"3×3 on 4×4, 64 channels: Winograd, channels innermost", 4, 64, 72, 4, 4, k3, winograd, false, [2]int{8, 8}},
+		{"3×3 on 4×4, 256 channels: Winograd, its form too large to keep", 2, 256, 256, 4, 4, k3, none, false, [2]int{8, 8}},
+		{"3×3 stride 2 on 8×8: by rows", 3, 16, 24, 8, 8, k3s2, rows, false, [2]int{6, 6}},
+		{"3×3 on 1×12: live taps, im2col", 3, 16, 20, 1, 12, k3, none, true, [2]int{4, 12}},
+		{"7×7 stride 2 on 12×12: im2col", 2, 3, 16, 12, 12, tensor.ConvParams{KernelH: 7, KernelW: 7, StrideH: 2, StrideW: 2, PadH: 3, PadW: 3}, none, false, [2]int{10, 10}},
+	} {
+		for _, threads := range []int{1, 2} {
+			label := fmt.Sprintf("%s, %d threads", c.name, threads)
+			be := New(threads)
+			if (c.form == rows || c.form == winograd && c.h == 4) && !be.vec.vector {
+				be.Close()
+				continue // these paths need the vector kernels; the others run on every build
+			}
+			x := randTensor(rng, c.n, c.c, c.h, c.w)
+			w, bias := randTensor(rng, c.f, c.c, c.p.KernelH, c.p.KernelW), randTensor(rng, c.f)
+			gamma, beta, mean, variance := randTensor(rng, c.f), randTensor(rng, c.f), randTensor(rng, c.f), randTensor(rng, c.f)
+			for i := range variance.Data {
+				variance.Data[i] = 0.5 + variance.Data[i]*variance.Data[i]
+			}
+			bn := tensor.BatchNormParams{Eps: 1e-5}
+			oh, ow := c.p.OutSize(c.h, c.w)
+			want, wantBN := tensor.New(c.n, c.f, oh, ow), tensor.New(c.n, c.f, oh, ow)
+			be.Conv2d(x, w, bias, want, c.p)
+			be.Conv2dBatchNorm(x, w, bias, wantBN, gamma, beta, mean, variance, c.p, bn, true)
+
+			var prep, prepBN tensor.PreparedWeights
+			y := tensor.New(c.n, c.f, oh, ow)
+			for call := range 2 {
+				be.Conv2dPrepared(&prep, x, w, bias, y, nil, nil, nil, nil, c.p, bn, false)
+				sameBits(t, fmt.Sprintf("%s, call %d", label, call), y.Data, want.Data)
+				be.Conv2dPrepared(&prepBN, x, w, bias, y, gamma, beta, mean, variance, c.p, bn, true)
+				sameBits(t, fmt.Sprintf("%s, batch norm, call %d", label, call), y.Data, wantBN.Data)
+			}
+			pr, ok := prep.State.(*prepared)
+			if !ok || !pr.ready {
+				t.Fatalf("%s: nothing prepared (%T)", label, prep.State)
+			}
+			if kept := len(pr.form) + pr.packed.Size(); (kept > 0) != (c.form != none) || (pr.packed.Size() > 0) != (c.form == dense) {
+				t.Errorf("%s: a form of %d values kept (%d packed), want one: %v (packed: %v)", label, kept, pr.packed.Size(), c.form != none, c.form == dense)
+			}
+			if (pr.live != nil) != c.trim {
+				t.Errorf("%s: live taps kept %v, want %v", label, pr.live != nil, c.trim)
+			}
+
+			// The weights change: a prepared layer with a form keeps
+			// multiplying the old one until Reset.
+			for i := range w.Data {
+				w.Data[i] = -w.Data[i]
+			}
+			be.Conv2dPrepared(&prep, x, w, bias, y, nil, nil, nil, nil, c.p, bn, false)
+			if c.form != none || c.trim {
+				sameBits(t, label+", weights changed, no Reset", y.Data, want.Data)
+			}
+			prep.Reset()
+			be.Conv2d(x, w, bias, want, c.p)
+			be.Conv2dPrepared(&prep, x, w, bias, y, nil, nil, nil, nil, c.p, bn, false)
+			sameBits(t, label+", after Reset", y.Data, want.Data)
+
+			// Another map size prepares anew.
+			x2 := randTensor(rng, c.n, c.c, c.other[0], c.other[1])
+			oh2, ow2 := c.p.OutSize(c.other[0], c.other[1])
+			want2, y2 := tensor.New(c.n, c.f, oh2, ow2), tensor.New(c.n, c.f, oh2, ow2)
+			be.Conv2d(x2, w, bias, want2, c.p)
+			be.Conv2dPrepared(&prep, x2, w, bias, y2, nil, nil, nil, nil, c.p, bn, false)
+			sameBits(t, label+", another map", y2.Data, want2.Data)
+			be.Close()
+		}
+	}
+}
+
+// sameBits fails t unless got and want hold the same bits.
+func sameBits(t *testing.T, label string, got, want []float32) {
+	t.Helper()
+	for i, v := range want {
+		if math.Float32bits(got[i]) != math.Float32bits(v) {
+			t.Fatalf("%s: y[%d] = %v, want %v", label, i, got[i], v)
+		}
+	}
+}
