@@ -228,7 +228,7 @@ func TestSgemmPackedB(t *testing.T) {
 	for _, kr := range kernels {
 		for _, threads := range []int{1, 3} {
 			e := newEngine(parallel.New(threads), true, kr)
-			for _, s := range [][3]int{{32, 1024, 600}, {200, 40, 300}, {7, 33, 5}, {1, 1, 1}, {64, 512, 2 * kr.kc + 3}, {0, 8, 4}} {
+			for _, s := range [][3]int{{32, 1024, 600}, {200, 40, 300}, {7, 33, 5}, {1, 1, 1}, {64, 512, 2*kr.kc + 3}, {0, 8, 4}} {
 				m, n, k := s[0], s[1], s[2]
 				for _, tb := range []bool{false, true} {
 					for _, ab := range [][2]float32{{1, 0}, {-0.5, 2}} {
