@@ -43,6 +43,7 @@ print("gorun ÷ PyTorch by round (inference: ÷ eager; ÷ frozen):")
 rounds = sorted({r for r, _ in go})
 for key in sorted({k for _, k in go}):
     ratios = [f"{go[(r, key)] / torch[(r, key)]:.2f}" for r in rounds if (r, key) in torch]
-    frozen = [f"{go[(r, key)] / torch[(r, 'infer-frozen' + key[5:])]:.2f}" for r in rounds if (r, 'infer-frozen' + key[5:]) in torch]
+    fkey = "infer-frozen" + key[len("infer"):]
+    frozen = [f"{go[(r, key)] / torch[(r, fkey)]:.2f}" for r in rounds if key.startswith("infer/") and (r, fkey) in torch]
     print(f"  {key}: {', '.join(ratios)}" + (f"; {', '.join(frozen)}" if frozen else ""))
 PY

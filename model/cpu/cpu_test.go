@@ -66,7 +66,7 @@ func TestMaxPool(t *testing.T) {
 	for _, threads := range []int{1, 3} {
 		be := New(threads)
 		for _, p := range params {
-			for _, hw := range []int{7, 8, 26, 40} { // 26, 40: vector rows, with an overlapping last block
+			for _, hw := range []int{7, 8, 12, 16, 17, 26, 40} { // 12–17: padded vector rows; 26, 40: vector rows, with an overlapping last block
 				x := randTensor(rng, 5, 3, hw, hw)
 				for i := range x.Data {
 					switch rng.IntN(12) {

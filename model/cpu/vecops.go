@@ -527,7 +527,9 @@ func (o vecOps) maxPoolBackwardRow(d0, d1, r0, r1, g []float32) {
 // is the last NaN, else the first maximum, and at[j] its column. Every
 // window holds at least one element (padding below the kernel, as the
 // pooling layers require). ResNet's 3-wide, stride-2 windows take the
-// vector kernel inside the row.
+// vector kernel inside the row; rows too short for a block of eight
+// (ResNet-18's 16-wide maps on CIFAR-10) take it on a copy padded with
+// −∞, which no scan takes.
 func (o vecOps) rowPicks(v []float32, at []int32, row []float32, stride, pad, k int) {
 	n := len(v)
 	at = at[:n]
@@ -536,7 +538,8 @@ func (o vecOps) rowPicks(v []float32, at []int32, row []float32, stride, pad, k 
 		first := 2*j0 - pad
 		// Blocks of eight windows read row[first+2t … first+2t+17]; a
 		// last block overlapping the one before takes the rest.
-		if nv := min(n-j0, (len(row)-2-first)/2); nv >= 8 {
+		nv := min(n-j0, (len(row)-2-first)/2)
+		if nv >= 8 {
 			rowPicksRange(v, at, row, stride, pad, k, 0, j0)
 			rowPicks3Vector(&v[j0], &at[j0], &row[first], first, nv&^7)
 			if last := nv - 8; nv%8 != 0 {
@@ -545,9 +548,33 @@ func (o vecOps) rowPicks(v []float32, at []int32, row []float32, stride, pad, k 
 			rowPicksRange(v, at, row, stride, pad, k, j0+nv, n)
 			return
 		}
+		if nv >= minPaddedPicks {
+			var padded [first3Max + 17]float32
+			var bv [8]float32
+			var ba [8]int32
+			inner := padded[:first+17]
+			copy(inner[first:], row[first:first+2*nv+1])
+			for i := first + 2*nv + 1; i < len(inner); i++ {
+				inner[i] = float32(math.Inf(-1))
+			}
+			rowPicks3Vector(&bv[0], &ba[0], &inner[first], first, 8)
+			copy(v[j0:j0+nv], bv[:nv])
+			copy(at[j0:j0+nv], ba[:nv])
+			rowPicksRange(v, at, row, stride, pad, k, 0, j0)
+			rowPicksRange(v, at, row, stride, pad, k, j0+nv, n)
+			return
+		}
 	}
 	rowPicksRange(v, at, row, stride, pad, k, 0, n)
 }
+
+// minPaddedPicks is the fewest inner windows for which a row too short
+// for the vector kernel's block of eight goes through it padded; first3Max
+// bounds the first inner window's start (padding 0 or 1: 0 or 1).
+const (
+	minPaddedPicks = 4
+	first3Max      = 1
+)
 
 // rowPicksRange is rowPicks for the output columns [j0, j1).
 func rowPicksRange(v []float32, at []int32, row []float32, stride, pad, k, j0, j1 int) {
