@@ -678,3 +678,47 @@ func TestEvalSlices(t *testing.T) {
 		}
 	}
 }
+
+// TestFrozenEvaluation: ResNet-18 on CIFAR-10's images (whose layers take
+// every form a frozen convolution keeps: Winograd's on 8×8 and 4×4 maps,
+// by rows on the strided ones, dense on 2×2 and 1×1) and CIFARNet (no
+// batch norms) evaluate frozen to the bits of the same networks unfrozen,
+// pass after pass, on one and two threads.
+func TestFrozenEvaluation(t *testing.T) {
+	for _, model := range []string{"resnet18", "cifarnet"} {
+		for _, threads := range []int{1, 2} {
+			be := cpu.New(threads)
+			spec, err := Lookup(model)
+			if err != nil {
+				t.Fatal(err)
+			}
+			plain, frozen := spec.Build(be, 7), spec.Build(be, 7)
+			for _, m := range []*Model{plain, frozen} {
+				m.Net.SetTraining(false)
+				nn.SetGradEnabled(m.Net, false)
+			}
+			nn.Freeze(frozen.Net, true)
+			rng := rand.New(rand.NewPCG(9, 10))
+			for pass := range 2 {
+				x := tensor.New(append([]int{5}, plain.Input...)...)
+				for i := range x.Data {
+					x.Data[i] = rng.Float32()
+				}
+				var ys [2][]float32
+				for i, m := range []*Model{plain, frozen} {
+					y, err := m.Net.Forward(x)
+					if err != nil {
+						t.Fatal(err)
+					}
+					ys[i] = y.HostData()
+				}
+				for i, v := range ys[0] {
+					if math.Float32bits(ys[1][i]) != math.Float32bits(v) {
+						t.Fatalf("%s, %d threads, pass %d: logit %d frozen %v, unfrozen %v", model, threads, pass, i, ys[1][i], v)
+					}
+				}
+			}
+			be.Close()
+		}
+	}
+}
