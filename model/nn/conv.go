@@ -129,17 +129,26 @@ func (c *Conv2d) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 // transform, a small map's dense matrix, the channels innermost) on the
 // first such pass and reuses them in the passes after, as
 // torch.jit.freeze does for inference; the outputs keep their bits. The
-// prepared weights are dropped by every SetTraining, SetGradEnabled and
-// Freeze call on the layer, so a training loop that evaluates between
-// epochs prepares them again each time. Weights changed in between any
-// other way (copied into by hand while evaluating) must be followed by
-// one of those calls. A backend without prepared convolutions (the GPU's)
-// runs as before.
+// prepared weights are dropped by every SetTraining, SetGradEnabled,
+// Freeze and LoadState call on the layer, so a training loop that
+// evaluates between epochs prepares them again each time. Weights changed
+// in between any other way (LoadVars, or copied into by hand while
+// evaluating) must be followed by one of those calls. A backend without
+// prepared convolutions (the GPU's) runs as before.
 func Freeze(l Layer, on bool) {
 	Walk(l, func(x Layer) {
 		if c, ok := x.(*Conv2d); ok {
 			c.prepBE, _ = c.be.(tensor.PreparedConvBackend)
 			c.frozen = on && c.prepBE != nil
+			c.prep.Reset()
+		}
+	})
+}
+
+// dropPrepared drops the prepared weights of the convolutions in l.
+func dropPrepared(l Layer) {
+	Walk(l, func(x Layer) {
+		if c, ok := x.(*Conv2d); ok {
 			c.prep.Reset()
 		}
 	})

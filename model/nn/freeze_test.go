@@ -12,7 +12,7 @@ import (
 // convolutions' weights prepared once and a warm pass allocating nothing;
 // after its weights change, each of SetTraining, SetGradEnabled and
 // Freeze makes it prepare them again (the outputs follow the new
-// weights); training passes and Freeze(false) prepare nothing.
+// weights), as loading them from a file does; training passes and Freeze(false) prepare nothing.
 func TestFreeze(t *testing.T) {
 	for _, threads := range []int{1, 2} {
 		be := cpu.New(threads)
@@ -72,6 +72,20 @@ func TestFreeze(t *testing.T) {
 			}
 			evaluate("weights changed, then " + drop.name)
 		}
+
+		// Weights loaded from a file (another network's) are prepared
+		// on the next pass.
+		other := tinyResNet(be, 6)
+		path := t.TempDir() + "/other.safetensors"
+		if err := SaveFile(path, other, nil); err != nil {
+			t.Fatal(err)
+		}
+		for _, net := range []*Chain{plain, frozen} {
+			if err := LoadFile(path, net); err != nil {
+				t.Fatal(err)
+			}
+		}
+		evaluate("weights loaded from a file")
 
 		// Training passes (which move the batch norms' running
 		// statistics, in both) prepare nothing, gradients on or off.

@@ -49,8 +49,15 @@ func LoadFile(path string, l Layer) error {
 // LoadState copies tensors into l's state. Every state entry must be
 // present with the same shape and no extra tensors may be left over; the
 // error names each missing, unexpected or mismatched tensor. Nothing is
-// changed unless everything matches.
-func LoadState(f *safetensors.File, l Layer) error { return LoadVars(f, "", l.State()) }
+// changed unless everything matches. Frozen convolutions (Freeze) prepare
+// the new weights on their next pass.
+func LoadState(f *safetensors.File, l Layer) error {
+	err := LoadVars(f, "", l.State())
+	if err == nil {
+		dropPrepared(l)
+	}
+	return err
+}
 
 // LoadVars copies the tensors named prefix+Name into vars, with
 // LoadState's checks; tensors whose names lack the prefix are ignored.
