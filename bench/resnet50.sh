@@ -28,7 +28,7 @@ for round in $(seq "$rounds"); do
 			infer) bench='Inference/^resnet50$' ;;
 			esac
 			bench=$bench/batch=32/threads=$threads
-			for build in $builds; do
+			for build in $(builds_in "$round"); do
 				/usr/bin/time -f "gorun peak RSS %M KiB" "$tmp/$build.test" -test.run '^$' -test.bench "^Benchmark${bench}\$" -test.benchtime "${BENCHTIME:-3x}" 2>&1 |
 					grep -E 'img/s|peak RSS' | sed "s/^/round $round $build: /"
 			done

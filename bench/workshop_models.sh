@@ -19,7 +19,7 @@ trap 'rm -rf "$tmp"' EXIT
 build_tests ./model/zoo
 print_cpu
 for round in $(seq "$rounds"); do
-	for build in $builds; do
+	for build in $(builds_in "$round"); do
 		"$tmp/$build.test" -test.run '^$' -test.bench 'TrainStep/(mnist|cifarnet|resnet18)/|Inference/(cifarnet|resnet18)/' |
 			awk -v r="$round" -v b="$build" '/img\/s/ {print "round", r, b, $1, $(NF-1), "img/s"}'
 	done
