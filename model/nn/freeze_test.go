@@ -41,7 +41,7 @@ func TestFreeze(t *testing.T) {
 			SetGradEnabled(net, false)
 		}
 		evaluate("first pass")
-		if n, all := preparedConvs(frozen), convs(frozen); n != all {
+		if n, all := preparedConvs(frozen), convs(frozen, nil); n != all {
 			t.Fatalf("threads=%d: %d convolutions prepared, want all %d", threads, n, all)
 		}
 		evaluate("second pass")
@@ -115,20 +115,14 @@ func TestFreeze(t *testing.T) {
 
 // preparedConvs counts the convolutions in l holding prepared weights.
 func preparedConvs(l Layer) int {
-	n := 0
-	Walk(l, func(x Layer) {
-		if c, ok := x.(*Conv2d); ok && c.prep.State != nil {
-			n++
-		}
-	})
-	return n
+	return convs(l, func(c *Conv2d) bool { return c.prep.State != nil })
 }
 
-// convs counts the convolutions in l.
-func convs(l Layer) int {
+// convs counts the convolutions in l for which keep holds (all, when nil).
+func convs(l Layer, keep func(*Conv2d) bool) int {
 	n := 0
 	Walk(l, func(x Layer) {
-		if _, ok := x.(*Conv2d); ok {
+		if c, ok := x.(*Conv2d); ok && (keep == nil || keep(c)) {
 			n++
 		}
 	})
