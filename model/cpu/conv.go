@@ -132,11 +132,17 @@ func (n *convNorm) apply(vec vecOps, y, x []float32, scale, shift float32) {
 
 // Conv2dBackward implements tensor.Backend.
 func (b *Backend) Conv2dBackward(x, w, dy, dx, dw, db *tensor.Tensor, p tensor.ConvParams) {
+	b.conv2dBackward(x, w, dy, dx, dw, db, p, nil)
+}
+
+// conv2dBackward is Conv2dBackward, reusing what its forward pass kept
+// when kept is set (Conv2dBackwardKept).
+func (b *Backend) conv2dBackward(x, w, dy, dx, dw, db *tensor.Tensor, p tensor.ConvParams, kept *prepared) {
 	if dw == nil && dx == nil && db == nil {
 		return
 	}
 	w, p, trimmed := b.liveKernel(x, w, p)
-	chunks := b.runConv(true, x, w, nil, nil, dy, dx, dw, db, p, nil, nil)
+	chunks := b.runConv(true, x, w, nil, nil, dy, dx, dw, db, p, nil, kept)
 	g := b.conv.g
 	for i := 0; i < chunks; i++ {
 		s := &b.chunks[i]
@@ -161,7 +167,9 @@ func (b *Backend) Conv2dBackward(x, w, dy, dx, dw, db *tensor.Tensor, p tensor.C
 // batch and returns the number of chunks whose weight and bias gradient
 // sums the caller adds up (none when the gradients went to dw and db
 // directly). A forward pass with prep set takes the weights' forms from
-// it, or builds them there on its first call (Conv2dPrepared).
+// it, or builds them there on its first call (Conv2dPrepared); one that
+// keeps for the backward pass (Conv2dKeep) builds the dense matrix there,
+// and the backward pass given it reads it (Conv2dBackwardKept).
 func (b *Backend) runConv(backward bool, x, w, bias, y, dy, dx, dw, db *tensor.Tensor, p tensor.ConvParams, norm *convNorm, prep *prepared) int {
 	n := x.Shape[0]
 	threads := b.pool.Threads()

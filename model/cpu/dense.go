@@ -138,12 +138,26 @@ func (t *convTask) runDense(dw, db *tensor.Tensor) {
 	defer func() { *d = denseTask{} }()
 	parts := ceilDiv(g.f, d.per)
 	x := gemm.Matrix{Data: t.x.Data, Stride: cols}
-	pr := t.prep
-	if !t.keepsForm(rows * cols) {
+	pr, kept := t.prep, false // kept: V is the forward pass's, kept for the backward one
+	switch {
+	case pr == nil:
+	case pr.forBackward:
+		kept = rows*cols <= maxPreparedElems
+		pr = nil
+	case !t.keepsForm(rows * cols):
 		pr = nil
 	}
-	if (!t.backward || t.dx != nil) && (pr == nil || !pr.ready) {
-		d.w, d.v = t.w.Data, grow(&b.denseV, rows*cols)
+	d.w = t.w.Data
+	switch {
+	case t.backward && t.dx == nil: // no V: the weight gradient folds dV
+	case kept && t.backward:
+		d.v = t.prep.form[:rows*cols]
+	case kept:
+		d.v = grow(&t.prep.form, rows*cols)
+		b.pool.Run(parts, d)
+	case pr != nil && pr.ready: // evaluating, Vᵀ packed already
+	default:
+		d.v = grow(&b.denseV, rows*cols)
 		b.pool.Run(parts, d)
 		if pr != nil {
 			// Prepared: Vᵀ packed as the product's B, once.

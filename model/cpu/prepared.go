@@ -22,6 +22,10 @@ import (
 type prepared struct {
 	key   prepKey
 	ready bool              // a call has filled it
+	// forBackward marks what a training forward pass keeps for its
+	// backward pass (Conv2dKeep): the dense matrix V itself, in form;
+	// the other forms are not kept (the backward pass's are others).
+	forBackward bool
 	p     tensor.ConvParams // the params the layer runs with (its live taps')
 	live  *tensor.Tensor    // the live taps' kernel; nil when all are live
 	form  []float32         // U or the rows kernel, or the storage of packed
@@ -45,9 +49,8 @@ func (b *Backend) Conv2dPrepared(prep *tensor.PreparedWeights, x, w, bias, y, ga
 	if gamma != nil {
 		norm = b.evalNorm(gamma, beta, runMean, runVar, bn, relu)
 	}
-	key := prepKey{c: x.Shape[1], h: x.Shape[2], wd: x.Shape[3], f: w.Shape[0], w: &w.Data[0], p: p}
 	pr, _ := prep.State.(*prepared)
-	if pr == nil || pr.key != key {
+	if key := keyOf(x, w, p); pr == nil || pr.key != key || pr.forBackward {
 		pr = &prepared{key: key}
 		prep.State = pr
 	}
@@ -64,6 +67,33 @@ func (b *Backend) Conv2dPrepared(prep *tensor.PreparedWeights, x, w, bias, y, ga
 	}
 	b.runConv(false, x, run, bias, y, nil, nil, nil, nil, pr.p, norm, pr)
 	pr.ready = true
+}
+
+// keyOf is the prepKey of a convolution of x by w with params p.
+func keyOf(x, w *tensor.Tensor, p tensor.ConvParams) prepKey {
+	return prepKey{c: x.Shape[1], h: x.Shape[2], wd: x.Shape[3], f: w.Shape[0], w: &w.Data[0], p: p}
+}
+
+// Conv2dKeep implements tensor.KeptConvBackend.
+func (b *Backend) Conv2dKeep(keep *tensor.PreparedWeights, x, w, bias, y *tensor.Tensor, p tensor.ConvParams) {
+	pr, _ := keep.State.(*prepared)
+	if key := keyOf(x, w, p); pr == nil || pr.key != key || !pr.forBackward {
+		pr = &prepared{key: key, forBackward: true}
+		keep.State = pr
+	}
+	pr.ready = false // built anew: the weights may have changed since the last pass
+	w, p, _ = b.liveKernel(x, w, p)
+	b.runConv(false, x, w, bias, y, nil, nil, nil, nil, p, nil, pr)
+	pr.ready = true
+}
+
+// Conv2dBackwardKept implements tensor.KeptConvBackend.
+func (b *Backend) Conv2dBackwardKept(keep *tensor.PreparedWeights, x, w, dy, dx, dw, db *tensor.Tensor, p tensor.ConvParams) {
+	pr, _ := keep.State.(*prepared)
+	if pr != nil && (pr.key != keyOf(x, w, p) || !pr.forBackward || !pr.ready) {
+		pr = nil
+	}
+	b.conv2dBackward(x, w, dy, dx, dw, db, p, pr)
 }
 
 // weightsForm returns the buffer of n values for a form of the task's
@@ -90,5 +120,5 @@ const maxPreparedElems = 1 << 20
 // keepsForm reports whether the task keeps its weights' form of n values
 // from one call to the next: prepared, forward, not too large.
 func (t *convTask) keepsForm(n int) bool {
-	return t.prep != nil && !t.backward && n <= maxPreparedElems
+	return t.prep != nil && !t.prep.forBackward && !t.backward && n <= maxPreparedElems
 }

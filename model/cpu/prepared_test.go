@@ -117,3 +117,91 @@ func sameBits(t *testing.T, label string, got, want []float32) {
 		}
 	}
 }
+
+// TestConvKept: a training forward pass that keeps (Conv2dKeep) gives
+// Conv2d's bits, and the backward pass given what it kept
+// (Conv2dBackwardKept) Conv2dBackward's, for layers of every path, on
+// one and two threads; the dense layers' backward pass reads the matrix
+// the forward pass built (weights changed in between, against the
+// contract, still give the old input gradient), a new forward pass
+// builds it anew, and a backward pass on another input builds its own.
+func TestConvKept(t *testing.T) {
+	rng := rand.New(rand.NewPCG(23, 24))
+	k3 := tensor.ConvParams{KernelH: 3, KernelW: 3, StrideH: 1, StrideW: 1, PadH: 1, PadW: 1}
+	k3s2 := tensor.ConvParams{KernelH: 3, KernelW: 3, StrideH: 2, StrideW: 2, PadH: 1, PadW: 1}
+	for _, c := range []struct {
+		name          string
+		n, c, f, h, w int
+		p             tensor.ConvParams
+		dense         bool
+	}{
+		{"3×3 on 2×2: dense", 5, 24, 20, 2, 2, k3, true},
+		{"3×3 on 1×1: dense", 3, 33, 18, 1, 1, k3, true},
+		{"3×3 stride 2 on 2×2: dense", 4, 16, 32, 2, 2, k3s2, true},
+		{"3×3 on 8×8, 64 channels: Winograd", 3, 64, 64, 8, 8, k3, false},
+		{"3×3 stride 2 on 8×8: by rows forward", 3, 16, 24, 8, 8, k3s2, false},
+		{"3×3 on 1×12: live taps", 3, 16, 20, 1, 12, k3, false},
+	} {
+		for _, threads := range []int{1, 2} {
+			label := fmt.Sprintf("%s, %d threads", c.name, threads)
+			be := New(threads)
+			x := randTensor(rng, c.n, c.c, c.h, c.w)
+			w, bias := randTensor(rng, c.f, c.c, c.p.KernelH, c.p.KernelW), randTensor(rng, c.f)
+			oh, ow := c.p.OutSize(c.h, c.w)
+			dy := randTensor(rng, c.n, c.f, oh, ow)
+			dw0, db0 := randTensor(rng, w.Shape...), randTensor(rng, c.f)
+			backward := func(kept *tensor.PreparedWeights, x, w, dy *tensor.Tensor) (dx, dw, db *tensor.Tensor) {
+				dx, dw, db = tensor.New(x.Shape...), dw0.Clone(), db0.Clone() // the gradients add to what is there
+				if kept == nil {
+					be.Conv2dBackward(x, w, dy, dx, dw, db, c.p)
+				} else {
+					be.Conv2dBackwardKept(kept, x, w, dy, dx, dw, db, c.p)
+				}
+				return dx, dw, db
+			}
+			same := func(what string, got, want [3]*tensor.Tensor) {
+				t.Helper()
+				for i, name := range []string{"dx", "dw", "db"} {
+					sameBits(t, fmt.Sprintf("%s, %s: %s", label, what, name), got[i].Data, want[i].Data)
+				}
+			}
+			var kept tensor.PreparedWeights
+			y, want := tensor.New(c.n, c.f, oh, ow), tensor.New(c.n, c.f, oh, ow)
+			be.Conv2d(x, w, bias, want, c.p)
+			be.Conv2dKeep(&kept, x, w, bias, y, c.p)
+			sameBits(t, label+", forward", y.Data, want.Data)
+			wdx, wdw, wdb := backward(nil, x, w, dy)
+			gdx, gdw, gdb := backward(&kept, x, w, dy)
+			same("backward", [3]*tensor.Tensor{gdx, gdw, gdb}, [3]*tensor.Tensor{wdx, wdw, wdb})
+			if pr, ok := kept.State.(*prepared); !ok || (len(pr.form) > 0) != c.dense {
+				t.Fatalf("%s: kept %T, want the dense matrix kept: %v", label, kept.State, c.dense)
+			}
+
+			// The weights change without a forward pass: a dense layer's
+			// input gradient still follows the kept matrix.
+			w2 := w.Clone()
+			for i := range w2.Data {
+				w2.Data[i] = -w2.Data[i]
+			}
+			copy(w.Data, w2.Data)
+			gdx, _, _ = backward(&kept, x, w, dy)
+			if c.dense {
+				sameBits(t, label+", weights changed, no forward pass: dx", gdx.Data, wdx.Data)
+			}
+			// A forward pass keeps the new matrix.
+			be.Conv2dKeep(&kept, x, w, bias, y, c.p)
+			wdx, wdw, wdb = backward(nil, x, w, dy)
+			gdx, gdw, gdb = backward(&kept, x, w, dy)
+			same("after a new forward pass", [3]*tensor.Tensor{gdx, gdw, gdb}, [3]*tensor.Tensor{wdx, wdw, wdb})
+
+			// Another input (another map) than the kept pass's.
+			x2 := randTensor(rng, c.n, c.c, c.h+2, c.w+2)
+			oh2, ow2 := c.p.OutSize(c.h+2, c.w+2)
+			dy2 := randTensor(rng, c.n, c.f, oh2, ow2)
+			wdx, wdw, wdb = backward(nil, x2, w, dy2)
+			gdx, gdw, gdb = backward(&kept, x2, w, dy2)
+			same("another input", [3]*tensor.Tensor{gdx, gdw, gdb}, [3]*tensor.Tensor{wdx, wdw, wdb})
+			be.Close()
+		}
+	}
+}

@@ -47,6 +47,12 @@ type Conv2d struct {
 	evaluating bool
 	prep       tensor.PreparedWeights
 	prepBE     tensor.PreparedConvBackend
+	// kept holds what a forward pass with gradients on left for its
+	// backward pass (tensor.KeptConvBackend), on backends that keep;
+	// keptLive says the last Forward call filled it.
+	kept     tensor.PreparedWeights
+	keepBE   tensor.KeptConvBackend
+	keptLive bool
 	// saved, set by the Checkpoint this layer is inside (Checkpoint.Save),
 	// keeps the output from the checkpoint's first pass for its
 	// recomputation.
@@ -64,6 +70,7 @@ func NewConv2d(be tensor.Backend, in, out, kernel int, o Conv2dOptions, rng *ran
 		o.Stride = 1
 	}
 	c := &Conv2d{be: be, In: in, Out: out, P: tensor.ConvParams{KernelH: kernel, KernelW: kernel, StrideH: o.Stride, StrideW: o.Stride, PadH: o.Padding, PadW: o.Padding}}
+	c.keepBE, _ = be.(tensor.KeptConvBackend)
 	c.Weight, c.WeightGrad = param(out, in, kernel, kernel)
 	bound := float32(1 / math.Sqrt(float64(in*kernel*kernel)))
 	uniformFill(c.Weight, bound, rng)
@@ -87,8 +94,9 @@ func (c *Conv2d) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 		return nil, fmt.Errorf("input %s is smaller than the %dx%d kernel with padding %d", x, c.P.KernelH, c.P.KernelW, c.P.PadH)
 	}
 	c.x = x
-	prepared := c.offNext && c.frozen && c.evaluating
-	c.offNext = false
+	gradsOff := c.offNext
+	prepared := gradsOff && c.frozen && c.evaluating
+	c.offNext, c.keptLive = false, false
 	if c.saved.replays(x) {
 		c.foldNext = false
 		c.y = c.saved.y()
@@ -114,11 +122,15 @@ func (c *Conv2d) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 		return y, nil
 	}
 	c.foldNext = false
-	if prepared {
+	switch {
+	case prepared:
 		c.prepBE.Conv2dPrepared(&c.prep, x, c.Weight, c.Bias, y, nil, nil, nil, nil, c.P, tensor.BatchNormParams{}, false)
-		return y, nil
+	case c.keepBE != nil && !gradsOff:
+		c.keepBE.Conv2dKeep(&c.kept, x, c.Weight, c.Bias, y, c.P)
+		c.keptLive = true
+	default:
+		c.be.Conv2d(x, c.Weight, c.Bias, y, c.P)
 	}
-	c.be.Conv2d(x, c.Weight, c.Bias, y, c.P)
 	return y, nil
 }
 
@@ -183,7 +195,11 @@ func (c *Conv2d) Backward(dy *tensor.Tensor) (*tensor.Tensor, error) {
 		return nil, nil
 	}
 	dx := c.dx.get(dy, c.x.Shape...)
-	c.be.Conv2dBackward(c.x, c.Weight, dy, dx, dw, db, c.P)
+	if c.keptLive {
+		c.keepBE.Conv2dBackwardKept(&c.kept, c.x, c.Weight, dy, dx, dw, db, c.P)
+	} else {
+		c.be.Conv2dBackward(c.x, c.Weight, dy, dx, dw, db, c.P)
+	}
 	return dx, nil
 }
 
@@ -212,7 +228,7 @@ func (c *Conv2d) Replica() Layer {
 	r.deferral = deferral{on: c.deferral.on}
 	r.bn, r.fusedBN, r.foldNext = nil, nil, false // the replica's container pairs it anew
 	r.saved = nil                                 // the replica's checkpoint sets its own
-	r.offNext, r.prep = false, tensor.PreparedWeights{}
+	r.offNext, r.prep, r.kept, r.keptLive = false, tensor.PreparedWeights{}, tensor.PreparedWeights{}, false
 	return &r
 }
 

@@ -1,6 +1,7 @@
 package nn
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"testing"
 
@@ -146,4 +147,39 @@ func TestFreezeNeedsPreparedBackend(t *testing.T) {
 			t.Errorf("a convolution is frozen on a backend without prepared convolutions")
 		}
 	})
+}
+
+// TestConvKeepsForBackward: on a backend that keeps (the CPU's), each
+// training forward pass with gradients on leaves the dense layers' matrix
+// for their backward pass; three steps with the weights updated in
+// between give the bits of the same network on a backend that keeps
+// nothing, and a forward pass with gradients off leaves nothing for a
+// backward pass to read.
+func TestConvKeepsForBackward(t *testing.T) {
+	be := cpu.New(2)
+	defer be.Close()
+	keeping, plain := tinyResNet(be, 8), tinyResNet(unfusing{be}, 8)
+	rng := rand.New(rand.NewPCG(12, 13))
+	for step := range 3 {
+		x := randTensor(rng, 3, 3, 16, 16)
+		r := randTensor(rng, 3, 5).Data
+		sameStep(t, be, keeping, plain, x, r, fmt.Sprintf("step %d", step))
+		if n := convs(keeping, func(c *Conv2d) bool { return c.keptLive }); n != convs(keeping, nil) {
+			t.Fatalf("step %d: %d of %d convolutions kept their forward pass", step, n, convs(keeping, nil))
+		}
+		for _, net := range []*Chain{keeping, plain} {
+			for _, p := range Params(net) {
+				for i, g := range p.Grad.Data {
+					p.Value.Data[i] -= 0.1 * g
+				}
+			}
+		}
+	}
+	SetGradEnabled(keeping, false)
+	if _, err := keeping.Forward(randTensor(rng, 3, 3, 16, 16)); err != nil {
+		t.Fatal(err)
+	}
+	if n := convs(keeping, func(c *Conv2d) bool { return c.keptLive }); n != 0 {
+		t.Errorf("a forward pass with gradients off left %d convolutions' passes live", n)
+	}
 }

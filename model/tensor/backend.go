@@ -86,6 +86,20 @@ type PreparedConvBackend interface {
 	Conv2dPrepared(prep *PreparedWeights, x, w, bias, y, gamma, beta, runMean, runVar *Tensor, p ConvParams, bn BatchNormParams, relu bool)
 }
 
+// KeptConvBackend is a Backend whose training convolutions can keep
+// from a forward pass what its backward pass would build from the
+// weights again (the CPU's dense matrices of layers over maps no larger
+// than their kernels). Conv2dKeep is Conv2d, and Conv2dBackwardKept
+// Conv2dBackward, to the bit; the backward call reuses what keep holds
+// when keep was filled by a forward call on the same x and w, whose
+// values have not changed since (as autograd requires of the tensors it
+// saves), and builds it as Conv2dBackward does otherwise.
+type KeptConvBackend interface {
+	Backend
+	Conv2dKeep(keep *PreparedWeights, x, w, bias, y *Tensor, p ConvParams)
+	Conv2dBackwardKept(keep *PreparedWeights, x, w, dy, dx, dw, db *Tensor, p ConvParams)
+}
+
 // BatchNormReLUBackend is a Backend that runs a batch norm and the relu
 // after it in one pass over memory (torchvision's bn → relu(inplace)):
 // layers use it when their backend has it, and the two separate calls
