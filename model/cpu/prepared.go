@@ -21,14 +21,14 @@ import (
 // prepared is one layer's prepared weights (tensor.PreparedWeights.State).
 type prepared struct {
 	key   prepKey
-	ready bool              // a call has filled it
+	ready bool // a call has filled it
 	// forBackward marks what a training forward pass keeps for its
 	// backward pass (Conv2dKeep): the dense matrix V itself, in form;
 	// the other forms are not kept (the backward pass's are others).
 	forBackward bool
-	p     tensor.ConvParams // the params the layer runs with (its live taps')
-	live  *tensor.Tensor    // the live taps' kernel; nil when all are live
-	form  []float32         // U or the rows kernel, or the storage of packed
+	p           tensor.ConvParams // the params the layer runs with (its live taps')
+	live        *tensor.Tensor    // the live taps' kernel; nil when all are live
+	form        []float32         // U or the rows kernel, or the storage of packed
 	// packed is Vᵀ packed as a GEMM operand, when the layer runs as its
 	// dense matrix.
 	packed gemm.PackedB
