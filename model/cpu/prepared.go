@@ -11,10 +11,9 @@ import (
 // an unprepared one builds from its weights on every call: the kernel of
 // its live taps when some meet only padding (taps.go), and the weights in
 // the form its algorithm multiplies — the dense matrix, packed as the
-// product's operand (dense.go),
-// Winograd's U (winograd.go) or the kernel with the channels innermost
-// (rows.go). On ResNet-18's CIFAR-10 layers building those forms took a
-// quarter of an evaluation pass at batch 32. Layers prepare only while
+// product's operand (dense.go), Winograd's U (winograd.go) or the kernel
+// with the channels innermost (rows.go). On ResNet-18's CIFAR-10 layers
+// building those forms took a quarter of an evaluation pass at batch 32. Layers prepare only while
 // their weights are frozen (nn.Freeze); im2col + GEMM layers keep just the
 // live taps, their GEMM packing the weights on each call as before.
 //
