@@ -18,8 +18,7 @@ import (
 // anew; and that another input map prepares anew without a Reset.
 func TestConvPrepared(t *testing.T) {
 	rng := rand.New(rand.NewPCG(21, 22))
-	k3 := tensor.ConvParams{KernelH: 3, KernelW: 3, StrideH: 1, StrideW: 1, PadH: 1, PadW: 1}
-	k3s2 := tensor.ConvParams{KernelH: 3, KernelW: 3, StrideH: 2, StrideW: 2, PadH: 1, PadW: 1}
+	k3, k3s2 := padded3x3(1), padded3x3(2)
 	type form int
 	const (
 		none form = iota // im2col + GEMM: nothing but the live taps kept
@@ -127,8 +126,7 @@ func sameBits(t *testing.T, label string, got, want []float32) {
 // builds it anew, and a backward pass on another input builds its own.
 func TestConvKept(t *testing.T) {
 	rng := rand.New(rand.NewPCG(23, 24))
-	k3 := tensor.ConvParams{KernelH: 3, KernelW: 3, StrideH: 1, StrideW: 1, PadH: 1, PadW: 1}
-	k3s2 := tensor.ConvParams{KernelH: 3, KernelW: 3, StrideH: 2, StrideW: 2, PadH: 1, PadW: 1}
+	k3, k3s2 := padded3x3(1), padded3x3(2)
 	for _, c := range []struct {
 		name          string
 		n, c, f, h, w int
@@ -204,4 +202,10 @@ func TestConvKept(t *testing.T) {
 			be.Close()
 		}
 	}
+}
+
+// padded3x3 is a 3×3 convolution's params at the stride given, padding 1
+// (ResNet's).
+func padded3x3(stride int) tensor.ConvParams {
+	return tensor.ConvParams{KernelH: 3, KernelW: 3, StrideH: stride, StrideW: stride, PadH: 1, PadW: 1}
 }

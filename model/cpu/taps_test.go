@@ -13,8 +13,7 @@ import (
 // TestTrim checks which kernels lose taps that meet only padding, and the
 // convolution each is run as; TestConvolution checks the results.
 func TestTrim(t *testing.T) {
-	k3 := tensor.ConvParams{KernelH: 3, KernelW: 3, StrideH: 1, StrideW: 1, PadH: 1, PadW: 1}
-	k3s2 := tensor.ConvParams{KernelH: 3, KernelW: 3, StrideH: 2, StrideW: 2, PadH: 1, PadW: 1}
+	k3, k3s2 := padded3x3(1), padded3x3(2)
 	cases := []struct {
 		name   string
 		h, w   int
@@ -111,8 +110,7 @@ func TestTrimmedWeights(t *testing.T) {
 // (and its relu) is checked against the reference's outputs normalised.
 func TestSmallMaps(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
-	k3 := tensor.ConvParams{KernelH: 3, KernelW: 3, StrideH: 1, StrideW: 1, PadH: 1, PadW: 1}
-	k3s2 := tensor.ConvParams{KernelH: 3, KernelW: 3, StrideH: 2, StrideW: 2, PadH: 1, PadW: 1}
+	k3, k3s2 := padded3x3(1), padded3x3(2)
 	for _, c := range []struct {
 		name          string
 		n, c, f, h, w int
