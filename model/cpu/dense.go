@@ -138,38 +138,41 @@ func (t *convTask) runDense(dw, db *tensor.Tensor) {
 	defer func() { *d = denseTask{} }()
 	parts := ceilDiv(g.f, d.per)
 	x := gemm.Matrix{Data: t.x.Data, Stride: cols}
-	pr, kept := t.prep, false // kept: V is the forward pass's, kept for the backward one
+	// Evaluating frozen, Vᵀ is packed once as the product's B (packed);
+	// training, V is built by the forward pass and read by the backward
+	// one (kept).
+	var packed, kept *prepared
 	switch {
-	case pr == nil:
-	case pr.forBackward:
-		kept = rows*cols <= maxPreparedElems
-		pr = nil
-	case !t.keepsForm(rows * cols):
-		pr = nil
+	case t.prep == nil:
+	case t.prep.forBackward:
+		if rows*cols <= maxPreparedElems {
+			kept = t.prep
+		}
+	case t.keepsForm(rows * cols):
+		packed = t.prep
 	}
 	d.w = t.w.Data
 	switch {
 	case t.backward && t.dx == nil: // no V: the weight gradient folds dV
-	case kept && t.backward:
-		d.v = t.prep.form[:rows*cols]
-	case kept:
-		d.v = grow(&t.prep.form, rows*cols)
+	case kept != nil && t.backward:
+		d.v = kept.form[:rows*cols]
+	case kept != nil:
+		d.v = grow(&kept.form, rows*cols)
 		b.pool.Run(parts, d)
-	case pr != nil && pr.ready: // evaluating, Vᵀ packed already
+	case packed != nil && packed.ready:
 	default:
 		d.v = grow(&b.denseV, rows*cols)
 		b.pool.Run(parts, d)
-		if pr != nil {
-			// Prepared: Vᵀ packed as the product's B, once.
+		if packed != nil {
 			var err error
-			pr.packed, err = b.gemm.PackB(pr.form, cols, rows, gemm.Matrix{Data: d.v, Stride: cols, Trans: true})
+			packed.packed, err = b.gemm.PackB(packed.form, cols, rows, gemm.Matrix{Data: d.v, Stride: cols, Trans: true})
 			must(err)
 		}
 	}
 	if !t.backward {
 		y := gemm.Matrix{Data: t.y.Data, Stride: rows}
-		if pr != nil {
-			must(b.gemm.SgemmPackedB(t.n, rows, cols, 1, x, pr.packed, 0, y))
+		if packed != nil {
+			must(b.gemm.SgemmPackedB(t.n, rows, cols, 1, x, packed.packed, 0, y))
 		} else {
 			must(b.gemm.Sgemm(t.n, rows, cols, 1, x, gemm.Matrix{Data: d.v, Stride: cols, Trans: true}, 0, y))
 		}

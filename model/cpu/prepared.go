@@ -13,9 +13,10 @@ import (
 // the form its algorithm multiplies — the dense matrix, packed as the
 // product's operand (dense.go), Winograd's U (winograd.go) or the kernel
 // with the channels innermost (rows.go). On ResNet-18's CIFAR-10 layers
-// building those forms took a quarter of an evaluation pass at batch 32. Layers prepare only while
-// their weights are frozen (nn.Freeze); im2col + GEMM layers keep just the
-// live taps, their GEMM packing the weights on each call as before.
+// building those forms took a quarter of an evaluation pass at batch 32.
+// Layers prepare only while their weights are frozen (nn.Freeze); im2col
+// + GEMM layers keep just the live taps, their GEMM packing the weights
+// on each call as before.
 //
 // In training the weights change every step, but not between a layer's
 // forward pass and its backward pass: a dense layer's forward pass keeps
@@ -54,11 +55,7 @@ func (b *Backend) Conv2dPrepared(prep *tensor.PreparedWeights, x, w, bias, y, ga
 	if gamma != nil {
 		norm = b.evalNorm(gamma, beta, runMean, runVar, bn, relu)
 	}
-	pr, _ := prep.State.(*prepared)
-	if key := keyOf(x, w, p); pr == nil || pr.key != key || pr.forBackward {
-		pr = &prepared{key: key}
-		prep.State = pr
-	}
+	pr := preparedIn(prep, keyOf(x, w, p), false)
 	if !pr.ready {
 		live, lp, _ := b.liveKernel(x, w, p)
 		pr.p = lp
@@ -74,6 +71,18 @@ func (b *Backend) Conv2dPrepared(prep *tensor.PreparedWeights, x, w, bias, y, ga
 	pr.ready = true
 }
 
+// preparedIn returns what state holds for a call with this key, or, when
+// it holds nothing or another key's or mode's, a new empty one it then
+// holds.
+func preparedIn(state *tensor.PreparedWeights, key prepKey, forBackward bool) *prepared {
+	pr, _ := state.State.(*prepared)
+	if pr == nil || pr.key != key || pr.forBackward != forBackward {
+		pr = &prepared{key: key, forBackward: forBackward}
+		state.State = pr
+	}
+	return pr
+}
+
 // keyOf is the prepKey of a convolution of x by w with params p.
 func keyOf(x, w *tensor.Tensor, p tensor.ConvParams) prepKey {
 	return prepKey{c: x.Shape[1], h: x.Shape[2], wd: x.Shape[3], f: w.Shape[0], w: &w.Data[0], p: p}
@@ -81,11 +90,7 @@ func keyOf(x, w *tensor.Tensor, p tensor.ConvParams) prepKey {
 
 // Conv2dKeep implements tensor.KeptConvBackend.
 func (b *Backend) Conv2dKeep(keep *tensor.PreparedWeights, x, w, bias, y *tensor.Tensor, p tensor.ConvParams) {
-	pr, _ := keep.State.(*prepared)
-	if key := keyOf(x, w, p); pr == nil || pr.key != key || !pr.forBackward {
-		pr = &prepared{key: key, forBackward: true}
-		keep.State = pr
-	}
+	pr := preparedIn(keep, keyOf(x, w, p), true)
 	pr.ready = false // built anew: the weights may have changed since the last pass
 	w, p, _ = b.liveKernel(x, w, p)
 	b.runConv(false, x, w, bias, y, nil, nil, nil, nil, p, nil, pr)

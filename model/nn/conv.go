@@ -70,6 +70,7 @@ func NewConv2d(be tensor.Backend, in, out, kernel int, o Conv2dOptions, rng *ran
 		o.Stride = 1
 	}
 	c := &Conv2d{be: be, In: in, Out: out, P: tensor.ConvParams{KernelH: kernel, KernelW: kernel, StrideH: o.Stride, StrideW: o.Stride, PadH: o.Padding, PadW: o.Padding}}
+	c.prepBE, _ = be.(tensor.PreparedConvBackend)
 	c.keepBE, _ = be.(tensor.KeptConvBackend)
 	c.Weight, c.WeightGrad = param(out, in, kernel, kernel)
 	bound := float32(1 / math.Sqrt(float64(in*kernel*kernel)))
@@ -148,20 +149,22 @@ func (c *Conv2d) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 // evaluating) must be followed by one of those calls. A backend without
 // prepared convolutions (the GPU's) runs as before.
 func Freeze(l Layer, on bool) {
-	Walk(l, func(x Layer) {
-		if c, ok := x.(*Conv2d); ok {
-			c.prepBE, _ = c.be.(tensor.PreparedConvBackend)
-			c.frozen = on && c.prepBE != nil
-			c.prep.Reset()
-		}
+	eachConv(l, func(c *Conv2d) {
+		c.frozen = on && c.prepBE != nil
+		c.prep.Reset()
 	})
 }
 
 // dropPrepared drops the prepared weights of the convolutions in l.
 func dropPrepared(l Layer) {
+	eachConv(l, func(c *Conv2d) { c.prep.Reset() })
+}
+
+// eachConv calls fn on every convolution in l.
+func eachConv(l Layer, fn func(*Conv2d)) {
 	Walk(l, func(x Layer) {
 		if c, ok := x.(*Conv2d); ok {
-			c.prep.Reset()
+			fn(c)
 		}
 	})
 }

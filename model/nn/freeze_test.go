@@ -122,8 +122,8 @@ func preparedConvs(l Layer) int {
 // convs counts the convolutions in l for which keep holds (all, when nil).
 func convs(l Layer, keep func(*Conv2d) bool) int {
 	n := 0
-	Walk(l, func(x Layer) {
-		if c, ok := x.(*Conv2d); ok && (keep == nil || keep(c)) {
+	eachConv(l, func(c *Conv2d) {
+		if keep == nil || keep(c) {
 			n++
 		}
 	})
