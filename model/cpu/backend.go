@@ -23,6 +23,11 @@ type Backend struct {
 	bn       bnTask
 	stats    []float64 // batch norm's per-channel sums
 	shift    []float32 // batch norm's per-channel K (norm.go)
+	// bnPerPlane has planes shorter than a vector go to the vector
+	// kernels one at a time as longer ones do: the reference the short
+	// planes' loops are held to (norm_short.go; tests set it).
+	bnPerPlane bool
+	bnCoefs    []bnCoefs // short planes' input-gradient maps (norm_short.go)
 	// convAlgo is the convolution algorithm chosen (SetConvAlgorithm);
 	// winoU holds the layer's transformed weights while it runs as
 	// Winograd (winograd.go) unprepared, winoLayout the layout of its transforms

@@ -54,14 +54,21 @@ type bnTask struct {
 	runMean, runVar      *tensor.Tensor
 	dgamma, dbeta        *tensor.Tensor
 	momentum, eps        float64
-	vec                  vecOps // the per-element passes' kernels (vecops.go)
+	vec                  vecOps    // the per-element passes' kernels (vecops.go)
+	perPlane             bool      // planes shorter than a vector still go to vec (Backend.bnPerPlane)
+	coefs                []bnCoefs // short planes' input-gradient maps by channel (norm_short.go)
 }
 
 // runBN runs phase over every channel, in ranges across the threads.
 func (b *Backend) runBN(phase bnPhase) {
 	t := &b.bn
 	t.phase, t.vec = phase, b.vec
-	chunks := min(b.pool.Threads(), t.c, ceilDiv(t.n*t.c*t.hw, elemGrain))
+	grain := elemGrain
+	if t.shortPlanes() {
+		t.coefs = grow(&b.bnCoefs, t.c)
+		grain = shortGrain
+	}
+	chunks := min(b.pool.Threads(), t.c, ceilDiv(t.n*t.c*t.hw, grain))
 	if chunks <= 1 {
 		t.per = t.c
 		t.Do(0, 0)
@@ -72,7 +79,12 @@ func (b *Backend) runBN(phase bnPhase) {
 }
 
 func (t *bnTask) Do(_, i int) {
-	for ch := i * t.per; ch < min((i+1)*t.per, t.c); ch++ {
+	lo, hi := i*t.per, min((i+1)*t.per, t.c)
+	if t.shortPlanes() {
+		t.shortRange(lo, hi)
+		return
+	}
+	for ch := lo; ch < hi; ch++ {
 		t.channel(ch)
 	}
 }
@@ -243,7 +255,7 @@ func (b *Backend) batchNorm(x, y, gamma, beta, runMean, runVar, saveMean, saveIn
 	n, c, hw := tensor.Planes(x)
 	t := &b.bn
 	*t = bnTask{x: x, y: y, gamma: gamma, beta: beta, saveMean: saveMean, saveInvStd: saveInvStd, n: n, c: c, hw: hw, training: p.Training, relu: relu,
-		runMean: runMean, runVar: runVar, momentum: float64(p.Momentum), eps: float64(p.Eps)}
+		runMean: runMean, runVar: runVar, momentum: float64(p.Momentum), eps: float64(p.Eps), perPlane: b.bnPerPlane}
 	switch {
 	case p.Training && p.SavedStats:
 		// The statistics as the earlier pass over x left them.
@@ -292,7 +304,7 @@ func (b *Backend) batchNormBackward(x, dy, dx, gamma, beta, dgamma, dbeta, saveM
 	n, c, hw := tensor.Planes(x)
 	t := &b.bn
 	*t = bnTask{x: x, dy: dy, dx: dx, gamma: gamma, beta: beta, saveMean: saveMean, saveInvStd: saveInvStd, n: n, c: c, hw: hw, training: p.Training, relu: beta != nil,
-		dgamma: dgamma, dbeta: dbeta}
+		dgamma: dgamma, dbeta: dbeta, perPlane: b.bnPerPlane}
 	// Per channel: Σdy and Σdy·x̂, then the element count.
 	t.stats = grow(&b.stats, 2*c+1)
 	t.stats[2*c] = float64(n * hw)

@@ -254,31 +254,44 @@ func TestBatchNormNearlyConstant(t *testing.T) {
 	}
 }
 
-// BenchmarkBatchNorm times a training batch norm forward and backward on
-// one of ResNet-50's shapes at batch 32 (256 channels of 56×56).
+// BenchmarkBatchNorm times a training batch norm forward and backward at
+// batch 32: on one of ResNet-50's shapes (256 channels of 56×56), plain,
+// and on ResNet-18's smallest maps over CIFAR-10's images (4×4 to 1×1,
+// planes shorter than a vector), with the relu fused as its blocks run it.
 //
 //	go test ./model/cpu -run '^$' -bench BatchNorm
 func BenchmarkBatchNorm(b *testing.B) {
-	shape := []int{32, 256, 56, 56}
-	rng := rand.New(rand.NewPCG(1, 2))
-	x, dy := randTensor(rng, shape...), randTensor(rng, shape...)
-	y, dx := tensor.New(shape...), tensor.New(shape...)
-	c := shape[1]
-	gamma, beta := randTensor(rng, c), randTensor(rng, c)
-	rm, rv, mean, invStd, dg, db := tensor.New(c), tensor.New(c), tensor.New(c), tensor.New(c), tensor.New(c), tensor.New(c)
-	p := tensor.BatchNormParams{Training: true, Momentum: 0.1, Eps: 1e-5}
-	for _, threads := range []int{1, 2} {
-		b.Run(fmt.Sprintf("threads=%d", threads), func(b *testing.B) {
-			be := New(threads)
-			defer be.Close()
-			b.SetBytes(int64(4 * len(x.Data) * 8))                   // the arrays read and written: 3 forward, 5 backward
-			be.BatchNorm(x, y, gamma, beta, rm, rv, mean, invStd, p) // the outputs' first touch, outside the timing
-			be.BatchNormBackward(x, dy, dx, gamma, dg, db, mean, invStd, p)
-			for b.Loop() {
-				be.BatchNorm(x, y, gamma, beta, rm, rv, mean, invStd, p)
-				be.BatchNormBackward(x, dy, dx, gamma, dg, db, mean, invStd, p)
-			}
-		})
+	for _, s := range []struct {
+		shape []int
+		relu  bool
+	}{{[]int{32, 256, 56, 56}, false}, {[]int{32, 128, 4, 4}, true}, {[]int{32, 256, 2, 2}, true}, {[]int{32, 512, 1, 1}, true}} {
+		rng := rand.New(rand.NewPCG(1, 2))
+		x, dy := randTensor(rng, s.shape...), randTensor(rng, s.shape...)
+		y, dx := tensor.New(s.shape...), tensor.New(s.shape...)
+		c := s.shape[1]
+		gamma, beta := randTensor(rng, c), randTensor(rng, c)
+		rm, rv, mean, invStd, dg, db := tensor.New(c), tensor.New(c), tensor.New(c), tensor.New(c), tensor.New(c), tensor.New(c)
+		p := tensor.BatchNormParams{Training: true, Momentum: 0.1, Eps: 1e-5}
+		for _, threads := range []int{1, 2} {
+			b.Run(fmt.Sprintf("%dx%dx%dx%d/relu=%v/threads=%d", s.shape[0], s.shape[1], s.shape[2], s.shape[3], s.relu, threads), func(b *testing.B) {
+				be := New(threads)
+				defer be.Close()
+				step := func() {
+					if s.relu {
+						be.BatchNormReLU(x, y, gamma, beta, rm, rv, mean, invStd, p)
+						be.BatchNormReLUBackward(x, dy, dx, gamma, beta, dg, db, mean, invStd, p)
+						return
+					}
+					be.BatchNorm(x, y, gamma, beta, rm, rv, mean, invStd, p)
+					be.BatchNormBackward(x, dy, dx, gamma, dg, db, mean, invStd, p)
+				}
+				b.SetBytes(int64(4 * len(x.Data) * 8)) // the arrays read and written: 3 forward, 5 backward
+				step()                                 // the outputs' first touch, outside the timing
+				for b.Loop() {
+					step()
+				}
+			})
+		}
 	}
 }
 
