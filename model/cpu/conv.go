@@ -144,16 +144,15 @@ func (b *Backend) conv2dBackward(x, w, dy, dx, dw, db *tensor.Tensor, p tensor.C
 	w, p, trimmed := b.liveKernel(x, w, p)
 	chunks := b.runConv(true, x, w, nil, nil, dy, dx, dw, db, p, nil, kept)
 	g := b.conv.g
+	if dw != nil && trimmed == nil && chunks > 0 {
+		// dw += each chunk's sum in turn, element by element: split over
+		// the threads by element range, the chunks added in order.
+		b.runElem(elemTask{op: opAddChunks, n: g.f * g.ckk, y: dw, parts: chunks}, elemGrain)
+	}
 	for i := 0; i < chunks; i++ {
 		s := &b.chunks[i]
-		switch {
-		case dw == nil:
-		case trimmed != nil:
+		if dw != nil && trimmed != nil {
 			trimmed.addWeightGrad(dw, s.dw[:g.f*g.ckk])
-		default:
-			for j, v := range s.dw[:g.f*g.ckk] {
-				dw.Data[j] += v
-			}
 		}
 		if db != nil {
 			for j, v := range s.db[:g.f] {

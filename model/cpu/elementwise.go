@@ -23,6 +23,7 @@ const (
 	opAdadelta
 	opMaxPool
 	opMaxPoolBackward
+	opAddChunks
 )
 
 // elemGrain is the fewest elements worth handing to another thread.
@@ -41,7 +42,8 @@ type elemTask struct {
 	adam       tensor.AdamOptions
 	adadelta   tensor.AdadeltaOptions
 	vec        vecOps    // the vector kernels (vecops.go)
-	scratch    []scratch // per-worker buffers (max pooling's)
+	scratch    []scratch // per-worker buffers (max pooling's; the chunks' weight gradients)
+	parts      int       // opAddChunks: how many chunks' sums
 }
 
 // runElem runs t over the threads, in ranges of at least grain units.
@@ -85,6 +87,11 @@ func (t *elemTask) Do(worker, i int) {
 		}
 	case opAdd:
 		t.vec.add(t.z.Data[lo:hi], t.x.Data[lo:hi], t.y.Data[lo:hi])
+	case opAddChunks:
+		y := t.y.Data[lo:hi]
+		for _, s := range t.scratch[:t.parts] {
+			t.vec.add(y, y, s.dw[lo:hi])
+		}
 	case opAddReLU:
 		t.vec.addReLU(t.z.Data[lo:hi], t.x.Data[lo:hi], t.y.Data[lo:hi])
 	case opSGD:
