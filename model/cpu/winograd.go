@@ -137,32 +137,50 @@ func winogradWeightsBlocks(ops vecOps, u, w []float32, f, c int, flipped bool, w
 	n := rows * cols
 	es := winoStride(n)
 	const block = winoWeightBlock
-	buf := grow(&work.buf, 21*block)
-	g, t := buf[:9*block], buf[9*block:21*block] // g's nine planes; t = G g, [4][3]
+	// The planes lie a cache line more than 4 KiB apart: at 4 KiB
+	// exactly, the same element of the nine (or twelve) fell into one
+	// set of the L1 cache, and writing them took most of the pass.
+	const stride = block + 16
+	buf := grow(&work.buf, 21*stride)
+	g, t := buf[:9*stride], buf[9*stride:21*stride] // g's nine planes; t = G g, [4][3]
 	for lo := first * block; lo < min(n, last*block); lo += block {
 		m := min(block, n-lo)
-		for i := range m {
-			at := lo + i
-			if flipped {
-				row, col := at/cols, at%cols
-				k := w[(col*c+row)*9 : (col*c+row)*9+9]
-				for j, v := range k {
-					g[(8-j)*block+i] = v
-				}
-				continue
-			}
-			for j, v := range w[at*9 : at*9+9] {
-				g[j*block+i] = v
-			}
-		}
-		gp := func(j int) []float32 { return g[j*block : j*block+m] }
-		tp := func(j int) []float32 { return t[j*block : j*block+m] }
+		gp := func(j int) []float32 { return g[j*stride : j*stride+m] }
+		spreadKernels([9][]float32{gp(0), gp(1), gp(2), gp(3), gp(4), gp(5), gp(6), gp(7), gp(8)}, w, lo, c, cols, flipped)
+		tp := func(j int) []float32 { return t[j*stride : j*stride+m] }
 		for q := range 3 {
 			ops.g4(tp(q), tp(3+q), tp(6+q), tp(9+q), gp(q), gp(3+q), gp(6+q))
 		}
 		up := func(j int) []float32 { return u[j*es+lo : j*es+lo+m] }
 		for r := range 4 {
 			ops.g4(up(4*r), up(4*r+1), up(4*r+2), up(4*r+3), tp(3*r), tp(3*r+1), tp(3*r+2))
+		}
+	}
+}
+
+// spreadKernels sets element j of kernel lo+i, in u's order, to g[j][i]
+// for i < len(g[0]): kernel (F·C index) lo+i of w, or, flipped, kernel
+// col·c + row rotated by 180° (element 8−j), for u's row·cols + col =
+// lo+i. Without a division or a variable-length copy a kernel: this pass
+// took most of the vector form's time (BenchmarkWinogradWeights).
+func spreadKernels(g [9][]float32, w []float32, lo, c, cols int, flipped bool) {
+	m := len(g[0])
+	g0, g1, g2, g3, g4, g5, g6, g7, g8 := g[0][:m], g[1][:m], g[2][:m], g[3][:m], g[4][:m], g[5][:m], g[6][:m], g[7][:m], g[8][:m]
+	if !flipped {
+		src := w[lo*9 : (lo+m)*9]
+		for i := range g0 {
+			k := (*[9]float32)(src[i*9 : i*9+9])
+			g0[i], g1[i], g2[i], g3[i], g4[i], g5[i], g6[i], g7[i], g8[i] = k[0], k[1], k[2], k[3], k[4], k[5], k[6], k[7], k[8]
+		}
+		return
+	}
+	row, col := lo/cols, lo%cols
+	for i := range g0 {
+		at := (col*c + row) * 9
+		k := (*[9]float32)(w[at : at+9])
+		g0[i], g1[i], g2[i], g3[i], g4[i], g5[i], g6[i], g7[i], g8[i] = k[8], k[7], k[6], k[5], k[4], k[3], k[2], k[1], k[0]
+		if col++; col == cols {
+			row, col = row+1, 0
 		}
 	}
 }
