@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -31,15 +32,11 @@ func TestBatchNormShortPlanes(t *testing.T) {
 			}
 		}
 		gamma, beta := randTensor(rng, c), randTensor(rng, c)
-		type outs struct{ y, runMean, runVar, mean, invStd, dx, dgamma, dbeta *tensor.Tensor }
 		for _, relu := range []bool{false, true} {
-			run := func(perPlane bool) outs {
+			run := func(perPlane bool) bnOuts {
 				be.bnPerPlane = perPlane
 				defer func() { be.bnPerPlane = false }()
-				o := outs{tensor.New(shape...), tensor.New(c), tensor.New(c), tensor.New(c), tensor.New(c), tensor.New(shape...), tensor.New(c), tensor.New(c)}
-				for i := range c {
-					o.runMean.Data[i], o.runVar.Data[i] = 0.25, 1.5
-				}
+				o := newBNOuts(shape, 0.25, 1.5)
 				if relu {
 					be.BatchNormReLU(x, o.y, gamma, beta, o.runMean, o.runVar, o.mean, o.invStd, p)
 					be.BatchNormReLUBackward(x, dy, o.dx, gamma, beta, o.dgamma, o.dbeta, o.mean, o.invStd, p)
@@ -49,19 +46,7 @@ func TestBatchNormShortPlanes(t *testing.T) {
 				}
 				return o
 			}
-			got, want := run(false), run(true)
-			for _, r := range []struct {
-				what      string
-				got, want *tensor.Tensor
-			}{{"y", got.y, want.y}, {"running mean", got.runMean, want.runMean}, {"running var", got.runVar, want.runVar},
-				{"mean", got.mean, want.mean}, {"inverse std", got.invStd, want.invStd}, {"dx", got.dx, want.dx},
-				{"dgamma", got.dgamma, want.dgamma}, {"dbeta", got.dbeta, want.dbeta}} {
-				for i, v := range r.want.Data {
-					if math.Float32bits(r.got.Data[i]) != math.Float32bits(v) {
-						t.Fatalf("%s/relu=%v: %s[%d] = %v, the per-plane path gives %v", name, relu, r.what, i, r.got.Data[i], v)
-					}
-				}
-			}
+			sameBNBits(t, fmt.Sprintf("%s/relu=%v", name, relu), run(false), run(true), "the per-plane path gives %v")
 		}
 	})
 }

@@ -165,6 +165,46 @@ func batchNormCases(t *testing.T, shapes [][]int, body func(be *Backend, name st
 	}
 }
 
+// bnOuts is what a batch norm's forward and backward passes write.
+type bnOuts struct{ y, runMean, runVar, mean, invStd, dx, dgamma, dbeta *tensor.Tensor }
+
+// newBNOuts returns zeroed outputs for x of shape, the running statistics
+// starting at runMean and runVar.
+func newBNOuts(shape []int, runMean, runVar float32) bnOuts {
+	c := shape[1]
+	o := bnOuts{tensor.New(shape...), tensor.New(c), tensor.New(c), tensor.New(c), tensor.New(c), tensor.New(shape...), tensor.New(c), tensor.New(c)}
+	for i := range c {
+		o.runMean.Data[i], o.runVar.Data[i] = runMean, runVar
+	}
+	return o
+}
+
+// bnPair is one output of two runs, named.
+type bnPair struct {
+	what      string
+	got, want *tensor.Tensor
+}
+
+// pairs returns got's outputs beside want's.
+func (got bnOuts) pairs(want bnOuts) []bnPair {
+	return []bnPair{{"y", got.y, want.y}, {"running mean", got.runMean, want.runMean}, {"running var", got.runVar, want.runVar},
+		{"mean", got.mean, want.mean}, {"inverse std", got.invStd, want.invStd}, {"dx", got.dx, want.dx},
+		{"dgamma", got.dgamma, want.dgamma}, {"dbeta", got.dbeta, want.dbeta}}
+}
+
+// sameBNBits fails t at the first output of got whose bits differ from
+// want's; how names the two runs.
+func sameBNBits(t *testing.T, name string, got, want bnOuts, how string) {
+	t.Helper()
+	for _, r := range got.pairs(want) {
+		for i, v := range r.want.Data {
+			if math.Float32bits(r.got.Data[i]) != math.Float32bits(v) {
+				t.Fatalf("%s: %s[%d] = %v, %v", name, r.what, i, r.got.Data[i], fmt.Sprintf(how, v))
+			}
+		}
+	}
+}
+
 // TestBatchNormMatchesReference runs batch norm forward and backward,
 // training and evaluation, on one and two threads, with and without
 // statistics combined across (here: two identical) replicas, against the
@@ -178,12 +218,8 @@ func TestBatchNormMatchesReference(t *testing.T) {
 			x.Data[i] = x.Data[i]*0.5 + 50 // a mean far from zero against the spread, as activations can have
 		}
 		gamma, beta := randTensor(rng, c), randTensor(rng, c)
-		type outs struct{ y, runMean, runVar, mean, invStd, dx, dgamma, dbeta *tensor.Tensor }
-		run := func(ref bool) outs {
-			o := outs{tensor.New(shape...), tensor.New(c), tensor.New(c), tensor.New(c), tensor.New(c), tensor.New(shape...), tensor.New(c), tensor.New(c)}
-			for i := range c {
-				o.runMean.Data[i], o.runVar.Data[i] = 0.5, 2
-			}
+		run := func(ref bool) bnOuts {
+			o := newBNOuts(shape, 0.5, 2)
 			dy := tensor.New(shape...)
 			for i := range dy.Data {
 				dy.Data[i] = float32(math.Sin(float64(i)))
@@ -199,12 +235,7 @@ func TestBatchNormMatchesReference(t *testing.T) {
 			return o
 		}
 		got, want := run(false), run(true)
-		for _, r := range []struct {
-			what      string
-			got, want *tensor.Tensor
-		}{{"y", got.y, want.y}, {"running mean", got.runMean, want.runMean}, {"running var", got.runVar, want.runVar},
-			{"mean", got.mean, want.mean}, {"inverse std", got.invStd, want.invStd}, {"dx", got.dx, want.dx},
-			{"dgamma", got.dgamma, want.dgamma}, {"dbeta", got.dbeta, want.dbeta}} {
+		for _, r := range got.pairs(want) {
 			scale := 0.0
 			for _, v := range r.want.Data {
 				scale = max(scale, math.Abs(float64(v)))
@@ -312,12 +343,8 @@ func TestBatchNormReLUMatchesSeparate(t *testing.T) {
 			}
 		}
 		gamma, beta := randTensor(rng, c), randTensor(rng, c)
-		type outs struct{ y, runMean, runVar, mean, invStd, dx, dgamma, dbeta *tensor.Tensor }
-		run := func(fused bool) outs {
-			o := outs{tensor.New(shape...), tensor.New(c), tensor.New(c), tensor.New(c), tensor.New(c), tensor.New(shape...), tensor.New(c), tensor.New(c)}
-			for i := range c {
-				o.runMean.Data[i], o.runVar.Data[i] = 0.1, 0.9
-			}
+		run := func(fused bool) bnOuts {
+			o := newBNOuts(shape, 0.1, 0.9)
 			if fused {
 				be.BatchNormReLU(x, o.y, gamma, beta, o.runMean, o.runVar, o.mean, o.invStd, p)
 				be.BatchNormReLUBackward(x, dy, o.dx, gamma, beta, o.dgamma, o.dbeta, o.mean, o.invStd, p)
@@ -330,18 +357,7 @@ func TestBatchNormReLUMatchesSeparate(t *testing.T) {
 			be.BatchNormBackward(x, g, o.dx, gamma, o.dgamma, o.dbeta, o.mean, o.invStd, p)
 			return o
 		}
-		got, want := run(true), run(false)
-		for _, r := range []struct {
-			what      string
-			got, want *tensor.Tensor
-		}{{"y", got.y, want.y}, {"running mean", got.runMean, want.runMean}, {"running var", got.runVar, want.runVar},
-			{"dx", got.dx, want.dx}, {"dgamma", got.dgamma, want.dgamma}, {"dbeta", got.dbeta, want.dbeta}} {
-			for i, v := range r.want.Data {
-				if math.Float32bits(r.got.Data[i]) != math.Float32bits(v) {
-					t.Fatalf("%s: %s[%d] = %v fused, %v separately", name, r.what, i, r.got.Data[i], v)
-				}
-			}
-		}
+		sameBNBits(t, name, run(true), run(false), "fused; %v separately")
 	})
 }
 
