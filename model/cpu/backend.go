@@ -27,7 +27,7 @@ type Backend struct {
 	// kernels one at a time as longer ones do: the reference the short
 	// planes' loops are held to (norm_short.go; tests set it).
 	bnPerPlane bool
-	bnCoefs    []bnCoefs // short planes' input-gradient maps (norm_short.go)
+	bnCoefs    []bnCoefs // short planes' per-channel coefficients (norm_short.go)
 	// convAlgo is the convolution algorithm chosen (SetConvAlgorithm);
 	// winoU holds the layer's transformed weights while it runs as
 	// Winograd (winograd.go) unprepared, winoLayout the layout of its transforms

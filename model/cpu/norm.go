@@ -56,7 +56,7 @@ type bnTask struct {
 	momentum, eps        float64
 	vec                  vecOps    // the per-element passes' kernels (vecops.go)
 	perPlane             bool      // planes shorter than a vector still go to vec (Backend.bnPerPlane)
-	coefs                []bnCoefs // short planes' input-gradient maps by channel (norm_short.go)
+	coefs                []bnCoefs // short planes' coefficients by channel (norm_short.go)
 }
 
 // runBN runs phase over every channel, in ranges across the threads.

@@ -16,10 +16,9 @@ const shortGrain = 1 << 12
 func (t *bnTask) shortPlanes() bool { return t.hw < minVectorRow && !t.perPlane }
 
 // shortRange is bnTask.Do's work on channels [lo, hi) when the planes are
-// short: each phase over the range image by image, the channels' planes
-// side by side in memory. (Channel by channel, the planes lie c·hw floats
-// apart — 2 KiB at 512 channels of 1×1 — and a channel's 32 of them fall
-// into two of the L1 cache's sets.)
+// short: each phase over the range image by image, where the channels'
+// planes lie side by side in memory (a channel's own planes lie c·hw
+// floats apart).
 func (t *bnTask) shortRange(lo, hi int) {
 	switch t.phase {
 	case bnForward:
