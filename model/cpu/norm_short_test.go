@@ -36,15 +36,7 @@ func TestBatchNormShortPlanes(t *testing.T) {
 			run := func(perPlane bool) bnOuts {
 				be.bnPerPlane = perPlane
 				defer func() { be.bnPerPlane = false }()
-				o := newBNOuts(shape, 0.25, 1.5)
-				if relu {
-					be.BatchNormReLU(x, o.y, gamma, beta, o.runMean, o.runVar, o.mean, o.invStd, p)
-					be.BatchNormReLUBackward(x, dy, o.dx, gamma, beta, o.dgamma, o.dbeta, o.mean, o.invStd, p)
-				} else {
-					be.BatchNorm(x, o.y, gamma, beta, o.runMean, o.runVar, o.mean, o.invStd, p)
-					be.BatchNormBackward(x, dy, o.dx, gamma, o.dgamma, o.dbeta, o.mean, o.invStd, p)
-				}
-				return o
+				return newBNOuts(shape, 0.25, 1.5).run(be, x, dy, gamma, beta, p, relu)
 			}
 			sameBNBits(t, fmt.Sprintf("%s/relu=%v", name, relu), run(false), run(true), "the per-plane path gives %v")
 		}

@@ -179,6 +179,19 @@ func newBNOuts(shape []int, runMean, runVar float32) bnOuts {
 	return o
 }
 
+// run runs a batch norm's forward and backward passes (with the relu
+// fused when relu is set) on be, into o.
+func (o bnOuts) run(be *Backend, x, dy, gamma, beta *tensor.Tensor, p tensor.BatchNormParams, relu bool) bnOuts {
+	if relu {
+		be.BatchNormReLU(x, o.y, gamma, beta, o.runMean, o.runVar, o.mean, o.invStd, p)
+		be.BatchNormReLUBackward(x, dy, o.dx, gamma, beta, o.dgamma, o.dbeta, o.mean, o.invStd, p)
+		return o
+	}
+	be.BatchNorm(x, o.y, gamma, beta, o.runMean, o.runVar, o.mean, o.invStd, p)
+	be.BatchNormBackward(x, dy, o.dx, gamma, o.dgamma, o.dbeta, o.mean, o.invStd, p)
+	return o
+}
+
 // bnPair is one output of two runs, named.
 type bnPair struct {
 	what      string
@@ -383,35 +396,14 @@ func TestBatchNormOneSweepSameBits(t *testing.T) {
 					x.Data[i] = x.Data[i]*0.5 + 3
 				}
 				gamma, beta := randTensor(rng, c), randTensor(rng, c)
-				type outs struct{ y, runMean, runVar, mean, invStd, dx, dgamma, dbeta *tensor.Tensor }
-				run := func(across func([]float64)) outs {
-					o := outs{tensor.New(shape...), tensor.New(c), tensor.New(c), tensor.New(c), tensor.New(c), tensor.New(shape...), tensor.New(c), tensor.New(c)}
+				run := func(across func([]float64)) bnOuts {
+					o := newBNOuts(shape, 0, 0.9)
 					for ch := range c {
-						o.runMean.Data[ch], o.runVar.Data[ch] = x.Data[ch*hw], 0.9
+						o.runMean.Data[ch] = x.Data[ch*hw]
 					}
-					p := tensor.BatchNormParams{Training: true, Momentum: 0.1, Eps: 1e-5, SumAcross: across}
-					if relu {
-						be.BatchNormReLU(x, o.y, gamma, beta, o.runMean, o.runVar, o.mean, o.invStd, p)
-						be.BatchNormReLUBackward(x, dy, o.dx, gamma, beta, o.dgamma, o.dbeta, o.mean, o.invStd, p)
-					} else {
-						be.BatchNorm(x, o.y, gamma, beta, o.runMean, o.runVar, o.mean, o.invStd, p)
-						be.BatchNormBackward(x, dy, o.dx, gamma, o.dgamma, o.dbeta, o.mean, o.invStd, p)
-					}
-					return o
+					return o.run(be, x, dy, gamma, beta, tensor.BatchNormParams{Training: true, Momentum: 0.1, Eps: 1e-5, SumAcross: across}, relu)
 				}
-				got, want := run(nil), run(func([]float64) {})
-				for _, r := range []struct {
-					what      string
-					got, want *tensor.Tensor
-				}{{"y", got.y, want.y}, {"running mean", got.runMean, want.runMean}, {"running var", got.runVar, want.runVar},
-					{"mean", got.mean, want.mean}, {"inverse std", got.invStd, want.invStd},
-					{"dx", got.dx, want.dx}, {"dgamma", got.dgamma, want.dgamma}, {"dbeta", got.dbeta, want.dbeta}} {
-					for i, v := range r.want.Data {
-						if math.Float32bits(r.got.Data[i]) != math.Float32bits(v) {
-							t.Fatalf("%s: %s[%d] = %v in one sweep, %v phase by phase", name, r.what, i, r.got.Data[i], v)
-						}
-					}
-				}
+				sameBNBits(t, name, run(nil), run(func([]float64) {}), "in one sweep, %v phase by phase")
 			}
 		}
 	}
