@@ -6,7 +6,9 @@ package cpu
 // per plane: at 32 images × 512 channels of 1×1 the calls were nearly all
 // of a batch norm's time (BenchmarkBatchNorm). The loops add each plane's
 // terms as the vector kernels and laneSums do (shortTotal), so the bits
-// are the per-plane path's.
+// are the per-plane path's. Every product is converted explicitly, as
+// there, so that no compiler fuses it into a multiply-add (Go may, on
+// arm64 and with GOAMD64=v3).
 
 // shortGrain is the fewest elements of short planes worth handing to
 // another thread: their loops take some 2 ns an element and phase.
@@ -98,7 +100,7 @@ func shortMoments(cf []bnCoefs, x []float32, s1, s2 []float64, hw int) {
 		for ch := range cf {
 			d := float64(x[ch]) - cf[ch].k
 			s1[ch] += d
-			s2[ch] += d * d
+			s2[ch] += float64(d * d)
 		}
 	case 4:
 		x = x[:4*len(cf)]
@@ -106,7 +108,7 @@ func shortMoments(cf []bnCoefs, x []float32, s1, s2 []float64, hw int) {
 			k, v := cf[ch].k, x[4*ch:4*ch+4:4*ch+4]
 			d0, d1, d2, d3 := float64(v[0])-k, float64(v[1])-k, float64(v[2])-k, float64(v[3])-k
 			s1[ch] += (d0 + d2) + (d1 + d3)
-			s2[ch] += (d0*d0 + d2*d2) + (d1*d1 + d3*d3)
+			s2[ch] += (float64(d0*d0) + float64(d2*d2)) + (float64(d1*d1) + float64(d3*d3))
 		}
 	default:
 		var d, q [minVectorRow]float64
@@ -114,7 +116,7 @@ func shortMoments(cf []bnCoefs, x []float32, s1, s2 []float64, hw int) {
 			k := cf[ch].k
 			for j, v := range x[ch*hw : ch*hw+hw] {
 				dj := float64(v) - k
-				d[j], q[j] = dj, dj*dj
+				d[j], q[j] = dj, float64(dj*dj)
 			}
 			s1[ch] += shortTotal(&d, hw)
 			s2[ch] += shortTotal(&q, hw)
@@ -160,7 +162,7 @@ func shortGradSums(cf []bnCoefs, x, g []float32, sums []float64, hw int, relu bo
 			gj = reluGate(gj, v, k.scale, k.shift)
 		}
 		gd := float64(gj)
-		return gd, gd * (float64(v) - k.k)
+		return gd, float64(gd * (float64(v) - k.k))
 	}
 	switch hw {
 	case 1:
