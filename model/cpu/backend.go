@@ -28,6 +28,8 @@ type Backend struct {
 	// planes' loops are held to (norm_short.go; tests set it).
 	bnPerPlane bool
 	bnCoefs    []bnCoefs // short planes' per-channel coefficients (norm_short.go)
+	bnScale    []float32 // short planes' normalising scale and shift
+	bnShift    []float32
 	// convAlgo is the convolution algorithm chosen (SetConvAlgorithm);
 	// winoU holds the layer's transformed weights while it runs as
 	// Winograd (winograd.go) unprepared, winoLayout the layout of its transforms

@@ -57,6 +57,7 @@ type bnTask struct {
 	vec                  vecOps    // the per-element passes' kernels (vecops.go)
 	perPlane             bool      // planes shorter than a vector still go to vec (Backend.bnPerPlane)
 	coefs                []bnCoefs // short planes' coefficients by channel (norm_short.go)
+	normScale, normShift []float32 // short planes' normalising maps by channel
 }
 
 // runBN runs phase over every channel, in ranges across the threads.
@@ -66,6 +67,7 @@ func (b *Backend) runBN(phase bnPhase) {
 	grain := elemGrain
 	if t.shortPlanes() {
 		t.coefs = grow(&b.bnCoefs, t.c)
+		t.normScale, t.normShift = grow(&b.bnScale, t.c), grow(&b.bnShift, t.c)
 		grain = shortGrain
 	}
 	chunks := min(b.pool.Threads(), t.c, ceilDiv(t.n*t.c*t.hw, grain))

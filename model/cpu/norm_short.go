@@ -43,7 +43,8 @@ func (t *bnTask) shortRange(lo, hi int) {
 // bnCoefs is what a phase needs of one channel, gathered before its loop
 // over the images: k, moments' K or the channel's mean; the fused relu's
 // y = x·scale + shift; the input gradient's map out = (a·g + bx·(x −
-// mu)) + d in training, g·a in evaluation.
+// mu)) + d in training, g·a in evaluation. (The normalisation's map goes
+// to bnTask.normScale and normShift, the form affineRows takes.)
 type bnCoefs struct {
 	k                          float64
 	a, bx, mu, d, scale, shift float32
@@ -57,6 +58,10 @@ func (t *bnTask) shortPhase(phase bnPhase, lo, hi int) {
 	c, hw := t.c, t.hw
 	cf := t.coefs[lo:hi]
 	for ch := range cf {
+		if phase == bnNormalize {
+			t.normScale[lo+ch], t.normShift[lo+ch] = t.affine(lo + ch)
+			continue
+		}
 		t.phaseCoefs(&cf[ch], phase, lo+ch)
 	}
 	var s1, s2 []float64
@@ -75,7 +80,7 @@ func (t *bnTask) shortPhase(phase bnPhase, lo, hi int) {
 		case bnMoments:
 			shortMoments(cf, x, s1, s2, hw)
 		case bnNormalize:
-			shortNormalize(cf, x, t.y.Data[at:end], hw, t.relu)
+			affineRows(t.y.Data[at:end], x, hw, t.normScale[lo:hi], t.normShift[lo:hi], t.relu)
 		case bnGradSums:
 			shortGradSums(cf, x, t.dy.Data[at:end], s1, hw, t.relu)
 		case bnGradInput:
@@ -120,33 +125,6 @@ func shortMoments(cf []bnCoefs, x []float32, s1, s2 []float64, hw int) {
 			}
 			s1[ch] += shortTotal(&d, hw)
 			s2[ch] += shortTotal(&q, hw)
-		}
-	}
-}
-
-// shortNormalize sets one image's y = x·scale + shift, relu'd with relu
-// set.
-func shortNormalize(cf []bnCoefs, x, y []float32, hw int, relu bool) {
-	x, y = x[:hw*len(cf)], y[:hw*len(cf)]
-	if hw == 1 {
-		for ch := range cf {
-			z := float32(x[ch]*cf[ch].scale) + cf[ch].shift
-			if relu {
-				z = reluOf(z)
-			}
-			y[ch] = z
-		}
-		return
-	}
-	for ch := range cf {
-		scale, shift := cf[ch].scale, cf[ch].shift
-		yc := y[ch*hw : ch*hw+hw]
-		for j, v := range x[ch*hw : ch*hw+hw] {
-			z := float32(v*scale) + shift
-			if relu {
-				z = reluOf(z)
-			}
-			yc[j] = z
 		}
 	}
 }
@@ -229,8 +207,6 @@ func (t *bnTask) phaseCoefs(r *bnCoefs, phase bnPhase, ch int) {
 	switch phase {
 	case bnMoments:
 		r.k = float64(t.shift[ch])
-	case bnNormalize:
-		r.scale, r.shift = t.affine(ch)
 	case bnGradSums:
 		r.k = float64(t.saveMean.Data[ch])
 		r.scale, r.shift = t.reluAffine(ch)

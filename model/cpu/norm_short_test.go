@@ -124,7 +124,11 @@ func TestShortPhasesMatchPlanes(t *testing.T) {
 						}
 					}
 				}
-				shortNormalize(cf, xs, y, hw, relu)
+				scales, shifts := make([]float32, nch), make([]float32, nch)
+				for ch, k := range cf {
+					scales[ch], shifts[ch] = k.scale, k.shift
+				}
+				affineRows(y, xs, hw, scales, shifts, relu)
 				for ch, k := range cf {
 					if relu {
 						o.affineReLU(plane(want, ch), plane(xs, ch), k.scale, k.shift)
