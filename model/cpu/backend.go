@@ -66,6 +66,9 @@ type scratch struct {
 	// plane's rows, and an output row's best values and positions.
 	poolRows, poolBest []float32
 	poolCols, poolAt   []int32
+	// The plane-at-once forward (maxPoolPlanes3): the padded plane's
+	// even and odd rows, and the window picks.
+	poolPadded, poolPicks []float32
 }
 
 var (

@@ -181,23 +181,28 @@ func BenchmarkMaxPoolBackward(b *testing.B) {
 }
 
 // BenchmarkMaxPool times ResNet's 3×3, stride 2, padding 1 max pooling
-// forward on its stem's output (batch 32, 64 channels of 112×112, relu'd
-// as there), one thread.
+// forward on its stem's output (batch 32, 64 channels, relu'd as there),
+// one thread: 112×112 maps (ImageNet's 224² images) and 16×16 (CIFAR-10's
+// 32², as ResNet-18 meets them in seed 002).
 //
-//	go test ./model/cpu -run '^$' -bench 'MaxPool$' -count 5
+//	go test ./model/cpu -run '^$' -bench 'MaxPool/' -count 5
 func BenchmarkMaxPool(b *testing.B) {
-	rng := rand.New(rand.NewPCG(2, 2))
-	p := tensor.PoolParams{KernelH: 3, KernelW: 3, StrideH: 2, StrideW: 2, PadH: 1, PadW: 1}
-	x := randTensor(rng, 32, 64, 112, 112)
-	for i, v := range x.Data {
-		x.Data[i] = max(v, 0)
-	}
-	y := tensor.New(32, 64, 56, 56)
-	be := New(1)
-	defer be.Close()
-	b.SetBytes(int64(4 * (len(x.Data) + len(y.Data))))
-	for b.Loop() {
-		be.MaxPool2d(x, y, p)
+	for _, side := range []int{112, 16} {
+		b.Run(fmt.Sprintf("%dx%d", side, side), func(b *testing.B) {
+			rng := rand.New(rand.NewPCG(2, 2))
+			p := tensor.PoolParams{KernelH: 3, KernelW: 3, StrideH: 2, StrideW: 2, PadH: 1, PadW: 1}
+			x := randTensor(rng, 32, 64, side, side)
+			for i, v := range x.Data {
+				x.Data[i] = max(v, 0)
+			}
+			y := tensor.New(32, 64, side/2, side/2)
+			be := New(1)
+			defer be.Close()
+			b.SetBytes(int64(4 * (len(x.Data) + len(y.Data))))
+			for b.Loop() {
+				be.MaxPool2d(x, y, p)
+			}
+		})
 	}
 }
 

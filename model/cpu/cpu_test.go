@@ -66,8 +66,16 @@ func TestMaxPool(t *testing.T) {
 	for _, threads := range []int{1, 3} {
 		be := New(threads)
 		for _, p := range params {
-			for _, hw := range []int{7, 8, 12, 16, 17, 26, 40} { // 12–17: padded vector rows; 26, 40: vector rows, with an overlapping last block
-				x := randTensor(rng, 5, 3, hw, hw)
+			// Square sides 12–17: padded vector rows (backward); 26, 40:
+			// vector rows, with an overlapping last block. The 3×3,
+			// stride-2 forward takes whole planes: every side, the
+			// smallest and uneven ones too.
+			for _, side := range [][2]int{{7, 7}, {8, 8}, {12, 12}, {16, 16}, {17, 17}, {26, 26}, {40, 40}, {1, 1}, {2, 3}, {3, 2}, {4, 9}, {9, 4}, {5, 33}, {33, 6}} {
+				h, w := side[0], side[1]
+				if h < p.KernelH-2*p.PadH || w < p.KernelW-2*p.PadW {
+					continue // no output
+				}
+				x := randTensor(rng, 5, 3, h, w)
 				for i := range x.Data {
 					switch rng.IntN(12) {
 					case 0:
@@ -80,7 +88,7 @@ func TestMaxPool(t *testing.T) {
 						x.Data[i] = 0
 					}
 				}
-				oh, ow := p.OutSize(hw, hw)
+				oh, ow := p.OutSize(h, w)
 				y := tensor.New(5, 3, oh, ow)
 				dy := randTensor(rng, 5, 3, oh, ow)
 				dx := tensor.New(x.Shape...)
@@ -94,7 +102,7 @@ func TestMaxPool(t *testing.T) {
 					return slices.EqualFunc(a, b, func(u, v float32) bool { return math.Float32bits(u) == math.Float32bits(v) })
 				}
 				if !same(y.Data, wantY) || !same(dx.Data, wantDX) {
-					t.Fatalf("threads %d, %+v, %dx%d: differs from the definition", threads, p, hw, hw)
+					t.Fatalf("threads %d, %+v, %dx%d: differs from the definition", threads, p, h, w)
 				}
 			}
 		}
