@@ -32,9 +32,12 @@ type convTask struct {
 	norm       *convNorm // forward: a batch norm applied to each image's output (Conv2dBatchNorm)
 	// prep, when set, holds the weights' forms across calls
 	// (Conv2dPrepared); u and rowsW are the forms this call runs with.
-	prep  *prepared
-	u     []float32 // Winograd's transformed weights (winograd.go)
-	rowsW []float32 // the kernel [F][KH][KW][C] (rows.go)
+	prep *prepared
+	u    []float32 // Winograd's transformed weights (winograd.go)
+	// uPacked: U's 16 matrices packed as the products' B operands, where
+	// a prepared layer runs channels last (its first call packs them).
+	uPacked []gemm.PackedB
+	rowsW   []float32 // the kernel [F][KH][KW][C] (rows.go)
 }
 
 // convNorm is an evaluation-mode batch norm fused into a convolution: each
@@ -187,8 +190,12 @@ func (b *Backend) runConv(backward bool, x, w, bias, y, dy, dx, dw, db *tensor.T
 	if t.winograd = b.useWinograd(t.g, p); t.winograd && (!backward || dx != nil) {
 		// Forward: U [16][F][C]; backward: the data gradient's U [16][C][F].
 		var fill bool
-		if t.u, fill = t.weightsForm(&b.winoU, 16*winoStride(t.g.f*t.g.c)); fill {
+		n := 16 * winoStride(t.g.f*t.g.c)
+		if t.u, fill = t.weightsForm(&b.winoU, n); fill {
 			b.transformWeights(t.u, w, t.g.f, t.g.c, backward)
+		}
+		if t.keepsForm(n) && b.channelsLast(winoTiling(t.g.oh, t.g.ow)) {
+			t.uPacked = t.prep.packU(b.gemm, t.u, t.g.f, t.g.c, fill)
 		}
 	}
 	if t.rows = !backward && !t.winograd && b.useRows(t.g, p); t.rows {
@@ -245,6 +252,15 @@ func (t *convTask) gemm(worker, m, n, k int, a, bm gemm.Matrix, beta float32, c 
 		return
 	}
 	must(t.b.gemm.Sgemm(m, n, k, 1, a, bm, beta, c))
+}
+
+// gemmPacked is gemm with B packed (PackB).
+func (t *convTask) gemmPacked(worker, m, n, k int, a gemm.Matrix, pb gemm.PackedB, beta float32, c gemm.Matrix) {
+	if t.serialGEMM {
+		must(t.b.gemm.SgemmSerialPackedB(worker, m, n, k, 1, a, pb, beta, c))
+		return
+	}
+	must(t.b.gemm.SgemmPackedB(m, n, k, 1, a, pb, beta, c))
 }
 
 // finishGroup puts the forward products of the group of n images from

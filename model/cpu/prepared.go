@@ -38,6 +38,27 @@ type prepared struct {
 	// packed is Vᵀ packed as a GEMM operand, when the layer runs as its
 	// dense matrix.
 	packed gemm.PackedB
+	// uPacked is Winograd's U packed as its products' B operands
+	// (Uᵀ [C, F] for each of the 16 tile elements), when the layer runs
+	// channels last.
+	uPacked []gemm.PackedB
+}
+
+// packU returns the 16 matrices of Winograd's U [16][F][C] (u) packed as
+// the B operands Uᵀ of the channels-last products, packed anew when fill
+// is set (u was just built) or none are held.
+func (pr *prepared) packU(e *gemm.Engine, u []float32, f, c int, fill bool) []gemm.PackedB {
+	if !fill && len(pr.uPacked) == 16 {
+		return pr.uPacked
+	}
+	pr.uPacked = pr.uPacked[:0]
+	us := winoStride(f * c)
+	for x := range 16 {
+		pb, err := e.PackB(nil, c, f, gemm.Matrix{Data: u[x*us : x*us+f*c], Stride: c, Trans: true})
+		must(err)
+		pr.uPacked = append(pr.uPacked, pb)
+	}
+	return pr.uPacked
 }
 
 // prepKey is what a prepared layer's forms depend on besides the weights'

@@ -406,7 +406,8 @@ func winogradWeightGrad(dw, du []float32, f, c int) {
 // winogradProducts runs the 16 products c[ξ] = op(a[ξ])·op(b[ξ])
 // (+ c[ξ] when accumulate), op(a[ξ]) m×k and op(b[ξ]) k×n: a and b give
 // the 16 matrices' data, each's row stride and whether it is transposed;
-// c is [16][m][n]; each operand's matrices winoStride apart.
+// c is [16][m][n]; each operand's matrices winoStride apart. b without
+// data stands for the prepared layer's packing of U (t.uPacked).
 func (t *convTask) winogradProducts(worker, m, n, k int, a, b gemm.Matrix, c []float32, accumulate bool) {
 	var beta float32
 	if accumulate {
@@ -415,8 +416,13 @@ func (t *convTask) winogradProducts(worker, m, n, k int, a, b gemm.Matrix, c []f
 	as, bs, cs := winoStride(m*k), winoStride(k*n), winoStride(m*n)
 	for e := range 16 {
 		am := gemm.Matrix{Data: a.Data[e*as : e*as+m*k], Stride: a.Stride, Trans: a.Trans}
+		cm := gemm.Matrix{Data: c[e*cs : e*cs+m*n], Stride: n}
+		if b.Data == nil {
+			t.gemmPacked(worker, m, n, k, am, t.uPacked[e], beta, cm)
+			continue
+		}
 		bm := gemm.Matrix{Data: b.Data[e*bs : e*bs+k*n], Stride: b.Stride, Trans: b.Trans}
-		t.gemm(worker, m, n, k, am, bm, beta, gemm.Matrix{Data: c[e*cs : e*cs+m*n], Stride: n})
+		t.gemm(worker, m, n, k, am, bm, beta, cm)
 	}
 }
 
@@ -443,7 +449,11 @@ func (t *convTask) winogradChunk(worker, i int) {
 			x, y := t.x.Data[first*inLen:(first+n)*inLen], t.y.Data[first*outLen:(first+n)*outLen]
 			if last {
 				winogradInputLast(t.b.vec, v, winoStride(g.c*ld), x, n, g.c, g.h, g.wd, p.PadH, p.PadW, out, &s.wino)
-				t.winogradProducts(worker, ld, g.f, g.c, gemm.Matrix{Data: v, Stride: g.c}, gemm.Matrix{Data: t.u, Stride: g.c, Trans: true}, m, false)
+				u := gemm.Matrix{Data: t.u, Stride: g.c, Trans: true}
+				if t.uPacked != nil {
+					u = gemm.Matrix{} // the prepared layer's packing of it
+				}
+				t.winogradProducts(worker, ld, g.f, g.c, gemm.Matrix{Data: v, Stride: g.c}, u, m, false)
 				winogradOutputLast(t.b.vec, y, m, winoStride(g.f*ld), n, g.f, g.oh, g.ow, out, bias, &s.wino)
 			} else {
 				winogradInput(t.b.vec, v, winoStride(g.c*ld), ld, x, n, g.c, g.h, g.wd, p.PadH, p.PadW, out, &s.wino)

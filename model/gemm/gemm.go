@@ -223,6 +223,27 @@ func (b PackedB) colsFrom(c int) PackedB {
 
 // SgemmPackedB is Sgemm with op(B) packed by PackB, to the bit.
 func (e *Engine) SgemmPackedB(m, n, k int, alpha float32, a Matrix, b PackedB, beta float32, c Matrix) error {
+	if err := e.validatePacked(m, n, k, a, b, c); err != nil {
+		return err
+	}
+	e.run(m, n, k, alpha, a, Matrix{}, &b, beta, c, e.pool.Threads())
+	return nil
+}
+
+// SgemmSerialPackedB is SgemmSerial with op(B) packed by PackB, to the
+// bit: a prepared operand for products run one to a worker.
+func (e *Engine) SgemmSerialPackedB(worker, m, n, k int, alpha float32, a Matrix, b PackedB, beta float32, c Matrix) error {
+	if err := e.validatePacked(m, n, k, a, b, c); err != nil {
+		return err
+	}
+	if worker < 0 || worker >= len(e.ws) {
+		return fmt.Errorf("gemm: worker %d out of range [0, %d)", worker, len(e.ws))
+	}
+	e.serial(&e.ws[worker], m, n, k, alpha, a, Matrix{}, &b, beta, c)
+	return nil
+}
+
+func (e *Engine) validatePacked(m, n, k int, a Matrix, b PackedB, c Matrix) error {
 	if m < 0 {
 		return fmt.Errorf("gemm: negative size m=%d", m)
 	}
@@ -235,11 +256,7 @@ func (e *Engine) SgemmPackedB(m, n, k int, alpha float32, a Matrix, b PackedB, b
 	if err := a.check("A", m, k); err != nil {
 		return err
 	}
-	if err := c.check("C", m, n); err != nil {
-		return err
-	}
-	e.run(m, n, k, alpha, a, Matrix{}, &b, beta, c, e.pool.Threads())
-	return nil
+	return c.check("C", m, n)
 }
 
 // SgemmSerial is Sgemm on the calling goroutine only, using worker's

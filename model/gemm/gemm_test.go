@@ -219,9 +219,10 @@ func must(t *testing.T, err error) {
 
 // TestSgemmPackedB: a product with B packed once (PackB) gives Sgemm's
 // bits, for every micro-kernel, on one and three threads (C split by rows
-// and by columns), B transposed or not, across depth blocks and ragged
-// panels, and again with the same packing; a packing of another shape or
-// kernel is refused, and a call allocates nothing.
+// and by columns) and on one worker's buffers (SgemmSerialPackedB), B
+// transposed or not, across depth blocks and ragged panels, and again
+// with the same packing; a packing of another shape or kernel is
+// refused, and a call allocates nothing.
 func TestSgemmPackedB(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
 	kernels := availableKernels()
@@ -243,9 +244,15 @@ func TestSgemmPackedB(t *testing.T) {
 						if err != nil {
 							t.Fatalf("%s: %v", name, err)
 						}
-						for call := range 2 {
+						for call := range 3 {
 							got := Matrix{Data: append([]float32(nil), c0.Data...), Stride: c0.Stride}
-							if err := e.SgemmPackedB(m, n, k, ab[0], a, pb, ab[1], got); err != nil {
+							var err error
+							if call < 2 {
+								err = e.SgemmPackedB(m, n, k, ab[0], a, pb, ab[1], got)
+							} else {
+								err = e.SgemmSerialPackedB(threads-1, m, n, k, ab[0], a, pb, ab[1], got)
+							}
+							if err != nil {
 								t.Fatalf("%s: %v", name, err)
 							}
 							for i, v := range want.Data {
@@ -271,6 +278,15 @@ func TestSgemmPackedB(t *testing.T) {
 				if err := e.SgemmPackedB(bad.m, bad.n, bad.k, 1, a, pb, 0, c); err == nil {
 					t.Errorf("%s, %d threads: %s accepted", e.Kernel(), threads, bad.name)
 				}
+				if err := e.SgemmSerialPackedB(0, bad.m, bad.n, bad.k, 1, a, pb, 0, c); err == nil {
+					t.Errorf("%s, %d threads: %s accepted on one worker", e.Kernel(), threads, bad.name)
+				}
+			}
+			if err := e.SgemmSerialPackedB(threads, 8, 40, 30, 1, a, pb, 0, c); err == nil {
+				t.Errorf("%s, %d threads: worker %d accepted", e.Kernel(), threads, threads)
+			}
+			if allocs := testing.AllocsPerRun(10, func() { _ = e.SgemmSerialPackedB(0, 8, 40, 30, 1, a, pb, 0, c) }); allocs != 0 {
+				t.Errorf("%s, %d threads: SgemmSerialPackedB allocates %v times a call", e.Kernel(), threads, allocs)
 			}
 			if _, err := e.PackB(nil, 31, 40, b); err == nil {
 				t.Errorf("%s: packing more rows than B holds accepted", e.Kernel())
