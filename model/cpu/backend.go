@@ -66,9 +66,7 @@ type scratch struct {
 	// plane's rows, and an output row's best values and positions.
 	poolRows, poolBest []float32
 	poolCols, poolAt   []int32
-	// The plane-at-once forward (maxPoolPlanes3): the padded plane's
-	// even and odd rows, and the window picks.
-	poolPadded, poolPicks []float32
+	pool3              planePicks3 // 3×3, stride-2 max pooling a plane at a time
 }
 
 var (

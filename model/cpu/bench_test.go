@@ -181,28 +181,23 @@ func BenchmarkMaxPoolBackward(b *testing.B) {
 }
 
 // BenchmarkMaxPool times ResNet's 3×3, stride 2, padding 1 max pooling
-// forward on its stem's output (batch 32, 64 channels, relu'd as there),
-// one thread: 112×112 maps (ImageNet's 224² images) and 16×16 (CIFAR-10's
-// 32², as ResNet-18 meets them in seed 002).
+// forward on its stem's output (batch 32, 64 channels of 112×112, relu'd
+// as there), one thread.
 //
-//	go test ./model/cpu -run '^$' -bench 'MaxPool/' -count 5
+//	go test ./model/cpu -run '^$' -bench 'MaxPool$' -count 5
 func BenchmarkMaxPool(b *testing.B) {
-	for _, side := range []int{112, 16} {
-		b.Run(fmt.Sprintf("%dx%d", side, side), func(b *testing.B) {
-			rng := rand.New(rand.NewPCG(2, 2))
-			p := tensor.PoolParams{KernelH: 3, KernelW: 3, StrideH: 2, StrideW: 2, PadH: 1, PadW: 1}
-			x := randTensor(rng, 32, 64, side, side)
-			for i, v := range x.Data {
-				x.Data[i] = max(v, 0)
-			}
-			y := tensor.New(32, 64, side/2, side/2)
-			be := New(1)
-			defer be.Close()
-			b.SetBytes(int64(4 * (len(x.Data) + len(y.Data))))
-			for b.Loop() {
-				be.MaxPool2d(x, y, p)
-			}
-		})
+	rng := rand.New(rand.NewPCG(2, 2))
+	p := tensor.PoolParams{KernelH: 3, KernelW: 3, StrideH: 2, StrideW: 2, PadH: 1, PadW: 1}
+	x := randTensor(rng, 32, 64, 112, 112)
+	for i, v := range x.Data {
+		x.Data[i] = max(v, 0)
+	}
+	y := tensor.New(32, 64, 56, 56)
+	be := New(1)
+	defer be.Close()
+	b.SetBytes(int64(4 * (len(x.Data) + len(y.Data))))
+	for b.Loop() {
+		be.MaxPool2d(x, y, p)
 	}
 }
 
@@ -298,34 +293,37 @@ func BenchmarkWinogradWeights(b *testing.B) {
 }
 
 // BenchmarkMaxPool3x3 times ResNet's stem max pool (3×3, stride 2,
-// padding 1; row picks with the vector kernels) forward and backward on 4
-// images of 64×112×112, one thread.
+// padding 1) forward and backward, one thread: 4 images of 64×112×112
+// (ImageNet's) and 32 of 64×16×16 (CIFAR-10's, seed 002's batch).
 //
 //	go test ./model/cpu -run '^$' -bench MaxPool3x3 -count 3
 func BenchmarkMaxPool3x3(b *testing.B) {
 	be := New(1)
 	defer be.Close()
 	p := tensor.PoolParams{KernelH: 3, KernelW: 3, StrideH: 2, StrideW: 2, PadH: 1, PadW: 1}
-	rng := rand.New(rand.NewPCG(11, 12))
-	x := tensor.New(4, 64, 112, 112)
-	for i := range x.Data {
-		x.Data[i] = float32(rng.NormFloat64())
-	}
-	oh, ow := p.OutSize(112, 112)
-	y, dy, dx := tensor.New(4, 64, oh, ow), tensor.New(4, 64, oh, ow), tensor.New(x.Shape...)
-	for i := range dy.Data {
-		dy.Data[i] = float32(rng.NormFloat64())
-	}
-	b.Run("forward", func(b *testing.B) {
-		for b.Loop() {
-			be.MaxPool2d(x, y, p)
+	for _, c := range []struct{ n, side int }{{4, 112}, {32, 16}} {
+		rng := rand.New(rand.NewPCG(11, 12))
+		x := tensor.New(c.n, 64, c.side, c.side)
+		for i := range x.Data {
+			x.Data[i] = float32(rng.NormFloat64())
 		}
-	})
-	b.Run("backward", func(b *testing.B) {
-		for b.Loop() {
-			be.MaxPool2dBackward(x, dy, dx, p)
+		oh, ow := p.OutSize(c.side, c.side)
+		y, dy, dx := tensor.New(c.n, 64, oh, ow), tensor.New(c.n, 64, oh, ow), tensor.New(x.Shape...)
+		for i := range dy.Data {
+			dy.Data[i] = float32(rng.NormFloat64())
 		}
-	})
+		name := fmt.Sprintf("%dx%d", c.side, c.side)
+		b.Run(name+"/forward", func(b *testing.B) {
+			for b.Loop() {
+				be.MaxPool2d(x, y, p)
+			}
+		})
+		b.Run(name+"/backward", func(b *testing.B) {
+			for b.Loop() {
+				be.MaxPool2dBackward(x, dy, dx, p)
+			}
+		})
+	}
 }
 
 // BenchmarkIm2colStride2 times one image's im2col for ResNet-50's

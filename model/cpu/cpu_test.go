@@ -51,9 +51,10 @@ func referenceMaxPool(x, dy *tensor.Tensor, p tensor.PoolParams) (y, dx []float3
 	return y, dx
 }
 
-// TestMaxPool checks the 2×2 fast path, the 3-wide stride-2 vector rows
-// and the general loops against the definition, bit for bit, with ties
-// (of −0 and +0 too) and NaNs, on 1 and 3 threads.
+// TestMaxPool checks the 2×2 fast path, the 3×3 stride-2 planes, the
+// 3-wide stride-2 vector rows and the general loops against the
+// definition, bit for bit, with ties (of −0 and +0 too), NaNs and −∞
+// (a plane of it too), on 1 and 3 threads.
 func TestMaxPool(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	params := []tensor.PoolParams{
@@ -86,7 +87,14 @@ func TestMaxPool(t *testing.T) {
 						x.Data[i] = float32(math.Copysign(0, -1)) // ties of −0 and +0
 					case 3:
 						x.Data[i] = 0
+					case 4:
+						x.Data[i] = float32(math.Inf(-1))
 					}
+				}
+				// A plane of −∞ only: every window's maximum is its
+				// first element.
+				for i := range h * w {
+					x.Data[h*w+i] = float32(math.Inf(-1))
 				}
 				oh, ow := p.OutSize(h, w)
 				y := tensor.New(5, 3, oh, ow)

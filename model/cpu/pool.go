@@ -1,8 +1,6 @@
 package cpu
 
 import (
-	"math"
-
 	"github.com/gorun/gorun/model/tensor"
 )
 
@@ -40,7 +38,7 @@ func maxPoolPlanes(vec vecOps, s *scratch, x, y *tensor.Tensor, p tensor.PoolPar
 	h, w := x.Shape[2], x.Shape[3]
 	oh, ow := y.Shape[2], y.Shape[3]
 	if vec.vector && picksPlanes(p) {
-		s.maxPoolPlanes3(x, y, p, lo, hi)
+		s.pool3.maxPool(x, y, p, lo, hi)
 		return
 	}
 	for pl := lo; pl < hi; pl++ {
@@ -60,75 +58,6 @@ func maxPoolPlanes(vec vecOps, s *scratch, x, y *tensor.Tensor, p tensor.PoolPar
 	}
 }
 
-// picksPlanes reports whether the forward max pool takes its windows a
-// plane at a time (maxPoolPlanes3): 3×3 windows at stride 2 and padding
-// at most 1 (PyTorch allows no more than half the kernel), ResNet's.
-func picksPlanes(p tensor.PoolParams) bool {
-	return p.KernelH == 3 && p.KernelW == 3 && p.StrideH == 2 && p.StrideW == 2 && p.PadH <= 1 && p.PadW <= 1
-}
-
-// maxPoolPlanes3 is maxPoolPlanes for picksPlanes' windows, with the
-// vector kernels and without the windows' positions, which only the
-// backward pass needs: a plane's outputs take four vector calls where
-// each row took one or more (with a padded copy and a scalar edge in rows
-// too short for the kernels' blocks of eight windows, as ResNet-18's
-// 16×16 maps on CIFAR-10) and each output row two (BenchmarkMaxPool:
-// 16×16 maps 4×, 112×112 1.2× faster). The
-// plane is laid out padded with −∞ to its 2·OH + 1 rows of 2·OW + 2
-// values (padded row R, column C holding the input's row R − padH,
-// column C − padW), the even rows in one array and the odd rows in
-// another, so that in each array every window starts two values after
-// the one before — OW + 1 windows a row, the last straddling two rows
-// and ignored. The windows' row picks of each array (rowPicks3Vector)
-// are then scanned in the windows' row order: padded rows 2i, 2i + 1,
-// 2i + 2 for output row i (pickRowsVector). The forward pass needs only
-// the values: −∞ padding is never taken over an element (a real −∞
-// scanned after it leaves the same bits), and the elements are scanned
-// in the same order as the row picks, so every output is the same.
-func (s *scratch) maxPoolPlanes3(x, y *tensor.Tensor, p tensor.PoolParams, lo, hi int) {
-	h, w := x.Shape[2], x.Shape[3]
-	oh, ow := y.Shape[2], y.Shape[3]
-	if oh == 0 || ow == 0 {
-		return
-	}
-	wp := 2*ow + 2                                       // a padded row
-	per := ow + 1                                        // windows a padded row
-	nE, nO := roundUp((oh+1)*per, 8), roundUp(oh*per, 8) // windows picked: even rows', odd rows'
-	cw := min(w, 2*ow+1-p.PadW)                          // the columns some window reads (padded 0 … 2·OW)
-	bufs := grow(&s.poolPadded, 2*nE+2+2*nO+2)
-	even, odd := bufs[:2*nE+2], bufs[2*nE+2:]
-	for i := range bufs {
-		bufs[i] = float32(math.Inf(-1))
-	}
-	// The even rows' picks are read from window 0 and from window per
-	// (the third row of each output's scan), nO at a time.
-	lenE := max(nE, per+nO)
-	picks := grow(&s.poolPicks, lenE+2*nO)
-	pe, po, best := picks[:lenE], picks[lenE:][:nO], picks[lenE+nO:][:nO]
-	at, cols := grow(&s.poolAt, max(nE, nO)), grow(&s.poolCols, nO)
-	clear(cols)
-	for pl := lo; pl < hi; pl++ {
-		in := x.Data[pl*h*w : (pl+1)*h*w]
-		out := y.Data[pl*oh*ow : (pl+1)*oh*ow]
-		for r := range min(h, 2*oh+1-p.PadH) {
-			pr := r + p.PadH
-			dst := even
-			if pr%2 == 1 {
-				dst = odd
-			}
-			copy(dst[pr/2*wp+p.PadW:][:cw], in[r*w:][:cw])
-		}
-		rowPicks3Vector(&pe[0], &at[0], &even[0], 0, nE)
-		rowPicks3Vector(&po[0], &at[0], &odd[0], 0, nO)
-		copy(best, pe[:nO])
-		pickRowsVector(&best[0], &at[0], &po[0], &cols[0], 0, nO)
-		pickRowsVector(&best[0], &at[0], &pe[per], &cols[0], 0, nO)
-		for i := range oh {
-			copy(out[i*ow:(i+1)*ow], best[i*per:])
-		}
-	}
-}
-
 // maxPoolBackwardPlanes sets planes [lo, hi) of dx: each output's
 // gradient goes to its window's maximum, found again as the forward pass
 // finds it.
@@ -137,6 +66,10 @@ func maxPoolBackwardPlanes(vec vecOps, s *scratch, x, dy, dx *tensor.Tensor, p t
 	oh, ow := dy.Shape[2], dy.Shape[3]
 	if !halving(p) {
 		clear(dx.Data[lo*h*w : hi*h*w])
+	}
+	if vec.vector && picksPlanes(p) {
+		s.pool3.maxPoolBackward(x, dy, dx, p, lo, hi)
+		return
 	}
 	for pl := lo; pl < hi; pl++ {
 		in := x.Data[pl*h*w : (pl+1)*h*w]
