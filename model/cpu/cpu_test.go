@@ -67,11 +67,12 @@ func TestMaxPool(t *testing.T) {
 	for _, threads := range []int{1, 3} {
 		be := New(threads)
 		for _, p := range params {
-			// Square sides 12–17: padded vector rows (backward); 26, 40:
-			// vector rows, with an overlapping last block. The 3×3,
-			// stride-2 forward takes whole planes: every side, the
-			// smallest and uneven ones too.
-			for _, side := range [][2]int{{7, 7}, {8, 8}, {12, 12}, {16, 16}, {17, 17}, {26, 26}, {40, 40}, {1, 1}, {2, 3}, {3, 2}, {4, 9}, {9, 4}, {5, 33}, {33, 6}} {
+			// Square sides 12–17: padded vector rows; 26, 40, 70: vector
+			// rows, with an overlapping last block. The 3×3, stride-2
+			// windows take whole planes: every side forward, the
+			// smallest and uneven ones too, and rows up to 32 outputs
+			// backward (70×70 and 66×70: the rows).
+			for _, side := range [][2]int{{7, 7}, {8, 8}, {12, 12}, {16, 16}, {17, 17}, {26, 26}, {40, 40}, {70, 70}, {66, 70}, {1, 1}, {2, 3}, {3, 2}, {4, 9}, {9, 4}, {5, 33}, {33, 6}} {
 				h, w := side[0], side[1]
 				if h < p.KernelH-2*p.PadH || w < p.KernelW-2*p.PadW {
 					continue // no output

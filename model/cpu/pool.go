@@ -67,7 +67,7 @@ func maxPoolBackwardPlanes(vec vecOps, s *scratch, x, dy, dx *tensor.Tensor, p t
 	if !halving(p) {
 		clear(dx.Data[lo*h*w : hi*h*w])
 	}
-	if vec.vector && picksPlanes(p) {
+	if vec.vector && picksPlanes(p) && ow <= planesBackwardMaxOW {
 		s.pool3.maxPoolBackward(x, dy, dx, p, lo, hi)
 		return
 	}
