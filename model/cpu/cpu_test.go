@@ -486,3 +486,102 @@ func TestAddBiasKeepsBits(t *testing.T) {
 		be.Close()
 	}
 }
+
+// referenceAvgPool averages each output's window of x in row-major order
+// in float32, dividing by the window's size (the padding counted, for
+// fixed windows, as count_include_pad does), and spreads dy back.
+func referenceAvgPool(x, dy *tensor.Tensor, oh, ow int, win func(i, j int) (h0, h1, w0, w1, div int)) (y, dx []float32) {
+	n, c, h, w := x.Shape[0], x.Shape[1], x.Shape[2], x.Shape[3]
+	y, dx = make([]float32, n*c*oh*ow), make([]float32, len(x.Data))
+	for pl := range n * c {
+		for i := range oh {
+			for j := range ow {
+				h0, h1, w0, w1, div := win(i, j)
+				var s float32
+				for r := h0; r < h1; r++ {
+					for q := w0; q < w1; q++ {
+						s += x.Data[(pl*h+r)*w+q]
+					}
+				}
+				out := (pl*oh+i)*ow + j
+				y[out] = s / float32(div)
+				g := dy.Data[out] / float32(div)
+				for r := h0; r < h1; r++ {
+					for q := w0; q < w1; q++ {
+						dx[(pl*h+r)*w+q] += g
+					}
+				}
+			}
+		}
+	}
+	return y, dx
+}
+
+// TestAvgPool checks average pooling, fixed and adaptive, against the
+// definition bit for bit — the global pools (one output a plane: the
+// ResNets' head, a path of its own) among them, with −0 among the
+// values and the gradients.
+func TestAvgPool(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 9))
+	be := New(1)
+	defer be.Close()
+	for _, c := range []struct {
+		name       string
+		h, w       int
+		oh, ow     int
+		fixed      bool
+		k, st, pad int
+	}{
+		{"adaptive 1×1 of 7×7", 7, 7, 1, 1, false, 0, 0, 0},
+		{"adaptive 1×1 of 1×1", 1, 1, 1, 1, false, 0, 0, 0},
+		{"adaptive 1×1 of 3×5", 3, 5, 1, 1, false, 0, 0, 0},
+		{"adaptive 3×2 of 7×5", 7, 5, 3, 2, false, 0, 0, 0},
+		{"fixed 4×4 over 4×4", 4, 4, 1, 1, true, 4, 4, 0},
+		{"fixed 3×3 stride 2 pad 1 over 2×2", 2, 2, 1, 1, true, 3, 2, 1},
+		{"fixed 3×3 stride 2 pad 1 over 6×6", 6, 6, 3, 3, true, 3, 2, 1},
+	} {
+		x := randTensor(rng, 3, 5, c.h, c.w)
+		for i := range x.Data {
+			if rng.IntN(5) == 0 {
+				x.Data[i] = float32(math.Copysign(0, -1))
+			}
+		}
+		dy := randTensor(rng, 3, 5, c.oh, c.ow)
+		for i := range dy.Data {
+			if rng.IntN(5) == 0 {
+				dy.Data[i] = float32(math.Copysign(0, -1))
+			}
+		}
+		y, dx := tensor.New(3, 5, c.oh, c.ow), tensor.New(x.Shape...)
+		var win func(i, j int) (int, int, int, int, int)
+		if c.fixed {
+			p := tensor.PoolParams{KernelH: c.k, KernelW: c.k, StrideH: c.st, StrideW: c.st, PadH: c.pad, PadW: c.pad}
+			be.AvgPool2d(x, y, p)
+			be.AvgPool2dBackward(dy, dx, p)
+			win = func(i, j int) (int, int, int, int, int) {
+				h0, h1 := i*c.st-c.pad, min(i*c.st-c.pad+c.k, c.h+c.pad)
+				w0, w1 := j*c.st-c.pad, min(j*c.st-c.pad+c.k, c.w+c.pad)
+				return max(h0, 0), min(h1, c.h), max(w0, 0), min(w1, c.w), (h1 - h0) * (w1 - w0)
+			}
+		} else {
+			be.AdaptiveAvgPool2d(x, y)
+			be.AdaptiveAvgPool2dBackward(dy, dx)
+			win = func(i, j int) (int, int, int, int, int) {
+				h0, h1 := i*c.h/c.oh, ((i+1)*c.h+c.oh-1)/c.oh
+				w0, w1 := j*c.w/c.ow, ((j+1)*c.w+c.ow-1)/c.ow
+				return h0, h1, w0, w1, (h1 - h0) * (w1 - w0)
+			}
+		}
+		wantY, wantDX := referenceAvgPool(x, dy, c.oh, c.ow, win)
+		for _, r := range []struct {
+			name      string
+			got, want []float32
+		}{{"y", y.Data, wantY}, {"dx", dx.Data, wantDX}} {
+			for i, v := range r.want {
+				if math.Float32bits(r.got[i]) != math.Float32bits(v) {
+					t.Fatalf("%s: %s[%d] = %v, want %v", c.name, r.name, i, r.got[i], v)
+				}
+			}
+		}
+	}
+}

@@ -195,10 +195,34 @@ func adaptive(i, in, out int) (int, int) {
 	return i * in / out, ((i+1)*in + out - 1) / out
 }
 
+// wholePlane reports whether one output's window covers its whole h×w
+// plane, and returns the divisor.
+func wholePlane(rows, cols axis, h, w, oh, ow int) (float32, bool) {
+	if oh != 1 || ow != 1 {
+		return 0, false
+	}
+	h0, h1, hs := rows.at(0)
+	w0, w1, ws := cols.at(0)
+	return float32(hs * ws), h0 == 0 && h1 == h && w0 == 0 && w1 == w
+}
+
 // avgPool averages x's windows into y.
 func avgPool(x, y *tensor.Tensor, rows, cols axis) {
 	n, c, h, w := x.Shape[0], x.Shape[1], x.Shape[2], x.Shape[3]
 	oh, ow := y.Shape[2], y.Shape[3]
+	if d, ok := wholePlane(rows, cols, h, w, oh, ow); ok {
+		// Global pooling (the ResNets' head): each plane's values in
+		// order, as the loops below add them, without their window
+		// arithmetic per output.
+		for pl := range n * c {
+			var s float32
+			for _, v := range x.Data[pl*h*w : (pl+1)*h*w] {
+				s += v
+			}
+			y.Data[pl] = s / d
+		}
+		return
+	}
 	for pl := 0; pl < n*c; pl++ {
 		in := x.Data[pl*h*w : (pl+1)*h*w]
 		out := y.Data[pl*oh*ow : (pl+1)*oh*ow]
@@ -223,6 +247,15 @@ func avgPoolBackward(dy, dx *tensor.Tensor, rows, cols axis) {
 	n, c, h, w := dx.Shape[0], dx.Shape[1], dx.Shape[2], dx.Shape[3]
 	oh, ow := dy.Shape[2], dy.Shape[3]
 	clear(dx.Data)
+	if d, ok := wholePlane(rows, cols, h, w, oh, ow); ok {
+		for pl, g := range dy.Data[:n*c] {
+			v := g / d
+			for i := range dx.Data[pl*h*w : (pl+1)*h*w] {
+				dx.Data[pl*h*w+i] += v
+			}
+		}
+		return
+	}
 	for pl := 0; pl < n*c; pl++ {
 		g := dy.Data[pl*oh*ow : (pl+1)*oh*ow]
 		out := dx.Data[pl*h*w : (pl+1)*h*w]
