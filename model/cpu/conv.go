@@ -35,8 +35,11 @@ type convTask struct {
 	prep *prepared
 	u    []float32 // Winograd's transformed weights (winograd.go)
 	// uPacked: U's 16 matrices packed as the products' B operands, where
-	// a prepared layer runs channels last (its first call packs them).
+	// a prepared layer runs channels last (its first call packs them);
+	// aPacked: the weights' form packed as the A operands (prepared.aPacked),
+	// where a prepared layer multiplies it so.
 	uPacked []gemm.PackedB
+	aPacked []gemm.PackedA
 	rowsW   []float32 // the kernel [F][KH][KW][C] (rows.go)
 }
 
@@ -194,8 +197,12 @@ func (b *Backend) runConv(backward bool, x, w, bias, y, dy, dx, dw, db *tensor.T
 		if t.u, fill = t.weightsForm(&b.winoU, n); fill {
 			b.transformWeights(t.u, w, t.g.f, t.g.c, backward)
 		}
-		if t.keepsForm(n) && b.channelsLast(winoTiling(t.g.oh, t.g.ow)) {
+		switch {
+		case !t.keepsForm(n):
+		case b.channelsLast(winoTiling(t.g.oh, t.g.ow)):
 			t.uPacked = t.prep.packU(b.gemm, t.u, t.g.f, t.g.c, fill)
+		default:
+			t.aPacked = t.prep.packA(b.gemm, t.u, 16, winoStride(t.g.f*t.g.c), t.g.f, t.g.c, fill)
 		}
 	}
 	if t.rows = !backward && !t.winograd && b.useRows(t.g, p); t.rows {
@@ -203,6 +210,13 @@ func (b *Backend) runConv(backward bool, x, w, bias, y, dy, dx, dw, db *tensor.T
 		if t.rowsW, fill = t.weightsForm(&b.rowsW, t.g.f*t.g.ckk); fill {
 			rowsWeights(t.rowsW, w.Data, t.g.f, t.g.c, p.KernelH*p.KernelW)
 		}
+		if t.keepsForm(t.g.f * t.g.ckk) {
+			t.aPacked = t.prep.packA(b.gemm, t.rowsW, 1, 0, t.g.f, t.g.ckk, fill)
+		}
+	}
+	if !backward && !t.winograd && !t.rows && t.keepsForm(t.g.f*t.g.ckk) {
+		// im2col: the kernel itself, fixed while prepared.
+		t.aPacked = t.prep.packA(b.gemm, w.Data, 1, 0, t.g.f, t.g.ckk, !t.prep.ready)
 	}
 	if n < threads {
 		// Too few images to go round: one chunk, multi-threaded GEMMs.
@@ -252,6 +266,25 @@ func (t *convTask) gemm(worker, m, n, k int, a, bm gemm.Matrix, beta float32, c 
 		return
 	}
 	must(t.b.gemm.Sgemm(m, n, k, 1, a, bm, beta, c))
+}
+
+// gemmA is gemm with op(A) the prepared packing pa when there is one and
+// the products run one to a worker.
+func (t *convTask) gemmA(worker, m, n, k int, a gemm.Matrix, pa *gemm.PackedA, bm gemm.Matrix, beta float32, c gemm.Matrix) {
+	if pa != nil && t.serialGEMM {
+		must(t.b.gemm.SgemmSerialPackedA(worker, m, n, k, *pa, bm, beta, c))
+		return
+	}
+	t.gemm(worker, m, n, k, a, bm, beta, c)
+}
+
+// packedW returns the prepared packing of the layer's kernel or rows
+// kernel (one matrix), or nil.
+func (t *convTask) packedW() *gemm.PackedA {
+	if len(t.aPacked) != 1 {
+		return nil
+	}
+	return &t.aPacked[0]
 }
 
 // gemmPacked is gemm with B packed (PackB).
@@ -379,7 +412,7 @@ func (t *convTask) Do(worker, i int) {
 				y = gemm.Matrix{Data: t.y.Data[first*outLen : (first+1)*outLen], Stride: g.ohw}
 			}
 			if direct {
-				t.gemm(worker, g.f, g.ohw, g.ckk, wm, gemm.Matrix{Data: cols.src, Stride: g.ohw}, 0, y)
+				t.gemmA(worker, g.f, g.ohw, g.ckk, wm, t.packedW(), gemm.Matrix{Data: cols.src, Stride: g.ohw}, 0, y)
 			}
 			for j0 := 0; columns && j0 < ld; j0 += width {
 				j1 := min(ld, j0+width)
@@ -391,7 +424,11 @@ func (t *convTask) Do(worker, i int) {
 					if r0 == 0 {
 						beta = 0
 					}
-					t.gemm(worker, g.f, j1-j0, r1-r0, wm.ColsFrom(r0), gemm.Matrix{Data: blk, Stride: j1 - j0}, beta, y.ColsFrom(j0))
+					var pa *gemm.PackedA
+					if r1-r0 == g.ckk { // one block: the whole kernel
+						pa = t.packedW()
+					}
+					t.gemmA(worker, g.f, j1-j0, r1-r0, wm.ColsFrom(r0), pa, gemm.Matrix{Data: blk, Stride: j1 - j0}, beta, y.ColsFrom(j0))
 				}
 			}
 			t.finishGroup(y, first, n)

@@ -42,6 +42,26 @@ type prepared struct {
 	// (Uᵀ [C, F] for each of the 16 tile elements), when the layer runs
 	// channels last.
 	uPacked []gemm.PackedB
+	// aPacked is the weights' form packed as the products' A operands:
+	// Winograd's U [F, C] for each tile element (planes), the rows
+	// kernel [F, KH·KW·C] or the kernel [F, C·KH·KW] (im2col).
+	aPacked []gemm.PackedA
+}
+
+// packA returns count m×k matrices of form, stride apart, packed as the
+// products' A operands: packed anew when fill is set (form was just
+// built) or none are held.
+func (pr *prepared) packA(e *gemm.Engine, form []float32, count, stride, m, k int, fill bool) []gemm.PackedA {
+	if !fill && len(pr.aPacked) == count {
+		return pr.aPacked
+	}
+	pr.aPacked = pr.aPacked[:0]
+	for x := range count {
+		pa, err := e.PackA(nil, m, k, gemm.Matrix{Data: form[x*stride : x*stride+m*k], Stride: k})
+		must(err)
+		pr.aPacked = append(pr.aPacked, pa)
+	}
+	return pr.aPacked
 }
 
 // packU returns the 16 matrices of Winograd's U [16][F][C] (u) packed as

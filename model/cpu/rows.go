@@ -84,7 +84,7 @@ func (t *convTask) rowsChunk(worker, i int) {
 		if n == 1 {
 			y = gemm.Matrix{Data: t.y.Data[first*outLen : (first+1)*outLen], Stride: g.ohw}
 		}
-		t.gemm(worker, g.f, ld, k, w, gemm.Matrix{Data: rows[:ld*k], Stride: k, Trans: true}, 0, y)
+		t.gemmA(worker, g.f, ld, k, w, t.packedW(), gemm.Matrix{Data: rows[:ld*k], Stride: k, Trans: true}, 0, y)
 		t.finishGroup(y, first, n)
 	}
 }

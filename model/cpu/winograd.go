@@ -406,9 +406,9 @@ func winogradWeightGrad(dw, du []float32, f, c int) {
 // winogradProducts runs the 16 products c[ξ] = op(a[ξ])·op(b[ξ])
 // (+ c[ξ] when accumulate), op(a[ξ]) m×k and op(b[ξ]) k×n: a and b give
 // the 16 matrices' data, each's row stride and whether it is transposed;
-// c is [16][m][n]; each operand's matrices winoStride apart. b without
-// data stands for the prepared layer's packing of U (t.uPacked).
-func (t *convTask) winogradProducts(worker, m, n, k int, a, b gemm.Matrix, c []float32, accumulate bool) {
+// c is [16][m][n]; each operand's matrices winoStride apart. pa or pb,
+// when set, are a prepared layer's packings of a's or b's matrices (U's).
+func (t *convTask) winogradProducts(worker, m, n, k int, a, b gemm.Matrix, pa []gemm.PackedA, pb []gemm.PackedB, c []float32, accumulate bool) {
 	var beta float32
 	if accumulate {
 		beta = 1
@@ -416,13 +416,16 @@ func (t *convTask) winogradProducts(worker, m, n, k int, a, b gemm.Matrix, c []f
 	as, bs, cs := winoStride(m*k), winoStride(k*n), winoStride(m*n)
 	for e := range 16 {
 		am := gemm.Matrix{Data: a.Data[e*as : e*as+m*k], Stride: a.Stride, Trans: a.Trans}
-		cm := gemm.Matrix{Data: c[e*cs : e*cs+m*n], Stride: n}
-		if b.Data == nil {
-			t.gemmPacked(worker, m, n, k, am, t.uPacked[e], beta, cm)
-			continue
-		}
 		bm := gemm.Matrix{Data: b.Data[e*bs : e*bs+k*n], Stride: b.Stride, Trans: b.Trans}
-		t.gemm(worker, m, n, k, am, bm, beta, cm)
+		cm := gemm.Matrix{Data: c[e*cs : e*cs+m*n], Stride: n}
+		switch {
+		case pa != nil:
+			t.gemmA(worker, m, n, k, am, &pa[e], bm, beta, cm)
+		case pb != nil:
+			t.gemmPacked(worker, m, n, k, am, pb[e], beta, cm)
+		default:
+			t.gemm(worker, m, n, k, am, bm, beta, cm)
+		}
 	}
 }
 
@@ -449,15 +452,11 @@ func (t *convTask) winogradChunk(worker, i int) {
 			x, y := t.x.Data[first*inLen:(first+n)*inLen], t.y.Data[first*outLen:(first+n)*outLen]
 			if last {
 				winogradInputLast(t.b.vec, v, winoStride(g.c*ld), x, n, g.c, g.h, g.wd, p.PadH, p.PadW, out, &s.wino)
-				u := gemm.Matrix{Data: t.u, Stride: g.c, Trans: true}
-				if t.uPacked != nil {
-					u = gemm.Matrix{} // the prepared layer's packing of it
-				}
-				t.winogradProducts(worker, ld, g.f, g.c, gemm.Matrix{Data: v, Stride: g.c}, u, m, false)
+				t.winogradProducts(worker, ld, g.f, g.c, gemm.Matrix{Data: v, Stride: g.c}, gemm.Matrix{Data: t.u, Stride: g.c, Trans: true}, nil, t.uPacked, m, false)
 				winogradOutputLast(t.b.vec, y, m, winoStride(g.f*ld), n, g.f, g.oh, g.ow, out, bias, &s.wino)
 			} else {
 				winogradInput(t.b.vec, v, winoStride(g.c*ld), ld, x, n, g.c, g.h, g.wd, p.PadH, p.PadW, out, &s.wino)
-				t.winogradProducts(worker, g.f, ld, g.c, gemm.Matrix{Data: t.u, Stride: g.c}, gemm.Matrix{Data: v, Stride: ld}, m, false)
+				t.winogradProducts(worker, g.f, ld, g.c, gemm.Matrix{Data: t.u, Stride: g.c}, gemm.Matrix{Data: v, Stride: ld}, t.aPacked, nil, m, false)
 				winogradOutput(t.b.vec, y, m, winoStride(g.f*ld), ld, n, g.f, g.oh, g.ow, out, bias, &s.wino)
 			}
 			for k := first; k < first+n; k++ {
@@ -491,12 +490,12 @@ func (t *convTask) winogradChunk(worker, i int) {
 		dy, dx := t.dy.Data[first*outLen:(first+n)*outLen], t.dx.Data[first*inLen:(first+n)*inLen]
 		if last {
 			winogradInputLast(t.b.vec, v, winoStride(g.f*ld), dy, n, g.f, g.oh, g.ow, 2-p.PadH, 2-p.PadW, in, &s.wino)
-			t.winogradProducts(worker, ld, g.c, g.f, gemm.Matrix{Data: v, Stride: g.f}, gemm.Matrix{Data: t.u, Stride: g.f, Trans: true}, m, false)
+			t.winogradProducts(worker, ld, g.c, g.f, gemm.Matrix{Data: v, Stride: g.f}, gemm.Matrix{Data: t.u, Stride: g.f, Trans: true}, nil, nil, m, false)
 			winogradOutputLast(t.b.vec, dx, m, winoStride(g.c*ld), n, g.c, g.h, g.wd, in, nil, &s.wino)
 			continue
 		}
 		winogradInput(t.b.vec, v, winoStride(g.f*ld), ld, dy, n, g.f, g.oh, g.ow, 2-p.PadH, 2-p.PadW, in, &s.wino)
-		t.winogradProducts(worker, g.c, ld, g.f, gemm.Matrix{Data: t.u, Stride: g.f}, gemm.Matrix{Data: v, Stride: ld}, m, false)
+		t.winogradProducts(worker, g.c, ld, g.f, gemm.Matrix{Data: t.u, Stride: g.f}, gemm.Matrix{Data: v, Stride: ld}, nil, nil, m, false)
 		winogradOutput(t.b.vec, dx, m, winoStride(g.c*ld), ld, n, g.c, g.h, g.wd, in, nil, &s.wino)
 	}
 }
@@ -522,14 +521,14 @@ func (t *convTask) winogradWeightGrad(worker int, s *scratch, lo, hi, group int,
 		if !last {
 			winogradInput(t.b.vec, v, winoStride(g.c*ld), ld, x, n, g.c, g.h, g.wd, p.PadH, p.PadW, out, &s.wino)
 			winogradOutputGrad(t.b.vec, m, winoStride(g.f*ld), ld, dy, n, g.f, g.oh, g.ow, out, &s.wino)
-			t.winogradProducts(worker, g.f, g.c, ld, gemm.Matrix{Data: m, Stride: ld}, gemm.Matrix{Data: v, Stride: ld, Trans: true}, du, true)
+			t.winogradProducts(worker, g.f, g.c, ld, gemm.Matrix{Data: m, Stride: ld}, gemm.Matrix{Data: v, Stride: ld, Trans: true}, nil, nil, du, true)
 			continue
 		}
 		// dU[ξ] += M̂[ξ]ᵀ·V̂[ξ]: both operands tiles × channels, so that
 		// the GEMM packs them by copying rows.
 		winogradInputLast(t.b.vec, v, winoStride(g.c*ld), x, n, g.c, g.h, g.wd, p.PadH, p.PadW, out, &s.wino)
 		winogradOutputGradLast(t.b.vec, m, winoStride(g.f*ld), dy, n, g.f, g.oh, g.ow, out, &s.wino)
-		t.winogradProducts(worker, g.f, g.c, ld, gemm.Matrix{Data: m, Stride: g.f, Trans: true}, gemm.Matrix{Data: v, Stride: g.c}, du, true)
+		t.winogradProducts(worker, g.f, g.c, ld, gemm.Matrix{Data: m, Stride: g.f, Trans: true}, gemm.Matrix{Data: v, Stride: g.c}, nil, nil, du, true)
 	}
 	dw := grow(&s.dw, g.f*g.ckk)
 	clear(dw)

@@ -243,6 +243,71 @@ func (e *Engine) SgemmSerialPackedB(worker, m, n, k int, alpha float32, a Matrix
 	return nil
 }
 
+// PackedA is op(A) of m×k packed once for many products (PackA), as
+// each product would pack it: for each block of kc columns (the engine's
+// depth), its rows in panels of mr.
+type PackedA struct {
+	m, k, mr, kc int
+	data         []float32
+}
+
+// PackedASize is the number of values PackA stores for an m×k A: the
+// length of a dst it packs into without growing it.
+func (e *Engine) PackedASize(m, k int) int { return roundUp(m, e.k.mr) * k }
+
+// PackA packs the m×k op(a) for SgemmSerialPackedA into dst's storage
+// (grown when short) and returns it.
+func (e *Engine) PackA(dst []float32, m, k int, a Matrix) (PackedA, error) {
+	if m < 0 || k < 0 {
+		return PackedA{}, fmt.Errorf("gemm: negative size m=%d k=%d", m, k)
+	}
+	if err := a.check("A", m, k); err != nil {
+		return PackedA{}, err
+	}
+	size := e.PackedASize(m, k)
+	if cap(dst) < size {
+		dst = make([]float32, size)
+	}
+	pa := PackedA{m: m, k: k, mr: e.k.mr, kc: e.k.kc, data: dst[:size]}
+	for pc := 0; pc < k; pc += pa.kc {
+		kc := min(pa.kc, k-pc)
+		e.k.packA(pa.block(pc, kc), a, 0, pc, m, kc, 1)
+	}
+	return pa, nil
+}
+
+// block returns the packing of columns [pc, pc+kc), pc a multiple of the
+// depth.
+func (a *PackedA) block(pc, kc int) []float32 {
+	rows := roundUp(a.m, a.mr)
+	return a.data[rows*pc : rows*(pc+kc)]
+}
+
+// SgemmSerialPackedA is SgemmSerial with op(A) packed by PackA and alpha
+// 1, to the bit.
+func (e *Engine) SgemmSerialPackedA(worker, m, n, k int, a PackedA, b Matrix, beta float32, c Matrix) error {
+	if m < 0 || n < 0 {
+		return fmt.Errorf("gemm: negative size m=%d n=%d", m, n)
+	}
+	if c.Trans {
+		return fmt.Errorf("gemm: C cannot be transposed")
+	}
+	if a.m != m || a.k != k || a.mr != e.k.mr || a.kc != e.k.kc {
+		return fmt.Errorf("gemm: A packed as %d×%d in panels of %d, blocks of %d; product wants %d×%d in panels of %d, blocks of %d", a.m, a.k, a.mr, a.kc, m, k, e.k.mr, e.k.kc)
+	}
+	if err := b.check("B", k, n); err != nil {
+		return err
+	}
+	if err := c.check("C", m, n); err != nil {
+		return err
+	}
+	if worker < 0 || worker >= len(e.ws) {
+		return fmt.Errorf("gemm: worker %d out of range [0, %d)", worker, len(e.ws))
+	}
+	e.serialPacked(&e.ws[worker], m, n, k, 1, Matrix{}, &a, b, nil, beta, c)
+	return nil
+}
+
 func (e *Engine) validatePacked(m, n, k int, a Matrix, b PackedB, c Matrix) error {
 	if m < 0 {
 		return fmt.Errorf("gemm: negative size m=%d", m)
@@ -394,6 +459,11 @@ func scale(m, n int, beta float32, c Matrix) {
 // serial is the blocked algorithm on one thread; with pb set, B's panels
 // are read from it instead of packed.
 func (e *Engine) serial(ws *workspace, m, n, k int, alpha float32, a, b Matrix, pb *PackedB, beta float32, c Matrix) {
+	e.serialPacked(ws, m, n, k, alpha, a, nil, b, pb, beta, c)
+}
+
+// serialPacked is serial with op(A) packed by PackA when pa is set.
+func (e *Engine) serialPacked(ws *workspace, m, n, k int, alpha float32, a Matrix, pa *PackedA, b Matrix, pb *PackedB, beta float32, c Matrix) {
 	if m == 0 || n == 0 {
 		return
 	}
@@ -421,24 +491,30 @@ func (e *Engine) serial(ws *workspace, m, n, k int, alpha float32, a, b Matrix, 
 			}
 			for ic := 0; ic < m; ic += kr.mc {
 				mc := min(kr.mc, m-ic)
-				kr.packA(ws.a, a, ic, pc, mc, kc, alpha)
-				e.macro(ws, bp, panel, mc, nc, kc, c.Data[ic*c.Stride+jc:], c.Stride, add)
+				ap := ws.a
+				if pa != nil {
+					ap = pa.block(pc, kc)[ic*kc:]
+				} else {
+					kr.packA(ws.a, a, ic, pc, mc, kc, alpha)
+				}
+				e.macro(ws, ap, bp, panel, mc, nc, kc, c.Data[ic*c.Stride+jc:], c.Stride, add)
 			}
 		}
 	}
 }
 
-// macro multiplies a packed mc×kc block of A by a packed kc×nc block of B,
-// its panels of nr columns at bp[p·panel:][:kc·nr], into C (adding to it,
-// or with add false replacing it), one mr×nr tile at a time.
-func (e *Engine) macro(ws *workspace, b []float32, panel, mc, nc, kc int, c []float32, ldc int, add bool) {
+// macro multiplies a packed mc×kc block of A (its panels of mr rows at
+// a[p·mr·kc:]) by a packed kc×nc block of B, its panels of nr columns at
+// b[p·panel:][:kc·nr], into C (adding to it, or with add false replacing
+// it), one mr×nr tile at a time.
+func (e *Engine) macro(ws *workspace, a, b []float32, panel, mc, nc, kc int, c []float32, ldc int, add bool) {
 	kr := e.k
 	for jr := 0; jr < nc; jr += kr.nr {
 		nr := min(kr.nr, nc-jr)
 		bp := b[jr/kr.nr*panel:][:kc*kr.nr]
 		for ir := 0; ir < mc; ir += kr.mr {
 			mr := min(kr.mr, mc-ir)
-			ap := ws.a[ir*kc : ir*kc+kc*kr.mr]
+			ap := a[ir*kc : ir*kc+kc*kr.mr]
 			off := ir*ldc + jr
 			if mr == kr.mr && nr == kr.nr {
 				kr.tile(kc, ap, bp, c[off:], ldc, add)

@@ -217,6 +217,77 @@ func must(t *testing.T, err error) {
 	}
 }
 
+// TestSgemmPackedA: a product with A packed once (PackA) gives
+// SgemmSerial's bits, for every micro-kernel, A transposed or not,
+// across depth blocks, ragged panels and row blocks, on any worker's
+// buffers, and again with the same packing; a packing of another shape
+// or kernel is refused, and a call allocates nothing.
+func TestSgemmPackedA(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	kernels := availableKernels()
+	for _, kr := range kernels {
+		e := newEngine(parallel.New(2), true, kr)
+		for _, s := range [][3]int{{64, 100, 147}, {200, 40, 300}, {7, 33, 5}, {1, 1, 1}, {kr.mc + 5, 50, 2*kr.kc + 3}, {0, 8, 4}, {9, 0, 4}} {
+			m, n, k := s[0], s[1], s[2]
+			for _, ta := range []bool{false, true} {
+				for _, beta := range []float32{0, 1, -0.5} {
+					name := fmt.Sprintf("%s, m%d n%d k%d, A transposed %v, beta %v", e.Kernel(), m, n, k, ta, beta)
+					a, b := randomMatrix(r, m, k, 1, ta), randomMatrix(r, k, n, 2, false)
+					c0 := randomMatrix(r, m, n, 1, false)
+					want := Matrix{Data: append([]float32(nil), c0.Data...), Stride: c0.Stride}
+					must(t, e.SgemmSerial(0, m, n, k, 1, a, b, beta, want))
+					pa, err := e.PackA(nil, m, k, a)
+					if err != nil {
+						t.Fatalf("%s: %v", name, err)
+					}
+					for worker := range 2 {
+						got := Matrix{Data: append([]float32(nil), c0.Data...), Stride: c0.Stride}
+						if err := e.SgemmSerialPackedA(worker, m, n, k, pa, b, beta, got); err != nil {
+							t.Fatalf("%s: %v", name, err)
+						}
+						for i, v := range want.Data {
+							if math.Float32bits(got.Data[i]) != math.Float32bits(v) {
+								t.Fatalf("%s, worker %d: C[%d] = %v, SgemmSerial gives %v", name, worker, i, got.Data[i], v)
+							}
+						}
+					}
+				}
+			}
+		}
+		a := randomMatrix(r, 8, 30, 0, false)
+		pa, err := e.PackA(nil, 8, 30, a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, c := randomMatrix(r, 30, 40, 0, false), randomMatrix(r, 8, 40, 0, false)
+		for _, bad := range []struct {
+			name            string
+			worker, m, n, k int
+		}{{"other depth", 0, 8, 40, 29}, {"other height", 0, 7, 40, 30}, {"negative width", 0, 8, -1, 30}, {"worker out of range", 2, 8, 40, 30}} {
+			if err := e.SgemmSerialPackedA(bad.worker, bad.m, bad.n, bad.k, pa, b, 0, c); err == nil {
+				t.Errorf("%s: %s accepted", e.Kernel(), bad.name)
+			}
+		}
+		if _, err := e.PackA(nil, 9, 30, a); err == nil {
+			t.Errorf("%s: packing more rows than A holds accepted", e.Kernel())
+		}
+		if allocs := testing.AllocsPerRun(10, func() { _ = e.SgemmSerialPackedA(1, 8, 40, 30, pa, b, 0, c) }); allocs != 0 {
+			t.Errorf("%s: SgemmSerialPackedA allocates %v times a call", e.Kernel(), allocs)
+		}
+		for _, other := range kernels {
+			if other.mr == kr.mr && other.kc == kr.kc {
+				continue
+			}
+			o := newEngine(parallel.New(1), true, other)
+			if err := o.SgemmSerialPackedA(0, 8, 40, 30, pa, b, 0, c); err == nil {
+				t.Errorf("%s's packing accepted by %s", e.Kernel(), o.Kernel())
+			}
+			o.Close()
+		}
+		e.Close()
+	}
+}
+
 // TestSgemmPackedB: a product with B packed once (PackB) gives Sgemm's
 // bits, for every micro-kernel, on one and three threads (C split by rows
 // and by columns) and on one worker's buffers (SgemmSerialPackedB), B
