@@ -201,7 +201,7 @@ func (b *Backend) runConv(backward bool, x, w, bias, y, dy, dx, dw, db *tensor.T
 		case !t.keepsForm(n):
 		case b.channelsLast(winoTiling(t.g.oh, t.g.ow)):
 			t.uPacked = t.prep.packU(b.gemm, t.u, t.g.f, t.g.c, fill)
-		default:
+		case t.packsA(n):
 			t.aPacked = t.prep.packA(b.gemm, t.u, 16, winoStride(t.g.f*t.g.c), t.g.f, t.g.c, fill)
 		}
 	}
@@ -210,11 +210,11 @@ func (b *Backend) runConv(backward bool, x, w, bias, y, dy, dx, dw, db *tensor.T
 		if t.rowsW, fill = t.weightsForm(&b.rowsW, t.g.f*t.g.ckk); fill {
 			rowsWeights(t.rowsW, w.Data, t.g.f, t.g.c, p.KernelH*p.KernelW)
 		}
-		if t.keepsForm(t.g.f * t.g.ckk) {
+		if t.packsA(t.g.f * t.g.ckk) {
 			t.aPacked = t.prep.packA(b.gemm, t.rowsW, 1, 0, t.g.f, t.g.ckk, fill)
 		}
 	}
-	if !backward && !t.winograd && !t.rows && t.keepsForm(t.g.f*t.g.ckk) {
+	if !backward && !t.winograd && !t.rows && t.packsA(t.g.f*t.g.ckk) {
 		// im2col: the kernel itself, fixed while prepared.
 		t.aPacked = t.prep.packA(b.gemm, w.Data, 1, 0, t.g.f, t.g.ckk, !t.prep.ready)
 	}

@@ -168,6 +168,19 @@ func (t *convTask) weightsForm(scratch *[]float32, n int) ([]float32, bool) {
 // each, for no measurable gain), and are built on every call as before.
 const maxPreparedElems = 1 << 20
 
+// maxPackedAElems bounds a form a prepared layer also keeps packed as
+// its products' A operands: 512 KiB, a copy ResNet-18's layers on
+// CIFAR-10 afford (packing it per group of images was 3% of an
+// evaluation pass) and ResNet-50's larger ones would pay for in memory
+// (47 MB more for their 1×1 kernels and Winograd forms; BENCHMARKS.md,
+// ResNet-50 on the CPU) to save little: their products are long for
+// their weights.
+const maxPackedAElems = 1 << 17
+
+// packsA reports whether the task keeps its weights' form of n values
+// packed as the products' A operands too.
+func (t *convTask) packsA(n int) bool { return t.keepsForm(n) && n <= maxPackedAElems }
+
 // keepsForm reports whether the task keeps its weights' form of n values
 // from one call to the next: prepared, forward, not too large.
 func (t *convTask) keepsForm(n int) bool {
