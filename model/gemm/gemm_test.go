@@ -210,6 +210,16 @@ func TestSplitAtDepthSameBits(t *testing.T) {
 	}
 }
 
+// sameBits fails the test where got differs from want in any bit.
+func sameBits(t *testing.T, label string, got, want []float32) {
+	t.Helper()
+	for i, v := range want {
+		if math.Float32bits(got[i]) != math.Float32bits(v) {
+			t.Fatalf("%s: C[%d] = %v, the unpacked product gives %v", label, i, got[i], v)
+		}
+	}
+}
+
 func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
@@ -245,11 +255,7 @@ func TestSgemmPackedA(t *testing.T) {
 						if err := e.SgemmSerialPackedA(worker, m, n, k, pa, b, beta, got); err != nil {
 							t.Fatalf("%s: %v", name, err)
 						}
-						for i, v := range want.Data {
-							if math.Float32bits(got.Data[i]) != math.Float32bits(v) {
-								t.Fatalf("%s, worker %d: C[%d] = %v, SgemmSerial gives %v", name, worker, i, got.Data[i], v)
-							}
-						}
+						sameBits(t, fmt.Sprintf("%s, worker %d", name, worker), got.Data, want.Data)
 					}
 				}
 			}
@@ -326,11 +332,7 @@ func TestSgemmPackedB(t *testing.T) {
 							if err != nil {
 								t.Fatalf("%s: %v", name, err)
 							}
-							for i, v := range want.Data {
-								if math.Float32bits(got.Data[i]) != math.Float32bits(v) {
-									t.Fatalf("%s, call %d: C[%d] = %v, Sgemm gives %v", name, call, i, got.Data[i], v)
-								}
-							}
+							sameBits(t, fmt.Sprintf("%s, call %d", name, call), got.Data, want.Data)
 						}
 					}
 				}
