@@ -197,6 +197,9 @@ func (b *Backend) runConv(backward bool, x, w, bias, y, dy, dx, dw, db *tensor.T
 		if t.u, fill = t.weightsForm(&b.winoU, n); fill {
 			b.transformWeights(t.u, w, t.g.f, t.g.c, backward)
 		}
+		// A prepared U is also kept packed: as B where the layer runs
+		// channels last (maps at most four wide, whose short products
+		// paid most for packing it again), as A up to maxPackedAElems.
 		switch {
 		case !t.keepsForm(n):
 		case b.channelsLast(winoTiling(t.g.oh, t.g.ow)):

@@ -30,10 +30,11 @@ func halving(p tensor.PoolParams) bool {
 
 // maxPoolPlanes pools planes [lo, hi) of x into y. A window's maximum is
 // PyTorch's: the first of equal maxima, or the window's last NaN. The 2×2,
-// stride-2 windows take the vector rows; other windows are pooled row
-// first (poolOutputRow), which finds the element PyTorch's row-major scan
-// finds: "the last NaN, else the first maximum" of a sequence is that of
-// the picks of its consecutive runs, here each window row's elements.
+// stride-2 windows take the vector rows, the 3×3, stride-2 ones whole
+// planes (pool3.go); other windows are pooled row first (poolOutputRow),
+// which finds the element PyTorch's row-major scan finds: "the last NaN,
+// else the first maximum" of a sequence is that of the picks of its
+// consecutive runs, here each window row's elements.
 func maxPoolPlanes(vec vecOps, s *scratch, x, y *tensor.Tensor, p tensor.PoolParams, lo, hi int) {
 	h, w := x.Shape[2], x.Shape[3]
 	oh, ow := y.Shape[2], y.Shape[3]

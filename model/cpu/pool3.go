@@ -63,8 +63,8 @@ type planePicks3 struct {
 	inputAt   []int32 // a padded position's input element, or −1 for padding
 }
 
-// layout prepares the arrays for planes of x pooled into h×w planes of
-// oh×ow outputs, with every padding value −∞.
+// layout prepares the arrays for x's h×w planes pooled into oh×ow
+// outputs, with every padding value −∞.
 func (q *planePicks3) layout(x *tensor.Tensor, oh, ow int, p tensor.PoolParams) {
 	q.h, q.w, q.oh, q.ow, q.padH, q.padW = x.Shape[2], x.Shape[3], oh, ow, p.PadH, p.PadW
 	q.wp, q.per = 2*ow+2, ow+1

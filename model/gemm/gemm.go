@@ -236,10 +236,11 @@ func (e *Engine) SgemmSerialPackedB(worker, m, n, k int, alpha float32, a Matrix
 	if err := e.validatePacked(m, n, k, a, b, c); err != nil {
 		return err
 	}
-	if worker < 0 || worker >= len(e.ws) {
-		return fmt.Errorf("gemm: worker %d out of range [0, %d)", worker, len(e.ws))
+	ws, err := e.workspace(worker)
+	if err != nil {
+		return err
 	}
-	e.serial(&e.ws[worker], m, n, k, alpha, a, Matrix{}, &b, beta, c)
+	e.serial(ws, m, n, k, alpha, a, Matrix{}, &b, beta, c)
 	return nil
 }
 
@@ -301,10 +302,11 @@ func (e *Engine) SgemmSerialPackedA(worker, m, n, k int, a PackedA, b Matrix, be
 	if err := c.check("C", m, n); err != nil {
 		return err
 	}
-	if worker < 0 || worker >= len(e.ws) {
-		return fmt.Errorf("gemm: worker %d out of range [0, %d)", worker, len(e.ws))
+	ws, err := e.workspace(worker)
+	if err != nil {
+		return err
 	}
-	e.serialPacked(&e.ws[worker], m, n, k, 1, Matrix{}, &a, b, nil, beta, c)
+	e.serialPacked(ws, m, n, k, 1, Matrix{}, &a, b, nil, beta, c)
 	return nil
 }
 
@@ -331,11 +333,20 @@ func (e *Engine) SgemmSerial(worker, m, n, k int, alpha float32, a, b Matrix, be
 	if err := e.validate(m, n, k, a, b, c); err != nil {
 		return err
 	}
-	if worker < 0 || worker >= len(e.ws) {
-		return fmt.Errorf("gemm: worker %d out of range [0, %d)", worker, len(e.ws))
+	ws, err := e.workspace(worker)
+	if err != nil {
+		return err
 	}
-	e.serial(&e.ws[worker], m, n, k, alpha, a, b, nil, beta, c)
+	e.serial(ws, m, n, k, alpha, a, b, nil, beta, c)
 	return nil
+}
+
+// workspace returns worker's buffers.
+func (e *Engine) workspace(worker int) (*workspace, error) {
+	if worker < 0 || worker >= len(e.ws) {
+		return nil, fmt.Errorf("gemm: worker %d out of range [0, %d)", worker, len(e.ws))
+	}
+	return &e.ws[worker], nil
 }
 
 func (e *Engine) validate(m, n, k int, a, b, c Matrix) error {
