@@ -172,7 +172,7 @@ const maxPreparedElems = 1 << 20
 // its products' A operands: 512 KiB, a copy ResNet-18's layers on
 // CIFAR-10 afford (packing it per group of images was 3% of an
 // evaluation pass) and ResNet-50's larger ones would pay for in memory
-// (47 MB more for their 1×1 kernels and Winograd forms; BENCHMARKS.md,
+// (46 MiB more for their 1×1 kernels and Winograd forms; BENCHMARKS.md,
 // ResNet-50 on the CPU) to save little: their products are long for
 // their weights.
 const maxPackedAElems = 1 << 17
