@@ -44,7 +44,9 @@ func picksPlanes(p tensor.PoolParams) bool {
 	return p.KernelH == 3 && p.KernelW == 3 && p.StrideH == 2 && p.StrideW == 2 && p.PadH <= 1 && p.PadW <= 1
 }
 
-// planePicks3 is one worker's layout and picks for one call's planes.
+// planePicks3 is one worker's layout and picks for one call's planes. It
+// runs the vector kernels directly: its callers take it only where they
+// run (vecOps.vector).
 type planePicks3 struct {
 	h, w, oh, ow int
 	padH, padW   int

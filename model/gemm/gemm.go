@@ -252,12 +252,8 @@ type PackedA struct {
 	data         []float32
 }
 
-// PackedASize is the number of values PackA stores for an m×k A: the
-// length of a dst it packs into without growing it.
-func (e *Engine) PackedASize(m, k int) int { return roundUp(m, e.k.mr) * k }
-
 // PackA packs the m×k op(a) for SgemmSerialPackedA into dst's storage
-// (grown when short) and returns it.
+// (grown when short to roundUp(m, mr)·k values) and returns it.
 func (e *Engine) PackA(dst []float32, m, k int, a Matrix) (PackedA, error) {
 	if m < 0 || k < 0 {
 		return PackedA{}, fmt.Errorf("gemm: negative size m=%d k=%d", m, k)
@@ -265,7 +261,7 @@ func (e *Engine) PackA(dst []float32, m, k int, a Matrix) (PackedA, error) {
 	if err := a.check("A", m, k); err != nil {
 		return PackedA{}, err
 	}
-	size := e.PackedASize(m, k)
+	size := roundUp(m, e.k.mr) * k
 	if cap(dst) < size {
 		dst = make([]float32, size)
 	}
@@ -287,19 +283,13 @@ func (a *PackedA) block(pc, kc int) []float32 {
 // SgemmSerialPackedA is SgemmSerial with op(A) packed by PackA and alpha
 // 1, to the bit.
 func (e *Engine) SgemmSerialPackedA(worker, m, n, k int, a PackedA, b Matrix, beta float32, c Matrix) error {
-	if m < 0 || n < 0 {
-		return fmt.Errorf("gemm: negative size m=%d n=%d", m, n)
-	}
-	if c.Trans {
-		return fmt.Errorf("gemm: C cannot be transposed")
+	if err := checkC(m, n, k, c); err != nil {
+		return err
 	}
 	if a.m != m || a.k != k || a.mr != e.k.mr || a.kc != e.k.kc {
 		return fmt.Errorf("gemm: A packed as %d×%d in panels of %d, blocks of %d; product wants %d×%d in panels of %d, blocks of %d", a.m, a.k, a.mr, a.kc, m, k, e.k.mr, e.k.kc)
 	}
 	if err := b.check("B", k, n); err != nil {
-		return err
-	}
-	if err := c.check("C", m, n); err != nil {
 		return err
 	}
 	ws, err := e.workspace(worker)
@@ -311,19 +301,13 @@ func (e *Engine) SgemmSerialPackedA(worker, m, n, k int, a PackedA, b Matrix, be
 }
 
 func (e *Engine) validatePacked(m, n, k int, a Matrix, b PackedB, c Matrix) error {
-	if m < 0 {
-		return fmt.Errorf("gemm: negative size m=%d", m)
-	}
-	if c.Trans {
-		return fmt.Errorf("gemm: C cannot be transposed")
+	if err := checkC(m, n, k, c); err != nil {
+		return err
 	}
 	if b.k != k || b.n != n || b.nr != e.k.nr {
 		return fmt.Errorf("gemm: B packed as %d×%d in panels of %d, product wants %d×%d in panels of %d", b.k, b.n, b.nr, k, n, e.k.nr)
 	}
-	if err := a.check("A", m, k); err != nil {
-		return err
-	}
-	return c.check("C", m, n)
+	return a.check("A", m, k)
 }
 
 // SgemmSerial is Sgemm on the calling goroutine only, using worker's
@@ -350,17 +334,22 @@ func (e *Engine) workspace(worker int) (*workspace, error) {
 }
 
 func (e *Engine) validate(m, n, k int, a, b, c Matrix) error {
+	if err := checkC(m, n, k, c); err != nil {
+		return err
+	}
+	if err := a.check("A", m, k); err != nil {
+		return err
+	}
+	return b.check("B", k, n)
+}
+
+// checkC checks what every product's call shares: the sizes and C.
+func checkC(m, n, k int, c Matrix) error {
 	if m < 0 || n < 0 || k < 0 {
 		return fmt.Errorf("gemm: negative size m=%d n=%d k=%d", m, n, k)
 	}
 	if c.Trans {
 		return fmt.Errorf("gemm: C cannot be transposed")
-	}
-	if err := a.check("A", m, k); err != nil {
-		return err
-	}
-	if err := b.check("B", k, n); err != nil {
-		return err
 	}
 	return c.check("C", m, n)
 }
