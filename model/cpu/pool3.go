@@ -30,8 +30,8 @@ import (
 // scan starts on).
 
 // planesBackwardMaxOW is the widest output row for which the backward
-// pass takes planes (BenchmarkMaxPool3x3, backward: 2.3–2.8× faster on
-// 16×16 to 32×32 maps, level on 56×56, 0.9× on 112×112, where every
+// pass takes planes (BenchmarkMaxPool3x3, backward: 2.2–3.1× faster on
+// 16×16 to 32×32 maps, 1.0–1.6× on 56×56, 0.9× on 112×112, where every
 // row fills the vector kernel's blocks and the plane's copy and the
 // positions' mapping cost more than they save).
 const planesBackwardMaxOW = 32
