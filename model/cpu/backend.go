@@ -38,7 +38,10 @@ type Backend struct {
 	winoU      []float32
 	weights    weightsTask // transformWeights' work for the pool
 	winoLayout winoLayout
-	vec        vecOps // the transforms' row operations (vecops.go)
+	// winoTile forces Winograd's forward tiles to 2×2 or 4×4 outputs (0:
+	// useWinograd4 decides; tests and benchmarks set it).
+	winoTile int
+	vec      vecOps // the transforms' row operations (vecops.go)
 	// rowsW is the running convolution's kernel [F][KH][KW][C] when it
 	// runs channels innermost (rows.go), unprepared.
 	rowsW []float32
@@ -144,10 +147,14 @@ func (b *Backend) Threads() int { return b.pool.Threads() }
 // Name describes the backend: the GEMM micro-kernel, the convolution
 // algorithm, the element-wise kernels and the thread count.
 func (b *Backend) Name() string {
+	wino := "Winograd F(2×2, 3×3)"
+	if b.useWinograd4(&prepared{}) {
+		wino += " (frozen layers F(4×4, 3×3))"
+	}
 	conv := map[ConvAlgorithm]string{
-		ConvAuto:     fmt.Sprintf("Winograd for 3×3 layers of %d+ channels and %d+ tiles, dense products for maps within a kernel", b.winoMinChannels(), winoMinTiles),
+		ConvAuto:     fmt.Sprintf("%s for 3×3 layers of %d+ channels and %d+ tiles, dense products for maps within a kernel", wino, b.winoMinChannels(), winoMinTiles),
 		ConvIm2col:   "im2col convolutions",
-		ConvWinograd: "Winograd for every 3×3 layer",
+		ConvWinograd: wino + " for every 3×3 layer",
 	}[b.convAlgo]
 	threads := "1 thread"
 	if b.pool.Threads() > 1 {

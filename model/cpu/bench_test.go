@@ -432,3 +432,43 @@ func BenchmarkWinogradLayouts(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkWinogradTiles times the forward pass of 3×3 stride-1 layers as
+// Winograd F(2×2, 3×3) (the layout the backend chooses) and F(4×4, 3×3),
+// one thread, batch 32 (8 for ResNet-50's 56×56 layer): the measurement
+// behind useWinograd4's choice.
+//
+//	go test ./model/cpu -run '^$' -bench WinogradTiles -count 3
+func BenchmarkWinogradTiles(b *testing.B) {
+	for _, s := range []struct {
+		name        string
+		n, c, f, hw int
+	}{
+		{"resnet18_128x128x4", 32, 128, 128, 4},
+		{"resnet18_64x64x8", 32, 64, 64, 8},
+		{"cifar_conv3_128x256x8", 32, 128, 256, 8},
+		{"cifar_conv4_256x512x8", 32, 256, 512, 8},
+		{"cifar_conv2_64x128x16", 32, 64, 128, 16},
+		{"resnet50_512x512x7", 32, 512, 512, 7},
+		{"resnet50_256x256x14", 32, 256, 256, 14},
+		{"resnet50_128x128x28", 32, 128, 128, 28},
+		{"resnet50_64x64x56", 8, 64, 64, 56},
+	} {
+		rng := rand.New(rand.NewPCG(1, 1))
+		p := tensor.ConvParams{KernelH: 3, KernelW: 3, StrideH: 1, StrideW: 1, PadH: 1, PadW: 1}
+		x, w := randTensor(rng, s.n, s.c, s.hw, s.hw), randTensor(rng, s.f, s.c, 3, 3)
+		y := tensor.New(s.n, s.f, s.hw, s.hw)
+		for _, tile := range []int{2, 4} {
+			b.Run(fmt.Sprintf("%s/tile=%d", s.name, tile), func(b *testing.B) {
+				be := New(1)
+				defer be.Close()
+				be.SetConvAlgorithm(ConvWinograd)
+				be.winoTile = tile
+				for b.Loop() {
+					be.Conv2d(x, w, nil, y, p)
+				}
+				b.ReportMetric(float64(s.n*b.N)/b.Elapsed().Seconds(), "img/s")
+			})
+		}
+	}
+}

@@ -27,7 +27,8 @@ type convTask struct {
 	biasGrad   bool // backward: the bias gradient is wanted (db not nil)
 	weightGrad bool // backward: the weight gradient is wanted (dw not nil)
 	serialGEMM bool
-	winograd   bool      // Winograd F(2×2, 3×3) instead of im2col (winograd.go)
+	winograd   bool      // Winograd instead of im2col (winograd.go)
+	tile       int       // Winograd's tiles: 2 (F(2×2, 3×3)) or 4 (F(4×4, 3×3), frozen layers' forward: winograd4.go)
 	rows       bool      // forward: im2col's transpose, channels innermost (rows.go)
 	norm       *convNorm // forward: a batch norm applied to each image's output (Conv2dBatchNorm)
 	// prep, when set, holds the weights' forms across calls
@@ -191,19 +192,30 @@ func (b *Backend) runConv(backward bool, x, w, bias, y, dy, dx, dw, db *tensor.T
 		return 0
 	}
 	if t.winograd = b.useWinograd(t.g, p); t.winograd && (!backward || dx != nil) {
-		// Forward: U [16][F][C]; backward: the data gradient's U [16][C][F].
+		// Forward: U [16][F][C], or [36][F][C] with 4×4 tiles; backward:
+		// the data gradient's U [16][C][F].
+		t.tile = 2
+		if !backward && b.useWinograd4(prep) {
+			t.tile = 4
+		}
 		var fill bool
-		n := 16 * winoStride(t.g.f*t.g.c)
+		count := winoElems(t.tile)
+		n := count * winoStride(t.g.f*t.g.c)
 		if t.u, fill = t.weightsForm(&b.winoU, n); fill {
-			b.transformWeights(t.u, w, t.g.f, t.g.c, backward)
+			if t.tile == 4 {
+				winograd4Weights(b.vec, t.u, w.Data, t.g.f, t.g.c, &b.chunks[0].wino)
+			} else {
+				b.transformWeights(t.u, w, t.g.f, t.g.c, backward)
+			}
 		}
 		// A prepared U is also kept packed: as B where the layer runs
 		// channels last (maps at most four wide, whose short products
-		// paid most for packing it again), as A up to maxPackedAElems.
+		// paid most for packing it again, and every 4×4-tile layer), as
+		// A up to maxPackedAElems.
 		switch {
 		case !t.keepsForm(n):
-		case b.channelsLast(winoTiling(t.g.oh, t.g.ow)):
-			t.uPacked = t.prep.packU(b.gemm, t.u, t.g.f, t.g.c, fill)
+		case t.tile == 4 || b.channelsLast(winoTiling(t.g.oh, t.g.ow)):
+			t.uPacked = t.prep.packU(b.gemm, t.u, count, t.g.f, t.g.c, fill)
 		case t.packsA(n):
 			t.aPacked = t.prep.packA(b.gemm, t.u, 16, winoStride(t.g.f*t.g.c), t.g.f, t.g.c, fill)
 		}

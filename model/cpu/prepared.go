@@ -39,8 +39,8 @@ type prepared struct {
 	// dense matrix.
 	packed gemm.PackedB
 	// uPacked is Winograd's U packed as its products' B operands
-	// (Uᵀ [C, F] for each of the 16 tile elements), when the layer runs
-	// channels last.
+	// (Uᵀ [C, F] for each of the 16 or 36 tile elements), when the layer
+	// runs channels last.
 	uPacked []gemm.PackedB
 	// aPacked is the weights' form packed as the products' A operands:
 	// Winograd's U [F, C] for each tile element (planes), the rows
@@ -64,16 +64,16 @@ func (pr *prepared) packA(e *gemm.Engine, form []float32, count, stride, m, k in
 	return pr.aPacked
 }
 
-// packU returns the 16 matrices of Winograd's U [16][F][C] (u) packed as
-// the B operands Uᵀ of the channels-last products, packed anew when fill
-// is set (u was just built) or none are held.
-func (pr *prepared) packU(e *gemm.Engine, u []float32, f, c int, fill bool) []gemm.PackedB {
-	if !fill && len(pr.uPacked) == 16 {
+// packU returns the count matrices of Winograd's U [count][F][C] (u)
+// packed as the B operands Uᵀ of the channels-last products, packed anew
+// when fill is set (u was just built) or none are held.
+func (pr *prepared) packU(e *gemm.Engine, u []float32, count, f, c int, fill bool) []gemm.PackedB {
+	if !fill && len(pr.uPacked) == count {
 		return pr.uPacked
 	}
 	pr.uPacked = pr.uPacked[:0]
 	us := winoStride(f * c)
-	for x := range 16 {
+	for x := range count {
 		pb, err := e.PackB(nil, c, f, gemm.Matrix{Data: u[x*us : x*us+f*c], Stride: c, Trans: true})
 		must(err)
 		pr.uPacked = append(pr.uPacked, pb)

@@ -59,13 +59,29 @@ func TestConvPrepared(t *testing.T) {
 			bn := tensor.BatchNormParams{Eps: 1e-5}
 			oh, ow := c.p.OutSize(c.h, c.w)
 			want, wantBN := tensor.New(c.n, c.f, oh, ow), tensor.New(c.n, c.f, oh, ow)
-			be.Conv2d(x, w, bias, want, c.p)
-			be.Conv2dBatchNorm(x, w, bias, wantBN, gamma, beta, mean, variance, c.p, bn, true)
+			// Conv2d and Conv2dBatchNorm with the tiles prepared Winograd
+			// layers run (useWinograd4).
+			reference := func(x, y *tensor.Tensor, fused bool) {
+				if be.vec.vector {
+					be.winoTile = 4
+				}
+				if fused {
+					be.Conv2dBatchNorm(x, w, bias, y, gamma, beta, mean, variance, c.p, bn, true)
+				} else {
+					be.Conv2d(x, w, bias, y, c.p)
+				}
+				be.winoTile = 0
+			}
+			reference(x, want, false)
+			reference(x, wantBN, true)
 
 			var prep, prepBN tensor.PreparedWeights
 			y := tensor.New(c.n, c.f, oh, ow)
 			for call := range 2 {
 				be.Conv2dPrepared(&prep, x, w, bias, y, nil, nil, nil, nil, c.p, bn, false)
+				if be.conv.winograd && be.conv.tile != 4 && be.vec.vector {
+					t.Fatalf("%s: a prepared Winograd layer ran %d×%d tiles, want 4×4", label, be.conv.tile, be.conv.tile)
+				}
 				sameBits(t, fmt.Sprintf("%s, call %d", label, call), y.Data, want.Data)
 				be.Conv2dPrepared(&prepBN, x, w, bias, y, gamma, beta, mean, variance, c.p, bn, true)
 				sameBits(t, fmt.Sprintf("%s, batch norm, call %d", label, call), y.Data, wantBN.Data)
@@ -91,7 +107,7 @@ func TestConvPrepared(t *testing.T) {
 				sameBits(t, label+", weights changed, no Reset", y.Data, want.Data)
 			}
 			prep.Reset()
-			be.Conv2d(x, w, bias, want, c.p)
+			reference(x, want, false)
 			be.Conv2dPrepared(&prep, x, w, bias, y, nil, nil, nil, nil, c.p, bn, false)
 			sameBits(t, label+", after Reset", y.Data, want.Data)
 
@@ -99,7 +115,7 @@ func TestConvPrepared(t *testing.T) {
 			x2 := randTensor(rng, c.n, c.c, c.other[0], c.other[1])
 			oh2, ow2 := c.p.OutSize(c.other[0], c.other[1])
 			want2, y2 := tensor.New(c.n, c.f, oh2, ow2), tensor.New(c.n, c.f, oh2, ow2)
-			be.Conv2d(x2, w, bias, want2, c.p)
+			reference(x2, want2, false)
 			be.Conv2dPrepared(&prep, x2, w, bias, y2, nil, nil, nil, nil, c.p, bn, false)
 			sameBits(t, label+", another map", y2.Data, want2.Data)
 			be.Close()

@@ -103,6 +103,85 @@ func (o vecOps) g4(y0, y1, y2, y3, x0, x1, x2 []float32) {
 	}
 }
 
+// bt6 applies F(4×4, 3×3)'s Bᵀ to six rows x[k·xs:][:n], k < 6, into
+// y[k·ys:][:n]: with a = x4 − 4x2, b = x3 − 4x1, c = x4 − x2 and
+// e = 2(x3 − x1), y0 = (4x0 − 5x2) + x4, y1 = a + b, y2 = a − b,
+// y3 = c + e, y4 = c − e, y5 = (4x1 − 5x3) + x5.
+func (o vecOps) bt6(y []float32, ys int, x []float32, xs, n int) {
+	if n == 0 {
+		return
+	}
+	_, _ = y[5*ys:][:n], x[5*xs:][:n]
+	if o.vector {
+		bt6Vector(&y[0], ys, &x[0], xs, n)
+		return
+	}
+	x0, x1, x2, x3, x4, x5 := x[:n], x[xs:][:n], x[2*xs:][:n], x[3*xs:][:n], x[4*xs:][:n], x[5*xs:][:n]
+	y0, y1, y2, y3, y4, y5 := y[:n], y[ys:][:n], y[2*ys:][:n], y[3*ys:][:n], y[4*ys:][:n], y[5*ys:][:n]
+	for i := range y0 {
+		d0, d1, d2, d3, d4, d5 := x0[i], x1[i], x2[i], x3[i], x4[i], x5[i]
+		a, b := d4-float32(4*d2), d3-float32(4*d1)
+		c, e := d4-d2, float32(2*(d3-d1))
+		y0[i] = float32(4*d0) - float32(5*d2) + d4
+		y1[i], y2[i], y3[i], y4[i] = a+b, a-b, c+e, c-e
+		y5[i] = float32(4*d1) - float32(5*d3) + d5
+	}
+}
+
+// at4 applies F(4×4, 3×3)'s Aᵀ to six rows x[k·xs:][:n], k < 6, into
+// four, y[k·ys:][:n]: with s = x1 + x2, d = x1 − x2, S = x3 + x4 and
+// D = x3 − x4, y0 = (x0 + s) + S, y1 = d + 2D, y2 = s + 4S,
+// y3 = (d + 8D) + x5.
+func (o vecOps) at4(y []float32, ys int, x []float32, xs, n int) {
+	if n == 0 {
+		return
+	}
+	_, _ = y[3*ys:][:n], x[5*xs:][:n]
+	if o.vector {
+		at4Vector(&y[0], ys, &x[0], xs, n)
+		return
+	}
+	x0, x1, x2, x3, x4, x5 := x[:n], x[xs:][:n], x[2*xs:][:n], x[3*xs:][:n], x[4*xs:][:n], x[5*xs:][:n]
+	y0, y1, y2, y3 := y[:n], y[ys:][:n], y[2*ys:][:n], y[3*ys:][:n]
+	for i := range y0 {
+		s, d := x1[i]+x2[i], x1[i]-x2[i]
+		bigS, bigD := x3[i]+x4[i], x3[i]-x4[i]
+		y0[i] = x0[i] + s + bigS
+		y1[i] = d + float32(2*bigD)
+		y2[i] = s + float32(4*bigS)
+		y3[i] = d + float32(8*bigD) + x5[i]
+	}
+}
+
+// g6 applies F(4×4, 3×3)'s G to three rows x[k·xs:][:n], k < 3, into
+// six, y[k·ys:][:n]: with a = x0/4 + x2, b = x1/2 and s = x0 + x2,
+// y0 = x0/4, y1 = (s + x1)·(−1/6), y2 = (s − x1)·(−1/6), y3 = (a + b)/6,
+// y4 = (a − b)/6 (both as products by 1/6 rounded to float32), y5 = x2.
+func (o vecOps) g6(y []float32, ys int, x []float32, xs, n int) {
+	if n == 0 {
+		return
+	}
+	_, _ = y[5*ys:][:n], x[2*xs:][:n]
+	if o.vector {
+		g6Vector(&y[0], ys, &x[0], xs, n)
+		return
+	}
+	x0, x1, x2 := x[:n], x[xs:][:n], x[2*xs:][:n]
+	y0, y1, y2, y3, y4, y5 := y[:n], y[ys:][:n], y[2*ys:][:n], y[3*ys:][:n], y[4*ys:][:n], y[5*ys:][:n]
+	const sixth = float32(1.0 / 6)
+	for i := range y0 {
+		g0, g1, g2 := x0[i], x1[i], x2[i]
+		q := float32(0.25 * g0)
+		a, b, s := q+g2, float32(0.5*g1), g0+g2
+		y0[i] = q
+		y1[i] = float32((s + g1) * -sixth)
+		y2[i] = float32((s - g1) * -sixth)
+		y3[i] = float32((a + b) * sixth)
+		y4[i] = float32((a - b) * sixth)
+		y5[i] = g2
+	}
+}
+
 // rowsLen is how long a slice of rows rows of n elements, stride apart,
 // is at least.
 func rowsLen(rows, stride, n int) int { return (rows-1)*stride + n }

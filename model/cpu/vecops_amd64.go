@@ -31,6 +31,17 @@ func g4Vector(y0, y1, y2, y3, x0, x1, x2 *float32, n int)
 //go:noescape
 func a4Vector(y0, y1, y2, y3, x0, x1 *float32, n int)
 
+// bt6Vector and at4Vector take strides in elements.
+//
+//go:noescape
+func bt6Vector(y *float32, ys int, x *float32, xs, n int)
+
+//go:noescape
+func at4Vector(y *float32, ys int, x *float32, xs, n int)
+
+//go:noescape
+func g6Vector(y *float32, ys int, x *float32, xs, n int)
+
 //go:noescape
 func hbt4Vector(y0, y1, y2, y3 *float32, ys int, x *float32, xs, n, rows int)
 

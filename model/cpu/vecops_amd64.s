@@ -1241,3 +1241,195 @@ DATA pickLanes<>+20(SB)/4, $6
 DATA pickLanes<>+24(SB)/4, $12
 DATA pickLanes<>+28(SB)/4, $14
 GLOBL pickLanes<>(SB), RODATA|NOPTR, $32
+
+// STRIDED runs BODY8, BODY4 and BODY1 over AX from 0 to CX, as ROWS does
+// over one row, with DX free for a pointer: CX is moved down by eight and
+// four so that it is the bound to compare with.
+#define STRIDED(BODY8, BODY4, BODY1) \
+	XORQ	AX, AX \
+	SUBQ	$8, CX \
+eight: \
+	CMPQ	AX, CX \
+	JGT	four \
+	BODY8 \
+	ADDQ	$8, AX \
+	JMP	eight \
+four: \
+	ADDQ	$4, CX \
+	CMPQ	AX, CX \
+	JGT	one \
+	BODY4 \
+	ADDQ	$4, AX \
+one: \
+	ADDQ	$4, CX \
+ones: \
+	CMPQ	AX, CX \
+	JGE	done \
+	BODY1 \
+	INCQ	AX \
+	JMP	ones \
+done: \
+	VZEROUPPER \
+	RET
+
+// SIXROWS sets R8 … R13 to the six rows from x, xs elements apart, and
+// the first of the outputs to DI, ys elements apart in SI (bytes).
+#define SIXROWS \
+	MOVQ	y+0(FP), DI \
+	MOVQ	ys+8(FP), SI \
+	SHLQ	$2, SI \
+	MOVQ	x+16(FP), R8 \
+	MOVQ	xs+24(FP), DX \
+	SHLQ	$2, DX \
+	LEAQ	(R8)(DX*1), R9 \
+	LEAQ	(R9)(DX*1), R10 \
+	LEAQ	(R10)(DX*1), R11 \
+	LEAQ	(R11)(DX*1), R12 \
+	LEAQ	(R12)(DX*1), R13 \
+	MOVQ	n+32(FP), CX
+
+// BROADCAST sets Y to the float32 of bits BITS in every lane.
+#define BROADCAST(BITS, X, Y) \
+	MOVL	BITS, AX \
+	VMOVD	AX, X \
+	VBROADCASTSS	X, Y
+
+// bt6 (vecops.go): loads x0 … x5 into A … F; G, H, I, J are scratch;
+// Y13 holds 4, Y14 5, Y15 2 (X13 … X15 their low lanes). Outputs y0 …
+// y5 at DI, BX, DX, R14, R15, SI.
+#define BT6(MOV, MUL, SUB, ADD, A, B, C, D, E, F, G, H, I, J, K4, K5, K2) \
+	MOV	(R8)(AX*4), A \
+	MOV	(R9)(AX*4), B \
+	MOV	(R10)(AX*4), C \
+	MOV	(R11)(AX*4), D \
+	MOV	(R12)(AX*4), E \
+	MOV	(R13)(AX*4), F \
+	MUL	K4, C, G \
+	SUB	G, E, G \
+	MUL	K4, B, H \
+	SUB	H, D, H \
+	ADD	H, G, I \
+	SUB	H, G, J \
+	MOV	I, (BX)(AX*4) \
+	MOV	J, (DX)(AX*4) \
+	SUB	C, E, G \
+	SUB	B, D, H \
+	MUL	K2, H, H \
+	ADD	H, G, I \
+	SUB	H, G, J \
+	MOV	I, (R14)(AX*4) \
+	MOV	J, (R15)(AX*4) \
+	MUL	K4, A, G \
+	MUL	K5, C, H \
+	SUB	H, G, G \
+	ADD	E, G, G \
+	MOV	G, (DI)(AX*4) \
+	MUL	K4, B, G \
+	MUL	K5, D, H \
+	SUB	H, G, G \
+	ADD	F, G, G \
+	MOV	G, (SI)(AX*4)
+
+#define BT6_8 BT6(VMOVUPS, VMULPS, VSUBPS, VADDPS, Y0, Y1, Y2, Y3, Y4, Y5, Y6, Y7, Y8, Y9, Y13, Y14, Y15)
+#define BT6_4 BT6(VMOVUPS, VMULPS, VSUBPS, VADDPS, X0, X1, X2, X3, X4, X5, X6, X7, X8, X9, X13, X14, X15)
+#define BT6_1 BT6(VMOVSS, VMULSS, VSUBSS, VADDSS, X0, X1, X2, X3, X4, X5, X6, X7, X8, X9, X13, X14, X15)
+
+// func bt6Vector(y *float32, ys int, x *float32, xs, n int)
+TEXT ·bt6Vector(SB), NOSPLIT, $0-40
+	BROADCAST($0x40800000, X13, Y13)
+	BROADCAST($0x40a00000, X14, Y14)
+	BROADCAST($0x40000000, X15, Y15)
+	SIXROWS
+	// The outputs: y0 at DI, y1 … y5 at BX, DX, R14, R15, SI.
+	LEAQ	(DI)(SI*1), BX
+	LEAQ	(BX)(SI*1), DX
+	LEAQ	(DX)(SI*1), R14
+	LEAQ	(R14)(SI*1), R15
+	LEAQ	(R15)(SI*1), SI
+	STRIDED(BT6_8, BT6_4, BT6_1)
+
+// at4 (vecops.go): loads x0 … x5 into A … F; G … J are scratch; Y13
+// holds 2, Y14 4, Y15 8. Outputs y0 … y3 at DI, BX, DX, R14.
+#define AT4(MOV, MUL, SUB, ADD, A, B, C, D, E, F, G, H, I, J, K2, K4, K8) \
+	MOV	(R8)(AX*4), A \
+	MOV	(R9)(AX*4), B \
+	MOV	(R10)(AX*4), C \
+	MOV	(R11)(AX*4), D \
+	MOV	(R12)(AX*4), E \
+	MOV	(R13)(AX*4), F \
+	ADD	C, B, G \
+	SUB	C, B, H \
+	ADD	E, D, I \
+	SUB	E, D, J \
+	ADD	G, A, A \
+	ADD	I, A, A \
+	MOV	A, (DI)(AX*4) \
+	MUL	K2, J, B \
+	ADD	B, H, B \
+	MOV	B, (BX)(AX*4) \
+	MUL	K4, I, C \
+	ADD	C, G, C \
+	MOV	C, (DX)(AX*4) \
+	MUL	K8, J, D \
+	ADD	D, H, D \
+	ADD	F, D, D \
+	MOV	D, (R14)(AX*4)
+
+#define AT4_8 AT4(VMOVUPS, VMULPS, VSUBPS, VADDPS, Y0, Y1, Y2, Y3, Y4, Y5, Y6, Y7, Y8, Y9, Y13, Y14, Y15)
+#define AT4_4 AT4(VMOVUPS, VMULPS, VSUBPS, VADDPS, X0, X1, X2, X3, X4, X5, X6, X7, X8, X9, X13, X14, X15)
+#define AT4_1 AT4(VMOVSS, VMULSS, VSUBSS, VADDSS, X0, X1, X2, X3, X4, X5, X6, X7, X8, X9, X13, X14, X15)
+
+// func at4Vector(y *float32, ys int, x *float32, xs, n int)
+TEXT ·at4Vector(SB), NOSPLIT, $0-40
+	BROADCAST($0x40000000, X13, Y13)
+	BROADCAST($0x40800000, X14, Y14)
+	BROADCAST($0x41000000, X15, Y15)
+	SIXROWS
+	LEAQ	(DI)(SI*1), BX
+	LEAQ	(BX)(SI*1), DX
+	LEAQ	(DX)(SI*1), R14
+	STRIDED(AT4_8, AT4_4, AT4_1)
+
+// g6 (vecops.go): loads x0, x1, x2 into A, B, C; D … H are scratch; Y12
+// holds 1/4, Y13 1/2, Y14 1/6, Y15 −1/6. Outputs y0 … y5 at DI, BX, DX,
+// R14, R15, SI; x0 … x2 at R8 … R10.
+#define G6(MOV, MUL, SUB, ADD, A, B, C, D, E, F, G, H, K4, K2, K6, KN6) \
+	MOV	(R8)(AX*4), A \
+	MOV	(R9)(AX*4), B \
+	MOV	(R10)(AX*4), C \
+	MUL	K4, A, D \
+	MOV	D, (DI)(AX*4) \
+	ADD	C, D, D \
+	MUL	K2, B, E \
+	ADD	C, A, F \
+	ADD	B, F, G \
+	MUL	KN6, G, G \
+	MOV	G, (BX)(AX*4) \
+	SUB	B, F, H \
+	MUL	KN6, H, H \
+	MOV	H, (DX)(AX*4) \
+	ADD	E, D, G \
+	MUL	K6, G, G \
+	MOV	G, (R14)(AX*4) \
+	SUB	E, D, H \
+	MUL	K6, H, H \
+	MOV	H, (R15)(AX*4) \
+	MOV	C, (SI)(AX*4)
+
+#define G6_8 G6(VMOVUPS, VMULPS, VSUBPS, VADDPS, Y0, Y1, Y2, Y3, Y4, Y5, Y6, Y7, Y12, Y13, Y14, Y15)
+#define G6_4 G6(VMOVUPS, VMULPS, VSUBPS, VADDPS, X0, X1, X2, X3, X4, X5, X6, X7, X12, X13, X14, X15)
+#define G6_1 G6(VMOVSS, VMULSS, VSUBSS, VADDSS, X0, X1, X2, X3, X4, X5, X6, X7, X12, X13, X14, X15)
+
+// func g6Vector(y *float32, ys int, x *float32, xs, n int)
+TEXT ·g6Vector(SB), NOSPLIT, $0-40
+	BROADCAST($0x3e800000, X12, Y12)
+	BROADCAST($0x3f000000, X13, Y13)
+	BROADCAST($0x3e2aaaab, X14, Y14)
+	BROADCAST($0xbe2aaaab, X15, Y15)
+	SIXROWS
+	LEAQ	(DI)(SI*1), BX
+	LEAQ	(BX)(SI*1), DX
+	LEAQ	(DX)(SI*1), R14
+	LEAQ	(R14)(SI*1), R15
+	LEAQ	(R15)(SI*1), SI
+	STRIDED(G6_8, G6_4, G6_1)

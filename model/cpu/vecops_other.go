@@ -13,6 +13,9 @@ func hasWideOps() bool { return false }
 func bt4Vector(y0, y1, y2, y3, x0, x1, x2, x3 *float32, n int) { panic("no vector kernels") }
 func at2Vector(y0, y1, x0, x1, x2, x3 *float32, n int)         { panic("no vector kernels") }
 func a4Vector(y0, y1, y2, y3, x0, x1 *float32, n int)          { panic("no vector kernels") }
+func bt6Vector(y *float32, ys int, x *float32, xs, n int)      { panic("no vector kernels") }
+func at4Vector(y *float32, ys int, x *float32, xs, n int)      { panic("no vector kernels") }
+func g6Vector(y *float32, ys int, x *float32, xs, n int)       { panic("no vector kernels") }
 func hbt4Vector(y0, y1, y2, y3 *float32, ys int, x *float32, xs, n, rows int) {
 	panic("no vector kernels")
 }

@@ -80,6 +80,21 @@ func TestVecOps(t *testing.T) {
 				o.g4(y[0][:n], y[1][:n], y[2][:n], y[3][:n], x[0], x[1], x[2])
 			}}
 		}},
+		{"bt6", func(n, _ int, stride func(int) int) opCase {
+			ys, xs := stride(n), stride(n)
+			x := [][]float32{input(rowsLen(6, xs, n))}
+			return opCase{x, []int{rowsLen(6, ys, n) + guard}, func(o vecOps, y [][]float32) { o.bt6(y[0], ys, x[0], xs, n) }}
+		}},
+		{"g6", func(n, _ int, stride func(int) int) opCase {
+			ys, xs := stride(n), stride(n)
+			x := [][]float32{input(rowsLen(3, xs, n))}
+			return opCase{x, []int{rowsLen(6, ys, n) + guard}, func(o vecOps, y [][]float32) { o.g6(y[0], ys, x[0], xs, n) }}
+		}},
+		{"at4", func(n, _ int, stride func(int) int) opCase {
+			ys, xs := stride(n), stride(n)
+			x := [][]float32{input(rowsLen(6, xs, n))}
+			return opCase{x, []int{rowsLen(4, ys, n) + guard}, func(o vecOps, y [][]float32) { o.at4(y[0], ys, x[0], xs, n) }}
+		}},
 		{"hbt4", func(n, rows int, stride func(int) int) opCase {
 			ys, xs := stride(n), stride(2*n+2)
 			x := [][]float32{input(rowsLen(rows, xs, 2*n+2))}

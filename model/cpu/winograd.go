@@ -403,18 +403,19 @@ func winogradWeightGrad(dw, du []float32, f, c int) {
 	}
 }
 
-// winogradProducts runs the 16 products c[ξ] = op(a[ξ])·op(b[ξ])
-// (+ c[ξ] when accumulate), op(a[ξ]) m×k and op(b[ξ]) k×n: a and b give
-// the 16 matrices' data, each's row stride and whether it is transposed;
-// c is [16][m][n]; each operand's matrices winoStride apart. pa or pb,
+// winogradProducts runs the count products c[ξ] = op(a[ξ])·op(b[ξ])
+// (+ c[ξ] when accumulate), op(a[ξ]) m×k and op(b[ξ]) k×n, one for each
+// tile element (16, or 36 for F(4×4, 3×3)): a and b give the matrices'
+// data, each's row stride and whether it is transposed; c is
+// [count][m][n]; each operand's matrices winoStride apart. pa or pb,
 // when set, are a prepared layer's packings of a's or b's matrices (U's).
-func (t *convTask) winogradProducts(worker, m, n, k int, a, b gemm.Matrix, pa []gemm.PackedA, pb []gemm.PackedB, c []float32, accumulate bool) {
+func (t *convTask) winogradProducts(worker, count, m, n, k int, a, b gemm.Matrix, pa []gemm.PackedA, pb []gemm.PackedB, c []float32, accumulate bool) {
 	var beta float32
 	if accumulate {
 		beta = 1
 	}
 	as, bs, cs := winoStride(m*k), winoStride(k*n), winoStride(m*n)
-	for e := range 16 {
+	for e := range count {
 		am := gemm.Matrix{Data: a.Data[e*as : e*as+m*k], Stride: a.Stride, Trans: a.Trans}
 		bm := gemm.Matrix{Data: b.Data[e*bs : e*bs+k*n], Stride: b.Stride, Trans: b.Trans}
 		cm := gemm.Matrix{Data: c[e*cs : e*cs+m*n], Stride: n}
@@ -438,6 +439,10 @@ func (t *convTask) winogradChunk(worker, i int) {
 	out := winoTiling(g.oh, g.ow)
 	inLen, outLen := g.c*g.h*g.wd, g.f*g.ohw
 	group := max(1, min(hi-lo, ceilDiv(winoGroupTiles, out.tiles)))
+	if !t.backward && t.tile == 4 {
+		t.winograd4Forward(worker, s, lo, hi)
+		return
+	}
 	v := grow(&s.col, 16*winoStride(g.c*group*out.tiles))
 	m := grow(&s.ybuf, 16*winoStride(g.f*group*out.tiles))
 	if !t.backward {
@@ -452,11 +457,11 @@ func (t *convTask) winogradChunk(worker, i int) {
 			x, y := t.x.Data[first*inLen:(first+n)*inLen], t.y.Data[first*outLen:(first+n)*outLen]
 			if last {
 				winogradInputLast(t.b.vec, v, winoStride(g.c*ld), x, n, g.c, g.h, g.wd, p.PadH, p.PadW, out, &s.wino)
-				t.winogradProducts(worker, ld, g.f, g.c, gemm.Matrix{Data: v, Stride: g.c}, gemm.Matrix{Data: t.u, Stride: g.c, Trans: true}, nil, t.uPacked, m, false)
+				t.winogradProducts(worker, 16, ld, g.f, g.c, gemm.Matrix{Data: v, Stride: g.c}, gemm.Matrix{Data: t.u, Stride: g.c, Trans: true}, nil, t.uPacked, m, false)
 				winogradOutputLast(t.b.vec, y, m, winoStride(g.f*ld), n, g.f, g.oh, g.ow, out, bias, &s.wino)
 			} else {
 				winogradInput(t.b.vec, v, winoStride(g.c*ld), ld, x, n, g.c, g.h, g.wd, p.PadH, p.PadW, out, &s.wino)
-				t.winogradProducts(worker, g.f, ld, g.c, gemm.Matrix{Data: t.u, Stride: g.c}, gemm.Matrix{Data: v, Stride: ld}, t.aPacked, nil, m, false)
+				t.winogradProducts(worker, 16, g.f, ld, g.c, gemm.Matrix{Data: t.u, Stride: g.c}, gemm.Matrix{Data: v, Stride: ld}, t.aPacked, nil, m, false)
 				winogradOutput(t.b.vec, y, m, winoStride(g.f*ld), ld, n, g.f, g.oh, g.ow, out, bias, &s.wino)
 			}
 			for k := first; k < first+n; k++ {
@@ -490,12 +495,12 @@ func (t *convTask) winogradChunk(worker, i int) {
 		dy, dx := t.dy.Data[first*outLen:(first+n)*outLen], t.dx.Data[first*inLen:(first+n)*inLen]
 		if last {
 			winogradInputLast(t.b.vec, v, winoStride(g.f*ld), dy, n, g.f, g.oh, g.ow, 2-p.PadH, 2-p.PadW, in, &s.wino)
-			t.winogradProducts(worker, ld, g.c, g.f, gemm.Matrix{Data: v, Stride: g.f}, gemm.Matrix{Data: t.u, Stride: g.f, Trans: true}, nil, nil, m, false)
+			t.winogradProducts(worker, 16, ld, g.c, g.f, gemm.Matrix{Data: v, Stride: g.f}, gemm.Matrix{Data: t.u, Stride: g.f, Trans: true}, nil, nil, m, false)
 			winogradOutputLast(t.b.vec, dx, m, winoStride(g.c*ld), n, g.c, g.h, g.wd, in, nil, &s.wino)
 			continue
 		}
 		winogradInput(t.b.vec, v, winoStride(g.f*ld), ld, dy, n, g.f, g.oh, g.ow, 2-p.PadH, 2-p.PadW, in, &s.wino)
-		t.winogradProducts(worker, g.c, ld, g.f, gemm.Matrix{Data: t.u, Stride: g.f}, gemm.Matrix{Data: v, Stride: ld}, nil, nil, m, false)
+		t.winogradProducts(worker, 16, g.c, ld, g.f, gemm.Matrix{Data: t.u, Stride: g.f}, gemm.Matrix{Data: v, Stride: ld}, nil, nil, m, false)
 		winogradOutput(t.b.vec, dx, m, winoStride(g.c*ld), ld, n, g.c, g.h, g.wd, in, nil, &s.wino)
 	}
 }
@@ -521,14 +526,14 @@ func (t *convTask) winogradWeightGrad(worker int, s *scratch, lo, hi, group int,
 		if !last {
 			winogradInput(t.b.vec, v, winoStride(g.c*ld), ld, x, n, g.c, g.h, g.wd, p.PadH, p.PadW, out, &s.wino)
 			winogradOutputGrad(t.b.vec, m, winoStride(g.f*ld), ld, dy, n, g.f, g.oh, g.ow, out, &s.wino)
-			t.winogradProducts(worker, g.f, g.c, ld, gemm.Matrix{Data: m, Stride: ld}, gemm.Matrix{Data: v, Stride: ld, Trans: true}, nil, nil, du, true)
+			t.winogradProducts(worker, 16, g.f, g.c, ld, gemm.Matrix{Data: m, Stride: ld}, gemm.Matrix{Data: v, Stride: ld, Trans: true}, nil, nil, du, true)
 			continue
 		}
 		// dU[ξ] += M̂[ξ]ᵀ·V̂[ξ]: both operands tiles × channels, so that
 		// the GEMM packs them by copying rows.
 		winogradInputLast(t.b.vec, v, winoStride(g.c*ld), x, n, g.c, g.h, g.wd, p.PadH, p.PadW, out, &s.wino)
 		winogradOutputGradLast(t.b.vec, m, winoStride(g.f*ld), dy, n, g.f, g.oh, g.ow, out, &s.wino)
-		t.winogradProducts(worker, g.f, g.c, ld, gemm.Matrix{Data: m, Stride: g.f, Trans: true}, gemm.Matrix{Data: v, Stride: g.c}, nil, nil, du, true)
+		t.winogradProducts(worker, 16, g.f, g.c, ld, gemm.Matrix{Data: m, Stride: g.f, Trans: true}, gemm.Matrix{Data: v, Stride: g.c}, nil, nil, du, true)
 	}
 	dw := grow(&s.dw, g.f*g.ckk)
 	clear(dw)

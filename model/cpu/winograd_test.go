@@ -44,6 +44,7 @@ func TestWinograd(t *testing.T) {
 		be := New(threads)
 		be.SetConvAlgorithm(ConvWinograd)
 		be.winoLayout = run.layout
+		be.winoTile = 2 // F(4×4, 3×3): TestWinograd4
 		for _, c := range cases {
 			p := tensor.ConvParams{KernelH: 3, KernelW: 3, StrideH: 1, StrideW: 1, PadH: c.pad, PadW: c.pad}
 			x := randTensor(rng, c.n, c.c, c.h, c.w)
@@ -124,6 +125,7 @@ func TestWinogradChannelsLast(t *testing.T) {
 				be := New(1)
 				be.SetConvAlgorithm(ConvWinograd)
 				be.winoLayout = layout
+				be.winoTile = 2
 				if !vector {
 					be.vec = vecOps{}
 				}
@@ -198,13 +200,17 @@ func TestWinogradChoice(t *testing.T) {
 func TestNameSaysConvAlgorithm(t *testing.T) {
 	be := New(2)
 	defer be.Close()
+	wino := "Winograd F(2×2, 3×3)" // the loops'
+	if be.vec.vector {
+		wino += " (frozen layers F(4×4, 3×3))"
+	}
 	for _, c := range []struct {
 		algo ConvAlgorithm
 		want string
 	}{
-		{ConvAuto, fmt.Sprintf(", Winograd for 3×3 layers of %d+ channels and 4+ tiles, dense products for maps within a kernel, element-wise ", be.winoMinChannels())},
+		{ConvAuto, fmt.Sprintf(", %s for 3×3 layers of %d+ channels and 4+ tiles, dense products for maps within a kernel, element-wise ", wino, be.winoMinChannels())},
 		{ConvIm2col, ", im2col convolutions, element-wise "},
-		{ConvWinograd, ", Winograd for every 3×3 layer, element-wise "},
+		{ConvWinograd, ", " + wino + " for every 3×3 layer, element-wise "},
 	} {
 		be.SetConvAlgorithm(c.algo)
 		if got := be.Name(); !strings.HasPrefix(got, "cpu ") || !strings.Contains(got, c.want) || !strings.HasSuffix(got, ", 2 threads") {

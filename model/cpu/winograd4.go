@@ -1,0 +1,177 @@
+package cpu
+
+import "github.com/gorun/gorun/model/gemm"
+
+// Winograd F(4×4, 3×3) (Lavin and Gray, 2016; points 0, ±1, ±2 and ∞):
+// each 4×4 block of outputs from a 6×6 input tile, Y = Aᵀ[(G g Gᵀ) ⊙
+// (Bᵀ d B)]A. Over a batch the element-wise products become 36 matrix
+// products of F·C multiply-adds a tile of 16 outputs: 2.25 an output
+// where F(2×2, 3×3) takes 4 and im2col 9. Its transforms multiply by 4,
+// 5, 2 and 8 (Bᵀ, Aᵀ) and by 1/4, 1/2 and 1/6 (G), so its rounding is
+// larger: on ResNet-50's and CIFARNet's layers (unit inputs, kaiming
+// weights) 2–3e-6 of the outputs' RMS against 3–5e-7 for 2×2 tiles, the
+// worst output 4–7e-5 of it against 2–3e-6 (TestWinograd4 bounds it
+// against the float64 definition).
+//
+// It runs the forward pass of frozen layers (Conv2dPrepared: evaluation
+// and inference), with the channels innermost (as winolast.go: each step
+// over all the channels of one tile at once). Training keeps 2×2 tiles:
+// with 4×4 ones in its forward pass and data gradient, CIFARNet's
+// gradients still agreed with PyTorch's within 2e-5 (1e-6–5e-6 with 2×2
+// tiles), but two processes and one, whose batch norms sum in another
+// order, drifted apart by 4e-5 in four steps (TestSyncBatchNorm, whose
+// bound is 1e-5; 2×2 tiles: 6.5e-7).
+
+// useWinograd4 reports whether a Winograd layer's forward pass runs
+// with 4×4 tiles: a frozen layer's (prep set, not kept for a backward
+// pass) with the vector kernels. One thread, batch 32
+// (BenchmarkWinogradTiles, Zen 4), against the 2×2 tiles in the layout
+// the backend chooses: ResNet-18's layers on CIFAR-10's 4×4 and 8×8 maps
+// 1.3× and 1.8× faster, CIFARNet's 1.15–1.3×, ResNet-50's from 1.1×
+// (56×56) to 1.55× (7×7).
+func (b *Backend) useWinograd4(prep *prepared) bool {
+	switch b.winoTile {
+	case 2:
+		return false
+	case 4:
+		return true
+	}
+	return b.vec.vector && prep != nil && !prep.forBackward
+}
+
+// wino4Tiling is the tiling of one image's output in 4×4 tiles.
+func wino4Tiling(oh, ow int) winoShape {
+	s := winoShape{th: (oh + 3) / 4, tw: (ow + 3) / 4}
+	s.tiles = s.th * s.tw
+	return s
+}
+
+// winoElems is the number of tile elements, and so of products, of
+// Winograd with tiles of tile×tile outputs (2 or 4).
+func winoElems(tile int) int {
+	if tile == 4 {
+		return 36
+	}
+	return 16
+}
+
+// winograd4Weights sets u [36][F][C] (matrices winoStride(F·C) apart) to
+// G w Gᵀ of every 3×3 kernel of w [F, C, 3, 3], winoWeightBlock kernels
+// at a time: their nine elements spread into nine planes
+// (spreadKernels), G applied down the columns of every kernel at once,
+// then along the rows straight into u's matrices (vecOps.g6).
+func winograd4Weights(ops vecOps, u, w []float32, f, c int, work *winoRows) {
+	n := f * c
+	es := winoStride(n)
+	const block = winoWeightBlock
+	const stride = block + 16 // see winogradWeightsBlocks
+	buf := grow(&work.buf, 27*stride)
+	g, t := buf[:9*stride], buf[9*stride:27*stride] // g's nine planes; t = G g, [6][3]
+	for lo := 0; lo < n; lo += block {
+		m := min(block, n-lo)
+		gp := func(j int) []float32 { return g[j*stride : j*stride+m] }
+		spreadKernels([9][]float32{gp(0), gp(1), gp(2), gp(3), gp(4), gp(5), gp(6), gp(7), gp(8)}, w, lo, c, c, false)
+		for q := range 3 {
+			ops.g6(t[q*stride:], 3*stride, g[q*stride:], 3*stride, m)
+		}
+		for r := range 6 {
+			ops.g6(u[6*r*es+lo:], es, t[3*r*stride:], stride, m)
+		}
+	}
+}
+
+// winograd4InputLast writes Bᵀ d B of every 6×6 input tile of images
+// images x [images][C, H, W] into v with the channels innermost: element
+// ξ of tile t of image k, channel ch at v[ξ·es + (k·tiles + t)·C + ch].
+// Tile (i, j) starts at row 4i − padH, column 4j − padW; what lies
+// outside the image is zero.
+func winograd4InputLast(ops vecOps, v []float32, es int, x []float32, images, c, h, w, padH, padW int, s winoShape, work *winoRows) {
+	th, tw, tiles := s.th, s.tw, s.tiles
+	pw, hp := 4*tw+2, 4*th+2 // the padded width and height the tiles span
+	buf := work.get((hp*pw + 36) * c)
+	// padded: an image, [hp][pw][C], zero outside it (only the image's
+	// part is written); t: d B of a tile's six rows, [6][6][C].
+	padded, t := buf[:hp*pw*c], buf[hp*pw*c:]
+	y0, y1 := max(0, -padH), min(h, hp-padH)
+	x0, x1 := max(0, -padW), min(w, pw-padW)
+	for k := range images {
+		img := x[k*c*h*w : (k+1)*c*h*w]
+		for iy := y0; iy < y1; iy++ {
+			channelsInnermost(padded[((iy+padH)*pw+padW+x0)*c:], img[iy*w+x0:], h*w, c, x1-x0)
+		}
+		for i := range th {
+			for j := range tw {
+				for r := range 6 {
+					ops.bt6(t[6*r*c:], c, padded[((4*i+r)*pw+4*j)*c:], c, c)
+				}
+				o := (k*tiles + i*tw + j) * c
+				for q := range 6 {
+					ops.bt6(v[q*es+o:], 6*es, t[q*c:], 6*c, c)
+				}
+			}
+		}
+	}
+}
+
+// winograd4OutputLast sets images images' outputs y [images][F, OH, OW]
+// from the products m laid out channels innermost (element ξ of tile t
+// of image k, filter o at m[ξ·es + (k·tiles + t)·F + o]) as Aᵀ m A, plus
+// the bias when there is one; the part of a tile past the map's edge is
+// dropped. Each image's outputs are made [OH][OW][F], then put in place.
+func winograd4OutputLast(ops vecOps, y, m []float32, es, images, f, oh, ow int, s winoShape, bias []float32, work *winoRows) {
+	th, tw, tiles := s.th, s.tw, s.tiles
+	pw := 4 * tw // the output's width in whole tiles
+	buf := work.get((4*th*pw + 24) * f)
+	// out: an image's outputs, [4·th][4·tw][F]; c: Aᵀ m, [4][6][F].
+	out, c := buf[:4*th*pw*f], buf[4*th*pw*f:]
+	for k := range images {
+		for i := range th {
+			for j := range tw {
+				o := (k*tiles + i*tw + j) * f
+				for q := range 6 {
+					ops.at4(c[q*f:], 6*f, m[q*es+o:], 6*es, f)
+				}
+				for r := range 4 {
+					ops.at4(out[((4*i+r)*pw+4*j)*f:], f, c[6*r*f:], f, f)
+				}
+			}
+		}
+		yk := y[k*f*oh*ow : (k+1)*f*oh*ow]
+		for oy := range oh {
+			channelsOutermost(yk[oy*ow:], oh*ow, out[oy*pw*f:], f, ow, bias)
+		}
+	}
+}
+
+// winograd4Forward runs the forward pass of chunk i's images [lo, hi) as
+// F(4×4, 3×3), with the bias and the fused batch norm.
+func (t *convTask) winograd4Forward(worker int, s *scratch, lo, hi int) {
+	g, p := t.g, t.p
+	var bias []float32
+	if t.bias != nil {
+		bias = t.bias.Data
+	}
+	inLen, outLen := g.c*g.h*g.wd, g.f*g.ohw
+	t.winograd4Images(worker, s, t.x.Data[lo*inLen:hi*inLen], t.y.Data[lo*outLen:hi*outLen], hi-lo, g.c, g.h, g.wd, g.f, g.oh, g.ow, p.PadH, p.PadW, bias)
+	for k := lo; k < hi; k++ {
+		t.normalise(t.y.Data[k*outLen : (k+1)*outLen])
+	}
+}
+
+// winograd4Images sets y [images][F, OH, OW] to the convolution of x
+// [images][C, H, W] by t.u (U [36][F][C]) as F(4×4, 3×3), plus bias
+// when not nil, in groups of images of at least winoGroupTiles tiles.
+func (t *convTask) winograd4Images(worker int, s *scratch, x, y []float32, images, c, h, w, f, oh, ow, padH, padW int, bias []float32) {
+	out := wino4Tiling(oh, ow)
+	inLen, outLen := c*h*w, f*oh*ow
+	group := max(1, min(images, ceilDiv(winoGroupTiles, out.tiles)))
+	v := grow(&s.col, 36*winoStride(c*group*out.tiles))
+	m := grow(&s.ybuf, 36*winoStride(f*group*out.tiles))
+	for first := 0; first < images; first += group {
+		n := min(group, images-first)
+		ld := n * out.tiles
+		winograd4InputLast(t.b.vec, v, winoStride(c*ld), x[first*inLen:(first+n)*inLen], n, c, h, w, padH, padW, out, &s.wino)
+		t.winogradProducts(worker, 36, ld, f, c, gemm.Matrix{Data: v, Stride: c}, gemm.Matrix{Data: t.u, Stride: c, Trans: true}, nil, t.uPacked, m, false)
+		winograd4OutputLast(t.b.vec, y[first*outLen:(first+n)*outLen], m, winoStride(f*ld), n, f, oh, ow, out, bias, &s.wino)
+	}
+}
