@@ -148,7 +148,7 @@ func (b *Backend) Threads() int { return b.pool.Threads() }
 // algorithm, the element-wise kernels and the thread count.
 func (b *Backend) Name() string {
 	wino := "Winograd F(2×2, 3×3)"
-	if b.useWinograd4(&prepared{}) {
+	if b.useWinograd4(geometry{}, &prepared{}) {
 		wino += " (frozen layers F(4×4, 3×3))"
 	}
 	conv := map[ConvAlgorithm]string{

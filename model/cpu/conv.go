@@ -195,7 +195,7 @@ func (b *Backend) runConv(backward bool, x, w, bias, y, dy, dx, dw, db *tensor.T
 		// Forward: U [16][F][C], or [36][F][C] with 4×4 tiles; backward:
 		// the data gradient's U [16][C][F].
 		t.tile = 2
-		if !backward && b.useWinograd4(prep) {
+		if !backward && b.useWinograd4(t.g, prep) {
 			t.tile = 4
 		}
 		var fill bool

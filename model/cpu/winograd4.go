@@ -24,20 +24,28 @@ import "github.com/gorun/gorun/model/gemm"
 
 // useWinograd4 reports whether a Winograd layer's forward pass runs
 // with 4×4 tiles: a frozen layer's (prep set, not kept for a backward
-// pass) with the vector kernels. One thread, batch 32
+// pass) with the vector kernels, up to wino4MaxKernels. One thread, batch 32
 // (BenchmarkWinogradTiles, Zen 4), against the 2×2 tiles in the layout
 // the backend chooses: ResNet-18's layers on CIFAR-10's 4×4 and 8×8 maps
 // 1.3× and 1.8× faster, CIFARNet's 1.15–1.3×, ResNet-50's from 1.1×
 // (56×56) to 1.55× (7×7).
-func (b *Backend) useWinograd4(prep *prepared) bool {
+func (b *Backend) useWinograd4(g geometry, prep *prepared) bool {
 	switch b.winoTile {
 	case 2:
 		return false
 	case 4:
 		return true
 	}
-	return b.vec.vector && prep != nil && !prep.forBackward
+	return b.vec.vector && prep != nil && !prep.forBackward && g.f*g.c <= wino4MaxKernels
 }
+
+// wino4MaxKernels bounds the layers useWinograd4 takes, in kernels (F·C):
+// CIFARNet's 256 → 512. U's 36 matrices take 144 bytes a kernel, 38 MiB
+// for ResNet-50's 512 → 512 layers, which with 2×2 tiles (16 MiB) set
+// the size of the backend's U; with 4×4 tiles ResNet-50's inference
+// peaked 41 MiB higher (359 → 400 MiB, 0.50× PyTorch's) for 0–5% of its
+// speed.
+const wino4MaxKernels = 256 * 512
 
 // wino4Tiling is the tiling of one image's output in 4×4 tiles.
 func wino4Tiling(oh, ow int) winoShape {

@@ -90,26 +90,29 @@ func TestWinograd4(t *testing.T) {
 }
 
 // TestWinograd4Choice: frozen layers' forward passes run 4×4 tiles with
-// the vector kernels; layers in training (no preparation, or one kept
-// for a backward pass) and the loops 2×2 ones, unless a test forces
-// either.
+// the vector kernels up to 256 × 512 kernels; layers in training (no
+// preparation, or one kept for a backward pass), larger ones and the
+// loops 2×2 ones, unless a test forces either.
 func TestWinograd4Choice(t *testing.T) {
+	small, large := geometry{c: 256, f: 512}, geometry{c: 512, f: 512}
 	for _, c := range []struct {
 		vector bool
+		g      geometry
 		prep   *prepared
 		tile   int
 		want   bool
 	}{
-		{true, &prepared{}, 0, true},
-		{true, nil, 0, false},
-		{true, &prepared{forBackward: true}, 0, false},
-		{false, &prepared{}, 0, false},
-		{true, &prepared{}, 2, false},
-		{false, nil, 4, true},
+		{true, small, &prepared{}, 0, true},
+		{true, large, &prepared{}, 0, false}, // U too large
+		{true, small, nil, 0, false},
+		{true, small, &prepared{forBackward: true}, 0, false},
+		{false, small, &prepared{}, 0, false},
+		{true, small, &prepared{}, 2, false},
+		{false, large, nil, 4, true},
 	} {
 		be := &Backend{vec: vecOps{vector: c.vector}, winoTile: c.tile}
-		if got := be.useWinograd4(c.prep); got != c.want {
-			t.Errorf("vector kernels %v, prepared %+v, tile forced to %d: 4×4 tiles %v, want %v", c.vector, c.prep, c.tile, got, c.want)
+		if got := be.useWinograd4(c.g, c.prep); got != c.want {
+			t.Errorf("vector kernels %v, %d → %d channels, prepared %+v, tile forced to %d: 4×4 tiles %v, want %v", c.vector, c.g.c, c.g.f, c.prep, c.tile, got, c.want)
 		}
 	}
 }
