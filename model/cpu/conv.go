@@ -209,11 +209,14 @@ func (b *Backend) runConv(backward bool, x, w, bias, y, dy, dx, dw, db *tensor.T
 			}
 		}
 		// A prepared U is also kept packed: as B where the layer runs
-		// channels last (maps at most four wide, whose short products
-		// paid most for packing it again, and every 4×4-tile layer), as
-		// A up to maxPackedAElems.
+		// channels last on maps at most four wide with 2×2 tiles or eight
+		// wide with 4×4 ones (whose short products paid most for packing
+		// it again; on wider maps, ResNet-50's 28×28 and 56×56, a packed
+		// 4×4-tile U held 19 MiB more for no measured gain), as A up to
+		// maxPackedAElems.
 		switch {
 		case !t.keepsForm(n):
+		case t.tile == 4 && wino4Tiling(t.g.oh, t.g.ow).tw > winoLastMaxTileCols:
 		case t.tile == 4 || b.channelsLast(winoTiling(t.g.oh, t.g.ow)):
 			t.uPacked = t.prep.packU(b.gemm, t.u, count, t.g.f, t.g.c, fill)
 		case t.packsA(n):
