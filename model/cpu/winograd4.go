@@ -8,27 +8,29 @@ import "github.com/gorun/gorun/model/gemm"
 // products of F·C multiply-adds a tile of 16 outputs: 2.25 an output
 // where F(2×2, 3×3) takes 4 and im2col 9. Its transforms multiply by 4,
 // 5, 2 and 8 (Bᵀ, Aᵀ) and by 1/4, 1/2 and 1/6 (G), so its rounding is
-// larger: on ResNet-50's and CIFARNet's layers (unit inputs, kaiming
-// weights) 2–3e-6 of the outputs' RMS against 3–5e-7 for 2×2 tiles, the
-// worst output 4–7e-5 of it against 2–3e-6 (TestWinograd4 bounds it
-// against the float64 definition).
+// larger: on CIFARNet's layers (unit inputs, kaiming weights) 1.8–2.4e-6
+// of the outputs' RMS on average and 3e-5 at worst, against 2.6–3.6e-7
+// and 2e-6 with 2×2 tiles (TestWinograd4Rounding; TestWinograd4 bounds
+// it against the float64 definition on other shapes).
 //
 // It runs the forward pass of frozen layers (Conv2dPrepared: evaluation
 // and inference), with the channels innermost (as winolast.go: each step
-// over all the channels of one tile at once). Training keeps 2×2 tiles:
-// with 4×4 ones in its forward pass and data gradient, CIFARNet's
-// gradients still agreed with PyTorch's within 2e-5 (1e-6–5e-6 with 2×2
-// tiles), but two processes and one, whose batch norms sum in another
-// order, drifted apart by 4e-5 in four steps (TestSyncBatchNorm, whose
-// bound is 1e-5; 2×2 tiles: 6.5e-7).
+// over all the channels of one tile at once). Training keeps 2×2 tiles.
+// With 4×4 ones in its forward pass and data gradient, CIFARNet's weight
+// gradients agreed with PyTorch's within 5e-6–1.5e-5 (1–5e-6 with 2×2
+// tiles), but the larger rounding flips more of the max pools' and
+// relus' choices: two processes and one, whose batch norms sum in
+// another order, drifted apart by 4e-5 in four steps (TestSyncBatchNorm,
+// whose bound is 1e-5; 2×2 tiles: 6.5e-7).
 
 // useWinograd4 reports whether a Winograd layer's forward pass runs
 // with 4×4 tiles: a frozen layer's (prep set, not kept for a backward
-// pass) with the vector kernels, up to wino4MaxKernels. One thread, batch 32
-// (BenchmarkWinogradTiles, Zen 4), against the 2×2 tiles in the layout
-// the backend chooses: ResNet-18's layers on CIFAR-10's 4×4 and 8×8 maps
-// 1.3× and 1.8× faster, CIFARNet's 1.15–1.3×, ResNet-50's from 1.1×
-// (56×56) to 1.55× (7×7).
+// pass) with the vector kernels, up to wino4MaxKernels. Forward, one
+// thread, batch 32 (BenchmarkWinogradTiles, Zen 4), against the 2×2
+// tiles in the layout the backend chooses, by the medians of three
+// runs: ResNet-18's layers on CIFAR-10's 4×4 and 8×8 maps 1.28× and
+// 1.82× faster, CIFARNet's 1.33–1.42×, ResNet-50's 1.18–1.23× (56×56 to
+// 14×14; 7×7, 512 channels, 1.55×).
 func (b *Backend) useWinograd4(g geometry, prep *prepared) bool {
 	switch b.winoTile {
 	case 2:
@@ -40,7 +42,7 @@ func (b *Backend) useWinograd4(g geometry, prep *prepared) bool {
 }
 
 // wino4MaxKernels bounds the layers useWinograd4 takes, in kernels (F·C):
-// CIFARNet's 256 → 512. U's 36 matrices take 144 bytes a kernel, 38 MiB
+// CIFARNet's 256 → 512. U's 36 matrices take 144 bytes a kernel, 36 MiB
 // for ResNet-50's 512 → 512 layers, which with 2×2 tiles (16 MiB) set
 // the size of the backend's U; with 4×4 tiles ResNet-50's inference
 // peaked 41 MiB higher (359 → 400 MiB, 0.50× PyTorch's) for 0–5% of its

@@ -116,3 +116,47 @@ func TestWinograd4Choice(t *testing.T) {
 		}
 	}
 }
+
+// TestWinograd4Rounding measures F(4×4, 3×3)'s rounding where it runs,
+// on CIFARNet's layers (unit normal inputs, kaiming-normal weights)
+// against the float64 definition, and holds it to what winograd4.go
+// states: within 5e-6 of the outputs' RMS on average, 1e-4 at worst (2×2
+// tiles: within 1e-6 and 5e-6).
+func TestWinograd4Rounding(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	p := tensor.ConvParams{KernelH: 3, KernelW: 3, StrideH: 1, StrideW: 1, PadH: 1, PadW: 1}
+	for _, c := range []struct{ n, c, f, hw int }{{4, 64, 128, 16}, {4, 128, 256, 8}} {
+		x, w := randTensor(rng, c.n, c.c, c.hw, c.hw), randTensor(rng, c.f, c.c, 3, 3)
+		for i := range w.Data {
+			w.Data[i] *= float32(math.Sqrt(2 / float64(9*c.f)))
+		}
+		want, _, _, _ := referenceConv(x, w, tensor.New(c.f), tensor.New(c.n, c.f, c.hw, c.hw), p)
+		var sq float64
+		for _, v := range want {
+			sq += v * v
+		}
+		scale := math.Sqrt(sq / float64(len(want))) // the outputs' RMS
+		for _, b := range []struct {
+			tile            int
+			meanTol, maxTol float64
+		}{{2, 1e-6, 5e-6}, {4, 5e-6, 1e-4}} {
+			be := New(1)
+			be.SetConvAlgorithm(ConvWinograd)
+			be.winoTile = b.tile
+			y := tensor.New(c.n, c.f, c.hw, c.hw)
+			be.Conv2d(x, w, nil, y, p)
+			be.Close()
+			var esq, worst float64
+			for i, v := range want {
+				e := float64(y.Data[i]) - v
+				esq += e * e
+				worst = max(worst, math.Abs(e))
+			}
+			rms, worst := math.Sqrt(esq/float64(len(want)))/scale, worst/scale
+			t.Logf("%d → %d channels, %d×%d, %d×%d tiles: error %.2g of the outputs' RMS on average, %.2g at worst", c.c, c.f, c.hw, c.hw, b.tile, b.tile, rms, worst)
+			if rms > b.meanTol || worst > b.maxTol {
+				t.Errorf("%d → %d channels, %d×%d tiles: error %.2g on average (bound %.2g), %.2g at worst (bound %.2g)", c.c, c.f, b.tile, b.tile, rms, b.meanTol, worst, b.maxTol)
+			}
+		}
+	}
+}
