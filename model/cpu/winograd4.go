@@ -16,8 +16,8 @@ import "github.com/gorun/gorun/model/gemm"
 // It runs the forward pass of frozen layers (Conv2dPrepared: evaluation
 // and inference), with the channels innermost (as winolast.go: each step
 // over all the channels of one tile at once). Training keeps 2×2 tiles.
-// With 4×4 ones in its forward pass and data gradient, CIFARNet's weight
-// gradients agreed with PyTorch's within 5e-6–1.5e-5 (1–5e-6 with 2×2
+// With 4×4 ones in its forward pass and data gradient, CIFARNet's conv
+// gradients agreed with PyTorch's within 5e-6–1.5e-5 (1–4e-6 with 2×2
 // tiles), but the larger rounding flips more of the max pools' and
 // relus' choices: two processes and one, whose batch norms sum in
 // another order, drifted apart by 4e-5 in four steps (TestSyncBatchNorm,
