@@ -45,8 +45,8 @@ func (b *Backend) useWinograd4(g geometry, prep *prepared) bool {
 // CIFARNet's 256 → 512. U's 36 matrices take 144 bytes a kernel, 36 MiB
 // for ResNet-50's 512 → 512 layers, which with 2×2 tiles (16 MiB) set
 // the size of the backend's U; with 4×4 tiles ResNet-50's inference
-// peaked 41 MiB higher (359 → 400 MiB, 0.50× PyTorch's) for 0–5% of its
-// speed.
+// peaked 40 MiB higher (350–356 → 391–397 MiB, 0.49–0.50× PyTorch's)
+// for 0–5% of its speed.
 const wino4MaxKernels = 256 * 512
 
 // wino4Tiling is the tiling of one image's output in 4×4 tiles.
