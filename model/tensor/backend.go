@@ -77,8 +77,10 @@ func (p *PreparedWeights) Reset() { p.State = nil }
 // PreparedConvBackend is a Backend that can prepare a convolution's
 // weights once for many forward passes (evaluation with weights frozen,
 // nn.Freeze) instead of on every call. Each method is Conv2d (with gamma
-// nil) or Conv2dBatchNorm, to the bit, given that w has not changed since
-// prep was filled: it fills prep on the first call, and again when x's
+// nil) or Conv2dBatchNorm, given that w has not changed since prep was
+// filled: to the bit, or within the rounding of an algorithm the backend
+// keeps for frozen weights, which it documents (the CPU's Winograd
+// F(4×4, 3×3)). It fills prep on the first call, and again when x's
 // shape, w's storage or p differ from the call that filled it. Callers
 // Reset prep whenever w may have changed.
 type PreparedConvBackend interface {
