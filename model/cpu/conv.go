@@ -192,7 +192,7 @@ func (b *Backend) runConv(backward bool, x, w, bias, y, dy, dx, dw, db *tensor.T
 		return 0
 	}
 	if t.winograd = b.useWinograd(t.g, p); t.winograd && (!backward || dx != nil) {
-		// Forward: U [16][F][C], or [36][F][C] with 4×4 tiles; backward:
+		// Forward: U [16][F][C], or [36][C][F] with 4×4 tiles; backward:
 		// the data gradient's U [16][C][F].
 		t.tile = 2
 		if !backward && b.useWinograd4(t.g, prep) {
@@ -218,7 +218,7 @@ func (b *Backend) runConv(backward bool, x, w, bias, y, dy, dx, dw, db *tensor.T
 		case !t.keepsForm(n):
 		case t.tile == 4 && wino4Tiling(t.g.oh, t.g.ow).tw > winoLastMaxTileCols:
 		case t.tile == 4 || b.channelsLast(winoTiling(t.g.oh, t.g.ow)):
-			t.uPacked = t.prep.packU(b.gemm, t.u, count, t.g.f, t.g.c, fill)
+			t.uPacked = t.prep.packU(b.gemm, t.u, count, t.g.f, t.g.c, t.tile == 4, fill)
 		case t.packsA(n):
 			t.aPacked = t.prep.packA(b.gemm, t.u, 16, winoStride(t.g.f*t.g.c), t.g.f, t.g.c, fill)
 		}

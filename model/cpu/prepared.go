@@ -64,17 +64,23 @@ func (pr *prepared) packA(e *gemm.Engine, form []float32, count, stride, m, k in
 	return pr.aPacked
 }
 
-// packU returns the count matrices of Winograd's U [count][F][C] (u)
-// packed as the B operands Uᵀ of the channels-last products, packed anew
-// when fill is set (u was just built) or none are held.
-func (pr *prepared) packU(e *gemm.Engine, u []float32, count, f, c int, fill bool) []gemm.PackedB {
+// packU returns the count matrices of Winograd's U [count][F][C] (u), or
+// of its transpose [count][C][F] when uT is set (F(4×4, 3×3)'s), packed
+// as the B operands Uᵀ of the channels-last products, packed anew when
+// fill is set (u was just built) or none are held.
+func (pr *prepared) packU(e *gemm.Engine, u []float32, count, f, c int, uT, fill bool) []gemm.PackedB {
 	if !fill && len(pr.uPacked) == count {
 		return pr.uPacked
 	}
 	pr.uPacked = pr.uPacked[:0]
 	us := winoStride(f * c)
+	b := gemm.Matrix{Stride: c, Trans: true}
+	if uT {
+		b = gemm.Matrix{Stride: f}
+	}
 	for x := range count {
-		pb, err := e.PackB(nil, c, f, gemm.Matrix{Data: u[x*us : x*us+f*c], Stride: c, Trans: true})
+		b.Data = u[x*us : x*us+f*c]
+		pb, err := e.PackB(nil, c, f, b)
 		must(err)
 		pr.uPacked = append(pr.uPacked, pb)
 	}

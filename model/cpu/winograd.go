@@ -146,7 +146,7 @@ func winogradWeightsBlocks(ops vecOps, u, w []float32, f, c int, flipped bool, w
 	for lo := first * block; lo < min(n, last*block); lo += block {
 		m := min(block, n-lo)
 		gp := func(j int) []float32 { return g[j*stride : j*stride+m] }
-		spreadKernels([9][]float32{gp(0), gp(1), gp(2), gp(3), gp(4), gp(5), gp(6), gp(7), gp(8)}, w, lo, c, cols, flipped)
+		spreadKernels([9][]float32{gp(0), gp(1), gp(2), gp(3), gp(4), gp(5), gp(6), gp(7), gp(8)}, w, lo, c, cols, flipped, flipped)
 		tp := func(j int) []float32 { return t[j*stride : j*stride+m] }
 		for q := range 3 {
 			ops.g4(tp(q), tp(3+q), tp(6+q), tp(9+q), gp(q), gp(3+q), gp(6+q))
@@ -159,14 +159,15 @@ func winogradWeightsBlocks(ops vecOps, u, w []float32, f, c int, flipped bool, w
 }
 
 // spreadKernels sets element j of kernel lo+i, in u's order, to g[j][i]
-// for i < len(g[0]): kernel (F·C index) lo+i of w, or, flipped, kernel
-// col·c + row rotated by 180° (element 8−j), for u's row·cols + col =
-// lo+i. Without a division or a variable-length copy a kernel: this pass
-// took most of the vector form's time (BenchmarkWinogradWeights).
-func spreadKernels(g [9][]float32, w []float32, lo, c, cols int, flipped bool) {
+// for i < len(g[0]): kernel (F·C index) lo+i of w, or, transposed, kernel
+// col·c + row for u's row·cols + col = lo+i, rotated by 180° (element
+// 8−j) when also flipped (the data gradient's). Without a division or a
+// variable-length copy a kernel: this pass took most of the vector form's
+// time (BenchmarkWinogradWeights).
+func spreadKernels(g [9][]float32, w []float32, lo, c, cols int, transposed, flipped bool) {
 	m := len(g[0])
 	g0, g1, g2, g3, g4, g5, g6, g7, g8 := g[0][:m], g[1][:m], g[2][:m], g[3][:m], g[4][:m], g[5][:m], g[6][:m], g[7][:m], g[8][:m]
-	if !flipped {
+	if !transposed {
 		src := w[lo*9 : (lo+m)*9]
 		for i := range g0 {
 			k := (*[9]float32)(src[i*9 : i*9+9])
@@ -178,7 +179,11 @@ func spreadKernels(g [9][]float32, w []float32, lo, c, cols int, flipped bool) {
 	for i := range g0 {
 		at := (col*c + row) * 9
 		k := (*[9]float32)(w[at : at+9])
-		g0[i], g1[i], g2[i], g3[i], g4[i], g5[i], g6[i], g7[i], g8[i] = k[8], k[7], k[6], k[5], k[4], k[3], k[2], k[1], k[0]
+		if flipped {
+			g0[i], g1[i], g2[i], g3[i], g4[i], g5[i], g6[i], g7[i], g8[i] = k[8], k[7], k[6], k[5], k[4], k[3], k[2], k[1], k[0]
+		} else {
+			g0[i], g1[i], g2[i], g3[i], g4[i], g5[i], g6[i], g7[i], g8[i] = k[0], k[1], k[2], k[3], k[4], k[5], k[6], k[7], k[8]
+		}
 		if col++; col == cols {
 			row, col = row+1, 0
 		}
