@@ -67,7 +67,7 @@ func (t *convTask) rowsChunk(worker, i int) {
 		for img := range n {
 			x := t.x.Data[(first+img)*inLen : (first+img+1)*inLen]
 			for iy := range g.h {
-				channelsInnermost(plane[((iy+p.PadH)*wp+p.PadW)*g.c:], x[iy*g.wd:], g.h*g.wd, g.c, g.wd)
+				channelsInnermost(t.b.vec, plane[((iy+p.PadH)*wp+p.PadW)*g.c:], x[iy*g.wd:], g.h*g.wd, g.c, g.wd)
 			}
 			for oy := range g.oh {
 				for ox := range g.ow {

@@ -182,6 +182,40 @@ func (o vecOps) g6(y []float32, ys int, x []float32, xs, n int) {
 	}
 }
 
+// transposeBlocks transposes blocks 8×8 blocks: row r of block b,
+// src[b·srcStep + r·srcRow:][:8], becomes column r of the block's rows
+// in dst, dst[b·dstStep + k·dstRow:][:8] (element k of each source row
+// in row k), plus bias[k] when bias is not nil (8 values).
+func (o vecOps) transposeBlocks(dst []float32, dstRow, dstStep int, src []float32, srcRow, srcStep, blocks int, bias []float32) {
+	if blocks == 0 {
+		return
+	}
+	_, _ = dst[(blocks-1)*dstStep+7*dstRow:][:8], src[(blocks-1)*srcStep+7*srcRow:][:8]
+	if bias != nil {
+		bias = bias[:8]
+	}
+	if o.vector {
+		if bias != nil {
+			transposeBlocksBiasVector(&dst[0], dstRow, dstStep, &src[0], srcRow, srcStep, blocks, &bias[0])
+		} else {
+			transposeBlocksVector(&dst[0], dstRow, dstStep, &src[0], srcRow, srcStep, blocks)
+		}
+		return
+	}
+	for b := range blocks {
+		for k := range 8 {
+			d := dst[b*dstStep+k*dstRow:][:8]
+			for r := range 8 {
+				v := src[b*srcStep+r*srcRow+k]
+				if bias != nil {
+					v += bias[k]
+				}
+				d[r] = v
+			}
+		}
+	}
+}
+
 // rowsLen is how long a slice of rows rows of n elements, stride apart,
 // is at least.
 func rowsLen(rows, stride, n int) int { return (rows-1)*stride + n }

@@ -43,6 +43,12 @@ func at4Vector(y *float32, ys int, x *float32, xs, n int)
 func g6Vector(y *float32, ys int, x *float32, xs, n int)
 
 //go:noescape
+func transposeBlocksVector(dst *float32, dstRow, dstStep int, src *float32, srcRow, srcStep, blocks int)
+
+//go:noescape
+func transposeBlocksBiasVector(dst *float32, dstRow, dstStep int, src *float32, srcRow, srcStep, blocks int, bias *float32)
+
+//go:noescape
 func hbt4Vector(y0, y1, y2, y3 *float32, ys int, x *float32, xs, n, rows int)
 
 //go:noescape

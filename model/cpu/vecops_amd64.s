@@ -1433,3 +1433,122 @@ TEXT ·g6Vector(SB), NOSPLIT, $0-40
 	LEAQ	(R14)(SI*1), R15
 	LEAQ	(R15)(SI*1), SI
 	STRIDED(G6_8, G6_4, G6_1)
+
+// TRANSPOSE8 transposes the 8×8 block in Y0 … Y7 (rows) into Y8 … Y15
+// (columns), through unpacks, shuffles and lane permutes; moves only.
+#define TRANSPOSE8 \
+	VUNPCKLPS	Y1, Y0, Y8 \
+	VUNPCKHPS	Y1, Y0, Y9 \
+	VUNPCKLPS	Y3, Y2, Y10 \
+	VUNPCKHPS	Y3, Y2, Y11 \
+	VUNPCKLPS	Y5, Y4, Y12 \
+	VUNPCKHPS	Y5, Y4, Y13 \
+	VUNPCKLPS	Y7, Y6, Y14 \
+	VUNPCKHPS	Y7, Y6, Y15 \
+	VSHUFPS	$0x44, Y10, Y8, Y0 \
+	VSHUFPS	$0xEE, Y10, Y8, Y1 \
+	VSHUFPS	$0x44, Y11, Y9, Y2 \
+	VSHUFPS	$0xEE, Y11, Y9, Y3 \
+	VSHUFPS	$0x44, Y14, Y12, Y4 \
+	VSHUFPS	$0xEE, Y14, Y12, Y5 \
+	VSHUFPS	$0x44, Y15, Y13, Y6 \
+	VSHUFPS	$0xEE, Y15, Y13, Y7 \
+	VPERM2F128	$0x20, Y4, Y0, Y8 \
+	VPERM2F128	$0x20, Y5, Y1, Y9 \
+	VPERM2F128	$0x20, Y6, Y2, Y10 \
+	VPERM2F128	$0x20, Y7, Y3, Y11 \
+	VPERM2F128	$0x31, Y4, Y0, Y12 \
+	VPERM2F128	$0x31, Y5, Y1, Y13 \
+	VPERM2F128	$0x31, Y6, Y2, Y14 \
+	VPERM2F128	$0x31, Y7, Y3, Y15
+
+// transposeBlocks' registers: src in SI with rows R8 bytes apart (R13 =
+// 3·R8, R14 = SI + 4·R8), dst in DI with rows R9 bytes apart (BX = 3·R9,
+// R15 = DI + 4·R9), the blocks' steps in R10 and R11 (bytes), the count
+// in CX; TRANSPOSESTRIDES sets R13 and BX.
+#define TRANSPOSESTRIDES \
+	SHLQ	$2, R9 \
+	SHLQ	$2, R11 \
+	SHLQ	$2, R8 \
+	SHLQ	$2, R10 \
+	LEAQ	(R8)(R8*2), R13 \
+	LEAQ	(R9)(R9*2), BX
+
+#define LOADBLOCK \
+	LEAQ	(SI)(R8*4), R14 \
+	VMOVUPS	(SI), Y0 \
+	VMOVUPS	(SI)(R8*1), Y1 \
+	VMOVUPS	(SI)(R8*2), Y2 \
+	VMOVUPS	(SI)(R13*1), Y3 \
+	VMOVUPS	(R14), Y4 \
+	VMOVUPS	(R14)(R8*1), Y5 \
+	VMOVUPS	(R14)(R8*2), Y6 \
+	VMOVUPS	(R14)(R13*1), Y7
+
+#define STOREBLOCK \
+	LEAQ	(DI)(R9*4), R15 \
+	VMOVUPS	Y8, (DI) \
+	VMOVUPS	Y9, (DI)(R9*1) \
+	VMOVUPS	Y10, (DI)(R9*2) \
+	VMOVUPS	Y11, (DI)(BX*1) \
+	VMOVUPS	Y12, (R15) \
+	VMOVUPS	Y13, (R15)(R9*1) \
+	VMOVUPS	Y14, (R15)(R9*2) \
+	VMOVUPS	Y15, (R15)(BX*1) \
+	ADDQ	R10, SI \
+	ADDQ	R11, DI
+
+// func transposeBlocksVector(dst *float32, dstRow, dstStep int, src *float32, srcRow, srcStep, blocks int)
+TEXT ·transposeBlocksVector(SB), NOSPLIT, $0-56
+	MOVQ	dst+0(FP), DI
+	MOVQ	dstRow+8(FP), R9
+	MOVQ	dstStep+16(FP), R11
+	MOVQ	src+24(FP), SI
+	MOVQ	srcRow+32(FP), R8
+	MOVQ	srcStep+40(FP), R10
+	MOVQ	blocks+48(FP), CX
+	TRANSPOSESTRIDES
+tblock:
+	LOADBLOCK
+	TRANSPOSE8
+	STOREBLOCK
+	DECQ	CX
+	JNZ	tblock
+	VZEROUPPER
+	RET
+
+// func transposeBlocksBiasVector(dst *float32, dstRow, dstStep int, src *float32, srcRow, srcStep, blocks int, bias *float32)
+TEXT ·transposeBlocksBiasVector(SB), NOSPLIT, $0-64
+	MOVQ	dst+0(FP), DI
+	MOVQ	dstRow+8(FP), R9
+	MOVQ	dstStep+16(FP), R11
+	MOVQ	src+24(FP), SI
+	MOVQ	srcRow+32(FP), R8
+	MOVQ	srcStep+40(FP), R10
+	MOVQ	blocks+48(FP), CX
+	TRANSPOSESTRIDES
+	MOVQ	bias+56(FP), DX
+bblock:
+	LOADBLOCK
+	TRANSPOSE8
+	VBROADCASTSS	(DX), Y0
+	VADDPS	Y0, Y8, Y8
+	VBROADCASTSS	4(DX), Y1
+	VADDPS	Y1, Y9, Y9
+	VBROADCASTSS	8(DX), Y2
+	VADDPS	Y2, Y10, Y10
+	VBROADCASTSS	12(DX), Y3
+	VADDPS	Y3, Y11, Y11
+	VBROADCASTSS	16(DX), Y4
+	VADDPS	Y4, Y12, Y12
+	VBROADCASTSS	20(DX), Y5
+	VADDPS	Y5, Y13, Y13
+	VBROADCASTSS	24(DX), Y6
+	VADDPS	Y6, Y14, Y14
+	VBROADCASTSS	28(DX), Y7
+	VADDPS	Y7, Y15, Y15
+	STOREBLOCK
+	DECQ	CX
+	JNZ	bblock
+	VZEROUPPER
+	RET

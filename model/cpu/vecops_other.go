@@ -16,6 +16,12 @@ func a4Vector(y0, y1, y2, y3, x0, x1 *float32, n int)          { panic("no vecto
 func bt6Vector(y *float32, ys int, x *float32, xs, n int)      { panic("no vector kernels") }
 func at4Vector(y *float32, ys int, x *float32, xs, n int)      { panic("no vector kernels") }
 func g6Vector(y *float32, ys int, x *float32, xs, n int)       { panic("no vector kernels") }
+func transposeBlocksVector(dst *float32, dstRow, dstStep int, src *float32, srcRow, srcStep, blocks int) {
+	panic("no vector kernels")
+}
+func transposeBlocksBiasVector(dst *float32, dstRow, dstStep int, src *float32, srcRow, srcStep, blocks int, bias *float32) {
+	panic("no vector kernels")
+}
 func hbt4Vector(y0, y1, y2, y3 *float32, ys int, x *float32, xs, n, rows int) {
 	panic("no vector kernels")
 }

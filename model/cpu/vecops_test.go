@@ -90,6 +90,26 @@ func TestVecOps(t *testing.T) {
 			x := [][]float32{input(rowsLen(3, xs, n))}
 			return opCase{x, []int{rowsLen(6, ys, n) + guard}, func(o vecOps, y [][]float32) { o.g6(y[0], ys, x[0], xs, n) }}
 		}},
+		{"transposeBlocks", func(n, rows int, stride func(int) int) opCase {
+			blocks := n % 4
+			// rows odd: channelsInnermost's pattern (blocks along the
+			// source rows), even: channelsOutermost's (down them).
+			srcRow, srcStep, dstRow, dstStep := stride(8*max(blocks, 1)), 8, stride(8), 0
+			dstStep = 8 * dstRow
+			if rows%2 == 0 {
+				srcRow, dstRow = stride(8), stride(8*max(blocks, 1))
+				srcStep, dstStep = 8*srcRow, 8
+			}
+			l := func(step, row int) int { return max(blocks-1, 0)*step + 7*row + 8 }
+			x := [][]float32{withNaNs(input(l(srcStep, srcRow))), input(8)}
+			var bias []float32
+			if rows > 2 {
+				bias = x[1]
+			}
+			return opCase{x, []int{l(dstStep, dstRow) + guard}, func(o vecOps, y [][]float32) {
+				o.transposeBlocks(y[0], dstRow, dstStep, x[0], srcRow, srcStep, blocks, bias)
+			}}
+		}},
 		{"at4", func(n, _ int, stride func(int) int) opCase {
 			ys, xs := stride(n), stride(n)
 			x := [][]float32{input(rowsLen(6, xs, n))}

@@ -110,7 +110,7 @@ func winograd4InputLast(ops vecOps, v []float32, es int, x []float32, images, c,
 	for k := range images {
 		img := x[k*c*h*w : (k+1)*c*h*w]
 		for iy := y0; iy < y1; iy++ {
-			channelsInnermost(padded[((iy+padH)*pw+padW+x0)*c:], img[iy*w+x0:], h*w, c, x1-x0)
+			channelsInnermost(ops, padded[((iy+padH)*pw+padW+x0)*c:], img[iy*w+x0:], h*w, c, x1-x0)
 		}
 		for i := range th {
 			for j := range tw {
@@ -150,8 +150,12 @@ func winograd4OutputLast(ops vecOps, y, m []float32, es, images, f, oh, ow int, 
 			}
 		}
 		yk := y[k*f*oh*ow : (k+1)*f*oh*ow]
+		if ow == pw { // the whole image at once: its rows lie end to end in out
+			channelsOutermost(ops, yk, oh*ow, out, f, oh*ow, bias)
+			continue
+		}
 		for oy := range oh {
-			channelsOutermost(yk[oy*ow:], oh*ow, out[oy*pw*f:], f, ow, bias)
+			channelsOutermost(ops, yk[oy*ow:], oh*ow, out[oy*pw*f:], f, ow, bias)
 		}
 	}
 }

@@ -64,7 +64,7 @@ func winogradInputLast(ops vecOps, v []float32, es int, x []float32, images, c, 
 		img := x[k*c*h*w : (k+1)*c*h*w]
 		for iy := y0; iy < y1; iy++ {
 			// Row iy of every channel into padded row iy + padH.
-			channelsInnermost(padded[((iy+padH)*pw+padW+x0)*c:], img[iy*w+x0:], h*w, c, x1-x0)
+			channelsInnermost(ops, padded[((iy+padH)*pw+padW+x0)*c:], img[iy*w+x0:], h*w, c, x1-x0)
 		}
 		for i := range th {
 			for j := range tw {
@@ -107,8 +107,12 @@ func winogradOutputLast(ops vecOps, y, m []float32, es, images, f, oh, ow int, s
 			}
 		}
 		yk := y[k*f*oh*ow : (k+1)*f*oh*ow]
+		if ow == pw { // the whole image at once: its rows lie end to end in out
+			channelsOutermost(ops, yk, oh*ow, out, f, oh*ow, bias)
+			continue
+		}
 		for oy := range oh {
-			channelsOutermost(yk[oy*ow:], oh*ow, out[oy*pw*f:], f, ow, bias)
+			channelsOutermost(ops, yk[oy*ow:], oh*ow, out[oy*pw*f:], f, ow, bias)
 		}
 	}
 }
@@ -128,7 +132,7 @@ func winogradOutputGradLast(ops vecOps, m []float32, es int, dy []float32, image
 	for k := range images {
 		img := dy[k*f*oh*ow : (k+1)*f*oh*ow]
 		for oy := range oh {
-			channelsInnermost(plane[oy*pw*f:], img[oy*ow:], oh*ow, f, ow)
+			channelsInnermost(ops, plane[oy*pw*f:], img[oy*ow:], oh*ow, f, ow)
 		}
 		for i := range th {
 			for j := range tw {
@@ -147,58 +151,99 @@ func winogradOutputGradLast(ops vecOps, m []float32, es int, dy []float32, image
 
 // channelsInnermost copies n pixels of c channels, src[ch·stride + i],
 // to dst[i·c + ch]: a row of an image into a row laid out channels
-// innermost. Four channels at a time, so that each store of a pixel's
-// four values is one 16-byte run.
-func channelsInnermost(dst, src []float32, stride, c, n int) {
+// innermost. With the vector kernels, blocks of 8 channels × 8 pixels
+// are transposed in registers (vecOps.transposeBlocks); the rest goes
+// four channels at a time, so that each store of a pixel's four values
+// is one 16-byte run.
+func channelsInnermost(ops vecOps, dst, src []float32, stride, c, n int) {
 	if n == 0 {
 		return
 	}
-	ch := 0
-	for ; ch+4 <= c; ch += 4 {
-		s0 := src[ch*stride : ch*stride+n]
-		s1 := src[(ch+1)*stride : (ch+1)*stride+n]
-		s2 := src[(ch+2)*stride : (ch+2)*stride+n]
-		s3 := src[(ch+3)*stride : (ch+3)*stride+n]
+	done, blocks := 0, 0 // channels [0, done) have their first 8·blocks pixels
+	if ops.vector && n >= 8 {
+		for blocks = n / 8; done+8 <= c; done += 8 {
+			ops.transposeBlocks(dst[done:], c, 8*c, src[done*stride:], stride, 8, blocks, nil)
+		}
+	}
+	innermostLoop(dst, src, stride, c, 0, done, 8*blocks, n)
+	innermostLoop(dst, src, stride, c, done, c, 0, n)
+}
+
+// innermostLoop is channelsInnermost over channels [lo, hi) and pixels
+// [from, n), without vector kernels.
+func innermostLoop(dst, src []float32, stride, c, lo, hi, from, n int) {
+	if from >= n {
+		return
+	}
+	ch := lo
+	for ; ch+4 <= hi; ch += 4 {
+		s0 := src[ch*stride+from : ch*stride+n]
+		s1 := src[(ch+1)*stride+from : (ch+1)*stride+n]
+		s2 := src[(ch+2)*stride+from : (ch+2)*stride+n]
+		s3 := src[(ch+3)*stride+from : (ch+3)*stride+n]
 		for i, v := range s0 {
-			d := dst[i*c+ch : i*c+ch+4 : i*c+ch+4]
+			at := (from+i)*c + ch
+			d := dst[at : at+4 : at+4]
 			d[0], d[1], d[2], d[3] = v, s1[i], s2[i], s3[i]
 		}
 	}
-	for ; ch < c; ch++ {
-		for i, v := range src[ch*stride : ch*stride+n] {
-			dst[i*c+ch] = v
+	for ; ch < hi; ch++ {
+		for i, v := range src[ch*stride+from : ch*stride+n] {
+			dst[(from+i)*c+ch] = v
 		}
 	}
 }
 
 // channelsOutermost is channelsInnermost's inverse with a bias: n pixels
 // of c channels, src[i·c + ch], to dst[ch·stride + i], plus bias[ch]
-// (0 when bias is nil).
-func channelsOutermost(dst []float32, stride int, src []float32, c, n int, bias []float32) {
+// (0 when bias is nil: −0 becomes +0, in both forms).
+func channelsOutermost(ops vecOps, dst []float32, stride int, src []float32, c, n int, bias []float32) {
 	if n == 0 {
 		return
 	}
+	done, blocks := 0, 0 // channels [0, done) have their first 8·blocks pixels
+	if ops.vector && n >= 8 {
+		var zeros [8]float32
+		for blocks = n / 8; done+8 <= c; done += 8 {
+			b := zeros[:]
+			if bias != nil {
+				b = bias[done : done+8]
+			}
+			ops.transposeBlocks(dst[done*stride:], stride, 8, src[done:], c, 8*c, blocks, b)
+		}
+	}
+	outermostLoop(dst, stride, src, c, 0, done, 8*blocks, n, bias)
+	outermostLoop(dst, stride, src, c, done, c, 0, n, bias)
+}
+
+// outermostLoop is channelsOutermost over channels [lo, hi) and pixels
+// [from, n), without vector kernels.
+func outermostLoop(dst []float32, stride int, src []float32, c, lo, hi, from, n int, bias []float32) {
+	if from >= n {
+		return
+	}
 	var b0, b1, b2, b3 float32
-	ch := 0
-	for ; ch+4 <= c; ch += 4 {
+	ch := lo
+	for ; ch+4 <= hi; ch += 4 {
 		if bias != nil {
 			b0, b1, b2, b3 = bias[ch], bias[ch+1], bias[ch+2], bias[ch+3]
 		}
-		d0 := dst[ch*stride : ch*stride+n]
-		d1 := dst[(ch+1)*stride : (ch+1)*stride+n]
-		d2 := dst[(ch+2)*stride : (ch+2)*stride+n]
-		d3 := dst[(ch+3)*stride : (ch+3)*stride+n]
+		d0 := dst[ch*stride+from : ch*stride+n]
+		d1 := dst[(ch+1)*stride+from : (ch+1)*stride+n]
+		d2 := dst[(ch+2)*stride+from : (ch+2)*stride+n]
+		d3 := dst[(ch+3)*stride+from : (ch+3)*stride+n]
 		for i := range d0 {
-			s := src[i*c+ch : i*c+ch+4 : i*c+ch+4]
+			at := (from+i)*c + ch
+			s := src[at : at+4 : at+4]
 			d0[i], d1[i], d2[i], d3[i] = s[0]+b0, s[1]+b1, s[2]+b2, s[3]+b3
 		}
 	}
-	for ; ch < c; ch++ {
+	for ; ch < hi; ch++ {
 		if bias != nil {
 			b0 = bias[ch]
 		}
-		for i := range dst[ch*stride : ch*stride+n] {
-			dst[ch*stride+i] = src[i*c+ch] + b0
+		for i := range dst[ch*stride+from : ch*stride+n] {
+			dst[ch*stride+from+i] = src[(from+i)*c+ch] + b0
 		}
 	}
 }
