@@ -202,11 +202,7 @@ func (b *Backend) runConv(backward bool, x, w, bias, y, dy, dx, dw, db *tensor.T
 		count := winoElems(t.tile)
 		n := count * winoStride(t.g.f*t.g.c)
 		if t.u, fill = t.weightsForm(&b.winoU, n); fill {
-			if t.tile == 4 {
-				winograd4Weights(b.vec, t.u, w.Data, t.g.f, t.g.c, &b.chunks[0].wino)
-			} else {
-				b.transformWeights(t.u, w, t.g.f, t.g.c, backward)
-			}
+			b.transformWeights(t.u, w, t.g.f, t.g.c, t.tile, backward)
 		}
 		// A prepared U is also kept packed: as B where the layer runs
 		// channels last on maps at most four wide with 2×2 tiles or eight
@@ -252,30 +248,45 @@ func (b *Backend) runConv(backward bool, x, w, bias, y, dy, dx, dw, db *tensor.T
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
 
 // transformWeights sets u to the Winograd transform of w's f×c 3×3
-// kernels (flipped: the data gradient's), before the chunks run: with
-// the vector kernels, blocks of kernels spread over the threads, each
-// with its chunk's rows; otherwise on the calling goroutine.
-func (b *Backend) transformWeights(u []float32, w *tensor.Tensor, f, c int, flipped bool) {
+// kernels for tiles of tile×tile outputs (flipped: the data gradient's,
+// 2×2 tiles), before the chunks run: blocks of kernels spread over the
+// threads, each with its chunk's rows (with 2×2 tiles, where the vector
+// kernels run); otherwise on the calling goroutine.
+func (b *Backend) transformWeights(u []float32, w *tensor.Tensor, f, c, tile int, flipped bool) {
 	blocks := ceilDiv(f*c, winoWeightBlock)
-	if !b.vec.vector || b.pool.Threads() == 1 || blocks == 1 {
-		winogradWeights(b.vec, u, w.Data, f, c, flipped, &b.chunks[0].wino)
+	b.weights = weightsTask{b: b, u: u, w: w.Data, f: f, c: c, tile: tile, flipped: flipped}
+	if tile == 2 && !b.vec.vector || b.pool.Threads() == 1 || blocks == 1 {
+		b.weights.Do(0, -1)
 		return
 	}
-	b.weights = weightsTask{b: b, u: u, w: w.Data, f: f, c: c, flipped: flipped}
 	b.pool.Run(blocks, &b.weights)
 }
 
-// weightsTask is transformWeights' work, one block of kernels an index,
-// kept in the backend so that handing it to the pool allocates nothing.
+// weightsTask is transformWeights' work, one block of kernels an index
+// (-1: all of them), kept in the backend so that handing it to the pool
+// allocates nothing.
 type weightsTask struct {
 	b       *Backend
 	u, w    []float32
 	f, c    int
+	tile    int
 	flipped bool
 }
 
 func (t *weightsTask) Do(worker, i int) {
-	winogradWeightsBlocks(t.b.vec, t.u, t.w, t.f, t.c, t.flipped, &t.b.chunks[worker].wino, i, i+1)
+	first, last := i, i+1
+	if i < 0 {
+		first, last = 0, ceilDiv(t.f*t.c, winoWeightBlock)
+	}
+	work := &t.b.chunks[worker].wino
+	switch {
+	case t.tile == 4:
+		winograd4Weights(t.b.vec, t.u, t.w, t.f, t.c, work, first, last)
+	case i < 0:
+		winogradWeights(t.b.vec, t.u, t.w, t.f, t.c, t.flipped, work)
+	default:
+		winogradWeightsBlocks(t.b.vec, t.u, t.w, t.f, t.c, t.flipped, work, first, last)
+	}
 }
 
 func (t *convTask) gemm(worker, m, n, k int, a, bm gemm.Matrix, beta float32, c gemm.Matrix) {

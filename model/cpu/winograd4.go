@@ -69,18 +69,19 @@ func winoElems(tile int) int {
 // G w Gᵀ of every 3×3 kernel of w [F, C, 3, 3] — each matrix transposed,
 // as the channels-last products' B operands, so that the GEMM packs them
 // by copying rows (packed transposed, CIFARNet's took 10% of its
-// two-thread inference) —, winoWeightBlock kernels
-// at a time: their nine elements spread into nine planes
+// two-thread inference) —, over blocks [first, last) of winoWeightBlock
+// kernels (in u's order), so that threads can share the work
+// (weightsTask): each block's nine elements spread into nine planes
 // (spreadKernels), G applied down the columns of every kernel at once,
 // then along the rows straight into u's matrices (vecOps.g6).
-func winograd4Weights(ops vecOps, u, w []float32, f, c int, work *winoRows) {
+func winograd4Weights(ops vecOps, u, w []float32, f, c int, work *winoRows, first, last int) {
 	n := f * c
 	es := winoStride(n)
 	const block = winoWeightBlock
 	const stride = block + 16 // see winogradWeightsBlocks
 	buf := grow(&work.buf, 27*stride)
 	g, t := buf[:9*stride], buf[9*stride:27*stride] // g's nine planes; t = G g, [6][3]
-	for lo := 0; lo < n; lo += block {
+	for lo := first * block; lo < min(n, last*block); lo += block {
 		m := min(block, n-lo)
 		gp := func(j int) []float32 { return g[j*stride : j*stride+m] }
 		spreadKernels([9][]float32{gp(0), gp(1), gp(2), gp(3), gp(4), gp(5), gp(6), gp(7), gp(8)}, w, lo, c, f, true, false)

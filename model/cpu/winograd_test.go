@@ -304,8 +304,8 @@ func TestChannelsLastChoice(t *testing.T) {
 
 // TestTransformWeightsThreads: the weight transform with its blocks of
 // kernels spread over two threads (transformWeights) gives the bits of
-// the one-goroutine transform, forward and flipped, for kernel counts of
-// one block, a few and a partial last one.
+// the one-goroutine transform, forward and flipped, and for 4×4 tiles,
+// for kernel counts of one block, a few and a partial last one.
 func TestTransformWeightsThreads(t *testing.T) {
 	if !hasVectorOps() {
 		t.Skip("no vector kernels on this build or processor (AVX2 missing or purego): the transform runs on the calling goroutine")
@@ -318,15 +318,22 @@ func TestTransformWeightsThreads(t *testing.T) {
 		for i := range w.Data {
 			w.Data[i] = float32(rng.NormFloat64())
 		}
-		for _, flipped := range []bool{false, true} {
-			want := make([]float32, 16*winoStride(s.f*s.c))
+		for _, form := range []struct {
+			tile    int
+			flipped bool
+		}{{2, false}, {2, true}, {4, false}} {
+			want := make([]float32, winoElems(form.tile)*winoStride(s.f*s.c))
 			var work winoRows
-			winogradWeights(be.vec, want, w.Data, s.f, s.c, flipped, &work)
+			if form.tile == 4 {
+				winograd4Weights(be.vec, want, w.Data, s.f, s.c, &work, 0, ceilDiv(s.f*s.c, winoWeightBlock))
+			} else {
+				winogradWeights(be.vec, want, w.Data, s.f, s.c, form.flipped, &work)
+			}
 			u := make([]float32, len(want))
-			be.transformWeights(u, w, s.f, s.c, flipped)
+			be.transformWeights(u, w, s.f, s.c, form.tile, form.flipped)
 			for i, v := range want {
 				if math.Float32bits(u[i]) != math.Float32bits(v) {
-					t.Fatalf("%d×%d kernels, flipped %v: u[%d] = %v on two threads, %v on one", s.f, s.c, flipped, i, u[i], v)
+					t.Fatalf("%d×%d kernels, %+v: u[%d] = %v on two threads, %v on one", s.f, s.c, form, i, u[i], v)
 				}
 			}
 		}
