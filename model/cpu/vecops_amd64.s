@@ -1288,6 +1288,15 @@ done: \
 	LEAQ	(R12)(DX*1), R13 \
 	MOVQ	n+32(FP), CX
 
+// LOAD6 loads element AX of the six rows at R8 … R13 into A … F.
+#define LOAD6(MOV, A, B, C, D, E, F) \
+	MOV	(R8)(AX*4), A \
+	MOV	(R9)(AX*4), B \
+	MOV	(R10)(AX*4), C \
+	MOV	(R11)(AX*4), D \
+	MOV	(R12)(AX*4), E \
+	MOV	(R13)(AX*4), F
+
 // BROADCAST sets Y to the float32 of bits BITS in every lane.
 #define BROADCAST(BITS, X, Y) \
 	MOVL	BITS, AX \
@@ -1298,12 +1307,7 @@ done: \
 // Y13 holds 4, Y14 5, Y15 2 (X13 … X15 their low lanes). Outputs y0 …
 // y5 at DI, BX, DX, R14, R15, SI.
 #define BT6(MOV, MUL, SUB, ADD, A, B, C, D, E, F, G, H, I, J, K4, K5, K2) \
-	MOV	(R8)(AX*4), A \
-	MOV	(R9)(AX*4), B \
-	MOV	(R10)(AX*4), C \
-	MOV	(R11)(AX*4), D \
-	MOV	(R12)(AX*4), E \
-	MOV	(R13)(AX*4), F \
+	LOAD6(MOV, A, B, C, D, E, F) \
 	MUL	K4, C, G \
 	SUB	G, E, G \
 	MUL	K4, B, H \
@@ -1351,12 +1355,7 @@ TEXT ·bt6Vector(SB), NOSPLIT, $0-40
 // at4 (vecops.go): loads x0 … x5 into A … F; G … J are scratch; Y13
 // holds 2, Y14 4, Y15 8. Outputs y0 … y3 at DI, BX, DX, R14.
 #define AT4(MOV, MUL, SUB, ADD, A, B, C, D, E, F, G, H, I, J, K2, K4, K8) \
-	MOV	(R8)(AX*4), A \
-	MOV	(R9)(AX*4), B \
-	MOV	(R10)(AX*4), C \
-	MOV	(R11)(AX*4), D \
-	MOV	(R12)(AX*4), E \
-	MOV	(R13)(AX*4), F \
+	LOAD6(MOV, A, B, C, D, E, F) \
 	ADD	C, B, G \
 	SUB	C, B, H \
 	ADD	E, D, I \

@@ -106,13 +106,8 @@ func winograd4InputLast(ops vecOps, v []float32, es int, x []float32, images, c,
 	// padded: an image, [hp][pw][C], zero outside it (only the image's
 	// part is written); t: d B of a tile's six rows, [6][6][C].
 	padded, t := buf[:hp*pw*c], buf[hp*pw*c:]
-	y0, y1 := max(0, -padH), min(h, hp-padH)
-	x0, x1 := max(0, -padW), min(w, pw-padW)
 	for k := range images {
-		img := x[k*c*h*w : (k+1)*c*h*w]
-		for iy := y0; iy < y1; iy++ {
-			channelsInnermost(ops, padded[((iy+padH)*pw+padW+x0)*c:], img[iy*w+x0:], h*w, c, x1-x0)
-		}
+		padChannelsLast(ops, padded, x[k*c*h*w:(k+1)*c*h*w], c, h, w, padH, padW, hp, pw)
 		for i := range th {
 			for j := range tw {
 				for r := range 6 {
@@ -150,14 +145,7 @@ func winograd4OutputLast(ops vecOps, y, m []float32, es, images, f, oh, ow int, 
 				}
 			}
 		}
-		yk := y[k*f*oh*ow : (k+1)*f*oh*ow]
-		if ow == pw { // the whole image at once: its rows lie end to end in out
-			channelsOutermost(ops, yk, oh*ow, out, f, oh*ow, bias)
-			continue
-		}
-		for oy := range oh {
-			channelsOutermost(ops, yk[oy*ow:], oh*ow, out[oy*pw*f:], f, ow, bias)
-		}
+		outputsInPlace(ops, y[k*f*oh*ow:(k+1)*f*oh*ow], out, f, oh, ow, pw, bias)
 	}
 }
 

@@ -58,14 +58,8 @@ func winogradInputLast(ops vecOps, v []float32, es int, x []float32, images, c, 
 	// part is written); t: d B of a tile's four rows, [4][4][C].
 	padded, t := buf[:hp*pw*c], buf[hp*pw*c:]
 	at := func(d []float32, i int) []float32 { return d[i*c : (i+1)*c] }
-	y0, y1 := max(0, -padH), min(h, hp-padH)
-	x0, x1 := max(0, -padW), min(w, pw-padW)
 	for k := range images {
-		img := x[k*c*h*w : (k+1)*c*h*w]
-		for iy := y0; iy < y1; iy++ {
-			// Row iy of every channel into padded row iy + padH.
-			channelsInnermost(ops, padded[((iy+padH)*pw+padW+x0)*c:], img[iy*w+x0:], h*w, c, x1-x0)
-		}
+		padChannelsLast(ops, padded, x[k*c*h*w:(k+1)*c*h*w], c, h, w, padH, padW, hp, pw)
 		for i := range th {
 			for j := range tw {
 				for r := range 4 {
@@ -78,6 +72,19 @@ func winogradInputLast(ops vecOps, v []float32, es int, x []float32, images, c, 
 				}
 			}
 		}
+	}
+}
+
+// padChannelsLast lays out the image img [C, H, W] channels innermost in
+// padded [hp][pw][C] at row padH, column padW: what the padded plane
+// cuts off is left out, what lies around the image is left as it is (the
+// callers' zeros).
+func padChannelsLast(ops vecOps, padded, img []float32, c, h, w, padH, padW, hp, pw int) {
+	y0, y1 := max(0, -padH), min(h, hp-padH)
+	x0, x1 := max(0, -padW), min(w, pw-padW)
+	for iy := y0; iy < y1; iy++ {
+		// Row iy of every channel into padded row iy + padH.
+		channelsInnermost(ops, padded[((iy+padH)*pw+padW+x0)*c:], img[iy*w+x0:], h*w, c, x1-x0)
 	}
 }
 
@@ -106,14 +113,20 @@ func winogradOutputLast(ops vecOps, y, m []float32, es, images, f, oh, ow int, s
 				}
 			}
 		}
-		yk := y[k*f*oh*ow : (k+1)*f*oh*ow]
-		if ow == pw { // the whole image at once: its rows lie end to end in out
-			channelsOutermost(ops, yk, oh*ow, out, f, oh*ow, bias)
-			continue
-		}
-		for oy := range oh {
-			channelsOutermost(ops, yk[oy*ow:], oh*ow, out[oy*pw*f:], f, ow, bias)
-		}
+		outputsInPlace(ops, y[k*f*oh*ow:(k+1)*f*oh*ow], out, f, oh, ow, pw, bias)
+	}
+}
+
+// outputsInPlace sets an image's outputs yk [F, OH, OW] from out, laid
+// out [OH][pw][F] (rows of whole tiles, cut to OW), plus the bias when
+// there is one.
+func outputsInPlace(ops vecOps, yk, out []float32, f, oh, ow, pw int, bias []float32) {
+	if ow == pw { // the whole image at once: its rows lie end to end in out
+		channelsOutermost(ops, yk, oh*ow, out, f, oh*ow, bias)
+		return
+	}
+	for oy := range oh {
+		channelsOutermost(ops, yk[oy*ow:], oh*ow, out[oy*pw*f:], f, ow, bias)
 	}
 }
 
