@@ -68,12 +68,11 @@ func winoElems(tile int) int {
 // winograd4Weights sets u [36][C][F] (matrices winoStride(F·C) apart) to
 // G w Gᵀ of every 3×3 kernel of w [F, C, 3, 3] — each matrix transposed,
 // as the channels-last products' B operands, so that the GEMM packs them
-// by copying rows (packed transposed, CIFARNet's took 10% of its
-// two-thread inference) —, over blocks [first, last) of winoWeightBlock
-// kernels (in u's order), so that threads can share the work
-// (weightsTask): each block's nine elements spread into nine planes
-// (spreadKernels), G applied down the columns of every kernel at once,
-// then along the rows straight into u's matrices (vecOps.g6).
+// by copying rows rather than transposing —, over blocks [first, last)
+// of winoWeightBlock kernels (in u's order), so that threads can share
+// the work (weightsTask): each block's nine elements spread into nine
+// planes (spreadKernels), G applied down the columns of every kernel at
+// once, then along the rows straight into u's matrices (vecOps.g6).
 func winograd4Weights(ops vecOps, u, w []float32, f, c int, work *winoRows, first, last int) {
 	n := f * c
 	es := winoStride(n)
