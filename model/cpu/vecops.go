@@ -5,7 +5,9 @@ import "math"
 // vecOps are the element-wise loops that run often enough to pay for
 // vector kernels: the Winograd transforms' seven operations (winograd.go)
 // on rows of tiles (n consecutive tiles' values of one tile element) or
-// on rows of an image, batch norm's two per-element passes and two sums
+// on rows of an image, F(4×4, 3×3)'s three (winograd4.go) and the 8×8
+// channel transposes around the channels-innermost transforms
+// (winolast.go), batch norm's two per-element passes and two sums
 // (norm.go), the relu and its gradient, the 2×2 max pool and its gradient
 // (pool.go), the strided convolutions' image layouts (phased.go: the
 // deinterleave and interleave the Winograd transforms also use, and
