@@ -37,6 +37,12 @@ func at(m Matrix, i, j int) float32 {
 	return m.Data[i*m.Stride+j]
 }
 
+// copyOf returns a copy of m with storage of its own.
+func copyOf(m Matrix) Matrix {
+	m.Data = append([]float32(nil), m.Data...)
+	return m
+}
+
 func randomMatrix(r *rand.Rand, rows, cols, pad int, trans bool) Matrix {
 	if trans {
 		rows, cols = cols, rows
@@ -84,7 +90,7 @@ func TestSgemmMatchesReference(t *testing.T) {
 				}
 				want := reference(m, n, k, ab[0], a, b, ab[1], c0.Data, c0.Stride)
 				for _, e := range engines {
-					c := Matrix{Data: append([]float32(nil), c0.Data...), Stride: c0.Stride}
+					c := copyOf(c0)
 					if err := e.Sgemm(m, n, k, ab[0], a, b, ab[1], c); err != nil {
 						t.Fatal(err)
 					}
@@ -244,14 +250,14 @@ func TestSgemmPackedA(t *testing.T) {
 					name := fmt.Sprintf("%s, m%d n%d k%d, A transposed %v, beta %v", e.Kernel(), m, n, k, ta, beta)
 					a, b := randomMatrix(r, m, k, 1, ta), randomMatrix(r, k, n, 2, false)
 					c0 := randomMatrix(r, m, n, 1, false)
-					want := Matrix{Data: append([]float32(nil), c0.Data...), Stride: c0.Stride}
+					want := copyOf(c0)
 					must(t, e.SgemmSerial(0, m, n, k, 1, a, b, beta, want))
 					pa, err := e.PackA(nil, m, k, a)
 					if err != nil {
 						t.Fatalf("%s: %v", name, err)
 					}
 					for worker := range 2 {
-						got := Matrix{Data: append([]float32(nil), c0.Data...), Stride: c0.Stride}
+						got := copyOf(c0)
 						if err := e.SgemmSerialPackedA(worker, m, n, k, pa, b, beta, got); err != nil {
 							t.Fatalf("%s: %v", name, err)
 						}
@@ -313,7 +319,7 @@ func TestSgemmPackedB(t *testing.T) {
 						name := fmt.Sprintf("%s, %d threads, m%d n%d k%d, B transposed %v, alpha %v beta %v", e.Kernel(), threads, m, n, k, tb, ab[0], ab[1])
 						a, b := randomMatrix(r, m, k, 1, false), randomMatrix(r, k, n, 2, tb)
 						c0 := randomMatrix(r, m, n, 1, false)
-						want := Matrix{Data: append([]float32(nil), c0.Data...), Stride: c0.Stride}
+						want := copyOf(c0)
 						if err := e.Sgemm(m, n, k, ab[0], a, b, ab[1], want); err != nil {
 							t.Fatal(err)
 						}
@@ -322,7 +328,7 @@ func TestSgemmPackedB(t *testing.T) {
 							t.Fatalf("%s: %v", name, err)
 						}
 						for call := range 3 {
-							got := Matrix{Data: append([]float32(nil), c0.Data...), Stride: c0.Stride}
+							got := copyOf(c0)
 							var err error
 							if call < 2 {
 								err = e.SgemmPackedB(m, n, k, ab[0], a, pb, ab[1], got)
