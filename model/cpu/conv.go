@@ -205,16 +205,21 @@ func (b *Backend) runConv(backward bool, x, w, bias, y, dy, dx, dw, db *tensor.T
 			b.transformWeights(t.u, w, t.g.f, t.g.c, t.tile, backward)
 		}
 		// A prepared U is also kept packed: as B where the layer runs
-		// channels last on maps at most four wide with 2×2 tiles or eight
-		// wide with 4×4 ones (whose short products paid most for packing
-		// it again; on wider maps, ResNet-50's 28×28 and 56×56, a packed
-		// 4×4-tile U raised inference's peak by 8 MiB for no measured
-		// gain), as A up to maxPackedAElems.
+		// channels last (4×4 tiles always do) on maps at most
+		// winoLastMaxTileCols tiles wide, whose short products paid most
+		// for packing it again (on wider maps, ResNet-50's 28×28 and
+		// 56×56, a packed 4×4-tile U raised inference's peak by 8 MiB for
+		// no measured gain); as A up to maxPackedAElems.
+		tiles := winoTiling(t.g.oh, t.g.ow)
+		if t.tile == 4 {
+			tiles = wino4Tiling(t.g.oh, t.g.ow)
+		}
 		switch {
 		case !t.keepsForm(n):
-		case t.tile == 4 && wino4Tiling(t.g.oh, t.g.ow).tw > winoLastMaxTileCols:
-		case t.tile == 4 || b.channelsLast(winoTiling(t.g.oh, t.g.ow)):
-			t.uPacked = t.prep.packU(b.gemm, t.u, count, t.g.f, t.g.c, t.tile == 4, fill)
+		case t.tile == 4 || b.channelsLast(tiles):
+			if tiles.tw <= winoLastMaxTileCols {
+				t.uPacked = t.prep.packU(b.gemm, t.u, count, t.g.f, t.g.c, t.tile == 4, fill)
+			}
 		case t.packsA(n):
 			t.aPacked = t.prep.packA(b.gemm, t.u, 16, winoStride(t.g.f*t.g.c), t.g.f, t.g.c, fill)
 		}

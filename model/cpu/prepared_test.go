@@ -39,6 +39,7 @@ func TestConvPrepared(t *testing.T) {
 		{"3×3 on 8×8, 64 channels: Winograd", 3, 64, 64, 8, 8, k3, winograd, false, [2]int{6, 6}},
 		{"3×3 on 4×4, 64 channels: Winograd, channels innermost", 4, 64, 72, 4, 4, k3, winograd, false, [2]int{8, 8}},
 		{"3×3 on 4×4, 256 channels: Winograd, its form too large to keep", 2, 256, 256, 4, 4, k3, none, false, [2]int{8, 8}},
+		{"3×3 on 16×16, 64 channels: Winograd, U kept but not packed", 2, 64, 64, 16, 16, k3, winograd, false, [2]int{12, 12}},
 		{"3×3 stride 2 on 8×8: by rows", 3, 16, 24, 8, 8, k3s2, rows, false, [2]int{6, 6}},
 		{"3×3 on 1×12: live taps, im2col", 3, 16, 20, 1, 12, k3, none, true, [2]int{4, 12}},
 		{"7×7 stride 2 on 12×12: im2col", 2, 3, 16, 12, 12, tensor.ConvParams{KernelH: 7, KernelW: 7, StrideH: 2, StrideW: 2, PadH: 3, PadW: 3}, none, false, [2]int{10, 10}},
@@ -92,6 +93,11 @@ func TestConvPrepared(t *testing.T) {
 			}
 			if kept := len(pr.form) + pr.packed.Size(); (kept > 0) != (c.form != none) || (pr.packed.Size() > 0) != (c.form == dense) {
 				t.Errorf("%s: a form of %d values kept (%d packed), want one: %v (packed: %v)", label, kept, pr.packed.Size(), c.form != none, c.form == dense)
+			}
+			// With the vector kernels every Winograd form is 4×4 tiles'
+			// kept packed as B on maps up to eight wide.
+			if wantU := c.form == winograd && be.vec.vector && c.w <= 8; (len(pr.uPacked) > 0) != wantU {
+				t.Errorf("%s: U kept packed %v, want %v", label, len(pr.uPacked) > 0, wantU)
 			}
 			if (pr.live != nil) != c.trim {
 				t.Errorf("%s: live taps kept %v, want %v", label, pr.live != nil, c.trim)
