@@ -28,7 +28,12 @@ type BatchNorm2d struct {
 	// computing them anew (tensor.BatchNormParams.SavedStats).
 	statsOf []int
 	replay  bool
-	x, y    *tensor.Tensor
+	// inputOnly, set by the residual block this layer ends (a branch of)
+	// while a Checkpoint recomputes it knowing its output already, makes
+	// a replaying Forward keep its input for Backward and make no output
+	// (it returns the input); keptInput reports that the last Forward did.
+	inputOnly, keptInput bool
+	x, y                 *tensor.Tensor
 	// relu, when set, is the in-place relu right after this layer in its
 	// container, fused into this layer's passes (fuseReLUs): Forward
 	// leaves the relu's output, Backward takes the relu's output gradient,
@@ -74,9 +79,16 @@ func (b *BatchNorm2d) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 		return x, nil
 	}
 	b.x = x
+	b.keptInput = false
 	p := b.P
 	if p.Training && b.replay && b.mean != nil && slices.Equal(b.statsOf, x.Shape) {
 		p.SavedStats = true
+		if b.inputOnly && !b.fusedReLU() {
+			// Backward reads x and the first pass's statistics, nothing
+			// else; the output is its container's already.
+			b.y, b.keptInput = x, true
+			return x, nil
+		}
 	} else {
 		tensor.ReuseLike(&b.mean, x, b.C)
 		tensor.ReuseLike(&b.invStd, x, b.C)
@@ -216,6 +228,7 @@ func (b *BatchNorm2d) Replica() Layer {
 	r := *b
 	r.x, r.y, r.inputGrad, r.result = nil, nil, inputGrad{}, result{}
 	r.mean, r.invStd, r.statsOf, r.replay = nil, nil, nil, false
+	r.inputOnly, r.keptInput = false, false
 	r.relu, r.fused, r.conv, r.passNext = nil, nil, nil, false // the replica's container pairs it anew
 	r.tracked = b.counter()
 	return &r

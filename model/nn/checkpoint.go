@@ -12,7 +12,11 @@ import (
 // with gradients off, keeping only the input and the output (and the
 // outputs of the convolutions Save names), and its backward pass first
 // runs the layer's forward again to rebuild the activations (taking
-// those outputs as they were), then its backward. Memory for the layer's
+// those outputs as they were), then its backward. A residual block whose
+// paths end in batch norms (torchvision's) is rebuilt only up to what
+// its backward reads: those batch norms' inputs; its output, which their
+// normalisations, the sum and the relu would make again, is the stored
+// one. Memory for the layer's
 // activations is then needed for one checkpointed layer at a time, for
 // up to a third more arithmetic (one more forward pass, less what Save
 // spares). Results, gradients and the
@@ -131,13 +135,21 @@ func (c *Checkpoint) Backward(dy *tensor.Tensor) (*tensor.Tensor, error) {
 	// Recompute: the same input and dropout masks, and the batch norms
 	// normalising with the batch statistics of the first pass, give the
 	// same activations, which this time stay (in pool buffers) for
-	// backward; the output, the same bits again, goes over the stored one.
+	// backward; the output, the same bits again, goes over the stored one
+	// — or, for a residual block, is taken as stored (Residual.knownOut).
 	c.restoreDropouts()
 	pool.recomputing = true
 	c.innerCaps().lendOut(c.store, pool)
 	c.setSaves(saveReplay, pool)
 	c.replayNorms(true)
+	r, known := c.Inner.(*Residual)
+	if known {
+		r.knownOut = c.y // what the recomputation would make again
+	}
 	y, err := c.Inner.Forward(c.x)
+	if known {
+		r.knownOut = nil
+	}
 	c.replayNorms(false)
 	c.setSaves(saveOff, pool)
 	c.innerCaps().lendOut(nil, nil)

@@ -3,6 +3,7 @@ package nn
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 
 	"github.com/gorun/gorun/model/tensor"
 )
@@ -27,6 +28,13 @@ type Residual struct {
 	// back as soon as backward has read y: the sum's gradient then goes
 	// over it or the pool has it for the gradients of the layers below.
 	outBuf *buffer
+	// knownOut, set by a Checkpoint while it recomputes this block, is
+	// the block's output as the first pass left it: the recomputation
+	// then stops at what Backward reads (the batch norms ending the
+	// paths keep their inputs, endNorms), without the normalisations,
+	// the sum and the relu that would only make it again.
+	knownOut *tensor.Tensor
+	ends     []*BatchNorm2d // endNorms' result, reused
 	lending
 }
 
@@ -121,6 +129,23 @@ func (b *Residual) Replica() Layer {
 
 // Forward implements Layer.
 func (b *Residual) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
+	if b.knownOut == nil || b.noGrad {
+		return b.forward(x, nil)
+	}
+	ends := b.endNorms()
+	for _, bn := range ends {
+		bn.inputOnly = true
+	}
+	y, err := b.forward(x, ends)
+	for _, bn := range ends {
+		bn.inputOnly = false
+	}
+	return y, err
+}
+
+// forward is Forward, ends the batch norms ending its paths when they
+// are to keep only their inputs (knownOut).
+func (b *Residual) forward(x *tensor.Tensor, ends []*BatchNorm2d) (*tensor.Tensor, error) {
 	var pool *bufferPool
 	var h *tensor.Tensor
 	var err error
@@ -153,6 +178,9 @@ func (b *Residual) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 			return nil, fmt.Errorf("downsample: %w", err)
 		}
 	}
+	if kept, err := b.keptInputs(ends, h); kept || err != nil {
+		return b.y, err
+	}
 	// The sum and relu overwrite the main path's output when nothing
 	// reads it afterwards: in evaluation, or when its last layer's
 	// backward does not (a batch norm, as in torchvision's blocks, whose
@@ -170,6 +198,56 @@ func (b *Residual) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 	}
 	b.y = sum
 	return sum, nil
+}
+
+// endNorms returns the batch norms that end the main path and the
+// downsample, when both paths end in one (torchvision's blocks), else
+// nil.
+func (b *Residual) endNorms() []*BatchNorm2d {
+	last := func(layers []Layer) *BatchNorm2d {
+		if len(layers) == 0 {
+			return nil
+		}
+		bn, _ := layers[len(layers)-1].(*BatchNorm2d)
+		return bn
+	}
+	main := last(b.main)
+	if main == nil {
+		return nil
+	}
+	b.ends = append(b.ends[:0], main)
+	if b.Downsample == nil {
+		return b.ends
+	}
+	if ds := last(b.Downsample.Layers); ds != nil {
+		b.ends = append(b.ends, ds)
+		return b.ends
+	}
+	return nil
+}
+
+// keptInputs reports whether the batch norms ending the paths kept only
+// their inputs (a recomputation knowing the block's output, knownOut),
+// and then sets the block's output to knownOut. Some keeping and some
+// not would leave no sum to make: an error.
+func (b *Residual) keptInputs(ends []*BatchNorm2d, h *tensor.Tensor) (bool, error) {
+	if b.knownOut == nil || len(ends) == 0 {
+		return false, nil
+	}
+	kept := 0
+	for _, bn := range ends {
+		if bn.keptInput {
+			kept++
+		}
+	}
+	switch {
+	case kept == 0:
+		return false, nil
+	case kept < len(ends) || !slices.Equal(h.Shape, b.knownOut.Shape):
+		return false, fmt.Errorf("recomputing a residual block: its paths replayed unlike its first pass (%d of %d batch norms with their statistics; output %v, first pass %v)", kept, len(ends), h.Shape, b.knownOut.Shape)
+	}
+	b.y = b.knownOut
+	return true, nil
 }
 
 // takeOutput implements outputTaker.
