@@ -65,6 +65,7 @@ func NewBatchNorm2d(be tensor.Backend, c int) *BatchNorm2d {
 
 // Forward implements Layer.
 func (b *BatchNorm2d) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
+	b.keptInput = false
 	if (x.Dims() != 4 && x.Dims() != 2) || x.Shape[1] != b.C {
 		return nil, fmt.Errorf("input %s, want [N %d H W] or [N %d]", x, b.C, b.C)
 	}
@@ -79,7 +80,6 @@ func (b *BatchNorm2d) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 		return x, nil
 	}
 	b.x = x
-	b.keptInput = false
 	p := b.P
 	if p.Training && b.replay && b.mean != nil && slices.Equal(b.statsOf, x.Shape) {
 		p.SavedStats = true
