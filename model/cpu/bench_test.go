@@ -102,9 +102,8 @@ func BenchmarkConvAlgorithms(b *testing.B) {
 		{"thin_32x32x32", 32, 32, 32, 32},
 	} {
 		rng := rand.New(rand.NewPCG(1, 1))
-		p := tensor.ConvParams{KernelH: 3, KernelW: 3, StrideH: 1, StrideW: 1, PadH: 1, PadW: 1}
-		x, w, bias := randTensor(rng, s.n, s.c, s.hw, s.hw), randTensor(rng, s.f, s.c, 3, 3), randTensor(rng, s.f)
-		y := tensor.New(s.n, s.f, s.hw, s.hw)
+		x, w, y, p := sameConv3x3(rng, s.n, s.c, s.f, s.hw)
+		bias := randTensor(rng, s.f)
 		dy, dx, dw, db := randTensor(rng, y.Shape...), tensor.New(x.Shape...), tensor.New(w.Shape...), tensor.New(s.f)
 		for _, a := range []struct {
 			name  string
@@ -406,9 +405,7 @@ func BenchmarkWinogradLayouts(b *testing.B) {
 		{"resnet50_256x256x14", 256, 256, 14},
 	} {
 		rng := rand.New(rand.NewPCG(1, 1))
-		p := tensor.ConvParams{KernelH: 3, KernelW: 3, StrideH: 1, StrideW: 1, PadH: 1, PadW: 1}
-		x, w := randTensor(rng, 32, s.c, s.hw, s.hw), randTensor(rng, s.f, s.c, 3, 3)
-		y := tensor.New(32, s.f, s.hw, s.hw)
+		x, w, y, p := sameConv3x3(rng, 32, s.c, s.f, s.hw)
 		dy, dx, dw := randTensor(rng, y.Shape...), tensor.New(x.Shape...), tensor.New(w.Shape...)
 		for _, l := range []struct {
 			name   string
@@ -455,9 +452,7 @@ func BenchmarkWinogradTiles(b *testing.B) {
 		{"resnet50_64x64x56", 8, 64, 64, 56},
 	} {
 		rng := rand.New(rand.NewPCG(1, 1))
-		p := tensor.ConvParams{KernelH: 3, KernelW: 3, StrideH: 1, StrideW: 1, PadH: 1, PadW: 1}
-		x, w := randTensor(rng, s.n, s.c, s.hw, s.hw), randTensor(rng, s.f, s.c, 3, 3)
-		y := tensor.New(s.n, s.f, s.hw, s.hw)
+		x, w, y, p := sameConv3x3(rng, s.n, s.c, s.f, s.hw)
 		for _, tile := range []int{2, 4} {
 			b.Run(fmt.Sprintf("%s/tile=%d", s.name, tile), func(b *testing.B) {
 				be := New(1)
@@ -471,4 +466,12 @@ func BenchmarkWinogradTiles(b *testing.B) {
 			})
 		}
 	}
+}
+
+// sameConv3x3 is a 3×3, stride-1, padding-1 layer from c to f channels
+// on n images of hw×hw, the benchmarks' Winograd shape: a random input
+// and kernel, the output's storage and the params.
+func sameConv3x3(rng *rand.Rand, n, c, f, hw int) (x, w, y *tensor.Tensor, p tensor.ConvParams) {
+	p = tensor.ConvParams{KernelH: 3, KernelW: 3, StrideH: 1, StrideW: 1, PadH: 1, PadW: 1}
+	return randTensor(rng, n, c, hw, hw), randTensor(rng, f, c, 3, 3), tensor.New(n, f, hw, hw), p
 }
