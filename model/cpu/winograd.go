@@ -126,6 +126,12 @@ func winogradWeights(ops vecOps, u, w []float32, f, c int, flipped bool, work *w
 // transforms at a time: 84 KiB of planes.
 const winoWeightBlock = 1024
 
+// winoPlaneStride is how far apart the weight transforms lay their
+// planes of a block's kernels: a cache line more than 4 KiB, as at 4 KiB
+// exactly the same element of the nine (or twelve, or eighteen) fell
+// into one set of the L1 cache, and writing them took most of the pass.
+const winoPlaneStride = winoWeightBlock + 16
+
 // winogradWeightsBlocks is winogradWeights with the vector kernels over
 // blocks [first, last) of winoWeightBlock kernels (in u's order), so
 // that threads can share the work (weightsTask).
@@ -136,11 +142,7 @@ func winogradWeightsBlocks(ops vecOps, u, w []float32, f, c int, flipped bool, w
 	}
 	n := rows * cols
 	es := winoStride(n)
-	const block = winoWeightBlock
-	// The planes lie a cache line more than 4 KiB apart: at 4 KiB
-	// exactly, the same element of the nine (or twelve) fell into one
-	// set of the L1 cache, and writing them took most of the pass.
-	const stride = block + 16
+	const block, stride = winoWeightBlock, winoPlaneStride
 	buf := grow(&work.buf, 21*stride)
 	g, t := buf[:9*stride], buf[9*stride:21*stride] // g's nine planes; t = G g, [4][3]
 	for lo := first * block; lo < min(n, last*block); lo += block {

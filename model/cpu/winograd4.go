@@ -76,8 +76,7 @@ func winoElems(tile int) int {
 func winograd4Weights(ops vecOps, u, w []float32, f, c int, work *winoRows, first, last int) {
 	n := f * c
 	es := winoStride(n)
-	const block = winoWeightBlock
-	const stride = block + 16 // see winogradWeightsBlocks
+	const block, stride = winoWeightBlock, winoPlaneStride
 	buf := grow(&work.buf, 27*stride)
 	g, t := buf[:9*stride], buf[9*stride:27*stride] // g's nine planes; t = G g, [6][3]
 	for lo := first * block; lo < min(n, last*block); lo += block {
