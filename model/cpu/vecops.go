@@ -105,6 +105,12 @@ func (o vecOps) g4(y0, y1, y2, y3, x0, x1, x2 []float32) {
 	}
 }
 
+// sixRows returns the six rows v[k·s:][:n], k < 6, of the F(4×4, 3×3)
+// transforms' Go loops.
+func sixRows(v []float32, s, n int) (r0, r1, r2, r3, r4, r5 []float32) {
+	return v[:n], v[s:][:n], v[2*s:][:n], v[3*s:][:n], v[4*s:][:n], v[5*s:][:n]
+}
+
 // bt6 applies F(4×4, 3×3)'s Bᵀ to six rows x[k·xs:][:n], k < 6, into
 // y[k·ys:][:n]: with a = x4 − 4x2, b = x3 − 4x1, c = x4 − x2 and
 // e = 2(x3 − x1), y0 = (4x0 − 5x2) + x4, y1 = a + b, y2 = a − b,
@@ -118,8 +124,8 @@ func (o vecOps) bt6(y []float32, ys int, x []float32, xs, n int) {
 		bt6Vector(&y[0], ys, &x[0], xs, n)
 		return
 	}
-	x0, x1, x2, x3, x4, x5 := x[:n], x[xs:][:n], x[2*xs:][:n], x[3*xs:][:n], x[4*xs:][:n], x[5*xs:][:n]
-	y0, y1, y2, y3, y4, y5 := y[:n], y[ys:][:n], y[2*ys:][:n], y[3*ys:][:n], y[4*ys:][:n], y[5*ys:][:n]
+	x0, x1, x2, x3, x4, x5 := sixRows(x, xs, n)
+	y0, y1, y2, y3, y4, y5 := sixRows(y, ys, n)
 	for i := range y0 {
 		d0, d1, d2, d3, d4, d5 := x0[i], x1[i], x2[i], x3[i], x4[i], x5[i]
 		a, b := d4-float32(4*d2), d3-float32(4*d1)
@@ -143,7 +149,7 @@ func (o vecOps) at4(y []float32, ys int, x []float32, xs, n int) {
 		at4Vector(&y[0], ys, &x[0], xs, n)
 		return
 	}
-	x0, x1, x2, x3, x4, x5 := x[:n], x[xs:][:n], x[2*xs:][:n], x[3*xs:][:n], x[4*xs:][:n], x[5*xs:][:n]
+	x0, x1, x2, x3, x4, x5 := sixRows(x, xs, n)
 	y0, y1, y2, y3 := y[:n], y[ys:][:n], y[2*ys:][:n], y[3*ys:][:n]
 	for i := range y0 {
 		s, d := x1[i]+x2[i], x1[i]-x2[i]
@@ -169,7 +175,7 @@ func (o vecOps) g6(y []float32, ys int, x []float32, xs, n int) {
 		return
 	}
 	x0, x1, x2 := x[:n], x[xs:][:n], x[2*xs:][:n]
-	y0, y1, y2, y3, y4, y5 := y[:n], y[ys:][:n], y[2*ys:][:n], y[3*ys:][:n], y[4*ys:][:n], y[5*ys:][:n]
+	y0, y1, y2, y3, y4, y5 := sixRows(y, ys, n)
 	const sixth = float32(1.0 / 6)
 	for i := range y0 {
 		g0, g1, g2 := x0[i], x1[i], x2[i]
