@@ -136,19 +136,20 @@ func (c *Checkpoint) Backward(dy *tensor.Tensor) (*tensor.Tensor, error) {
 	// normalising with the batch statistics of the first pass, give the
 	// same activations, which this time stay (in pool buffers) for
 	// backward; the output, the same bits again, goes over the stored one
-	// — or, for a residual block, is taken as stored (Residual.knownOut).
+	// — or, for a layer that can take it (outputKnower: a residual
+	// block), is taken as stored.
 	c.restoreDropouts()
 	pool.recomputing = true
 	c.innerCaps().lendOut(c.store, pool)
 	c.setSaves(saveReplay, pool)
 	c.replayNorms(true)
-	r, known := c.Inner.(*Residual)
+	k, known := c.Inner.(outputKnower)
 	if known {
-		r.knownOut = c.y // what the recomputation would make again
+		k.knowOutput(c.y) // what the recomputation would make again
 	}
 	y, err := c.Inner.Forward(c.x)
 	if known {
-		r.knownOut = nil
+		k.knowOutput(nil)
 	}
 	c.replayNorms(false)
 	c.setSaves(saveOff, pool)
@@ -165,6 +166,15 @@ func (c *Checkpoint) Backward(dy *tensor.Tensor) (*tensor.Tensor, error) {
 		c.store = nil // the inner layer gives it back once read
 	}
 	return c.Inner.Backward(dy)
+}
+
+// outputKnower is a layer whose recomputation, told the output its first
+// pass made (the Checkpoint's stored one), can stop at what its backward
+// reads and take that output as its own (Residual).
+type outputKnower interface {
+	// knowOutput sets the output the next Forward may take as its own,
+	// or with nil clears it.
+	knowOutput(y *tensor.Tensor)
 }
 
 // Save makes the checkpoint keep the outputs of convs, convolutions

@@ -200,6 +200,9 @@ func (b *Residual) forward(x *tensor.Tensor, ends []*BatchNorm2d) (*tensor.Tenso
 	return sum, nil
 }
 
+// knowOutput implements outputKnower.
+func (b *Residual) knowOutput(y *tensor.Tensor) { b.knownOut = y }
+
 // endNorms returns the batch norms that end the main path and the
 // downsample, when both paths end in one (torchvision's blocks), else
 // nil.
