@@ -68,14 +68,16 @@ func contributions(n, count int) [][]float32 {
 }
 
 // TestRootedCollectives runs ReduceToRoot (every op), Gather, Scatter and
-// AllToAll in process for groups of 1 to 8 ranks, counts 0 to 1000 in
-// frames of 64 bytes (many chunks per block), and every root kind (first,
+// AllToAll in process for groups of 1 to 13 ranks, counts 0 to 1500 in
+// frames of 64 bytes (many chunks per block; Reduce's tree receives up to
+// takeBytes whole, above that folds each chunk in as it lands), and
+// every root kind (first,
 // middle, last), against the sequential reference: the reduction exactly
 // as the ranks' inputs combine along the binomial tree, the rest
 // element for element; the non-root ranks' buffers stay untouched.
 func TestRootedCollectives(t *testing.T) {
 	for _, n := range []int{1, 2, 3, 5, 8, 13} {
-		for _, count := range []int{0, 1, 7, 1000} {
+		for _, count := range []int{0, 1, 7, 1000, 1500} {
 			in := contributions(n, count)
 			for _, root := range []int{0, n / 2, n - 1} {
 				t.Run(fmt.Sprintf("n=%d/count=%d/root=%d", n, count, root), func(t *testing.T) {

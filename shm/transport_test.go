@@ -570,6 +570,38 @@ func BenchmarkPingPong(b *testing.B) {
 	}
 }
 
+// BenchmarkOneWay streams frames one way between two goroutines standing
+// in for two ranks, the receiver taking each with Recv: what the
+// transport alone costs a rooted call whose sender runs ahead.
+func BenchmarkOneWay(b *testing.B) {
+	for _, size := range []int{8, 1 << 10} {
+		b.Run(fmt.Sprint(size), func(b *testing.B) {
+			x, y := pair(b, DefaultSlots, DefaultSlotBytes)
+			ctx := context.Background()
+			bx, by := make([]byte, size), make([]byte, size)
+			done := make(chan error, 1)
+			go func() {
+				for range b.N {
+					if _, n, err := y.Recv(ctx, 0, 1, by); err != nil || n != size {
+						done <- fmt.Errorf("received %d bytes of %d: %v", n, size, err)
+						return
+					}
+				}
+				done <- nil
+			}()
+			b.SetBytes(int64(size))
+			for range b.N {
+				if err := x.Send(ctx, 1, 1, [4]uint64{}, bx); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := <-done; err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+}
+
 // BenchmarkComputeBesideWait is a compute loop (sums over 256 KiB) with
 // one P, alone and beside a receive of this process that waits for the
 // whole run: a sleeping wait must leave the P to the compute (a pipeline
