@@ -13,9 +13,10 @@ import (
 	"io"
 	"math"
 	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
+
+	"github.com/gorun/gorun/model/atomicfile"
 )
 
 // DType is a safetensors element type.
@@ -339,33 +340,11 @@ func Write(w io.Writer, tensors []Tensor, metadata map[string]string) error {
 
 // WriteFile writes tensors to path atomically: into a temporary file in the
 // same directory, synced, then renamed over path, so a crash leaves either
-// the old file or the new one, never half of one.
-func WriteFile(path string, tensors []Tensor, metadata map[string]string) (err error) {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+// the old file or the new one, never half of one (model/atomicfile).
+func WriteFile(path string, tensors []Tensor, metadata map[string]string) error {
+	err := atomicfile.Write(path, func(w io.Writer) error { return Write(w, tensors, metadata) })
 	if err != nil {
 		return fmt.Errorf("safetensors: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	if err = Write(tmp, tensors, metadata); err != nil {
-		return fmt.Errorf("safetensors: writing %s: %w", path, err)
-	}
-	if err = tmp.Sync(); err != nil {
-		return fmt.Errorf("safetensors: syncing %s: %w", path, err)
-	}
-	if err = tmp.Close(); err != nil {
-		return fmt.Errorf("safetensors: %w", err)
-	}
-	if err = os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("safetensors: %w", err)
-	}
-	if d, derr := os.Open(filepath.Dir(path)); derr == nil {
-		d.Sync()
-		d.Close()
 	}
 	return nil
 }

@@ -5,7 +5,6 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"image/jpeg"
 	"io"
@@ -15,6 +14,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/gorun/gorun/model/atomicfile"
 )
 
 // Shards are WebDataset-style tar files: each sample is a run of members
@@ -420,7 +421,7 @@ func WriteShards(dir, out string, o ShardOptions) error {
 
 // writeShard writes one shard of samples, keys numbered from first.
 func writeShard(path string, samples []FolderSample, first, resize int, reader *ImageReader) error {
-	return writeAtomically(path, func(w io.Writer) error {
+	return atomicfile.Write(path, func(w io.Writer) error {
 		tw := tar.NewWriter(w)
 		for i, s := range samples {
 			key := fmt.Sprintf("%06d", first+i)
@@ -471,27 +472,4 @@ func shardImage(path string, resize int, reader *ImageReader) ([]byte, string, e
 		return nil, "", fmt.Errorf("%s: %w", path, err)
 	}
 	return enc.Bytes(), ".jpg", nil
-}
-
-// writeAtomically writes a file through write: to a temporary file in
-// the same directory, synced, then renamed over path.
-func writeAtomically(path string, write func(io.Writer) error) (err error) {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
-	w := bufio.NewWriterSize(f, 1<<20)
-	if err := write(w); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	if err := errors.Join(w.Flush(), f.Sync(), f.Close()); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	return os.Rename(f.Name(), path)
 }

@@ -18,6 +18,8 @@ import (
 	"sync/atomic"
 
 	"github.com/klauspost/compress/gzip"
+
+	"github.com/gorun/gorun/model/atomicfile"
 )
 
 // Synthetic returns n generated images shaped like format's data (1×28×28
@@ -218,7 +220,7 @@ func writeGzipFile(path string, b []byte) error {
 // writeFileAtomic writes b to a temporary file beside path, syncs it and
 // renames it into place, so path never holds a partial file.
 func writeFileAtomic(path string, b []byte) error {
-	return writeAtomically(path, func(w io.Writer) error {
+	return atomicfile.Write(path, func(w io.Writer) error {
 		_, err := w.Write(b)
 		return err
 	})
