@@ -28,9 +28,22 @@ func TestParseSizes(t *testing.T) {
 			t.Errorf("ParseSizes(%q) = %v, %v; want %v", c.in, got, err, c.want)
 		}
 	}
-	for _, bad := range []string{"", "x", "64B:8B", "-1KB", "2B:8B"} {
-		if _, err := ParseSizes(bad); err == nil {
-			t.Errorf("ParseSizes(%q) accepted", bad)
+	for _, bad := range []struct{ in, err string }{
+		{"", `size "": want a positive whole number`},
+		{"x", `size "x": want a positive whole number`},
+		{"1.5KB", `size "1.5KB": want a positive whole number`},
+		{"8B,,16B", `size "": want a positive whole number`},
+		{"64B:8B", `size range "64B:8B": want 4B ≤ first ≤ last`},
+		{"-1KB", `size "-1KB": want a positive whole number`},
+		{"2B:8B", `size "2B": want a multiple of 4 bytes`},
+		{"3B", `size "3B": want a multiple of 4 bytes`},
+		{"6B", `size "6B": want a multiple of 4 bytes`},
+		{"65GB", `size "65GB": at most 64GB`},
+		{"99999999999GB", `size "99999999999GB": at most 64GB`},
+		{"99999999999999999999", `size "99999999999999999999": at most 64GB`},
+	} {
+		if _, err := ParseSizes(bad.in); err == nil || !strings.Contains(err.Error(), bad.err) {
+			t.Errorf("ParseSizes(%q): error %v, want one saying %q", bad.in, err, bad.err)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -137,8 +138,11 @@ func ParseSizes(s string) ([]int64, error) {
 	return out, nil
 }
 
-func parseSize(s string) (int64, error) {
-	s = strings.ToUpper(strings.TrimSpace(s))
+// maxSize bounds a message size: every rank holds a few buffers of it.
+const maxSize = 64 << 30
+
+func parseSize(in string) (int64, error) {
+	s := strings.ToUpper(strings.TrimSpace(in))
 	mult := int64(1)
 	for _, u := range []struct {
 		suffix string
@@ -150,8 +154,13 @@ func parseSize(s string) (int64, error) {
 		}
 	}
 	v, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || v <= 0 {
-		return 0, fmt.Errorf("size %q: want a positive number with B, KB, MB or GB", s)
+	switch {
+	case err != nil && !errors.Is(err, strconv.ErrRange), err == nil && v <= 0:
+		return 0, fmt.Errorf("size %q: want a positive whole number with B, KB, MB or GB", in)
+	case err != nil || v > maxSize/mult:
+		return 0, fmt.Errorf("size %q: at most 64GB", in)
+	case v*mult%4 != 0:
+		return 0, fmt.Errorf("size %q: want a multiple of 4 bytes (the collectives move float32 elements)", in)
 	}
 	return v * mult, nil
 }
