@@ -54,6 +54,11 @@ func run(args []string, stdout io.Writer) error {
 		return fmt.Errorf("--train %d --test %d: want at least 1 image each", *nTrain, *nTest)
 	}
 	f := data.Format(*format)
+	switch f {
+	case data.FormatCIFAR10, data.FormatMNIST, data.FormatImageFolder:
+	default:
+		return fmt.Errorf("--format %q: want cifar10, mnist or imagefolder", *format)
+	}
 	var w, h int
 	if f == data.FormatImageFolder {
 		if _, err := fmt.Sscanf(*size, "%dx%d", &w, &h); err != nil || w < 1 || h < 1 {

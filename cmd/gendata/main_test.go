@@ -63,6 +63,10 @@ func TestGendataArguments(t *testing.T) {
 		{[]string{"imagefolder", "--out", dir}, `unexpected argument "imagefolder": the format is a flag, --format imagefolder`},
 		{[]string{"--out", dir, "photos"}, `unexpected arguments ["photos"]: gendata takes flags only ("gendata -h" lists them)`},
 		{[]string{}, "--out is required"},
+		// Formats the readers know but gendata does not write: named, not
+		// written in another format's files.
+		{[]string{"--out", dir, "--format", "imagenet"}, `--format "imagenet": want cifar10, mnist or imagefolder`},
+		{[]string{"--out", dir, "--format", "svhn"}, `--format "svhn": want cifar10, mnist or imagefolder`},
 	} {
 		err := run(c.args, &bytes.Buffer{})
 		if err == nil || !strings.Contains(err.Error(), c.want) {
