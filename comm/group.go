@@ -1053,6 +1053,8 @@ func (c *collective[T]) checkRoot(g *Group) error {
 }
 
 // AllGather gathers every rank's send, in rank order, into recv (Size()·len(send) elements).
+// send may be this rank's block of recv (an all-gather in place, as
+// torch's all_gather_into_tensor allows); no other overlap is allowed.
 func AllGather[T Elem](ctx context.Context, g *Group, send, recv []T) error {
 	return dispatch(ctx, g, collective[T]{kind: allGather, buf: send, recv: recv, count: len(send)})
 }

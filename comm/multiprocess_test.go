@@ -112,11 +112,12 @@ func TestCollectivesMultiProcess(t *testing.T) {
 }
 
 // TestLargeBlocksMultiProcess runs Reduce, Gather, Scatter and AllToAll
-// with blocks of 1.2 MB, and broadcasts of 120 and 400 KB, in real
-// processes through shared memory, with frames read straight from the
-// sender's memory (the all-to-all's chunks; the broadcasts' one frame)
-// from the default threshold and with none, against the sequential
-// reference.
+// with blocks of 1.2 MB, broadcasts of 120 and 400 KB, and all-gathers of
+// 120 KB and 1.2 MB blocks (in place too), in real processes through
+// shared memory, with frames read straight from the sender's memory (the
+// all-to-all's chunks; the broadcasts' one frame; the all-gathers'
+// blocks, the first straight from send) from the default threshold and
+// with none, against the sequential reference.
 func TestLargeBlocksMultiProcess(t *testing.T) {
 	for _, np := range []int{2, 3, 4} {
 		if testing.Short() && np != 3 {

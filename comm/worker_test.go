@@ -76,6 +76,9 @@ func runWorker(scenario string) int {
 		if err == nil {
 			err = largeBroadcasts(ctx, g)
 		}
+		if err == nil {
+			err = largeAllGathers(ctx, g)
+		}
 	case "stranger", "sum":
 		buf := []float32{float32(g.Rank() + 1)}
 		if err = g.AllReduce(ctx, buf, comm.Sum); err == nil && buf[0] != float32(g.Size()*(g.Size()+1)/2) {
@@ -933,6 +936,37 @@ func printSockets() error {
 // largeBroadcasts broadcasts 120 KB (a binomial tree) and 400 KB (a chain
 // of one chunk) from ranks 0 and n−1: sizes whose frames go direct
 // through shared memory.
+// largeAllGathers runs all-gathers of blocks of 120 KB and 1.2 MB (one
+// frame, and a 1 MiB chunk and a rest), from a send buffer of their own
+// and in place (send is this rank's block of recv, as torch's
+// all_gather_into_tensor lets FSDP pass it), against the reference.
+func largeAllGathers(ctx context.Context, g *comm.Group) error {
+	n, r := g.Size(), g.Rank()
+	for _, count := range []int{30_000, 300_000} {
+		for _, inPlace := range []bool{false, true} {
+			recv := make([]float32, n*count)
+			send := make([]float32, count)
+			if inPlace {
+				send = recv[r*count : (r+1)*count]
+			}
+			for i := range send {
+				send[i] = value[float32](r, i, comm.Sum)
+			}
+			if err := g.AllGather(ctx, send, recv); err != nil {
+				return err
+			}
+			for q := range n {
+				for i, v := range recv[q*count : (q+1)*count] {
+					if want := value[float32](q, i, comm.Sum); v != want {
+						return fmt.Errorf("AllGather of %d floats a rank (in place: %v): block %d element %d is %v, want %v", count, inPlace, q, i, v, want)
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
 func largeBroadcasts(ctx context.Context, g *comm.Group) error {
 	n, r := g.Size(), g.Rank()
 	for _, count := range []int{30_000, 100_000} {

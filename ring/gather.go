@@ -37,7 +37,11 @@ func AllGatherV[T Elem](ctx context.Context, c *Collectives, send, recv []T, cou
 // allGather is the ring all-gather of send into block Rank of recv, laid
 // out as l. Its frames of directBytes or more go as direct frames
 // where the transport has them (every rank copies at once: measured
-// faster, bench/results/HISTORY.md).
+// faster, bench/results/HISTORY.md). This rank's own block goes out from
+// send, not from the copy just made in recv: a peer reading lines this
+// core has just written takes each from its cache, which made two-rank
+// all-gathers of 128 KiB to 8 MiB take 1.5–2× as long
+// (bench/results/current/allgather-send-2026-11-29-zen4.txt).
 func allGather[T Elem](ctx context.Context, c *Collectives, call Call, send, recv []T, l layout) error {
 	n, r := c.Size(), c.Rank
 	c.tickets = c.tickets[:0]
@@ -59,7 +63,7 @@ func allGather[T Elem](ctx context.Context, c *Collectives, call Call, send, rec
 	}
 	for j := range subchunks(lo, hi, ce) {
 		a, b := sub(lo, hi, ce, j)
-		if err := c.sendDirectLarge(ctx, right, call, 0, j, AsBytes(recv[a:b])); err != nil {
+		if err := c.sendDirectLarge(ctx, right, call, 0, j, AsBytes(send[a-lo:b-lo])); err != nil {
 			return err
 		}
 	}
