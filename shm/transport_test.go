@@ -533,39 +533,24 @@ func TestSteadyStateAllocatesNothing(t *testing.T) {
 // BenchmarkPingPong is a round trip of one frame each way between two
 // goroutines standing in for two ranks.
 func BenchmarkPingPong(b *testing.B) {
+	ctx := context.Background()
 	for _, size := range []int{8, 64 << 10, 1 << 20} {
 		b.Run(fmt.Sprint(size), func(b *testing.B) {
-			x, y := pair(b, DefaultSlots, DefaultSlotBytes)
-			ctx := context.Background()
-			bx, by := make([]byte, size), make([]byte, size)
-			done := make(chan error, 1)
-			go func() {
-				for range b.N {
-					tk, _ := y.Post(0, 1, by)
-					if _, _, err := y.Wait(ctx, 0, 1, tk); err != nil {
-						done <- err
-						return
-					}
-					if err := y.Send(ctx, 0, 1, [4]uint64{}, by); err != nil {
-						done <- err
-						return
-					}
-				}
-				done <- nil
-			}()
 			b.SetBytes(int64(2 * size))
-			for range b.N {
-				tk, _ := x.Post(1, 1, bx)
-				if err := x.Send(ctx, 1, 1, [4]uint64{}, bx); err != nil {
-					b.Fatal(err)
+			twoRanks(b, size, func(x *Transport, buf []byte) error {
+				tk, _ := x.Post(1, 1, buf)
+				if err := x.Send(ctx, 1, 1, [4]uint64{}, buf); err != nil {
+					return err
 				}
-				if _, _, err := x.Wait(ctx, 1, 1, tk); err != nil {
-					b.Fatal(err)
+				_, _, err := x.Wait(ctx, 1, 1, tk)
+				return err
+			}, func(y *Transport, buf []byte) error {
+				tk, _ := y.Post(0, 1, buf)
+				if _, _, err := y.Wait(ctx, 0, 1, tk); err != nil {
+					return err
 				}
-			}
-			if err := <-done; err != nil {
-				b.Fatal(err)
-			}
+				return y.Send(ctx, 0, 1, [4]uint64{}, buf)
+			})
 		})
 	}
 }
@@ -574,31 +559,45 @@ func BenchmarkPingPong(b *testing.B) {
 // in for two ranks, the receiver taking each with Recv: what the
 // transport alone costs a rooted call whose sender runs ahead.
 func BenchmarkOneWay(b *testing.B) {
+	ctx := context.Background()
 	for _, size := range []int{8, 1 << 10} {
 		b.Run(fmt.Sprint(size), func(b *testing.B) {
-			x, y := pair(b, DefaultSlots, DefaultSlotBytes)
-			ctx := context.Background()
-			bx, by := make([]byte, size), make([]byte, size)
-			done := make(chan error, 1)
-			go func() {
-				for range b.N {
-					if _, n, err := y.Recv(ctx, 0, 1, by); err != nil || n != size {
-						done <- fmt.Errorf("received %d bytes of %d: %v", n, size, err)
-						return
-					}
-				}
-				done <- nil
-			}()
 			b.SetBytes(int64(size))
-			for range b.N {
-				if err := x.Send(ctx, 1, 1, [4]uint64{}, bx); err != nil {
-					b.Fatal(err)
+			twoRanks(b, size, func(x *Transport, buf []byte) error {
+				return x.Send(ctx, 1, 1, [4]uint64{}, buf)
+			}, func(y *Transport, buf []byte) error {
+				if _, n, err := y.Recv(ctx, 0, 1, buf); err != nil || n != len(buf) {
+					return fmt.Errorf("received %d bytes of %d: %v", n, len(buf), err)
 				}
-			}
-			if err := <-done; err != nil {
-				b.Fatal(err)
-			}
+				return nil
+			})
 		})
+	}
+}
+
+// twoRanks runs b.N steps of a pair of default-sized transports: rank 0's
+// in the benchmark's goroutine, rank 1's in another, each with a buffer
+// of size bytes.
+func twoRanks(b *testing.B, size int, rank0 func(x *Transport, buf []byte) error, rank1 func(y *Transport, buf []byte) error) {
+	x, y := pair(b, DefaultSlots, DefaultSlotBytes)
+	bx, by := make([]byte, size), make([]byte, size)
+	done := make(chan error, 1)
+	go func() {
+		for range b.N {
+			if err := rank1(y, by); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	for range b.N {
+		if err := rank0(x, bx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := <-done; err != nil {
+		b.Fatal(err)
 	}
 }
 
