@@ -41,6 +41,7 @@ func TestParseSizes(t *testing.T) {
 		{"65GB", `size "65GB": at most 64GB`},
 		{"99999999999GB", `size "99999999999GB": at most 64GB`},
 		{"99999999999999999999", `size "99999999999999999999": at most 64GB`},
+		{"-99999999999999999999", `size "-99999999999999999999": want a positive whole number`},
 	} {
 		if _, err := ParseSizes(bad.in); err == nil || !strings.Contains(err.Error(), bad.err) {
 			t.Errorf("ParseSizes(%q): error %v, want one saying %q", bad.in, err, bad.err)

@@ -155,10 +155,10 @@ func parseSize(in string) (int64, error) {
 	}
 	v, err := strconv.ParseInt(s, 10, 64)
 	switch {
-	case err != nil && !errors.Is(err, strconv.ErrRange), err == nil && v <= 0:
-		return 0, fmt.Errorf("size %q: want a positive whole number with B, KB, MB or GB", in)
-	case err != nil || v > maxSize/mult:
+	case errors.Is(err, strconv.ErrRange) && !strings.HasPrefix(s, "-"), err == nil && v > maxSize/mult:
 		return 0, fmt.Errorf("size %q: at most 64GB", in)
+	case err != nil || v <= 0:
+		return 0, fmt.Errorf("size %q: want a positive whole number with B, KB, MB or GB", in)
 	case v*mult%4 != 0:
 		return 0, fmt.Errorf("size %q: want a multiple of 4 bytes (the collectives move float32 elements)", in)
 	}

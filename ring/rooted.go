@@ -66,10 +66,10 @@ func treeReduce[T Elem](ctx context.Context, c *Collectives, call Call, buf []T,
 		}
 		child := mod(vr+mask+root, n)
 		if len(AsBytes(in)) <= takeBytes {
-			// One small frame: taken straight from the transport where it
+			// A small message: taken straight from the transport where it
 			// can (no receive posted, no mailbox), then added. Nothing
 			// else is posted, and this rank sends nothing before its
-			// children's frames are in.
+			// children's messages are in.
 			if err := recvChunks(ctx, c, call, child, step, in, 0, cnt); err != nil {
 				return err
 			}
@@ -93,12 +93,12 @@ func treeReduce[T Elem](ctx context.Context, c *Collectives, call Call, buf []T,
 	return nil
 }
 
-// takeBytes is the largest frame the rooted collectives and the
-// two-rank all-to-all receive in one call that takes it straight from the
-// transport (Recver, SendRecver), instead of posting a receive and
-// waiting for it. For treeReduce, which then adds the frame from scratch
-// where a posted receive is folded in as it lands, that pays below it
-// (two-rank 8-byte and 1 KiB Reduce about 20% faster) and not above it,
+// takeBytes bounds the messages taken straight from the transport
+// (Recver, SendRecver) instead of through a posted receive: a child's
+// message in treeReduce, received whole into scratch and then added, and
+// the blocks a two-rank all-to-all swaps in one SendRecv. For treeReduce,
+// whose posted receives are folded in as they land, that pays up to it
+// (two-rank 8-byte to 2 KiB Reduce about 20% faster) and not above it,
 // where the extra pass over the data costs as much as the mailbox saves
 // (bench/results/current/small-take-2026-11-29-zen4.txt).
 const takeBytes = 2 << 10

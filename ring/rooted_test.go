@@ -69,15 +69,16 @@ func contributions(n, count int) [][]float32 {
 
 // TestRootedCollectives runs ReduceToRoot (every op), Gather, Scatter and
 // AllToAll in process for groups of 1 to 13 ranks, counts 0 to 1500 in
-// frames of 64 bytes (many chunks per block; Reduce's tree receives up to
-// takeBytes whole, above that folds each chunk in as it lands), and
-// every root kind (first,
-// middle, last), against the sequential reference: the reduction exactly
-// as the ranks' inputs combine along the binomial tree, the rest
-// element for element; the non-root ranks' buffers stay untouched.
+// frames of 64 bytes (many chunks per block; Reduce's tree receives a
+// message of up to takeBytes whole, in one frame or several, and adds it
+// after, and folds a larger one in chunk by chunk as it lands), and every
+// root kind (first, middle, last), against the sequential reference: the
+// reduction exactly as the ranks' inputs combine along the binomial tree,
+// the rest element for element; the non-root ranks' buffers stay
+// untouched.
 func TestRootedCollectives(t *testing.T) {
 	for _, n := range []int{1, 2, 3, 5, 8, 13} {
-		for _, count := range []int{0, 1, 7, 1000, 1500} {
+		for _, count := range []int{0, 1, 7, 100, 1000, 1500} {
 			in := contributions(n, count)
 			for _, root := range []int{0, n / 2, n - 1} {
 				t.Run(fmt.Sprintf("n=%d/count=%d/root=%d", n, count, root), func(t *testing.T) {

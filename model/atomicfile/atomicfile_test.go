@@ -21,7 +21,7 @@ func TestWrite(t *testing.T) {
 	}{
 		{"new file", "", writeString("new"), "new", nil},
 		{"replaces", "old", writeString("new"), "new", nil},
-		{"large", "", writeString(string(make([]byte, 3<<20))), string(make([]byte, 3<<20)), nil},
+		{"larger than the buffer", "", writeString(strings.Repeat("0123456789abcdef", 3<<16)), strings.Repeat("0123456789abcdef", 3<<16), nil},
 		{"failure keeps the old file", "old", func(w io.Writer) error {
 			io.WriteString(w, "half")
 			return boom
