@@ -98,7 +98,7 @@ func treeReduce[T Elem](ctx context.Context, c *Collectives, call Call, buf []T,
 // message in treeReduce, received whole into scratch and then added, and
 // the blocks a two-rank all-to-all swaps in one SendRecv. For treeReduce,
 // whose posted receives are folded in as they land, that pays up to it
-// (two-rank 8-byte to 2 KiB Reduce about 20% faster) and not above it,
+// (two-rank 8-byte to 2 KiB Reduce 13–21% faster) and not above it,
 // where the extra pass over the data costs as much as the mailbox saves
 // (bench/results/current/small-take-2026-11-29-zen4.txt).
 const takeBytes = 2 << 10
