@@ -107,7 +107,7 @@ func ringAllReduce[T Elem](ctx context.Context, c *Collectives, call Call, buf [
 	n, r := c.Size(), c.Rank
 	left, right := mod(r-1, n), mod(r+1, n)
 	count := len(buf)
-	ce := c.chunkElems(elemSize[T]())
+	ce := ringChunkElems(c.chunkElems(elemSize[T]()), count, n, elemSize[T]())
 	tmp := scratchOf[T](c, count)
 	steps := 2 * (n - 1)
 	// recvSeg is the segment received at step t; the one sent at step t+1
@@ -197,6 +197,26 @@ func ringAllReduce[T Elem](ctx context.Context, c *Collectives, call Call, buf [
 		}
 	}
 	return nil
+}
+
+// minRingChunk is the smallest chunk ringChunkElems cuts a block into.
+const minRingChunk = 256 << 10
+
+// ringChunkElems is the ring all-reduce's chunk, in elements of size
+// bytes, for count elements among n ranks: the group's chunk ce, or,
+// where a rank's block (count/n) holds fewer than four of those, a
+// quarter of the block, but not below minRingChunk (nor above ce). A
+// block of one or two chunks leaves a rank copying or adding while its
+// neighbour waits for the whole chunk; four let them work at once.
+// Through shared memory (1 MiB chunks) that made two ranks' 2 and 4 MiB
+// all-reduces 1.22–1.23× faster by the medians, four ranks' (on two cores)
+// of 2–8 MiB 1.13–1.40× (bench/results/current/
+// allreduce-chunks-2026-11-29-zen4.txt), where smaller chunks for every
+// size had lost at 16–64 MiB (shm-chunk-2026-11-29-zen4.txt). Every rank
+// computes the same from the call's count.
+func ringChunkElems(ce, count, n int, size uintptr) int {
+	floor := min(ce, minRingChunk/int(size))
+	return min(ce, max(floor, count/n/4))
 }
 
 func elemSize[T Elem]() uintptr {

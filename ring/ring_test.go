@@ -2,6 +2,7 @@ package ring
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -152,5 +153,66 @@ func TestChunking(t *testing.T) {
 				t.Fatalf("n=%d count=%d: segments end at %d", n, count, end)
 			}
 		}
+	}
+}
+
+// TestRingChunkElems: the ring all-reduce cuts a rank's block into four
+// chunks where the group's chunk would give it fewer, never below 256 KiB
+// nor above the group's chunk.
+func TestRingChunkElems(t *testing.T) {
+	const mib = 1 << 20
+	for _, tc := range []struct {
+		name         string
+		chunk, bytes int // the group's chunk and the message, in bytes
+		n            int
+		size         uintptr
+		want         int // bytes
+	}{
+		{"1 MiB between two", mib, mib, 2, 4, 256 << 10},
+		{"2 MiB between two", mib, 2 * mib, 2, 4, 256 << 10},
+		{"4 MiB between two", mib, 4 * mib, 2, 4, 512 << 10},
+		{"8 MiB between two: four chunks already", mib, 8 * mib, 2, 4, mib},
+		{"64 MiB between two", mib, 64 * mib, 2, 4, mib},
+		{"4 MiB among four", mib, 4 * mib, 4, 4, 256 << 10},
+		{"float64", mib, 4 * mib, 2, 8, 512 << 10},
+		{"TCP's 128 KiB chunks stay", 128 << 10, 2 * mib, 2, 4, 128 << 10},
+		{"a test's 64-byte chunks stay", 64, 4 * mib, 2, 4, 64},
+	} {
+		got := ringChunkElems(tc.chunk/int(tc.size), tc.bytes/int(tc.size), tc.n, tc.size) * int(tc.size)
+		if got != tc.want {
+			t.Errorf("%s: chunks of %d bytes, want %d", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestRingAllReduceChunks runs the ring all-reduce with the shared-memory
+// groups' 1 MiB chunk on messages whose blocks that chunk would leave in
+// one or two pieces, against the sequential reference, and counts the
+// frames: four chunks a block, each sent once a step.
+func TestRingAllReduceChunks(t *testing.T) {
+	for _, tc := range []struct {
+		n, count, frames int
+	}{
+		{2, 512 << 10, 2 * 2 * 4}, // 2 MiB: blocks of 1 MiB in 256 KiB chunks
+		{2, 1 << 20, 2 * 2 * 4},   // 4 MiB: blocks of 2 MiB in 512 KiB chunks
+		{2, 4 << 20, 2 * 2 * 8},   // 16 MiB: blocks of 8 MiB in 1 MiB chunks
+		{3, 768 << 10, 3 * 4 * 4}, // 3 MiB among three: blocks of 1 MiB
+	} {
+		t.Run(fmt.Sprintf("n=%d/count=%d", tc.n, tc.count), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(uint64(tc.n), uint64(tc.count)))
+			in := make([][]float32, tc.n)
+			for r := range in {
+				in[r] = make([]float32, tc.count)
+				for i := range in[r] {
+					in[r][i] = float32(rng.IntN(9) - 4)
+				}
+			}
+			net := newMemNet(tc.n)
+			out := runGroupWith(t, net, tc.n, func(c *Collectives) { c.SmallBytes, c.OneShotBytes, c.ChunkBytes = -1, -1, DefaultChunkBytes }, in, Sum)
+			checkEveryRank(t, out, sequential(Sum, in))
+			if got := net.algos[AlgoRing]; got != tc.frames || len(net.algos) != 1 {
+				t.Fatalf("frames %v, want %d of the ring", net.algos, tc.frames)
+			}
+		})
 	}
 }
