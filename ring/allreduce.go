@@ -202,8 +202,9 @@ func ringAllReduce[T Elem](ctx context.Context, c *Collectives, call Call, buf [
 // minRingChunk is the smallest chunk ringChunkElems cuts a block into.
 const minRingChunk = 256 << 10
 
-// ringChunkElems is the ring all-reduce's chunk, in elements of size
-// bytes, for count elements among n ranks: the group's chunk ce, or,
+// ringChunkElems is the chunk of the ring all-reduce and the ring
+// reduce-scatter, in elements of size bytes, for count elements among n
+// ranks: the group's chunk ce, or,
 // where a rank's block (count/n) holds fewer than four of those, a
 // quarter of the block, but not below minRingChunk (nor above ce). A
 // block of one or two chunks leaves a rank copying or adding while its

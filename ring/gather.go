@@ -145,7 +145,7 @@ func ringReduceScatter[T Elem](ctx context.Context, c *Collectives, call Call, s
 		return nil
 	}
 	left, right := mod(r-1, n), mod(r+1, n)
-	ce := c.chunkElems(elemSize[T]())
+	ce := ringChunkElems(c.chunkElems(elemSize[T]()), len(send), n, elemSize[T]())
 	tmp := scratchOf[T](c, len(send))
 	for t := 0; t < n-1; t++ {
 		lo, hi := l.block(mod(r-t-2, n))

@@ -1,6 +1,7 @@
 package ring
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -185,18 +186,19 @@ func TestRingChunkElems(t *testing.T) {
 	}
 }
 
-// TestRingAllReduceChunks runs the ring all-reduce with the shared-memory
-// groups' 1 MiB chunk on messages whose blocks that chunk would leave in
-// one or two pieces, against the sequential reference, and counts the
-// frames: four chunks a block, each sent once a step.
-func TestRingAllReduceChunks(t *testing.T) {
+// TestRingChunks runs the ring all-reduce and the ring reduce-scatter
+// with the shared-memory groups' 1 MiB chunk on messages whose blocks
+// that chunk would leave in one or two pieces, against the sequential
+// reference, and counts the frames: four chunks a block, each sent once a
+// step (the all-reduce's 2(n−1) steps, the reduce-scatter's n−1).
+func TestRingChunks(t *testing.T) {
 	for _, tc := range []struct {
-		n, count, frames int
+		n, count, chunks int // chunks a block
 	}{
-		{2, 512 << 10, 2 * 2 * 4}, // 2 MiB: blocks of 1 MiB in 256 KiB chunks
-		{2, 1 << 20, 2 * 2 * 4},   // 4 MiB: blocks of 2 MiB in 512 KiB chunks
-		{2, 4 << 20, 2 * 2 * 8},   // 16 MiB: blocks of 8 MiB in 1 MiB chunks
-		{3, 768 << 10, 3 * 4 * 4}, // 3 MiB among three: blocks of 1 MiB
+		{2, 512 << 10, 4}, // 2 MiB: blocks of 1 MiB in 256 KiB chunks
+		{2, 1 << 20, 4},   // 4 MiB: blocks of 2 MiB in 512 KiB chunks
+		{2, 4 << 20, 8},   // 16 MiB: blocks of 8 MiB in 1 MiB chunks
+		{3, 768 << 10, 4}, // 3 MiB among three: blocks of 1 MiB
 	} {
 		t.Run(fmt.Sprintf("n=%d/count=%d", tc.n, tc.count), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(tc.n), uint64(tc.count)))
@@ -207,11 +209,30 @@ func TestRingAllReduceChunks(t *testing.T) {
 					in[r][i] = float32(rng.IntN(9) - 4)
 				}
 			}
+			want := sequential(Sum, in)
+			ringOnly := func(c *Collectives) { c.SmallBytes, c.OneShotBytes, c.ChunkBytes = -1, -1, DefaultChunkBytes }
 			net := newMemNet(tc.n)
-			out := runGroupWith(t, net, tc.n, func(c *Collectives) { c.SmallBytes, c.OneShotBytes, c.ChunkBytes = -1, -1, DefaultChunkBytes }, in, Sum)
-			checkEveryRank(t, out, sequential(Sum, in))
-			if got := net.algos[AlgoRing]; got != tc.frames || len(net.algos) != 1 {
-				t.Fatalf("frames %v, want %d of the ring", net.algos, tc.frames)
+			checkEveryRank(t, runGroupWith(t, net, tc.n, ringOnly, in, Sum), want)
+			if got, frames := net.algos[AlgoRing], tc.n*2*(tc.n-1)*tc.chunks; got != frames || len(net.algos) != 1 {
+				t.Fatalf("all-reduce frames %v, want %d of the ring", net.algos, frames)
+			}
+			net = newMemNet(tc.n)
+			block := tc.count / tc.n
+			out := make([][]float32, tc.n)
+			errs := rankErrorsOn(net, tc.n, ringOnly, func(ctx context.Context, r int, c *Collectives) error {
+				out[r] = make([]float32, block)
+				return ReduceScatter(ctx, c, in[r], out[r], Sum)
+			})
+			if err := errors.Join(errs...); err != nil {
+				t.Fatal(err)
+			}
+			for r := range tc.n {
+				if i := firstDiff(out[r], want[r*block:(r+1)*block]); i >= 0 {
+					t.Fatalf("reduce-scatter: rank %d element %d is %v, want %v", r, i, out[r][i], want[r*block+i])
+				}
+			}
+			if got, frames := net.algos[AlgoRing], tc.n*(tc.n-1)*tc.chunks; got != frames || len(net.algos) != 1 {
+				t.Fatalf("reduce-scatter frames %v, want %d of the ring", net.algos, frames)
 			}
 		})
 	}

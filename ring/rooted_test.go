@@ -36,7 +36,18 @@ func onEveryRankSmall(t *testing.T, n, chunkBytes, smallBytes int, fn func(ctx c
 // of one memNet), each in its own goroutine, with its Collectives set up
 // by configure (nil: the defaults), and returns their errors by rank.
 func rankErrors(ctx context.Context, n int, configure func(c *Collectives), fn func(ctx context.Context, r int, c *Collectives) error) []error {
-	net := newMemNet(n)
+	return rankErrorsIn(ctx, newMemNet(n), n, configure, fn)
+}
+
+// rankErrorsOn is rankErrors on net, with a 20-second limit.
+func rankErrorsOn(net *memNet, n int, configure func(c *Collectives), fn func(ctx context.Context, r int, c *Collectives) error) []error {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	return rankErrorsIn(ctx, net, n, configure, fn)
+}
+
+// rankErrorsIn is rankErrors on net.
+func rankErrorsIn(ctx context.Context, net *memNet, n int, configure func(c *Collectives), fn func(ctx context.Context, r int, c *Collectives) error) []error {
 	peers := make([]int, n)
 	for r := range peers {
 		peers[r] = r
