@@ -212,9 +212,11 @@ const minRingChunk = 256 << 10
 // Through shared memory (1 MiB chunks) that made two ranks' 2 and 4 MiB
 // all-reduces 1.22–1.23× faster by the medians, four ranks' (on two cores)
 // of 2–8 MiB 1.13–1.40× (bench/results/current/
-// allreduce-chunks-2026-11-29-zen4.txt), where smaller chunks for every
-// size had lost at 16–64 MiB (shm-chunk-2026-11-29-zen4.txt). Every rank
-// computes the same from the call's count.
+// allreduce-chunks-2026-11-29-zen4.txt), and two ranks' reduce-scatters
+// of 2 and 4 MiB 1.39–1.40× (reducescatter-chunks-2026-11-29-zen4.txt),
+// where smaller chunks for every size had lost at 16–64 MiB
+// (shm-chunk-2026-11-29-zen4.txt). Every rank computes the same from the
+// call's count.
 func ringChunkElems(ce, count, n int, size uintptr) int {
 	floor := min(ce, minRingChunk/int(size))
 	return min(ce, max(floor, count/n/4))
