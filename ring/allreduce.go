@@ -204,9 +204,9 @@ const minRingChunk = 256 << 10
 
 // ringChunkElems is the chunk of the ring all-reduce and the ring
 // reduce-scatter, in elements of size bytes, for count elements among n
-// ranks: the group's chunk ce, or,
-// where a rank's block (count/n) holds fewer than four of those, a
-// quarter of the block, but not below minRingChunk (nor above ce). A
+// ranks: the group's chunk ce, or, where a rank's block (count/n) holds
+// fewer than four of those, a quarter of the block, but not below
+// minRingChunk (nor above ce). A
 // block of one or two chunks leaves a rank copying or adding while its
 // neighbour waits for the whole chunk; four let them work at once.
 // Through shared memory (1 MiB chunks) that made two ranks' 2 and 4 MiB

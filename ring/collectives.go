@@ -41,7 +41,9 @@ type Collectives struct {
 	// latency-optimal algorithms. All ranks must use the same value (a
 	// difference is detected as a mismatch).
 	SmallBytes int
-	// ChunkBytes is the pipelining granularity of the ring algorithms.
+	// ChunkBytes is the pipelining granularity of the ring algorithms
+	// (the ring all-reduce and reduce-scatter cut blocks of fewer than
+	// four chunks finer: ringChunkElems).
 	ChunkBytes int
 	// OneShotBytes: all-reduces of at most this many bytes among more than
 	// two ranks send the whole buffer to every rank in one round (0: never).
