@@ -90,9 +90,6 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	case *nnodes < 1:
 		fmt.Fprintf(stderr, "gorun: -nnodes %d: want 1 or more\n", *nnodes)
 		return 2
-	case *nodeRank < 0 || *nodeRank >= *nnodes:
-		fmt.Fprintf(stderr, "gorun: -node-rank: node rank %d outside 0…%d (-nnodes %d)\n", *nodeRank, *nnodes-1, *nnodes)
-		return 2
 	case *maxRestarts < 0:
 		fmt.Fprintf(stderr, "gorun: -max-restarts %d: want 0 or more\n", *maxRestarts)
 		return 2

@@ -28,7 +28,7 @@ func TestExitStatusAndMessage(t *testing.T) {
 		{"negative grace", []string{"-grace", "-1s", "true"}, 2, []string{"-1s: want 0 or more"}},
 		{"bad np", []string{"-np", "0", "true"}, 2, []string{"need at least one rank"}},
 		{"no nodes", []string{"-nnodes", "0", "true"}, 2, []string{"-nnodes 0: want 1 or more"}},
-		{"node rank without nodes", []string{"-node-rank", "1", "true"}, 2, []string{"-node-rank: node rank 1 outside 0…0 (-nnodes 1)"}},
+		{"node rank without nodes", []string{"-node-rank", "1", "true"}, 2, []string{"launch: node rank 1 outside 0…0"}},
 		{"negative node rank", []string{"-nnodes", "2", "-node-rank", "-1", "-master", "127.0.0.1:1", "true"}, 2, []string{"node rank -1 outside 0…1"}},
 		// A rank fails in the first two runs and succeeds in the third.
 		{"restarts", []string{"-np", "2", "-grace", "200ms", "-max-restarts", "3", "sh", "-c", `echo "run $GORUN_RESTART"; [ "$RANK" = 1 ] && [ "$GORUN_RESTART" -lt 2 ] && exit 7; exit 0`}, 0,

@@ -580,10 +580,12 @@ func eachLine(r io.Reader, fn func(line []byte)) {
 func rendezvous(cfg Config) (addr string, port int, token string, ln *os.File, err error) {
 	listen := "127.0.0.1:0"
 	addr = "127.0.0.1"
+	// Nodes 0 (the zero Config) is one node, whose node rank is 0: any
+	// other would number its ranks past the world.
+	if nodes := max(cfg.Nodes, 1); cfg.Nodes < 0 || cfg.NodeRank < 0 || cfg.NodeRank >= nodes {
+		return "", 0, "", nil, fmt.Errorf("launch: node rank %d outside 0…%d (%d nodes)", cfg.NodeRank, nodes-1, cfg.Nodes)
+	}
 	if cfg.Nodes > 1 {
-		if cfg.NodeRank < 0 || cfg.NodeRank >= cfg.Nodes {
-			return "", 0, "", nil, fmt.Errorf("launch: node rank %d outside 0…%d", cfg.NodeRank, cfg.Nodes-1)
-		}
 		if cfg.Master == "" {
 			return "", 0, "", nil, fmt.Errorf("launch: a job over %d nodes needs --master HOST:PORT, where node 0 serves the rendezvous (the same on every node)", cfg.Nodes)
 		}

@@ -283,9 +283,10 @@ func TestStatusTerminal(t *testing.T) {
 	}
 }
 
-// TestMultiNodeSettingsRejected: a multi-node job whose node rank,
-// master address or token is missing or wrong fails before anything
-// starts, saying which setting and what it wants.
+// TestMultiNodeSettingsRejected: a job whose node count or node rank
+// (on one node too), or, over several nodes, whose master address or
+// token is missing or wrong fails before anything starts, saying which
+// setting and what it wants.
 func TestMultiNodeSettingsRejected(t *testing.T) {
 	for _, c := range []struct {
 		name string
@@ -297,6 +298,9 @@ func TestMultiNodeSettingsRejected(t *testing.T) {
 		{"master without a host", Config{Nodes: 2, Master: ":29500", Token: "t"}, `--master ":29500": want HOST:PORT`},
 		{"port out of range", Config{Nodes: 2, Master: "node0:70000", Token: "t"}, `port "70000" is not a port number`},
 		{"node rank past the nodes", Config{Nodes: 2, NodeRank: 2, Master: "node0:29500", Token: "t"}, "node rank 2 outside 0…1"},
+		{"node rank of a single node", Config{NodeRank: 1}, "node rank 1 outside 0…0"},
+		{"negative node rank", Config{Nodes: 2, NodeRank: -1, Master: "node0:29500", Token: "t"}, "node rank -1 outside 0…1"},
+		{"negative nodes", Config{Nodes: -1}, "node rank 0 outside 0…0 (-1 nodes)"},
 		{"no token", Config{Nodes: 3, NodeRank: 1, Master: "node0:29500"}, "a job over 3 nodes needs the same token on every node: set GORUN_TOKEN"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
