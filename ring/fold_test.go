@@ -26,18 +26,7 @@ func TestFoldedAllReduces(t *testing.T) {
 			for _, count := range []int{1, 7, 1000, 4097} { // an empty buffer always takes recursive doubling
 				for _, op := range []Op{Sum, Avg, Max, Min, Prod} {
 					t.Run(fmt.Sprintf("%v/n=%d/count=%d/%v", a.algo, n, count, op), func(t *testing.T) {
-						rng := rand.New(rand.NewPCG(uint64(n), uint64(count)))
-						in := make([][]float32, n)
-						for r := range in {
-							in[r] = make([]float32, count)
-							for i := range in[r] {
-								if op == Prod {
-									in[r][i] = []float32{0.5, 1, 2, -1}[rng.IntN(4)]
-								} else {
-									in[r][i] = float32(rng.IntN(9) - 4)
-								}
-							}
-						}
+						in := exactInputs(n, count, op)
 						want := sequential(op, in)
 						net := newMemNet(n)
 						out := runGroupWith(t, net, n, a.set, in, op)
@@ -50,4 +39,24 @@ func TestFoldedAllReduces(t *testing.T) {
 			}
 		}
 	}
+}
+
+// exactInputs returns n ranks' inputs of count small integers (powers of
+// two and −1 for Prod), seeded by n and count, which every order of
+// combining reduces exactly: any algorithm must match the sequential
+// reference bit for bit.
+func exactInputs(n, count int, op Op) [][]float32 {
+	rng := rand.New(rand.NewPCG(uint64(n), uint64(count)))
+	in := make([][]float32, n)
+	for r := range in {
+		in[r] = make([]float32, count)
+		for i := range in[r] {
+			if op == Prod {
+				in[r][i] = []float32{0.5, 1, 2, -1}[rng.IntN(4)]
+			} else {
+				in[r][i] = float32(rng.IntN(9) - 4)
+			}
+		}
+	}
+	return in
 }

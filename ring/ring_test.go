@@ -201,14 +201,7 @@ func TestRingChunks(t *testing.T) {
 		{3, 768 << 10, 4}, // 3 MiB among three: blocks of 1 MiB
 	} {
 		t.Run(fmt.Sprintf("n=%d/count=%d", tc.n, tc.count), func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(uint64(tc.n), uint64(tc.count)))
-			in := make([][]float32, tc.n)
-			for r := range in {
-				in[r] = make([]float32, tc.count)
-				for i := range in[r] {
-					in[r][i] = float32(rng.IntN(9) - 4)
-				}
-			}
+			in := exactInputs(tc.n, tc.count, Sum)
 			want := sequential(Sum, in)
 			ringOnly := func(c *Collectives) { c.SmallBytes, c.OneShotBytes, c.ChunkBytes = -1, -1, DefaultChunkBytes }
 			net := newMemNet(tc.n)
