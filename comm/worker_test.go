@@ -933,9 +933,6 @@ func printSockets() error {
 	return nil
 }
 
-// largeBroadcasts broadcasts 120 KB (a binomial tree) and 400 KB (a chain
-// of one chunk) from ranks 0 and n−1: sizes whose frames go direct
-// through shared memory.
 // largeAllGathers runs all-gathers of blocks of 120 KB and 1.2 MB (one
 // frame, and a 1 MiB chunk and a rest), from a send buffer of their own
 // and in place (send is this rank's block of recv, as torch's
@@ -967,6 +964,9 @@ func largeAllGathers(ctx context.Context, g *comm.Group) error {
 	return nil
 }
 
+// largeBroadcasts broadcasts 120 KB (a binomial tree) and 400 KB (a chain
+// of one chunk) from ranks 0 and n−1: sizes whose frames go direct
+// through shared memory.
 func largeBroadcasts(ctx context.Context, g *comm.Group) error {
 	n, r := g.Size(), g.Rank()
 	for _, count := range []int{30_000, 100_000} {
