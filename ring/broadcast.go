@@ -58,7 +58,7 @@ func Broadcast[T Elem](ctx context.Context, c *Collectives, buf []T, root int) e
 		return nil
 	}
 
-	ce := c.chunkElems(elemSize[T]())
+	ce := c.messageChunkElems(elemSize[T](), len(buf))
 	chunks := subchunks(0, len(buf), ce)
 	prev, next := rankOf(vr-1), rankOf(vr+1)
 	if vr > 0 {

@@ -85,26 +85,26 @@ func foldOut[T Elem](ctx context.Context, c *Collectives, call Call, f fold, buf
 }
 
 // sendChunks sends elements [lo, hi) of buf to group rank to, in frames of
-// at most ChunkBytes numbered from 0 (at least one frame, even when the
+// messageChunkElems numbered from 0 (at least one frame, even when the
 // range is empty).
 func sendChunks[T Elem](ctx context.Context, c *Collectives, call Call, to, step int, buf []T, lo, hi int) error {
-	return sendChunksBy(ctx, c, (*Collectives).send, call, to, step, buf, lo, hi)
+	ce := c.messageChunkElems(elemSize[T](), hi-lo)
+	return sendChunksBy(ctx, c, (*Collectives).send, call, to, step, buf, lo, hi, ce)
 }
 
-// sendChunksDirect is sendChunks through the transport's DirectSender
-// (where it has one), for blocks every rank sends while it receives
-// others' (all-to-all): every chunk where the group has two ranks, else
-// chunks of directBytes or more.
-func sendChunksDirect[T Elem](ctx context.Context, c *Collectives, call Call, to, step int, buf []T, lo, hi int) error {
+// sendChunksDirect sends [lo, hi) of buf in frames of ce elements through
+// the transport's DirectSender (where it has one), for blocks every rank
+// sends while it receives others' (all-to-all): every chunk where the
+// group has two ranks, else chunks of directBytes or more.
+func sendChunksDirect[T Elem](ctx context.Context, c *Collectives, call Call, to, step int, buf []T, lo, hi, ce int) error {
 	send := (*Collectives).sendDirectLarge
 	if c.Size() == 2 {
 		send = (*Collectives).sendDirect
 	}
-	return sendChunksBy(ctx, c, send, call, to, step, buf, lo, hi)
+	return sendChunksBy(ctx, c, send, call, to, step, buf, lo, hi, ce)
 }
 
-func sendChunksBy[T Elem](ctx context.Context, c *Collectives, send func(*Collectives, context.Context, int, Call, int, int, []byte) error, call Call, to, step int, buf []T, lo, hi int) error {
-	ce := c.chunkElems(elemSize[T]())
+func sendChunksBy[T Elem](ctx context.Context, c *Collectives, send func(*Collectives, context.Context, int, Call, int, int, []byte) error, call Call, to, step int, buf []T, lo, hi, ce int) error {
 	for j := range subchunks(lo, hi, ce) {
 		a, b := sub(lo, hi, ce, j)
 		if err := send(c, ctx, to, call, step, j, AsBytes(buf[a:b])); err != nil {
@@ -117,7 +117,11 @@ func sendChunksBy[T Elem](ctx context.Context, c *Collectives, send func(*Collec
 // postChunks posts dst's elements [lo, hi) for the frames sendChunks cuts
 // that range into.
 func postChunks[T Elem](c *Collectives, from int, dst []T, lo, hi int) error {
-	ce := c.chunkElems(elemSize[T]())
+	return postChunksBy(c, from, dst, lo, hi, c.messageChunkElems(elemSize[T](), hi-lo))
+}
+
+// postChunksBy posts dst's elements [lo, hi) for frames of ce elements.
+func postChunksBy[T Elem](c *Collectives, from int, dst []T, lo, hi, ce int) error {
 	for j := range subchunks(lo, hi, ce) {
 		a, b := sub(lo, hi, ce, j)
 		if err := c.post(from, AsBytes(dst[a:b])); err != nil {
@@ -132,7 +136,7 @@ func postChunks[T Elem](c *Collectives, from int, dst []T, lo, hi int) error {
 // and nothing is sent meanwhile: a range of one chunk through recvOne,
 // else posted and waited for chunk by chunk.
 func recvChunks[T Elem](ctx context.Context, c *Collectives, call Call, from, step int, dst []T, lo, hi int) error {
-	if subchunks(lo, hi, c.chunkElems(elemSize[T]())) == 1 {
+	if subchunks(lo, hi, c.messageChunkElems(elemSize[T](), hi-lo)) == 1 {
 		b := AsBytes(dst[lo:hi])
 		return c.recvOne(ctx, call, step, 0, from, b, len(b))
 	}
@@ -146,7 +150,11 @@ func recvChunks[T Elem](ctx context.Context, c *Collectives, call Call, from, st
 // ticket first on, checking each against call and step, and calls each(j,
 // a, b), when not nil, as chunk j, elements [a, b), lands.
 func waitChunks[T Elem](ctx context.Context, c *Collectives, call Call, from, first, step int, dst []T, lo, hi int, each func(j, a, b int)) error {
-	ce := c.chunkElems(elemSize[T]())
+	return waitChunksBy(ctx, c, call, from, first, step, dst, lo, hi, c.messageChunkElems(elemSize[T](), hi-lo), each)
+}
+
+// waitChunksBy is waitChunks for frames of ce elements.
+func waitChunksBy[T Elem](ctx context.Context, c *Collectives, call Call, from, first, step int, dst []T, lo, hi, ce int, each func(j, a, b int)) error {
 	for j := range subchunks(lo, hi, ce) {
 		a, b := sub(lo, hi, ce, j)
 		if err := c.wait(ctx, from, first+j, call, step, j, len(AsBytes(dst[a:b]))); err != nil {
@@ -157,4 +165,24 @@ func waitChunks[T Elem](ctx context.Context, c *Collectives, call Call, from, fi
 		}
 	}
 	return nil
+}
+
+// messageChunkElems is the frame size, in elements of size bytes, of a
+// message of count elements that sendChunks cuts up and postChunks,
+// recvChunks and waitChunks take apart (the same count on both sides):
+// the group's chunk, or, for a message of at least four minRingChunks
+// that the group's chunk would send in fewer than four frames, a quarter
+// of the message. A message of one or two chunks leaves the receiver
+// adding or copying while the sender waits; four let them work at once.
+// Through shared memory (1 MiB chunks), between two ranks: Reduces of
+// 1–3 MiB 1.3× faster by the medians, a Broadcast of 1 MiB 1.9×, Gathers
+// of 2–4 MiB 1.15× in a slower phase of the VM; smaller messages in two
+// frames gained nothing (a Reduce of 384 KiB was slower)
+// (bench/results/current/message-chunks-2026-11-29-zen4.txt).
+func (c *Collectives) messageChunkElems(size uintptr, count int) int {
+	ce := c.chunkElems(size)
+	if count*int(size) < 4*minRingChunk {
+		return ce
+	}
+	return ringChunkElems(ce, count, 1, size)
 }

@@ -41,14 +41,13 @@ func halfAllReduce[H half](ctx context.Context, c *Collectives, buf []H, op Op) 
 			return err
 		}
 	}
-	ce := c.chunkElems(elemSize[H]())
 	for i := 1; i < n; i++ {
 		from := mod(r-i, n)
 		a, b := block(from)
 		if err := waitChunks(ctx, c, call, from, first, 1, buf, a, b, nil); err != nil {
 			return err
 		}
-		first += subchunks(a, b, ce)
+		first += subchunks(a, b, c.messageChunkElems(elemSize[H](), b-a))
 	}
 	return nil
 }
@@ -127,7 +126,7 @@ func ownerReduce[H half](ctx context.Context, c *Collectives, call Call, send []
 	if !owns(r) {
 		return nil
 	}
-	ce := c.chunkElems(elemSize[H]())
+	ce := c.messageChunkElems(elemSize[H](), size)
 	first := 0
 	for i := 1; i < n; i++ {
 		from := mod(r-i, n)

@@ -49,7 +49,7 @@ func halvingAllReduce[T Elem](ctx context.Context, c *Collectives, call Call, bu
 		slo, shi := elems(sendLo, sendHi)
 		first := len(c.tickets)
 		combined := c.combined[:0]
-		ce := c.chunkElems(elemSize[T]())
+		ce := c.messageChunkElems(elemSize[T](), khi-klo)
 		for j := range subchunks(klo, khi, ce) {
 			a, b := sub(klo, khi, ce, j)
 			folded, err := c.postCombine(partner, AsBytes(buf[a:b]), combine, AsBytes(tmp[a:b]))

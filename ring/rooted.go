@@ -306,10 +306,21 @@ func exchange[T Elem](ctx context.Context, c *Collectives, call Call, step int, 
 			return c.sendRecv(ctx, call, step, 0, peer, out, peer, in, len(in))
 		}
 	}
+	// A gather's senders cut their blocks as sendChunks does. The
+	// all-to-all's direct frames are read straight into place: cutting them
+	// finer than the group's chunk pipelines nothing (two-rank 2–4 MiB
+	// all-to-alls measured 6–9% slower in quarters;
+	// bench/results/current/message-chunks-2026-11-29-zen4.txt).
+	chunk := func(lo, hi int) int {
+		if sending {
+			return c.chunkElems(elemSize[T]())
+		}
+		return c.messageChunkElems(elemSize[T](), hi-lo)
+	}
 	for i := 1; i < n; i++ {
 		from := mod(r-i, n)
 		lo, hi := rl.block(from)
-		if err := postChunks(c, from, recv, lo, hi); err != nil {
+		if err := postChunksBy(c, from, recv, lo, hi, chunk(lo, hi)); err != nil {
 			return err
 		}
 	}
@@ -317,16 +328,17 @@ func exchange[T Elem](ctx context.Context, c *Collectives, call Call, step int, 
 		for i := 1; i < n; i++ {
 			to := mod(r+i, n)
 			lo, hi := sl.block(to)
-			if err := sendChunksDirect(ctx, c, call, to, step, send, lo, hi); err != nil {
+			if err := sendChunksDirect(ctx, c, call, to, step, send, lo, hi, chunk(lo, hi)); err != nil {
 				return err
 			}
 		}
 	}
-	first, ce := 0, c.chunkElems(elemSize[T]())
+	first := 0
 	for i := 1; i < n; i++ {
 		from := mod(r-i, n)
 		lo, hi := rl.block(from)
-		if err := waitChunks(ctx, c, call, from, first, step, recv, lo, hi, nil); err != nil {
+		ce := chunk(lo, hi)
+		if err := waitChunksBy(ctx, c, call, from, first, step, recv, lo, hi, ce, nil); err != nil {
 			return err
 		}
 		first += subchunks(lo, hi, ce)

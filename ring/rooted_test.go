@@ -505,3 +505,125 @@ func TestRecvWhereNothingElseIsPosted(t *testing.T) {
 		})
 	}
 }
+
+// TestMessageChunks checks the frames the rooted collectives and the chain
+// broadcast cut a message into with the default 1 MiB chunk
+// (messageChunkElems): four where whole chunks would leave fewer, for
+// messages of 1 MiB or more, the group's chunk otherwise — and that each
+// call's result is still exact.
+func TestMessageChunks(t *testing.T) {
+	const root = 1
+	kinds := []struct {
+		name string
+		run  func(ctx context.Context, c *Collectives, in [][]float32, r, n int) ([]float32, error)
+		want func(in [][]float32, r int) []float32 // nil: not defined on rank r
+		// messages: how many messages of count elements the call sends
+		messages func(n int) int
+		// groupChunk: the messages keep the group's 1 MiB chunk (the
+		// all-to-all's direct frames)
+		groupChunk bool
+	}{
+		{"reduce", func(ctx context.Context, c *Collectives, in [][]float32, r, n int) ([]float32, error) {
+			buf := slices.Clone(in[r])
+			return buf, ReduceToRoot(ctx, c, buf, Sum, root)
+		}, func(in [][]float32, r int) []float32 {
+			if r != root {
+				return nil
+			}
+			return sequential(Sum, in)
+		}, func(n int) int { return n - 1 }, false},
+		{"broadcast", func(ctx context.Context, c *Collectives, in [][]float32, r, n int) ([]float32, error) {
+			buf := slices.Clone(in[r])
+			return buf, Broadcast(ctx, c, buf, root)
+		}, func(in [][]float32, r int) []float32 { return in[root] }, func(n int) int { return n - 1 }, false},
+		{"scatter", func(ctx context.Context, c *Collectives, in [][]float32, r, n int) ([]float32, error) {
+			var send []float32
+			if r == root {
+				for q := range n {
+					send = append(send, in[q]...)
+				}
+			}
+			recv := make([]float32, len(in[r]))
+			return recv, Scatter(ctx, c, send, recv, root)
+		}, func(in [][]float32, r int) []float32 { return in[r] }, func(n int) int { return n - 1 }, false},
+		{"gather", func(ctx context.Context, c *Collectives, in [][]float32, r, n int) ([]float32, error) {
+			var recv []float32
+			if r == root {
+				recv = make([]float32, n*len(in[r]))
+			}
+			return recv, Gather(ctx, c, in[r], recv, root)
+		}, func(in [][]float32, r int) []float32 {
+			if r != root {
+				return nil
+			}
+			var all []float32
+			for _, b := range in {
+				all = append(all, b...)
+			}
+			return all
+		}, func(n int) int { return n - 1 }, false},
+		{"alltoall", func(ctx context.Context, c *Collectives, in [][]float32, r, n int) ([]float32, error) {
+			var send []float32 // block q: in[(r+q)%n]
+			for q := range n {
+				send = append(send, in[(r+q)%n]...)
+			}
+			recv := make([]float32, len(send))
+			return recv, AllToAll(ctx, c, send, recv)
+		}, func(in [][]float32, r int) []float32 {
+			var all []float32 // block p: rank p's block r
+			for p := range in {
+				all = append(all, in[(p+r)%len(in)]...)
+			}
+			return all
+		}, func(n int) int { return n * (n - 1) }, true},
+	}
+	for _, k := range kinds {
+		for _, tc := range []struct {
+			n, count, chunks int // chunks a message of count float32s
+		}{
+			{2, 192 << 10, 1},  // 768 KiB: one chunk, as before
+			{2, 256 << 10, 4},  // 1 MiB in 256 KiB chunks
+			{2, 320 << 10, 4},  // 1.25 MiB in 320 KiB chunks
+			{2, 512 << 10, 4},  // 2 MiB in 512 KiB chunks
+			{2, 1280 << 10, 5}, // 5 MiB in 1 MiB chunks
+			{3, 256 << 10, 4},  // among three: a gather's blocks from two ranks at once
+			{3, 1 << 20, 4},
+		} {
+			if k.name == "reduce" && tc.n > 2 {
+				continue // a reduce-scatter and a gather (the ring's rule)
+			}
+			t.Run(fmt.Sprintf("%s/n=%d/count=%d", k.name, tc.n, tc.count), func(t *testing.T) {
+				in := exactInputs(tc.n, tc.count, Sum)
+				net := newMemNet(tc.n)
+				out := make([][]float32, tc.n)
+				big := func(c *Collectives) { c.SmallBytes, c.ChunkBytes = -1, DefaultChunkBytes }
+				errs := rankErrorsOn(net, tc.n, big, func(ctx context.Context, r int, c *Collectives) error {
+					var err error
+					out[r], err = k.run(ctx, c, in, r, tc.n)
+					return err
+				})
+				if err := errors.Join(errs...); err != nil {
+					t.Fatal(err)
+				}
+				for r := range tc.n {
+					if want := k.want(in, r); want != nil {
+						if i := firstDiff(out[r], want); i >= 0 {
+							t.Fatalf("rank %d element %d differs", r, i)
+						}
+					}
+				}
+				frames := 0
+				for _, f := range net.algos {
+					frames += f
+				}
+				chunks := tc.chunks
+				if k.groupChunk {
+					chunks = (tc.count + 256<<10 - 1) / (256 << 10)
+				}
+				if want := k.messages(tc.n) * chunks; frames != want {
+					t.Fatalf("frames %v, want %d (%d a message)", net.algos, want, chunks)
+				}
+			})
+		}
+	}
+}
