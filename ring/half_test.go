@@ -106,7 +106,8 @@ func halfReference[H half](op Op, in [][]H) []H {
 // TestHalfReductions: AllReduce, ReduceScatter and Reduce of bfloat16 and
 // float16 give every rank (or the root) the contributions combined in
 // float32 and rounded once — bit for bit the reference — for groups of 1
-// to 8 and counts 0 to 1000 in 64-byte frames.
+// to 8 and counts 0 to 1000 in 64-byte frames, and blocks of several
+// combining tiles (4500 elements a rank) in groups of 2 and 3.
 func TestHalfReductions(t *testing.T) {
 	t.Run("bfloat16", func(t *testing.T) { testHalfReductions[BFloat16](t) })
 	t.Run("float16", func(t *testing.T) { testHalfReductions[Float16](t) })
@@ -114,7 +115,10 @@ func TestHalfReductions(t *testing.T) {
 
 func testHalfReductions[H half](t *testing.T) {
 	for _, n := range []int{1, 2, 3, 5, 8} {
-		for _, count := range []int{0, 1, 7, 1000} {
+		for _, count := range []int{0, 1, 7, 1000, 4500} {
+			if count > combineTile && n > 3 {
+				continue // several tiles a block: two and three ranks suffice
+			}
 			f := contributions(n, n*count)
 			in := make([][]H, n)
 			for r := range in {
@@ -326,5 +330,70 @@ func TestFloat16MatchesReference(t *testing.T) {
 		check(w + 0x1000) // a tie
 		check(w + 0x0FFF)
 		check(w + 0x1001)
+	}
+}
+
+// TestBFloat16KernelsMatchScalar: NarrowInto, narrowDivInto, WidenInto
+// and accumulateInto's sums on bfloat16 — the vector kernels where the
+// processor has them, then the scalar loop for the tail — give the bits
+// of the element-by-element conversions for every length up to 40 and
+// every start within a vector: ties both ways, NaNs with payloads and
+// signs, infinities, the largest finite values, subnormals.
+func TestBFloat16KernelsMatchScalar(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	special := []uint32{0x7F800001, 0xFFC12345, 0x7FFFFFFF, 0x7F800000, 0xFF800000, 0x7F7FFFFF, 0xFF7FFFFF,
+		0x3F808000, 0x3F818000, 0x3F807FFF, 0x00000001, 0x80008000, 0x00018000, 0}
+	bits := make([]uint32, 4096)
+	for i := range bits {
+		switch i % 4 {
+		case 0:
+			bits[i] = special[rng.IntN(len(special))]
+		case 1: // a tie: the dropped half exactly 0x8000
+			bits[i] = rng.Uint32()&0xFFFF0000 | 0x8000
+		default:
+			bits[i] = rng.Uint32()
+		}
+	}
+	src := make([]float32, len(bits))
+	for i, b := range bits {
+		src[i] = math.Float32frombits(b)
+	}
+	for start := range 8 {
+		for n := range 41 {
+			in := src[start*37 : start*37+n]
+			got := make([]BFloat16, n)
+			NarrowInto(got, in)
+			for i, v := range in {
+				if want := NewBFloat16(v); got[i] != want {
+					t.Fatalf("NarrowInto of %d from %d: element %d (%#08x) = %#04x, want %#04x", n, start, i, math.Float32bits(v), got[i], want)
+				}
+			}
+			narrowDivInto(got, in, 3)
+			for i, v := range in {
+				if want := NewBFloat16(v / 3); got[i] != want {
+					t.Fatalf("narrowDivInto of %d from %d: element %d (%#08x) / 3 = %#04x, want %#04x", n, start, i, math.Float32bits(v), got[i], want)
+				}
+			}
+			h := make([]BFloat16, n)
+			for i := range h {
+				h[i] = BFloat16(rng.Uint32())
+			}
+			w := make([]float32, n)
+			WidenInto(w, h)
+			for i, x := range h {
+				if math.Float32bits(w[i]) != math.Float32bits(x.Float32()) {
+					t.Fatalf("WidenInto of %d: element %d (%#04x) = %#08x, want %#08x", n, i, x, math.Float32bits(w[i]), math.Float32bits(x.Float32()))
+				}
+			}
+			acc := slices.Clone(in)
+			accumulateInto(Sum, acc, h)
+			for i := range acc {
+				want := in[i] + h[i].Float32()
+				bothNaN := in[i] != in[i] && h[i].Float32() != h[i].Float32()
+				if math.Float32bits(acc[i]) != math.Float32bits(want) && !(bothNaN && acc[i] != acc[i]) {
+					t.Fatalf("accumulateInto of %d: element %d: %#08x + %#04x = %#08x, want %#08x", n, i, math.Float32bits(in[i]), h[i], math.Float32bits(acc[i]), math.Float32bits(want))
+				}
+			}
+		}
 	}
 }
