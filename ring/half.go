@@ -146,10 +146,11 @@ func divideHalf[H half](v []H, n int) {
 // NarrowInto sets dst[i] to src[i] rounded to H (NewBFloat16 or
 // NewFloat16); dst is at least as long as src. The loops are written per
 // type: a generic one pays a dictionary call per element (about 3 ns).
-// bfloat16's, with WidenInto's and accumulateInto's sums, run AVX2
-// kernels where the processor has them (half_amd64.s), which made a
-// two-rank bfloat16 all-reduce of 1 MiB 3.5–4.2× faster (bench/results/
-// current/bf16-vector-2026-11-29-zen4.txt).
+// These, WidenInto's and accumulateInto's sums run vector kernels where
+// the processor has them (half_amd64.s: AVX2 for bfloat16, F16C for
+// float16), which made two-rank all-reduces of 1 MiB 3.5–4.2× faster in
+// bfloat16 and 9.7–10.7× in float16 (bench/results/current/
+// bf16-vector-2026-11-29-zen4.txt, fp16-f16c-2026-11-29-zen4.txt).
 func NarrowInto[H half](dst []H, src []float32) {
 	switch d := any(dst).(type) {
 	case []BFloat16:
@@ -159,8 +160,8 @@ func NarrowInto[H half](dst []H, src []float32) {
 		}
 	case []Float16:
 		d = d[:len(src)]
-		for i, v := range src {
-			d[i] = NewFloat16(v)
+		for i := narrowF16Vector(d, src); i < len(src); i++ {
+			d[i] = NewFloat16(src[i])
 		}
 	}
 }
@@ -176,8 +177,8 @@ func narrowDivInto[H half](dst []H, src []float32, div float32) {
 		}
 	case []Float16:
 		d = d[:len(src)]
-		for i, v := range src {
-			d[i] = NewFloat16(v / div)
+		for i := narrowDivF16Vector(d, src, div); i < len(src); i++ {
+			d[i] = NewFloat16(src[i] / div)
 		}
 	}
 }
@@ -192,8 +193,8 @@ func WidenInto[H half](dst []float32, src []H) {
 			dst[i] = s[i].Float32()
 		}
 	case []Float16:
-		for i, h := range s {
-			dst[i] = h.Float32()
+		for i := widenF16Vector(dst, s); i < len(s); i++ {
+			dst[i] = s[i].Float32()
 		}
 	}
 }
@@ -210,8 +211,8 @@ func accumulateInto[H half](op Op, acc []float32, src []H) {
 			}
 			return
 		case []Float16:
-			for i, h := range s {
-				acc[i] += h.Float32()
+			for i := accumulateF16Vector(acc, s); i < len(s); i++ {
+				acc[i] += s[i].Float32()
 			}
 			return
 		}

@@ -105,3 +105,86 @@ NARROW(·narrowBF16, $0-24, NOTHING, NOTHING)
 
 // func narrowDivBF16(dst *BFloat16, src *float32, n int, div float32)
 NARROW(·narrowDivBF16, $0-28, LOADDIV, DIVIDE)
+
+// float16 conversions with F16C (VCVTPH2PS, VCVTPS2PH rounding to nearest
+// even), the bits of half.go's scalar loops: NaNs are first made
+// sign | 0x7FC00000, which converts to NewFloat16's sign | 0x7E00.
+
+// func widenF16(dst *float32, src *Float16, n int)
+TEXT ·widenF16(SB), NOSPLIT, $0-24
+	MOVQ	dst+0(FP), DI
+	MOVQ	src+8(FP), SI
+	MOVQ	n+16(FP), CX
+	XORQ	AX, AX
+widen:
+	VCVTPH2PS	(SI)(AX*2), Y0
+	VMOVUPS	Y0, (DI)(AX*4)
+	ADDQ	$8, AX
+	CMPQ	AX, CX
+	JB	widen
+	VZEROUPPER
+	RET
+
+// func accumulateF16(acc *float32, src *Float16, n int)
+TEXT ·accumulateF16(SB), NOSPLIT, $0-24
+	MOVQ	acc+0(FP), DI
+	MOVQ	src+8(FP), SI
+	MOVQ	n+16(FP), CX
+	XORQ	AX, AX
+acc:
+	VCVTPH2PS	(SI)(AX*2), Y0
+	VMOVUPS	(DI)(AX*4), Y1
+	VADDPS	Y0, Y1, Y1
+	VMOVUPS	Y1, (DI)(AX*4)
+	ADDQ	$8, AX
+	CMPQ	AX, CX
+	JB	acc
+	VZEROUPPER
+	RET
+
+// ROUND16 stores R rounded to float16 at D: NaN lanes (|b| > 0x7F800000)
+// made sign | 0x7FC00000 first. T and M are scratch.
+#define ROUND16(R, D, T, M) \
+	VPAND	Y8, R, M \
+	VPCMPGTD	Y9, M, M \
+	VPAND	Y10, R, T \
+	VPOR	Y11, T, T \
+	VPBLENDVB	M, T, R, R \
+	VCVTPS2PH	$0, R, D
+
+#define NARROW16(NAME, ARGS, SETUP, DIV) \
+TEXT NAME(SB), NOSPLIT, ARGS \
+	MOVQ	dst+0(FP), DI \
+	MOVQ	src+8(FP), SI \
+	MOVQ	n+16(FP), CX \
+	SETUP \
+	MOVL	$0x7FFFFFFF, BX \
+	VMOVD	BX, X8 \
+	VPBROADCASTD	X8, Y8 \
+	MOVL	$0x7F800000, BX \
+	VMOVD	BX, X9 \
+	VPBROADCASTD	X9, Y9 \
+	MOVL	$0x80000000, BX \
+	VMOVD	BX, X10 \
+	VPBROADCASTD	X10, Y10 \
+	MOVL	$0x7FC00000, BX \
+	VMOVD	BX, X11 \
+	VPBROADCASTD	X11, Y11 \
+	XORQ	AX, AX \
+loop: \
+	VMOVUPS	(SI)(AX*4), Y0 \
+	VMOVUPS	32(SI)(AX*4), Y1 \
+	DIV \
+	ROUND16(Y0, (DI)(AX*2), Y2, Y3) \
+	ROUND16(Y1, 16(DI)(AX*2), Y4, Y5) \
+	ADDQ	$16, AX \
+	CMPQ	AX, CX \
+	JB	loop \
+	VZEROUPPER \
+	RET
+
+// func narrowF16(dst *Float16, src *float32, n int)
+NARROW16(·narrowF16, $0-24, NOTHING, NOTHING)
+
+// func narrowDivF16(dst *Float16, src *float32, n int, div float32)
+NARROW16(·narrowDivF16, $0-28, LOADDIV, DIVIDE)

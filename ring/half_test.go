@@ -333,23 +333,39 @@ func TestFloat16MatchesReference(t *testing.T) {
 	}
 }
 
-// TestBFloat16KernelsMatchScalar: NarrowInto, narrowDivInto, WidenInto
-// and accumulateInto's sums on bfloat16 — the vector kernels where the
-// processor has them, then the scalar loop for the tail — give the bits
-// of the element-by-element conversions for every length up to 40 and
-// every start within a vector: ties both ways, NaNs with payloads and
-// signs, infinities, the largest finite values, subnormals.
-func TestBFloat16KernelsMatchScalar(t *testing.T) {
+// TestHalfKernelsMatchScalar: NarrowInto, narrowDivInto, WidenInto and
+// accumulateInto's sums — the vector kernels where the processor has
+// them (AVX2; F16C for float16), then the scalar loop for the tail — give
+// the bits of the element-by-element conversions for every length up to
+// 40 and every start within a vector: ties both ways, NaNs with payloads
+// and signs, infinities, the largest finite values, subnormals.
+func TestHalfKernelsMatchScalar(t *testing.T) {
+	t.Run("bfloat16", func(t *testing.T) {
+		kernelsMatchScalar(t, NewBFloat16, []uint32{0x3F808000, 0x3F818000, 0x3F807FFF, 0x7F7FFFFF, 0xFF7FFFFF, 0x80008000, 0x00018000}, 0x8000, 16)
+	})
+	t.Run("float16", func(t *testing.T) {
+		// 65504, 65519.99, 65520 (a tie to infinity), 2^-24 and half of it,
+		// a subnormal tie, 2^-14 minus a bit, a tie at 1.
+		kernelsMatchScalar(t, NewFloat16, []uint32{0x477FE000, 0x477FEFFF, 0x477FF000, 0x33800000, 0x33000000, 0x33C00000, 0x387FFFFF, 0x3F801000}, 0x1000, 13)
+	})
+}
+
+// kernelsMatchScalar checks H's bulk conversions against newH (its
+// scalar rounding) on special values, ties (tieBit set, the bits below
+// it clear, at random exponents) and random bits.
+func kernelsMatchScalar[H half](t *testing.T, newH func(float32) H, special []uint32, tieBit uint32, dropped uint) {
 	rng := rand.New(rand.NewPCG(7, 8))
-	special := []uint32{0x7F800001, 0xFFC12345, 0x7FFFFFFF, 0x7F800000, 0xFF800000, 0x7F7FFFFF, 0xFF7FFFFF,
-		0x3F808000, 0x3F818000, 0x3F807FFF, 0x00000001, 0x80008000, 0x00018000, 0}
+	special = append(special, 0x7F800001, 0xFFC12345, 0x7FFFFFFF, 0x7FC00000, 0x7F800000, 0xFF800000, 0x00000001, 0x80000000, 0)
 	bits := make([]uint32, 4096)
 	for i := range bits {
 		switch i % 4 {
 		case 0:
 			bits[i] = special[rng.IntN(len(special))]
-		case 1: // a tie: the dropped half exactly 0x8000
-			bits[i] = rng.Uint32()&0xFFFF0000 | 0x8000
+		case 1: // a tie: the dropped bits exactly half a unit
+			e := uint32(rng.IntN(40)+100) << 23
+			bits[i] = rng.Uint32()&0x80000000 | e | rng.Uint32()&0x007FFFFF&^(1<<dropped-1) | tieBit
+		case 2: // within float16's range
+			bits[i] = math.Float32bits(float32(rng.NormFloat64() * math.Pow(10, float64(rng.IntN(12)-7))))
 		default:
 			bits[i] = rng.Uint32()
 		}
@@ -358,39 +374,40 @@ func TestBFloat16KernelsMatchScalar(t *testing.T) {
 	for i, b := range bits {
 		src[i] = math.Float32frombits(b)
 	}
+	same := func(a, b float32) bool { return math.Float32bits(a) == math.Float32bits(b) }
 	for start := range 8 {
 		for n := range 41 {
 			in := src[start*37 : start*37+n]
-			got := make([]BFloat16, n)
+			got := make([]H, n)
 			NarrowInto(got, in)
 			for i, v := range in {
-				if want := NewBFloat16(v); got[i] != want {
+				if want := newH(v); got[i] != want {
 					t.Fatalf("NarrowInto of %d from %d: element %d (%#08x) = %#04x, want %#04x", n, start, i, math.Float32bits(v), got[i], want)
 				}
 			}
 			narrowDivInto(got, in, 3)
 			for i, v := range in {
-				if want := NewBFloat16(v / 3); got[i] != want {
+				if want := newH(v / 3); got[i] != want {
 					t.Fatalf("narrowDivInto of %d from %d: element %d (%#08x) / 3 = %#04x, want %#04x", n, start, i, math.Float32bits(v), got[i], want)
 				}
 			}
-			h := make([]BFloat16, n)
+			h := make([]H, n)
 			for i := range h {
-				h[i] = BFloat16(rng.Uint32())
+				h[i] = H(rng.Uint32())
 			}
 			w := make([]float32, n)
 			WidenInto(w, h)
 			for i, x := range h {
-				if math.Float32bits(w[i]) != math.Float32bits(x.Float32()) {
-					t.Fatalf("WidenInto of %d: element %d (%#04x) = %#08x, want %#08x", n, i, x, math.Float32bits(w[i]), math.Float32bits(x.Float32()))
+				if !same(w[i], widen(x)) {
+					t.Fatalf("WidenInto of %d: element %d (%#04x) = %#08x, want %#08x", n, i, x, math.Float32bits(w[i]), math.Float32bits(widen(x)))
 				}
 			}
 			acc := slices.Clone(in)
 			accumulateInto(Sum, acc, h)
 			for i := range acc {
-				want := in[i] + h[i].Float32()
-				bothNaN := in[i] != in[i] && h[i].Float32() != h[i].Float32()
-				if math.Float32bits(acc[i]) != math.Float32bits(want) && !(bothNaN && acc[i] != acc[i]) {
+				want := in[i] + widen(h[i])
+				bothNaN := in[i] != in[i] && widen(h[i]) != widen(h[i])
+				if !same(acc[i], want) && !(bothNaN && acc[i] != acc[i]) {
 					t.Fatalf("accumulateInto of %d: element %d: %#08x + %#04x = %#08x, want %#08x", n, i, math.Float32bits(in[i]), h[i], math.Float32bits(acc[i]), math.Float32bits(want))
 				}
 			}
