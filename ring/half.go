@@ -155,12 +155,12 @@ func NarrowInto[H half](dst []H, src []float32) {
 	switch d := any(dst).(type) {
 	case []BFloat16:
 		d = d[:len(src)]
-		for i := narrowBF16Vector(d, src); i < len(src); i++ {
+		for i := narrowVector(d, src, 1); i < len(src); i++ {
 			d[i] = NewBFloat16(src[i])
 		}
 	case []Float16:
 		d = d[:len(src)]
-		for i := narrowF16Vector(d, src); i < len(src); i++ {
+		for i := narrowVector(d, src, 1); i < len(src); i++ {
 			d[i] = NewFloat16(src[i])
 		}
 	}
@@ -172,12 +172,12 @@ func narrowDivInto[H half](dst []H, src []float32, div float32) {
 	switch d := any(dst).(type) {
 	case []BFloat16:
 		d = d[:len(src)]
-		for i := narrowDivBF16Vector(d, src, div); i < len(src); i++ {
+		for i := narrowVector(d, src, div); i < len(src); i++ {
 			d[i] = NewBFloat16(src[i] / div)
 		}
 	case []Float16:
 		d = d[:len(src)]
-		for i := narrowDivF16Vector(d, src, div); i < len(src); i++ {
+		for i := narrowVector(d, src, div); i < len(src); i++ {
 			d[i] = NewFloat16(src[i] / div)
 		}
 	}
@@ -189,11 +189,11 @@ func WidenInto[H half](dst []float32, src []H) {
 	dst = dst[:len(src)]
 	switch s := any(src).(type) {
 	case []BFloat16:
-		for i := widenBF16Vector(dst, s); i < len(s); i++ {
+		for i := widenVector(dst, s, false); i < len(s); i++ {
 			dst[i] = s[i].Float32()
 		}
 	case []Float16:
-		for i := widenF16Vector(dst, s); i < len(s); i++ {
+		for i := widenVector(dst, s, false); i < len(s); i++ {
 			dst[i] = s[i].Float32()
 		}
 	}
@@ -206,12 +206,12 @@ func accumulateInto[H half](op Op, acc []float32, src []H) {
 	if op == Sum || op == Avg {
 		switch s := any(src).(type) {
 		case []BFloat16:
-			for i := accumulateBF16Vector(acc, s); i < len(s); i++ {
+			for i := widenVector(acc, s, true); i < len(s); i++ {
 				acc[i] += s[i].Float32()
 			}
 			return
 		case []Float16:
-			for i := accumulateF16Vector(acc, s); i < len(s); i++ {
+			for i := widenVector(acc, s, true); i < len(s); i++ {
 				acc[i] += s[i].Float32()
 			}
 			return

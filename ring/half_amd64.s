@@ -2,50 +2,63 @@
 
 #include "textflag.h"
 
-// bfloat16 conversions with AVX2, the bits of half.go's scalar loops.
+// 16-bit float conversions and sums, the bits of half.go's scalar loops:
+// bfloat16 with AVX2 (a widened element is the 16 bits shifted up; rounding
+// to nearest even is (b + 0x7FFF + (b>>16)&1) >> 16, NaNs made 0x7FC0),
+// float16 with F16C (VCVTPH2PS; VCVTPS2PH rounding to nearest even, NaNs
+// made sign | 0x7FC00000 first, which converts to NewFloat16's
+// sign | 0x7E00).
+
+// Loading eight 16-bit elements from (SI)(AX*2) as float32 into Y0.
+#define LOADBF16 VPMOVZXWD (SI)(AX*2), Y0; VPSLLD $16, Y0, Y0
+#define LOADF16 VCVTPH2PS (SI)(AX*2), Y0
+
+// EIGHT runs OP on Y0, eight elements of src widened, and dst's eight at
+// (DI)(AX*4), until n are done.
+#define EIGHT(NAME, LOAD, OP) \
+TEXT NAME(SB), NOSPLIT, $0-24 \
+	MOVQ	dst+0(FP), DI \
+	MOVQ	src+8(FP), SI \
+	MOVQ	n+16(FP), CX \
+	XORQ	AX, AX \
+loop: \
+	LOAD \
+	OP \
+	ADDQ	$8, AX \
+	CMPQ	AX, CX \
+	JB	loop \
+	VZEROUPPER \
+	RET
+
+// Widening stores Y0; accumulating adds it to dst, which is the first
+// operand, as in the scalar loop.
+#define STORE VMOVUPS Y0, (DI)(AX*4)
+#define ADD VMOVUPS (DI)(AX*4), Y1; VADDPS Y0, Y1, Y1; VMOVUPS Y1, (DI)(AX*4)
 
 // func widenBF16(dst *float32, src *BFloat16, n int)
-// dst[i] = src[i] << 16, eight at a time.
-TEXT ·widenBF16(SB), NOSPLIT, $0-24
-	MOVQ	dst+0(FP), DI
-	MOVQ	src+8(FP), SI
-	MOVQ	n+16(FP), CX
-	XORQ	AX, AX
-widen:
-	VPMOVZXWD	(SI)(AX*2), Y0
-	VPSLLD	$16, Y0, Y0
-	VMOVDQU	Y0, (DI)(AX*4)
-	ADDQ	$8, AX
-	CMPQ	AX, CX
-	JB	widen
-	VZEROUPPER
-	RET
+EIGHT(·widenBF16, LOADBF16, STORE)
 
-// func accumulateBF16(acc *float32, src *BFloat16, n int)
-// acc[i] += widened src[i], eight at a time; acc is the first operand,
-// as in the scalar loop.
-TEXT ·accumulateBF16(SB), NOSPLIT, $0-24
-	MOVQ	acc+0(FP), DI
-	MOVQ	src+8(FP), SI
-	MOVQ	n+16(FP), CX
-	XORQ	AX, AX
-acc:
-	VPMOVZXWD	(SI)(AX*2), Y0
-	VPSLLD	$16, Y0, Y0
-	VMOVUPS	(DI)(AX*4), Y1
-	VADDPS	Y0, Y1, Y1
-	VMOVUPS	Y1, (DI)(AX*4)
-	ADDQ	$8, AX
-	CMPQ	AX, CX
-	JB	acc
-	VZEROUPPER
-	RET
+// func widenF16(dst *float32, src *Float16, n int)
+EIGHT(·widenF16, LOADF16, STORE)
 
-// ROUND rounds the float32 bits in R to bfloat16 in the low half of each
-// lane, ties to even, NaNs to 0x7FC0 (NewBFloat16): (b + 0x7FFF +
-// (b>>16)&1) >> 16, then the NaN lanes — |b| > 0x7F800000 — replaced.
-// T and M are scratch.
-#define ROUND(R, T, M) \
+// func accumulateBF16(dst *float32, src *BFloat16, n int)
+EIGHT(·accumulateBF16, LOADBF16, ADD)
+
+// func accumulateF16(dst *float32, src *Float16, n int)
+EIGHT(·accumulateF16, LOADF16, ADD)
+
+// BROADCAST sets every lane of Y to the 32-bit constant V (X is Y's low half).
+#define BROADCAST(V, X, Y) MOVL $V, BX; VMOVD BX, X; VPBROADCASTD X, Y
+
+// The constants of the rounding: |b|'s mask and infinity, then bfloat16's
+// rounding bias, lowest kept bit and NaN, or float16's sign mask and the
+// NaN it converts from.
+#define CONSTSBF16 BROADCAST(0x7FFFFFFF, X8, Y8); BROADCAST(0x7F800000, X9, Y9); BROADCAST(0x7FFF, X10, Y10); BROADCAST(1, X11, Y11); BROADCAST(0x7FC0, X12, Y12)
+#define CONSTSF16 BROADCAST(0x7FFFFFFF, X8, Y8); BROADCAST(0x7F800000, X9, Y9); BROADCAST(0x80000000, X10, Y10); BROADCAST(0x7FC00000, X11, Y11)
+
+// ROUNDBF16 rounds the float32 bits in R to bfloat16 in the low half of
+// each lane; T and M are scratch.
+#define ROUNDBF16(R, T, M) \
 	VPSRLD	$16, R, T \
 	VPAND	Y11, T, T \
 	VPADDD	Y10, T, T \
@@ -55,41 +68,44 @@ acc:
 	VPCMPGTD	Y9, M, M \
 	VPBLENDVB	M, Y12, T, R
 
-// NARROW is the loop of narrowBF16 (DIV empty) and narrowDivBF16 (DIV
-// dividing Y0 and Y1 by the divisor in Y13 first, as the scalar loop
-// divides before it rounds): sixteen at a time, two vectors rounded,
-// packed to words and put back in order.
-#define NARROW(NAME, ARGS, SETUP, DIV) \
+// STOREBF16 rounds Y0 and Y1 and stores them as sixteen words in order.
+#define STOREBF16 \
+	ROUNDBF16(Y0, Y2, Y3) \
+	ROUNDBF16(Y1, Y4, Y5) \
+	VPACKUSDW	Y1, Y0, Y0 \
+	VPERMQ	$0xD8, Y0, Y0 \
+	VMOVDQU	Y0, (DI)(AX*2)
+
+// ROUNDF16 stores R rounded to float16 at D, its NaN lanes (|b| >
+// 0x7F800000) made sign | 0x7FC00000 first; T and M are scratch.
+#define ROUNDF16(R, D, T, M) \
+	VPAND	Y8, R, M \
+	VPCMPGTD	Y9, M, M \
+	VPAND	Y10, R, T \
+	VPOR	Y11, T, T \
+	VPBLENDVB	M, T, R, R \
+	VCVTPS2PH	$0, R, D
+
+#define STOREF16 \
+	ROUNDF16(Y0, (DI)(AX*2), Y2, Y3) \
+	ROUNDF16(Y1, 16(DI)(AX*2), Y4, Y5)
+
+// NARROW: dst[i] = src[i] rounded, sixteen at a time; DIV divides Y0 and
+// Y1 by the divisor SETUP put in Y13 (as the scalar loop divides before
+// it rounds), or is empty.
+#define NARROW(NAME, ARGS, SETUP, DIV, CONSTS, STORE) \
 TEXT NAME(SB), NOSPLIT, ARGS \
 	MOVQ	dst+0(FP), DI \
 	MOVQ	src+8(FP), SI \
 	MOVQ	n+16(FP), CX \
 	SETUP \
-	MOVL	$0x7FFFFFFF, BX \
-	VMOVD	BX, X8 \
-	VPBROADCASTD	X8, Y8 \
-	MOVL	$0x7F800000, BX \
-	VMOVD	BX, X9 \
-	VPBROADCASTD	X9, Y9 \
-	MOVL	$0x7FFF, BX \
-	VMOVD	BX, X10 \
-	VPBROADCASTD	X10, Y10 \
-	MOVL	$1, BX \
-	VMOVD	BX, X11 \
-	VPBROADCASTD	X11, Y11 \
-	MOVL	$0x7FC0, BX \
-	VMOVD	BX, X12 \
-	VPBROADCASTD	X12, Y12 \
+	CONSTS \
 	XORQ	AX, AX \
 loop: \
-	VMOVDQU	(SI)(AX*4), Y0 \
-	VMOVDQU	32(SI)(AX*4), Y1 \
+	VMOVUPS	(SI)(AX*4), Y0 \
+	VMOVUPS	32(SI)(AX*4), Y1 \
 	DIV \
-	ROUND(Y0, Y2, Y3) \
-	ROUND(Y1, Y4, Y5) \
-	VPACKUSDW	Y1, Y0, Y0 \
-	VPERMQ	$0xD8, Y0, Y0 \
-	VMOVDQU	Y0, (DI)(AX*2) \
+	STORE \
 	ADDQ	$16, AX \
 	CMPQ	AX, CX \
 	JB	loop \
@@ -101,90 +117,13 @@ loop: \
 #define DIVIDE VDIVPS Y13, Y0, Y0; VDIVPS Y13, Y1, Y1
 
 // func narrowBF16(dst *BFloat16, src *float32, n int)
-NARROW(·narrowBF16, $0-24, NOTHING, NOTHING)
+NARROW(·narrowBF16, $0-24, NOTHING, NOTHING, CONSTSBF16, STOREBF16)
 
 // func narrowDivBF16(dst *BFloat16, src *float32, n int, div float32)
-NARROW(·narrowDivBF16, $0-28, LOADDIV, DIVIDE)
-
-// float16 conversions with F16C (VCVTPH2PS, VCVTPS2PH rounding to nearest
-// even), the bits of half.go's scalar loops: NaNs are first made
-// sign | 0x7FC00000, which converts to NewFloat16's sign | 0x7E00.
-
-// func widenF16(dst *float32, src *Float16, n int)
-TEXT ·widenF16(SB), NOSPLIT, $0-24
-	MOVQ	dst+0(FP), DI
-	MOVQ	src+8(FP), SI
-	MOVQ	n+16(FP), CX
-	XORQ	AX, AX
-widen:
-	VCVTPH2PS	(SI)(AX*2), Y0
-	VMOVUPS	Y0, (DI)(AX*4)
-	ADDQ	$8, AX
-	CMPQ	AX, CX
-	JB	widen
-	VZEROUPPER
-	RET
-
-// func accumulateF16(acc *float32, src *Float16, n int)
-TEXT ·accumulateF16(SB), NOSPLIT, $0-24
-	MOVQ	acc+0(FP), DI
-	MOVQ	src+8(FP), SI
-	MOVQ	n+16(FP), CX
-	XORQ	AX, AX
-acc:
-	VCVTPH2PS	(SI)(AX*2), Y0
-	VMOVUPS	(DI)(AX*4), Y1
-	VADDPS	Y0, Y1, Y1
-	VMOVUPS	Y1, (DI)(AX*4)
-	ADDQ	$8, AX
-	CMPQ	AX, CX
-	JB	acc
-	VZEROUPPER
-	RET
-
-// ROUND16 stores R rounded to float16 at D: NaN lanes (|b| > 0x7F800000)
-// made sign | 0x7FC00000 first. T and M are scratch.
-#define ROUND16(R, D, T, M) \
-	VPAND	Y8, R, M \
-	VPCMPGTD	Y9, M, M \
-	VPAND	Y10, R, T \
-	VPOR	Y11, T, T \
-	VPBLENDVB	M, T, R, R \
-	VCVTPS2PH	$0, R, D
-
-#define NARROW16(NAME, ARGS, SETUP, DIV) \
-TEXT NAME(SB), NOSPLIT, ARGS \
-	MOVQ	dst+0(FP), DI \
-	MOVQ	src+8(FP), SI \
-	MOVQ	n+16(FP), CX \
-	SETUP \
-	MOVL	$0x7FFFFFFF, BX \
-	VMOVD	BX, X8 \
-	VPBROADCASTD	X8, Y8 \
-	MOVL	$0x7F800000, BX \
-	VMOVD	BX, X9 \
-	VPBROADCASTD	X9, Y9 \
-	MOVL	$0x80000000, BX \
-	VMOVD	BX, X10 \
-	VPBROADCASTD	X10, Y10 \
-	MOVL	$0x7FC00000, BX \
-	VMOVD	BX, X11 \
-	VPBROADCASTD	X11, Y11 \
-	XORQ	AX, AX \
-loop: \
-	VMOVUPS	(SI)(AX*4), Y0 \
-	VMOVUPS	32(SI)(AX*4), Y1 \
-	DIV \
-	ROUND16(Y0, (DI)(AX*2), Y2, Y3) \
-	ROUND16(Y1, 16(DI)(AX*2), Y4, Y5) \
-	ADDQ	$16, AX \
-	CMPQ	AX, CX \
-	JB	loop \
-	VZEROUPPER \
-	RET
+NARROW(·narrowDivBF16, $0-28, LOADDIV, DIVIDE, CONSTSBF16, STOREBF16)
 
 // func narrowF16(dst *Float16, src *float32, n int)
-NARROW16(·narrowF16, $0-24, NOTHING, NOTHING)
+NARROW(·narrowF16, $0-24, NOTHING, NOTHING, CONSTSF16, STOREF16)
 
 // func narrowDivF16(dst *Float16, src *float32, n int, div float32)
-NARROW16(·narrowDivF16, $0-28, LOADDIV, DIVIDE)
+NARROW(·narrowDivF16, $0-28, LOADDIV, DIVIDE, CONSTSF16, STOREF16)
