@@ -43,7 +43,7 @@ func (f fold) real(v int) int {
 // foldIn runs the pairing before the algorithm and returns this rank's
 // virtual place. A rank that sits out hands buf over, waits for the result
 // (the frames of step final) and returns -1 with buf complete; its partner
-// reduces the buffer in (step 0). Frames are cut at ChunkBytes.
+// reduces the buffer in (step 0). Frames are cut as sendChunks cuts them.
 func foldIn[T Elem](ctx context.Context, c *Collectives, call Call, f fold, buf, tmp []T, op Op, final int) (int, error) {
 	r, count := c.Rank, len(buf)
 	vr := f.virtual(r)
