@@ -70,7 +70,7 @@ type Settings struct {
 	// SmallBytes is the all-reduce/broadcast size up to which latency-optimal algorithms run.
 	SmallBytes int
 	// ChunkBytes is the ring algorithms' pipelining chunk (GORUN_CHUNK_BYTES;
-	// 0: DefaultNetChunkBytes for groups with a member across the network
+	// 0: DefaultNetChunkBytes for groups on one host that talk over TCP
 	// when no host runs more ranks than it has cores, else
 	// ring.DefaultChunkBytes). All ranks must use the same value.
 	ChunkBytes int
@@ -159,12 +159,17 @@ const (
 	// memory it lost at 4, 8 and 16 ranks (bench/results/HISTORY.md).
 	DefaultBruckBytes = 4 << 10
 	BruckMinRanks     = 8
-	// DefaultNetChunkBytes: over loopback TCP at np = 2, 128 KiB chunks
-	// were faster for large all-reduces than 1 MiB ones (and than 64 or
-	// 256 KiB): a chunk the kernel has just copied in is still in the
+	// DefaultNetChunkBytes is the chunk of a group on one host that talks
+	// over TCP (GORUN_TRANSPORT=tcp): over loopback at np = 2, 128 KiB
+	// chunks were faster for large all-reduces than 1 MiB ones (and than
+	// 64 or 256 KiB): a chunk the kernel has just copied in is still in the
 	// core's cache when it is reduced or forwarded. With more ranks than
 	// cores every chunk handed over can cost a context switch, and there
 	// 1 MiB won (bench/results/HISTORY.md, "TCP: 128 KiB ring chunks").
+	// Groups that span hosts use ring.DefaultChunkBytes: across 10 Gbit/s
+	// links two hosts' 64 MiB all-reduces ran at 90–92% of the line's rate
+	// with 1 MiB chunks, 55–78% with 128 KiB (bench/results/current/
+	// tcp-frames-2026-11-29-zen4.txt, sections 7 and 8).
 	DefaultNetChunkBytes = 128 << 10
 )
 

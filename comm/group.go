@@ -429,17 +429,33 @@ func hierarchy(w *world, id uint32, peers []int, rank int) *ring.Hierarchy {
 }
 
 // chunkBytes is the ring algorithms' chunk for a group of peers: the
-// setting if there is one, else DefaultNetChunkBytes when some member is
-// reached over the network and no host of the job is crowded, else
-// ring.DefaultChunkBytes. Every member computes the same answer.
+// setting if there is one, else DefaultNetChunkBytes for a group on one
+// host that talks over TCP when no host of the job is crowded, else
+// ring.DefaultChunkBytes (through shared memory, and across hosts). Every
+// member computes the same answer.
 func chunkBytes(w *world, peers []int) int {
 	switch {
 	case w.settings.ChunkBytes > 0:
 		return w.settings.ChunkBytes
-	case w.crowded || allShared(w, peers):
+	case w.crowded || allShared(w, peers) || spansHosts(w, peers):
 		return ring.DefaultChunkBytes
 	}
 	return DefaultNetChunkBytes
+}
+
+// spansHosts reports whether peers live on more than one host (false
+// when the ranks did not compare hosts: TCP forced).
+func spansHosts(w *world, peers []int) bool {
+	hostOf := w.data.hostOf
+	if hostOf == nil {
+		return false
+	}
+	for _, p := range peers {
+		if hostOf[p] != hostOf[peers[0]] {
+			return true
+		}
+	}
+	return false
 }
 
 // halvingBytes is the halving-doubling crossover for a group of peers: 0

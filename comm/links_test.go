@@ -197,15 +197,15 @@ func TestStepFor(t *testing.T) {
 }
 
 // TestCostsForPricesReductions: a group across hosts gets a model that
-// prices the reductions and the ring's chunks (the group's own, 128 KiB
-// across the network), so that two hosts over a 10 Gbit/s link run small
+// prices the reductions and the ring's chunks (the group's own, 1 MiB
+// across hosts), so that two hosts over a 10 Gbit/s link run small
 // all-reduces by recursive doubling and large ones by the ring.
 func TestCostsForPricesReductions(t *testing.T) {
 	w := &world{settings: Settings{Size: 2}, data: &dataPath{hostOf: []int{0, 1}},
 		net: ring.Link{Step: 50 * time.Microsecond, BytesPerSec: 1.25e9}}
 	m := costsFor(w, []int{0, 1}, 1)
-	if m == nil || m.Reduce != reduceRate || m.Chunk != DefaultNetChunkBytes {
-		t.Fatalf("costs %+v, want the reduction at %v B/s and chunks of %d bytes", m, reduceRate, DefaultNetChunkBytes)
+	if m == nil || m.Reduce != reduceRate || m.Chunk != ring.DefaultChunkBytes {
+		t.Fatalf("costs %+v, want the reduction at %v B/s and chunks of %d bytes", m, reduceRate, ring.DefaultChunkBytes)
 	}
 	c := &ring.Collectives{Peers: []int{0, 1}, Costs: m}
 	for _, tc := range []struct {
@@ -241,6 +241,34 @@ func TestBruckBytes(t *testing.T) {
 			}
 			if got := bruckBytes(w, peers); got != tc.want {
 				t.Errorf("bruckBytes = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestChunkBytesByPlace: a group across hosts and a group through shared
+// memory (or on a crowded host) cut ring.DefaultChunkBytes; a group on
+// one host over TCP, DefaultNetChunkBytes; a setting wins.
+func TestChunkBytesByPlace(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		hostOf  []int // nil: hosts not compared (TCP forced)
+		crowded bool
+		set     int
+		peers   []int
+		want    int
+	}{
+		{"two hosts", []int{0, 1}, false, 0, []int{0, 1}, ring.DefaultChunkBytes},
+		{"three ranks, two hosts", []int{0, 0, 1}, false, 0, []int{0, 1, 2}, ring.DefaultChunkBytes},
+		{"a sub-group on one host", []int{0, 0, 1}, false, 0, []int{0, 1}, DefaultNetChunkBytes},
+		{"TCP forced", nil, false, 0, []int{0, 1}, DefaultNetChunkBytes},
+		{"crowded", nil, true, 0, []int{0, 1}, ring.DefaultChunkBytes},
+		{"set", []int{0, 1}, false, 65536, []int{0, 1}, 65536},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := &world{settings: Settings{Size: len(tc.peers), ChunkBytes: tc.set}, crowded: tc.crowded, data: &dataPath{hostOf: tc.hostOf}}
+			if got := chunkBytes(w, tc.peers); got != tc.want {
+				t.Fatalf("chunkBytes = %d, want %d", got, tc.want)
 			}
 		})
 	}
