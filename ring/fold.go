@@ -136,7 +136,7 @@ func postChunksBy[T Elem](c *Collectives, from int, dst []T, lo, hi, ce int) err
 // and nothing is sent meanwhile: a range of one chunk through recvOne,
 // else posted and waited for chunk by chunk.
 func recvChunks[T Elem](ctx context.Context, c *Collectives, call Call, from, step int, dst []T, lo, hi int) error {
-	if subchunks(lo, hi, c.messageChunkElems(elemSize[T](), hi-lo)) == 1 {
+	if messageFrames[T](c, lo, hi) == 1 {
 		b := AsBytes(dst[lo:hi])
 		return c.recvOne(ctx, call, step, 0, from, b, len(b))
 	}
@@ -185,4 +185,10 @@ func (c *Collectives) messageChunkElems(size uintptr, count int) int {
 		return ce
 	}
 	return ringChunkElems(ce, count, 1, size)
+}
+
+// messageFrames is how many frames sendChunks cuts elements [lo, hi) into:
+// what a receiver of several messages in turn counts its tickets by.
+func messageFrames[T Elem](c *Collectives, lo, hi int) int {
+	return subchunks(lo, hi, c.messageChunkElems(elemSize[T](), hi-lo))
 }

@@ -47,7 +47,7 @@ func halfAllReduce[H half](ctx context.Context, c *Collectives, buf []H, op Op) 
 		if err := waitChunks(ctx, c, call, from, first, 1, buf, a, b, nil); err != nil {
 			return err
 		}
-		first += subchunks(a, b, c.messageChunkElems(elemSize[H](), b-a))
+		first += messageFrames[H](c, a, b)
 	}
 	return nil
 }
@@ -127,14 +127,13 @@ func ownerReduce[H half](ctx context.Context, c *Collectives, call Call, send []
 	if !owns(r) {
 		return nil
 	}
-	ce := c.messageChunkElems(elemSize[H](), size)
 	first := 0
 	for i := 1; i < n; i++ {
 		from := mod(r-i, n)
 		if err := waitChunks(ctx, c, call, from, first, 0, recvd, from*size, (from+1)*size, nil); err != nil {
 			return err
 		}
-		first += subchunks(from*size, (from+1)*size, ce)
+		first += messageFrames[H](c, from*size, (from+1)*size)
 	}
 	// Tile by tile, so that the float32 sums stay in the cache: one pass
 	// over each contribution instead of three over a float32 copy of the
