@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -91,6 +92,35 @@ func TestGlooHelperRefusesBadArguments(t *testing.T) {
 			out, err := exec.Command(TorchPython, append([]string{"competitors/gloo_allreduce.py"}, tc.args...)...).CombinedOutput()
 			if err == nil || !strings.Contains(string(out), tc.want) {
 				t.Fatalf("got %v and %q, want a failure saying %q", err, out, tc.want)
+			}
+		})
+	}
+}
+
+// TestCollectivesABRefusesBadArguments: bench/collectives_ab.sh stops
+// before running anything, with an error naming what it cannot use.
+func TestCollectivesABRefusesBadArguments(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "bench")
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\necho should not run >&2\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no arguments", nil, "usage: bash bench/collectives_ab.sh OLD_BENCH NEW_BENCH ROUNDS NP SIZES OPS"},
+		{"no collectives", []string{bin, bin, "4", "2", "1MB"}, "usage:"},
+		{"missing binary", []string{"/nonexistent/bench", bin, "4", "2", "1MB", "reduce"}, "/nonexistent/bench: not an executable bench binary"},
+		{"rounds not a number", []string{bin, bin, "four", "2", "1MB", "reduce"}, "ROUNDS 'four': want a whole number, at least 1"},
+		{"no rounds", []string{bin, bin, "0", "2", "1MB", "reduce"}, "ROUNDS '0': want a whole number, at least 1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := exec.Command("bash", append([]string{"collectives_ab.sh"}, tc.args...)...)
+			out, err := cmd.CombinedOutput()
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(string(out), tc.want) || strings.Contains(string(out), "should not run") {
+				t.Fatalf("got %v and %q, want exit status 2 saying %q", err, out, tc.want)
 			}
 		})
 	}
