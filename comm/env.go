@@ -167,9 +167,9 @@ const (
 	// cores every chunk handed over can cost a context switch, and there
 	// 1 MiB won (bench/results/HISTORY.md, "TCP: 128 KiB ring chunks").
 	// That is the host's choice, not a law: on a Zen 3 host 1 MiB chunks
-	// were faster over loopback for every collective at np = 2
-	// (BENCHMARKS.md, "Loopback TCP's chunk on Zen 3"); GORUN_CHUNK_BYTES
-	// sets it.
+	// were faster over loopback for every collective at np = 2, 1–16
+	// MiB (level in two cells of eighteen; BENCHMARKS.md, "Loopback TCP's
+	// chunk on Zen 3"); GORUN_CHUNK_BYTES sets it.
 	// Groups that span hosts use ring.DefaultChunkBytes: across 10 Gbit/s
 	// links two hosts' 64 MiB all-reduces ran at 90–92% of the line's rate
 	// with 1 MiB chunks, 55–78% with 128 KiB (bench/results/current/
