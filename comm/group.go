@@ -437,16 +437,16 @@ func chunkBytes(w *world, peers []int) int {
 	switch {
 	case w.settings.ChunkBytes > 0:
 		return w.settings.ChunkBytes
-	case w.crowded || allShared(w, peers) || spansHosts(w, peers):
+	case w.crowded || allShared(w, peers) || spansHosts(w.data.hostOf, peers):
 		return ring.DefaultChunkBytes
 	}
 	return DefaultNetChunkBytes
 }
 
-// spansHosts reports whether peers live on more than one host (false
-// when the ranks did not compare hosts: TCP forced).
-func spansHosts(w *world, peers []int) bool {
-	hostOf := w.data.hostOf
+// spansHosts reports whether peers live on more than one host, by
+// hostOf (the host of each world rank; nil when the ranks did not compare
+// hosts: TCP forced, and then false).
+func spansHosts(hostOf, peers []int) bool {
 	if hostOf == nil {
 		return false
 	}

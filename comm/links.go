@@ -253,17 +253,12 @@ func costsFor(w *world, peers []int, share int) *ring.Costs {
 // costsOver is costsFor with the hosts of the world's ranks and the link
 // between hosts given.
 func costsOver(hostOf []int, net ring.Link, peers []int, share int) *ring.Costs {
-	if net.BytesPerSec == 0 || hostOf == nil || len(peers) < 2 {
+	if net.BytesPerSec == 0 || !spansHosts(hostOf, peers) {
 		return nil
 	}
 	hosts := make([]int, len(peers))
-	spans := false
 	for i, p := range peers {
 		hosts[i] = hostOf[p]
-		spans = spans || hosts[i] != hosts[0]
-	}
-	if !spans {
-		return nil
 	}
 	net.BytesPerSec /= float64(share)
 	return &ring.Costs{Net: net, Local: sharedMemoryLink(), Reduce: reduceRate, Host: hosts}
