@@ -442,21 +442,21 @@ func TestRankClosingEarlyNamed(t *testing.T) {
 	}
 }
 
-// TestStallNamed: rank 2 of 4 computes for 25 s before its third
-// all-reduce, with GORUN_STALL=5s. Every other rank logs, after 5 s of
-// waiting (well within 7 s), that rank 2 has not arrived and is computing
-// since call #2 ended, and where every rank is; again after 10 and 20 s.
+// TestStallNamed: rank 2 of 4 computes for 6 s before its third
+// all-reduce, with GORUN_STALL=1s. Every other rank logs, after 1 s of
+// waiting (well within 3 s), that rank 2 has not arrived and is computing
+// since call #2 ended, and where every rank is; again after 2 and 4 s.
 // Rank 2, which never waits, logs nothing of the kind, and the job then
 // finishes.
 func TestStallNamed(t *testing.T) {
 	if testing.Short() {
-		t.Skip("takes 25 s; the full run covers it")
+		t.Skip("takes 7 s; the full run covers it")
 	}
-	res, out := runJob(t, 4, "stall", "GORUN_STALL=5s", "STALL_SLEEP=25s")
+	res, out := runJob(t, 4, "stall", "GORUN_STALL=1s", "STALL_SLEEP=6s")
 	if err := res.Error(); err != nil {
 		t.Fatalf("job failed: %v\n%s", err, out)
 	}
-	first := regexp.MustCompile(`stalled: call #3 has waited ([0-9.]+)s \(GORUN_STALL=5s\); rank 2 has not arrived; where each rank is:`)
+	first := regexp.MustCompile(`stalled: call #3 has waited ([0-9.]+)s \(GORUN_STALL=1s\); rank 2 has not arrived; where each rank is:`)
 	for _, r := range []int{0, 1, 3} {
 		text := out[strings.Index(out, "["+strconv.Itoa(r)+"] comm: rank "+strconv.Itoa(r)+": stalled")+0:]
 		m := first.FindStringSubmatch(text)
@@ -464,15 +464,15 @@ func TestStallNamed(t *testing.T) {
 			t.Errorf("rank %d did not report the stall:\n%s", r, out)
 			continue
 		}
-		if s, _ := strconv.ParseFloat(m[1], 64); s < 5 || s > 7 {
-			t.Errorf("rank %d reported after %vs of waiting, want 5 to 7", r, s)
+		if s, _ := strconv.ParseFloat(m[1], 64); s < 1 || s > 3 {
+			t.Errorf("rank %d reported after %vs of waiting, want 1 to 3", r, s)
 		}
 		if !strings.Contains(text, "rank 2: computing since call #2 (AllReduce, 1000 × float32) ended") ||
 			!regexp.MustCompile(`rank 1: in call #3 \(AllReduce, 1000 × float32\) for [0-9.]+s`).MatchString(text) {
 			t.Errorf("rank %d's table does not say where ranks 1 and 2 are:\n%s", r, text)
 		}
 		if n := strings.Count(out, "["+strconv.Itoa(r)+"] comm: rank "+strconv.Itoa(r)+": stalled"); n != 3 {
-			t.Errorf("rank %d reported the stall %d times, want 3 (after 5, 10 and 20 s)", r, n)
+			t.Errorf("rank %d reported the stall %d times, want 3 (after 1, 2 and 4 s)", r, n)
 		}
 	}
 	if strings.Contains(out, "[2] comm: rank 2: stalled") {
