@@ -185,7 +185,7 @@ func (r *ImageReader) Close() {
 
 func toRGB(img image.Image) *RGB {
 	r := img.Bounds()
-	m := NewRGB(r.Dx(), r.Dy())
+	var m *RGB // made after the switch: the YCbCr case makes its own
 	// Per pixel: the colour at (x, y) of the decoder's own layout, written
 	// to m.Pix[i:i+3].
 	var pixel func(x, y, i int)
@@ -219,6 +219,7 @@ func toRGB(img image.Image) *RGB {
 			m.Pix[i], m.Pix[i+1], m.Pix[i+2] = c.R, c.G, c.B
 		}
 	}
+	m = NewRGB(r.Dx(), r.Dy())
 	if pixel == nil { // any other model, through its colours
 		pixel = func(x, y, i int) {
 			c := color.NRGBAModel.Convert(img.At(x, y)).(color.NRGBA)

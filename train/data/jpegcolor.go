@@ -26,16 +26,30 @@ func ycbcrToRGB(m *image.YCbCr) *RGB {
 	}
 	out := NewRGB(w, h)
 	for y := range h {
-		for x := range w {
-			yy := int32(m.Y[y*m.YStride+x])
-			b, r := int32(cb[y*w+x]), int32(cr[y*w+x])
-			i := 3 * (y*w + x)
-			out.Pix[i] = clampByte(int64(yy + crR[r]))
-			out.Pix[i+1] = clampByte(int64(yy + (cbG[b]+crG[r])>>scaleBits))
-			out.Pix[i+2] = clampByte(int64(yy + cbB[b]))
-		}
+		ycbcrRow(out.Pix[3*y*w:3*(y+1)*w], m.Y[y*m.YStride:y*m.YStride+w], cb[y*w:(y+1)*w], cr[y*w:(y+1)*w])
 	}
 	return out
+}
+
+// ycbcrRow converts one row of full-resolution samples to RGB with
+// libjpeg's tables.
+func ycbcrRow(out, ys, cb, cr []byte) {
+	out, cb, cr = out[:3*len(ys)], cb[:len(ys)], cr[:len(ys)]
+	for x, v := range ys {
+		yy, b, r := int32(v), cb[x], cr[x]
+		o := out[3*x : 3*x+3 : 3*x+3]
+		o[0] = clamp8(yy + crR[r])
+		o[1] = clamp8(yy + (cbG[b]+crG[r])>>scaleBits)
+		o[2] = clamp8(yy + cbB[b])
+	}
+}
+
+// clamp8 is v limited to 0–255.
+func clamp8(v int32) byte {
+	if uint32(v) > 255 {
+		return byte(^(v >> 31)) // 0 below, 255 above
+	}
+	return byte(v)
 }
 
 // plane copies a w×h plane out of a strided buffer.
@@ -59,22 +73,21 @@ func fancyRow(sums []int32, out []byte, shift uint, bias0, bias1 int32, edge int
 		}
 		return
 	}
-	for i := range n {
-		last, next := sums[max(i-1, 0)], sums[min(i+1, n-1)]
-		a := (sums[i]*3 + last + bias0) >> shift
-		b := (sums[i]*3 + next + bias1) >> shift
-		if i == 0 {
-			a = (sums[0]*edge + bias0) >> shift
-		}
-		if i == n-1 {
-			b = (sums[i]*edge + bias1) >> shift
-		}
-		if 2*i < len(out) {
-			out[2*i] = byte(a)
-		}
-		if 2*i+1 < len(out) {
-			out[2*i+1] = byte(b)
-		}
+	// Sample 2i mixes column i with column i−1, sample 2i+1 with column
+	// i+1; the outermost two take their own column alone (edge); out is
+	// 2n samples long, or 2n−1 (an odd width).
+	out[0] = byte((sums[0]*edge + bias0) >> shift)
+	out[1] = byte((sums[0]*3 + sums[1] + bias1) >> shift)
+	for i := 1; i < n-1; i++ {
+		s3 := sums[i] * 3
+		o := out[2*i : 2*i+2 : 2*i+2]
+		o[0] = byte((s3 + sums[i-1] + bias0) >> shift)
+		o[1] = byte((s3 + sums[i+1] + bias1) >> shift)
+	}
+	last := n - 1
+	out[2*last] = byte((sums[last]*3 + sums[last-1] + bias0) >> shift)
+	if 2*last+1 < len(out) {
+		out[2*last+1] = byte((sums[last]*edge + bias1) >> shift)
 	}
 }
 
