@@ -42,11 +42,7 @@ func BenchmarkTrainStep(b *testing.B) {
 					run.pass = newTrainStep(b, run.be, m, c.batch, rng)
 					run.pass() // warm-up: buffers, packed forms
 				}
-				b.ResetTimer()
-				for i := 0; i < b.N; i++ {
-					run.pass()
-				}
-				b.ReportMetric(float64(c.batch*b.N)/b.Elapsed().Seconds(), "img/s")
+				run.time(b, c.batch)
 			})
 			run.close()
 		}
@@ -70,11 +66,7 @@ func BenchmarkInference(b *testing.B) {
 					run.pass = newEvalPass(b, run.be, c.model, c.batch)
 					run.pass() // warm-up: buffers, prepared weights
 				}
-				b.ResetTimer()
-				for i := 0; i < b.N; i++ {
-					run.pass()
-				}
-				b.ReportMetric(float64(c.batch*b.N)/b.Elapsed().Seconds(), "img/s")
+				run.time(b, c.batch)
 			})
 			run.close()
 		}
@@ -115,6 +107,16 @@ func newEvalPass(b *testing.B, be tensor.Backend, model string, batch int) func(
 type built struct {
 	be   *cpu.Backend
 	pass func()
+}
+
+// time times b.N passes of batch images each and reports images per
+// second.
+func (r *built) time(b *testing.B, batch int) {
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		r.pass()
+	}
+	b.ReportMetric(float64(batch*b.N)/b.Elapsed().Seconds(), "img/s")
 }
 
 // close closes the backend, if the sub-benchmark ran (a -bench filter may
