@@ -450,7 +450,7 @@ func TestRankClosingEarlyNamed(t *testing.T) {
 // finishes.
 func TestStallNamed(t *testing.T) {
 	if testing.Short() {
-		t.Skip("takes 7 s; the full run covers it")
+		t.Skip("takes 6 s; the full run covers it")
 	}
 	res, out := runJob(t, 4, "stall", "GORUN_STALL=1s", "STALL_SLEEP=6s")
 	if err := res.Error(); err != nil {

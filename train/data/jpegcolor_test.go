@@ -6,7 +6,7 @@ import (
 )
 
 // TestClamp8: the colour conversion's clamp is clampByte on every sum it
-// can meet (a sample plus a table entry: −227 to 482) and at int32's ends.
+// can meet (a sample plus a table entry: −227 to 480) and at int32's ends.
 func TestClamp8(t *testing.T) {
 	for v := int32(-1024); v <= 1024; v++ {
 		if got, want := clamp8(v), clampByte(int64(v)); got != want {
