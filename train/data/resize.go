@@ -38,6 +38,7 @@ func (m *RGB) Resize(w, h int) *RGB {
 type resizeScratch struct {
 	between []byte  // the horizontal pass's result
 	acc     []int32 // the vertical pass's sums for one row
+	h, v    filter  // the passes' weights
 	// loops makes the passes run their Go loops even where the vector
 	// kernels (resize_amd64.s) would run, the same bytes: for tests.
 	loops bool
@@ -58,7 +59,7 @@ func (s *resizeScratch) resizeInto(dst, m *RGB, left, top, cw, ch int) {
 		if dst.H == ch {
 			mid.pix = dst.Pix
 		}
-		horizontalPass(mid, src, vector)
+		s.horizontalPass(mid, src, vector)
 		src = mid
 	}
 	if dst.H != ch {
@@ -86,8 +87,8 @@ const precisionBits = 32 - 8 - 2
 // the row's last input pixel (the kernel reads a byte past a pixel's last
 // tap), the rest by the loop. Resampling was half of the image pipeline's
 // time on Zen 3 (bench data, one worker) before the kernels.
-func horizontalPass(dst, src view, vector bool) {
-	bounds, coeffs, ksize := filterCoeffs(src.w, dst.w)
+func (s *resizeScratch) horizontalPass(dst, src view, vector bool) {
+	bounds, coeffs, ksize := s.h.weights(src.w, dst.w)
 	const half = int32(1) << (precisionBits - 1)
 	fast := 0 // pixels [0, fast) of each row go to the kernel
 	for vector && fast < dst.w && bounds[2*fast+1] > 0 && bounds[2*fast]+bounds[2*fast+1] < src.w {
@@ -120,7 +121,7 @@ func horizontalPass(dst, src view, vector bool) {
 // with vector, each row's bytes eight at a time by verticalRows (AVX2),
 // the last n mod 8 by the loop.
 func (s *resizeScratch) verticalPass(dst, src view, vector bool) {
-	bounds, coeffs, ksize := filterCoeffs(src.h, dst.h)
+	bounds, coeffs, ksize := s.v.weights(src.h, dst.h)
 	n := 3 * src.w
 	if cap(s.acc) < n {
 		s.acc = make([]int32, n)
@@ -167,17 +168,28 @@ func clampByte(v int64) byte {
 	return byte(v)
 }
 
-// filterCoeffs computes, for scaling in pixels to out, each output
-// pixel's first input pixel and count (bounds[2o], bounds[2o+1]) and its
-// fixed-point weights (coeffs[o·ksize:]), as Pillow's precompute_coeffs.
-func filterCoeffs(in, out int) (bounds []int, coeffs []int32, ksize int) {
+// filter holds one pass's weights (filter.weights), its buffers reused
+// from one image to the next.
+type filter struct {
+	bounds []int
+	coeffs []int32
+	k      []float64
+}
+
+// weights computes, for scaling in pixels to out, each output pixel's
+// first input pixel and count (bounds[2o], bounds[2o+1]) and its
+// fixed-point weights (coeffs[o·ksize:], zero past the count), as
+// Pillow's precompute_coeffs.
+func (f *filter) weights(in, out int) (bounds []int, coeffs []int32, ksize int) {
 	scale := float64(in) / float64(out)
 	filterscale := max(scale, 1)
 	support := 1.0 * filterscale // the bilinear filter's support is 1
 	ksize = int(math.Ceil(support))*2 + 1
-	bounds = make([]int, 2*out)
-	coeffs = make([]int32, out*ksize)
-	k := make([]float64, ksize)
+	f.bounds = grown(f.bounds, 2*out)
+	f.coeffs = grown(f.coeffs, out*ksize)
+	f.k = grown(f.k, ksize)
+	bounds, coeffs, k := f.bounds, f.coeffs, f.k
+	clear(coeffs)
 	for o := range out {
 		center := (float64(o) + 0.5) * scale
 		ss := 1 / filterscale
@@ -203,6 +215,14 @@ func filterCoeffs(in, out int) (bounds []int, coeffs []int32, ksize int) {
 		bounds[2*o], bounds[2*o+1] = xmin, xmax
 	}
 	return bounds, coeffs, ksize
+}
+
+// grown returns b resliced to n elements, reallocated when short.
+func grown[T any](b []T, n int) []T {
+	if cap(b) < n {
+		return make([]T, n)
+	}
+	return b[:n]
 }
 
 func triangle(x float64) float64 {

@@ -56,6 +56,28 @@ func TestResizeKernelsMatchLoops(t *testing.T) {
 	}
 }
 
+// TestResizeAllocatesNothing: once its buffers have grown to a crop's
+// size, a worker's resampling of that crop or a smaller one allocates
+// nothing (the passes' weights included), with the kernels and with the
+// loops.
+func TestResizeAllocatesNothing(t *testing.T) {
+	src := NewRGB(500, 375)
+	dst := NewRGB(224, 224)
+	for _, loops := range []bool{false, true} {
+		s := resizeScratch{loops: loops}
+		s.resizeInto(dst, src, 10, 20, 400, 300) // the largest crop first
+		crops := [][4]int{{0, 0, 300, 200}, {10, 20, 400, 300}, {100, 50, 224, 224}}
+		i := 0
+		if n := testing.AllocsPerRun(30, func() {
+			c := crops[i%len(crops)]
+			s.resizeInto(dst, src, c[0], c[1], c[2], c[3])
+			i++
+		}); n != 0 {
+			t.Errorf("loops %v: %v allocations a resize, want 0", loops, n)
+		}
+	}
+}
+
 // guarded returns a w×h image whose pixels are followed, within their
 // slice's capacity, by guard bytes.
 func guarded(w, h int) *RGB {
