@@ -101,7 +101,7 @@ func newEvalPass(b *testing.B, be tensor.Backend, model string, batch int) func(
 // package calls every benchmark once with b.N = 1 before its timed run;
 // building the model again there made the process hold two models' worth
 // of pages where a user's holds one: ResNet-50's evaluation at batch 32
-// peaked at 377 MiB of RSS instead of 276, its second model's untouched
+// peaked at 369 MiB of RSS instead of 270, its second model's untouched
 // gradient buffers cleared on pages the first had used (2026-11-29, Zen 3).
 // bench/resnet50.sh reports that peak beside PyTorch's.
 type built struct {
