@@ -44,14 +44,6 @@ func ycbcrRow(out, ys, cb, cr []byte) {
 	}
 }
 
-// clamp8 is v limited to 0–255.
-func clamp8(v int32) byte {
-	if uint32(v) > 255 {
-		return byte(^(v >> 31)) // 0 below, 255 above
-	}
-	return byte(v)
-}
-
 // plane copies a w×h plane out of a strided buffer.
 func plane(p []byte, stride, w, h int) []byte {
 	out := make([]byte, w*h)

@@ -5,16 +5,17 @@ import (
 	"testing"
 )
 
-// TestClamp8: the colour conversion's clamp is clampByte on every sum it
-// can meet (a sample plus a table entry: −227 to 480) and at int32's ends.
+// TestClamp8: the clamp of the colour conversion's sums (a sample plus a
+// table entry: −227 to 480) and of the resampling's (clip8) is min(max(v,
+// 0), 255) on every value around that range and at int32's ends.
 func TestClamp8(t *testing.T) {
 	for v := int32(-1024); v <= 1024; v++ {
-		if got, want := clamp8(v), clampByte(int64(v)); got != want {
+		if got, want := clamp8(v), byte(min(max(v, 0), 255)); got != want {
 			t.Fatalf("clamp8(%d) = %d, want %d", v, got, want)
 		}
 	}
 	for _, v := range []int32{-1 << 31, 1<<31 - 1} {
-		if got, want := clamp8(v), clampByte(int64(v)); got != want {
+		if got, want := clamp8(v), byte(min(max(v, 0), 255)); got != want {
 			t.Fatalf("clamp8(%d) = %d, want %d", v, got, want)
 		}
 	}

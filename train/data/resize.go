@@ -44,26 +44,26 @@ type resizeScratch struct {
 	loops bool
 }
 
+// kernels reports whether the passes run the vector kernels.
+func (s *resizeScratch) kernels() bool { return hasResizeKernels() && !s.loops }
+
 // resizeInto scales the cw×ch part of m whose top left corner is (left,
 // top) to dst's size, as m.Crop(left, top, cw, ch).Resize(dst.W, dst.H)
 // would, without the copies.
 func (s *resizeScratch) resizeInto(dst, m *RGB, left, top, cw, ch int) {
 	src := view{pix: m.Pix[3*(top*m.W+left):], stride: 3 * m.W, w: cw, h: ch}
-	vector := hasResizeKernels() && !s.loops
 	if dst.W != cw {
 		n := 3 * dst.W * ch
-		if cap(s.between) < n {
-			s.between = make([]byte, n)
-		}
-		mid := view{pix: s.between[:n], stride: 3 * dst.W, w: dst.W, h: ch}
+		s.between = grown(s.between, n)
+		mid := view{pix: s.between, stride: 3 * dst.W, w: dst.W, h: ch}
 		if dst.H == ch {
 			mid.pix = dst.Pix
 		}
-		s.horizontalPass(mid, src, vector)
+		s.horizontalPass(mid, src)
 		src = mid
 	}
 	if dst.H != ch {
-		s.verticalPass(view{pix: dst.Pix, stride: 3 * dst.W, w: dst.W, h: dst.H}, src, vector)
+		s.verticalPass(view{pix: dst.Pix, stride: 3 * dst.W, w: dst.W, h: dst.H}, src)
 	} else if dst.W == cw {
 		for y := range ch {
 			copy(dst.Pix[3*y*dst.W:3*(y+1)*dst.W], src.pix[y*src.stride:y*src.stride+3*cw])
@@ -82,16 +82,16 @@ type view struct {
 // sums fit in 32 bits, as Pillow's do.
 const precisionBits = 32 - 8 - 2
 
-// horizontalPass scales src's rows to dst's width; with vector, each
+// horizontalPass scales src's rows to dst's width; with the kernels, each
 // row's pixels by horizontalPixels (AVX2) up to the first whose taps reach
 // the row's last input pixel (the kernel reads a byte past a pixel's last
 // tap), the rest by the loop. Resampling was half of the image pipeline's
 // time on Zen 3 (bench data, one worker) before the kernels.
-func (s *resizeScratch) horizontalPass(dst, src view, vector bool) {
+func (s *resizeScratch) horizontalPass(dst, src view) {
 	bounds, coeffs, ksize := s.h.weights(src.w, dst.w)
 	const half = int32(1) << (precisionBits - 1)
 	fast := 0 // pixels [0, fast) of each row go to the kernel
-	for vector && fast < dst.w && bounds[2*fast+1] > 0 && bounds[2*fast]+bounds[2*fast+1] < src.w {
+	for s.kernels() && fast < dst.w && bounds[2*fast+1] > 0 && bounds[2*fast]+bounds[2*fast+1] < src.w {
 		fast++
 	}
 	for y := range src.h {
@@ -118,16 +118,14 @@ func (s *resizeScratch) horizontalPass(dst, src view, vector bool) {
 }
 
 // verticalPass scales src's columns to dst's height, a row at a time;
-// with vector, each row's bytes eight at a time by verticalRows (AVX2),
+// with the kernels, each row's bytes eight at a time by verticalRows (AVX2),
 // the last n mod 8 by the loop.
-func (s *resizeScratch) verticalPass(dst, src view, vector bool) {
+func (s *resizeScratch) verticalPass(dst, src view) {
 	bounds, coeffs, ksize := s.v.weights(src.h, dst.h)
 	n := 3 * src.w
-	if cap(s.acc) < n {
-		s.acc = make([]int32, n)
-	}
+	s.acc = grown(s.acc, n)
 	fast := 0 // bytes [0, fast) of each row go to the kernel
-	if vector {
+	if s.kernels() {
 		fast = n &^ 7
 	}
 	for o := range dst.h {
@@ -155,15 +153,12 @@ func (s *resizeScratch) verticalPass(dst, src view, vector bool) {
 	}
 }
 
-func clip8(ss int32) byte { return clampByte(int64(ss >> precisionBits)) }
+func clip8(ss int32) byte { return clamp8(ss >> precisionBits) }
 
-// clampByte is v limited to 0–255.
-func clampByte(v int64) byte {
-	switch {
-	case v < 0:
-		return 0
-	case v > 255:
-		return 255
+// clamp8 is v limited to 0–255.
+func clamp8(v int32) byte {
+	if uint32(v) > 255 {
+		return byte(^(v >> 31)) // 0 below, 255 above
 	}
 	return byte(v)
 }
