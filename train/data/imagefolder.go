@@ -99,6 +99,7 @@ type ImageReader struct {
 	why     string     // why not TurboJPEG
 	buf     []byte
 	scratch bytes.Reader
+	chroma  chromaRows // Go's decoder's colour conversion (ycbcrToRGB)
 }
 
 // NewImageReader returns a reader, with TurboJPEG where it loads.
@@ -155,7 +156,7 @@ func (r *ImageReader) decode(b []byte, where string, reuse *RGB) (*RGB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: not an image Go decodes (JPEG or PNG): %w", where, err)
 	}
-	return toRGB(img), nil
+	return toRGB(img, reuse, &r.chroma), nil
 }
 
 // readFile reads the file at path into the reader's buffer.
@@ -183,7 +184,10 @@ func (r *ImageReader) Close() {
 	}
 }
 
-func toRGB(img image.Image) *RGB {
+// toRGB converts img to RGB as Pillow's convert("RGB") does, into
+// reuse's pixel buffer where it holds the image; s is the colour
+// conversion's scratch.
+func toRGB(img image.Image, reuse *RGB, s *chromaRows) *RGB {
 	r := img.Bounds()
 	var m *RGB // made after the switch: the YCbCr case makes its own
 	// Per pixel: the colour at (x, y) of the decoder's own layout, written
@@ -191,7 +195,7 @@ func toRGB(img image.Image) *RGB {
 	var pixel func(x, y, i int)
 	switch src := img.(type) {
 	case *image.YCbCr:
-		if c := ycbcrToRGB(src); c != nil {
+		if c := ycbcrToRGB(src, reuse, s); c != nil {
 			return c
 		}
 	case *image.NRGBA:
@@ -219,7 +223,7 @@ func toRGB(img image.Image) *RGB {
 			m.Pix[i], m.Pix[i+1], m.Pix[i+2] = c.R, c.G, c.B
 		}
 	}
-	m = NewRGB(r.Dx(), r.Dy())
+	m = fitRGB(reuse, r.Dx(), r.Dy())
 	if pixel == nil { // any other model, through its colours
 		pixel = func(x, y, i int) {
 			c := color.NRGBAModel.Convert(img.At(x, y)).(color.NRGBA)

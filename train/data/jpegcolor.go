@@ -10,25 +10,75 @@ import "image"
 // most one).
 
 // ycbcrToRGB converts m (4:4:4, 4:2:2 or 4:2:0; others by Go's own
-// conversion) as libjpeg does.
-func ycbcrToRGB(m *image.YCbCr) *RGB {
+// conversion: nil) as libjpeg does, into out's pixel buffer when it
+// holds the image (fitRGB), a row at a time: each row's chroma upsampled
+// into s's row buffers and converted, so nothing image-sized is made but
+// the output.
+func ycbcrToRGB(m *image.YCbCr, out *RGB, s *chromaRows) *RGB {
 	w, h := m.Rect.Dx(), m.Rect.Dy()
-	var cb, cr []byte // full-resolution planes, w×h
+	cw, ch := (w+1)/2, (h+1)/2
 	switch m.SubsampleRatio {
-	case image.YCbCrSubsampleRatio444:
-		cb, cr = plane(m.Cb, m.CStride, w, h), plane(m.Cr, m.CStride, w, h)
-	case image.YCbCrSubsampleRatio422:
-		cb, cr = fancyH2V1(m.Cb, m.CStride, w, h), fancyH2V1(m.Cr, m.CStride, w, h)
-	case image.YCbCrSubsampleRatio420:
-		cb, cr = fancyH2V2(m.Cb, m.CStride, w, h), fancyH2V2(m.Cr, m.CStride, w, h)
+	case image.YCbCrSubsampleRatio444, image.YCbCrSubsampleRatio422, image.YCbCrSubsampleRatio420:
 	default:
 		return nil
 	}
-	out := NewRGB(w, h)
+	out = fitRGB(out, w, h)
+	s.cb, s.cr, s.sums = grown(s.cb, w), grown(s.cr, w), grown(s.sums, cw)
+	cb, cr, sums := s.cb, s.cr, s.sums
 	for y := range h {
-		ycbcrRow(out.Pix[3*y*w:3*(y+1)*w], m.Y[y*m.YStride:y*m.YStride+w], cb[y*w:(y+1)*w], cr[y*w:(y+1)*w])
+		ys := m.Y[y*m.YStride : y*m.YStride+w]
+		switch m.SubsampleRatio {
+		case image.YCbCrSubsampleRatio444:
+			cb, cr = m.Cb[y*m.CStride:y*m.CStride+w], m.Cr[y*m.CStride:y*m.CStride+w]
+		case image.YCbCrSubsampleRatio422: // libjpeg's h2v1_fancy_upsample
+			for _, c := range [2]struct {
+				p, row []byte
+			}{{m.Cb, cb}, {m.Cr, cr}} {
+				for i := range cw {
+					sums[i] = int32(c.p[y*m.CStride+i])
+				}
+				fancyRow(sums, c.row, 2, 1, 2, 4)
+			}
+		case image.YCbCrSubsampleRatio420:
+			// libjpeg's h2v2_fancy_upsample: each output row mixes its
+			// nearer chroma row (×3) with the farther one (the edge rows
+			// repeated).
+			near := y / 2
+			far := near - 1
+			if y%2 == 1 {
+				far = near + 1
+			}
+			far = max(0, min(far, ch-1))
+			for _, c := range [2]struct {
+				p, row []byte
+			}{{m.Cb, cb}, {m.Cr, cr}} {
+				for i := range cw {
+					sums[i] = int32(c.p[near*m.CStride+i])*3 + int32(c.p[far*m.CStride+i])
+				}
+				fancyRow(sums, c.row, 4, 8, 7, 4)
+			}
+		}
+		ycbcrRow(out.Pix[3*y*w:3*(y+1)*w], ys, cb, cr)
 	}
 	return out
+}
+
+// chromaRows is ycbcrToRGB's scratch: a row of each chroma plane at full
+// resolution, and a row of column sums; kept by an ImageReader from image
+// to image.
+type chromaRows struct {
+	cb, cr []byte
+	sums   []int32
+}
+
+// fitRGB returns m resized to w×h over its own pixel buffer when that
+// holds w×h pixels, else a new image.
+func fitRGB(m *RGB, w, h int) *RGB {
+	if m == nil || cap(m.Pix) < 3*w*h {
+		return NewRGB(w, h)
+	}
+	m.W, m.H, m.Pix = w, h, m.Pix[:3*w*h]
+	return m
 }
 
 // ycbcrRow converts one row of full-resolution samples to RGB with
@@ -42,15 +92,6 @@ func ycbcrRow(out, ys, cb, cr []byte) {
 		o[1] = clamp8(yy + (cbG[b]+crG[r])>>scaleBits)
 		o[2] = clamp8(yy + cbB[b])
 	}
-}
-
-// plane copies a w×h plane out of a strided buffer.
-func plane(p []byte, stride, w, h int) []byte {
-	out := make([]byte, w*h)
-	for y := range h {
-		copy(out[y*w:(y+1)*w], p[y*stride:y*stride+w])
-	}
-	return out
 }
 
 // fancyRow upsamples one row of n column sums (each weighted 4 in all:
@@ -81,41 +122,6 @@ func fancyRow(sums []int32, out []byte, shift uint, bias0, bias1 int32, edge int
 	if 2*last+1 < len(out) {
 		out[2*last+1] = byte((sums[last]*edge + bias1) >> shift)
 	}
-}
-
-// fancyH2V1 is libjpeg's h2v1_fancy_upsample.
-func fancyH2V1(p []byte, stride, w, h int) []byte {
-	cw := (w + 1) / 2
-	out := make([]byte, w*h)
-	sums := make([]int32, cw)
-	for y := range h {
-		for i := range cw {
-			sums[i] = int32(p[y*stride+i])
-		}
-		fancyRow(sums, out[y*w:(y+1)*w], 2, 1, 2, 4)
-	}
-	return out
-}
-
-// fancyH2V2 is libjpeg's h2v2_fancy_upsample: each output row mixes its
-// nearer chroma row (×3) with the farther one (the edge rows repeated).
-func fancyH2V2(p []byte, stride, w, h int) []byte {
-	cw, ch := (w+1)/2, (h+1)/2
-	out := make([]byte, w*h)
-	sums := make([]int32, cw)
-	for y := range h {
-		near := y / 2
-		far := near - 1
-		if y%2 == 1 {
-			far = near + 1
-		}
-		far = max(0, min(far, ch-1))
-		for i := range cw {
-			sums[i] = int32(p[near*stride+i])*3 + int32(p[far*stride+i])
-		}
-		fancyRow(sums, out[y*w:(y+1)*w], 4, 8, 7, 4)
-	}
-	return out
 }
 
 // libjpeg's YCbCr→RGB tables (jdcolor.c), 16-bit fixed point.

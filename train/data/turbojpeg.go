@@ -84,10 +84,7 @@ func (t *turboJPEG) decode(b []byte, m *RGB) (*RGB, error) {
 	if w < 1 || h < 1 || int64(w)*int64(h) > 1<<28 {
 		return nil, fmt.Errorf("%d×%d pixels", w, h)
 	}
-	if m == nil || cap(m.Pix) < int(3*w*h) {
-		m = NewRGB(int(w), int(h))
-	}
-	m.W, m.H, m.Pix = int(w), int(h), m.Pix[:3*w*h]
+	m = fitRGB(m, int(w), int(h))
 	// Flags 0: the accurate integer IDCT and smooth chroma upsampling, as
 	// Pillow has them; a warning (corrupt data) fails as an error does.
 	if r, _, _ := purego.SyscallN(t.decompress, t.h, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)),
