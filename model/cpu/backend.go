@@ -76,6 +76,7 @@ var (
 	_ tensor.Backend              = (*Backend)(nil)
 	_ tensor.BatchNormReLUBackend = (*Backend)(nil)
 	_ tensor.ConvBatchNormBackend = (*Backend)(nil)
+	_ tensor.ResidualConvBackend  = (*Backend)(nil)
 )
 
 // New returns a CPU backend using threads threads (< 1 means 1). Several

@@ -45,10 +45,13 @@ type convTask struct {
 }
 
 // convNorm is an evaluation-mode batch norm fused into a convolution: each
-// output channel f becomes y·scale[f] + shift[f], through a relu when set.
+// output channel f becomes y·scale[f] + shift[f], through a relu when set;
+// then, when residual is set (the whole batch's [N, F, OH, OW]: a
+// residual block's shortcut), relu(that + residual).
 type convNorm struct {
 	scale, shift []float32
 	relu         bool
+	residual     []float32
 }
 
 // geometry of one convolution.
@@ -107,6 +110,7 @@ func (b *Backend) evalNorm(gamma, beta, runMean, runVar *tensor.Tensor, bn tenso
 	c := len(gamma.Data)
 	norm := &b.convNorm
 	norm.scale, norm.shift, norm.relu = grow(&norm.scale, c), grow(&norm.shift, c), relu
+	norm.residual = nil
 	for ch := range c {
 		invStd := float32(1 / math.Sqrt(float64(runVar.Data[ch])+float64(bn.Eps)))
 		norm.scale[ch], norm.shift[ch] = evalAffine(invStd, gamma.Data[ch], beta.Data[ch], runMean.Data[ch])
@@ -114,23 +118,40 @@ func (b *Backend) evalNorm(gamma, beta, runMean, runVar *tensor.Tensor, bn tenso
 	return norm
 }
 
-// normalise applies the task's fused batch norm, if any, to one image's
-// output planes.
-func (t *convTask) normalise(y []float32) {
+// normalise applies the task's fused batch norm, if any, to image img's
+// output planes y, and the residual sum and relu after it when the norm
+// has them.
+func (t *convTask) normalise(y []float32, img int) {
 	if t.norm == nil {
 		return
 	}
 	hw := t.g.ohw
+	res := t.norm.residualOf(img, len(y))
 	if hw < minVectorRow {
 		// The dense layers' rows of 4 or 1 values (ResNet-18's
 		// evaluation: 6% of a two-thread pass, on one thread, a call a row).
 		affineRows(y, y, hw, t.norm.scale, t.norm.shift, t.norm.relu)
+		if res != nil {
+			t.b.vec.addReLU(y, y, res)
+		}
 		return
 	}
 	for f, scale := range t.norm.scale {
 		row := y[f*hw : (f+1)*hw]
 		t.norm.apply(t.b.vec, row, row, scale, t.norm.shift[f])
+		if res != nil {
+			t.b.vec.addReLU(row, row, res[f*hw:(f+1)*hw])
+		}
 	}
+}
+
+// residualOf returns image img's part of the residual, out values an
+// image, or nil when the norm has no residual.
+func (n *convNorm) residualOf(img, out int) []float32 {
+	if n.residual == nil {
+		return nil
+	}
+	return n.residual[img*out : (img+1)*out]
 }
 
 // apply sets y to x·scale + shift, through the relu when the norm has
@@ -337,15 +358,20 @@ func (t *convTask) finishGroup(y gemm.Matrix, first, n int) {
 	g, outLen, ld := t.g, t.g.f*t.g.ohw, n*t.g.ohw
 	if n == 1 {
 		t.addBias(y.Data, g.ohw)
-		t.normalise(y.Data)
+		t.normalise(y.Data, first)
 		return
 	}
 	for k := range n {
 		yn := t.y.Data[(first+k)*outLen : (first+k+1)*outLen]
 		if t.norm != nil && t.bias == nil {
 			// The batch norm's pass is the copy.
+			res := t.norm.residualOf(first+k, outLen)
 			for f, scale := range t.norm.scale {
-				t.norm.apply(t.b.vec, yn[f*g.ohw:(f+1)*g.ohw], y.Data[f*ld+k*g.ohw:f*ld+(k+1)*g.ohw], scale, t.norm.shift[f])
+				row := yn[f*g.ohw : (f+1)*g.ohw]
+				t.norm.apply(t.b.vec, row, y.Data[f*ld+k*g.ohw:f*ld+(k+1)*g.ohw], scale, t.norm.shift[f])
+				if res != nil {
+					t.b.vec.addReLU(row, row, res[f*g.ohw:(f+1)*g.ohw])
+				}
 			}
 			continue
 		}
@@ -353,7 +379,7 @@ func (t *convTask) finishGroup(y gemm.Matrix, first, n int) {
 			copy(yn[f*g.ohw:(f+1)*g.ohw], y.Data[f*ld+k*g.ohw:])
 		}
 		t.addBias(yn, g.ohw)
-		t.normalise(yn)
+		t.normalise(yn, first+k)
 	}
 }
 

@@ -179,7 +179,7 @@ func (t *convTask) runDense(dw, db *tensor.Tensor) {
 		for k := range t.n {
 			yk := t.y.Data[k*rows : (k+1)*rows]
 			t.addBias(yk, g.ohw)
-			t.normalise(yk)
+			t.normalise(yk, k)
 		}
 		return
 	}

@@ -102,6 +102,19 @@ func (b *Backend) Conv2dPrepared(prep *tensor.PreparedWeights, x, w, bias, y, ga
 	if gamma != nil {
 		norm = b.evalNorm(gamma, beta, runMean, runVar, bn, relu)
 	}
+	b.conv2dPrepared(prep, x, w, bias, y, p, norm)
+}
+
+// Conv2dPreparedResidual implements tensor.ResidualConvBackend: the sum
+// and relu follow each image's batch norm, a row of output at a time.
+func (b *Backend) Conv2dPreparedResidual(prep *tensor.PreparedWeights, x, w, bias, y, gamma, beta, runMean, runVar, residual *tensor.Tensor, p tensor.ConvParams, bn tensor.BatchNormParams) {
+	norm := b.evalNorm(gamma, beta, runMean, runVar, bn, false)
+	norm.residual = residual.Data
+	b.conv2dPrepared(prep, x, w, bias, y, p, norm)
+}
+
+// conv2dPrepared is Conv2dPrepared with its batch norm, if any, as norm.
+func (b *Backend) conv2dPrepared(prep *tensor.PreparedWeights, x, w, bias, y *tensor.Tensor, p tensor.ConvParams, norm *convNorm) {
 	pr := preparedIn(prep, keyOf(x, w, p), false)
 	if !pr.ready {
 		live, lp, _ := b.liveKernel(x, w, p)

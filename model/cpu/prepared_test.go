@@ -11,7 +11,8 @@ import (
 
 // TestConvPrepared runs layers of every path the forward pass takes
 // through Conv2dPrepared and checks that a prepared call gives the bits
-// of Conv2d and Conv2dBatchNorm, on its first call (preparing) and after
+// of Conv2d and Conv2dBatchNorm (and Conv2dPreparedResidual those of
+// Conv2dBatchNorm then AddReLU), on its first call (preparing) and after
 // (reusing); that it keeps the form its path multiplies; that it reuses
 // it (weights changed without a Reset still give the old output, as
 // nn.Freeze forbids, here to see the form was kept); that Reset prepares
@@ -43,6 +44,7 @@ func TestConvPrepared(t *testing.T) {
 		{"3×3 stride 2 on 8×8: by rows", 3, 16, 24, 8, 8, k3s2, rows, false, [2]int{6, 6}},
 		{"3×3 on 1×12: live taps, im2col", 3, 16, 20, 1, 12, k3, none, true, [2]int{4, 12}},
 		{"7×7 stride 2 on 12×12: im2col", 2, 3, 16, 12, 12, tensor.ConvParams{KernelH: 7, KernelW: 7, StrideH: 2, StrideW: 2, PadH: 3, PadW: 3}, none, false, [2]int{10, 10}},
+		{"1×1 on 6×6, one image: the image itself", 1, 16, 24, 6, 6, tensor.ConvParams{KernelH: 1, KernelW: 1, StrideH: 1, StrideW: 1}, none, false, [2]int{4, 4}},
 	} {
 		for _, threads := range []int{1, 2} {
 			label := fmt.Sprintf("%s, %d threads", c.name, threads)
@@ -75,8 +77,17 @@ func TestConvPrepared(t *testing.T) {
 			}
 			reference(x, want, false)
 			reference(x, wantBN, true)
+			// A residual block's last convolution, without a bias as
+			// torchvision's: batch norm, then the sum and relu.
+			residual, wantRes := randTensor(rng, c.n, c.f, oh, ow), tensor.New(c.n, c.f, oh, ow)
+			if be.vec.vector {
+				be.winoTile = 4
+			}
+			be.Conv2dBatchNorm(x, w, nil, wantRes, gamma, beta, mean, variance, c.p, bn, false)
+			be.winoTile = 0
+			be.AddReLU(wantRes, residual, wantRes)
 
-			var prep, prepBN tensor.PreparedWeights
+			var prep, prepBN, prepRes tensor.PreparedWeights
 			y := tensor.New(c.n, c.f, oh, ow)
 			for call := range 2 {
 				be.Conv2dPrepared(&prep, x, w, bias, y, nil, nil, nil, nil, c.p, bn, false)
@@ -86,7 +97,12 @@ func TestConvPrepared(t *testing.T) {
 				sameBits(t, fmt.Sprintf("%s, call %d", label, call), y.Data, want.Data)
 				be.Conv2dPrepared(&prepBN, x, w, bias, y, gamma, beta, mean, variance, c.p, bn, true)
 				sameBits(t, fmt.Sprintf("%s, batch norm, call %d", label, call), y.Data, wantBN.Data)
+				be.Conv2dPreparedResidual(&prepRes, x, w, nil, y, gamma, beta, mean, variance, residual, c.p, bn)
+				sameBits(t, fmt.Sprintf("%s, batch norm and residual, call %d", label, call), y.Data, wantRes.Data)
 			}
+			// The next call without a residual has none.
+			be.Conv2dPrepared(&prepBN, x, w, bias, y, gamma, beta, mean, variance, c.p, bn, true)
+			sameBits(t, label+", batch norm after a residual call", y.Data, wantBN.Data)
 			pr, ok := prep.State.(*prepared)
 			if !ok || !pr.ready {
 				t.Fatalf("%s: nothing prepared (%T)", label, prep.State)

@@ -472,7 +472,7 @@ func (t *convTask) winogradChunk(worker, i int) {
 				winogradOutput(t.b.vec, y, m, winoStride(g.f*ld), ld, n, g.f, g.oh, g.ow, out, bias, &s.wino)
 			}
 			for k := first; k < first+n; k++ {
-				t.normalise(t.y.Data[k*outLen : (k+1)*outLen])
+				t.normalise(t.y.Data[k*outLen:(k+1)*outLen], k)
 			}
 		}
 		return

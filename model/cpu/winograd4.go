@@ -158,7 +158,7 @@ func (t *convTask) winograd4Forward(worker int, s *scratch, lo, hi int) {
 	inLen, outLen := g.c*g.h*g.wd, g.f*g.ohw
 	t.winograd4Images(worker, s, t.x.Data[lo*inLen:hi*inLen], t.y.Data[lo*outLen:hi*outLen], hi-lo, g.c, g.h, g.wd, g.f, g.oh, g.ow, p.PadH, p.PadW, bias)
 	for k := lo; k < hi; k++ {
-		t.normalise(t.y.Data[k*outLen : (k+1)*outLen])
+		t.normalise(t.y.Data[k*outLen:(k+1)*outLen], k)
 	}
 }
 

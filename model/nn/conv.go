@@ -47,6 +47,12 @@ type Conv2d struct {
 	evaluating bool
 	prep       tensor.PreparedWeights
 	prepBE     tensor.PreparedConvBackend
+	// residual, set by a Residual for one Forward call, is its shortcut:
+	// a prepared call folding the batch norm then ends with the block's
+	// sum and relu as well (tensor.ResidualConvBackend), and sets summed.
+	residual *tensor.Tensor
+	summed   bool
+	resBE    tensor.ResidualConvBackend
 	// kept holds what a forward pass with gradients on left for its
 	// backward pass (tensor.KeptConvBackend), on backends that keep;
 	// keptLive says the last Forward call filled it.
@@ -71,6 +77,7 @@ func NewConv2d(be tensor.Backend, in, out, kernel int, o Conv2dOptions, rng *ran
 	}
 	c := &Conv2d{be: be, In: in, Out: out, P: tensor.ConvParams{KernelH: kernel, KernelW: kernel, StrideH: o.Stride, StrideW: o.Stride, PadH: o.Padding, PadW: o.Padding}}
 	c.prepBE, _ = be.(tensor.PreparedConvBackend)
+	c.resBE, _ = be.(tensor.ResidualConvBackend)
 	c.keepBE, _ = be.(tensor.KeptConvBackend)
 	c.Weight, c.WeightGrad = param(out, in, kernel, kernel)
 	bound := float32(1 / math.Sqrt(float64(in*kernel*kernel)))
@@ -97,7 +104,8 @@ func (c *Conv2d) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 	c.x = x
 	gradsOff := c.offNext
 	prepared := gradsOff && c.frozen && c.evaluating
-	c.offNext, c.keptLive = false, false
+	residual := c.residual
+	c.offNext, c.keptLive, c.residual, c.summed = false, false, nil, false
 	if c.saved.replays(x) {
 		c.foldNext = false
 		c.y = c.saved.y()
@@ -114,9 +122,13 @@ func (c *Conv2d) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 	c.y = y
 	if bn := c.bn; c.foldNext && c.foldsBN() {
 		c.foldNext = false
-		if prepared {
+		switch {
+		case prepared && residual != nil && c.resBE != nil && !bn.fusedReLU() && residual.SameShape(y.Shape...) && !tensor.Overlaps(y, residual):
+			c.resBE.Conv2dPreparedResidual(&c.prep, x, c.Weight, c.Bias, y, bn.Weight, bn.Bias, bn.RunningMean, bn.RunningVar, residual, c.P, bn.P)
+			c.summed = true
+		case prepared:
 			c.prepBE.Conv2dPrepared(&c.prep, x, c.Weight, c.Bias, y, bn.Weight, bn.Bias, bn.RunningMean, bn.RunningVar, c.P, bn.P, bn.fusedReLU())
-		} else {
+		default:
 			c.fusedBN.Conv2dBatchNorm(x, c.Weight, c.Bias, y, bn.Weight, bn.Bias, bn.RunningMean, bn.RunningVar, c.P, bn.P, bn.fusedReLU())
 		}
 		bn.passNext = true

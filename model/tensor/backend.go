@@ -88,6 +88,17 @@ type PreparedConvBackend interface {
 	Conv2dPrepared(prep *PreparedWeights, x, w, bias, y, gamma, beta, runMean, runVar *Tensor, p ConvParams, bn BatchNormParams, relu bool)
 }
 
+// ResidualConvBackend is a PreparedConvBackend that can also end a
+// prepared convolution and its batch norm with a residual block's sum
+// and relu: y = relu(bn(conv(x)) + residual), residual shaped as y, each
+// image's output finished while it is in cache instead of in a pass of
+// its own over the whole output. The results are Conv2dPrepared's (relu
+// false), then AddReLU's with residual, to the bit.
+type ResidualConvBackend interface {
+	PreparedConvBackend
+	Conv2dPreparedResidual(prep *PreparedWeights, x, w, bias, y, gamma, beta, runMean, runVar, residual *Tensor, p ConvParams, bn BatchNormParams)
+}
+
 // KeptConvBackend is a Backend whose training convolutions can keep
 // from a forward pass what its backward pass would build from the
 // weights again (the CPU's dense matrices of layers over maps no larger
