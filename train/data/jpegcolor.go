@@ -31,14 +31,11 @@ func ycbcrToRGB(m *image.YCbCr, out *RGB, s *chromaRows) *RGB {
 		case image.YCbCrSubsampleRatio444:
 			cb, cr = m.Cb[y*m.CStride:y*m.CStride+w], m.Cr[y*m.CStride:y*m.CStride+w]
 		case image.YCbCrSubsampleRatio422: // libjpeg's h2v1_fancy_upsample
-			for _, c := range [2]struct {
-				p, row []byte
-			}{{m.Cb, cb}, {m.Cr, cr}} {
-				for i := range cw {
-					sums[i] = int32(c.p[y*m.CStride+i])
-				}
-				fancyRow(sums, c.row, 2, 1, 2, 4)
-			}
+			at := y * m.CStride
+			rowSums(sums, m.Cb[at:at+cw])
+			fancyRow(sums, cb, 2, 1, 2, 4)
+			rowSums(sums, m.Cr[at:at+cw])
+			fancyRow(sums, cr, 2, 1, 2, 4)
 		case image.YCbCrSubsampleRatio420:
 			// libjpeg's h2v2_fancy_upsample: each output row mixes its
 			// nearer chroma row (×3) with the farther one (the edge rows
@@ -49,18 +46,33 @@ func ycbcrToRGB(m *image.YCbCr, out *RGB, s *chromaRows) *RGB {
 				far = near + 1
 			}
 			far = max(0, min(far, ch-1))
-			for _, c := range [2]struct {
-				p, row []byte
-			}{{m.Cb, cb}, {m.Cr, cr}} {
-				for i := range cw {
-					sums[i] = int32(c.p[near*m.CStride+i])*3 + int32(c.p[far*m.CStride+i])
-				}
-				fancyRow(sums, c.row, 4, 8, 7, 4)
-			}
+			n, f := near*m.CStride, far*m.CStride
+			columnSums(sums, m.Cb[n:n+cw], m.Cb[f:f+cw])
+			fancyRow(sums, cb, 4, 8, 7, 4)
+			columnSums(sums, m.Cr[n:n+cw], m.Cr[f:f+cw])
+			fancyRow(sums, cr, 4, 8, 7, 4)
 		}
 		ycbcrRow(out.Pix[3*y*w:3*(y+1)*w], ys, cb, cr)
 	}
 	return out
+}
+
+// rowSums sets sums to a chroma row's samples, each weighted 4 by
+// fancyRow's shift (h2v1).
+func rowSums(sums []int32, row []byte) {
+	sums = sums[:len(row)]
+	for i, v := range row {
+		sums[i] = int32(v)
+	}
+}
+
+// columnSums sets sums to 3·near + far, column by column (h2v2's
+// vertical step).
+func columnSums(sums []int32, near, far []byte) {
+	sums, far = sums[:len(near)], far[:len(near)]
+	for i, v := range near {
+		sums[i] = int32(v)*3 + int32(far[i])
+	}
 }
 
 // chromaRows is ycbcrToRGB's scratch: a row of each chroma plane at full
