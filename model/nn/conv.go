@@ -245,6 +245,7 @@ func (c *Conv2d) Replica() Layer {
 	r.deferral = deferral{on: c.deferral.on}
 	r.bn, r.fusedBN, r.foldNext = nil, nil, false // the replica's container pairs it anew
 	r.saved = nil                                 // the replica's checkpoint sets its own
+	r.residual, r.summed = nil, false
 	r.offNext, r.prep, r.kept, r.keptLive = false, tensor.PreparedWeights{}, tensor.PreparedWeights{}, false
 	return &r
 }
