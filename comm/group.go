@@ -234,7 +234,7 @@ func openWorld(ctx context.Context, s Settings, data *dataPath, ctl *controls, h
 		return nil, fmt.Errorf("comm: rank %d of %d: %w", s.Rank, s.Size, err)
 	}
 	w.net = net
-	g.ring.ChunkBytes = chunkBytes(w, peers)
+	g.ring.ChunkBytes, g.ring.MessageChunkBytes = chunkBytes(w, peers), messageChunkBytes(w, peers)
 	g.ring.Costs = costsFor(w, peers, 1)
 	g.ring.Hier = hierarchy(w, g.id, peers, g.ring.Rank) // (with the chunks now known)
 	if w.data.shm != nil {
@@ -277,8 +277,8 @@ func newGroup(w *world, id uint32, peers []int, rank int) *Group {
 		w:  w,
 		id: id,
 		ring: ring.Collectives{T: w.data, Peers: peers, Rank: rank, Stream: id << 16,
-			SmallBytes: s.SmallBytes, ChunkBytes: chunkBytes(w, peers), OneShotBytes: oneShotBytes(w, peers),
-			HalvingBytes: halvingBytes(w, peers), BruckBytes: bruckBytes(w, peers)},
+			SmallBytes: s.SmallBytes, ChunkBytes: chunkBytes(w, peers), MessageChunkBytes: messageChunkBytes(w, peers),
+			OneShotBytes: oneShotBytes(w, peers), HalvingBytes: halvingBytes(w, peers), BruckBytes: bruckBytes(w, peers)},
 		sendSeq: map[[2]int]uint64{},
 		recvSeq: map[[2]int]uint64{},
 		senders: map[int]chan queued{},
@@ -420,12 +420,27 @@ func hierarchy(w *world, id uint32, peers []int, rank int) *ring.Hierarchy {
 	}
 	sub := func(p []int, r int, stream uint32) *ring.Collectives {
 		return &ring.Collectives{T: w.data, Peers: p, Rank: r, Stream: id<<16 | stream,
-			SmallBytes: s.SmallBytes, ChunkBytes: chunkBytes(w, p), OneShotBytes: oneShotBytes(w, p), HalvingBytes: halvingBytes(w, p),
-			BruckBytes: bruckBytes(w, p)}
+			SmallBytes: s.SmallBytes, ChunkBytes: chunkBytes(w, p), MessageChunkBytes: messageChunkBytes(w, p),
+			OneShotBytes: oneShotBytes(w, p), HalvingBytes: halvingBytes(w, p), BruckBytes: bruckBytes(w, p)}
 	}
 	x := sub(cross, slices.Index(cross, peers[rank]), crossStream)
 	x.Costs = costsFor(w, cross, l) // the l cross groups share each host's link
 	return &ring.Hierarchy{Local: sub(local, li, localStream), Cross: x, Positions: positions, Above: above, Forced: s.Algo == "hierarchical"}
+}
+
+// messageChunkBytes is the frame size of a group's messages one way
+// (ring.Collectives.MessageChunkBytes): ring.DefaultChunkBytes where
+// chunkBytes gives a group on one host that talks over TCP its smaller
+// chunk, else 0 (the chunk). The smaller chunk was chosen for the ring
+// all-reduce; the streams of Reduce, Gather, Scatter, Broadcast and
+// all-to-all ran faster over loopback in frames of 1–2 MiB on the two
+// CPUs measured (BENCHMARKS.md, "Loopback TCP's chunk on Zen 3", and
+// bench/results/current/tcp-frames-2026-11-29-zen4.txt, section 3).
+func messageChunkBytes(w *world, peers []int) int {
+	if chunkBytes(w, peers) == DefaultNetChunkBytes && w.settings.ChunkBytes <= 0 {
+		return ring.DefaultChunkBytes
+	}
+	return 0
 }
 
 // chunkBytes is the ring algorithms' chunk for a group of peers: the

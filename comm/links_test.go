@@ -248,7 +248,8 @@ func TestBruckBytes(t *testing.T) {
 
 // TestChunkBytesByPlace: a group across hosts and a group through shared
 // memory (or on a crowded host) cut ring.DefaultChunkBytes; a group on
-// one host over TCP, DefaultNetChunkBytes; a setting wins.
+// one host over TCP, DefaultNetChunkBytes, its messages one way
+// ring.DefaultChunkBytes; a setting wins, for both.
 func TestChunkBytesByPlace(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -257,18 +258,23 @@ func TestChunkBytesByPlace(t *testing.T) {
 		set     int
 		peers   []int
 		want    int
+		message int // messageChunkBytes (0: the chunk)
 	}{
-		{"two hosts", []int{0, 1}, false, 0, []int{0, 1}, ring.DefaultChunkBytes},
-		{"three ranks, two hosts", []int{0, 0, 1}, false, 0, []int{0, 1, 2}, ring.DefaultChunkBytes},
-		{"a sub-group on one host", []int{0, 0, 1}, false, 0, []int{0, 1}, DefaultNetChunkBytes},
-		{"TCP forced", nil, false, 0, []int{0, 1}, DefaultNetChunkBytes},
-		{"crowded", nil, true, 0, []int{0, 1}, ring.DefaultChunkBytes},
-		{"set", []int{0, 1}, false, 65536, []int{0, 1}, 65536},
+		{"two hosts", []int{0, 1}, false, 0, []int{0, 1}, ring.DefaultChunkBytes, 0},
+		{"three ranks, two hosts", []int{0, 0, 1}, false, 0, []int{0, 1, 2}, ring.DefaultChunkBytes, 0},
+		{"a sub-group on one host", []int{0, 0, 1}, false, 0, []int{0, 1}, DefaultNetChunkBytes, ring.DefaultChunkBytes},
+		{"TCP forced", nil, false, 0, []int{0, 1}, DefaultNetChunkBytes, ring.DefaultChunkBytes},
+		{"crowded", nil, true, 0, []int{0, 1}, ring.DefaultChunkBytes, 0},
+		{"set", []int{0, 1}, false, 65536, []int{0, 1}, 65536, 0},
+		{"set to the loopback chunk", nil, false, DefaultNetChunkBytes, []int{0, 1}, DefaultNetChunkBytes, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := &world{settings: Settings{Size: len(tc.peers), ChunkBytes: tc.set}, crowded: tc.crowded, data: &dataPath{hostOf: tc.hostOf}}
 			if got := chunkBytes(w, tc.peers); got != tc.want {
 				t.Fatalf("chunkBytes = %d, want %d", got, tc.want)
+			}
+			if got := messageChunkBytes(w, tc.peers); got != tc.message {
+				t.Fatalf("messageChunkBytes = %d, want %d", got, tc.message)
 			}
 		})
 	}

@@ -45,6 +45,12 @@ type Collectives struct {
 	// (the ring all-reduce and reduce-scatter cut blocks of fewer than
 	// four chunks finer: ringChunkElems).
 	ChunkBytes int
+	// MessageChunkBytes is the frame size of the messages sendChunks cuts
+	// up — the rooted collectives', the broadcast chain's, all-to-all's,
+	// halving-doubling's halves (messageChunkElems) — where it differs from
+	// ChunkBytes (0: ChunkBytes). A stream one way gains from larger frames
+	// where a ring's pipelining may want smaller ones.
+	MessageChunkBytes int
 	// OneShotBytes: all-reduces of at most this many bytes among more than
 	// two ranks send the whole buffer to every rank in one round (0: never).
 	// It pays where a message costs little next to a round's latency
@@ -328,8 +334,11 @@ func AsBytes[T Elem](s []T) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), len(s)*int(unsafe.Sizeof(zero)))
 }
 
-func (c *Collectives) chunkElems(size uintptr) int {
-	cb := c.ChunkBytes
+func (c *Collectives) chunkElems(size uintptr) int { return chunkElemsOf(c.ChunkBytes, size) }
+
+// chunkElemsOf is how many elements of size bytes a chunk of cb bytes
+// holds (cb ≤ 0: DefaultChunkBytes), at least one.
+func chunkElemsOf(cb int, size uintptr) int {
 	if cb <= 0 {
 		cb = DefaultChunkBytes
 	}

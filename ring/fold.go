@@ -170,7 +170,7 @@ func waitChunksBy[T Elem](ctx context.Context, c *Collectives, call Call, from, 
 // messageChunkElems is the frame size, in elements of size bytes, of a
 // message of count elements that sendChunks cuts up and postChunks,
 // recvChunks and waitChunks take apart (the same count on both sides):
-// the group's chunk, or, for a message of at least four minRingChunks
+// the group's message chunk (MessageChunkBytes, else ChunkBytes), or, for a message of at least four minRingChunks
 // that the group's chunk would send in fewer than four frames, a quarter
 // of the message. A message of one or two chunks leaves the receiver
 // adding or copying while the sender waits; four let them work at once.
@@ -181,6 +181,9 @@ func waitChunksBy[T Elem](ctx context.Context, c *Collectives, call Call, from, 
 // (bench/results/current/message-chunks-2026-11-29-zen4.txt).
 func (c *Collectives) messageChunkElems(size uintptr, count int) int {
 	ce := c.chunkElems(size)
+	if c.MessageChunkBytes > 0 {
+		ce = chunkElemsOf(c.MessageChunkBytes, size)
+	}
 	if count*int(size) < 4*minRingChunk {
 		return ce
 	}

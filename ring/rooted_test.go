@@ -510,7 +510,9 @@ func TestRecvWhereNothingElseIsPosted(t *testing.T) {
 // broadcast cut a message into with the default 1 MiB chunk
 // (messageChunkElems): four where whole chunks would leave fewer, for
 // messages of 1 MiB or more, the group's chunk otherwise — and that each
-// call's result is still exact.
+// call's result is still exact; and the same frames with a 128 KiB chunk
+// and 1 MiB messages (MessageChunkBytes, a group on one host over TCP),
+// the all-to-all's then in the group's 128 KiB chunks.
 func TestMessageChunks(t *testing.T) {
 	const root = 1
 	kinds := []struct {
@@ -577,53 +579,56 @@ func TestMessageChunks(t *testing.T) {
 			return all
 		}, func(n int) int { return n * (n - 1) }, true},
 	}
-	for _, k := range kinds {
-		for _, tc := range []struct {
-			n, count, chunks int // chunks a message of count float32s
-		}{
-			{2, 192 << 10, 1},  // 768 KiB: one chunk, as before
-			{2, 256 << 10, 4},  // 1 MiB in 256 KiB chunks
-			{2, 320 << 10, 4},  // 1.25 MiB in 320 KiB chunks
-			{2, 512 << 10, 4},  // 2 MiB in 512 KiB chunks
-			{2, 1280 << 10, 5}, // 5 MiB in 1 MiB chunks
-			{3, 256 << 10, 4},  // among three: a gather's blocks from two ranks at once
-			{3, 1 << 20, 4},
-		} {
-			if k.name == "reduce" && tc.n > 2 {
-				continue // a reduce-scatter and a gather (the ring's rule)
-			}
-			t.Run(fmt.Sprintf("%s/n=%d/count=%d", k.name, tc.n, tc.count), func(t *testing.T) {
-				in := exactInputs(tc.n, tc.count, Sum)
-				net := newMemNet(tc.n)
-				out := make([][]float32, tc.n)
-				big := func(c *Collectives) { c.SmallBytes, c.ChunkBytes = -1, DefaultChunkBytes }
-				errs := rankErrorsOn(net, tc.n, big, func(ctx context.Context, r int, c *Collectives) error {
-					var err error
-					out[r], err = k.run(ctx, c, in, r, tc.n)
-					return err
-				})
-				if err := errors.Join(errs...); err != nil {
-					t.Fatal(err)
+	for _, cfg := range []struct{ chunk, message int }{{DefaultChunkBytes, 0}, {128 << 10, DefaultChunkBytes}} {
+		for _, k := range kinds {
+			for _, tc := range []struct {
+				n, count, chunks int // chunks a message of count float32s
+			}{
+				{2, 192 << 10, 1},  // 768 KiB: one chunk, as before
+				{2, 256 << 10, 4},  // 1 MiB in 256 KiB chunks
+				{2, 320 << 10, 4},  // 1.25 MiB in 320 KiB chunks
+				{2, 512 << 10, 4},  // 2 MiB in 512 KiB chunks
+				{2, 1280 << 10, 5}, // 5 MiB in 1 MiB chunks
+				{3, 256 << 10, 4},  // among three: a gather's blocks from two ranks at once
+				{3, 1 << 20, 4},
+			} {
+				if k.name == "reduce" && tc.n > 2 {
+					continue // a reduce-scatter and a gather (the ring's rule)
 				}
-				for r := range tc.n {
-					if want := k.want(in, r); want != nil {
-						if i := firstDiff(out[r], want); i >= 0 {
-							t.Fatalf("rank %d element %d differs", r, i)
+				t.Run(fmt.Sprintf("chunk=%d/message=%d/%s/n=%d/count=%d", cfg.chunk, cfg.message, k.name, tc.n, tc.count), func(t *testing.T) {
+					in := exactInputs(tc.n, tc.count, Sum)
+					net := newMemNet(tc.n)
+					out := make([][]float32, tc.n)
+					big := func(c *Collectives) { c.SmallBytes, c.ChunkBytes, c.MessageChunkBytes = -1, cfg.chunk, cfg.message }
+					errs := rankErrorsOn(net, tc.n, big, func(ctx context.Context, r int, c *Collectives) error {
+						var err error
+						out[r], err = k.run(ctx, c, in, r, tc.n)
+						return err
+					})
+					if err := errors.Join(errs...); err != nil {
+						t.Fatal(err)
+					}
+					for r := range tc.n {
+						if want := k.want(in, r); want != nil {
+							if i := firstDiff(out[r], want); i >= 0 {
+								t.Fatalf("rank %d element %d differs", r, i)
+							}
 						}
 					}
-				}
-				frames := 0
-				for _, f := range net.algos {
-					frames += f
-				}
-				chunks := tc.chunks
-				if k.groupChunk {
-					chunks = (tc.count + 256<<10 - 1) / (256 << 10)
-				}
-				if want := k.messages(tc.n) * chunks; frames != want {
-					t.Fatalf("frames %v, want %d (%d a message)", net.algos, want, chunks)
-				}
-			})
+					frames := 0
+					for _, f := range net.algos {
+						frames += f
+					}
+					chunks := tc.chunks
+					if k.groupChunk {
+						per := cfg.chunk / 4 // float32s a chunk
+						chunks = (tc.count + per - 1) / per
+					}
+					if want := k.messages(tc.n) * chunks; frames != want {
+						t.Fatalf("frames %v, want %d (%d a message)", net.algos, want, chunks)
+					}
+				})
+			}
 		}
 	}
 }
