@@ -428,14 +428,15 @@ func hierarchy(w *world, id uint32, peers []int, rank int) *ring.Hierarchy {
 	return &ring.Hierarchy{Local: sub(local, li, localStream), Cross: x, Positions: positions, Above: above, Forced: s.Algo == "hierarchical"}
 }
 
-// messageChunkBytes is the frame size of a group's messages one way
+// messageChunkBytes is the frame size of a group's messages
 // (ring.Collectives.MessageChunkBytes): ring.DefaultChunkBytes where
 // chunkBytes gives a group on one host that talks over TCP its smaller
 // chunk, else 0 (the chunk). The smaller chunk was chosen for the ring
-// all-reduce; the streams of Reduce, Gather, Scatter, Broadcast and
-// all-to-all ran faster over loopback in frames of 1–2 MiB on the two
-// CPUs measured (BENCHMARKS.md, "Loopback TCP's chunk on Zen 3", and
-// bench/results/current/tcp-frames-2026-11-29-zen4.txt, section 3).
+// all-reduce; the streams of Reduce, Gather, Scatter and Broadcast, and
+// the 16-bit types' exchanges, ran faster over loopback in frames of 1–2
+// MiB on the two CPUs measured (BENCHMARKS.md, "Loopback TCP's messages
+// one way", and bench/results/current/tcp-frames-2026-11-29-zen4.txt,
+// section 3).
 func messageChunkBytes(w *world, peers []int) int {
 	if chunkBytes(w, peers) == DefaultNetChunkBytes && w.settings.ChunkBytes <= 0 {
 		return ring.DefaultChunkBytes
