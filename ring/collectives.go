@@ -46,10 +46,11 @@ type Collectives struct {
 	// four chunks finer: ringChunkElems).
 	ChunkBytes int
 	// MessageChunkBytes is the frame size of the messages sendChunks cuts
-	// up — the rooted collectives', the broadcast chain's, all-to-all's,
-	// halving-doubling's halves (messageChunkElems) — where it differs from
-	// ChunkBytes (0: ChunkBytes). A stream one way gains from larger frames
-	// where a ring's pipelining may want smaller ones.
+	// up — the rooted collectives', the broadcast chain's, the 16-bit
+	// types' exchanges, halving-doubling's halves (messageChunkElems; not
+	// the all-to-all's, which keep ChunkBytes) — where it differs from
+	// ChunkBytes (0: ChunkBytes). A stream one way gains from larger
+	// frames where a ring's pipelining may want smaller ones.
 	MessageChunkBytes int
 	// OneShotBytes: all-reduces of at most this many bytes among more than
 	// two ranks send the whole buffer to every rank in one round (0: never).

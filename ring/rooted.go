@@ -7,9 +7,10 @@ import (
 
 // The rooted collectives (ReduceToRoot, Gather, Scatter) and AllToAll.
 // Every message is cut into frames of messageChunkElems (sendChunks,
-// postChunks, waitChunks): ChunkBytes, or quarters of a message that
-// ChunkBytes would leave in fewer than four (not the all-to-all's, sent
-// as direct frames); an empty range still sends one frame, so that a
+// postChunks, waitChunks): MessageChunkBytes (else ChunkBytes), or
+// quarters of a message that it would leave in fewer than four (not the
+// all-to-all's, sent as direct frames of ChunkBytes); an empty range
+// still sends one frame, so that a
 // mismatch between ranks is always seen.
 
 // ReduceToRoot reduces buf across the group into root's buf; the other
