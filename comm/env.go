@@ -166,9 +166,9 @@ const (
 	// core's cache when it is reduced or forwarded. With more ranks than
 	// cores every chunk handed over can cost a context switch, and there
 	// 1 MiB won (bench/results/HISTORY.md, "TCP: 128 KiB ring chunks").
-	// The group's messages one way (the rooted collectives, the
-	// broadcast chain, halving-doubling's halves) still go in
-	// ring.DefaultChunkBytes frames (messageChunkBytes).
+	// The group's messages (the rooted collectives', the broadcast
+	// chain's, the 16-bit types' exchanges, halving-doubling's halves)
+	// still go in ring.DefaultChunkBytes frames (messageChunkBytes).
 	// That is the host's choice, not a law: on a Zen 3 host 1 MiB chunks
 	// were faster over loopback for every collective at np = 2, 1–16
 	// MiB (level in two cells of eighteen; BENCHMARKS.md, "Loopback TCP's

@@ -438,7 +438,7 @@ func hierarchy(w *world, id uint32, peers []int, rank int) *ring.Hierarchy {
 // one way", and bench/results/current/tcp-frames-2026-11-29-zen4.txt,
 // section 3).
 func messageChunkBytes(w *world, peers []int) int {
-	if chunkBytes(w, peers) == DefaultNetChunkBytes && w.settings.ChunkBytes <= 0 {
+	if w.settings.ChunkBytes <= 0 && loopbackTCP(w, peers) {
 		return ring.DefaultChunkBytes
 	}
 	return 0
@@ -453,10 +453,17 @@ func chunkBytes(w *world, peers []int) int {
 	switch {
 	case w.settings.ChunkBytes > 0:
 		return w.settings.ChunkBytes
-	case w.crowded || allShared(w, peers) || spansHosts(w.data.hostOf, peers):
-		return ring.DefaultChunkBytes
+	case loopbackTCP(w, peers):
+		return DefaultNetChunkBytes
 	}
-	return DefaultNetChunkBytes
+	return ring.DefaultChunkBytes
+}
+
+// loopbackTCP reports whether peers are a group on one host that talks
+// over TCP, no host of the job crowded: the group DefaultNetChunkBytes
+// was measured for.
+func loopbackTCP(w *world, peers []int) bool {
+	return !w.crowded && !allShared(w, peers) && !spansHosts(w.data.hostOf, peers)
 }
 
 // spansHosts reports whether peers live on more than one host, by

@@ -136,12 +136,19 @@ func (t *convTask) normalise(y []float32, img int) {
 		}
 		return
 	}
-	for f, scale := range t.norm.scale {
+	for f := range t.norm.scale {
 		row := y[f*hw : (f+1)*hw]
-		t.norm.apply(t.b.vec, row, row, scale, t.norm.shift[f])
-		if res != nil {
-			t.b.vec.addReLU(row, row, res[f*hw:(f+1)*hw])
-		}
+		t.normaliseRow(row, row, res, f)
+	}
+}
+
+// normaliseRow sets row to channel f's batch norm of src (row itself, or
+// the group's product), then, when res (the image's residual) is set, to
+// relu(row + res's row f).
+func (t *convTask) normaliseRow(row, src, res []float32, f int) {
+	t.norm.apply(t.b.vec, row, src, t.norm.scale[f], t.norm.shift[f])
+	if res != nil {
+		t.b.vec.addReLU(row, row, res[f*len(row):(f+1)*len(row)])
 	}
 }
 
@@ -366,12 +373,8 @@ func (t *convTask) finishGroup(y gemm.Matrix, first, n int) {
 		if t.norm != nil && t.bias == nil {
 			// The batch norm's pass is the copy.
 			res := t.norm.residualOf(first+k, outLen)
-			for f, scale := range t.norm.scale {
-				row := yn[f*g.ohw : (f+1)*g.ohw]
-				t.norm.apply(t.b.vec, row, y.Data[f*ld+k*g.ohw:f*ld+(k+1)*g.ohw], scale, t.norm.shift[f])
-				if res != nil {
-					t.b.vec.addReLU(row, row, res[f*g.ohw:(f+1)*g.ohw])
-				}
+			for f := range t.norm.scale {
+				t.normaliseRow(yn[f*g.ohw:(f+1)*g.ohw], y.Data[f*ld+k*g.ohw:f*ld+(k+1)*g.ohw], res, f)
 			}
 			continue
 		}
