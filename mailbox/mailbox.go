@@ -91,7 +91,7 @@ type box struct {
 	base    uint64
 	pending []*recv
 	free    []*recv // recycled: steady state allocates nothing
-	early   []*early
+	early   FIFO[*early]
 }
 
 // minPending is the initial length of a box's pending ring.
@@ -198,11 +198,8 @@ func (p *Peer) PostCombine(stream uint32, buf []byte, combine Combine) uint64 {
 	}
 	*r = recv{buf: buf, combine: combine}
 	t := m.add(r)
-	if len(m.early) > 0 {
-		e := m.early[0]
-		n := copy(m.early, m.early[1:]) // few are ever queued; keeps the array
-		m.early[n] = nil
-		m.early = m.early[:n]
+	if m.early.Len() > 0 {
+		e := m.early.Pop()
 		m.fill++
 		p.unclaimed--
 		if e.complete {
@@ -244,7 +241,7 @@ func (p *Peer) Idle(stream uint32) bool {
 		return false
 	}
 	m := p.box(stream)
-	return m.fill == m.next && len(m.early) == 0
+	return m.fill == m.next && m.early.Len() == 0
 }
 
 // Result returns the outcome of a posted receive once its frame has fully
@@ -350,7 +347,7 @@ func (p *Peer) begin(h *Header) {
 	}
 	e := p.newEarly(h.Total)
 	e.meta = h.Meta
-	m.early = append(m.early, e)
+	m.early.Push(e)
 	p.unclaimed++
 	c.early, c.dst = e, e.data
 }

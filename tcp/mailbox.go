@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	shared "github.com/gorun/gorun/mailbox"
 )
 
 // A mailbox holds, for one peer and one stream, the receives posted by the
@@ -13,13 +15,13 @@ import (
 type mailbox struct {
 	flow       *flow // the peer's, shared by its mailboxes
 	mu         sync.Mutex
-	nextTicket uint64           // ticket for the next Post
-	fillTicket uint64           // ticket the next arriving frame fills
-	slots      map[uint64]*slot // posted and not yet waited for
-	free       []*slot          // recycled slots: steady state allocates nothing
-	early      []*earlyFrame    // arriving or arrived before their receive was posted, in order
-	spare      []*earlyFrame    // consumed early frames kept for reuse, with their buffers
-	closed     error            // set once the peer said goodbye: nothing more will come
+	nextTicket uint64                   // ticket for the next Post
+	fillTicket uint64                   // ticket the next arriving frame fills
+	slots      map[uint64]*slot         // posted and not yet waited for
+	free       []*slot                  // recycled slots: steady state allocates nothing
+	early      shared.FIFO[*earlyFrame] // arriving or arrived before their receive was posted, in order
+	spare      []*earlyFrame            // consumed early frames kept for reuse, with their buffers
+	closed     error                    // set once the peer said goodbye: nothing more will come
 }
 
 // Early frames are recycled, so that a peer that is often ahead of this
@@ -121,12 +123,8 @@ func (m *mailbox) post(buf []byte) uint64 {
 	m.nextTicket++
 	m.slots[t] = s
 	switch {
-	case len(m.early) > 0:
-		f := m.early[0]
-		// Shift rather than reslice, so the queue's array is reused.
-		k := copy(m.early, m.early[1:])
-		m.early[k] = nil
-		m.early = m.early[:k]
+	case m.early.Len() > 0:
+		f := m.early.Pop()
 		m.fillTicket++
 		m.flow.early.Add(-int64(f.size))
 		if f.arrived {
@@ -213,7 +211,7 @@ func (m *mailbox) claim(size int) (*slot, *earlyFrame) {
 			f.buf = make([]byte, size)
 		}
 		f.data, f.size = f.buf[:size], size
-		m.early = append(m.early, f)
+		m.early.Push(f)
 		m.flow.early.Add(int64(size))
 		return nil, f
 	}

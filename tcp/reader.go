@@ -36,7 +36,8 @@ type recvState struct {
 	box        *mailbox
 	slot       *slot
 	early      *earlyFrame
-	done       bool // the connection ended (bye, error)
+	done       bool   // the connection ended (bye, error)
+	reads      uint64 // read(2) calls made, for tests
 }
 
 // errAgain means the socket has no more data for now.
@@ -88,6 +89,7 @@ var errBye = errors.New("bye")
 func (rs *recvState) readInto(fd int, b []byte) (int, error) {
 	for {
 		rs.order.acquire()
+		rs.reads++
 		n, err := rawRead(fd, b)
 		switch {
 		case err == syscall.EINTR:

@@ -403,13 +403,16 @@ func (t *Transport) Wait(ctx context.Context, rank int, stream uint32, ticket ui
 			t.stalled.Add(-1)
 		}
 	}()
-	// pumpNow: read this peer's socket before looking, whether or not it
-	// polls readable — at the start, and once the wait counts as unfilled
-	// (the reader may have paused with this wait's frame already read into
-	// its staging buffer).
-	pumpNow, counted := true, false
-	for polling := true; ; {
-		if polling && (pumpNow || t.readable(p)) {
+	// The first look reads nothing: a frame that came early (copied in by
+	// Post) or that a pump already delivered is taken without a system
+	// call — a stream of small frames from a peer far ahead made one
+	// read(2) per frame here. pumpNow: read this peer's socket before
+	// looking again, whether or not it polls readable, once the wait
+	// counts as unfilled (the reader may have paused with this wait's
+	// frame already read into its staging buffer).
+	pumpNow, counted := false, false
+	for polling, looked := true, false; ; looked = true {
+		if polling && looked && (pumpNow || t.readable(p)) {
 			t.progress(p)
 		}
 		pumpNow = false

@@ -329,6 +329,101 @@ func BenchmarkSendRecv(b *testing.B) {
 	}
 }
 
+// BenchmarkEarlyStream receives frames that all came before their
+// receives were posted — a peer far ahead in a stream of small Reduce or
+// Gather calls — up to the early frames' limit (16,384 frames of 8 bytes):
+// ns/op is one frame's post and wait, which must not grow with the number
+// queued ahead of it.
+func BenchmarkEarlyStream(b *testing.B) {
+	const size = 8
+	for _, frames := range []int{16, maxEarlyBytes / size} {
+		b.Run(fmt.Sprintf("ahead=%d", frames), func(b *testing.B) {
+			ts := mesh(b, 2, Config{}, nil)
+			ctx := context.Background()
+			payload, buf := make([]byte, size), make([]byte, size)
+			box := ts[1].peers[0].box(2)
+			queued := func() int {
+				box.mu.Lock()
+				defer box.mu.Unlock()
+				return box.early.Len()
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				b.StopTimer()
+				for range frames {
+					if err := ts[0].Send(ctx, 1, 2, [4]uint64{}, payload); err != nil {
+						b.Fatal(err)
+					}
+				}
+				for queued() < frames { // the reader has read them all early
+					ts[1].progress(ts[1].peers[0])
+				}
+				b.StartTimer()
+				for range frames {
+					ticket, _ := ts[1].Post(0, 2, buf)
+					if _, _, err := ts[1].Wait(ctx, 0, 2, ticket); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*frames), "ns/frame")
+		})
+	}
+}
+
+// TestEarlyFrameTakenWithoutRead: a wait whose frame came early — the
+// peer a few calls ahead — returns it without a read(2) on the socket; a
+// wait whose frame has not come reads.
+func TestEarlyFrameTakenWithoutRead(t *testing.T) {
+	ts := mesh(t, 2, Config{}, nil)
+	ctx := context.Background()
+	p := ts[1].peers[0]
+	box := p.box(4)
+	reads := func() (early int, n uint64) {
+		p.rmu.Lock()
+		defer p.rmu.Unlock()
+		box.mu.Lock()
+		defer box.mu.Unlock()
+		return box.early.Len(), p.rs.reads
+	}
+	const frames = 4
+	for i := range frames {
+		if err := ts[0].Send(ctx, 1, 4, [4]uint64{uint64(i)}, []byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for early, _ := reads(); early < frames; early, _ = reads() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d frames read early after 5s", early, frames)
+		}
+		ts[1].progress(p)
+	}
+	_, before := reads()
+	buf := make([]byte, 1)
+	for i := range frames {
+		tk, _ := ts[1].Post(0, 4, buf)
+		meta, n, err := ts[1].Wait(ctx, 0, 4, tk)
+		if err != nil || n != 1 || meta[0] != uint64(i) || buf[0] != byte(i) {
+			t.Fatalf("frame %d: meta %v, %d bytes, byte %d, %v", i, meta, n, buf[0], err)
+		}
+	}
+	if _, after := reads(); after != before {
+		t.Errorf("%d read(2) calls to take %d frames that had come early, want none", after-before, frames)
+	}
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		_ = ts[0].Send(ctx, 1, 4, [4]uint64{}, []byte{9})
+	}()
+	tk, _ := ts[1].Post(0, 4, buf)
+	if _, _, err := ts[1].Wait(ctx, 0, 4, tk); err != nil || buf[0] != 9 {
+		t.Fatalf("a frame sent after the wait began: byte %d, %v", buf[0], err)
+	}
+	if _, after := reads(); after == before {
+		t.Error("a wait for a frame still to come made no read(2)")
+	}
+}
+
 // TestSteadyStateAllocatesNothing: once warm, posting, sending and waiting
 // allocate nothing.
 func TestSteadyStateAllocatesNothing(t *testing.T) {
@@ -369,7 +464,7 @@ func TestEarlyFramesAllocateNothing(t *testing.T) {
 	arrived := func(k int) bool { // k early frames are complete
 		box.mu.Lock()
 		defer box.mu.Unlock()
-		return len(box.early) == k && (k == 0 || box.early[k-1].arrived)
+		return box.early.Len() == k && (k == 0 || box.early.Back().arrived)
 	}
 	for _, size := range []int{8, smallFrame + 1, 1 << 20} {
 		early := 2 // frames read before their receive is posted
