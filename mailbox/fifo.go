@@ -4,8 +4,9 @@ package mailbox
 // state pushing and popping allocate nothing and cost the same however
 // many items wait. (A slice popped by shifting its items down costs a
 // copy of the whole queue per pop: with a peer thousands of 8-byte frames
-// ahead, that copy was a third of a receiving rank's time.) The zero
-// value is an empty queue. A FIFO is not safe for concurrent use.
+// ahead over TCP, that copy took 31% of a two-rank profile's samples.)
+// The zero value is an empty queue. A FIFO is not safe for concurrent
+// use.
 type FIFO[T any] struct {
 	items []T // items[head:] wait, oldest first
 	head  int

@@ -1,6 +1,7 @@
 package mailbox
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"testing"
 )
@@ -92,7 +93,7 @@ func TestFIFOSteadyStateAllocatesNothing(t *testing.T) {
 // does.
 func BenchmarkFIFODeep(b *testing.B) {
 	for _, depth := range []int{1, 16384} {
-		b.Run(map[int]string{1: "depth=1", 16384: "depth=16384"}[depth], func(b *testing.B) {
+		b.Run(fmt.Sprintf("depth=%d", depth), func(b *testing.B) {
 			var q FIFO[*int]
 			v := new(int)
 			for range depth {
