@@ -91,6 +91,13 @@ type Settings struct {
 	// applies to every group of more than two). All ranks must use the
 	// same value.
 	BruckBytes int
+	// LinearReduceBytes is the size up to which a Reduce among more than
+	// two ranks sends every rank's buffer straight to the root instead of
+	// up a binomial tree (GORUN_LINEAR_REDUCE_BYTES; -1: never; 0:
+	// DefaultLinearReduceBytes in groups of at most LinearReduceMaxRanks
+	// with a member reached over the network; a size set applies to every
+	// group of more than two). All ranks must use the same value.
+	LinearReduceBytes int
 	// DirectBytes is the frame size from which ranks of one machine read
 	// each other's frames straight from the sender's memory, one copy
 	// instead of two through the shared-memory rings (GORUN_DIRECT_BYTES;
@@ -159,6 +166,15 @@ const (
 	// memory it lost at 4, 8 and 16 ranks (bench/results/HISTORY.md).
 	DefaultBruckBytes = 4 << 10
 	BruckMinRanks     = 8
+	// DefaultLinearReduceBytes and LinearReduceMaxRanks: over loopback
+	// TCP on the 2-core test machine, Reduces of 8 and 512 bytes among 4
+	// and 6 ranks ran 1.12–1.58× faster (medians of six alternated
+	// rounds) with every rank sending straight to the root than up the
+	// binomial tree, whose inner ranks wait for their children; through
+	// shared memory the tree won or tied (bench/results/HISTORY.md). Open
+	// MPI's fixed rules use its linear Reduce below 8 ranks and 512 bytes.
+	DefaultLinearReduceBytes = 512
+	LinearReduceMaxRanks     = 7
 	// DefaultNetChunkBytes is the chunk of a group on one host that talks
 	// over TCP (GORUN_TRANSPORT=tcp): over loopback at np = 2, 128 KiB
 	// chunks were faster for large all-reduces than 1 MiB ones (and than
@@ -229,6 +245,10 @@ func WithDirectBytes(n int) Option { return func(s *Settings) { s.DirectBytes = 
 // WithBruckBytes sets the block size up to which all-to-alls among more
 // than two ranks use Bruck's algorithm; -1 disables it.
 func WithBruckBytes(n int) Option { return func(s *Settings) { s.BruckBytes = n } }
+
+// WithLinearReduceBytes sets the size up to which Reduces among more
+// than two ranks send every buffer straight to the root; -1 disables it.
+func WithLinearReduceBytes(n int) Option { return func(s *Settings) { s.LinearReduceBytes = n } }
 
 // WithChunkBytes sets the pipelining chunk of the ring algorithms.
 func WithChunkBytes(n int) Option { return func(s *Settings) { s.ChunkBytes = n } }
@@ -358,6 +378,7 @@ func ResolveSettings(getenv func(string) string, opts ...Option) (Settings, erro
 	s.OneShotBytes = e.int("GORUN_ONESHOT_BYTES", 0)
 	s.HalvingBytes = e.int("GORUN_HALVING_BYTES", 0)
 	s.BruckBytes = e.int("GORUN_BRUCK_BYTES", 0)
+	s.LinearReduceBytes = e.int("GORUN_LINEAR_REDUCE_BYTES", 0)
 	s.DirectBytes = e.int("GORUN_DIRECT_BYTES", 0)
 	switch c := getenv("GORUN_COMPRESS"); c {
 	case "", "0", "none", "off":

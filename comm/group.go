@@ -278,7 +278,8 @@ func newGroup(w *world, id uint32, peers []int, rank int) *Group {
 		id: id,
 		ring: ring.Collectives{T: w.data, Peers: peers, Rank: rank, Stream: id << 16,
 			SmallBytes: s.SmallBytes, ChunkBytes: chunkBytes(w, peers), MessageChunkBytes: messageChunkBytes(w, peers),
-			OneShotBytes: oneShotBytes(w, peers), HalvingBytes: halvingBytes(w, peers), BruckBytes: bruckBytes(w, peers)},
+			OneShotBytes: oneShotBytes(w, peers), HalvingBytes: halvingBytes(w, peers), BruckBytes: bruckBytes(w, peers),
+			LinearReduceBytes: linearReduceBytes(w, peers)},
 		sendSeq: map[[2]int]uint64{},
 		recvSeq: map[[2]int]uint64{},
 		senders: map[int]chan queued{},
@@ -421,7 +422,8 @@ func hierarchy(w *world, id uint32, peers []int, rank int) *ring.Hierarchy {
 	sub := func(p []int, r int, stream uint32) *ring.Collectives {
 		return &ring.Collectives{T: w.data, Peers: p, Rank: r, Stream: id<<16 | stream,
 			SmallBytes: s.SmallBytes, ChunkBytes: chunkBytes(w, p), MessageChunkBytes: messageChunkBytes(w, p),
-			OneShotBytes: oneShotBytes(w, p), HalvingBytes: halvingBytes(w, p), BruckBytes: bruckBytes(w, p)}
+			OneShotBytes: oneShotBytes(w, p), HalvingBytes: halvingBytes(w, p), BruckBytes: bruckBytes(w, p),
+			LinearReduceBytes: linearReduceBytes(w, p)}
 	}
 	x := sub(cross, slices.Index(cross, peers[rank]), crossStream)
 	x.Costs = costsFor(w, cross, l) // the l cross groups share each host's link
@@ -511,6 +513,24 @@ func bruckBytes(w *world, peers []int) int {
 		return 0
 	}
 	return DefaultBruckBytes
+}
+
+// linearReduceBytes is the size up to which a group's Reduces send every
+// buffer straight to the root: the setting when there is one (-1:
+// never); by default DefaultLinearReduceBytes for groups of at most
+// LinearReduceMaxRanks with a member reached over the network, and never
+// for the rest (through shared memory the tree won). Every member
+// computes the same answer.
+func linearReduceBytes(w *world, peers []int) int {
+	switch n := w.settings.LinearReduceBytes; {
+	case n < 0:
+		return 0
+	case n > 0:
+		return n
+	case len(peers) > LinearReduceMaxRanks || allShared(w, peers):
+		return 0
+	}
+	return DefaultLinearReduceBytes
 }
 
 // allShared tells whether this rank reaches every other member of peers

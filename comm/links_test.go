@@ -218,6 +218,36 @@ func TestCostsForPricesReductions(t *testing.T) {
 	}
 }
 
+// TestLinearReduceBytes: the linear Reduce is the default only in groups
+// of at most LinearReduceMaxRanks with a member across the network (here:
+// no shared memory at all); a size set applies to every group, and -1
+// turns it off.
+func TestLinearReduceBytes(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		setting int
+		ranks   int
+		want    int
+	}{
+		{"default, small group", 0, 3, DefaultLinearReduceBytes},
+		{"default, largest group", 0, LinearReduceMaxRanks, DefaultLinearReduceBytes},
+		{"default, large group", 0, LinearReduceMaxRanks + 1, 0},
+		{"set, large group", 4096, 64, 4096},
+		{"off", -1, 4, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := &world{settings: Settings{LinearReduceBytes: tc.setting}, data: &dataPath{}}
+			peers := make([]int, tc.ranks)
+			for i := range peers {
+				peers[i] = i
+			}
+			if got := linearReduceBytes(w, peers); got != tc.want {
+				t.Errorf("linearReduceBytes = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
 // TestBruckBytes: Bruck's all-to-all is the default only in groups of at
 // least BruckMinRanks with a member across the network (here: no shared
 // memory at all); a size set applies to every group, and -1 turns it off.

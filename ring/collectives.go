@@ -66,6 +66,12 @@ type Collectives struct {
 	// at most this many bytes use Bruck's algorithm (0: never). All ranks
 	// must use the same value.
 	BruckBytes int
+	// LinearReduceBytes: Reduces of at most this many bytes among more
+	// than two ranks send every rank's buffer straight to the root, which
+	// adds them up in rank order (linearReduce), instead of passing
+	// partial sums up a binomial tree (0: never). All ranks must use the
+	// same value.
+	LinearReduceBytes int
 	// Hier, when set, runs collectives above its thresholds host by
 	// host (all-reduce, broadcast, all-gather, reduce-scatter, barrier).
 	Hier *Hierarchy

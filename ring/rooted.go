@@ -14,10 +14,12 @@ import (
 // mismatch between ranks is always seen.
 
 // ReduceToRoot reduces buf across the group into root's buf; the other
-// ranks' buf are left as they were. Up to SmallBytes, a binomial tree
-// (treeReduce); above, among more than two ranks, a ring reduce-scatter
-// then a gather of the reduced blocks to the root (scatterGatherReduce),
-// which spreads the reduction's work and links over every rank.
+// ranks' buf are left as they were. Up to LinearReduceBytes among more
+// than two ranks, every rank's buffer straight to the root
+// (linearReduce); up to SmallBytes, a binomial tree (treeReduce); above,
+// among more than two ranks, a ring reduce-scatter then a gather of the
+// reduced blocks to the root (scatterGatherReduce), which spreads the
+// reduction's work and links over every rank.
 func ReduceToRoot[T Elem](ctx context.Context, c *Collectives, buf []T, op Op, root int) error {
 	if err := ValidOp[T](op); err != nil {
 		return err
@@ -31,6 +33,10 @@ func ReduceToRoot[T Elem](ctx context.Context, c *Collectives, buf []T, op Op, r
 		return halfReduceToRoot(ctx, c, b, op, root)
 	case []Float16:
 		return halfReduceToRoot(ctx, c, b, op, root)
+	}
+	if n > 2 && len(AsBytes(buf)) <= c.LinearReduceBytes {
+		call := c.begin(KindReduce, DTypeOf[T](), op, AlgoDirect, root, len(buf))
+		return linearReduce(ctx, c, call, buf, op, root)
 	}
 	if n > 2 && len(AsBytes(buf)) > c.smallBytes() {
 		call := c.begin(KindReduce, DTypeOf[T](), op, AlgoScatterGather, root, len(buf))
@@ -92,6 +98,32 @@ func treeReduce[T Elem](ctx context.Context, c *Collectives, call Call, buf []T,
 	}
 	if op == Avg { // only the root gets here
 		Divide(acc, n)
+	}
+	return nil
+}
+
+// linearReduce sends every rank's buf to root, which receives them one
+// rank after the next (root+1, root+2, …) and adds each into its own: no
+// rank but the root waits for another, where the tree has each inner
+// rank wait for its children before it sends (a scheduling hop per
+// level when ranks share cores, a link's latency per level across
+// hosts), at the cost of n−1 messages into one rank. The sum's order is
+// fixed, so results are the same from run to run.
+func linearReduce[T Elem](ctx context.Context, c *Collectives, call Call, buf []T, op Op, root int) error {
+	n := c.Size()
+	c.tickets = c.tickets[:0]
+	if c.Rank != root {
+		return sendChunks(ctx, c, call, root, 0, buf, 0, len(buf))
+	}
+	in := scratchOf[T](c, len(buf))
+	for i := 1; i < n; i++ {
+		if err := recvChunks(ctx, c, call, mod(root+i, n), 0, in, 0, len(buf)); err != nil {
+			return err
+		}
+		Reduce(op, buf, buf, in)
+	}
+	if op == Avg {
+		Divide(buf, n)
 	}
 	return nil
 }

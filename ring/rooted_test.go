@@ -190,12 +190,24 @@ func TestReduceScatterGather(t *testing.T) {
 // root ends with want and every other rank with its input.
 func checkReduce(t *testing.T, smallBytes int, in [][]float32, op Op, root int, want []float32) {
 	t.Helper()
+	checkReduceWith(t, func(c *Collectives) { c.ChunkBytes, c.SmallBytes = 64, smallBytes }, in, op, root, want)
+}
+
+// checkReduceWith is checkReduce with each rank's Collectives set up by
+// configure.
+func checkReduceWith(t *testing.T, configure func(c *Collectives), in [][]float32, op Op, root int, want []float32) {
+	t.Helper()
 	n := len(in)
 	out := make([][]float32, n)
-	onEveryRankSmall(t, n, 64, smallBytes, func(ctx context.Context, r int, c *Collectives) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	errs := rankErrors(ctx, n, configure, func(ctx context.Context, r int, c *Collectives) error {
 		out[r] = append([]float32(nil), in[r]...)
 		return ReduceToRoot(ctx, c, out[r], op, root)
 	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
 	for r := range n {
 		w := in[r]
 		if r == root {
@@ -225,6 +237,45 @@ func treeReference(op Op, in [][]float32, root int) []float32 {
 		Divide(acc[0], n)
 	}
 	return acc[0]
+}
+
+// linearReference reduces in as linearReduce does: the root's input,
+// then root+1's, root+2's, … added in that order.
+func linearReference(op Op, in [][]float32, root int) []float32 {
+	n := len(in)
+	acc := append([]float32(nil), in[root]...)
+	for i := 1; i < n; i++ {
+		Reduce(op, acc, acc, in[(root+i)%n])
+	}
+	if op == Avg {
+		Divide(acc, n)
+	}
+	return acc
+}
+
+// TestLinearReduce: Reduces up to LinearReduceBytes among more than two
+// ranks add every rank's input at the root in rank order from the root,
+// bit for bit as linearReference; larger ones, and two ranks' at any
+// size, keep the binomial tree's order. Frames of 64 bytes, so a message
+// comes in several.
+func TestLinearReduce(t *testing.T) {
+	const linear = 400 // bytes: 100 float32
+	for _, n := range []int{2, 3, 5, 8} {
+		for _, count := range []int{0, 1, 7, 100, 101, 1000} {
+			in := contributions(n, count)
+			for _, root := range []int{0, n / 2, n - 1} {
+				t.Run(fmt.Sprintf("n=%d/count=%d/root=%d", n, count, root), func(t *testing.T) {
+					for _, op := range []Op{Sum, Avg, Max, Min, Prod} {
+						want := treeReference(op, in, root)
+						if n > 2 && 4*count <= linear {
+							want = linearReference(op, in, root)
+						}
+						checkReduceWith(t, func(c *Collectives) { c.ChunkBytes, c.LinearReduceBytes = 64, linear }, in, op, root, want)
+					}
+				})
+			}
+		}
+	}
 }
 
 func firstDiff(got, want []float32) int {
