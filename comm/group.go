@@ -504,15 +504,7 @@ func halvingBytes(w *world, peers []int) int {
 // pairwise exchange won or tied at every size measured. Every member
 // computes the same answer.
 func bruckBytes(w *world, peers []int) int {
-	switch n := w.settings.BruckBytes; {
-	case n < 0:
-		return 0
-	case n > 0:
-		return n
-	case len(peers) < BruckMinRanks || allShared(w, peers):
-		return 0
-	}
-	return DefaultBruckBytes
+	return sizeSetting(w.settings.BruckBytes, DefaultBruckBytes, len(peers) >= BruckMinRanks && !allShared(w, peers))
 }
 
 // linearReduceBytes is the size up to which a group's Reduces send every
@@ -522,15 +514,22 @@ func bruckBytes(w *world, peers []int) int {
 // for the rest (through shared memory the tree won). Every member
 // computes the same answer.
 func linearReduceBytes(w *world, peers []int) int {
-	switch n := w.settings.LinearReduceBytes; {
-	case n < 0:
+	return sizeSetting(w.settings.LinearReduceBytes, DefaultLinearReduceBytes, len(peers) <= LinearReduceMaxRanks && !allShared(w, peers))
+}
+
+// sizeSetting is a size threshold from its setting: 0 (off) for -1, the
+// setting when positive, and for 0 (unset) def where the default applies,
+// else 0.
+func sizeSetting(setting, def int, applies bool) int {
+	switch {
+	case setting < 0:
 		return 0
-	case n > 0:
-		return n
-	case len(peers) > LinearReduceMaxRanks || allShared(w, peers):
-		return 0
+	case setting > 0:
+		return setting
+	case applies:
+		return def
 	}
-	return DefaultLinearReduceBytes
+	return 0
 }
 
 // allShared tells whether this rank reaches every other member of peers

@@ -218,59 +218,45 @@ func TestCostsForPricesReductions(t *testing.T) {
 	}
 }
 
-// TestLinearReduceBytes: the linear Reduce is the default only in groups
-// of at most LinearReduceMaxRanks with a member across the network (here:
+// TestGroupSizeSettings: Bruck's all-to-all is the default only in
+// groups of at least BruckMinRanks, the linear Reduce only in groups of at
+// most LinearReduceMaxRanks, each with a member across the network (here:
 // no shared memory at all); a size set applies to every group, and -1
 // turns it off.
-func TestLinearReduceBytes(t *testing.T) {
-	for _, tc := range []struct {
-		name    string
-		setting int
-		ranks   int
-		want    int
-	}{
-		{"default, small group", 0, 3, DefaultLinearReduceBytes},
-		{"default, largest group", 0, LinearReduceMaxRanks, DefaultLinearReduceBytes},
-		{"default, large group", 0, LinearReduceMaxRanks + 1, 0},
-		{"set, large group", 4096, 64, 4096},
-		{"off", -1, 4, 0},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			w := &world{settings: Settings{LinearReduceBytes: tc.setting}, data: &dataPath{}}
-			peers := make([]int, tc.ranks)
-			for i := range peers {
-				peers[i] = i
-			}
-			if got := linearReduceBytes(w, peers); got != tc.want {
-				t.Errorf("linearReduceBytes = %d, want %d", got, tc.want)
-			}
-		})
+func TestGroupSizeSettings(t *testing.T) {
+	bruck := func(w *world, peers []int, set int) int {
+		w.settings.BruckBytes = set
+		return bruckBytes(w, peers)
 	}
-}
-
-// TestBruckBytes: Bruck's all-to-all is the default only in groups of at
-// least BruckMinRanks with a member across the network (here: no shared
-// memory at all); a size set applies to every group, and -1 turns it off.
-func TestBruckBytes(t *testing.T) {
+	linear := func(w *world, peers []int, set int) int {
+		w.settings.LinearReduceBytes = set
+		return linearReduceBytes(w, peers)
+	}
 	for _, tc := range []struct {
 		name    string
+		knob    func(w *world, peers []int, set int) int
 		setting int
 		ranks   int
 		want    int
 	}{
-		{"default, small group", 0, BruckMinRanks - 1, 0},
-		{"default, large group", 0, BruckMinRanks, DefaultBruckBytes},
-		{"set, small group", 512, 3, 512},
-		{"off", -1, 64, 0},
+		{"bruck, default, small group", bruck, 0, BruckMinRanks - 1, 0},
+		{"bruck, default, large group", bruck, 0, BruckMinRanks, DefaultBruckBytes},
+		{"bruck, set, small group", bruck, 512, 3, 512},
+		{"bruck, off", bruck, -1, 64, 0},
+		{"linear, default, small group", linear, 0, 3, DefaultLinearReduceBytes},
+		{"linear, default, largest group", linear, 0, LinearReduceMaxRanks, DefaultLinearReduceBytes},
+		{"linear, default, large group", linear, 0, LinearReduceMaxRanks + 1, 0},
+		{"linear, set, large group", linear, 4096, 64, 4096},
+		{"linear, off", linear, -1, 4, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			w := &world{settings: Settings{BruckBytes: tc.setting}, data: &dataPath{}}
+			w := &world{data: &dataPath{}}
 			peers := make([]int, tc.ranks)
 			for i := range peers {
 				peers[i] = i
 			}
-			if got := bruckBytes(w, peers); got != tc.want {
-				t.Errorf("bruckBytes = %d, want %d", got, tc.want)
+			if got := tc.knob(w, peers, tc.setting); got != tc.want {
+				t.Errorf("got %d, want %d", got, tc.want)
 			}
 		})
 	}
