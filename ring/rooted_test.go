@@ -359,6 +359,26 @@ func TestAllToAllAlgorithmMismatchNamed(t *testing.T) {
 	}
 }
 
+// TestReduceAlgorithmMismatchNamed: a rank whose LinearReduceBytes
+// differs from the others' sends its Reduce straight to the root while
+// the root runs the tree: the root's error names both calls' algorithms
+// instead of adding a frame from the wrong call.
+func TestReduceAlgorithmMismatchNamed(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	errs := rankErrors(ctx, 4, func(c *Collectives) {
+		if c.Rank == 1 {
+			c.LinearReduceBytes = 1 << 20
+		}
+	}, func(ctx context.Context, _ int, c *Collectives) error {
+		return ReduceToRoot(ctx, c, make([]float32, 6), Sum, 0)
+	})
+	var m *MismatchError // the others wait out the context
+	if !errors.As(errs[0], &m) || !strings.Contains(m.Error(), "binomial-tree") || !strings.Contains(m.Error(), "direct") {
+		t.Fatalf("rank 0's error: %v, want a mismatch naming binomial-tree and direct", errs[0])
+	}
+}
+
 // directEnd is a memEnd that also offers SendDirect (ring.DirectSender),
 // counting the frames sent through it by kind of call.
 type directEnd struct {
