@@ -338,44 +338,41 @@ func TestRootedMismatchNamed(t *testing.T) {
 	}
 }
 
-// TestAllToAllAlgorithmMismatchNamed: a rank whose BruckBytes differs from
-// the others' (GORUN_BRUCK_BYTES set on one rank only) runs Bruck's
-// algorithm while they run pairwise exchange; the rank that receives its
-// frame fails with a mismatch naming both algorithms instead of
-// exchanging garbage.
-func TestAllToAllAlgorithmMismatchNamed(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	errs := rankErrors(ctx, 3, func(c *Collectives) {
-		if c.Rank == 2 {
-			c.BruckBytes = 1 << 20
-		}
-	}, func(ctx context.Context, _ int, c *Collectives) error {
-		return AllToAll(ctx, c, make([]float32, 6), make([]float32, 6))
-	})
-	var m *MismatchError // the others wait out the context: rank 0 stopped answering
-	if !errors.As(errs[0], &m) || !strings.Contains(m.Error(), "pairwise") || !strings.Contains(m.Error(), "bruck") {
-		t.Fatalf("rank 0's error: %v, want a mismatch naming pairwise and bruck", errs[0])
-	}
-}
-
-// TestReduceAlgorithmMismatchNamed: a rank whose LinearReduceBytes
-// differs from the others' sends its Reduce straight to the root while
-// the root runs the tree: the root's error names both calls' algorithms
-// instead of adding a frame from the wrong call.
-func TestReduceAlgorithmMismatchNamed(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	errs := rankErrors(ctx, 4, func(c *Collectives) {
-		if c.Rank == 1 {
-			c.LinearReduceBytes = 1 << 20
-		}
-	}, func(ctx context.Context, _ int, c *Collectives) error {
-		return ReduceToRoot(ctx, c, make([]float32, 6), Sum, 0)
-	})
-	var m *MismatchError // the others wait out the context
-	if !errors.As(errs[0], &m) || !strings.Contains(m.Error(), "binomial-tree") || !strings.Contains(m.Error(), "direct") {
-		t.Fatalf("rank 0's error: %v, want a mismatch naming binomial-tree and direct", errs[0])
+// TestAlgorithmMismatchNamed: a rank whose algorithm threshold differs
+// from the others' (BruckBytes for an all-to-all, LinearReduceBytes for a
+// Reduce) runs another algorithm than they do; the call's frames carry
+// it, so rank 0's error names both algorithms instead of mixing frames of
+// two different calls.
+func TestAlgorithmMismatchNamed(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		n, odd    int // ranks, and the rank whose setting differs
+		configure func(c *Collectives)
+		call      func(ctx context.Context, c *Collectives) error
+		want      [2]string
+	}{
+		{"alltoall", 3, 2, func(c *Collectives) { c.BruckBytes = 1 << 20 },
+			func(ctx context.Context, c *Collectives) error {
+				return AllToAll(ctx, c, make([]float32, 6), make([]float32, 6))
+			}, [2]string{"pairwise", "bruck"}},
+		{"reduce", 4, 1, func(c *Collectives) { c.LinearReduceBytes = 1 << 20 },
+			func(ctx context.Context, c *Collectives) error {
+				return ReduceToRoot(ctx, c, make([]float32, 6), Sum, 0)
+			}, [2]string{"binomial-tree", "direct"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			errs := rankErrors(ctx, tc.n, func(c *Collectives) {
+				if c.Rank == tc.odd {
+					tc.configure(c)
+				}
+			}, func(ctx context.Context, _ int, c *Collectives) error { return tc.call(ctx, c) })
+			var m *MismatchError // the others may wait out the context
+			if !errors.As(errs[0], &m) || !strings.Contains(m.Error(), tc.want[0]) || !strings.Contains(m.Error(), tc.want[1]) {
+				t.Fatalf("rank 0's error: %v, want a mismatch naming %s and %s", errs[0], tc.want[0], tc.want[1])
+			}
+		})
 	}
 }
 
