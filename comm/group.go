@@ -272,14 +272,10 @@ func openWorld(ctx context.Context, s Settings, data *dataPath, ctl *controls, h
 const exitLauncherGone = 129
 
 func newGroup(w *world, id uint32, peers []int, rank int) *Group {
-	s := &w.settings
 	g := &Group{
-		w:  w,
-		id: id,
-		ring: ring.Collectives{T: w.data, Peers: peers, Rank: rank, Stream: id << 16,
-			SmallBytes: s.SmallBytes, ChunkBytes: chunkBytes(w, peers), MessageChunkBytes: messageChunkBytes(w, peers),
-			OneShotBytes: oneShotBytes(w, peers), HalvingBytes: halvingBytes(w, peers), BruckBytes: bruckBytes(w, peers),
-			LinearReduceBytes: linearReduceBytes(w, peers)},
+		w:       w,
+		id:      id,
+		ring:    tuned(w, peers, rank, id<<16),
 		sendSeq: map[[2]int]uint64{},
 		recvSeq: map[[2]int]uint64{},
 		senders: map[int]chan queued{},
@@ -420,14 +416,21 @@ func hierarchy(w *world, id uint32, peers []int, rank int) *ring.Hierarchy {
 		above = forcedThresholds()
 	}
 	sub := func(p []int, r int, stream uint32) *ring.Collectives {
-		return &ring.Collectives{T: w.data, Peers: p, Rank: r, Stream: id<<16 | stream,
-			SmallBytes: s.SmallBytes, ChunkBytes: chunkBytes(w, p), MessageChunkBytes: messageChunkBytes(w, p),
-			OneShotBytes: oneShotBytes(w, p), HalvingBytes: halvingBytes(w, p), BruckBytes: bruckBytes(w, p),
-			LinearReduceBytes: linearReduceBytes(w, p)}
+		c := tuned(w, p, r, id<<16|stream)
+		return &c
 	}
 	x := sub(cross, slices.Index(cross, peers[rank]), crossStream)
 	x.Costs = costsFor(w, cross, l) // the l cross groups share each host's link
 	return &ring.Hierarchy{Local: sub(local, li, localStream), Cross: x, Positions: positions, Above: above, Forced: s.Algo == "hierarchical"}
+}
+
+// tuned is the collectives of the group of peers (this rank being rank
+// among them) on stream, with every size threshold chosen for that group.
+func tuned(w *world, peers []int, rank int, stream uint32) ring.Collectives {
+	return ring.Collectives{T: w.data, Peers: peers, Rank: rank, Stream: stream,
+		SmallBytes: w.settings.SmallBytes, ChunkBytes: chunkBytes(w, peers), MessageChunkBytes: messageChunkBytes(w, peers),
+		OneShotBytes: oneShotBytes(w, peers), HalvingBytes: halvingBytes(w, peers), BruckBytes: bruckBytes(w, peers),
+		LinearReduceBytes: linearReduceBytes(w, peers)}
 }
 
 // messageChunkBytes is the frame size of a group's messages

@@ -172,8 +172,9 @@ func waitChunksBy[T Elem](ctx context.Context, c *Collectives, call Call, from, 
 // recvChunks and waitChunks take apart (the same count on both sides):
 // the group's message chunk (MessageChunkBytes, else ChunkBytes), or,
 // for a message of at least four minRingChunks that the chunk would send
-// in fewer than four frames, a quarter of the message. A message of one or two chunks leaves the receiver
-// adding or copying while the sender waits; four let them work at once.
+// in fewer than four frames, a quarter of the message. A message of one
+// or two chunks leaves the receiver adding or copying while the sender
+// waits; four let them work at once.
 // Through shared memory (1 MiB chunks), between two ranks: Reduces of
 // 1–3 MiB 1.3× faster by the medians, a Broadcast of 1 MiB 1.9×, Gathers
 // of 2–4 MiB 1.15× in a slower phase of the VM; smaller messages in two
