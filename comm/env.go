@@ -98,6 +98,13 @@ type Settings struct {
 	// with a member reached over the network; a size set applies to every
 	// group of more than two). All ranks must use the same value.
 	LinearReduceBytes int
+	// TreeScatterBytes is the size of the root's buffer up to which a
+	// Scatter among more than two ranks goes down a binomial tree instead
+	// of straight from the root (GORUN_TREE_SCATTER_BYTES; -1: never; 0:
+	// DefaultTreeScatterBytes in groups with a member reached over the
+	// network; a size set applies to every group of more than two). All
+	// ranks must use the same value.
+	TreeScatterBytes int
 	// DirectBytes is the frame size from which ranks of one machine read
 	// each other's frames straight from the sender's memory, one copy
 	// instead of two through the shared-memory rings (GORUN_DIRECT_BYTES;
@@ -175,6 +182,14 @@ const (
 	// MPI's fixed rules use its linear Reduce below 8 ranks and 512 bytes.
 	DefaultLinearReduceBytes = 512
 	LinearReduceMaxRanks     = 7
+	// DefaultTreeScatterBytes: over loopback TCP on the 2-core test
+	// machine, Scatters whose root's buffer held 16 B to 64 KiB ran
+	// 1.11–2.26× faster (medians of four alternated rounds at 3, 4, 6
+	// and 8 ranks) down a binomial tree than straight from the root, whose
+	// n−1 sends in a row were the call's bottleneck; at 128–256 KiB the
+	// tree lost at 4 ranks. Through shared memory the linear Scatter won
+	// or tied at 16 B–4 KiB (bench/results/HISTORY.md).
+	DefaultTreeScatterBytes = 64 << 10
 	// DefaultNetChunkBytes is the chunk of a group on one host that talks
 	// over TCP (GORUN_TRANSPORT=tcp): over loopback at np = 2, 128 KiB
 	// chunks were faster for large all-reduces than 1 MiB ones (and than
@@ -249,6 +264,11 @@ func WithBruckBytes(n int) Option { return func(s *Settings) { s.BruckBytes = n 
 // WithLinearReduceBytes sets the size up to which Reduces among more
 // than two ranks send every buffer straight to the root; -1 disables it.
 func WithLinearReduceBytes(n int) Option { return func(s *Settings) { s.LinearReduceBytes = n } }
+
+// WithTreeScatterBytes sets the size of the root's buffer up to which
+// Scatters among more than two ranks go down a binomial tree; -1
+// disables it.
+func WithTreeScatterBytes(n int) Option { return func(s *Settings) { s.TreeScatterBytes = n } }
 
 // WithChunkBytes sets the pipelining chunk of the ring algorithms.
 func WithChunkBytes(n int) Option { return func(s *Settings) { s.ChunkBytes = n } }
@@ -379,6 +399,7 @@ func ResolveSettings(getenv func(string) string, opts ...Option) (Settings, erro
 	s.HalvingBytes = e.int("GORUN_HALVING_BYTES", 0)
 	s.BruckBytes = e.int("GORUN_BRUCK_BYTES", 0)
 	s.LinearReduceBytes = e.int("GORUN_LINEAR_REDUCE_BYTES", 0)
+	s.TreeScatterBytes = e.int("GORUN_TREE_SCATTER_BYTES", 0)
 	s.DirectBytes = e.int("GORUN_DIRECT_BYTES", 0)
 	switch c := getenv("GORUN_COMPRESS"); c {
 	case "", "0", "none", "off":

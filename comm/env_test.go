@@ -50,6 +50,7 @@ func TestResolveSettings(t *testing.T) {
 		{name: "socket buffer too small", env: map[string]string{"GORUN_SOCKET_BUFFER": "4096"}, wantErr: "GORUN_SOCKET_BUFFER=4096: 4096 bytes is below the 65536-byte minimum"},
 		{name: "direct frames too small", env: map[string]string{"GORUN_DIRECT_BYTES": "4096"}, wantErr: fmt.Sprintf("GORUN_DIRECT_BYTES=4096: want at least %d bytes, or -1 for none", shm.MinDirectBytes)},
 		{name: "bad linear reduce size", env: map[string]string{"GORUN_LINEAR_REDUCE_BYTES": "small"}, wantErr: `GORUN_LINEAR_REDUCE_BYTES="small" is not an integer`},
+		{name: "bad tree scatter size", env: map[string]string{"GORUN_TREE_SCATTER_BYTES": "64K"}, wantErr: `GORUN_TREE_SCATTER_BYTES="64K" is not an integer`},
 		{name: "bad compression", env: map[string]string{"GORUN_COMPRESS": "zip"}, wantErr: `GORUN_COMPRESS="zip"`},
 		{name: "negative stall", env: map[string]string{"GORUN_STALL": "-5s"}, wantErr: "GORUN_STALL=-5s: want 0 (off) or a positive duration"},
 		{name: "bad stall", env: map[string]string{"GORUN_STALL": "later"}, wantErr: `GORUN_STALL="later"`},

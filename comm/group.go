@@ -430,7 +430,7 @@ func tuned(w *world, peers []int, rank int, stream uint32) ring.Collectives {
 	return ring.Collectives{T: w.data, Peers: peers, Rank: rank, Stream: stream,
 		SmallBytes: w.settings.SmallBytes, ChunkBytes: chunkBytes(w, peers), MessageChunkBytes: messageChunkBytes(w, peers),
 		OneShotBytes: oneShotBytes(w, peers), HalvingBytes: halvingBytes(w, peers), BruckBytes: bruckBytes(w, peers),
-		LinearReduceBytes: linearReduceBytes(w, peers)}
+		LinearReduceBytes: linearReduceBytes(w, peers), TreeScatterBytes: treeScatterBytes(w, peers)}
 }
 
 // messageChunkBytes is the frame size of a group's messages
@@ -518,6 +518,16 @@ func bruckBytes(w *world, peers []int) int {
 // computes the same answer.
 func linearReduceBytes(w *world, peers []int) int {
 	return sizeSetting(w.settings.LinearReduceBytes, DefaultLinearReduceBytes, len(peers) <= LinearReduceMaxRanks && !allShared(w, peers))
+}
+
+// treeScatterBytes is the size of the root's buffer up to which a
+// group's Scatters go down a binomial tree: the setting when there is one
+// (-1: never); by default DefaultTreeScatterBytes for groups with a member
+// reached over the network, and never for groups all on shared memory
+// (where the root's sends cost little and the linear Scatter won). Every
+// member computes the same answer.
+func treeScatterBytes(w *world, peers []int) int {
+	return sizeSetting(w.settings.TreeScatterBytes, DefaultTreeScatterBytes, !allShared(w, peers))
 }
 
 // sizeSetting is a size threshold from its setting: 0 (off) for -1, the

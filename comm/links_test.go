@@ -232,6 +232,10 @@ func TestGroupSizeSettings(t *testing.T) {
 		w.settings.LinearReduceBytes = set
 		return linearReduceBytes(w, peers)
 	}
+	tree := func(w *world, peers []int, set int) int {
+		w.settings.TreeScatterBytes = set
+		return treeScatterBytes(w, peers)
+	}
 	for _, tc := range []struct {
 		name    string
 		knob    func(w *world, peers []int, set int) int
@@ -248,6 +252,10 @@ func TestGroupSizeSettings(t *testing.T) {
 		{"linear, default, large group", linear, 0, LinearReduceMaxRanks + 1, 0},
 		{"linear, set, large group", linear, 4096, 64, 4096},
 		{"linear, off", linear, -1, 4, 0},
+		{"tree scatter, default, small group", tree, 0, 3, DefaultTreeScatterBytes},
+		{"tree scatter, default, large group", tree, 0, 64, DefaultTreeScatterBytes},
+		{"tree scatter, set", tree, 1 << 20, 4, 1 << 20},
+		{"tree scatter, off", tree, -1, 4, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := &world{data: &dataPath{}}

@@ -73,8 +73,8 @@ func TestCollectivesMultiProcess(t *testing.T) {
 		{"default", nil}, // shared memory: every rank is on this machine
 		{"tcp", []string{"GORUN_TRANSPORT=tcp"}},
 		{"ring-only-small-chunks", []string{"GORUN_SMALL_BYTES=-1", "GORUN_CHUNK_BYTES=4096"}},
-		{"latency-algorithms-only", []string{"GORUN_SMALL_BYTES=1073741824", "GORUN_BRUCK_BYTES=1073741824"}},             // Bruck's all-to-all at np ≥ 3 through shared memory (tcp runs it by default at np 8)
-		{"one-shot-linear-all-sizes", []string{"GORUN_ONESHOT_BYTES=1073741824", "GORUN_LINEAR_REDUCE_BYTES=1073741824"}}, // tcp runs the linear Reduce by default up to 512 bytes at np 3–7
+		{"latency-algorithms-only", []string{"GORUN_SMALL_BYTES=1073741824", "GORUN_BRUCK_BYTES=1073741824"}},                                                         // Bruck's all-to-all at np ≥ 3 through shared memory (tcp runs it by default at np 8)
+		{"one-shot-linear-tree-all-sizes", []string{"GORUN_ONESHOT_BYTES=1073741824", "GORUN_LINEAR_REDUCE_BYTES=1073741824", "GORUN_TREE_SCATTER_BYTES=1073741824"}}, // tcp runs the linear Reduce by default up to 512 bytes at np 3–7, the tree Scatter up to 64 KiB
 		{"tcp-halving-all-sizes", []string{"GORUN_TRANSPORT=tcp", "GORUN_SMALL_BYTES=-1", "GORUN_HALVING_BYTES=1073741824", "GORUN_CHUNK_BYTES=4096"}},
 		{"compressed", []string{"GORUN_COMPRESS=s2"}},
 		{"lazy", []string{"GORUN_CONNECT=lazy"}},
@@ -88,10 +88,10 @@ func TestCollectivesMultiProcess(t *testing.T) {
 				// every variant).
 				continue
 			}
-			if np == 8 && (v.name == "compressed" || v.name == "one-shot-linear-all-sizes" || v.name == "tcp-halving-all-sizes" || v.name == "lazy") {
+			if np == 8 && (v.name == "compressed" || v.name == "one-shot-linear-tree-all-sizes" || v.name == "tcp-halving-all-sizes" || v.name == "lazy") {
 				continue // covered at np 2..5; keeps CI within budget on 2 cores
 			}
-			if np <= 2 && (v.name == "one-shot-linear-all-sizes" || v.name == "tcp-halving-all-sizes") {
+			if np <= 2 && (v.name == "one-shot-linear-tree-all-sizes" || v.name == "tcp-halving-all-sizes") {
 				continue // these algorithms need three ranks or more
 			}
 			if np >= 5 && raceEnabled {

@@ -5,10 +5,15 @@ import "context"
 // The rooted collectives (Reduce, Gather, Scatter) and AllToAll, as MPI's
 // and torch.distributed's. Each has an asynchronous form returning a
 // *Work; a call's buffers must not be touched until its Wait returns.
-// Algorithms: for Reduce a binomial tree up to GORUN_SMALL_BYTES (256 KiB
-// by default) and, among more than two ranks, a ring reduce-scatter then a
-// gather to the root above; direct sends to or from the root for Gather and
-// Scatter; pairwise exchange for AllToAll (ring/rooted.go).
+// Algorithms (ring/rooted.go), among more than two ranks: Reduce sends
+// every buffer straight to the root up to GORUN_LINEAR_REDUCE_BYTES, goes
+// up a binomial tree up to GORUN_SMALL_BYTES (256 KiB by default; at any
+// size between two ranks), and is a ring reduce-scatter then a gather to
+// the root above; Gather sends straight to the root; Scatter goes down a
+// binomial tree up to GORUN_TREE_SCATTER_BYTES, straight from the root
+// above; AllToAll is Bruck's algorithm up to GORUN_BRUCK_BYTES a block,
+// pairwise exchange above. The thresholds' defaults depend on the group
+// (comm/env.go).
 
 // Reduce reduces buf across the group into root's buf, in place; the
 // other ranks' buf are left as they were.

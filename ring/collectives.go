@@ -72,6 +72,11 @@ type Collectives struct {
 	// partial sums up a binomial tree (0: never). All ranks must use the
 	// same value.
 	LinearReduceBytes int
+	// TreeScatterBytes: Scatters among more than two ranks whose root's
+	// buffer holds at most this many bytes go down a binomial tree
+	// (treeScatter) instead of straight from the root (0: never). All
+	// ranks must use the same value.
+	TreeScatterBytes int
 	// Hier, when set, runs collectives above its thresholds host by
 	// host (all-reduce, broadcast, all-gather, reduce-scatter, barrier).
 	Hier *Hierarchy

@@ -3,6 +3,7 @@ package ring
 import (
 	"context"
 	"fmt"
+	"math/bits"
 )
 
 // The rooted collectives (ReduceToRoot, Gather, Scatter) and AllToAll.
@@ -201,14 +202,64 @@ func gather[T Elem](ctx context.Context, c *Collectives, call Call, step int, se
 }
 
 // Scatter sends block i of root's send (Size()·len(recv) elements; ignored
-// elsewhere) to rank i's recv, straight from the root.
+// elsewhere) to rank i's recv: straight from the root, or down a binomial
+// tree (treeScatter) among more than two ranks when the root's send holds
+// at most TreeScatterBytes.
 func Scatter[T Elem](ctx context.Context, c *Collectives, send, recv []T, root int) error {
 	cnt := len(recv)
 	if err := checkRooted(c, "Scatter", root, "send", len(send), cnt); err != nil {
 		return err
 	}
+	if n := c.Size(); n > 2 && cnt > 0 && n*cnt*int(elemSize[T]()) <= c.TreeScatterBytes {
+		call := c.begin(KindScatter, DTypeOf[T](), 0, AlgoTree, root, cnt)
+		return treeScatter(ctx, c, call, send, recv, root)
+	}
 	call := c.begin(KindScatter, DTypeOf[T](), 0, AlgoDirect, root, cnt)
 	return scatter(ctx, c, call, send, equalBlocks(cnt), recv, root)
+}
+
+// treeScatter is the binomial tree: the root sends each child the blocks
+// of that child's subtree in one message, largest subtree first, and
+// every inner rank forwards its children's shares of what it received
+// the same way, so that no rank sends more than ceil(log2(n)) messages —
+// the linear scatter has the root send n−1 one after another. Ranks count
+// from the root (vr): rank vr holds blocks vr to vr+span−1, span being
+// the lowest set bit of vr (n for the root), clipped at n; a child at
+// distance mask gets its blocks as step log2(mask).
+func treeScatter[T Elem](ctx context.Context, c *Collectives, call Call, send, recv []T, root int) error {
+	n, cnt := c.Size(), len(recv)
+	c.tickets = c.tickets[:0]
+	vr := mod(c.Rank-root, n)
+	span := n
+	var hold []T // blocks vr … vr+span−1 in that order
+	if vr == 0 {
+		hold = send
+		if root != 0 { // the root's blocks from its own on, wrapping round
+			hold = scratchOf[T](c, n*cnt)
+			k := copy(hold, send[root*cnt:])
+			copy(hold[k:], send[:root*cnt])
+		}
+	} else {
+		low := vr & -vr
+		span = min(low, n-vr)
+		hold = recv
+		if span > 1 {
+			hold = scratchOf[T](c, span*cnt)
+		}
+		if err := recvChunks(ctx, c, call, mod(vr-low+root, n), bits.TrailingZeros(uint(low)), hold, 0, span*cnt); err != nil {
+			return err
+		}
+	}
+	for mask := 1 << bits.Len(uint(span-1)) >> 1; mask >= 1; mask >>= 1 {
+		hi := min(2*mask, span)
+		if err := sendChunks(ctx, c, call, mod(vr+mask+root, n), bits.TrailingZeros(uint(mask)), hold, mask*cnt, hi*cnt); err != nil {
+			return err
+		}
+	}
+	if &hold[0] != &recv[0] {
+		copy(recv, hold[:cnt])
+	}
+	return nil
 }
 
 // ScatterV is Scatter with blocks of any sizes: root's send holds the sum

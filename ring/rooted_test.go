@@ -278,6 +278,60 @@ func TestLinearReduce(t *testing.T) {
 	}
 }
 
+// TestTreeScatter runs Scatter with TreeScatterBytes set for groups of 2
+// to 13 ranks, counts 0 to 100 in frames of 64 bytes (the root's and the
+// inner ranks' messages of several frames), every root kind, across the
+// threshold (a root's buffer of at most 400 bytes goes down the tree): each
+// rank's block is the root's, element for element, the root's send is
+// left as it was, and the algorithm that ran is the tree exactly where
+// the group has more than two ranks, the blocks an element and the root's
+// buffer at most the threshold.
+func TestTreeScatter(t *testing.T) {
+	const tree = 400 // bytes of the root's buffer
+	for _, n := range []int{2, 3, 4, 5, 6, 7, 8, 13} {
+		for _, count := range []int{0, 1, 3, 7, 20, 25, 100} {
+			in := contributions(n, count)
+			var all []float32
+			for _, b := range in {
+				all = append(all, b...)
+			}
+			for _, root := range []int{0, 1, n / 2, n - 1} {
+				t.Run(fmt.Sprintf("n=%d/count=%d/root=%d", n, count, root), func(t *testing.T) {
+					want := AlgoDirect
+					if n > 2 && count > 0 && 4*n*count <= tree {
+						want = AlgoTree
+					}
+					send := slices.Clone(all)
+					out := make([][]float32, n)
+					onEveryRank(t, n, 64, func(ctx context.Context, r int, c *Collectives) error {
+						c.TreeScatterBytes = tree
+						out[r] = make([]float32, count)
+						var mine []float32
+						if r == root {
+							mine = send
+						}
+						if err := Scatter(ctx, c, mine, out[r], root); err != nil {
+							return err
+						}
+						if ran := c.history[(c.Seq()-1)%historyCalls].Algo; ran != want {
+							return fmt.Errorf("rank %d ran %v, want %v", r, ran, want)
+						}
+						return nil
+					})
+					for r := range n {
+						if i := firstDiff(out[r], in[r]); i >= 0 {
+							t.Fatalf("rank %d element %d is %v, want %v", r, i, out[r][i], in[r][i])
+						}
+					}
+					if i := firstDiff(send, all); i >= 0 {
+						t.Fatalf("the root's send changed at element %d", i)
+					}
+				})
+			}
+		}
+	}
+}
+
 func firstDiff(got, want []float32) int {
 	if len(got) != len(want) {
 		return 0
@@ -347,17 +401,26 @@ func TestAlgorithmMismatchNamed(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		n, odd    int // ranks, and the rank whose setting differs
+		at        int // the rank that finds the mismatch
 		configure func(c *Collectives)
 		call      func(ctx context.Context, c *Collectives) error
 		want      [2]string
 	}{
-		{"alltoall", 3, 2, func(c *Collectives) { c.BruckBytes = 1 << 20 },
+		{"alltoall", 3, 2, 0, func(c *Collectives) { c.BruckBytes = 1 << 20 },
 			func(ctx context.Context, c *Collectives) error {
 				return AllToAll(ctx, c, make([]float32, 6), make([]float32, 6))
 			}, [2]string{"pairwise", "bruck"}},
-		{"reduce", 4, 1, func(c *Collectives) { c.LinearReduceBytes = 1 << 20 },
+		{"reduce", 4, 1, 0, func(c *Collectives) { c.LinearReduceBytes = 1 << 20 },
 			func(ctx context.Context, c *Collectives) error {
 				return ReduceToRoot(ctx, c, make([]float32, 6), Sum, 0)
+			}, [2]string{"binomial-tree", "direct"}},
+		{"scatter", 5, 2, 2, func(c *Collectives) { c.TreeScatterBytes = 1 << 20 },
+			func(ctx context.Context, c *Collectives) error {
+				var send []float32
+				if c.Rank == 0 {
+					send = make([]float32, 10)
+				}
+				return Scatter(ctx, c, send, make([]float32, 2), 0)
 			}, [2]string{"binomial-tree", "direct"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -369,8 +432,8 @@ func TestAlgorithmMismatchNamed(t *testing.T) {
 				}
 			}, func(ctx context.Context, _ int, c *Collectives) error { return tc.call(ctx, c) })
 			var m *MismatchError // the others may wait out the context
-			if !errors.As(errs[0], &m) || !strings.Contains(m.Error(), tc.want[0]) || !strings.Contains(m.Error(), tc.want[1]) {
-				t.Fatalf("rank 0's error: %v, want a mismatch naming %s and %s", errs[0], tc.want[0], tc.want[1])
+			if !errors.As(errs[tc.at], &m) || !strings.Contains(m.Error(), tc.want[0]) || !strings.Contains(m.Error(), tc.want[1]) {
+				t.Fatalf("rank %d's error: %v, want a mismatch naming %s and %s", tc.at, errs[tc.at], tc.want[0], tc.want[1])
 			}
 		})
 	}
