@@ -134,7 +134,8 @@ func TestLargeBlocksMultiProcess(t *testing.T) {
 // TestRankKilledMidAllReduce kills one rank with SIGKILL in the middle of a
 // stream of 16 MiB all-reduces, over shared memory and over TCP (and over
 // RDMA where this machine has a device), and of 16 MiB all-to-alls over
-// shared memory (ranks reading each other's memory, direct frames): every
+// shared memory (ranks reading each other's memory, direct frames), and of
+// 16-byte Scatters over TCP (a binomial tree through the victim): every
 // survivor must fail within 10 s with an error naming it, and the
 // launcher must name it as the first failure.
 func TestRankKilledMidAllReduce(t *testing.T) {
@@ -144,7 +145,10 @@ func TestRankKilledMidAllReduce(t *testing.T) {
 		// never connected to the victim hear of it from those that were
 		// (its shared-memory peers from its segment and its process).
 		{"GORUN_TRANSPORT=auto", "GORUN_CONNECT=lazy"}, {"GORUN_TRANSPORT=tcp", "GORUN_CONNECT=lazy"},
-		{"GORUN_TRANSPORT=auto", "KILL_DURING=alltoall"}, {"GORUN_TRANSPORT=auto", "GORUN_CONNECT=lazy", "KILL_DURING=alltoall"}}
+		{"GORUN_TRANSPORT=auto", "KILL_DURING=alltoall"}, {"GORUN_TRANSPORT=auto", "GORUN_CONNECT=lazy", "KILL_DURING=alltoall"},
+		// Small Scatters over TCP: down the binomial tree, rank 3's parent
+		// is the victim.
+		{"GORUN_TRANSPORT=tcp", "KILL_DURING=scatter"}, {"GORUN_TRANSPORT=tcp", "GORUN_CONNECT=lazy", "KILL_DURING=scatter"}}
 	if entries, _ := os.ReadDir("/sys/class/infiniband"); len(entries) > 0 {
 		variants = append(variants, []string{"GORUN_TRANSPORT=rdma"})
 	}

@@ -184,14 +184,24 @@ func killScenario(ctx context.Context, g *comm.Group) error {
 	victim, _ := strconv.Atoi(os.Getenv("VICTIM"))
 	buf := make([]float32, 4<<20)
 	call := func() error { return g.AllReduce(ctx, buf, comm.Sum) }
-	if os.Getenv("KILL_DURING") == "alltoall" {
+	var after time.Duration // the victim's least time in the loop
+	switch os.Getenv("KILL_DURING") {
+	case "alltoall":
 		// Blocks of 16/np MiB: direct frames in flight through shared memory.
 		recv := make([]float32, len(buf))
 		call = func() error { return g.AllToAll(ctx, buf, recv) }
+	case "scatter":
+		// Blocks of 16 bytes: over TCP they go down the binomial tree,
+		// where the victim's children wait on it, not on the root. The
+		// root waits for nobody, so a few calls could end before the
+		// others are through Init: the victim dies 200 ms in.
+		recv := make([]float32, 4)
+		call = func() error { return g.Scatter(ctx, buf[:4*g.Size()], recv, 0) }
+		after = 200 * time.Millisecond
 	}
 	start := time.Now()
 	for i := 0; ; i++ {
-		if g.Rank() == victim && i == 3 {
+		if g.Rank() == victim && i >= 3 && time.Since(start) >= after {
 			syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		}
 		t0 := time.Now()
