@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Two builds of `bench collectives`, alternating which runs first each
 # round (this VM's phases favour one order), each run with Open MPI in
-# it when COMPETITORS=true (the default; vader for shared memory), so
-# every figure has the competitor from the same run. Prints one line per
+# it when COMPETITORS=true (the default; vader for shared memory, its
+# tcp btl for -variants tcp), so every figure has the competitor from
+# the same run. Prints one line per
 # round, build, collective and size — gorun's µs per call, then Open
 # MPI's µs and its time ÷ gorun's when measured — then per size the
 # medians, old ÷ new by round and the ranges of Open MPI ÷ gorun.
@@ -45,8 +46,8 @@ for round in $(seq "$rounds"); do
 			awk -v b="$build" -v r="$round" -v np="$np" '
 				/^# Collective test:/ { op = $4; sub(",", "", op) }
 				/^ +[0-9]+ +[0-9]+ +[a-z0-9]+ +[a-z]+ / { if (!vs) mine[op, $1] = $6 }
-				/against the competitors/ { vs = 1; op = $2 }
-				vs && /^ +[0-9]+ +[0-9]+ +[0-9.]+ / { them[op, $2] = $8 }
+				/against the competitors/ { vs = 1; op = $2; col = /variant tcp/ ? 6 : 8 }
+				vs && /^ +[0-9]+ +[0-9]+ +[0-9.]+ / { them[op, $2] = $col }
 				END {
 					for (k in mine) {
 						split(k, p, SUBSEP)
