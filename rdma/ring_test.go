@@ -142,40 +142,47 @@ func (c combining) PostCombine(peer int, stream uint32, buf []byte, fn func(dst,
 
 // TestRootedAndVectorOverRDMA runs Reduce, Gather, Scatter, AllToAll and
 // the v forms (uneven counts with zeros) over RDMA transports on the fake
-// fabric, writes carried out late, against the sequential reference.
+// fabric, writes carried out late, against the sequential reference; with
+// small, the linear Reduce and the tree Scatter at every size (their
+// messages sent from scratch that the next call reuses).
 func TestRootedAndVectorOverRDMA(t *testing.T) {
 	for _, np := range []int{2, 3, 4} {
 		for _, count := range []int{0, 1, np + 1, 4097} {
-			t.Run(fmt.Sprintf("np=%d/count=%d", np, count), func(t *testing.T) {
-				ts, _ := rdmatest.Mesh(t, rdmatest.NewFabric(uint64(np*count+3), true), np, rdma.Config{Slots: 4, SlotBytes: 4096, Timeout: 20 * time.Second})
-				input := func(r, i int) float32 { return float32((r+1)*(i%97)) - 3*float32(r) }
-				counts := make([]int, np) // uneven, zeros among them
-				off := make([]int, np+1)
-				for k := range counts {
-					counts[k] = max(count-k, 0) + k%2
-					off[k+1] = off[k] + counts[k]
-				}
-				peers := make([]int, np)
-				for i := range peers {
-					peers[i] = i
-				}
-				ctx := context.Background()
-				errs := make(chan error, np)
-				var wg sync.WaitGroup
-				for r := range np {
-					c := &ring.Collectives{T: ts[r], Peers: peers, Rank: r, Stream: 1 << 16, ChunkBytes: 8192}
-					wg.Go(func() {
-						if err := rootedAndVector(ctx, c, count, counts, off, input); err != nil {
-							errs <- fmt.Errorf("rank %d: %w", r, err)
+			for _, small := range []bool{false, true} {
+				t.Run(fmt.Sprintf("np=%d/count=%d/small=%v", np, count, small), func(t *testing.T) {
+					ts, _ := rdmatest.Mesh(t, rdmatest.NewFabric(uint64(np*count+3), true), np, rdma.Config{Slots: 4, SlotBytes: 4096, Timeout: 20 * time.Second})
+					input := func(r, i int) float32 { return float32((r+1)*(i%97)) - 3*float32(r) }
+					counts := make([]int, np) // uneven, zeros among them
+					off := make([]int, np+1)
+					for k := range counts {
+						counts[k] = max(count-k, 0) + k%2
+						off[k+1] = off[k] + counts[k]
+					}
+					peers := make([]int, np)
+					for i := range peers {
+						peers[i] = i
+					}
+					ctx := context.Background()
+					errs := make(chan error, np)
+					var wg sync.WaitGroup
+					for r := range np {
+						c := &ring.Collectives{T: ts[r], Peers: peers, Rank: r, Stream: 1 << 16, ChunkBytes: 8192}
+						if small {
+							c.LinearReduceBytes, c.TreeScatterBytes = 1<<30, 1<<30
 						}
-					})
-				}
-				wg.Wait()
-				close(errs)
-				for err := range errs {
-					t.Error(err)
-				}
-			})
+						wg.Go(func() {
+							if err := rootedAndVector(ctx, c, count, counts, off, input); err != nil {
+								errs <- fmt.Errorf("rank %d: %w", r, err)
+							}
+						})
+					}
+					wg.Wait()
+					close(errs)
+					for err := range errs {
+						t.Error(err)
+					}
+				})
+			}
 		}
 	}
 }
