@@ -187,8 +187,10 @@ const (
 	// 1.11–2.26× faster (medians of four alternated rounds at 3, 4, 6
 	// and 8 ranks) down a binomial tree than straight from the root, whose
 	// n−1 sends in a row were the call's bottleneck; at 128–256 KiB the
-	// tree lost at 4 ranks. Through shared memory the linear Scatter won
-	// or tied at 16 B–4 KiB (bench/results/HISTORY.md).
+	// tree lost at 4 ranks. Through shared memory the tree lost at 16 B,
+	// tied at 1–4 KiB and gained 1.10–1.17× only at 16–64 KiB, where
+	// gorun already leads Open MPI several times over
+	// (bench/results/HISTORY.md).
 	DefaultTreeScatterBytes = 64 << 10
 	// DefaultNetChunkBytes is the chunk of a group on one host that talks
 	// over TCP (GORUN_TRANSPORT=tcp): over loopback at np = 2, 128 KiB
