@@ -256,7 +256,7 @@ func treeScatter[T Elem](ctx context.Context, c *Collectives, call Call, send, r
 			return err
 		}
 	}
-	if &hold[0] != &recv[0] {
+	if span > 1 { // hold is send or scratch (the root's span is n)
 		copy(recv, hold[:cnt])
 	}
 	return nil

@@ -394,9 +394,11 @@ func TestRootedMismatchNamed(t *testing.T) {
 
 // TestAlgorithmMismatchNamed: a rank whose algorithm threshold differs
 // from the others' (BruckBytes for an all-to-all, LinearReduceBytes for a
-// Reduce) runs another algorithm than they do; the call's frames carry
-// it, so rank 0's error names both algorithms instead of mixing frames of
-// two different calls.
+// Reduce, TreeScatterBytes for a Scatter) runs another algorithm than
+// they do; the call's frames carry it, so the rank that receives the odd
+// frame (rank 0, or for the Scatter the odd rank itself, which expects
+// its subtree's blocks from the root) names both algorithms instead of
+// mixing frames of two different calls.
 func TestAlgorithmMismatchNamed(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
