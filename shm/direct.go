@@ -81,9 +81,10 @@ func isDirect(h *mailbox.Header) bool { return h.N == 0 && h.Total != 0 }
 func (t *Transport) sendDirect(ctx context.Context, p *peer, stream uint32, meta [4]uint64, payload []byte, w *waiter) (sent bool, err error) {
 	r := p.out
 	var head, rec uint64
+	var paged bool
 	for {
 		var wrap bool
-		if head, rec, wrap, err = t.reserve(ctx, p, 0, w); err != nil {
+		if head, rec, wrap, paged, err = t.reserve(ctx, p, 0, w); err != nil {
 			return false, err
 		}
 		p.dirty.header(head & (r.size - 1))
@@ -91,7 +92,7 @@ func (t *Transport) sendDirect(ctx context.Context, p *peer, stream uint32, meta
 			break
 		}
 		r.header(head)[0] = wrapMark
-		p.publish(head, rec)
+		p.publish(head, rec, false)
 	}
 	addr := uint64(uintptr(unsafe.Pointer(unsafe.SliceData(payload))))
 	h := mailbox.Header{Stream: stream, Flags: mailbox.First | mailbox.Last, Total: uint64(len(payload)), Meta: meta}
@@ -100,7 +101,7 @@ func (t *Transport) sendDirect(ctx context.Context, p *peer, stream uint32, meta
 	state.Store(addr)
 	p.lent = payload
 	defer func() { p.lent = nil }()
-	p.publish(head, rec)
+	p.publish(head, rec, paged)
 
 	end := head + rec
 	var dw waiter
@@ -166,7 +167,7 @@ func (p *peer) drainDirect(tail uint64, h *mailbox.Header) {
 		p.noteUnclaimed()
 		state.Store(outcome)
 	}
-	publish(p.in.tail, tail+uint64(recordBytes(0)), p.plain)
+	publish(p.in.tail, tail+recordLen(tail, 0, p.in.paged(tail)), p.plain)
 }
 
 // Whether this rank may read a peer's memory, as first tried.

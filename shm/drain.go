@@ -19,7 +19,7 @@ func (p *peer) drain() bool {
 		p.drainDirect(tail, &h)
 		return true
 	}
-	data, rec := p.in.fragment(tail, int(h.N))
+	data, rec := p.in.fragment(tail, int(h.N), p.in.paged(tail))
 	p.boxes.Deliver(&h, data)
 	p.noteUnclaimed()
 	publish(p.in.tail, tail+rec, p.plain)
@@ -63,7 +63,7 @@ func (p *peer) take(stream uint32, buf []byte) (meta [4]uint64, n int, got int) 
 	if h.Stream != stream || h.Flags != mailbox.First|mailbox.Last || h.Total != uint64(h.N) || int(h.N) > len(buf) || !p.boxes.Idle(stream) {
 		return meta, 0, cannot
 	}
-	data, rec := p.in.fragment(tail, int(h.N))
+	data, rec := p.in.fragment(tail, int(h.N), p.in.paged(tail))
 	if len(data) < int(h.N) {
 		return meta, 0, cannot // corrupt: the mailbox reports it
 	}

@@ -25,20 +25,37 @@ import (
 //	ring[0..local ranks): tail line, then the ring's bytes
 //
 // A ring is a circular byte buffer of records, each as long as its
-// fragment needs, rounded up to whole pages: a header line holding the
-// fragment's mailbox.Header, a word that carries fragments of up to
-// inlineBytes in place of data (a scalar all-reduce then costs the
-// receiver one cache line, not two), and in its last word the record's
-// sequence number; then the fragment's data. Records start on page
-// boundaries because a receiver walking records packed line after line
-// has the CPU's stream prefetcher fetch the lines the sender is about to
-// write, and every one of them must then be taken back from the
-// receiver's core, which made small all-reduces measurably slower
-// (prefetchers stay within a page; bench/results/HISTORY.md). The sender publishes the record at ring position
-// pos (bytes sent before it, counting from the ring's creation) by storing
-// pos+1 in its sequence word, once the header and the data are written,
-// and, where an earlier lap left data at the next record's spot (see
-// dirtyLines), a zero in that record's sequence word, so the receiver
+// fragment needs: a header line holding the fragment's mailbox.Header, a
+// word that carries fragments of up to inlineBytes in place of data (a
+// scalar all-reduce then costs the receiver one cache line, not two), and
+// in its last word the record's sequence number; then the fragment's
+// data. Where a record ends depends on what it carries and why:
+//
+//   - A small record (at most smallRecord bytes: a fragment of up to 192
+//     bytes) sent one way — no frame taken from the peer since this rank
+//     last sent to it, as the senders of a Gather, a Reduce or a Scatter
+//     — ends at the next cache line, and a sender keeps at most
+//     smallAhead bytes of such records that the receiver has not
+//     released (see reserve), so the receiver reads lines written
+//     moments before, a few pages apart: through pages of their own, a
+//     stream of small frames that ran a ring ahead (2,048 pages) gave its
+//     receiver a cache and a TLB miss per frame.
+//   - A small record that answers the peer (this rank took a frame from
+//     it since it last sent to it, as each rank of a small all-reduce
+//     does) is paged: it runs to the end of its page, marked by pagedFlag
+//     in its sequence word. Packed line after line, such records had the
+//     receiver's stream prefetcher fetch the lines the sender was about
+//     to write, which the sender then had to take back (slower small
+//     all-reduces; prefetchers stay within a page).
+//   - A larger record runs to the end of the page its data ends in, so
+//     that the records after it start on a page again.
+//
+// (The measurements are in bench/results/HISTORY.md.) The sender
+// publishes the record at ring position pos (bytes sent before it,
+// counting from the ring's creation) by storing pos+1 (with pagedFlag for
+// a paged record) in its sequence word, once the header and the data are
+// written, and, where an earlier lap left data at the next record's spot
+// (see dirtyLines), a zero in that record's sequence word, so the receiver
 // cannot take those bytes for a record. The receiver polls the word at
 // its tail, so a fragment costs it the record's own cache lines and no
 // shared head counter; it releases records by advancing the tail (in
@@ -93,9 +110,9 @@ const _ = uint(seqWord - inlineWord - 1)
 // slotB bytes, and for at least four records of the largest fragment,
 // rounded up to a power of two (positions map to offsets with a mask).
 // The default 8 MiB holds seven 1 MiB fragments in flight, and 2,048
-// small ones.
+// records of up to 4 KiB.
 func ringCap(slots, slotB int) int {
-	need := max(slots*slotB, 4*recordBytes(slotB))
+	need := max(slots*slotB, 4*int(recordLen(0, slotB, true)))
 	c := lineBytes
 	for c < need {
 		c <<= 1
@@ -106,17 +123,32 @@ func ringCap(slots, slotB int) int {
 // pageBytes is the size of the pages the segments are mapped in.
 const pageBytes = 4096
 
-// recordAlign is where records start: at page boundaries (see segment).
-const recordAlign = pageBytes
+// smallRecord is the longest record packed on cache lines (see segment):
+// the header line and up to three lines of data.
+const smallRecord = 4 * lineBytes
 
-// recordBytes is the length of the record of an n-byte fragment.
-func recordBytes(n int) int {
-	b := recordHeader
+// recordLen is the length of the record of an n-byte fragment at ring
+// position pos: whole lines for a small record (at most smallRecord)
+// unless it is paged; a paged or larger one runs to the first page
+// boundary after its data, so that the records after it start on a page
+// again, whatever small records came before it. Sender and receiver both
+// ask it (the receiver reads paged from the record's sequence word), so
+// they agree.
+func recordLen(pos uint64, n int, paged bool) uint64 {
+	b := uint64(recordHeader)
 	if n > inlineBytes {
-		b += n
+		b += uint64(n)
 	}
-	return (b + recordAlign - 1) &^ (recordAlign - 1)
+	if b <= smallRecord && !paged {
+		return (b + lineBytes - 1) &^ (lineBytes - 1)
+	}
+	end := pos + b
+	return (end+pageBytes-1)&^(pageBytes-1) - pos
 }
+
+// recordBytes is the length of the record of an n-byte fragment that
+// starts on a page and is not paged.
+func recordBytes(n int) int { return int(recordLen(0, n, false)) }
 
 func ringBytes(slots, slotB int) int { return lineBytes + ringCap(slots, slotB) }
 
@@ -309,7 +341,18 @@ func (r *ring) seq(pos uint64) *atomic.Uint64 {
 }
 
 // published reports whether the record at pos was published.
-func (r *ring) published(pos uint64) bool { return r.seq(pos).Load() == pos+1 }
+func (r *ring) published(pos uint64) bool { return r.seq(pos).Load()&^pagedFlag == pos+1 }
+
+// paged reports whether the published record at pos is paged.
+func (r *ring) paged(pos uint64) bool { return r.seq(pos).Load()&pagedFlag != 0 }
+
+// pagedFlag, added to a record's sequence number (pos+1, whose bit 1 is
+// 0 as positions are multiples of lineBytes), marks a paged record: a
+// small one that takes the rest of its page, as small frames that answer
+// the peer's do (see reserve). An old sequence number left on a line by
+// an earlier lap differs from pos+1 by a multiple of the ring's size, so
+// the flag cannot make it pass for a record of this lap.
+const pagedFlag = 2
 
 // toEnd is how many bytes lie between pos and the ring's end.
 func (r *ring) toEnd(pos uint64) uint64 { return r.size - pos&(r.size-1) }
@@ -317,15 +360,17 @@ func (r *ring) toEnd(pos uint64) uint64 { return r.size - pos&(r.size-1) }
 // fragment returns where the n bytes of the record at pos lie, and the
 // record's length: the header line's inline word when n is at most
 // inlineBytes, else the lines after the header. Sender and receiver both
-// ask it, so they agree. A length the record cannot hold (a corrupt
-// header) gets an empty slice, so the mailbox reports the overflow.
-func (r *ring) fragment(pos uint64, n int) ([]byte, uint64) {
+// ask it, so they agree (the sender says whether the record is paged, the
+// receiver reads it with r.paged). A length the record cannot hold (a
+// corrupt header) gets an empty slice, so the mailbox reports the
+// overflow.
+func (r *ring) fragment(pos uint64, n int, paged bool) ([]byte, uint64) {
 	if n <= inlineBytes {
-		return unsafe.Slice((*byte)(unsafe.Pointer(&r.header(pos)[inlineWord])), inlineBytes), uint64(recordBytes(n))
+		return unsafe.Slice((*byte)(unsafe.Pointer(&r.header(pos)[inlineWord])), inlineBytes), recordLen(pos, n, paged)
 	}
-	rec := uint64(recordBytes(n))
+	rec := recordLen(pos, n, paged)
 	if n > r.maxFrag || rec > r.toEnd(pos) {
-		return nil, uint64(recordBytes(0))
+		return nil, recordLen(pos, 0, paged)
 	}
 	off := pos&(r.size-1) + recordHeader
 	return r.mem[off : off+uint64(n)], rec

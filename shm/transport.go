@@ -144,6 +144,12 @@ type peer struct {
 	plain  bool       // publish with plain stores (Transport.plain)
 	direct bool       // large frames go as direct records (until the peer refuses one); under sendMu
 	lent   []byte     // the payload of the direct record in flight (see direct.go); under sendMu
+	// smallFrom is where the run of small records that ends at head
+	// began: after the last larger, paged or wrap record. Under sendMu.
+	smallFrom uint64
+	// inAt is in's tail when this rank last sent to the peer (see
+	// reserve). Under sendMu.
+	inAt uint64
 
 	rxMu  sync.Mutex // held while draining in and touching the mailboxes
 	boxes *mailbox.Peer
@@ -538,7 +544,7 @@ func (t *Transport) send(ctx context.Context, rank int, stream uint32, meta [4]u
 	h := mailbox.Header{Stream: stream, Flags: mailbox.First, Total: uint64(len(payload)), Meta: meta}
 	for off := 0; off == 0 || off < len(payload); {
 		n := min(len(payload)-off, r.maxFrag)
-		head, rec, wrap, err := t.reserve(ctx, p, n, &w)
+		head, rec, wrap, paged, err := t.reserve(ctx, p, n, &w)
 		if err != nil {
 			return err
 		}
@@ -547,7 +553,7 @@ func (t *Transport) send(ctx context.Context, rank int, stream uint32, meta [4]u
 		if wrap {
 			hdr[0] = wrapMark
 		} else {
-			data, _ := r.fragment(head, n)
+			data, _ := r.fragment(head, n, paged)
 			copyToPeer(data, payload[off:off+n])
 			if n > inlineBytes {
 				p.dirty.data(at+recordHeader, (n+lineBytes-1)/lineBytes)
@@ -560,7 +566,7 @@ func (t *Transport) send(ctx context.Context, rank int, stream uint32, meta [4]u
 			h.Put(hdr)
 			h.Flags = 0
 		}
-		p.publish(head, rec)
+		p.publish(head, rec, paged && !wrap)
 		if len(payload) == 0 && !wrap {
 			break
 		}
@@ -570,53 +576,93 @@ func (t *Transport) send(ctx context.Context, rank int, stream uint32, meta [4]u
 
 // reserve waits until p's ring has room at p.head for the record of an
 // n-byte fragment, or for a wrap record there (wrap: the record goes to
-// the next lap), and returns where the record lies and its length. The
-// caller holds sendMu; w bounds the wait (started on its first pause).
-func (t *Transport) reserve(ctx context.Context, p *peer, n int, w *waiter) (head, rec uint64, wrap bool, err error) {
+// the next lap), and returns where the record lies, its length and
+// whether it is paged (see segment). The caller holds sendMu; w bounds
+// the wait (started on its first pause).
+func (t *Transport) reserve(ctx context.Context, p *peer, n int, w *waiter) (head, rec uint64, wrap, paged bool, err error) {
 	r := p.out
+	// A small frame that answers the peer — this rank took a record from
+	// it since it last sent to it, as each rank of a small all-reduce does
+	// — goes in a paged record, where the receiver's prefetcher cannot
+	// reach the lines this rank writes next; a stream of frames one way
+	// goes in records packed on lines (see segment).
+	in := p.in.tail.Load()
+	paged = in != p.inAt
 	for {
 		head = p.head
-		rec = uint64(recordBytes(n))
+		rec = recordLen(head, n, paged)
 		wrap = rec > r.toEnd(head) || p.wrapEarly(head, rec)
 		if wrap {
 			rec = r.toEnd(head) // a wrap record fills the rest of the lap
 		}
-		// Room for the record and the next one's header line, whose
-		// sequence word may need a zero before this record is published.
-		if head+rec+lineBytes-p.freed <= r.size {
-			return head, rec, wrap, nil
+		small := !wrap && !paged && rec <= smallRecord
+		if p.fits(head, rec, small, p.freed) {
+			if !small {
+				p.smallFrom = head + rec
+			}
+			if !wrap {
+				p.inAt = in
+			}
+			return head, rec, wrap, paged, nil
 		}
-		if p.freed = r.tail.Load(); head+rec+lineBytes-p.freed <= r.size {
+		if p.freed = r.tail.Load(); p.fits(head, rec, small, p.freed) {
 			continue
 		}
 		if w.t == nil {
 			*w = t.waiter(ctx, p.rank, "sending (its ring stayed full)")
 		}
 		t.progress(nil)
-		if err := w.pause(func() bool { return head+rec+lineBytes-r.tail.Load() <= r.size || t.pending() }); err != nil {
-			return 0, 0, false, err
+		if err := w.pause(func() bool { return p.fits(head, rec, small, r.tail.Load()) || t.pending() }); err != nil {
+			return 0, 0, false, false, err
 		}
 	}
 }
 
-// publish hands the receiver the record of rec bytes at head, once its
-// header and data are written, and rings its bell. The caller holds
+// smallAhead bounds the bytes of small records a sender keeps in a ring
+// its receiver has not released (see segment). Packed records without it
+// ran up to a whole ring (8 MiB) ahead, and four-rank 16-byte Gathers
+// went at 0.24–1.50× the speed of one page a record from run to run;
+// held to 16 KiB, at 1.3–2.5× in six runs (4 KiB did worse at two ranks,
+// 64 KiB at four; bench/results/current/shm-records-wakes-tried-2026-11-30-zen3.txt).
+const smallAhead = 16 << 10
+
+// fits reports whether the record of rec bytes at head fits p's ring with
+// its tail at tail: room for it and for the next record's header line,
+// whose sequence word may need a zero before this record is published;
+// and for a small record, at most smallAhead bytes of the small records
+// sent since the last larger one unreleased, so that a small frame never
+// waits for the receiver to take a large one before it. The caller holds
 // sendMu.
-func (p *peer) publish(head, rec uint64) {
+func (p *peer) fits(head, rec uint64, small bool, tail uint64) bool {
+	if head+rec+lineBytes-tail > p.out.size {
+		return false
+	}
+	return !small || head+rec-max(tail, p.smallFrom) <= smallAhead
+}
+
+// publish hands the receiver the record of rec bytes at head (paged:
+// see pagedFlag), once its header and data are written, and rings its
+// bell. The caller holds sendMu.
+func (p *peer) publish(head, rec uint64, paged bool) {
 	r := p.out
 	if next := (head + rec) & (r.size - 1); p.dirty.isData(next) {
 		publish(r.seq(next), 0, p.plain)
 		p.dirty.header(next)
 	}
 	p.head = head + rec
-	publish(r.seq(head), head+1, p.plain)
+	seq := head + 1
+	if paged {
+		seq |= pagedFlag
+	}
+	publish(r.seq(head), seq, p.plain)
 	p.seg.ringBell()
 }
 
 // smallWindow bounds the part of a ring that a stream of frames the
-// receiver keeps up with goes round: every record takes whole pages (see
-// segment), and streams that walked every page of the ring measured
-// slower where ranks talk to several peers (likely a TLB miss per frame;
+// receiver keeps up with goes round: records of more than 192 bytes, and
+// small ones that answer the peer, take whole pages (see segment), and
+// streams that walked every page of the ring measured slower where ranks
+// talk to several peers (likely a TLB miss per frame;
 // bench/results/HISTORY.md).
 const smallWindow = 256 << 10
 

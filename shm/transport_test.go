@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -178,7 +179,7 @@ func TestRingLaps(t *testing.T) {
 // polling where the stale bytes lie. Only the zero a sender writes ahead
 // of each record keeps it from taking those bytes for records.
 func TestStaleRecordsIgnored(t *testing.T) {
-	const slotB = 2 * recordAlign // the first frame's data spans a record start
+	const slotB = 2 * pageBytes // the first frame's data spans record starts
 	a, b := pair(t, 4, slotB)
 	size := b.peers[0].in.size
 	first := make([]byte, slotB)
@@ -228,7 +229,8 @@ func TestSmallFramesStayInWindow(t *testing.T) {
 	}
 	ctx := context.Background()
 	var furthest uint64
-	for i := range 3 * smallWindow / recordAlign {
+	rec := recordBytes(64)
+	for i := range 3 * smallWindow / rec {
 		want := payload(uint64(i), 64)
 		got := make([]byte, 64)
 		tk, err := b.Post(0, 7, got)
@@ -243,8 +245,138 @@ func TestSmallFramesStayInWindow(t *testing.T) {
 			t.Fatalf("frame %d: meta %v, %d bytes, %v", i, meta, n, err)
 		}
 	}
-	if furthest >= smallWindow+recordAlign {
-		t.Fatalf("small frames reached ring offset %d, want below %d", furthest, smallWindow+recordAlign)
+	if furthest >= uint64(smallWindow+rec) {
+		t.Fatalf("small frames reached ring offset %d, want below %d", furthest, smallWindow+rec)
+	}
+}
+
+// TestSmallFramesHeldNearReceiver: a sender keeps at most smallAhead
+// bytes of small records unreleased in a ring, so a stream of small
+// frames to a receiver that takes none stops there (and goes on, in
+// order, as the receiver takes them); a large record after them ends on
+// a page; and small frames sent behind a large one that the receiver has
+// not taken do not wait for it.
+func TestSmallFramesHeldNearReceiver(t *testing.T) {
+	a, b := pair(t, 8, 1<<20)
+	out := a.peers[1].out
+	ctx := context.Background()
+	const frames = 2000
+	limit := smallAhead / recordBytes(8) // one line per record
+	var sent atomic.Int64
+	errc, done := make(chan error, 1), make(chan struct{})
+	sctx, stop := context.WithCancel(ctx)
+	t.Cleanup(func() { stop(); <-done }) // before the segments are unmapped
+	go func() {
+		defer close(done)
+		for i := range frames {
+			if err := a.Send(sctx, 1, 7, [4]uint64{uint64(i)}, payload(uint64(i), 8)); err != nil {
+				errc <- err
+				return
+			}
+			p := a.peers[1] // head and smallFrom are this goroutine's: it alone sends
+			if ahead := p.head - max(out.tail.Load(), p.smallFrom); ahead > smallAhead {
+				errc <- fmt.Errorf("after frame %d: %d bytes of small records unreleased, want at most %d", i, ahead, smallAhead)
+				return
+			}
+			sent.Add(1)
+		}
+		errc <- nil
+	}()
+	for deadline := time.Now().Add(5 * time.Second); sent.Load() < int64(limit) && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond) // a sender past the limit would go on meanwhile
+	select {
+	case err := <-errc:
+		t.Fatal(err)
+	default:
+	}
+	if n := sent.Load(); n != int64(limit) {
+		t.Fatalf("with no frame received, %d small frames were sent, want %d (%d bytes of records)", n, limit, smallAhead)
+	}
+	for i := range frames {
+		buf := make([]byte, 8)
+		if meta, n, err := b.Recv(ctx, 0, 7, buf); err != nil || meta[0] != uint64(i) || n != 8 || !bytes.Equal(buf, payload(uint64(i), 8)) {
+			t.Fatalf("frame %d: meta %v, %d bytes, %v", i, meta, n, err)
+		}
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+
+	// A large frame first, then small ones, none received yet.
+	tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	large := payload(1, 64<<10)
+	if h := a.peers[1].head; h%pageBytes == 0 {
+		t.Fatalf("the small frames left the ring's head at %d, on a page: nothing to realign", h)
+	}
+	if err := a.Send(tctx, 1, 8, [4]uint64{}, large); err != nil {
+		t.Fatal(err)
+	}
+	if h := a.peers[1].head; h%pageBytes != 0 {
+		t.Fatalf("after a large record the ring's head is at %d, want the next record on a page", h)
+	}
+	behind := smallAhead / recordBytes(100) // as many records as smallAhead holds
+	for i := range behind {
+		if err := a.Send(tctx, 1, 8, [4]uint64{uint64(i)}, payload(uint64(i), 100)); err != nil {
+			t.Fatalf("small frame %d behind a large one the receiver has not taken: %v", i, err)
+		}
+	}
+	buf := make([]byte, len(large))
+	if _, n, err := b.Recv(ctx, 0, 8, buf); err != nil || n != len(large) || !bytes.Equal(buf, large) {
+		t.Fatalf("large frame: %d bytes, %v", n, err)
+	}
+	for i := range behind {
+		buf := make([]byte, 100)
+		if meta, n, err := b.Recv(ctx, 0, 8, buf); err != nil || meta[0] != uint64(i) || n != 100 || !bytes.Equal(buf, payload(uint64(i), 100)) {
+			t.Fatalf("small frame %d: meta %v, %d bytes, %v", i, meta, n, err)
+		}
+	}
+}
+
+// TestSmallRecordsPackedOrPaged: small frames sent one way take records
+// packed on cache lines; a small frame that answers the peer (this rank
+// took a frame from it since it last sent to it) takes the rest of its
+// page; the receiver reads each at its length.
+func TestSmallRecordsPackedOrPaged(t *testing.T) {
+	a, b := pair(t, 8, 1<<20)
+	ctx := context.Background()
+	recv := func(to *Transport, rank int, i uint64, n int) {
+		t.Helper()
+		buf := make([]byte, n)
+		if meta, got, err := to.Recv(ctx, rank, 7, buf); err != nil || meta[0] != i || got != n || !bytes.Equal(buf, payload(i, n)) {
+			t.Fatalf("frame %d: meta %v, %d bytes, %v", i, meta, got, err)
+		}
+	}
+	p := a.peers[1]
+	for i, tc := range []struct {
+		n      int
+		answer bool   // b sends a frame that a takes first
+		want   uint64 // a's head after the frame
+	}{
+		{8, false, 64},          // one line
+		{100, false, 64 + 192},  // three lines
+		{192, false, 256 + 256}, // four lines: the largest packed record
+		{8, true, pageBytes},    // answering: the rest of the page
+		{8, false, pageBytes + 64},
+		{8, false, pageBytes + 128},
+		{100, true, 2 * pageBytes},
+		{193, false, 3 * pageBytes}, // five lines' worth: a page
+	} {
+		if tc.answer {
+			if err := b.Send(ctx, 0, 7, [4]uint64{uint64(100 + i)}, payload(uint64(100+i), 4)); err != nil {
+				t.Fatal(err)
+			}
+			recv(a, 1, uint64(100+i), 4)
+		}
+		if err := a.Send(ctx, 1, 7, [4]uint64{uint64(i)}, payload(uint64(i), tc.n)); err != nil {
+			t.Fatal(err)
+		}
+		if p.head != tc.want {
+			t.Fatalf("frame %d (%d bytes, answering %v): head at %d, want %d", i, tc.n, tc.answer, p.head, tc.want)
+		}
+		recv(b, 0, uint64(i), tc.n)
 	}
 }
 
