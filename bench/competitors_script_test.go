@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -123,5 +124,110 @@ func TestCollectivesABRefusesBadArguments(t *testing.T) {
 				t.Fatalf("got %v and %q, want exit status 2 saying %q", err, out, tc.want)
 			}
 		})
+	}
+}
+
+// TestBuildsABRefusesBadArguments: bench/builds_ab.sh stops before
+// running anything, with an error naming what it cannot use.
+func TestBuildsABRefusesBadArguments(t *testing.T) {
+	dir := t.TempDir()
+	fake := func(name string) string {
+		if err := os.Mkdir(filepath.Join(dir, name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		bin := filepath.Join(dir, name, "bench")
+		if err := os.WriteFile(bin, []byte("#!/bin/sh\necho should not run >&2\nexit 1\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return bin
+	}
+	a, b := fake("a"), fake("b")
+	if err := os.MkdirAll(filepath.Join(dir, "c", "b"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sameName := filepath.Join(dir, "c", "b", "bench") // in a directory named as b's
+	if err := os.WriteFile(sameName, []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no arguments", nil, "usage: bash bench/builds_ab.sh ROUNDS NP SIZES OPS BENCH BENCH"},
+		{"one build", []string{"4", "2", "1MB", "reduce", a, "--", "-iters", "5"}, "want at least two builds"},
+		{"missing binary", []string{"4", "2", "1MB", "reduce", a, "/nonexistent/bench"}, "/nonexistent/bench: not an executable bench binary"},
+		{"a directory", []string{"4", "2", "1MB", "reduce", a, dir}, dir + ": not an executable bench binary"},
+		{"rounds not a number", []string{"four", "2", "1MB", "reduce", a, b}, "ROUNDS 'four': want a whole number, at least 1"},
+		{"no rounds", []string{"0", "2", "1MB", "reduce", a, b}, "ROUNDS '0': want a whole number, at least 1"},
+		{"two builds named alike", []string{"4", "2", "1MB", "reduce", a, b, sameName}, "two builds in directories named b"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := exec.Command("bash", append([]string{"builds_ab.sh"}, tc.args...)...).CombinedOutput()
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(string(out), tc.want) || strings.Contains(string(out), "should not run") {
+				t.Fatalf("got %v and %q, want exit status 2 saying %q", err, out, tc.want)
+			}
+		})
+	}
+}
+
+// TestBuildsABSummary runs bench/builds_ab.sh on stand-ins for two and
+// three bench builds that print bench collectives' table with times of
+// their own, and reads back its per-round lines (every build once a
+// round, in rotated order, with the arguments after -- passed on) and its
+// summary (each build's median, the first build's time ÷ each later
+// one's by round).
+func TestBuildsABSummary(t *testing.T) {
+	dir := t.TempDir()
+	calls := filepath.Join(dir, "calls")
+	// A build's times: base at 16 bytes, twice that at 1 KiB; each run
+	// logs its arguments in calls.
+	fake := func(name string, base float64) string {
+		if err := os.Mkdir(filepath.Join(dir, name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		bin := filepath.Join(dir, name, "bench")
+		script := `#!/bin/sh
+echo "$0 $*" >> ` + calls + `
+echo "# Collective test: gather, 4 ranks"
+echo "#       size        count     type  redop   root       time    algbw    busbw  #wrong"
+echo "          16            4    float   none      0       ` + strconv.FormatFloat(base, 'f', 2, 64) + `     0.01     0.01       0"
+echo "        1024          256    float   none      0       ` + strconv.FormatFloat(2*base, 'f', 2, 64) + `     0.01     0.01       0"
+`
+		if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return bin
+	}
+	a, b, c := fake("old", 4), fake("new", 2), fake("other", 8)
+	out, err := exec.Command("bash", "builds_ab.sh", "3", "4", "16B,1KB", "gather", a, b, c, "--", "-variants", "tcp").CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	text := string(out)
+	for _, want := range []string{
+		"1 old gather 4 16 4.00", "1 new gather 4 16 2.00", "3 other gather 4 1024 16.00",
+		"gather np4 16: 4.00 2.00 8.00 | new 2.00 [2.00–2.00] | other 0.50 [0.50–0.50]",
+		"gather np4 1024: 8.00 4.00 16.00 | new 2.00 [2.00–2.00] | other 0.50 [0.50–0.50]",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("output lacks %q:\n%s", want, text)
+		}
+	}
+	log, err := os.ReadFile(calls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(log)), "\n")
+	var order []string
+	for _, l := range lines {
+		if !strings.Contains(l, "collectives") || !strings.Contains(l, "-np 4 -sizes 16B,1KB -ops gather -competitors=false -variants tcp") {
+			t.Errorf("a build ran as %q, want bench collectives with the arguments and -variants tcp after them", l)
+		}
+		order = append(order, filepath.Base(filepath.Dir(strings.Fields(l)[0])))
+	}
+	if got, want := strings.Join(order, " "), "old new other new other old other old new"; got != want {
+		t.Errorf("builds ran in the order %s, want %s (rotated each round)", got, want)
 	}
 }
