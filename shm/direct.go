@@ -144,9 +144,9 @@ func (t *Transport) sendDirect(ctx context.Context, p *peer, stream uint32, meta
 }
 
 // drainDirect delivers the frame of the direct record at tail, whose
-// header is h, unless its sender took it back, and releases the record.
-// The caller holds p.rxMu.
-func (p *peer) drainDirect(tail uint64, h *mailbox.Header) {
+// header is h (paged: the record's flag, see pagedFlag), unless its
+// sender took it back, and releases the record. The caller holds p.rxMu.
+func (p *peer) drainDirect(tail uint64, h *mailbox.Header, paged bool) {
 	state := p.in.inline(tail)
 	if addr := state.Load(); addr >= directStates && state.CompareAndSwap(addr, directClaimed) {
 		p.src.addr, p.src.size = uintptr(addr), int64(h.Total)
@@ -167,7 +167,7 @@ func (p *peer) drainDirect(tail uint64, h *mailbox.Header) {
 		p.noteUnclaimed()
 		state.Store(outcome)
 	}
-	publish(p.in.tail, tail+recordLen(tail, 0, p.in.paged(tail)), p.plain)
+	publish(p.in.tail, tail+recordLen(tail, 0, paged), p.plain)
 }
 
 // Whether this rank may read a peer's memory, as first tried.

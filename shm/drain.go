@@ -11,15 +11,15 @@ import "github.com/gorun/gorun/mailbox"
 // all-reduce's sends and receives would no longer overlap (measured
 // slower at 64 MiB; the figures are in bench/results/HISTORY.md).
 func (p *peer) drain() bool {
-	tail, h, ok := p.next()
+	tail, h, paged, ok := p.next()
 	if !ok {
 		return false
 	}
 	if isDirect(&h) {
-		p.drainDirect(tail, &h)
+		p.drainDirect(tail, &h, paged)
 		return true
 	}
-	data, rec := p.in.fragment(tail, int(h.N), p.in.paged(tail))
+	data, rec := p.in.fragment(tail, int(h.N), paged)
 	p.boxes.Deliver(&h, data)
 	p.noteUnclaimed()
 	publish(p.in.tail, tail+rec, p.plain)
@@ -27,18 +27,20 @@ func (p *peer) drain() bool {
 }
 
 // next returns the position and header of the next published record of
-// p's ring that carries a fragment, releasing the wrap records before it;
-// ok is false when none is published. The caller holds p.rxMu.
-func (p *peer) next() (tail uint64, h mailbox.Header, ok bool) {
+// p's ring that carries a fragment, and whether the record is paged (see
+// pagedFlag), releasing the wrap records before it; ok is false when none
+// is published. The caller holds p.rxMu.
+func (p *peer) next() (tail uint64, h mailbox.Header, paged, ok bool) {
 	r := p.in
 	for {
 		tail = r.tail.Load()
-		if !r.published(tail) {
-			return tail, h, false
+		published, paged := r.record(tail)
+		if !published {
+			return tail, h, false, false
 		}
 		hdr := r.header(tail)
 		if hdr[0] != wrapMark {
-			return tail, mailbox.Get(hdr), true
+			return tail, mailbox.Get(hdr), paged, true
 		}
 		publish(r.tail, tail+r.toEnd(tail), p.plain)
 	}
@@ -56,14 +58,14 @@ const (
 // whole frame, fits buf, and nothing of stream waits in the mailbox;
 // wrap records are passed over. The caller holds p.rxMu.
 func (p *peer) take(stream uint32, buf []byte) (meta [4]uint64, n int, got int) {
-	tail, h, ok := p.next()
+	tail, h, paged, ok := p.next()
 	if !ok {
 		return meta, 0, notYet
 	}
 	if h.Stream != stream || h.Flags != mailbox.First|mailbox.Last || h.Total != uint64(h.N) || int(h.N) > len(buf) || !p.boxes.Idle(stream) {
 		return meta, 0, cannot
 	}
-	data, rec := p.in.fragment(tail, int(h.N), p.in.paged(tail))
+	data, rec := p.in.fragment(tail, int(h.N), paged)
 	if len(data) < int(h.N) {
 		return meta, 0, cannot // corrupt: the mailbox reports it
 	}

@@ -146,10 +146,6 @@ func recordLen(pos uint64, n int, paged bool) uint64 {
 	return (end+pageBytes-1)&^(pageBytes-1) - pos
 }
 
-// recordBytes is the length of the record of an n-byte fragment that
-// starts on a page and is not paged.
-func recordBytes(n int) int { return int(recordLen(0, n, false)) }
-
 func ringBytes(slots, slotB int) int { return lineBytes + ringCap(slots, slotB) }
 
 func segmentBytes(ranks, slots, slotB int) int { return headerSize + ranks*ringBytes(slots, slotB) }
@@ -341,10 +337,17 @@ func (r *ring) seq(pos uint64) *atomic.Uint64 {
 }
 
 // published reports whether the record at pos was published.
-func (r *ring) published(pos uint64) bool { return r.seq(pos).Load()&^pagedFlag == pos+1 }
+func (r *ring) published(pos uint64) bool {
+	published, _ := r.record(pos)
+	return published
+}
 
-// paged reports whether the published record at pos is paged.
-func (r *ring) paged(pos uint64) bool { return r.seq(pos).Load()&pagedFlag != 0 }
+// record reports, from one load of its sequence word, whether the record
+// at pos was published and whether it is paged.
+func (r *ring) record(pos uint64) (published, paged bool) {
+	seq := r.seq(pos).Load()
+	return seq&^pagedFlag == pos+1, seq&pagedFlag != 0
+}
 
 // pagedFlag, added to a record's sequence number (pos+1, whose bit 1 is
 // 0 as positions are multiples of lineBytes), marks a paged record: a
@@ -361,7 +364,7 @@ func (r *ring) toEnd(pos uint64) uint64 { return r.size - pos&(r.size-1) }
 // record's length: the header line's inline word when n is at most
 // inlineBytes, else the lines after the header. Sender and receiver both
 // ask it, so they agree (the sender says whether the record is paged, the
-// receiver reads it with r.paged). A length the record cannot hold (a
+// receiver reads it with r.record). A length the record cannot hold (a
 // corrupt header) gets an empty slice, so the mailbox reports the
 // overflow.
 func (r *ring) fragment(pos uint64, n int, paged bool) ([]byte, uint64) {

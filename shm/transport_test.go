@@ -57,6 +57,10 @@ func payload(seed uint64, n int) []byte {
 	return b
 }
 
+// recordBytes is the length of the record of an n-byte fragment that
+// starts on a page and is not paged.
+func recordBytes(n int) int { return int(recordLen(0, n, false)) }
+
 // TestFramesArriveInOrder sends frames of sizes around the slot size and
 // the inline word's (whole frames, and last fragments, of up to 8 bytes) on
 // three streams, some received into buffers posted before they were sent
