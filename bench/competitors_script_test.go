@@ -101,59 +101,23 @@ func TestGlooHelperRefusesBadArguments(t *testing.T) {
 // TestCollectivesABRefusesBadArguments: bench/collectives_ab.sh stops
 // before running anything, with an error naming what it cannot use.
 func TestCollectivesABRefusesBadArguments(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "bench")
-	if err := os.WriteFile(bin, []byte("#!/bin/sh\necho should not run >&2\nexit 1\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for _, tc := range []struct {
-		name string
-		args []string
-		want string
-	}{
+	bin := idleBench(t, t.TempDir())
+	refusesBadArguments(t, "collectives_ab.sh", []badArguments{
 		{"no arguments", nil, "usage: bash bench/collectives_ab.sh OLD_BENCH NEW_BENCH ROUNDS NP SIZES OPS"},
 		{"no collectives", []string{bin, bin, "4", "2", "1MB"}, "usage:"},
 		{"missing binary", []string{"/nonexistent/bench", bin, "4", "2", "1MB", "reduce"}, "/nonexistent/bench: not an executable bench binary"},
 		{"rounds not a number", []string{bin, bin, "four", "2", "1MB", "reduce"}, "ROUNDS 'four': want a whole number, at least 1"},
 		{"no rounds", []string{bin, bin, "0", "2", "1MB", "reduce"}, "ROUNDS '0': want a whole number, at least 1"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			cmd := exec.Command("bash", append([]string{"collectives_ab.sh"}, tc.args...)...)
-			out, err := cmd.CombinedOutput()
-			var exit *exec.ExitError
-			if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(string(out), tc.want) || strings.Contains(string(out), "should not run") {
-				t.Fatalf("got %v and %q, want exit status 2 saying %q", err, out, tc.want)
-			}
-		})
-	}
+	})
 }
 
 // TestBuildsABRefusesBadArguments: bench/builds_ab.sh stops before
 // running anything, with an error naming what it cannot use.
 func TestBuildsABRefusesBadArguments(t *testing.T) {
 	dir := t.TempDir()
-	fake := func(name string) string {
-		if err := os.Mkdir(filepath.Join(dir, name), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		bin := filepath.Join(dir, name, "bench")
-		if err := os.WriteFile(bin, []byte("#!/bin/sh\necho should not run >&2\nexit 1\n"), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		return bin
-	}
-	a, b := fake("a"), fake("b")
-	if err := os.MkdirAll(filepath.Join(dir, "c", "b"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	sameName := filepath.Join(dir, "c", "b", "bench") // in a directory named as b's
-	if err := os.WriteFile(sameName, []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for _, tc := range []struct {
-		name string
-		args []string
-		want string
-	}{
+	a, b := idleBench(t, filepath.Join(dir, "a")), idleBench(t, filepath.Join(dir, "b"))
+	sameName := idleBench(t, filepath.Join(dir, "c", "b")) // in a directory named as b's
+	refusesBadArguments(t, "builds_ab.sh", []badArguments{
 		{"no arguments", nil, "usage: bash bench/builds_ab.sh ROUNDS NP SIZES OPS BENCH BENCH"},
 		{"one build", []string{"4", "2", "1MB", "reduce", a, "--", "-iters", "5"}, "want at least two builds"},
 		{"missing binary", []string{"4", "2", "1MB", "reduce", a, "/nonexistent/bench"}, "/nonexistent/bench: not an executable bench binary"},
@@ -161,9 +125,38 @@ func TestBuildsABRefusesBadArguments(t *testing.T) {
 		{"rounds not a number", []string{"four", "2", "1MB", "reduce", a, b}, "ROUNDS 'four': want a whole number, at least 1"},
 		{"no rounds", []string{"0", "2", "1MB", "reduce", a, b}, "ROUNDS '0': want a whole number, at least 1"},
 		{"two builds named alike", []string{"4", "2", "1MB", "reduce", a, b, sameName}, "two builds in directories named b"},
-	} {
+	})
+}
+
+// idleBench writes, as dir/bench, a stand-in for a bench binary that
+// says "should not run" if a script runs it, and returns its path.
+func idleBench(t *testing.T, dir string) string {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "bench")
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\necho should not run >&2\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+// badArguments is a command line a benchmark script must refuse, and
+// what its error must say.
+type badArguments struct {
+	name string
+	args []string
+	want string
+}
+
+// refusesBadArguments runs bench/SCRIPT with each case's arguments: it
+// must exit with status 2 and the case's text, having run no bench binary.
+func refusesBadArguments(t *testing.T, script string, cases []badArguments) {
+	t.Helper()
+	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			out, err := exec.Command("bash", append([]string{"builds_ab.sh"}, tc.args...)...).CombinedOutput()
+			out, err := exec.Command("bash", append([]string{script}, tc.args...)...).CombinedOutput()
 			var exit *exec.ExitError
 			if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(string(out), tc.want) || strings.Contains(string(out), "should not run") {
 				t.Fatalf("got %v and %q, want exit status 2 saying %q", err, out, tc.want)
