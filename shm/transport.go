@@ -140,7 +140,7 @@ type peer struct {
 	head   uint64     // out's position after the records this rank published; under sendMu
 	freed  uint64     // out's tail as last read; under sendMu
 	dirty  dirtyLines // out's lines that may hold data; under sendMu
-	looked bool       // wrapEarly read the tail on this lap; under sendMu
+	looked uint64     // which multiple of smallWindow on this lap wrapEarly last read the tail past; under sendMu
 	plain  bool       // publish with plain stores (Transport.plain)
 	direct bool       // large frames go as direct records (until the peer refuses one); under sendMu
 	lent   []byte     // the payload of the direct record in flight (see direct.go); under sendMu
@@ -671,18 +671,26 @@ const smallWindow = 256 << 10
 // receiver holds no more than that window's worth of records, and the
 // record fits at the lap's start short of where head lies (else it would
 // wait for the receiver to pass the wrap record, which made large frames
-// much slower when they were wrapped early). The tail is
-// read for it once a lap, so a stream of large frames, which needs the
-// whole ring, keeps going round all of it. The caller holds sendMu.
+// much slower when they were wrapped early). The tail is read for it at
+// the first record past each multiple of the window on a lap: a stream
+// that was more than a window ahead of its receiver at one multiple comes
+// back to the lap's start at the next one its receiver has caught up by.
+// Read once a lap instead, a stream of page records that was ahead as
+// it first passed the window went round all 8 MiB of the ring, and
+// four-rank 256-byte Reduces, 1–4 KiB Gathers and 1 KiB Scatters ran at
+// about two thirds of the speed this gives
+// (bench/results/current/shm-window-retry-2026-11-30-zen3.txt). A
+// stream of large frames, whose receiver holds more than a window,
+// still goes round the whole ring. The caller holds sendMu.
 func (p *peer) wrapEarly(head, rec uint64) bool {
 	at := head & (p.out.size - 1)
 	if at == 0 {
-		p.looked = false
+		p.looked = 0
 	}
-	if at < smallWindow || rec+lineBytes > at || p.looked {
+	if at < smallWindow || rec+lineBytes > at || at/smallWindow == p.looked {
 		return false
 	}
-	p.looked = true
+	p.looked = at / smallWindow
 	p.freed = p.out.tail.Load()
 	return head-p.freed <= smallWindow
 }

@@ -254,6 +254,60 @@ func TestSmallFramesStayInWindow(t *testing.T) {
 	}
 }
 
+// TestStreamBackInWindow: a stream of page records more than
+// smallWindow bytes ahead of its receiver as it passes the window's end
+// goes on past it; once the receiver has caught up, the stream goes back
+// to the ring's start at the next multiple of the window, not a whole
+// lap later, and every frame arrives whole and in order.
+func TestStreamBackInWindow(t *testing.T) {
+	a, b := pair(t, 8, 1<<20)
+	p, out := a.peers[1], a.peers[1].out
+	if out.size <= 4*smallWindow {
+		t.Fatalf("a ring of %d bytes cannot show the window of %d", out.size, smallWindow)
+	}
+	ctx := context.Background()
+	const n = 1024 // one way, more than a small record holds: a page a record
+	send := func(i int) {
+		t.Helper()
+		if err := a.Send(ctx, 1, 7, [4]uint64{uint64(i)}, payload(uint64(i), n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recv := func(i int) {
+		t.Helper()
+		got := make([]byte, n)
+		tk, err := b.Post(0, 7, got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if meta, k, err := b.Wait(ctx, 0, 7, tk); err != nil || meta[0] != uint64(i) || k != n || !bytes.Equal(got, payload(uint64(i), n)) {
+			t.Fatalf("frame %d: meta %v, %d bytes, %v", i, meta, k, err)
+		}
+	}
+	ahead := smallWindow/pageBytes + 8 // nothing taken as the window's end passes
+	for i := range ahead {
+		send(i)
+	}
+	if at := p.head & (out.size - 1); at <= smallWindow {
+		t.Fatalf("with nothing received, the stream wrapped at ring offset %d, want past %d", at, smallWindow)
+	}
+	for i := range ahead {
+		recv(i)
+	}
+	var furthest uint64
+	for i := ahead; i < ahead+2*smallWindow/pageBytes; i++ {
+		send(i)
+		furthest = max(furthest, (p.head-1)&(out.size-1))
+		recv(i)
+	}
+	if furthest >= 2*smallWindow {
+		t.Fatalf("with the receiver caught up, the stream reached ring offset %d, want back at the start by %d", furthest, 2*smallWindow)
+	}
+	if at := p.head & (out.size - 1); at >= smallWindow {
+		t.Fatalf("the stream ended at ring offset %d, want within the window (%d)", at, smallWindow)
+	}
+}
+
 // TestSmallFramesHeldNearReceiver: a sender keeps at most smallAhead
 // bytes of small records unreleased in a ring, so a stream of small
 // frames to a receiver that takes none stops there (and goes on, in
