@@ -271,7 +271,8 @@ func (c *Collectives) sendRecv(ctx context.Context, call Call, step, chunk, to i
 // from into buf, which must then hold bytes: through the transport's
 // Recver where it has one, else Post and Wait. Only for a receive
 // nothing is posted before (c.tickets empty), by a rank that sends
-// nothing until it has the frame.
+// nothing until it has the frame or has already sent all it sends in
+// the call.
 func (c *Collectives) recvOne(ctx context.Context, call Call, step, chunk, from int, buf []byte, bytes int) error {
 	if rv, ok := c.T.(Recver); ok {
 		meta, n, ok, err := rv.Recv(ctx, c.peer(from), c.Stream, buf)

@@ -560,35 +560,43 @@ func (e *recvEnd) Recv(ctx context.Context, peer int, stream uint32, buf []byte)
 
 // TestRecvWhereNothingElseIsPosted: the receives that nothing is posted
 // before and nothing is sent during — a Scatter's block of one chunk off
-// the root, a broadcast tree's frame from the parent, a two-rank
-// Gather's block at the root — go through a transport's Recver, and the
-// results are the sequential reference's; a Scatter's block of several
-// chunks, and a Gather among more ranks, post and wait.
+// the root, a broadcast tree's frame from the parent, a Gather's blocks
+// at the root and, among more than two ranks, an all-to-all's blocks
+// (every block this rank sends already sent) when each is one small
+// frame — go through a transport's Recver, and the results are the
+// sequential reference's; blocks of several chunks post and wait, and a
+// two-rank all-to-all sends and receives in one call.
 func TestRecvWhereNothingElseIsPosted(t *testing.T) {
-	const chunk = 1024
 	for _, tc := range []struct {
 		name  string
 		n     int
 		count int // elements a block
+		chunk int // bytes
 		want  func(r int) map[Kind]int
 	}{
-		{"two ranks, one chunk", 2, 100, func(r int) map[Kind]int {
+		{"two ranks, one chunk", 2, 100, 1024, func(r int) map[Kind]int {
 			if r == 0 {
 				return map[Kind]int{KindGather: 1}
 			}
 			return map[Kind]int{KindScatter: 1, KindBroadcast: 1}
 		}},
-		{"three ranks, one chunk", 3, 100, func(r int) map[Kind]int {
+		{"three ranks, one chunk", 3, 100, 1024, func(r int) map[Kind]int {
 			if r == 0 {
-				return map[Kind]int{}
+				return map[Kind]int{KindGather: 2, KindAllToAll: 2}
 			}
-			return map[Kind]int{KindScatter: 1, KindBroadcast: 1}
+			return map[Kind]int{KindScatter: 1, KindBroadcast: 1, KindAllToAll: 2}
 		}},
-		{"two ranks, several chunks", 2, 1000, func(r int) map[Kind]int {
+		{"two ranks, several chunks", 2, 1000, 1024, func(r int) map[Kind]int {
 			if r == 0 {
 				return map[Kind]int{}
 			}
 			return map[Kind]int{KindBroadcast: 1} // the tree's one frame
+		}},
+		{"three ranks, one chunk over takeBytes", 3, takeBytes/4 + 1, 4 * takeBytes, func(r int) map[Kind]int {
+			if r == 0 {
+				return map[Kind]int{}
+			}
+			return map[Kind]int{KindScatter: 1, KindBroadcast: 1}
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -599,7 +607,7 @@ func TestRecvWhereNothingElseIsPosted(t *testing.T) {
 			defer cancel()
 			configure := func(c *Collectives) {
 				ends[c.Rank] = &recvEnd{memEnd: c.T.(*memEnd), recvd: map[Kind]int{}}
-				c.T, c.ChunkBytes, c.SmallBytes = ends[c.Rank], chunk, 1<<20
+				c.T, c.ChunkBytes, c.SmallBytes = ends[c.Rank], tc.chunk, 1<<20
 			}
 			errs := rankErrors(ctx, n, configure, func(ctx context.Context, r int, c *Collectives) error {
 				mine := make([]float32, count)
@@ -623,6 +631,15 @@ func TestRecvWhereNothingElseIsPosted(t *testing.T) {
 				for q := 0; r == 0 && q < n; q++ {
 					if !slices.Equal(gathered[q*count:(q+1)*count], in[q][:count]) {
 						return fmt.Errorf("Gather: block %d is not rank %d's", q, q)
+					}
+				}
+				swapped := make([]float32, n*count)
+				if err := AllToAll(ctx, c, in[r], swapped); err != nil {
+					return err
+				}
+				for q := range n {
+					if !slices.Equal(swapped[q*count:(q+1)*count], in[q][r*count:(r+1)*count]) {
+						return fmt.Errorf("rank %d: AllToAll: block %d is not rank %d's block %d", r, q, q, r)
 					}
 				}
 				return nil
