@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -222,5 +223,98 @@ echo "        1024          256    float   none      0       ` + strconv.FormatF
 	}
 	if got, want := strings.Join(order, " "), "old new other new other old other old new"; got != want {
 		t.Errorf("builds ran in the order %s, want %s (rotated each round)", got, want)
+	}
+}
+
+// TestEnvABRefusesBadArguments: bench/env_ab.sh stops before building or
+// running anything, with an error naming what it cannot use.
+func TestEnvABRefusesBadArguments(t *testing.T) {
+	bin := idleBench(t, t.TempDir())
+	refusesBadArguments(t, "env_ab.sh", []badArguments{
+		{"no arguments", nil, `usage: bash bench/env_ab.sh VAR "VALUE1 VALUE2 ..."`},
+		{"no values", []string{"GORUN_SPIN"}, "usage:"},
+		{"one value", []string{"GORUN_SPIN", "0s"}, "VALUES '0s': want at least two values"},
+		{"not a name", []string{"GORUN SPIN", "0s 3us"}, "VAR 'GORUN SPIN': want an environment variable's name"},
+		{"rounds not a number", []string{"GORUN_SPIN", "0s 3us", "four"}, "ROUNDS 'four': want a whole number, at least 1"},
+		{"no rounds", []string{"GORUN_SPIN", "0s 3us", "0"}, "ROUNDS '0': want a whole number, at least 1"},
+	})
+	t.Setenv("BENCH", filepath.Dir(bin))
+	refusesBadArguments(t, "env_ab.sh", []badArguments{
+		{"BENCH a directory", []string{"GORUN_SPIN", "0s 3us"}, "BENCH " + filepath.Dir(bin) + ": not an executable bench binary"},
+	})
+}
+
+// TestEnvABSummary runs bench/env_ab.sh on a stand-in bench binary
+// (BENCH) whose times depend on the variable's value, and reads back its
+// per-round lines (every value once a round, in rotated order, the
+// arguments passed on), the medians by value and their ratio, and Open
+// MPI's medians from the competitors' table — and the same summary,
+// without Open MPI, from runs with the competitors off.
+func TestEnvABSummary(t *testing.T) {
+	dir := t.TempDir()
+	calls := filepath.Join(dir, "calls")
+	bin := filepath.Join(dir, "bench")
+	// 2 µs with X=fast, 4 with X=slow, twice that at 1 KiB and over
+	// TCP; the competitors' table unless -competitors=false.
+	script := `#!/bin/sh
+echo "X=$X $*" >> ` + calls + `
+t=2; [ "$X" = slow ] && t=4
+for variant in default tcp; do
+	[ $variant = tcp ] && t=$((t * 2))
+	echo "# gorun collectives, 4 ranks, variant $variant"
+	echo "# Collective test: gather, 4 ranks"
+	echo "#       size        count     type  redop   root       time    algbw    busbw  #wrong"
+	echo "          16            4    float   none      0       $t.00     0.01     0.01       0"
+	echo "        1024          256    float   none      0       $((t * 2)).00     0.01     0.01       0"
+done
+echo "# Summary: bus bandwidth (GB/s) by message size"
+case " $* " in *" -competitors=false "*) exit 0 ;; esac
+echo "# gather against the competitors (variant default): time in µs; ratio = their time / gorun's"
+echo "#  np    size(B)      gorun       gloo   ratio    mpi-tcp   ratio    mpi-shm   ratio"
+echo "    4         16       $t.00          -       -       7.00   1.00x       1.50   1.00x"
+`
+	if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("BENCH", bin)
+	out, err := exec.Command("bash", "env_ab.sh", "X", "fast slow", "3", "-np", "4", "-ops", "gather").CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	text := string(out)
+	for _, want := range []string{
+		"1 fast gather default 4 16 2.00", "1 slow gather tcp 4 1024 16.00", "3 slow gather default 4 16 4.00",
+		"gather default 4 16: fast 2.00 [2.00-2.00] | slow 4.00 [4.00-4.00]; 0.50; Open MPI 7.00 | 1.50",
+		"gather tcp 4 1024: fast 8.00 [8.00-8.00] | slow 16.00 [16.00-16.00]; 0.50; Open MPI - | -",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("output lacks %q:\n%s", want, text)
+		}
+	}
+	if n := len(regexp.MustCompile(`(?m)^[123] (fast|slow) gather `).FindAllString(text, -1)); n != 3*2*4 {
+		t.Errorf("%d per-round lines, want 24 (3 rounds, 2 values, 4 rows):\n%s", n, text)
+	}
+	log, err := os.ReadFile(calls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	for _, l := range strings.Split(strings.TrimSpace(string(log)), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 2 || strings.Join(f[1:], " ") != "collectives -np 4 -ops gather" {
+			t.Errorf("the bench ran as %q, want collectives with the arguments after ROUNDS", l)
+		}
+		order = append(order, f[0])
+	}
+	if got, want := strings.Join(order, " "), "X=fast X=slow X=slow X=fast X=fast X=slow"; got != want {
+		t.Errorf("values ran in the order %s, want %s (rotated each round)", got, want)
+	}
+
+	out, err = exec.Command("bash", "env_ab.sh", "X", "fast slow", "1", "-competitors=false").CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if want := "gather default 4 1024: fast 4.00 [4.00-4.00] | slow 8.00 [8.00-8.00]; 0.50; Open MPI - | -"; !strings.Contains(string(out), want) {
+		t.Errorf("with the competitors off, output lacks %q:\n%s", want, out)
 	}
 }
