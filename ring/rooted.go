@@ -410,30 +410,11 @@ func exchange[T Elem](ctx context.Context, c *Collectives, call Call, step int, 
 		}
 		return c.messageChunkElems(elemSize[T](), hi-lo)
 	}
-	if takesAll(c, recv, rl, chunk) {
-		// Every block to receive is one small frame: this rank's sent
-		// first, then each taken straight from the transport where it can,
-		// in order (no receive posted, no mailbox).
-		if sending {
-			for i := 1; i < n; i++ {
-				to := mod(r+i, n)
-				lo, hi := sl.block(to)
-				if err := sendChunksDirect(ctx, c, call, to, step, send, lo, hi, chunk(lo, hi)); err != nil {
-					return err
-				}
-			}
-		}
-		for i := 1; i < n; i++ {
-			from := mod(r-i, n)
-			lo, hi := rl.block(from)
-			b := AsBytes(recv[lo:hi])
-			if err := c.recvOne(ctx, call, step, 0, from, b, len(b)); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	for i := 1; i < n; i++ {
+	// Where every block to receive is one small frame, none is posted:
+	// after this rank's sends, each is taken straight from the transport
+	// where it can, in order (no mailbox).
+	take := takesAll(c, recv, rl, chunk)
+	for i := 1; i < n && !take; i++ {
 		from := mod(r-i, n)
 		lo, hi := rl.block(from)
 		if err := postChunksBy(c, from, recv, lo, hi, chunk(lo, hi)); err != nil {
@@ -448,6 +429,17 @@ func exchange[T Elem](ctx context.Context, c *Collectives, call Call, step int, 
 				return err
 			}
 		}
+	}
+	if take {
+		for i := 1; i < n; i++ {
+			from := mod(r-i, n)
+			lo, hi := rl.block(from)
+			b := AsBytes(recv[lo:hi])
+			if err := c.recvOne(ctx, call, step, 0, from, b, len(b)); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	first := 0
 	for i := 1; i < n; i++ {
