@@ -410,10 +410,7 @@ func exchange[T Elem](ctx context.Context, c *Collectives, call Call, step int, 
 		}
 		return c.messageChunkElems(elemSize[T](), hi-lo)
 	}
-	// Where every block to receive is one small frame, none is posted:
-	// after this rank's sends, each is taken straight from the transport
-	// where it can, in order (no mailbox).
-	take := takesAll(c, recv, rl, chunk)
+	take := takesAll(c, recv, rl, chunk) // nothing posted: see above
 	for i := 1; i < n && !take; i++ {
 		from := mod(r-i, n)
 		lo, hi := rl.block(from)
