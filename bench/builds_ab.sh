@@ -55,7 +55,7 @@ n=${#bins[@]}
 for round in $(seq "$rounds"); do
 	for i in $(seq 0 $((n - 1))); do
 		k=$(((i + round - 1) % n))
-		"${bins[$k]}" collectives -helpers bench/competitors -np "$np" -sizes "$sizes" -ops "$ops" -competitors=false "$@" 2>&1 |
+		"${bins[$k]}" collectives -helpers bench/competitors -np "$np" -sizes "$sizes" -ops "$ops" -competitors=false "$@" |
 			awk -v b="${names[$k]}" -v r="$round" -v np="$np" '
 				/^# Collective test:/ { op = $4; sub(",", "", op) }
 				/^ +[0-9]+ +[0-9]+ +[a-z0-9]+ +[a-z]+ / { print r, b, op, np, $1, $6 }'

@@ -42,7 +42,7 @@ for round in $(seq "$rounds"); do
 		bin=$old
 		[ "$build" = new ] && bin=$new
 		"$bin" collectives -helpers bench/competitors -np "$np" -sizes "$sizes" -ops "$ops" \
-			-competitors="${COMPETITORS:-true}" "$@" 2>&1 |
+			-competitors="${COMPETITORS:-true}" "$@" |
 			awk -v b="$build" -v r="$round" -v np="$np" '
 				/^# Collective test:/ { op = $4; sub(",", "", op) }
 				/^ +[0-9]+ +[0-9]+ +[a-z0-9]+ +[a-z]+ / { if (!vs) mine[op, $1] = $6 }

@@ -249,7 +249,8 @@ func TestEnvABRefusesBadArguments(t *testing.T) {
 // per-round lines (every value once a round, in rotated order, the
 // arguments passed on), the medians by value and their ratio, and Open
 // MPI's medians from the competitors' table — and the same summary,
-// without Open MPI, from runs with the competitors off.
+// without Open MPI, from runs with the competitors off, and with BENCH a
+// path relative to where the script was started.
 func TestEnvABSummary(t *testing.T) {
 	dir := t.TempDir()
 	calls := filepath.Join(dir, "calls")
@@ -316,5 +317,55 @@ echo "    4         16       $t.00          -       -       7.00   1.00x       1
 	}
 	if want := "gather default 4 1024: fast 4.00 [4.00-4.00] | slow 8.00 [8.00-8.00]; 0.50; Open MPI - | -"; !strings.Contains(string(out), want) {
 		t.Errorf("with the competitors off, output lacks %q:\n%s", want, out)
+	}
+
+	// BENCH named relative to where the script is started.
+	envAB, err := filepath.Abs("env_ab.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("bash", envAB, "X", "fast slow", "1", "-competitors=false")
+	cmd.Dir, cmd.Env = dir, append(os.Environ(), "BENCH=bench")
+	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "gather tcp 4 16: fast 4.00") {
+		t.Errorf("with BENCH=bench started in its directory: %v, %s", err, out)
+	}
+}
+
+// TestABScriptsShowAFailedRun: when a bench run fails, each A/B script
+// stops with a failure and the run's own error message reaches the user
+// (the scripts' filters once swallowed it, leaving a bare exit status).
+func TestABScriptsShowAFailedRun(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "a", "bench")
+	if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\necho 'bench: unknown flag -nosuchflag' >&2\nexit 2\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(dir, "b", "bench")
+	if err := os.MkdirAll(filepath.Dir(other), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(bin, other); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		script string
+		args   []string
+		env    string
+	}{
+		{"collectives_ab.sh", []string{bin, other, "1", "2", "8B", "reduce", "-nosuchflag"}, "COMPETITORS=false"},
+		{"builds_ab.sh", []string{"1", "2", "8B", "reduce", bin, other, "--", "-nosuchflag"}, ""},
+		{"env_ab.sh", []string{"X", "a b", "1", "-nosuchflag"}, "BENCH=" + bin},
+	} {
+		t.Run(tc.script, func(t *testing.T) {
+			cmd := exec.Command("bash", append([]string{tc.script}, tc.args...)...)
+			cmd.Env = append(os.Environ(), tc.env)
+			out, err := cmd.CombinedOutput()
+			if err == nil || !strings.Contains(string(out), "bench: unknown flag -nosuchflag") {
+				t.Fatalf("got %v and %q, want a failure showing the run's error", err, out)
+			}
+		})
 	}
 }

@@ -31,8 +31,11 @@ if ! [[ $rounds =~ ^[1-9][0-9]*$ ]]; then
 	exit 2
 fi
 shift $(($# < 3 ? $# : 3))
-cd "$(dirname "$0")/.."
 bench=${BENCH:-}
+if [ -n "$bench" ] && [[ $bench != /* ]]; then
+	bench=$PWD/$bench # named from where the script was started
+fi
+cd "$(dirname "$0")/.."
 if [ -z "$bench" ]; then
 	go build -o bin/ ./cmd/bench
 	bench=bin/bench
@@ -48,7 +51,7 @@ for round in $(seq "$rounds"); do
 	for i in $(seq 0 $((n - 1))); do
 		v=${values[$(((i + round - 1) % n))]}
 		echo "# round $round: $var=$v"
-		env "$var=$v" "$bench" collectives "$@" 2>&1 |
+		env "$var=$v" "$bench" collectives "$@" |
 			awk -v r="$round" -v v="$v" '
 				/^# gorun collectives,/ { np = $4; variant = $NF }
 				/^# Collective test:/ { op = $4; sub(",", "", op); gorun = 1; next }
