@@ -136,7 +136,9 @@ func TestLargeBlocksMultiProcess(t *testing.T) {
 // RDMA where this machine has a device), and of 16 MiB all-to-alls over
 // shared memory (ranks reading each other's memory, direct frames), and of
 // 16-byte Scatters over TCP (a binomial tree through the victim) and
-// shared memory (small records held near their receiver): every
+// shared memory (small records held near their receiver), and of small
+// all-to-alls and Gathers through shared memory (blocks taken straight
+// from the rings, no receive posted): every
 // survivor must fail within 10 s with an error naming it, and the
 // launcher must name it as the first failure.
 func TestRankKilledMidAllReduce(t *testing.T) {
@@ -152,7 +154,10 @@ func TestRankKilledMidAllReduce(t *testing.T) {
 		// small records and may be held at the bound of those unreleased
 		// in the victim's ring (shm's smallAhead).
 		{"GORUN_TRANSPORT=tcp", "KILL_DURING=scatter"}, {"GORUN_TRANSPORT=tcp", "GORUN_CONNECT=lazy", "KILL_DURING=scatter"},
-		{"GORUN_TRANSPORT=auto", "KILL_DURING=scatter"}}
+		{"GORUN_TRANSPORT=auto", "KILL_DURING=scatter"},
+		// Small all-to-alls and Gathers through shared memory: blocks
+		// taken straight from the rings after the sends, none posted.
+		{"GORUN_TRANSPORT=auto", "KILL_DURING=smallalltoall"}, {"GORUN_TRANSPORT=auto", "KILL_DURING=gather"}}
 	if entries, _ := os.ReadDir("/sys/class/infiniband"); len(entries) > 0 {
 		variants = append(variants, []string{"GORUN_TRANSPORT=rdma"})
 	}

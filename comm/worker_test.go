@@ -190,6 +190,18 @@ func killScenario(ctx context.Context, g *comm.Group) error {
 		// Blocks of 16/np MiB: direct frames in flight through shared memory.
 		recv := make([]float32, len(buf))
 		call = func() error { return g.AllToAll(ctx, buf, recv) }
+	case "smallalltoall":
+		// Blocks of 4 bytes through shared memory: every rank sends its
+		// blocks, then takes each peer's straight from its ring, in
+		// order (no receive posted), the victim's among them.
+		send, recv := buf[:g.Size()], make([]float32, g.Size())
+		call = func() error { return g.AllToAll(ctx, send, recv) }
+	case "gather":
+		// Blocks of 16 bytes: the root takes each rank's straight from
+		// its ring, in order, the victim's among them.
+		recv := make([]float32, 4*g.Size())
+		call = func() error { return g.Gather(ctx, buf[:4], recv, 0) }
+		after = 200 * time.Millisecond
 	case "scatter":
 		// Blocks of 16 bytes: over TCP they go down the binomial tree,
 		// where the victim's children wait on it, not on the root. The
