@@ -12,6 +12,7 @@
 #   e.g. bash bench/builds_ab.sh 6 4 16B,1KB reduce,gather /tmp/A/bench /tmp/B/bench -- -variants tcp
 # (build each with `go build -o DIR/ ./cmd/bench` in its checkout).
 set -euo pipefail
+source "$(dirname "$0")/ab_common.sh"
 usage="usage: bash bench/builds_ab.sh ROUNDS NP SIZES OPS BENCH BENCH... [-- ARGS...]"
 if [ $# -lt 6 ]; then
 	echo "$usage" >&2
@@ -19,16 +20,10 @@ if [ $# -lt 6 ]; then
 fi
 rounds=$1 np=$2 sizes=$3 ops=$4
 shift 4
-if ! [[ $rounds =~ ^[1-9][0-9]*$ ]]; then
-	echo "builds_ab.sh: ROUNDS '$rounds': want a whole number, at least 1" >&2
-	exit 2
-fi
+want_rounds "$rounds"
 bins=() names=()
 while [ $# -gt 0 ] && [ "$1" != -- ]; do
-	if [ ! -x "$1" ] || [ -d "$1" ]; then
-		echo "builds_ab.sh: $1: not an executable bench binary (go build -o DIR/ ./cmd/bench)" >&2
-		exit 2
-	fi
+	want_bench "" "$1"
 	name=$(basename "$(dirname "$(realpath "$1")")")
 	for n in "${names[@]}"; do
 		if [ "$n" = "$name" ]; then
@@ -48,7 +43,7 @@ fi
 cd "$(dirname "$0")/.."
 tmp=$(mktemp)
 trap 'rm -f "$tmp"' EXIT
-echo "# $(date -u +%FT%TZ) $(lscpu | sed -n 's/^Model name: *//p'), family $(lscpu | sed -n 's/^CPU family: *//p') model $(lscpu | sed -n 's/^Model: *//p') ($(nproc) cores)"
+machine_line
 echo "# builds ${names[*]} (${bins[*]}); np $np; sizes $sizes; $ops; $*"
 echo "# round build collective np size gorun-µs"
 n=${#bins[@]}

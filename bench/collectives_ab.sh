@@ -11,28 +11,22 @@
 #   e.g. bash bench/collectives_ab.sh /tmp/old/bench bin/bench 4 2 1MB,2MB,4MB reduce,broadcast -iters 300 -warmup 30
 # (build each with `go build -o DIR/ ./cmd/bench` in its checkout).
 set -euo pipefail
+source "$(dirname "$0")/ab_common.sh"
 usage="usage: bash bench/collectives_ab.sh OLD_BENCH NEW_BENCH ROUNDS NP SIZES OPS [ARGS...]"
 if [ $# -lt 6 ]; then
 	echo "$usage" >&2
 	exit 2
 fi
 old=$1 new=$2 rounds=$3 np=$4 sizes=$5 ops=$6
-for bin in "$old" "$new"; do
-	if [ ! -x "$bin" ]; then
-		echo "collectives_ab.sh: $bin: not an executable bench binary (go build -o DIR/ ./cmd/bench)" >&2
-		exit 2
-	fi
-done
-if ! [[ $rounds =~ ^[1-9][0-9]*$ ]]; then
-	echo "collectives_ab.sh: ROUNDS '$rounds': want a whole number, at least 1" >&2
-	exit 2
-fi
+want_bench "" "$old"
+want_bench "" "$new"
+want_rounds "$rounds"
 old=$(realpath "$old") new=$(realpath "$new")
 cd "$(dirname "$0")/.."
 shift 6
 tmp=$(mktemp)
 trap 'rm -f "$tmp"' EXIT
-echo "# $(date -u +%FT%TZ) $(lscpu | sed -n 's/^Model name: *//p'), family $(lscpu | sed -n 's/^CPU family: *//p') model $(lscpu | sed -n 's/^Model: *//p') ($(nproc) cores)"
+machine_line
 echo "# old $old, new $new; np $np; sizes $sizes; $ops; competitors ${COMPETITORS:-true}; $*"
 echo "# round build collective np size gorun-µs [open-mpi-µs open-mpi÷gorun]"
 for round in $(seq "$rounds"); do

@@ -107,6 +107,7 @@ func TestCollectivesABRefusesBadArguments(t *testing.T) {
 		{"no arguments", nil, "usage: bash bench/collectives_ab.sh OLD_BENCH NEW_BENCH ROUNDS NP SIZES OPS"},
 		{"no collectives", []string{bin, bin, "4", "2", "1MB"}, "usage:"},
 		{"missing binary", []string{"/nonexistent/bench", bin, "4", "2", "1MB", "reduce"}, "/nonexistent/bench: not an executable bench binary"},
+		{"a directory", []string{bin, filepath.Dir(bin), "4", "2", "1MB", "reduce"}, filepath.Dir(bin) + ": not an executable bench binary"},
 		{"rounds not a number", []string{bin, bin, "four", "2", "1MB", "reduce"}, "ROUNDS 'four': want a whole number, at least 1"},
 		{"no rounds", []string{bin, bin, "0", "2", "1MB", "reduce"}, "ROUNDS '0': want a whole number, at least 1"},
 	})
@@ -195,20 +196,10 @@ echo "        1024          256    float   none      0       ` + strconv.FormatF
 		return bin
 	}
 	a, b, c := fake("old", 4), fake("new", 2), fake("other", 8)
-	out, err := exec.Command("bash", "builds_ab.sh", "3", "4", "16B,1KB", "gather", a, b, c, "--", "-variants", "tcp").CombinedOutput()
-	if err != nil {
-		t.Fatalf("%v: %s", err, out)
-	}
-	text := string(out)
-	for _, want := range []string{
+	outputHas(t, runScript(t, "builds_ab.sh", "3", "4", "16B,1KB", "gather", a, b, c, "--", "-variants", "tcp"),
 		"1 old gather 4 16 4.00", "1 new gather 4 16 2.00", "3 other gather 4 1024 16.00",
 		"gather np4 16: 4.00 2.00 8.00 | new 2.00 [2.00–2.00] | other 0.50 [0.50–0.50]",
-		"gather np4 1024: 8.00 4.00 16.00 | new 2.00 [2.00–2.00] | other 0.50 [0.50–0.50]",
-	} {
-		if !strings.Contains(text, want) {
-			t.Errorf("output lacks %q:\n%s", want, text)
-		}
-	}
+		"gather np4 1024: 8.00 4.00 16.00 | new 2.00 [2.00–2.00] | other 0.50 [0.50–0.50]")
 	log, err := os.ReadFile(calls)
 	if err != nil {
 		t.Fatal(err)
@@ -278,20 +269,11 @@ echo "    4         16       $t.00          -       -       7.00   1.00x       1
 		t.Fatal(err)
 	}
 	t.Setenv("BENCH", bin)
-	out, err := exec.Command("bash", "env_ab.sh", "X", "fast slow", "3", "-np", "4", "-ops", "gather").CombinedOutput()
-	if err != nil {
-		t.Fatalf("%v: %s", err, out)
-	}
-	text := string(out)
-	for _, want := range []string{
+	text := runScript(t, "env_ab.sh", "X", "fast slow", "3", "-np", "4", "-ops", "gather")
+	outputHas(t, text,
 		"1 fast gather default 4 16 2.00", "1 slow gather tcp 4 1024 16.00", "3 slow gather default 4 16 4.00",
 		"gather default 4 16: fast 2.00 [2.00-2.00] | slow 4.00 [4.00-4.00]; 0.50; Open MPI 7.00 | 1.50",
-		"gather tcp 4 1024: fast 8.00 [8.00-8.00] | slow 16.00 [16.00-16.00]; 0.50; Open MPI - | -",
-	} {
-		if !strings.Contains(text, want) {
-			t.Errorf("output lacks %q:\n%s", want, text)
-		}
-	}
+		"gather tcp 4 1024: fast 8.00 [8.00-8.00] | slow 16.00 [16.00-16.00]; 0.50; Open MPI - | -")
 	if n := len(regexp.MustCompile(`(?m)^[123] (fast|slow) gather `).FindAllString(text, -1)); n != 3*2*4 {
 		t.Errorf("%d per-round lines, want 24 (3 rounds, 2 values, 4 rows):\n%s", n, text)
 	}
@@ -311,13 +293,9 @@ echo "    4         16       $t.00          -       -       7.00   1.00x       1
 		t.Errorf("values ran in the order %s, want %s (rotated each round)", got, want)
 	}
 
-	out, err = exec.Command("bash", "env_ab.sh", "X", "fast slow", "1", "-competitors=false").CombinedOutput()
-	if err != nil {
-		t.Fatalf("%v: %s", err, out)
-	}
-	if want := "gather default 4 1024: fast 4.00 [4.00-4.00] | slow 8.00 [8.00-8.00]; 0.50; Open MPI - | -"; !strings.Contains(string(out), want) {
-		t.Errorf("with the competitors off, output lacks %q:\n%s", want, out)
-	}
+	// With the competitors off.
+	outputHas(t, runScript(t, "env_ab.sh", "X", "fast slow", "1", "-competitors=false"),
+		"gather default 4 1024: fast 4.00 [4.00-4.00] | slow 8.00 [8.00-8.00]; 0.50; Open MPI - | -")
 
 	// BENCH named relative to where the script is started.
 	envAB, err := filepath.Abs("env_ab.sh")
@@ -367,5 +345,26 @@ func TestABScriptsShowAFailedRun(t *testing.T) {
 				t.Fatalf("got %v and %q, want a failure showing the run's error", err, out)
 			}
 		})
+	}
+}
+
+// runScript runs bench/SCRIPT with args and returns what it printed; the
+// test fails if the script fails.
+func runScript(t *testing.T, script string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command("bash", append([]string{script}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v: %s", script, err, out)
+	}
+	return string(out)
+}
+
+// outputHas fails the test for every one of wants that text lacks.
+func outputHas(t *testing.T, text string, wants ...string) {
+	t.Helper()
+	for _, want := range wants {
+		if !strings.Contains(text, want) {
+			t.Errorf("output lacks %q:\n%s", want, text)
+		}
 	}
 }

@@ -12,6 +12,7 @@
 # BENCH names the bench binary to run (default: this checkout's, built
 # into bin/).
 set -euo pipefail
+source "$(dirname "$0")/ab_common.sh"
 usage='usage: bash bench/env_ab.sh VAR "VALUE1 VALUE2 ..." [ROUNDS] [ARGS...]'
 if [ $# -lt 2 ]; then
 	echo "$usage" >&2
@@ -26,10 +27,7 @@ if [ ${#values[@]} -lt 2 ]; then
 	echo "env_ab.sh: VALUES '$2': want at least two values, separated by spaces" >&2
 	exit 2
 fi
-if ! [[ $rounds =~ ^[1-9][0-9]*$ ]]; then
-	echo "env_ab.sh: ROUNDS '$rounds': want a whole number, at least 1" >&2
-	exit 2
-fi
+want_rounds "$rounds"
 shift $(($# < 3 ? $# : 3))
 bench=${BENCH:-}
 if [ -n "$bench" ] && [[ $bench != /* ]]; then
@@ -39,11 +37,10 @@ cd "$(dirname "$0")/.."
 if [ -z "$bench" ]; then
 	go build -o bin/ ./cmd/bench
 	bench=bin/bench
-elif [ ! -x "$bench" ] || [ -d "$bench" ]; then
-	echo "env_ab.sh: BENCH $bench: not an executable bench binary (go build -o DIR/ ./cmd/bench)" >&2
-	exit 2
+else
+	want_bench "BENCH " "$bench"
 fi
-lscpu | grep -E 'Model name|^CPU family|^Model:|^CPU\(s\)' | tr -s ' '
+machine_line
 tmp=$(mktemp)
 trap 'rm -f "$tmp"' EXIT
 for round in $(seq "$rounds"); do
