@@ -140,7 +140,7 @@ type peer struct {
 	head   uint64     // out's position after the records this rank published; under sendMu
 	freed  uint64     // out's tail as last read; under sendMu
 	dirty  dirtyLines // out's lines that may hold data; under sendMu
-	looked uint64     // which multiple of smallWindow on this lap wrapEarly last read the tail past; under sendMu
+	looked uint64     // the window (position ÷ smallWindow) wrapEarly last read the tail in; under sendMu
 	plain  bool       // publish with plain stores (Transport.plain)
 	direct bool       // large frames go as direct records (until the peer refuses one); under sendMu
 	lent   []byte     // the payload of the direct record in flight (see direct.go); under sendMu
@@ -684,13 +684,10 @@ const smallWindow = 256 << 10
 // still goes round the whole ring. The caller holds sendMu.
 func (p *peer) wrapEarly(head, rec uint64) bool {
 	at := head & (p.out.size - 1)
-	if at == 0 {
-		p.looked = 0
-	}
-	if at < smallWindow || rec+lineBytes > at || at/smallWindow == p.looked {
+	if at < smallWindow || rec+lineBytes > at || head/smallWindow == p.looked {
 		return false
 	}
-	p.looked = at / smallWindow
+	p.looked = head / smallWindow
 	p.freed = p.out.tail.Load()
 	return head-p.freed <= smallWindow
 }
