@@ -2,6 +2,8 @@ package comm
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +17,13 @@ type call struct {
 	kind  string
 	count int        // elements; -1 for none (Barrier)
 	dtype ring.DType // 0 when the call has no buffer
+	// What else the group's ranks must pass alike: the reduction (0 for
+	// none) and, where rooted, the root. own marks the vector forms,
+	// where each rank passes a count of its own.
+	op     ring.Op
+	root   int
+	rooted bool
+	own    bool
 	// A receive's source rank and tag (kind "Recv"), named only when the
 	// call is described, so that recording it allocates nothing.
 	src, tag int
@@ -34,6 +43,31 @@ func (c call) size() string {
 		return fmt.Sprintf("%d elements", c.count)
 	}
 	return fmt.Sprintf("%d × %v", c.count, c.dtype)
+}
+
+// agreed describes what every rank of the group passes alike to the
+// call: "Reduce (4 × float32, sum, root 0)", "GatherV (float32, root 1)".
+// Two ranks in the same call of a group with different descriptions made
+// different calls.
+func (c call) agreed() string {
+	parts := make([]string, 0, 3)
+	switch {
+	case c.count < 0:
+	case c.own:
+		parts = append(parts, c.dtype.String())
+	default:
+		parts = append(parts, c.size())
+	}
+	if c.op != 0 {
+		parts = append(parts, c.op.String())
+	}
+	if c.rooted {
+		parts = append(parts, "root "+strconv.Itoa(c.root))
+	}
+	if len(parts) == 0 {
+		return c.kind
+	}
+	return c.kind + " (" + strings.Join(parts, ", ") + ")"
 }
 
 // numbered names the call with the number the group gave it: "call #14
@@ -119,6 +153,7 @@ type place struct {
 	since   int64  // when the call started, or the last one ended (coarse clock; 0: unknown)
 	call    string // "call #3 (AllReduce, 1000 × float32)"
 	text    string // "in call #3 (AllReduce, 1000 × float32) for 5.0s"
+	agreed  string // call seq's agreed description ("" when unknown)
 }
 
 // where returns where the group's collectives stand at now.
@@ -127,7 +162,7 @@ func (a *activity) where(now time.Time) place {
 	defer a.mu.Unlock()
 	p := place{running: a.running, any: a.any, seq: a.seq, since: a.since}
 	if a.any {
-		p.call = a.c.numbered(a.seq)
+		p.call, p.agreed = a.c.numbered(a.seq), a.c.agreed()
 	}
 	d := ""
 	if a.since != 0 {

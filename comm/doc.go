@@ -22,7 +22,9 @@
 // with its last call and theirs. A call that waits longer than
 // Settings.StallAfter (GORUN_STALL) makes the rank log, asked over the TCP
 // connections beside the data, which ranks have not arrived and where each
-// rank is; a rank started by gorun exits when gorun is gone. After a
+// rank is; when that shows ranks in one call with different arguments
+// (calls no frame between them told apart), it ends the job with an error
+// naming both calls. A rank started by gorun exits when gorun is gone. After a
 // failure, Shrink gives the ranks still alive a new world group of
 // themselves, which they agree on even while more of them die.
 package comm

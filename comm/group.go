@@ -214,7 +214,7 @@ func openWorld(ctx context.Context, s Settings, data *dataPath, ctl *controls, h
 		peers[i] = i
 	}
 	g := newGroup(w, 0, peers, s.Rank)
-	ctl.stall.start(w.t, &g.act)
+	ctl.stall.start(w.t, &g.act, data.abort)
 	// Everyone is connected, and has mapped the segments it shares with
 	// its peers, once this all-reduce returns: it needs every rank's
 	// contribution. It also settles what ranks must agree on and cannot
@@ -1043,7 +1043,16 @@ func (c *collective[T]) call() call {
 	if c.kind == barrier {
 		return call{kind: collectiveNames[c.kind], count: -1}
 	}
-	return call{kind: collectiveNames[c.kind], count: c.count, dtype: ring.DTypeOf[T]()}
+	cl := call{kind: collectiveNames[c.kind], count: c.count, dtype: ring.DTypeOf[T](), op: c.op, root: c.root}
+	switch c.kind {
+	case broadcast, reduce, gather, scatter:
+		cl.rooted = true
+	case gatherV, scatterV:
+		cl.rooted, cl.own = true, true
+	case allGatherV, allToAllV, reduceScatterV:
+		cl.own = true
+	}
+	return cl
 }
 
 func (c *collective[T]) run(ctx context.Context, r *ring.Collectives) error {

@@ -266,6 +266,44 @@ func TestMismatchedCalls(t *testing.T) {
 	}
 }
 
+// TestDisagreementEndsStall: ranks that make one call differently where
+// no frame between them shows it (a Gather against Scatters; Reduces to
+// different roots) wait for each other until the stall report, after
+// GORUN_STALL=1s, finds them in the same call with different arguments:
+// the job then ends at once (not at GORUN_TIMEOUT=60s, runJob's), every
+// rank's error naming both calls and their ranks, over shared memory and
+// over TCP.
+func TestDisagreementEndsStall(t *testing.T) {
+	kind := "ranks disagree on call #1: rank 0 called Gather (4 × float32, root 0); ranks 1, 2 called Scatter (4 × float32, root 0)"
+	root := "ranks disagree on call #1: ranks 0, 2 called Reduce (4 × float32, sum, root 0); rank 1 called Reduce (4 × float32, sum, root 1)"
+	for _, tc := range []struct {
+		name, disagree, transport, want string
+	}{
+		{"kind", "kind", "", kind},
+		{"root", "root", "", root},
+		{"kind over tcp", "kind", "GORUN_TRANSPORT=tcp", kind},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := []string{"GORUN_STALL=1s", "DISAGREE=" + tc.disagree}
+			if tc.transport != "" {
+				env = append(env, tc.transport)
+			}
+			start := time.Now()
+			_, out := runJob(t, 3, "disagree", env...)
+			if d := time.Since(start); d > 30*time.Second {
+				t.Errorf("the job took %v to end, want it ended soon after the first stall report", d)
+			}
+			lines := commtest.RankLines(out)
+			for r := range 3 {
+				text := strings.Join(lines[r], "\n")
+				if !containsAll(text, "ERROR", "collective mismatch: "+tc.want) {
+					t.Errorf("rank %d's error does not name both calls (%q):\n%s", r, tc.want, out)
+				}
+			}
+		})
+	}
+}
+
 // TestStrangerCannotJoin: connections without the job token, garbage and
 // idle connections to the rendezvous port are dropped; the job still
 // finishes correctly.

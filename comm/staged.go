@@ -57,7 +57,7 @@ func (g *Group) AllReduceDevice(ctx context.Context, st Stager, ptr uintptr, n i
 // and start its reduction without synchronising; the buffer must not be
 // touched until Wait returns.
 func (g *Group) AllReduceDeviceAsync(ctx context.Context, st Stager, ptr uintptr, n int, op Op) *Work {
-	c := call{kind: "AllReduce", count: n, dtype: ring.Float32}
+	c := call{kind: "AllReduce", count: n, dtype: ring.Float32, op: op}
 	return g.stagedAsync(ctx, c, st, ptr, n, func(ctx context.Context, host []float32) error {
 		return ring.AllReduce(ctx, &g.ring, host, op)
 	})
@@ -102,7 +102,7 @@ func WidenInto[H Half](dst []float32, src []H) { ring.WidenInto(dst, src) }
 // least min(n, st.Chunk()) elements, is the caller's scratch: one staged
 // chunk at a time uses it, and it must not be touched until Wait returns.
 func AllReduceDeviceHalfAsync[H Half](ctx context.Context, g *Group, st Stager, ptr uintptr, n int, op Op, wire []H) *Work {
-	c := call{kind: "AllReduce", count: n, dtype: ring.DTypeOf[H]()}
+	c := call{kind: "AllReduce", count: n, dtype: ring.DTypeOf[H](), op: op}
 	if need := min(n, st.Chunk()); len(wire) < need {
 		return finished(g.wrap(c.String()+" on a device buffer", fmt.Errorf("a wire buffer of %d elements; staging needs %d", len(wire), need)))
 	}
@@ -120,7 +120,7 @@ func AllReduceDeviceHalfAsync[H Half](ctx context.Context, g *Group, st Stager, 
 // BroadcastDevice is Broadcast on n float32s at device address ptr,
 // staged through st.
 func (g *Group) BroadcastDevice(ctx context.Context, st Stager, ptr uintptr, n int, root int) error {
-	c := call{kind: "Broadcast", count: n, dtype: ring.Float32}
+	c := call{kind: "Broadcast", count: n, dtype: ring.Float32, root: root, rooted: true}
 	if root < 0 || root >= g.Size() {
 		return g.wrap(c.String(), fmt.Errorf("root %d outside the group of %d", root, g.Size()))
 	}

@@ -4,7 +4,9 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -32,7 +34,7 @@ import (
 // to rank 0, and its answer.
 const (
 	ctlWhere   = 'Q' // id u64
-	ctlHere    = 'A' // id u64, flags u8 (1: running, 2: any), seq u64, text
+	ctlHere    = 'A' // id u64, flags u8 (1: running, 2: any), seq u64, agreed length u16, agreed, text
 	ctlStalled = 'S' // id u64, seq u64, waited u64 (ns), what
 	ctlLate    = 'L' // id u64, summary
 )
@@ -54,20 +56,27 @@ func (w *stallWatch) reuse() time.Duration {
 // askTimeout bounds how long a rank waits for the others' answers.
 const askTimeout = 2 * time.Second
 
+// maxAgreed bounds the agreed description an answer carries.
+const maxAgreed = 1 << 10
+
 type stallWatch struct {
-	after  time.Duration
-	rank   int
-	size   int
-	log    io.Writer
-	t      *tcp.Transport // set once connected, before ready
-	act    *activity      // the world group's, set before ready
-	acts   activities     // the other groups' collectives and receives
-	clock  coarseClock    // what the activities stamp their calls with
-	ready  atomic.Bool
-	stop   chan struct{}
-	mu     sync.Mutex
-	nextID uint64
-	asks   map[uint64]chan answer
+	after time.Duration
+	rank  int
+	size  int
+	log   io.Writer
+	t     *tcp.Transport // set once connected, before ready
+	act   *activity      // the world group's, set before ready
+	// abort fails every rank's pending calls with an error (set before
+	// ready; nil in tests of the watch alone); aborted says settle used it.
+	abort   func(error)
+	aborted atomic.Bool
+	acts    activities  // the other groups' collectives and receives
+	clock   coarseClock // what the activities stamp their calls with
+	ready   atomic.Bool
+	stop    chan struct{}
+	mu      sync.Mutex
+	nextID  uint64
+	asks    map[uint64]chan answer
 
 	// Rank 0's last gathering for stalled ranks (relayAbove): when it
 	// ended, and its result; gathering is set while one runs.
@@ -111,11 +120,15 @@ func (w *stallWatch) control(from int, msg []byte) {
 	case ctlLate:
 		w.deliver(id, answer{from: from, p: place{text: string(msg[9:])}})
 	case ctlHere:
-		if len(msg) < 18 {
+		if len(msg) < 20 {
+			return
+		}
+		end := 20 + int(binary.LittleEndian.Uint16(msg[18:20]))
+		if end > len(msg) {
 			return
 		}
 		w.deliver(id, answer{from: from, p: place{running: msg[9]&1 != 0, any: msg[9]&2 != 0,
-			seq: binary.LittleEndian.Uint64(msg[10:18]), text: string(msg[18:])}})
+			seq: binary.LittleEndian.Uint64(msg[10:18]), agreed: string(msg[20:end]), text: string(msg[end:])}})
 	}
 }
 
@@ -151,7 +164,8 @@ func (w *stallWatch) question(n int) (id uint64, ch chan answer, done func()) {
 // answer tells rank from, which asked with id, where this rank is.
 func (w *stallWatch) answer(from int, id uint64) {
 	p := w.here(time.Now())
-	out := make([]byte, 0, 18+len(p.text))
+	agreed := p.agreed[:min(len(p.agreed), maxAgreed)]
+	out := make([]byte, 0, 20+len(agreed)+len(p.text))
 	out = append(out, ctlHere)
 	out = binary.LittleEndian.AppendUint64(out, id)
 	var flags byte
@@ -163,6 +177,8 @@ func (w *stallWatch) answer(from int, id uint64) {
 	}
 	out = append(out, flags)
 	out = binary.LittleEndian.AppendUint64(out, p.seq)
+	out = binary.LittleEndian.AppendUint16(out, uint16(len(agreed)))
+	out = append(out, agreed...)
 	out = append(out, p.text...)
 	w.t.SendControl(from, out)
 }
@@ -288,6 +304,7 @@ func (w *stallWatch) gatherShared() (g gathered, fresh bool) {
 // fresh says whether this call made it.
 func (w *stallWatch) sharedTable(seq uint64) (summary, table string, fresh bool) {
 	g, fresh := w.gatherShared()
+	w.settle(g.places, g.replies)
 	summary, table = describe(g.places, g.replies, seq)
 	return summary, table, fresh
 }
@@ -350,6 +367,7 @@ func (w *stallWatch) askRankZero(seq uint64, waited time.Duration, what string) 
 // then one line per rank.
 func (w *stallWatch) table(seq uint64) (summary, text string) {
 	places, replies := w.gather()
+	w.settle(places, replies)
 	return describe(places, replies, seq)
 }
 
@@ -422,8 +440,61 @@ func describe(places []place, replies []reply, seq uint64) (summary, text string
 	if len(quiet) > 0 {
 		summary += "; " + ranks(quiet, "did not answer", "did not answer")
 	}
+	if d := disagreement(places, replies); d != "" {
+		summary = d + "; " + summary
+	}
 	return summary, b.String()
 }
+
+// disagreement describes the ranks among places that made the world
+// group's call of one number with different arguments, "" when there are
+// none: "ranks disagree on call #1: rank 0 called Gather (4 × float32,
+// root 0); ranks 1, 2 called Scatter (4 × float32, root 0)". Such a call
+// never completes on every rank: the ranks wait for frames that will not
+// come, where no frame between them shows the difference.
+func disagreement(places []place, replies []reply) string {
+	bySeq := map[uint64][]int{} // ranks by the call they are in, or made last
+	for r, p := range places {
+		if replies[r] == answered && p.any && p.agreed != "" {
+			bySeq[p.seq] = append(bySeq[p.seq], r)
+		}
+	}
+	for _, seq := range slices.Sorted(maps.Keys(bySeq)) {
+		var calls []string // the distinct descriptions, by lowest rank
+		callers := map[string][]int{}
+		for _, r := range bySeq[seq] {
+			a := places[r].agreed
+			if callers[a] == nil {
+				calls = append(calls, a)
+			}
+			callers[a] = append(callers[a], r)
+		}
+		if len(calls) < 2 {
+			continue
+		}
+		parts := make([]string, len(calls))
+		for i, a := range calls {
+			parts[i] = ranks(callers[a], "called "+a, "called "+a)
+		}
+		return fmt.Sprintf("ranks disagree on call #%d: %s", seq, strings.Join(parts, "; "))
+	}
+	return ""
+}
+
+// settle aborts the job when places show ranks that made one call of the
+// world group differently (disagreement): the calls would otherwise wait
+// out the timeout. Every rank's pending call then fails, naming them.
+func (w *stallWatch) settle(places []place, replies []reply) {
+	d := disagreement(places, replies)
+	if d == "" || w.abort == nil || !w.aborted.CompareAndSwap(false, true) {
+		return
+	}
+	w.abort(fmt.Errorf("%s%s", mismatchAbort, strings.TrimPrefix(d, "ranks disagree")))
+}
+
+// mismatchAbort begins the error settle aborts with (which peers see as
+// the abort's text).
+const mismatchAbort = "collective mismatch: ranks disagree"
 
 // report logs where every rank is, for the call of a this rank has
 // waited in for waited. Only for the world group's collectives can it
@@ -461,9 +532,10 @@ func ranks(rs []int, one, many string) string {
 
 // start begins answering the other ranks' questions about where this
 // rank is (t carries them; act is the world group's) and, when stall
-// reports are on, watching the world group's calls.
-func (w *stallWatch) start(t *tcp.Transport, act *activity) {
-	w.t, w.act = t, act
+// reports are on, watching the world group's calls; abort is how a stall
+// report that finds ranks disagreeing on a call ends the job.
+func (w *stallWatch) start(t *tcp.Transport, act *activity, abort func(error)) {
+	w.t, w.act, w.abort = t, act, abort
 	w.clock.tick(time.Now())
 	w.ready.Store(true)
 	if w.after > 0 && w.size > 1 {
@@ -525,8 +597,8 @@ func (w *stallWatch) run() {
 // is in, where every rank was, when the call failed after waiting at
 // least the stall threshold.
 func (w *stallWatch) failedAfterStall(err error, a *activity) error {
-	if w.after <= 0 || !w.ready.Load() {
-		return err
+	if w.after <= 0 || !w.ready.Load() || strings.Contains(err.Error(), mismatchAbort) {
+		return err // (a disagreement's abort names the calls; its reports logged the table)
 	}
 	p := a.where(time.Now())
 	waited := time.Duration(time.Now().UnixNano() - p.since)

@@ -112,6 +112,8 @@ func runWorker(scenario string) int {
 			time.Sleep(pause)
 			err = g.Send(ctx, buf, 0, 3)
 		}
+	case "disagree":
+		err = disagreeScenario(ctx, g)
 	case "mismatch":
 		if g.Rank() == 1 {
 			err = g.AllReduce(ctx, make([]float32, 1000), comm.Sum)
@@ -1008,4 +1010,37 @@ func largeBroadcasts(ctx context.Context, g *comm.Group) error {
 		}
 	}
 	return nil
+}
+
+// disagreeScenario makes calls the ranks disagree on where no frame
+// between the disagreeing ranks shows it (DISAGREE): "kind", rank 0
+// gathers while the others scatter; "root", a Reduce to root 0 on ranks 0
+// and 2 and to root 1 on rank 1 (rank 2, a leaf of root 0, finishes its
+// call, computes for 3 s and makes a Barrier). Only a stall report can
+// tell; the job must end with every rank naming both calls, not wait out
+// GORUN_TIMEOUT.
+func disagreeScenario(ctx context.Context, g *comm.Group) error {
+	r := g.Rank()
+	buf := make([]float32, 4*g.Size())
+	var err error
+	switch os.Getenv("DISAGREE") {
+	case "kind":
+		if r == 0 {
+			err = g.Gather(ctx, buf[:4], buf, 0)
+		} else {
+			err = g.Scatter(ctx, buf, buf[:4], 0)
+		}
+	case "root":
+		err = g.Reduce(ctx, buf[:4], comm.Sum, r%2)
+		if err == nil {
+			time.Sleep(3 * time.Second)
+			err = g.Barrier(ctx)
+		}
+	default:
+		return fmt.Errorf("DISAGREE=%q", os.Getenv("DISAGREE"))
+	}
+	if err == nil {
+		err = errors.New("calls the ranks disagree on succeeded")
+	}
+	return err
 }
