@@ -106,14 +106,20 @@ func (c *coarseClock) load() int64 { return c.ns.Load() }
 // is (a farewell, a stall report), never through the group's lock, which
 // a stalled call holds.
 type activity struct {
-	label   string       // "" for the world group's collectives; "sub-group 3", "receives"
-	clock   *coarseClock // the world's
-	mu      sync.Mutex
-	running bool
-	seq     uint64 // of the running call, or of the last one
-	c       call
-	since   int64 // when the running call started, or the last one ended (coarse clock; 0: unknown)
-	any     bool  // some call has run
+	label string // "" for the world group's collectives; "sub-group 3", "receives"
+	// group names the group whose collectives these are, the same on all
+	// its members and unlike any other group's: "" for the world,
+	// "sub-group 3 (world ranks 1, 3)"; none for receives (compared is
+	// false).
+	group    string
+	compared bool
+	clock    *coarseClock // the world's
+	mu       sync.Mutex
+	running  bool
+	seq      uint64 // of the running call, or of the last one
+	c        call
+	since    int64 // when the running call started, or the last one ended (coarse clock; 0: unknown)
+	any      bool  // some call has run
 }
 
 // begin records that call c, numbered seq, starts now.
@@ -153,7 +159,27 @@ type place struct {
 	since   int64  // when the call started, or the last one ended (coarse clock; 0: unknown)
 	call    string // "call #3 (AllReduce, 1000 × float32)"
 	text    string // "in call #3 (AllReduce, 1000 × float32) for 5.0s"
-	agreed  string // call seq's agreed description ("" when unknown)
+	made    []made // the latest collective call of each group (stall watch: here)
+}
+
+// made is a group's latest collective call, as the stall watch compares
+// them across ranks: the group (activity.group), the call's number, and
+// what the rank passed to it (call.agreed).
+type made struct {
+	group  string
+	seq    uint64
+	agreed string
+}
+
+// made returns the group's latest collective call, if there is one and
+// the group's calls are compared across ranks.
+func (a *activity) made() (made, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.any || !a.compared {
+		return made{}, false
+	}
+	return made{group: a.group, seq: a.seq, agreed: a.c.agreed()}, true
 }
 
 // where returns where the group's collectives stand at now.
@@ -162,7 +188,7 @@ func (a *activity) where(now time.Time) place {
 	defer a.mu.Unlock()
 	p := place{running: a.running, any: a.any, seq: a.seq, since: a.since}
 	if a.any {
-		p.call, p.agreed = a.c.numbered(a.seq), a.c.agreed()
+		p.call = a.c.numbered(a.seq)
 	}
 	d := ""
 	if a.since != 0 {

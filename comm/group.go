@@ -283,14 +283,32 @@ func newGroup(w *world, id uint32, peers []int, rank int) *Group {
 	g.ring.Costs = costsFor(w, peers, 1)
 	g.ring.Hier = hierarchy(w, id, peers, rank)
 	g.act.clock, g.recvAct.clock = &w.stall.clock, &w.stall.clock
+	g.act.compared = true
 	g.recvAct.label = "receives"
 	if id != 0 {
 		g.act.label = fmt.Sprintf("sub-group %d", id)
+		g.act.group = subGroupName(id, peers)
 		g.recvAct.label = fmt.Sprintf("sub-group %d receives", id)
 		w.stall.acts.add(&g.act)
 	}
 	w.stall.acts.add(&g.recvAct)
 	return g
+}
+
+// subGroupName names sub-group id of the world ranks peers alike on every
+// member and unlike any other group: groups that share an id share no rank
+// (Split), so the first members tell them apart.
+func subGroupName(id uint32, peers []int) string {
+	const shown = 8
+	names := make([]string, 0, shown)
+	for _, p := range peers[:min(len(peers), shown)] {
+		names = append(names, strconv.Itoa(p))
+	}
+	list := strings.Join(names, ", ")
+	if len(peers) > shown {
+		list += fmt.Sprintf(", ... (%d ranks)", len(peers))
+	}
+	return fmt.Sprintf("sub-group %d (world ranks %s)", id, list)
 }
 
 // DefaultHierBytes is the all-reduce size above which GORUN_ALGO=auto

@@ -268,7 +268,8 @@ func TestMismatchedCalls(t *testing.T) {
 
 // TestDisagreementEndsStall: ranks that make one call differently where
 // no frame between them shows it (a Gather against Scatters; Reduces to
-// different roots) wait for each other until the stall report, after
+// different roots; the same in a sub-group, beside a sibling sub-group
+// of the same id that agrees) wait for each other until the stall report, after
 // GORUN_STALL=1s, finds them in the same call with different arguments:
 // the job then ends at once (not at GORUN_TIMEOUT=60s, runJob's), every
 // rank's error naming both calls and their ranks, over shared memory and
@@ -276,12 +277,15 @@ func TestMismatchedCalls(t *testing.T) {
 func TestDisagreementEndsStall(t *testing.T) {
 	kind := "ranks disagree on call #1: rank 0 called Gather (4 × float32, root 0); ranks 1, 2 called Scatter (4 × float32, root 0)"
 	root := "ranks disagree on call #1: ranks 0, 2 called Reduce (4 × float32, sum, root 0); rank 1 called Reduce (4 × float32, sum, root 1)"
+	sub := "ranks disagree on call #0 of sub-group 1 (world ranks 0, 2): rank 0 called Gather (4 × float32, root 0); rank 2 called Scatter (4 × float32, root 0)"
 	for _, tc := range []struct {
 		name, disagree, transport, want string
+		np                              int
 	}{
-		{"kind", "kind", "", kind},
-		{"root", "root", "", root},
-		{"kind over tcp", "kind", "GORUN_TRANSPORT=tcp", kind},
+		{"kind", "kind", "", kind, 3},
+		{"root", "root", "", root, 3},
+		{"kind over tcp", "kind", "GORUN_TRANSPORT=tcp", kind, 3},
+		{"sub-group", "subgroup", "", sub, 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			env := []string{"GORUN_STALL=1s", "DISAGREE=" + tc.disagree}
@@ -289,18 +293,40 @@ func TestDisagreementEndsStall(t *testing.T) {
 				env = append(env, tc.transport)
 			}
 			start := time.Now()
-			_, out := runJob(t, 3, "disagree", env...)
+			_, out := runJob(t, tc.np, "disagree", env...)
 			if d := time.Since(start); d > 30*time.Second {
 				t.Errorf("the job took %v to end, want it ended soon after the first stall report", d)
 			}
 			lines := commtest.RankLines(out)
-			for r := range 3 {
+			for r := range tc.np {
 				text := strings.Join(lines[r], "\n")
 				if !containsAll(text, "ERROR", "collective mismatch: "+tc.want) {
 					t.Errorf("rank %d's error does not name both calls (%q):\n%s", r, tc.want, out)
 				}
 			}
 		})
+	}
+}
+
+// TestSiblingSubGroupsNotCompared: sub-groups that share an id (ranks 0,
+// 2 and 1, 3, from one Split) make different calls, each alike on its
+// members, while rank 1 waits 2 s for rank 3 and reports the stall: the
+// report must not take them for a disagreement, and the job succeeds.
+func TestSiblingSubGroupsNotCompared(t *testing.T) {
+	res, out := runJob(t, 4, "disagree", "GORUN_STALL=1s", "DISAGREE=siblings")
+	if err := res.Error(); err != nil {
+		t.Fatalf("job failed: %v\n%s", err, out)
+	}
+	// (A stall report may be logged after a rank's OK: each ends the
+	// gathering it started while its call still waited.)
+	lines := commtest.RankLines(out)
+	for r := range 4 {
+		if !slices.Contains(lines[r], "OK") {
+			t.Errorf("rank %d did not report OK:\n%s", r, out)
+		}
+	}
+	if !slices.ContainsFunc(lines[1], func(l string) bool { return strings.Contains(l, "stalled: sub-group 1: call #0 (Gather") }) {
+		t.Errorf("rank 1 did not report its stall, so nothing was compared:\n%s", strings.Join(lines[1], "\n"))
 	}
 }
 

@@ -1,6 +1,7 @@
 package comm
 
 import (
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -34,7 +35,7 @@ import (
 // to rank 0, and its answer.
 const (
 	ctlWhere   = 'Q' // id u64
-	ctlHere    = 'A' // id u64, flags u8 (1: running, 2: any), seq u64, agreed length u16, agreed, text
+	ctlHere    = 'A' // id u64, flags u8 (1: running, 2: any), seq u64, calls made (u16 count; each: string group, seq u64, string agreed; a string: u16 length, bytes), text
 	ctlStalled = 'S' // id u64, seq u64, waited u64 (ns), what
 	ctlLate    = 'L' // id u64, summary
 )
@@ -56,8 +57,12 @@ func (w *stallWatch) reuse() time.Duration {
 // askTimeout bounds how long a rank waits for the others' answers.
 const askTimeout = 2 * time.Second
 
-// maxAgreed bounds the agreed description an answer carries.
-const maxAgreed = 1 << 10
+// maxAgreed bounds each string of a call made that an answer carries,
+// and maxMade how many calls made it carries.
+const (
+	maxAgreed = 1 << 10
+	maxMade   = 64
+)
 
 type stallWatch struct {
 	after time.Duration
@@ -120,15 +125,16 @@ func (w *stallWatch) control(from int, msg []byte) {
 	case ctlLate:
 		w.deliver(id, answer{from: from, p: place{text: string(msg[9:])}})
 	case ctlHere:
-		if len(msg) < 20 {
+		if len(msg) < 18 {
 			return
 		}
-		end := 20 + int(binary.LittleEndian.Uint16(msg[18:20]))
-		if end > len(msg) {
+		p := place{running: msg[9]&1 != 0, any: msg[9]&2 != 0, seq: binary.LittleEndian.Uint64(msg[10:18])}
+		var ok bool
+		if p.made, msg, ok = decodeMade(msg[18:]); !ok {
 			return
 		}
-		w.deliver(id, answer{from: from, p: place{running: msg[9]&1 != 0, any: msg[9]&2 != 0,
-			seq: binary.LittleEndian.Uint64(msg[10:18]), agreed: string(msg[20:end]), text: string(msg[end:])}})
+		p.text = string(msg)
+		w.deliver(id, answer{from: from, p: p})
 	}
 }
 
@@ -164,8 +170,7 @@ func (w *stallWatch) question(n int) (id uint64, ch chan answer, done func()) {
 // answer tells rank from, which asked with id, where this rank is.
 func (w *stallWatch) answer(from int, id uint64) {
 	p := w.here(time.Now())
-	agreed := p.agreed[:min(len(p.agreed), maxAgreed)]
-	out := make([]byte, 0, 20+len(agreed)+len(p.text))
+	out := make([]byte, 0, 64+len(p.text))
 	out = append(out, ctlHere)
 	out = binary.LittleEndian.AppendUint64(out, id)
 	var flags byte
@@ -177,22 +182,80 @@ func (w *stallWatch) answer(from int, id uint64) {
 	}
 	out = append(out, flags)
 	out = binary.LittleEndian.AppendUint64(out, p.seq)
-	out = binary.LittleEndian.AppendUint16(out, uint16(len(agreed)))
-	out = append(out, agreed...)
+	out = appendMade(out, p.made)
 	out = append(out, p.text...)
 	w.t.SendControl(from, out)
 }
 
 // here is where this rank is: the world group's collectives, and every
-// other call it waits in (a sub-group's collective, a receive).
+// other call it waits in (a sub-group's collective, a receive); with the
+// latest collective call of each group.
 func (w *stallWatch) here(now time.Time) place {
 	p := w.act.where(now)
+	if m, ok := w.act.made(); ok {
+		p.made = append(p.made, m)
+	}
 	for _, a := range w.acts.all() {
 		if q := a.where(now); q.running {
 			p.text += "; " + q.text
 		}
+		if m, ok := a.made(); ok {
+			p.made = append(p.made, m)
+		}
 	}
 	return p
+}
+
+// appendMade appends the encoding of calls to b: their count, then each
+// one's group, number and agreed description (strings cut to maxAgreed
+// bytes, at most maxMade calls).
+func appendMade(b []byte, calls []made) []byte {
+	calls = calls[:min(len(calls), maxMade)]
+	b = binary.LittleEndian.AppendUint16(b, uint16(len(calls)))
+	str := func(b []byte, s string) []byte {
+		s = s[:min(len(s), maxAgreed)]
+		return append(binary.LittleEndian.AppendUint16(b, uint16(len(s))), s...)
+	}
+	for _, m := range calls {
+		b = str(b, m.group)
+		b = binary.LittleEndian.AppendUint64(b, m.seq)
+		b = str(b, m.agreed)
+	}
+	return b
+}
+
+// decodeMade reads what appendMade wrote at the start of b and returns
+// the rest; ok is false when b is too short.
+func decodeMade(b []byte) (calls []made, rest []byte, ok bool) {
+	str := func() (string, bool) {
+		if len(b) < 2 {
+			return "", false
+		}
+		n := 2 + int(binary.LittleEndian.Uint16(b))
+		if n > len(b) {
+			return "", false
+		}
+		s := string(b[2:n])
+		b = b[n:]
+		return s, true
+	}
+	if len(b) < 2 {
+		return nil, nil, false
+	}
+	n := int(binary.LittleEndian.Uint16(b))
+	b = b[2:]
+	for range n {
+		var m made
+		if m.group, ok = str(); !ok || len(b) < 8 {
+			return nil, nil, false
+		}
+		m.seq, b = binary.LittleEndian.Uint64(b), b[8:]
+		if m.agreed, ok = str(); !ok {
+			return nil, nil, false
+		}
+		calls = append(calls, m)
+	}
+	return calls, b, true
 }
 
 // Whether a rank answered where it is.
@@ -446,28 +509,46 @@ func describe(places []place, replies []reply, seq uint64) (summary, text string
 	return summary, b.String()
 }
 
-// disagreement describes the ranks among places that made the world
-// group's call of one number with different arguments, "" when there are
-// none: "ranks disagree on call #1: rank 0 called Gather (4 × float32,
-// root 0); ranks 1, 2 called Scatter (4 × float32, root 0)". Such a call
-// never completes on every rank: the ranks wait for frames that will not
-// come, where no frame between them shows the difference.
+// disagreement describes the ranks among places that made one call of a
+// group (the same number in the same group) with different arguments, ""
+// when there are none: "ranks disagree on call #1: rank 0 called Gather
+// (4 × float32, root 0); ranks 1, 2 called Scatter (4 × float32, root
+// 0)", or "ranks disagree on call #0 of sub-group 1 (world ranks 1, 3):
+// ..." (ranks are world ranks). Such a call never completes on every
+// rank: the ranks wait for frames that will not come, where no frame
+// between them shows the difference.
 func disagreement(places []place, replies []reply) string {
-	bySeq := map[uint64][]int{} // ranks by the call they are in, or made last
+	type key struct {
+		group string
+		seq   uint64
+	}
+	by := map[key][]int{} // ranks by the call they are in, or made last
 	for r, p := range places {
-		if replies[r] == answered && p.any && p.agreed != "" {
-			bySeq[p.seq] = append(bySeq[p.seq], r)
+		if replies[r] != answered {
+			continue
+		}
+		for _, m := range p.made {
+			if m.agreed != "" {
+				k := key{m.group, m.seq}
+				by[k] = append(by[k], r)
+			}
 		}
 	}
-	for _, seq := range slices.Sorted(maps.Keys(bySeq)) {
+	keys := slices.SortedFunc(maps.Keys(by), func(a, b key) int {
+		return cmp.Or(strings.Compare(a.group, b.group), cmp.Compare(a.seq, b.seq))
+	})
+	for _, k := range keys {
 		var calls []string // the distinct descriptions, by lowest rank
 		callers := map[string][]int{}
-		for _, r := range bySeq[seq] {
-			a := places[r].agreed
-			if callers[a] == nil {
-				calls = append(calls, a)
+		for _, r := range by[k] {
+			for _, m := range places[r].made {
+				if m.group == k.group && m.seq == k.seq {
+					if callers[m.agreed] == nil {
+						calls = append(calls, m.agreed)
+					}
+					callers[m.agreed] = append(callers[m.agreed], r)
+				}
 			}
-			callers[a] = append(callers[a], r)
 		}
 		if len(calls) < 2 {
 			continue
@@ -476,7 +557,11 @@ func disagreement(places []place, replies []reply) string {
 		for i, a := range calls {
 			parts[i] = ranks(callers[a], "called "+a, "called "+a)
 		}
-		return fmt.Sprintf("ranks disagree on call #%d: %s", seq, strings.Join(parts, "; "))
+		what := fmt.Sprintf("call #%d", k.seq)
+		if k.group != "" {
+			what += " of " + k.group
+		}
+		return fmt.Sprintf("ranks disagree on %s: %s", what, strings.Join(parts, "; "))
 	}
 	return ""
 }

@@ -1,6 +1,8 @@
 package comm
 
 import (
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/gorun/gorun/ring"
@@ -33,34 +35,41 @@ func TestAgreedDescription(t *testing.T) {
 	}
 }
 
-// TestDisagreement: ranks whose latest world call has one number are
-// compared, running or past it; ranks in other calls, silent or gone, or
-// without a description, are not.
+// TestDisagreement: the calls made by ranks whose latest call of a group
+// has one number are compared, running or past it; calls of other numbers
+// or other groups, ranks silent or gone, and calls without a description
+// are not.
 func TestDisagreement(t *testing.T) {
-	in := func(seq uint64, agreed string) place {
-		return place{running: true, any: true, seq: seq, agreed: agreed}
+	at := func(seq uint64, agreed string, sub ...made) place {
+		return place{any: true, seq: seq, made: append([]made{{seq: seq, agreed: agreed}}, sub...)}
 	}
-	past := func(seq uint64, agreed string) place {
-		return place{any: true, seq: seq, agreed: agreed}
-	}
+	sub := func(group string, seq uint64, agreed string) made { return made{group, seq, agreed} }
 	gather, scatter := "Gather (4 × float32, root 0)", "Scatter (4 × float32, root 0)"
+	a, b := "sub-group 1 (world ranks 0, 2)", "sub-group 1 (world ranks 1, 3)"
 	for _, tc := range []struct {
 		name    string
 		places  []place
 		replies []reply
 		want    string
 	}{
-		{"agree", []place{in(3, gather), in(3, gather), past(3, gather)}, nil, ""},
-		{"one rank differs", []place{in(3, gather), in(3, scatter), in(3, scatter)}, nil,
+		{"agree", []place{at(3, gather), at(3, gather), at(3, gather)}, nil, ""},
+		{"one rank differs", []place{at(3, gather), at(3, scatter), at(3, scatter)}, nil,
 			"ranks disagree on call #3: rank 0 called " + gather + "; ranks 1, 2 called " + scatter},
-		{"past the call counts", []place{in(1, gather), past(1, scatter), in(1, gather)}, nil,
+		{"ranks 0 and 2 alike", []place{at(1, gather), at(1, scatter), at(1, gather)}, nil,
 			"ranks disagree on call #1: ranks 0, 2 called " + gather + "; rank 1 called " + scatter},
-		{"other calls are not compared", []place{in(3, gather), in(4, scatter), past(2, scatter)}, nil, ""},
-		{"lowest call first", []place{in(5, gather), in(5, scatter), in(2, scatter), in(2, gather)}, nil,
+		{"other calls are not compared", []place{at(3, gather), at(4, scatter), at(2, scatter)}, nil, ""},
+		{"lowest call first", []place{at(5, gather), at(5, scatter), at(2, scatter), at(2, gather)}, nil,
 			"ranks disagree on call #2: rank 2 called " + scatter + "; rank 3 called " + gather},
-		{"silent and gone ranks are not compared", []place{in(3, gather), in(3, scatter), in(3, scatter)},
+		{"silent and gone ranks are not compared", []place{at(3, gather), at(3, scatter), at(3, scatter)},
 			[]reply{answered, silent, gone}, ""},
-		{"no description: not compared", []place{in(3, gather), in(3, ""), {}}, nil, ""},
+		{"no description: not compared", []place{at(3, gather), at(3, ""), {}}, nil, ""},
+		{"sibling sub-groups sharing an id are not compared", []place{
+			at(1, gather, sub(a, 0, gather)), at(1, gather, sub(b, 0, scatter)),
+			at(1, gather, sub(a, 0, gather)), at(1, gather, sub(b, 0, scatter))}, nil, ""},
+		{"a sub-group's members differ", []place{
+			at(1, gather, sub(a, 0, gather)), at(1, gather, sub(b, 0, gather)),
+			at(1, gather, sub(a, 0, scatter)), at(1, gather, sub(b, 0, gather))}, nil,
+			"ranks disagree on call #0 of " + a + ": rank 0 called " + gather + "; rank 2 called " + scatter},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			replies := tc.replies
@@ -74,5 +83,26 @@ func TestDisagreement(t *testing.T) {
 				t.Errorf("disagreement = %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestMadeEncoding: the calls made an answer carries come back as sent,
+// the text after them intact; a cut answer is refused, not misread.
+func TestMadeEncoding(t *testing.T) {
+	calls := []made{{"", 7, "AllReduce (10 × float32, sum)"}, {"sub-group 2 (world ranks 0, 1)", 0, "Barrier"}, {"x", 1 << 40, ""}}
+	b := appendMade(nil, calls)
+	got, rest, ok := decodeMade(append(b, "in call #7"...))
+	if !ok || !slices.Equal(got, calls) || string(rest) != "in call #7" {
+		t.Fatalf("decodeMade = %v, %q, %v; want %v, %q, true", got, rest, ok, calls, "in call #7")
+	}
+	for n := range len(b) {
+		if _, _, ok := decodeMade(b[:n]); ok {
+			t.Errorf("decodeMade accepted the first %d of %d bytes", n, len(b))
+		}
+	}
+	long := strings.Repeat("x", 3*maxAgreed)
+	got, _, ok = decodeMade(appendMade(nil, []made{{long, 1, long}}))
+	if !ok || len(got) != 1 || len(got[0].group) != maxAgreed || len(got[0].agreed) != maxAgreed {
+		t.Errorf("a long call made came back as %d calls, ok %v; want one, its strings cut to %d bytes", len(got), ok, maxAgreed)
 	}
 }

@@ -1016,9 +1016,11 @@ func largeBroadcasts(ctx context.Context, g *comm.Group) error {
 // between the disagreeing ranks shows it (DISAGREE): "kind", rank 0
 // gathers while the others scatter; "root", a Reduce to root 0 on ranks 0
 // and 2 and to root 1 on rank 1 (rank 2, a leaf of root 0, finishes its
-// call, computes for 3 s and makes a Barrier). Only a stall report can
-// tell; the job must end with every rank naming both calls, not wait out
-// GORUN_TIMEOUT.
+// call, computes for 3 s and makes a Barrier); "subgroup", the world split
+// into ranks 0, 2 and 1, 3: in the first rank 0 gathers while rank 2
+// scatters, the second gathers and goes on to a Barrier of the world.
+// Only a stall report can tell; the job must end with every rank naming
+// both calls, not wait out GORUN_TIMEOUT.
 func disagreeScenario(ctx context.Context, g *comm.Group) error {
 	r := g.Rank()
 	buf := make([]float32, 4*g.Size())
@@ -1036,6 +1038,41 @@ func disagreeScenario(ctx context.Context, g *comm.Group) error {
 			time.Sleep(3 * time.Second)
 			err = g.Barrier(ctx)
 		}
+	case "subgroup":
+		var sub *comm.Group
+		if sub, err = g.Split(ctx, r%2, r); err != nil {
+			return err
+		}
+		buf := make([]float32, 4*sub.Size())
+		if r == 2 {
+			err = sub.Scatter(ctx, buf, buf[:4], 0)
+		} else {
+			err = sub.Gather(ctx, buf[:4], buf, 0)
+		}
+		if err == nil {
+			err = g.Barrier(ctx)
+		}
+	case "siblings":
+		// No disagreement: sub-groups of one id (ranks 0, 2 and 1, 3)
+		// make different calls, each alike on its members, and rank 3
+		// comes 2 s late to its group's so that rank 1 reports a stall.
+		var sub *comm.Group
+		if sub, err = g.Split(ctx, r%2, r); err != nil {
+			return err
+		}
+		buf := make([]float32, 4*sub.Size())
+		if r%2 == 0 {
+			err = sub.AllReduce(ctx, buf, comm.Sum)
+		} else {
+			if r == 3 {
+				time.Sleep(2 * time.Second)
+			}
+			err = sub.Gather(ctx, buf[:4], buf, 0)
+		}
+		if err == nil {
+			err = g.Barrier(ctx)
+		}
+		return err
 	default:
 		return fmt.Errorf("DISAGREE=%q", os.Getenv("DISAGREE"))
 	}
