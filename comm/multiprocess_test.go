@@ -276,7 +276,7 @@ func TestMismatchedCalls(t *testing.T) {
 // over TCP.
 func TestDisagreementEndsStall(t *testing.T) {
 	kind := "ranks disagree on call #1: rank 0 called Gather (4 × float32, root 0); ranks 1, 2 called Scatter (4 × float32, root 0)"
-	root := "ranks disagree on call #1: ranks 0, 2 called Reduce (4 × float32, sum, root 0); rank 1 called Reduce (4 × float32, sum, root 1)"
+	root := "ranks disagree on call #1: rank 0 called Reduce (4 × float32, sum, root 0); rank 1 called Reduce (4 × float32, sum, root 1)"
 	sub := "ranks disagree on call #0 of sub-group 1 (world ranks 0, 2): rank 0 called Gather (4 × float32, root 0); rank 2 called Scatter (4 × float32, root 0)"
 	for _, tc := range []struct {
 		name, disagree, transport, want string
