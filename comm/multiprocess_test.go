@@ -273,11 +273,13 @@ func TestMismatchedCalls(t *testing.T) {
 // GORUN_STALL=1s, finds them in the same call with different arguments:
 // the job then ends at once (not at GORUN_TIMEOUT=60s, runJob's), every
 // rank's error naming both calls and their ranks, over shared memory and
-// over TCP.
+// over TCP, and past 16 ranks, where rank 0 asks everyone for the others
+// (relayAbove).
 func TestDisagreementEndsStall(t *testing.T) {
 	kind := "ranks disagree on call #1: rank 0 called Gather (4 × float32, root 0); ranks 1, 2 called Scatter (4 × float32, root 0)"
 	root := "ranks disagree on call #1: rank 0 called Reduce (4 × float32, sum, root 0); rank 1 called Reduce (4 × float32, sum, root 1)"
 	sub := "ranks disagree on call #0 of sub-group 1 (world ranks 0, 2): rank 0 called Gather (4 × float32, root 0); rank 2 called Scatter (4 × float32, root 0)"
+	many := "ranks disagree on call #1: rank 0 called Gather (4 × float32, root 0); ranks 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17 called Scatter (4 × float32, root 0)"
 	for _, tc := range []struct {
 		name, disagree, transport, want string
 		np                              int
@@ -286,8 +288,12 @@ func TestDisagreementEndsStall(t *testing.T) {
 		{"root", "root", "", root, 3},
 		{"kind over tcp", "kind", "GORUN_TRANSPORT=tcp", kind, 3},
 		{"sub-group", "subgroup", "", sub, 4},
+		{"18 ranks", "kind", "", many, 18},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.np > comm.LazyAbove && testing.Short() {
+				t.Skip("18 processes; the full run covers it")
+			}
 			env := []string{"GORUN_STALL=1s", "DISAGREE=" + tc.disagree}
 			if tc.transport != "" {
 				env = append(env, tc.transport)
