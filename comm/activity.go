@@ -19,11 +19,12 @@ type call struct {
 	dtype ring.DType // 0 when the call has no buffer
 	// What else the group's ranks must pass alike: the reduction (0 for
 	// none) and, where rooted, the root. own marks the vector forms,
-	// where each rank passes a count of its own.
+	// where each rank passes a count of its own. (Packed with dtype in
+	// one word: a call is copied on every collective.)
 	op     ring.Op
-	root   int
 	rooted bool
 	own    bool
+	root   int32
 	// A receive's source rank and tag (kind "Recv"), named only when the
 	// call is described, so that recording it allocates nothing.
 	src, tag int
@@ -62,7 +63,7 @@ func (c call) agreed() string {
 		parts = append(parts, c.op.String())
 	}
 	if c.rooted {
-		parts = append(parts, "root "+strconv.Itoa(c.root))
+		parts = append(parts, "root "+strconv.Itoa(int(c.root)))
 	}
 	if len(parts) == 0 {
 		return c.kind

@@ -1061,7 +1061,7 @@ func (c *collective[T]) call() call {
 	if c.kind == barrier {
 		return call{kind: collectiveNames[c.kind], count: -1}
 	}
-	cl := call{kind: collectiveNames[c.kind], count: c.count, dtype: ring.DTypeOf[T](), op: c.op, root: c.root}
+	cl := call{kind: collectiveNames[c.kind], count: c.count, dtype: ring.DTypeOf[T](), op: c.op, root: int32(c.root)}
 	switch c.kind {
 	case broadcast, reduce, gather, scatter:
 		cl.rooted = true
