@@ -761,14 +761,30 @@ func (t *Transport) wait(ctx context.Context, p *peer, stream uint32, ticket uin
 }
 
 // idle is what a wait for p's data does between two looks at its ring:
-// drain the other rings, then pause (w starts on the first call).
+// past its first drainAfter polls, drain the other rings; then pause (w
+// starts on the first call).
 func (t *Transport) idle(ctx context.Context, p *peer, w *waiter) error {
-	t.progress(p)
 	if w.t == nil {
 		*w = t.waiter(ctx, p.rank, "waiting for data")
 	}
+	if w.polls >= drainAfter {
+		t.progress(p)
+	}
 	return w.pause(t.pending)
 }
+
+// drainAfter is how many polls a wait for one peer's frame leaves the
+// other rings alone. Draining them at once moved frames that their own
+// receives would have taken straight from the ring (take) into the
+// mailboxes, and every receive after that, until they emptied, went
+// through a posted receive: the root of a stream of four-rank 8-byte
+// Reduces, waiting for one child while the other ran ahead, spent 18% of
+// its samples on that path, and 27% more CPU than without it
+// (bench/results/current/drain-later-2026-11-30-zen3.txt). Later polls
+// still drain, so a peer that waits for room in its ring to this rank
+// while this rank waits for another is not left waiting: what draining
+// is for.
+const drainAfter = 64
 
 // pending reports whether any of this rank's rings holds a slot.
 func (t *Transport) pending() bool {

@@ -26,26 +26,38 @@ func pair(t testing.TB, slots, slotBytes int) (*Transport, *Transport) {
 // pairOf is pair with both ranks configured as cfg (Rank and Size set).
 func pairOf(t testing.TB, cfg Config) (*Transport, *Transport) {
 	t.Helper()
-	var ts [2]*Transport
-	var infos [2]Info
-	for r := range 2 {
-		cfg.Rank, cfg.Size = r, 2
+	ts := ranksOf(t, 2, cfg)
+	return ts[0], ts[1]
+}
+
+// ranksOf returns the transports of n ranks of one machine, each attached
+// to every other, configured as cfg (Rank and Size set).
+func ranksOf(t testing.TB, n int, cfg Config) []*Transport {
+	t.Helper()
+	ts := make([]*Transport, n)
+	infos := make([]Info, n)
+	for r := range n {
+		cfg.Rank, cfg.Size = r, n
 		tr, info, err := New(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
 		ts[r], infos[r] = tr, info
+		t.Cleanup(func() { tr.Close() })
 	}
-	for r := range 2 {
-		if err := ts[r].Attach(1-r, infos[1-r]); err != nil {
-			t.Fatal(err)
+	for r := range n {
+		for q := range n {
+			if q != r {
+				if err := ts[r].Attach(q, infos[q]); err != nil {
+					t.Fatal(err)
+				}
+			}
 		}
 	}
-	for r := range 2 {
+	for r := range n {
 		ts[r].Sealed()
 	}
-	t.Cleanup(func() { ts[0].Close(); ts[1].Close() })
-	return ts[0], ts[1]
+	return ts
 }
 
 func payload(seed uint64, n int) []byte {
@@ -435,6 +447,81 @@ func TestSmallRecordsPackedOrPaged(t *testing.T) {
 			t.Fatalf("frame %d (%d bytes, answering %v): head at %d, want %d", i, tc.n, tc.answer, p.head, tc.want)
 		}
 		recv(b, 0, uint64(i), tc.n)
+	}
+}
+
+// TestOtherRingsDrainedLate: a wait for rank 1's frame leaves the frame
+// rank 2 sent in its ring for its first drainAfter polls, where rank 2's
+// own receive takes it straight from the ring, and then drains it into
+// the mailbox (so that a sender waiting for room is never left waiting);
+// either way it arrives intact.
+func TestOtherRingsDrainedLate(t *testing.T) {
+	ctx := context.Background()
+	for _, polls := range []int{drainAfter - 1, drainAfter + 1} {
+		t.Run(fmt.Sprintf("%d polls", polls), func(t *testing.T) {
+			ts := ranksOf(t, 3, Config{Slots: 4, SlotBytes: 1024, Timeout: 10 * time.Second, Spin: 20 * time.Microsecond})
+			if err := ts[2].Send(ctx, 0, 1, [4]uint64{5}, payload(5, 24)); err != nil {
+				t.Fatal(err)
+			}
+			from1, from2 := ts[0].peers[1], ts[0].peers[2]
+			var w waiter
+			for i := range polls {
+				if err := ts[0].idle(ctx, from1, &w); err != nil {
+					t.Fatal(err)
+				}
+				if drained := from2.unclaimed.Load() != 0; drained != (i >= drainAfter) {
+					t.Fatalf("poll %d of a wait for rank 1: rank 2's frame drained is %v, want %v (drainAfter %d)", i, drained, i >= drainAfter, drainAfter)
+				}
+			}
+			buf := make([]byte, 24)
+			meta, n, err := ts[0].Recv(ctx, 2, 1, buf)
+			if err != nil || meta[0] != 5 || n != 24 || !bytes.Equal(buf, payload(5, 24)) {
+				t.Fatalf("rank 2's frame: meta %v, %d bytes, %v; want meta 5, its 24 bytes", meta, n, err)
+			}
+		})
+	}
+}
+
+// TestWaitFreesBlockedSender: rank 0 waits for rank 1, which waits for
+// rank 2, which first sends rank 0 more frames than its ring holds: only
+// rank 0 draining rank 2's ring while it waits (after drainAfter polls)
+// lets rank 2 go on to send rank 1 its frame. Every frame arrives intact.
+func TestWaitFreesBlockedSender(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ts := ranksOf(t, 3, Config{Slots: 4, SlotBytes: 1024, Timeout: 10 * time.Second, Spin: 20 * time.Microsecond})
+	const frames, size = 64, 1000 // 64 records of a page each: more than a ring of 4 slots holds
+	errc := make(chan error, 2)
+	go func() { // rank 2
+		for i := range frames {
+			if err := ts[2].Send(ctx, 0, 1, [4]uint64{uint64(i)}, payload(uint64(i), size)); err != nil {
+				errc <- fmt.Errorf("rank 2 sending frame %d to rank 0: %w", i, err)
+				return
+			}
+		}
+		errc <- ts[2].Send(ctx, 1, 2, [4]uint64{100}, payload(100, 8))
+	}()
+	go func() { // rank 1
+		buf := make([]byte, 8)
+		if _, _, err := ts[1].Recv(ctx, 2, 2, buf); err != nil {
+			errc <- fmt.Errorf("rank 1 receiving from rank 2: %w", err)
+			return
+		}
+		errc <- ts[1].Send(ctx, 0, 3, [4]uint64{200}, buf)
+	}()
+	buf := make([]byte, size)
+	if meta, n, err := ts[0].Recv(ctx, 1, 3, buf); err != nil || meta[0] != 200 || !bytes.Equal(buf[:n], payload(100, 8)) {
+		t.Fatalf("rank 0 receiving rank 1's frame: meta %v, %d bytes, %v", meta, n, err)
+	}
+	for i := range frames {
+		if meta, n, err := ts[0].Recv(ctx, 2, 1, buf); err != nil || meta[0] != uint64(i) || !bytes.Equal(buf[:n], payload(uint64(i), size)) {
+			t.Fatalf("rank 2's frame %d: meta %v, %d bytes, %v", i, meta, n, err)
+		}
+	}
+	for range 2 {
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
