@@ -195,10 +195,14 @@ func (w *stallWatch) here(now time.Time) place {
 	if m, ok := w.act.made(); ok {
 		p.made = append(p.made, m)
 	}
-	for _, a := range w.acts.all() {
+	acts := w.acts.all()
+	for _, a := range acts {
 		if q := a.where(now); q.running {
 			p.text += "; " + q.text
 		}
+	}
+	// The newest groups' calls first: an answer carries maxMade at most.
+	for _, a := range slices.Backward(acts) {
 		if m, ok := a.made(); ok {
 			p.made = append(p.made, m)
 		}
@@ -566,9 +570,9 @@ func disagreement(places []place, replies []reply) string {
 	return ""
 }
 
-// settle aborts the job when places show ranks that made one call of the
-// world group differently (disagreement): the calls would otherwise wait
-// out the timeout. Every rank's pending call then fails, naming them.
+// settle aborts the job when places show ranks that made one call of a
+// group differently (disagreement): the calls would otherwise wait out
+// the timeout. Every rank's pending call then fails, naming them.
 func (w *stallWatch) settle(places []place, replies []reply) {
 	d := disagreement(places, replies)
 	if d == "" || w.abort == nil || !w.aborted.CompareAndSwap(false, true) {
