@@ -65,7 +65,9 @@ type Settings struct {
 	// StallAfter is how long a collective may wait before every waiting
 	// rank logs where each rank of the job is (GORUN_STALL, default
 	// DefaultStallAfter; 0 disables), and again after twice as long, and so
-	// on. A call that then fails carries the same table in its error.
+	// on. A call that then fails carries the same table in its error. A
+	// report that finds ranks in one call of a group with different
+	// arguments ends the job, every rank failing with both calls named.
 	StallAfter time.Duration
 	// SmallBytes is the all-reduce/broadcast size up to which latency-optimal algorithms run.
 	SmallBytes int
