@@ -18,13 +18,10 @@ type call struct {
 	count int        // elements; -1 for none (Barrier)
 	dtype ring.DType // 0 when the call has no buffer
 	// What else the group's ranks must pass alike: the reduction (0 for
-	// none) and, where rooted, the root. own marks the vector forms,
-	// where each rank passes a count of its own. (Packed with dtype in
-	// one word: a call is copied on every collective.)
-	op     ring.Op
-	rooted bool
-	own    bool
-	root   int32
+	// none) and the root, for the kinds that have one (agreed). Packed
+	// with dtype in one word: a call is copied on every collective.
+	op   ring.Op
+	root int32
 	// A receive's source rank and tag (kind "Recv"), named only when the
 	// call is described, so that recording it allocates nothing.
 	src, tag int
@@ -51,10 +48,19 @@ func (c call) size() string {
 // Two ranks in the same call of a group with different descriptions made
 // different calls.
 func (c call) agreed() string {
+	var rooted, own bool // a root; each rank's count its own (the vector forms)
+	switch c.kind {
+	case "Broadcast", "Reduce", "Gather", "Scatter":
+		rooted = true
+	case "GatherV", "ScatterV":
+		rooted, own = true, true
+	case "AllGatherV", "AllToAllV", "ReduceScatterV":
+		own = true
+	}
 	parts := make([]string, 0, 3)
 	switch {
 	case c.count < 0:
-	case c.own:
+	case own:
 		parts = append(parts, c.dtype.String())
 	default:
 		parts = append(parts, c.size())
@@ -62,7 +68,7 @@ func (c call) agreed() string {
 	if c.op != 0 {
 		parts = append(parts, c.op.String())
 	}
-	if c.rooted {
+	if rooted {
 		parts = append(parts, "root "+strconv.Itoa(int(c.root)))
 	}
 	if len(parts) == 0 {

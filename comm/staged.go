@@ -120,7 +120,7 @@ func AllReduceDeviceHalfAsync[H Half](ctx context.Context, g *Group, st Stager, 
 // BroadcastDevice is Broadcast on n float32s at device address ptr,
 // staged through st.
 func (g *Group) BroadcastDevice(ctx context.Context, st Stager, ptr uintptr, n int, root int) error {
-	c := call{kind: "Broadcast", count: n, dtype: ring.Float32, root: int32(root), rooted: true}
+	c := call{kind: "Broadcast", count: n, dtype: ring.Float32, root: int32(root)}
 	if root < 0 || root >= g.Size() {
 		return g.wrap(c.String(), fmt.Errorf("root %d outside the group of %d", root, g.Size()))
 	}

@@ -23,14 +23,27 @@ func TestAgreedDescription(t *testing.T) {
 		{"gather", (&collective[float32]{kind: gather, root: 0, count: 2}).call(), "Gather (2 × float32, root 0)"},
 		{"broadcast", (&collective[int32]{kind: broadcast, root: 2, count: 5}).call(), "Broadcast (5 × int32, root 2)"},
 		{"all-to-all", (&collective[float32]{kind: allToAll, count: 3}).call(), "AllToAll (3 × float32)"},
-		{"barrier", (&collective[float32]{kind: barrier}).call(), "Barrier"},
+		{"barrier", (&collective[uint8]{kind: barrier, count: -1}).call(), "Barrier"},
 		{"gatherv: no count", (&collective[float32]{kind: gatherV, counts: counts, root: 1, count: 4}).call(), "GatherV (float32, root 1)"},
 		{"alltoallv: no count", (&collective[float32]{kind: allToAllV, counts: counts, count: 6}).call(), "AllToAllV (float32)"},
 		{"reducescatterv", (&collective[float32]{kind: reduceScatterV, counts: counts, op: Avg, count: 6}).call(), "ReduceScatterV (float32, avg)"},
-		{"staged broadcast", call{kind: "Broadcast", count: 8, dtype: ring.Float32, root: 0, rooted: true}, "Broadcast (8 × float32, root 0)"},
+		{"staged broadcast", call{kind: "Broadcast", count: 8, dtype: ring.Float32, root: 3}, "Broadcast (8 × float32, root 3)"},
 	} {
 		if got := tc.c.agreed(); got != tc.want {
 			t.Errorf("%s: agreed() = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+	// Every kind: agreed knows the kinds by name, so each must name its
+	// root exactly where it has one and its count where ranks share it.
+	rooted := map[collectiveKind]bool{broadcast: true, reduce: true, gather: true, scatter: true, gatherV: true, scatterV: true}
+	own := map[collectiveKind]bool{allGatherV: true, gatherV: true, scatterV: true, allToAllV: true, reduceScatterV: true}
+	for k := range collectiveKind(len(collectiveNames)) {
+		if k == barrier {
+			continue
+		}
+		got := (&collective[float32]{kind: k, root: 7, count: 5}).call().agreed()
+		if strings.Contains(got, "root 7") != rooted[k] || strings.Contains(got, "5 × ") == own[k] {
+			t.Errorf("%s: agreed() = %q; want the root named %v, the count %v", collectiveNames[k], got, rooted[k], !own[k])
 		}
 	}
 }
