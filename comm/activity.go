@@ -114,19 +114,17 @@ func (c *coarseClock) load() int64 { return c.ns.Load() }
 // a stalled call holds.
 type activity struct {
 	label string // "" for the world group's collectives; "sub-group 3", "receives"
-	// group names the group whose collectives these are, the same on all
-	// its members and unlike any other group's: "" for the world,
-	// "sub-group 3 (world ranks 1, 3)"; none for receives (compared is
-	// false).
-	group    string
-	compared bool
-	clock    *coarseClock // the world's
-	mu       sync.Mutex
-	running  bool
-	seq      uint64 // of the running call, or of the last one
-	c        call
-	since    int64 // when the running call started, or the last one ended (coarse clock; 0: unknown)
-	any      bool  // some call has run
+	// group names a sub-group whose collectives these are, the same on
+	// all its members and unlike any other group's: "sub-group 3 (world
+	// ranks 1, 3)"; "" for the world's collectives and for receives.
+	group   string
+	clock   *coarseClock // the world's
+	mu      sync.Mutex
+	running bool
+	seq     uint64 // of the running call, or of the last one
+	c       call
+	since   int64 // when the running call started, or the last one ended (coarse clock; 0: unknown)
+	any     bool  // some call has run
 }
 
 // begin records that call c, numbered seq, starts now.
@@ -178,12 +176,11 @@ type made struct {
 	agreed string
 }
 
-// made returns the group's latest collective call, if there is one and
-// the group's calls are compared across ranks.
+// made returns the group's latest collective call, if there is one.
 func (a *activity) made() (made, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if !a.any || !a.compared {
+	if !a.any {
 		return made{}, false
 	}
 	return made{group: a.group, seq: a.seq, agreed: a.c.agreed()}, true

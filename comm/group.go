@@ -283,7 +283,6 @@ func newGroup(w *world, id uint32, peers []int, rank int) *Group {
 	g.ring.Costs = costsFor(w, peers, 1)
 	g.ring.Hier = hierarchy(w, id, peers, rank)
 	g.act.clock, g.recvAct.clock = &w.stall.clock, &w.stall.clock
-	g.act.compared = true
 	g.recvAct.label = "receives"
 	if id != 0 {
 		g.act.label = fmt.Sprintf("sub-group %d", id)

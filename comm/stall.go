@@ -3,6 +3,7 @@ package comm
 import (
 	"cmp"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -201,9 +202,10 @@ func (w *stallWatch) here(now time.Time) place {
 			p.text += "; " + q.text
 		}
 	}
-	// The newest groups' calls first: an answer carries maxMade at most.
+	// The newest sub-groups' calls first: an answer carries maxMade at
+	// most. (Receives, without a group, are not compared.)
 	for _, a := range slices.Backward(acts) {
-		if m, ok := a.made(); ok {
+		if m, ok := a.made(); ok && a.group != "" {
 			p.made = append(p.made, m)
 		}
 	}
@@ -526,40 +528,40 @@ func disagreement(places []place, replies []reply) string {
 		group string
 		seq   uint64
 	}
-	by := map[key][]int{} // ranks by the call they are in, or made last
+	type variant struct {
+		agreed string
+		ranks  []int
+	}
+	calls := map[key][]variant{} // each call's distinct descriptions, by lowest rank
 	for r, p := range places {
 		if replies[r] != answered {
 			continue
 		}
 		for _, m := range p.made {
-			if m.agreed != "" {
-				k := key{m.group, m.seq}
-				by[k] = append(by[k], r)
+			if m.agreed == "" {
+				continue
 			}
+			k := key{m.group, m.seq}
+			vs := calls[k]
+			i := slices.IndexFunc(vs, func(v variant) bool { return v.agreed == m.agreed })
+			if i < 0 {
+				i, vs = len(vs), append(vs, variant{agreed: m.agreed})
+			}
+			vs[i].ranks = append(vs[i].ranks, r)
+			calls[k] = vs
 		}
 	}
-	keys := slices.SortedFunc(maps.Keys(by), func(a, b key) int {
+	keys := slices.SortedFunc(maps.Keys(calls), func(a, b key) int {
 		return cmp.Or(strings.Compare(a.group, b.group), cmp.Compare(a.seq, b.seq))
 	})
 	for _, k := range keys {
-		var calls []string // the distinct descriptions, by lowest rank
-		callers := map[string][]int{}
-		for _, r := range by[k] {
-			for _, m := range places[r].made {
-				if m.group == k.group && m.seq == k.seq {
-					if callers[m.agreed] == nil {
-						calls = append(calls, m.agreed)
-					}
-					callers[m.agreed] = append(callers[m.agreed], r)
-				}
-			}
-		}
-		if len(calls) < 2 {
+		vs := calls[k]
+		if len(vs) < 2 {
 			continue
 		}
-		parts := make([]string, len(calls))
-		for i, a := range calls {
-			parts[i] = ranks(callers[a], "called "+a, "called "+a)
+		parts := make([]string, len(vs))
+		for i, v := range vs {
+			parts[i] = ranks(v.ranks, "called "+v.agreed, "called "+v.agreed)
 		}
 		what := fmt.Sprintf("call #%d", k.seq)
 		if k.group != "" {
@@ -578,11 +580,11 @@ func (w *stallWatch) settle(places []place, replies []reply) {
 	if d == "" || w.abort == nil || !w.aborted.CompareAndSwap(false, true) {
 		return
 	}
-	w.abort(fmt.Errorf("%s%s", mismatchAbort, strings.TrimPrefix(d, "ranks disagree")))
+	w.abort(errors.New("collective mismatch: " + d))
 }
 
 // mismatchAbort begins the error settle aborts with (which peers see as
-// the abort's text).
+// the abort's text): "collective mismatch: " and disagreement's text.
 const mismatchAbort = "collective mismatch: ranks disagree"
 
 // report logs where every rank is, for the call of a this rank has

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gorun/gorun/ring"
 )
@@ -117,5 +118,32 @@ func TestMadeEncoding(t *testing.T) {
 	got, _, ok = decodeMade(appendMade(nil, []made{{long, 1, long}}))
 	if !ok || len(got) != 1 || len(got[0].group) != maxAgreed || len(got[0].agreed) != maxAgreed {
 		t.Errorf("a long call made came back as %d calls, ok %v; want one, its strings cut to %d bytes", len(got), ok, maxAgreed)
+	}
+}
+
+// TestHereCarriesGroupCalls: where a rank says it is carries the latest
+// call of the world group and of each sub-group, newest sub-group first,
+// and never a receive's (receives are not calls ranks make alike).
+func TestHereCarriesGroupCalls(t *testing.T) {
+	w := newStallWatch(&Settings{Rank: 0, Size: 2})
+	world := &activity{clock: &w.clock}
+	w.act = world
+	older := &activity{label: "sub-group 1", group: "sub-group 1 (world ranks 0, 1)", clock: &w.clock}
+	newer := &activity{label: "sub-group 2", group: "sub-group 2 (world ranks 0, 1)", clock: &w.clock}
+	recv := &activity{label: "receives", clock: &w.clock}
+	unused := &activity{label: "sub-group 3", group: "sub-group 3 (world ranks 0, 1)", clock: &w.clock}
+	w.acts.add(older, recv, newer, unused)
+	world.begin(4, (&collective[float32]{kind: allReduce, op: Sum, count: 3}).call())
+	older.begin(1, (&collective[float32]{kind: gather, count: 2}).call())
+	older.end()
+	newer.begin(0, (&collective[float32]{kind: barrier, count: -1}).call())
+	recv.begin(9, call{kind: recvKind, count: 5, dtype: ring.Float32, src: 1, tag: 2})
+	want := []made{
+		{"", 4, "AllReduce (3 × float32, sum)"},
+		{"sub-group 2 (world ranks 0, 1)", 0, "Barrier"},
+		{"sub-group 1 (world ranks 0, 1)", 1, "Gather (2 × float32, root 0)"},
+	}
+	if got := w.here(time.Now()).made; !slices.Equal(got, want) {
+		t.Errorf("here().made = %v, want %v", got, want)
 	}
 }
