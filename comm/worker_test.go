@@ -1020,12 +1020,16 @@ func largeBroadcasts(ctx context.Context, g *comm.Group) error {
 // into ranks 0, 2 and 1, 3: in the first rank 0 gathers while rank 2
 // scatters, the second gathers and goes on to a Barrier of the world.
 // Only a stall report can tell; the job must end with every rank naming
-// both calls, not wait out GORUN_TIMEOUT.
+// both calls, not wait out GORUN_TIMEOUT. "siblings" is the control, with
+// no disagreement: the same split, ranks 0 and 2 all-reducing, ranks 1
+// and 3 gathering (rank 3 2 s late, so that rank 1 reports a stall); it
+// must succeed.
 func disagreeScenario(ctx context.Context, g *comm.Group) error {
 	r := g.Rank()
 	buf := make([]float32, 4*g.Size())
 	var err error
-	switch os.Getenv("DISAGREE") {
+	what := os.Getenv("DISAGREE")
+	switch what {
 	case "kind":
 		if r == 0 {
 			err = g.Gather(ctx, buf[:4], buf, 0)
@@ -1037,43 +1041,36 @@ func disagreeScenario(ctx context.Context, g *comm.Group) error {
 		if err == nil {
 			err = g.Barrier(ctx)
 		}
-	case "subgroup":
+	case "subgroup", "siblings":
+		// The world split into ranks 0, 2 and 1, 3, each with a buffer of
+		// four elements a member; after its sub-group's call each rank
+		// makes a Barrier of the world.
 		var sub *comm.Group
 		if sub, err = g.Split(ctx, r%2, r); err != nil {
 			return err
 		}
 		buf := make([]float32, 4*sub.Size())
-		if r == 2 {
+		switch {
+		case what == "subgroup" && r == 2:
 			err = sub.Scatter(ctx, buf, buf[:4], 0)
-		} else {
-			err = sub.Gather(ctx, buf[:4], buf, 0)
-		}
-		if err == nil {
-			err = g.Barrier(ctx)
-		}
-	case "siblings":
-		// No disagreement: sub-groups of one id (ranks 0, 2 and 1, 3)
-		// make different calls, each alike on its members, and rank 3
-		// comes 2 s late to its group's so that rank 1 reports a stall.
-		var sub *comm.Group
-		if sub, err = g.Split(ctx, r%2, r); err != nil {
-			return err
-		}
-		buf := make([]float32, 4*sub.Size())
-		if r%2 == 0 {
+		case what == "siblings" && r%2 == 0:
+			// No disagreement: the sibling groups (one id) make different
+			// calls, each alike on its members.
 			err = sub.AllReduce(ctx, buf, comm.Sum)
-		} else {
-			if r == 3 {
-				time.Sleep(2 * time.Second)
+		default:
+			if what == "siblings" && r == 3 {
+				time.Sleep(2 * time.Second) // so that rank 1 reports a stall
 			}
 			err = sub.Gather(ctx, buf[:4], buf, 0)
 		}
 		if err == nil {
 			err = g.Barrier(ctx)
 		}
-		return err
+		if what == "siblings" {
+			return err
+		}
 	default:
-		return fmt.Errorf("DISAGREE=%q", os.Getenv("DISAGREE"))
+		return fmt.Errorf("DISAGREE=%q", what)
 	}
 	if err == nil {
 		err = errors.New("calls the ranks disagree on succeeded")
