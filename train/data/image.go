@@ -5,9 +5,45 @@ import (
 	"image"
 	_ "image/jpeg" // decoders for DecodeImageFile
 	_ "image/png"
+	"io"
 	"math"
 	"os"
 )
+
+// A file of a few bytes can declare an image whose pixels fill any
+// memory: Go's decoders allocate the whole image from the dimensions in
+// its header before reading any pixel, and a 69-byte PNG declaring
+// 100,000 × 100,000 pixels ended the process ("fatal error: runtime: out
+// of memory"), which no error handling or --skip-bad-images can catch.
+// So every decode checks the declared size first, against Pillow's
+// bound: it refuses images of more than twice its MAX_IMAGE_PIXELS
+// (DecompressionBombError), which torchvision's users meet as well.
+const maxImagePixels = 2 * 89_478_485
+
+// maxImageFileBytes bounds an image file read whole into memory: more
+// than any image of maxImagePixels takes stored uncompressed (a 16-bit
+// RGBA PNG: 8 bytes a pixel, 1.43 GB).
+const maxImageFileBytes = 2 << 30
+
+// checkImageSize refuses the declared dimensions of an image that is
+// empty or has more than limit pixels (maxImagePixels but in tests).
+func checkImageSize(w, h, limit int) error {
+	if w < 1 || h < 1 {
+		return fmt.Errorf("%d×%d pixels: an empty image", w, h)
+	}
+	if int64(w)*int64(h) > int64(limit) {
+		return fmt.Errorf("%d×%d pixels: more than the %d an image may have (Pillow's decompression-bomb limit)", w, h, limit)
+	}
+	return nil
+}
+
+// checkImageFileSize refuses an image file of more than maxImageFileBytes.
+func checkImageFileSize(n int64) error {
+	if n > maxImageFileBytes {
+		return fmt.Errorf("%d bytes: more than the %d an image file may have", n, int64(maxImageFileBytes))
+	}
+	return nil
+}
 
 // DecodeImageFile reads a PNG or JPEG file.
 func DecodeImageFile(path string) (image.Image, error) {
@@ -16,6 +52,16 @@ func DecodeImageFile(path string) (image.Image, error) {
 		return nil, err
 	}
 	defer f.Close()
+	cfg, _, err := image.DecodeConfig(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w (PNG and JPEG are supported)", path, err)
+	}
+	if err := checkImageSize(cfg.Width, cfg.Height, maxImagePixels); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return nil, err
+	}
 	img, _, err := image.Decode(f)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w (PNG and JPEG are supported)", path, err)

@@ -2,6 +2,7 @@ package data
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"image"
@@ -100,6 +101,10 @@ type ImageReader struct {
 	buf     []byte
 	scratch bytes.Reader
 	chroma  chromaRows // Go's decoder's colour conversion (ycbcrToRGB)
+	// maxPixels is the most pixels an image may declare; 0: maxImagePixels
+	// (tests set less, so that fuzzing does not spend its time decoding
+	// garbage into images of a hundred million pixels).
+	maxPixels int
 }
 
 // NewImageReader returns a reader, with TurboJPEG where it loads.
@@ -142,8 +147,9 @@ func (r *ImageReader) readInto(path string, reuse *RGB) (*RGB, error) {
 // decode decodes the image file contents b (from where, which errors
 // name), into reuse's buffer where it can.
 func (r *ImageReader) decode(b []byte, where string, reuse *RGB) (*RGB, error) {
+	limit := cmp.Or(r.maxPixels, maxImagePixels)
 	if r.tj != nil && len(b) > 2 && b[0] == 0xff && b[1] == 0xd8 {
-		m, err := r.tj.decode(b, reuse)
+		m, err := r.tj.decode(b, reuse, limit)
 		if err != nil {
 			return nil, fmt.Errorf("%s: not a JPEG image that decodes: %w", where, err)
 		}
@@ -151,10 +157,21 @@ func (r *ImageReader) decode(b []byte, where string, reuse *RGB) (*RGB, error) {
 			return m, nil
 		}
 	}
+	notDecoded := func(err error) error {
+		return fmt.Errorf("%s: not an image Go decodes (JPEG or PNG): %w", where, err)
+	}
+	r.scratch.Reset(b)
+	cfg, _, err := image.DecodeConfig(&r.scratch) // the header alone: the size declared
+	if err != nil {
+		return nil, notDecoded(err)
+	}
+	if err := checkImageSize(cfg.Width, cfg.Height, limit); err != nil {
+		return nil, fmt.Errorf("%s: %w", where, err)
+	}
 	r.scratch.Reset(b)
 	img, _, err := image.Decode(&r.scratch)
 	if err != nil {
-		return nil, fmt.Errorf("%s: not an image Go decodes (JPEG or PNG): %w", where, err)
+		return nil, notDecoded(err)
 	}
 	return toRGB(img, reuse, &r.chroma), nil
 }
@@ -166,6 +183,9 @@ func (r *ImageReader) readFile(path string) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
+	if err := checkImageFileSize(st.Size()); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
 	if int64(cap(r.buf)) < st.Size() {
 		r.buf = make([]byte, st.Size())
 	}

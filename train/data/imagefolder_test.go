@@ -1,6 +1,10 @@
 package data
 
 import (
+	"bytes"
+	"compress/zlib"
+	"encoding/binary"
+	"hash/crc32"
 	"math"
 	"os"
 	"path/filepath"
@@ -79,30 +83,122 @@ func TestEvalTransformMatchesTorchvision(t *testing.T) {
 
 // TestImageReaderErrors: files that are not images, empty or truncated
 // JPEGs, and missing files are errors naming the file, with either
-// decoder.
+// decoder; so are files whose header declares more pixels than Pillow
+// opens (decompression bombs), before anything of that size is
+// allocated — the same for DecodeImageFile (infer's single images).
+// After each, the same reader still decodes a good JPEG.
 func TestImageReaderErrors(t *testing.T) {
 	dir := t.TempDir()
-	jpg, err := os.ReadFile("testdata/images/rgb.jpg")
+	good := "testdata/images/rgb.jpg"
+	jpg, err := os.ReadFile(good)
 	if err != nil {
 		t.Fatal(err)
 	}
-	files := map[string][]byte{"text.jpg": []byte("not an image"), "empty.jpg": nil, "truncated.jpg": jpg[:len(jpg)/2], "header-only.jpg": jpg[:2]}
+	files := map[string][]byte{"text.jpg": []byte("not an image"), "empty.jpg": nil, "truncated.jpg": jpg[:len(jpg)/2],
+		"header-only.jpg": jpg[:2], "cut-in-header.jpg": jpg[:200], "zero-size.jpg": jpegDeclaring(0, 0, 3),
+		"too-wide.jpg": jpegDeclaring(65_535, 1, 3)} // over libjpeg-turbo's 65,500 pixels a side
+	bombs := map[string][]byte{
+		"bomb.png":      pngDeclaring(100_000, 100_000),
+		"bomb.jpg":      jpegDeclaring(60_000, 60_000, 3),
+		"bomb-cmyk.jpg": jpegDeclaring(40_000, 40_000, 4), // Go decodes CMYK either way
+		"wide.png":      pngDeclaring(1<<31-1, 1),
+	}
 	for name, b := range files {
 		os.WriteFile(filepath.Join(dir, name), b, 0o644)
+	}
+	for name, b := range bombs {
+		os.WriteFile(filepath.Join(dir, name), b, 0o644)
+	}
+	huge := filepath.Join(dir, "huge.png") // sparse: no disk taken
+	if err := os.WriteFile(huge, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(huge, 3<<30); err != nil {
+		t.Fatal(err)
 	}
 	turbo := NewImageReader()
 	defer turbo.Close()
 	for _, r := range []*ImageReader{turbo, {why: "the test asks"}} {
+		want, err := r.Read(good)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stillReads := func(after string) {
+			t.Helper()
+			if m, err := r.Read(good); err != nil || !slices.Equal(m.Pix, want.Pix) {
+				t.Errorf("%s: a good JPEG after %s: %v", r.Decoder(), after, err)
+			}
+		}
 		for name := range files {
 			p := filepath.Join(dir, name)
 			if _, err := r.Read(p); err == nil || !strings.Contains(err.Error(), p) {
 				t.Errorf("%s, %s: %v; want an error naming the file", r.Decoder(), name, err)
 			}
+			stillReads(name)
+		}
+		for name := range bombs {
+			p := filepath.Join(dir, name)
+			if _, err := r.Read(p); err == nil || !strings.Contains(err.Error(), p+": ") || !strings.Contains(err.Error(), "decompression-bomb limit") {
+				t.Errorf("%s, %s: %v; want an error naming the file and the limit", r.Decoder(), name, err)
+			}
+			stillReads(name)
+		}
+		if _, err := r.Read(huge); err == nil || !strings.Contains(err.Error(), huge+": 3221225472 bytes: more than the 2147483648 an image file may have") {
+			t.Errorf("%s: a file of 3 GiB: %v", r.Decoder(), err)
 		}
 		if _, err := r.Read(filepath.Join(dir, "missing.jpg")); err == nil || !strings.Contains(err.Error(), "missing.jpg") {
 			t.Errorf("%s: a missing file: %v", r.Decoder(), err)
 		}
 	}
+	for name := range bombs {
+		p := filepath.Join(dir, name)
+		if _, err := DecodeImageFile(p); err == nil || !strings.Contains(err.Error(), p+": ") || !strings.Contains(err.Error(), "decompression-bomb limit") {
+			t.Errorf("DecodeImageFile %s: %v; want an error naming the file and the limit", name, err)
+		}
+	}
+}
+
+// pngDeclaring returns a PNG file whose header declares w×h 8-bit RGBA
+// pixels, followed by a few rows' worth of data.
+func pngDeclaring(w, h uint32) []byte {
+	chunk := func(b *bytes.Buffer, kind string, data []byte) {
+		binary.Write(b, binary.BigEndian, uint32(len(data)))
+		crc := crc32.NewIEEE()
+		crc.Write([]byte(kind))
+		crc.Write(data)
+		b.WriteString(kind)
+		b.Write(data)
+		binary.Write(b, binary.BigEndian, crc.Sum32())
+	}
+	var b, z bytes.Buffer
+	b.WriteString("\x89PNG\r\n\x1a\n")
+	ihdr := binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint32(nil, w), h)
+	chunk(&b, "IHDR", append(ihdr, 8, 6, 0, 0, 0))
+	zw := zlib.NewWriter(&z)
+	zw.Write(make([]byte, 100))
+	zw.Close()
+	chunk(&b, "IDAT", z.Bytes())
+	chunk(&b, "IEND", nil)
+	return b.Bytes()
+}
+
+// jpegDeclaring returns the start of a baseline JPEG whose frame header
+// declares w×h pixels of comps components (4: Adobe CMYK), up to its
+// scan header.
+func jpegDeclaring(w, h uint16, comps byte) []byte {
+	b := []byte{0xff, 0xd8}
+	if comps == 4 { // APP14 "Adobe", transform 0: CMYK as stored
+		b = append(b, 0xff, 0xee, 0, 14, 'A', 'd', 'o', 'b', 'e', 0, 100, 0, 0, 0, 0, 0)
+	}
+	b = append(b, 0xff, 0xc0, 0, 8+3*comps, 8, byte(h>>8), byte(h), byte(w>>8), byte(w), comps)
+	for c := range comps {
+		b = append(b, c+1, 0x11, 0)
+	}
+	b = append(b, 0xff, 0xda, 0, 6+2*comps, comps)
+	for c := range comps {
+		b = append(b, c+1, 0)
+	}
+	return append(b, 0, 63, 0, 0xff, 0xd9)
 }
 
 // TestResizeIsPillows: Pillow's bilinear resize keeps a constant image

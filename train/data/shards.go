@@ -325,6 +325,9 @@ func (r *shardReader) next(keep bool, classes int) (int, shardSample, error) {
 		switch strings.ToLower(ext) {
 		case "jpg", "jpeg", "png":
 			haveImage = true
+			if err := checkImageFileSize(h.Size); err != nil {
+				return 0, shardSample{}, fmt.Errorf("%s: %s: %w", r.path, h.Name, err)
+			}
 			if keep {
 				s.image = make([]byte, h.Size)
 				if _, err := io.ReadFull(r.tr, s.image); err != nil {

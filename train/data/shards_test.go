@@ -248,6 +248,13 @@ func TestShardErrors(t *testing.T) {
 		{"class out of range", func(dir string) {
 			writeTar(shard(dir), "000007.png", string(png), "000007.cls", "99")
 		}, func(dir string) string { return shard(dir) + ": 000007.cls: class \"99\", want 0 to 9" }},
+		{"an image member larger than an image file may be", func(dir string) {
+			var b bytes.Buffer // the header alone: the data is never read
+			tar.NewWriter(&b).WriteHeader(&tar.Header{Name: "000007.png", Mode: 0o644, Size: 3 << 30, Typeflag: tar.TypeReg})
+			os.WriteFile(shard(dir), b.Bytes(), 0o644)
+		}, func(dir string) string {
+			return shard(dir) + ": 000007.png: 3221225472 bytes: more than the 2147483648 an image file may have"
+		}},
 		{"no class", func(dir string) {
 			writeTar(shard(dir), "000007.png", string(png), "000008.png", string(png), "000008.cls", "1")
 		}, func(dir string) string {

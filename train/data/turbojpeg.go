@@ -16,8 +16,8 @@ type turboJPEG struct {
 	path string
 	h    uintptr
 	// Entry points, called with purego.SyscallN (no allocation per call).
-	header, decompress, destroy uintptr
-	errorStr                    func(h uintptr) string
+	init, header, decompress, destroy uintptr
+	errorStr                          func(h uintptr) string
 }
 
 // The TurboJPEG constants used (turbojpeg.h, libjpeg-turbo 2.x).
@@ -49,47 +49,64 @@ func openTurboJPEG() (*turboJPEG, error) {
 	if lib == 0 {
 		return nil, fmt.Errorf("TurboJPEG (libjpeg-turbo) not found (tried %v: %v); Debian: apt-get install libturbojpeg0", names, err)
 	}
-	var init uintptr
 	for _, f := range []struct {
 		name string
 		at   *uintptr
-	}{{"tjInitDecompress", &init}, {"tjDecompressHeader3", &t.header}, {"tjDecompress2", &t.decompress},
+	}{{"tjInitDecompress", &t.init}, {"tjDecompressHeader3", &t.header}, {"tjDecompress2", &t.decompress},
 		{"tjGetErrorStr2", new(uintptr)}, {"tjDestroy", &t.destroy}} {
 		if *f.at, err = purego.Dlsym(lib, f.name); err != nil {
 			return nil, fmt.Errorf("%s: %w", t.path, err)
 		}
 	}
 	purego.RegisterLibFunc(&t.errorStr, lib, "tjGetErrorStr2")
-	if t.h, _, _ = purego.SyscallN(init); t.h == 0 {
+	if t.h, _, _ = purego.SyscallN(t.init); t.h == 0 {
 		return nil, fmt.Errorf("%s: tjInitDecompress failed", t.path)
 	}
 	return &t, nil
 }
 
+// fail returns the handle's last error, and replaces the handle with a
+// fresh one. A call that fails can leave libjpeg-turbo's decompressor
+// inside the image it gave up on: after a header cut short, or one
+// declaring more than its 65,500 pixels a side, every later image of
+// the handle failed too ("Invalid JPEG file structure: two SOI markers",
+// or a header of 0×0 pixels) — one bad file made a loader worker refuse
+// all it read after it.
+func (t *turboJPEG) fail() error {
+	err := t.err()
+	t.close()
+	t.h, _, _ = purego.SyscallN(t.init) // 0 when it fails: decode says so
+	return err
+}
+
 // decode decodes the JPEG image in b into RGB, in m's pixel buffer when
 // it is large enough (m may be nil). It returns nil and no error for CMYK
-// and YCCK images, whose conversion Go's decoder does as Pillow does.
-func (t *turboJPEG) decode(b []byte, m *RGB) (*RGB, error) {
+// and YCCK images, whose conversion Go's decoder does as Pillow does;
+// an error for images of more than maxPixels pixels.
+func (t *turboJPEG) decode(b []byte, m *RGB, maxPixels int) (*RGB, error) {
 	if len(b) == 0 {
 		return nil, fmt.Errorf("empty file")
+	}
+	if t.h == 0 {
+		return nil, fmt.Errorf("%s: no decompressor (tjInitDecompress failed)", t.path)
 	}
 	var w, h, subsamp, space int32
 	if r, _, _ := purego.SyscallN(t.header, t.h, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)),
 		uintptr(unsafe.Pointer(&w)), uintptr(unsafe.Pointer(&h)), uintptr(unsafe.Pointer(&subsamp)), uintptr(unsafe.Pointer(&space))); int32(r) != 0 {
-		return nil, t.err()
+		return nil, t.fail()
 	}
 	if space == tjSpaceCMYK || space == tjSpaceYCCK {
 		return nil, nil
 	}
-	if w < 1 || h < 1 || int64(w)*int64(h) > 1<<28 {
-		return nil, fmt.Errorf("%d×%d pixels", w, h)
+	if err := checkImageSize(int(w), int(h), maxPixels); err != nil {
+		return nil, err
 	}
 	m = fitRGB(m, int(w), int(h))
 	// Flags 0: the accurate integer IDCT and smooth chroma upsampling, as
 	// Pillow has them; a warning (corrupt data) fails as an error does.
 	if r, _, _ := purego.SyscallN(t.decompress, t.h, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)),
 		uintptr(unsafe.Pointer(&m.Pix[0])), uintptr(w), uintptr(3*w), uintptr(h), tjPixelRGB, 0); int32(r) != 0 {
-		return nil, t.err()
+		return nil, t.fail()
 	}
 	return m, nil
 }
