@@ -41,15 +41,21 @@ type FolderSample struct {
 }
 
 // ScanImageFolder lists the images of dir as torchvision's ImageFolder
-// does: the class directories sorted by name, the files under each in
-// sorted walk order, only those with an image extension.
+// does: the class directories sorted by name, and under each, as
+// make_dataset walks it (os.walk following symbolic links), the
+// directories in sorted order of their paths and each one's files by
+// name, only those with an image extension. Class directories and the
+// directories under them may be symbolic links (subsets of ImageNet are
+// often made of links to its class directories); a link back to a
+// directory it lies in is an error naming it (os.walk would go round it
+// until the path grew too long).
 func ScanImageFolder(dir string) (classes []string, samples []FolderSample, err error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, nil, err
 	}
 	for _, e := range entries {
-		if e.IsDir() {
+		if isDir(dir, e) {
 			classes = append(classes, e.Name())
 		}
 	}
@@ -58,24 +64,80 @@ func ScanImageFolder(dir string) (classes []string, samples []FolderSample, err 
 		return nil, nil, fmt.Errorf("%s: no class directories (want %s/CLASS/IMAGE)", dir, dir)
 	}
 	for c, name := range classes {
-		n := len(samples)
-		err := filepath.WalkDir(filepath.Join(dir, name), func(p string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			if !d.IsDir() && slices.Contains(imageExtensions, strings.ToLower(filepath.Ext(p))) {
-				samples = append(samples, FolderSample{Path: p, Class: c})
-			}
-			return nil
-		})
+		paths, err := classImages(filepath.Join(dir, name))
 		if err != nil {
 			return nil, nil, err
 		}
-		if len(samples) == n {
+		if len(paths) == 0 {
 			return nil, nil, fmt.Errorf("%s: class %s has no images (%s)", dir, name, strings.Join(imageExtensions, ", "))
+		}
+		for _, p := range paths {
+			samples = append(samples, FolderSample{Path: p, Class: c})
 		}
 	}
 	return classes, samples, nil
+}
+
+// isDir reports whether the entry e of dir is a directory or a symbolic
+// link to one (as Python's DirEntry.is_dir()).
+func isDir(dir string, e fs.DirEntry) bool {
+	if e.IsDir() {
+		return true
+	}
+	if e.Type()&fs.ModeSymlink == 0 {
+		return false
+	}
+	st, err := os.Stat(filepath.Join(dir, e.Name()))
+	return err == nil && st.IsDir()
+}
+
+// classImages lists the image files under root in make_dataset's order.
+func classImages(root string) ([]string, error) {
+	type listed struct {
+		dir   string
+		files []string
+	}
+	var dirs []listed
+	var walk func(dir string, above []fs.FileInfo) error
+	walk = func(dir string, above []fs.FileInfo) error {
+		st, err := os.Stat(dir)
+		if err != nil {
+			return err
+		}
+		for _, a := range above {
+			if os.SameFile(a, st) {
+				return fmt.Errorf("%s: a symbolic link loop: the directory is one it lies in", dir)
+			}
+		}
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			return err
+		}
+		l := listed{dir: dir}
+		for _, e := range entries {
+			switch {
+			case isDir(dir, e):
+				if err := walk(filepath.Join(dir, e.Name()), append(above, st)); err != nil {
+					return err
+				}
+			case slices.Contains(imageExtensions, strings.ToLower(filepath.Ext(e.Name()))):
+				l.files = append(l.files, e.Name()) // ReadDir sorts by name
+			}
+		}
+		dirs = append(dirs, l)
+		return nil
+	}
+	if err := walk(root, nil); err != nil {
+		return nil, err
+	}
+	slices.SortFunc(dirs, func(a, b listed) int { return strings.Compare(a.dir, b.dir) })
+	var paths []string
+	for _, l := range dirs {
+		for _, f := range l.files {
+			paths = append(paths, filepath.Join(l.dir, f))
+		}
+	}
+	return paths, nil
 }
 
 // ReadRGB decodes the image file at path into 8-bit RGB, as Pillow's

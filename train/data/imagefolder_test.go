@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/zlib"
 	"encoding/binary"
+	"fmt"
 	"hash/crc32"
 	"math"
 	"os"
@@ -155,6 +156,61 @@ func TestImageReaderErrors(t *testing.T) {
 		if _, err := DecodeImageFile(p); err == nil || !strings.Contains(err.Error(), p+": ") || !strings.Contains(err.Error(), "decompression-bomb limit") {
 			t.Errorf("DecodeImageFile %s: %v; want an error naming the file and the limit", name, err)
 		}
+	}
+}
+
+// TestScanImageFolderIsTorchvisions: the classes and the order of the
+// samples are torchvision's ImageFolder's on the same tree — class
+// directories that are symbolic links, links to directories and files
+// inside a class, files beside subdirectories, names differing in case
+// (the list below is what Debian's torchvision 0.14 gave for this tree,
+// its paths relative to the root). A link to a directory above it is
+// an error naming the link.
+func TestScanImageFolderIsTorchvisions(t *testing.T) {
+	tmp := t.TempDir()
+	root, elsewhere := filepath.Join(tmp, "root"), filepath.Join(tmp, "elsewhere")
+	for _, f := range []string{"root/a/2.jpg", "root/a/10.jpg", "root/a/x.txt", "root/b/z.PNG", "root/b/sub/a.jpeg",
+		"root/c/b.jpg", "root/c/a/x.jpg", "root/c/a-x/y.jpg", "root/c/B/q.jpg",
+		"elsewhere/extra/e.jpg", "elsewhere/extra/d.png", "elsewhere2/k.jpg"} {
+		p := filepath.Join(tmp, f)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for link, target := range map[string]string{
+		"root/linked":       elsewhere,
+		"root/c/m-link":     filepath.Join(elsewhere, "extra"),
+		"root/a/k-link.jpg": filepath.Join(tmp, "elsewhere2", "k.jpg"),
+	} {
+		if err := os.Symlink(target, filepath.Join(tmp, link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	classes, samples, err := ScanImageFolder(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, s := range samples {
+		rel, _ := filepath.Rel(root, s.Path)
+		got = append(got, fmt.Sprintf("%d %s", s.Class, rel))
+	}
+	want := []string{"0 a/10.jpg", "0 a/2.jpg", "0 a/k-link.jpg", "1 b/z.PNG", "1 b/sub/a.jpeg",
+		"2 c/b.jpg", "2 c/B/q.jpg", "2 c/a/x.jpg", "2 c/a-x/y.jpg", "2 c/m-link/d.png", "2 c/m-link/e.jpg",
+		"3 linked/extra/d.png", "3 linked/extra/e.jpg"}
+	if !slices.Equal(classes, []string{"a", "b", "c", "linked"}) || !slices.Equal(got, want) {
+		t.Fatalf("classes %q, samples\n%s\nwant classes [a b c linked], samples\n%s", classes, strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+
+	loop := filepath.Join(root, "c", "a", "back")
+	if err := os.Symlink(filepath.Join(root, "c"), loop); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := ScanImageFolder(root); err == nil || !strings.Contains(err.Error(), loop+": a symbolic link loop") {
+		t.Fatalf("a link to a directory above it: %v", err)
 	}
 }
 
