@@ -14,7 +14,7 @@ import (
 	"github.com/klauspost/compress/gzip"
 )
 
-func gz(t *testing.T, b []byte) []byte {
+func gz(t testing.TB, b []byte) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	zw := gzip.NewWriter(&buf)
