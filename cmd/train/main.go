@@ -474,7 +474,10 @@ func loadData(model string, o options) (*data.Dataset, *data.Dataset, error) {
 func defaultDataDir(format data.Format) string {
 	candidates := []string{fashionMNIST}
 	if format == data.FormatCIFAR10 {
-		candidates = []string{"data/cifar-10-batches-bin", "data/cifar-10-binary.tar.gz", "cifar-10-batches-bin", "cifar-10-binary.tar.gz"}
+		// The binary version, then the Python version where
+		// torchvision.datasets.CIFAR10(root="data", download=True) puts it.
+		candidates = []string{"data/cifar-10-batches-bin", "data/cifar-10-binary.tar.gz", "cifar-10-batches-bin", "cifar-10-binary.tar.gz",
+			"data/cifar-10-batches-py", "data/cifar-10-python.tar.gz", "cifar-10-batches-py", "cifar-10-python.tar.gz"}
 	}
 	for _, c := range candidates {
 		if _, err := os.Stat(c); err == nil {
@@ -488,7 +491,7 @@ func noDataError(model string, format data.Format) error {
 	if format == data.FormatMNIST {
 		return fmt.Errorf("no data: %s is not installed. Install Fashion-MNIST (apt-get install dataset-fashion-mnist), pass --data DIR with MNIST-format files, or train on generated data with --synthetic", fashionMNIST)
 	}
-	return fmt.Errorf("no data for --model %s: pass --data with CIFAR-10's binary version (a directory of data_batch_*.bin and test_batch.bin, or cifar-10-binary.tar.gz from https://www.cs.toronto.edu/~kriz/cifar.html), or train on generated data with --synthetic", model)
+	return fmt.Errorf("no data for --model %s: pass --data with CIFAR-10's binary version (a directory of data_batch_*.bin and test_batch.bin, or cifar-10-binary.tar.gz from https://www.cs.toronto.edu/~kriz/cifar.html) or its Python version (the directory torchvision.datasets.CIFAR10 downloaded it to), or train on generated data with --synthetic", model)
 }
 
 // reporters sets up progress output and the metrics writers.

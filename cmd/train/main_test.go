@@ -345,3 +345,35 @@ func TestSyntheticFormat(t *testing.T) {
 		}
 	}
 }
+
+// TestCIFARWhereTorchvisionPutsIt: without --data, a CIFAR model trains on
+// the Python version in data/cifar-10-batches-py, where the workshops'
+// torchvision.datasets.CIFAR10(root="data", download=True) leaves it
+// (three images a batch: train/data's fixtures).
+func TestCIFARWhereTorchvisionPutsIt(t *testing.T) {
+	src, err := filepath.Abs("../../train/data/testdata/cifar-python/py2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(t.TempDir())
+	dir := filepath.Join("data", "cifar-10-batches-py")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"data_batch_1", "data_batch_2", "test_batch"} {
+		b, err := os.ReadFile(filepath.Join(src, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out bytes.Buffer
+	if err := run([]string{"--model", "cifarnet", "--epochs", "1", "--batch-size", "3", "--threads", "1"}, &out); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if want := "Test set: Average loss: "; !strings.Contains(out.String(), want) || !strings.Contains(out.String(), "6 training and 3 test images") {
+		t.Fatalf("output lacks %q or the data's size:\n%s", want, out.String())
+	}
+}

@@ -18,35 +18,45 @@ import (
 
 // CIFAR-10's binary format: records of one label byte and 3×32×32 pixel
 // bytes (the red plane, then green, then blue), 10,000 per batch file.
+// Its Python version (what torchvision downloads and reads) pickles each
+// batch as a dict of the labels and a numpy array of the same pixel
+// rows; it is read into the same records (cifarPythonRecords).
 const (
 	cifarPixels = 3 * 32 * 32
 	cifarRecord = 1 + cifarPixels
 	cifarTar    = "cifar-10-binary.tar.gz"
 	cifarSubdir = "cifar-10-batches-bin"
+	cifarPyTar  = "cifar-10-python.tar.gz"
+	cifarPyDir  = "cifar-10-batches-py"
 )
 
 // cifarSource is where the batch files are: a directory, or a tar.gz.
 type cifarSource struct {
-	dir     string // directory holding the .bin files
+	dir     string // directory holding the batch files
 	archive string // or the archive
 }
 
-// findCIFAR locates CIFAR-10 batches at p: the .bin files in p or its
-// cifar-10-batches-bin subdirectory, or cifar-10-binary.tar.gz in p, or p
-// being that archive.
+// findCIFAR locates CIFAR-10 batches at p: the batch files in p or its
+// cifar-10-batches-bin or cifar-10-batches-py subdirectory, or either
+// version's archive in p, or p being an archive.
 func findCIFAR(p string) (cifarSource, error) {
 	if strings.HasSuffix(p, ".tar.gz") || strings.HasSuffix(p, ".tgz") {
 		return cifarSource{archive: p}, nil
 	}
-	for _, dir := range []string{p, filepath.Join(p, cifarSubdir)} {
-		if _, err := os.Stat(filepath.Join(dir, "data_batch_1.bin")); err == nil {
-			return cifarSource{dir: dir}, nil
+	for _, dir := range []string{p, filepath.Join(p, cifarSubdir), filepath.Join(p, cifarPyDir)} {
+		for _, first := range []string{"data_batch_1.bin", "data_batch_1"} {
+			if fileExists(filepath.Join(dir, first)) {
+				return cifarSource{dir: dir}, nil
+			}
 		}
 	}
-	if a := filepath.Join(p, cifarTar); fileExists(a) {
-		return cifarSource{archive: a}, nil
+	for _, a := range []string{cifarTar, cifarPyTar} {
+		if a := filepath.Join(p, a); fileExists(a) {
+			return cifarSource{archive: a}, nil
+		}
 	}
-	return cifarSource{}, fmt.Errorf("%s: no CIFAR-10 batches (data_batch_1.bin, ... test_batch.bin, or %s)", p, cifarTar)
+	return cifarSource{}, fmt.Errorf("%s: no CIFAR-10 batches (data_batch_1.bin, ... test_batch.bin, or %s; or the Python version's data_batch_1, ... test_batch, in %s/ as torchvision downloads them, or %s)",
+		p, cifarTar, cifarPyDir, cifarPyTar)
 }
 
 func fileExists(p string) bool {
@@ -57,13 +67,16 @@ func fileExists(p string) bool {
 // LoadCIFAR10 reads CIFAR-10's binary version: the training split from
 // data_batch_1.bin, data_batch_2.bin, ... (consecutively numbered, five in
 // the real dataset) and the test split from test_batch.bin, either extracted
-// in p (or p/cifar-10-batches-bin) or inside cifar-10-binary.tar.gz.
+// in p (or p/cifar-10-batches-bin) or inside cifar-10-binary.tar.gz — or
+// its Python version the same way: data_batch_1, ... and test_batch, in p
+// or p/cifar-10-batches-py (torchvision's CIFAR10(root=p) downloads them
+// there) or inside cifar-10-python.tar.gz.
 func LoadCIFAR10(p string) (train, test *Dataset, err error) {
 	src, err := findCIFAR(p)
 	if err != nil {
 		return nil, nil, err
 	}
-	files := map[string][]byte{} // batch file base name → records
+	files := map[string][]byte{} // batch file base name → its contents
 	if src.archive != "" {
 		if err := readCIFARArchive(src.archive, files); err != nil {
 			return nil, nil, err
@@ -83,37 +96,54 @@ func LoadCIFAR10(p string) (train, test *Dataset, err error) {
 			}
 		}
 	}
+	// The binary version's names end in .bin; the Python version's where
+	// there are none of those.
+	ext := ""
+	for name := range files {
+		if strings.HasSuffix(name, ".bin") {
+			ext = ".bin"
+		}
+	}
 	where := func(name string) string {
 		if src.archive != "" {
 			return src.archive + ":" + name
 		}
 		return filepath.Join(src.dir, name)
 	}
+	add := func(d *Dataset, name string) error {
+		b := files[name]
+		if ext == "" {
+			var err error
+			if b, err = cifarPythonRecords(b, where(name)); err != nil {
+				return err
+			}
+		}
+		return d.appendCIFAR(b, where(name))
+	}
 	train = newCIFAR()
 	var names []string
 	for name := range files {
-		if name != "test_batch.bin" {
+		if strings.HasPrefix(name, "data_batch_") && strings.HasSuffix(name, ".bin") == (ext != "") {
 			names = append(names, name)
 		}
 	}
 	sort.Strings(names)
 	for i, name := range names {
-		if want := fmt.Sprintf("data_batch_%d.bin", i+1); name != want {
+		if want := fmt.Sprintf("data_batch_%d%s", i+1, ext); name != want {
 			return nil, nil, fmt.Errorf("%s: training batches %v are not numbered consecutively from 1 (missing %s)", where(""), names, want)
 		}
-		if err := train.appendCIFAR(files[name], where(name)); err != nil {
+		if err := add(train, name); err != nil {
 			return nil, nil, err
 		}
 	}
 	if len(names) == 0 {
-		return nil, nil, fmt.Errorf("%s: no training batches (data_batch_1.bin, ...)", where(""))
+		return nil, nil, fmt.Errorf("%s: no training batches (data_batch_1%s, ...)", where(""), ext)
 	}
-	tb, ok := files["test_batch.bin"]
-	if !ok {
-		return nil, nil, fmt.Errorf("%s: no test_batch.bin", where(""))
+	if _, ok := files["test_batch"+ext]; !ok {
+		return nil, nil, fmt.Errorf("%s: no test_batch%s", where(""), ext)
 	}
 	test = newCIFAR()
-	if err := test.appendCIFAR(tb, where("test_batch.bin")); err != nil {
+	if err := add(test, "test_batch"+ext); err != nil {
 		return nil, nil, err
 	}
 	return train, test, nil
@@ -123,8 +153,14 @@ func newCIFAR() *Dataset {
 	return &Dataset{Name: "cifar10", Shape: [3]int{3, 32, 32}, Classes: CIFAR10Classes, Mean: cifarMean, Std: cifarStd}
 }
 
+// isCIFARBatch reports whether name is a batch file's of either version.
 func isCIFARBatch(name string) bool {
-	return name == "test_batch.bin" || (strings.HasPrefix(name, "data_batch_") && strings.HasSuffix(name, ".bin"))
+	name = strings.TrimSuffix(name, ".bin")
+	if name == "test_batch" {
+		return true
+	}
+	n, ok := strings.CutPrefix(name, "data_batch_")
+	return ok && n != "" && strings.Trim(n, "0123456789") == ""
 }
 
 // appendCIFAR adds a batch file's records; where names the file in errors.
@@ -145,7 +181,8 @@ func (d *Dataset) appendCIFAR(b []byte, where string) error {
 	return nil
 }
 
-// readCIFARArchive reads the batch files out of cifar-10-binary.tar.gz.
+// readCIFARArchive reads the batch files out of cifar-10-binary.tar.gz or
+// cifar-10-python.tar.gz.
 func readCIFARArchive(archive string, files map[string][]byte) error {
 	f, err := os.Open(archive)
 	if err != nil {
@@ -178,4 +215,76 @@ func readCIFARArchive(archive string, files map[string][]byte) error {
 		files[name] = buf.Bytes()
 	}
 	return nil
+}
+
+// cifarPythonRecords reads a batch of CIFAR-10's Python version (the
+// pickle b, from where, which errors name) into the binary version's
+// records.
+func cifarPythonRecords(b []byte, where string) ([]byte, error) {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%s: not a batch of CIFAR-10's Python version: "+format, append([]any{where}, a...)...)
+	}
+	v, err := unpickle(b)
+	if err != nil {
+		return nil, bad("%w", err)
+	}
+	d, ok := v.(*pyDict)
+	if !ok {
+		return nil, bad("%s, not a dict", describe(v))
+	}
+	pixels, n, err := numpyRows(d.m["data"], cifarPixels)
+	if err != nil {
+		return nil, bad("its data: %w", err)
+	}
+	labels, ok := d.m["labels"].(*pyList)
+	if !ok || len(labels.items) != n {
+		return nil, bad("%d images, and for their labels %s", n, describe(d.m["labels"]))
+	}
+	records := make([]byte, 0, n*cifarRecord)
+	for i, l := range labels.items {
+		c, ok := l.(int64)
+		if !ok || c < 0 || c >= int64(len(CIFAR10Classes)) {
+			return nil, bad("label %d is %v (%s); CIFAR-10 labels are 0 to 9", i, l, describe(l))
+		}
+		records = append(records, byte(c))
+		records = append(records, pixels[i*cifarPixels:(i+1)*cifarPixels]...)
+	}
+	return records, nil
+}
+
+// numpyRows returns the bytes of a pickled two-dimensional numpy array of
+// unsigned bytes with rows of width elements, in C order, and its rows.
+func numpyRows(v any, width int) ([]byte, int, error) {
+	o, ok := v.(*pyObject)
+	if !ok || o.fn.name != "_reconstruct" || (o.fn.module != "numpy.core.multiarray" && o.fn.module != "numpy._core.multiarray") {
+		return nil, 0, fmt.Errorf("%s, not a numpy array", describe(v))
+	}
+	st, ok := o.state.(pyTuple)
+	if !ok || len(st) != 5 {
+		return nil, 0, fmt.Errorf("an array's state in %s, want a tuple (version, shape, dtype, Fortran order, data)", describe(o.state))
+	}
+	shape, ok := st[1].(pyTuple)
+	if !ok || len(shape) != 2 {
+		return nil, 0, fmt.Errorf("a shape in %s, want a tuple (images, %d)", describe(st[1]), width)
+	}
+	rows, ok1 := shape[0].(int64)
+	cols, ok2 := shape[1].(int64)
+	if !ok1 || !ok2 {
+		return nil, 0, fmt.Errorf("a shape of %s and %s, want (images, %d)", describe(shape[0]), describe(shape[1]), width)
+	}
+	if cols != int64(width) || rows < 1 {
+		return nil, 0, fmt.Errorf("shape (%d, %d), want (images, %d)", rows, cols, width)
+	}
+	dt, ok := st[2].(*pyObject)
+	if !ok || dt.fn != (pyGlobal{"numpy", "dtype"}) || len(dt.args) == 0 || fmt.Sprintf("%s", dt.args[0]) != "u1" {
+		return nil, 0, fmt.Errorf("element type %s, want numpy.uint8", describe(st[2]))
+	}
+	if fortran, _ := st[3].(bool); fortran {
+		return nil, 0, errors.New("an array in Fortran order")
+	}
+	data, ok := st[4].([]byte)
+	if !ok || int64(len(data)) != rows*cols {
+		return nil, 0, fmt.Errorf("%d × %d elements in %s of %d bytes", rows, cols, describe(st[4]), len(data))
+	}
+	return data, int(rows), nil
 }

@@ -1,8 +1,10 @@
 package data
 
 import (
+	"archive/tar"
 	"bytes"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -248,6 +250,124 @@ func TestCIFAR10(t *testing.T) {
 			t.Fatalf("only %s/: %v, want %q", c.has, err, want)
 		}
 	}
+}
+
+// TestCIFAR10Python reads CIFAR-10's Python version, the batches
+// torchvision downloads (testdata/gen_cifar_python.py: three images a
+// batch, pickled as Python 2's cPickle wrote the real files and as
+// Python 3 writes them at protocols 2 and 4; each read back there as
+// torchvision reads it): in root/cifar-10-batches-py as
+// torchvision.datasets.CIFAR10(root) leaves them, from that directory
+// itself, and from cifar-10-python.tar.gz. Pixels and labels are the
+// generator's; pickles that are cut, changed or of something else are
+// errors naming the file.
+func TestCIFAR10Python(t *testing.T) {
+	pixel := func(b, i, j int) byte { return byte((b*31 + i*7 + j*13) % 256) }
+	label := func(b, i int) int32 { return int32((3*b + i) % 10) }
+	check := func(t *testing.T, d *Dataset, batches ...int) {
+		t.Helper()
+		if d.Len() != 3*len(batches) || d.Shape != [3]int{3, 32, 32} || !slices.Equal(d.Classes, CIFAR10Classes) {
+			t.Fatalf("%d images of %v, classes %v", d.Len(), d.Shape, d.Classes)
+		}
+		for k, b := range batches {
+			for i := range 3 {
+				n := 3*k + i
+				img := d.Images[n*cifarPixels : (n+1)*cifarPixels]
+				for j, v := range img {
+					if v != pixel(b, i, j) {
+						t.Fatalf("batch %d image %d pixel %d: %d, want %d", b, i, j, v, pixel(b, i, j))
+					}
+				}
+				if d.Labels[n] != label(b, i) {
+					t.Fatalf("batch %d image %d: label %d, want %d", b, i, d.Labels[n], label(b, i))
+				}
+			}
+		}
+	}
+	for _, form := range []string{"py2", "py3p2", "py3p4"} {
+		t.Run(form, func(t *testing.T) {
+			src := filepath.Join("testdata", "cifar-python", form)
+			root := t.TempDir()
+			dir := filepath.Join(root, "cifar-10-batches-py")
+			files := map[string][]byte{}
+			for _, name := range []string{"data_batch_1", "data_batch_2", "test_batch"} {
+				b, err := os.ReadFile(filepath.Join(src, name))
+				if err != nil {
+					t.Fatal(err)
+				}
+				files["cifar-10-batches-py/"+name] = b
+				writeFile(t, mkdir(t, dir), name, b)
+			}
+			writeFile(t, dir, "batches.meta", []byte("not read"))
+			archive := writeFile(t, t.TempDir(), "cifar-10-python.tar.gz", tarGz(t, files))
+			for _, p := range []string{root, dir, archive, filepath.Dir(archive)} {
+				if f, err := Detect(p); err != nil || f != FormatCIFAR10 {
+					t.Fatalf("Detect(%s) = %v, %v", p, f, err)
+				}
+				train, test, err := Load(p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				check(t, train, 0, 1)
+				check(t, test, 2)
+			}
+		})
+	}
+
+	good, err := os.ReadFile("testdata/cifar-python/py2/data_batch_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	labels := bytes.Index(good, []byte("]q\t(K")) + 4 // the labels' list: EMPTY_LIST, BINPUT 9, MARK, then BININT1 per label
+	for _, c := range []struct {
+		name    string
+		content []byte
+		want    string
+	}{
+		{"cut", good[:len(good)/2], "pickle opcode 0x54 at offset 139: a string of 9216 bytes, 4588 left in the pickle"},
+		{"not a pickle", []byte("data_batch_1"), "pickle opcode 0x64 at offset 0: not one of the opcodes read"},
+		{"a label of 10", slices.Concat(good[:labels], []byte{'K', 10}, good[labels+2:]), "label 0 is 10 (an int); CIFAR-10 labels are 0 to 9"},
+		{"rows of 3071", bytes.Replace(good, []byte{'M', 0x00, 0x0c}, []byte{'M', 0xff, 0x0b}, 1), "its data: shape (3, 3071), want (images, 3072)"},
+		{"a list of pixels", bytes.Replace(good, []byte("cnumpy.core.multiarray\n_reconstruct"), []byte("cnumpy.core.multiarray\n_reconstrucX"), 1), "its data: what numpy.core.multiarray._reconstrucX() made, not a numpy array"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			for _, name := range []string{"data_batch_2", "test_batch"} {
+				b, _ := os.ReadFile(filepath.Join("testdata", "cifar-python", "py2", name))
+				writeFile(t, dir, name, b)
+			}
+			p := writeFile(t, dir, "data_batch_1", c.content)
+			_, _, err := Load(dir)
+			if err == nil || !strings.Contains(err.Error(), p+": not a batch of CIFAR-10's Python version: "+c.want) {
+				t.Fatalf("%v; want an error naming %s and saying %q", err, p, c.want)
+			}
+		})
+	}
+}
+
+func mkdir(t *testing.T, dir string) string {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// tarGz packs files (name → contents) into a gzip-compressed tar stream.
+func tarGz(t *testing.T, files map[string][]byte) []byte {
+	t.Helper()
+	var tb bytes.Buffer
+	tw := tar.NewWriter(&tb)
+	for _, name := range slices.Sorted(maps.Keys(files)) {
+		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(files[name])), Typeflag: tar.TypeReg}); err != nil {
+			t.Fatal(err)
+		}
+		tw.Write(files[name])
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return gz(t, tb.Bytes())
 }
 
 func TestSyntheticDeterministic(t *testing.T) {

@@ -143,7 +143,7 @@ type Format string
 // The formats Load detects.
 const (
 	FormatMNIST   Format = "mnist"   // IDX files, plain or gzip
-	FormatCIFAR10 Format = "cifar10" // CIFAR-10 binary batches, extracted or in cifar-10-binary.tar.gz
+	FormatCIFAR10 Format = "cifar10" // CIFAR-10's batches, binary or Python version, extracted or in their tar.gz
 	// FormatImageNet is ImageNet's shape (3×224×224, 1000 classes); only
 	// generated data (SyntheticImageNet) has it, real ImageNet comes as an
 	// image folder or shards.
@@ -166,7 +166,7 @@ func Detect(dir string) (Format, error) {
 		if strings.HasSuffix(dir, ".tar.gz") || strings.HasSuffix(dir, ".tgz") {
 			return FormatCIFAR10, nil
 		}
-		return "", fmt.Errorf("%s is not a directory or a cifar-10-binary.tar.gz archive", dir)
+		return "", fmt.Errorf("%s is not a directory or a CIFAR-10 archive (cifar-10-binary.tar.gz, cifar-10-python.tar.gz)", dir)
 	}
 	if _, err := findIDX(dir, "train", "images", 3); err == nil {
 		return FormatMNIST, nil
@@ -183,11 +183,11 @@ func Detect(dir string) (Format, error) {
 	if split, missing := halfImageFolder(dir); split != "" {
 		return "", fmt.Errorf("%s holds an image folder's %s/ but no %s/ beside it: an image folder needs both, train/CLASS/IMAGE to train on and val/CLASS/IMAGE to evaluate on, as torchvision's ImageNet layout has them", dir, split, missing)
 	}
-	return "", fmt.Errorf("%s holds neither MNIST-format files (train-images-idx3-ubyte[.gz], ...), nor CIFAR-10 binary batches (data_batch_1.bin ... test_batch.bin, or cifar-10-binary.tar.gz), nor an image folder (train/CLASS/IMAGE and val/CLASS/IMAGE, JPEG or PNG), nor shards (shards.json and its tar files)", dir)
+	return "", fmt.Errorf("%s holds neither MNIST-format files (train-images-idx3-ubyte[.gz], ...), nor CIFAR-10 batches (data_batch_1.bin ... test_batch.bin, or cifar-10-binary.tar.gz; the Python version's cifar-10-batches-py/ as torchvision downloads it, or cifar-10-python.tar.gz), nor an image folder (train/CLASS/IMAGE and val/CLASS/IMAGE, JPEG or PNG), nor shards (shards.json and its tar files)", dir)
 }
 
 // Load reads the training and test splits of the dataset in dir (a
-// directory, or a cifar-10-binary.tar.gz archive), detecting its format;
+// directory, or a CIFAR-10 archive), detecting its format;
 // an image folder's images are cropped to 224×224 (LoadSized).
 func Load(dir string) (train, test *Dataset, err error) { return LoadSized(dir, 224) }
 

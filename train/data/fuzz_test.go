@@ -130,3 +130,31 @@ func FuzzParseIDX(f *testing.F) {
 		}
 	})
 }
+
+// FuzzCIFARPython reads the bytes as a batch of CIFAR-10's Python
+// version: an error, or whole records with labels 0 to 9.
+func FuzzCIFARPython(f *testing.F) {
+	for _, form := range []string{"py2", "py3p2", "py3p4"} {
+		b, err := os.ReadFile(filepath.Join("testdata", "cifar-python", form, "test_batch"))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add([]byte("\x80\x02]q\x00h\x00a."))                       // a list holding itself
+	f.Add([]byte("\x80\x02}q\x00(X\x04\x00\x00\x00datah\x00u.")) // a dict holding itself
+	f.Fuzz(func(t *testing.T, b []byte) {
+		records, err := cifarPythonRecords(b, "fuzzed")
+		if err != nil {
+			return
+		}
+		if len(records) == 0 || len(records)%cifarRecord != 0 {
+			t.Fatalf("%d bytes of records", len(records))
+		}
+		for off := 0; off < len(records); off += cifarRecord {
+			if records[off] > 9 {
+				t.Fatalf("label %d", records[off])
+			}
+		}
+	})
+}
