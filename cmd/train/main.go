@@ -78,7 +78,7 @@ func parseFlags(args []string) (train.Config, options, error) {
 	fs.IntVar(&cfg.NumClasses, "num-classes", 0, "the model's outputs (default: the training data's class count)")
 	fs.BoolVar(&cfg.Recompute, "recompute", false, "ResNets: keep only each residual block's input and output, the stem's input and, in Bottlenecks, the outputs of the convolutions costliest to recompute, for backward and recompute the rest there (activation checkpointing; the same results): ResNet-50 in less than half the memory, for part of a forward pass more per step")
 	fs.BoolVar(&cfg.ZeroInitResidual, "zero-init-residual", false, "ResNets: start each residual block's last batch norm at zero weight, so the block starts as the identity (torchvision's zero_init_residual)")
-	fs.StringVar(&o.dataDir, "data", "", "dataset directory: MNIST-format, CIFAR-10 binary, or an image folder (train/CLASS/*.jpg and val/CLASS/*.jpg, as torchvision's ImageFolder; JPEG or PNG) (default "+fashionMNIST+" when installed)")
+	fs.StringVar(&o.dataDir, "data", "", "dataset directory: MNIST-format files (or the root torchvision's MNIST or FashionMNIST downloaded them to), CIFAR-10 (binary, or the Python version torchvision downloads), or an image folder (train/CLASS/*.jpg and val/CLASS/*.jpg, as torchvision's ImageFolder; JPEG or PNG) (default "+fashionMNIST+" when installed)")
 	fs.BoolVar(&o.synthetic, "synthetic", false, "train on generated data shaped for the model instead of --data")
 	fs.IntVar(&cfg.Epochs, "epochs", 0, "epochs to train (default per model: mnist 3, cifarnet 10, resnet18 2)")
 	fs.IntVar(&cfg.BatchSize, "batch-size", 0, "training batch size (default per model: mnist 64, cifarnet 128, resnet18 32)")

@@ -142,6 +142,42 @@ func TestMNISTRoundTrip(t *testing.T) {
 	}
 }
 
+// TestMNISTWhereTorchvisionPutsIt: a root that torchvision's
+// datasets.MNIST(root, download=True) or FashionMNIST filled (root/MNIST/raw,
+// root/FashionMNIST/raw) loads as that dataset; a root holding both is an
+// error naming them.
+func TestMNISTWhereTorchvisionPutsIt(t *testing.T) {
+	train, test := synth(t, FormatMNIST, 30, 1), synth(t, FormatMNIST, 10, 2)
+	both := t.TempDir()
+	for _, c := range []struct{ sub, name string }{{"MNIST/raw", "mnist"}, {"FashionMNIST/raw", "fashion-mnist"}} {
+		root := t.TempDir()
+		for _, r := range []string{root, both} {
+			if err := WriteMNIST(filepath.Join(r, filepath.FromSlash(c.sub)), train, test); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if f, err := Detect(root); err != nil || f != FormatMNIST {
+			t.Fatalf("%s: Detect = %v, %v", c.sub, f, err)
+		}
+		gotTrain, gotTest, err := Load(root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameData(t, gotTrain, train)
+		sameData(t, gotTest, test)
+		if gotTrain.Name != c.name {
+			t.Fatalf("%s loads as %q, want %q", c.sub, gotTrain.Name, c.name)
+		}
+	}
+	want := fmt.Sprintf("%s holds two MNIST-format datasets, %s and %s", both, filepath.Join(both, "MNIST", "raw"), filepath.Join(both, "FashionMNIST", "raw"))
+	if _, err := Detect(both); err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("both: %v; want %q", err, want)
+	}
+	if _, _, err := Load(both); err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("both: %v; want %q", err, want)
+	}
+}
+
 // TestFashionMNIST reads the real dataset when it is installed
 // (apt-get install dataset-fashion-mnist): 60,000 + 10,000 images of
 // 28×28, 6,000 + 1,000 of each class.

@@ -1,6 +1,7 @@
 package data
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -168,8 +169,10 @@ func Detect(dir string) (Format, error) {
 		}
 		return "", fmt.Errorf("%s is not a directory or a CIFAR-10 archive (cifar-10-binary.tar.gz, cifar-10-python.tar.gz)", dir)
 	}
-	if _, err := findIDX(dir, "train", "images", 3); err == nil {
+	if _, err := findMNIST(dir); err == nil {
 		return FormatMNIST, nil
+	} else if errors.Is(err, errTwoMNIST) {
+		return "", err
 	}
 	if _, err := findCIFAR(dir); err == nil {
 		return FormatCIFAR10, nil
@@ -183,7 +186,7 @@ func Detect(dir string) (Format, error) {
 	if split, missing := halfImageFolder(dir); split != "" {
 		return "", fmt.Errorf("%s holds an image folder's %s/ but no %s/ beside it: an image folder needs both, train/CLASS/IMAGE to train on and val/CLASS/IMAGE to evaluate on, as torchvision's ImageNet layout has them", dir, split, missing)
 	}
-	return "", fmt.Errorf("%s holds neither MNIST-format files (train-images-idx3-ubyte[.gz], ...), nor CIFAR-10 batches (data_batch_1.bin ... test_batch.bin, or cifar-10-binary.tar.gz; the Python version's cifar-10-batches-py/ as torchvision downloads it, or cifar-10-python.tar.gz), nor an image folder (train/CLASS/IMAGE and val/CLASS/IMAGE, JPEG or PNG), nor shards (shards.json and its tar files)", dir)
+	return "", fmt.Errorf("%s holds neither MNIST-format files (train-images-idx3-ubyte[.gz], ..., or MNIST/raw/ or FashionMNIST/raw/ holding them, as torchvision downloads them), nor CIFAR-10 batches (data_batch_1.bin ... test_batch.bin, or cifar-10-binary.tar.gz; the Python version's cifar-10-batches-py/ as torchvision downloads it, or cifar-10-python.tar.gz), nor an image folder (train/CLASS/IMAGE and val/CLASS/IMAGE, JPEG or PNG), nor shards (shards.json and its tar files)", dir)
 }
 
 // Load reads the training and test splits of the dataset in dir (a
@@ -215,11 +218,45 @@ func LoadSized(dir string, crop int) (train, test *Dataset, err error) {
 	}
 }
 
+// torchvisionMNIST are where torchvision's MNIST and FashionMNIST
+// datasets (root=DIR, download=True) keep their files under DIR.
+var torchvisionMNIST = []string{"MNIST/raw", "FashionMNIST/raw"}
+
+var errTwoMNIST = errors.New("two MNIST-format datasets")
+
+// findMNIST returns the directory of dir's MNIST-format files: dir
+// itself, or where torchvision's MNIST or FashionMNIST put them.
+func findMNIST(dir string) (string, error) {
+	_, err := findIDX(dir, "train", "images", 3)
+	if err == nil {
+		return dir, nil
+	}
+	var found []string
+	for _, sub := range torchvisionMNIST {
+		d := filepath.Join(dir, filepath.FromSlash(sub))
+		if _, err := findIDX(d, "train", "images", 3); err == nil {
+			found = append(found, d)
+		}
+	}
+	switch len(found) {
+	case 0:
+		return "", err
+	case 1:
+		return found[0], nil
+	}
+	return "", fmt.Errorf("%s holds %w, %s and %s (torchvision's MNIST and FashionMNIST): pass the one to train on as --data", dir, errTwoMNIST, found[0], found[1])
+}
+
 // LoadMNIST reads an MNIST-format directory: train-images-idx3-ubyte,
 // train-labels-idx1-ubyte, t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte,
-// each optionally gzipped. A directory whose name mentions "fashion" is
-// taken as Fashion-MNIST (for the class names).
+// each optionally gzipped — in dir, or in dir/MNIST/raw or
+// dir/FashionMNIST/raw, where torchvision's datasets.MNIST(root=dir) and
+// FashionMNIST download them. A directory whose name mentions "fashion"
+// is taken as Fashion-MNIST (for the class names).
 func LoadMNIST(dir string) (train, test *Dataset, err error) {
+	if dir, err = findMNIST(dir); err != nil {
+		return nil, nil, err
+	}
 	name, classes := "mnist", MNISTClasses
 	if abs, _ := filepath.Abs(dir); strings.Contains(strings.ToLower(abs), "fashion") {
 		name, classes = "fashion-mnist", FashionMNISTClasses
