@@ -31,7 +31,7 @@ func main() {
 
 func run(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("infer", flag.ContinueOnError)
-	weights := fs.String("weights", "", "checkpoint (safetensors weights) to load")
+	weights := fs.String("weights", "", "weights to load: a checkpoint or safetensors file, or a state dict PyTorch's torch.save wrote (.pt, .pth; pass --model)")
 	model := fs.String("model", "", "model name (default: from the checkpoint)")
 	labels := fs.String("labels", "", "class names: fashion-mnist, mnist or cifar10 (default: from the checkpoint)")
 	dataDir := fs.String("data", "", "evaluate on this dataset's test split instead of classifying images")

@@ -7,6 +7,7 @@ import (
 
 	"github.com/gorun/gorun/model/safetensors"
 	"github.com/gorun/gorun/model/tensor"
+	"github.com/gorun/gorun/model/torchfile"
 )
 
 // StateTensors returns l's parameters and buffers as safetensors entries
@@ -33,10 +34,11 @@ func SaveFile(path string, l Layer, metadata map[string]string) error {
 	return safetensors.WriteFile(path, StateTensors(l), metadata)
 }
 
-// LoadFile reads a safetensors file into l's state, as PyTorch's
+// LoadFile reads a weights file — safetensors, or a state dict PyTorch's
+// torch.save wrote (model/torchfile) — into l's state, as PyTorch's
 // load_state_dict(strict=True) does.
 func LoadFile(path string, l Layer) error {
-	f, err := safetensors.ReadFile(path)
+	f, err := torchfile.ReadAny(path)
 	if err != nil {
 		return err
 	}

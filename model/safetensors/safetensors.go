@@ -23,25 +23,72 @@ import (
 type DType string
 
 // The element types gorun reads; F16, BF16 and F64 are widened or narrowed
-// to float32 on load.
+// to float32 on load, the smaller integers (and BOOL) widened to int64.
 const (
 	F32  DType = "F32"
 	F64  DType = "F64"
 	F16  DType = "F16"
 	BF16 DType = "BF16"
 	I64  DType = "I64"
+	I32  DType = "I32"
+	I16  DType = "I16"
+	I8   DType = "I8"
+	U8   DType = "U8"
+	BOOL DType = "BOOL"
 )
 
 func (d DType) size() int {
 	switch d {
-	case F32:
-		return 4
 	case F64, I64:
 		return 8
-	case F16, BF16:
+	case F32, I32:
+		return 4
+	case F16, BF16, I16:
 		return 2
+	case I8, U8, BOOL:
+		return 1
 	}
 	return 0
+}
+
+// DecodeTensor returns the tensor named name of dtype and shape whose
+// little-endian data is b, decoded as ReadFile decodes a file's tensors.
+func DecodeTensor(name string, dtype DType, shape []int, b []byte) (Tensor, error) {
+	size := dtype.size()
+	if size == 0 {
+		return Tensor{}, fmt.Errorf("tensor %q: unsupported dtype %q", name, dtype)
+	}
+	count := 1
+	for _, d := range shape {
+		count *= d
+	}
+	if len(b) != count*size {
+		return Tensor{}, fmt.Errorf("tensor %q: %d bytes for shape %v of %s, want %d", name, len(b), shape, dtype, count*size)
+	}
+	t := Tensor{Name: name, DType: dtype, Shape: shape}
+	decode(&t, b)
+	return t, nil
+}
+
+// FromTensors returns a File holding tensors (decoded, each with F32 or
+// I64 set to match its shape), as if read from a file: what another
+// format's reader gives the loaders of safetensors files.
+func FromTensors(tensors []Tensor) (*File, error) {
+	f := &File{Tensors: tensors, byName: map[string]int{}}
+	for i, t := range tensors {
+		if _, ok := f.byName[t.Name]; ok {
+			return nil, fmt.Errorf("tensor %q twice", t.Name)
+		}
+		count := 1
+		for _, d := range t.Shape {
+			count *= d
+		}
+		if (t.F32 == nil) == (t.I64 == nil) && count > 0 || max(len(t.F32), len(t.I64)) != count {
+			return nil, fmt.Errorf("tensor %q: shape %v and %d float32 and %d int64 values", t.Name, t.Shape, len(t.F32), len(t.I64))
+		}
+		f.byName[t.Name] = i
+	}
+	return f, nil
 }
 
 // Tensor is one named tensor. Exactly one of F32 and I64 is set: floating
@@ -217,6 +264,26 @@ func decode(t *Tensor, b []byte) {
 			t.I64[i] = int64(binary.LittleEndian.Uint64(b[8*i:]))
 		}
 		return
+	case I32:
+		t.I64 = make([]int64, len(b)/4)
+		for i := range t.I64 {
+			t.I64[i] = int64(int32(binary.LittleEndian.Uint32(b[4*i:])))
+		}
+	case I16:
+		t.I64 = make([]int64, len(b)/2)
+		for i := range t.I64 {
+			t.I64[i] = int64(int16(binary.LittleEndian.Uint16(b[2*i:])))
+		}
+	case I8:
+		t.I64 = make([]int64, len(b))
+		for i := range t.I64 {
+			t.I64[i] = int64(int8(b[i]))
+		}
+	case U8, BOOL:
+		t.I64 = make([]int64, len(b))
+		for i := range t.I64 {
+			t.I64[i] = int64(b[i])
+		}
 	case F32:
 		t.F32 = make([]float32, len(b)/4)
 		for i := range t.F32 {

@@ -1,8 +1,10 @@
 """Loads gorun-saved safetensors weights into the PyTorch model (torchvision's
 own for the ResNets, where it is installed) with strict names and writes its
-evaluation-mode output for a given input (used by model/zoo's round-trip test).
+evaluation-mode output for a given input (used by model/zoo's round-trip test);
+with a fifth argument, also saves the model's state_dict there with
+torch.save (the way back: gorun reads it).
 
-    /usr/bin/python3 roundtrip.py MODEL WEIGHTS.safetensors INPUT.safetensors OUT.safetensors
+    /usr/bin/python3 roundtrip.py MODEL WEIGHTS.safetensors INPUT.safetensors OUT.safetensors [STATE.pth]
 """
 import sys
 
@@ -24,3 +26,5 @@ model.eval()
 with torch.no_grad():
     y = model(torchref.load(inp)["x"])
 torchref.save(out, {"y": y})
+if len(sys.argv) > 5:
+    torch.save(model.state_dict(), sys.argv[5])

@@ -272,7 +272,9 @@ func torchPython(t *testing.T) string {
 // step, so running statistics are not the defaults) as safetensors, loads
 // them into the PyTorch definition (torchvision's own ResNets) with
 // load_state_dict(strict=True), and compares PyTorch's evaluation-mode
-// logits with ours.
+// logits with ours. The way back: PyTorch saves its state_dict with
+// torch.save, and that file loaded into a fresh model of ours gives our
+// logits to the bit.
 func TestRoundTripThroughPyTorch(t *testing.T) {
 	py := torchPython(t)
 	be := cpu.New(2)
@@ -313,7 +315,8 @@ func TestRoundTripThroughPyTorch(t *testing.T) {
 				t.Fatal(err)
 			}
 			out := filepath.Join(dir, "y.safetensors")
-			cmd := exec.Command(py, "../testdata/roundtrip.py", name, weights, in, out)
+			pth := filepath.Join(dir, "state.pth")
+			cmd := exec.Command(py, "../testdata/roundtrip.py", name, weights, in, out, pth)
 			if b, err := cmd.CombinedOutput(); err != nil {
 				t.Fatalf("roundtrip.py: %v\n%s", err, b)
 			}
@@ -324,6 +327,22 @@ func TestRoundTripThroughPyTorch(t *testing.T) {
 			want, _ := f.Get("y")
 			if e := tensor.RelDiff(y.Data, want.F32, 1e-3); e > 1e-4 {
 				t.Errorf("PyTorch logits differ: relative error %.3g", e)
+			}
+
+			back, err := New(name, be, rand.New(rand.NewPCG(6, 6)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := nn.LoadFile(pth, back.Net); err != nil {
+				t.Fatal(err)
+			}
+			back.Net.SetTraining(false)
+			yBack, err := back.Net.Forward(x)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(yBack.Data, y.Data) {
+				t.Errorf("logits after loading PyTorch's torch.save file differ (relative error %.3g)", tensor.RelDiff(yBack.Data, y.Data, 1e-3))
 			}
 		})
 	}

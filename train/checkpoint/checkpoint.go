@@ -25,6 +25,7 @@ import (
 	"github.com/gorun/gorun/model/nn"
 	"github.com/gorun/gorun/model/optim"
 	"github.com/gorun/gorun/model/safetensors"
+	"github.com/gorun/gorun/model/torchfile"
 )
 
 // FormatVersion identifies the metadata layout.
@@ -178,9 +179,10 @@ func Save(path string, net nn.Layer, opt optim.Optimizer, meta Meta, sync ...nn.
 	return nil
 }
 
-// ReadMeta returns the metadata of the weights file at path.
+// ReadMeta returns the metadata of the weights file at path (safetensors,
+// or a state dict torch.save wrote, which has none).
 func ReadMeta(path string) (*Meta, *safetensors.File, error) {
-	f, err := safetensors.ReadFile(path)
+	f, err := torchfile.ReadAny(path)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -205,9 +207,9 @@ func parseMeta(f *safetensors.File) (*Meta, error) {
 
 // LoadWeights reads the weights at path into net (strictly, as
 // nn.LoadState) and returns the metadata when there is some (nil for
-// plain weights, e.g. exported from PyTorch).
+// plain weights, e.g. exported from PyTorch, or a torch.save file).
 func LoadWeights(path string, net nn.Layer) (*Meta, error) {
-	f, err := safetensors.ReadFile(path)
+	f, err := torchfile.ReadAny(path)
 	if err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/gorun/gorun/model/pickle"
 	"github.com/klauspost/compress/gzip"
 )
 
@@ -224,27 +225,27 @@ func cifarPythonRecords(b []byte, where string) ([]byte, error) {
 	bad := func(format string, a ...any) error {
 		return fmt.Errorf("%s: not a batch of CIFAR-10's Python version: "+format, append([]any{where}, a...)...)
 	}
-	v, err := unpickle(b)
+	v, err := pickle.Load(b, nil)
 	if err != nil {
 		return nil, bad("%w", err)
 	}
-	d, ok := v.(*pyDict)
+	d, ok := v.(*pickle.Dict)
 	if !ok {
-		return nil, bad("%s, not a dict", describe(v))
+		return nil, bad("%s, not a dict", pickle.Describe(v))
 	}
-	pixels, n, err := numpyRows(d.m["data"], cifarPixels)
+	pixels, n, err := numpyRows(d.M["data"], cifarPixels)
 	if err != nil {
 		return nil, bad("its data: %w", err)
 	}
-	labels, ok := d.m["labels"].(*pyList)
-	if !ok || len(labels.items) != n {
-		return nil, bad("%d images, and for their labels %s", n, describe(d.m["labels"]))
+	labels, ok := d.M["labels"].(*pickle.List)
+	if !ok || len(labels.Items) != n {
+		return nil, bad("%d images, and for their labels %s", n, pickle.Describe(d.M["labels"]))
 	}
 	records := make([]byte, 0, n*cifarRecord)
-	for i, l := range labels.items {
+	for i, l := range labels.Items {
 		c, ok := l.(int64)
 		if !ok || c < 0 || c >= int64(len(CIFAR10Classes)) {
-			return nil, bad("label %d is %v (%s); CIFAR-10 labels are 0 to 9", i, l, describe(l))
+			return nil, bad("label %d is %v (%s); CIFAR-10 labels are 0 to 9", i, l, pickle.Describe(l))
 		}
 		records = append(records, byte(c))
 		records = append(records, pixels[i*cifarPixels:(i+1)*cifarPixels]...)
@@ -255,36 +256,36 @@ func cifarPythonRecords(b []byte, where string) ([]byte, error) {
 // numpyRows returns the bytes of a pickled two-dimensional numpy array of
 // unsigned bytes with rows of width elements, in C order, and its rows.
 func numpyRows(v any, width int) ([]byte, int, error) {
-	o, ok := v.(*pyObject)
-	if !ok || o.fn.name != "_reconstruct" || (o.fn.module != "numpy.core.multiarray" && o.fn.module != "numpy._core.multiarray") {
-		return nil, 0, fmt.Errorf("%s, not a numpy array", describe(v))
+	o, ok := v.(*pickle.Object)
+	if !ok || o.Fn.Name != "_reconstruct" || (o.Fn.Module != "numpy.core.multiarray" && o.Fn.Module != "numpy._core.multiarray") {
+		return nil, 0, fmt.Errorf("%s, not a numpy array", pickle.Describe(v))
 	}
-	st, ok := o.state.(pyTuple)
+	st, ok := o.State.(pickle.Tuple)
 	if !ok || len(st) != 5 {
-		return nil, 0, fmt.Errorf("an array's state in %s, want a tuple (version, shape, dtype, Fortran order, data)", describe(o.state))
+		return nil, 0, fmt.Errorf("an array's state in %s, want a tuple (version, shape, dtype, Fortran order, data)", pickle.Describe(o.State))
 	}
-	shape, ok := st[1].(pyTuple)
+	shape, ok := st[1].(pickle.Tuple)
 	if !ok || len(shape) != 2 {
-		return nil, 0, fmt.Errorf("a shape in %s, want a tuple (images, %d)", describe(st[1]), width)
+		return nil, 0, fmt.Errorf("a shape in %s, want a tuple (images, %d)", pickle.Describe(st[1]), width)
 	}
 	rows, ok1 := shape[0].(int64)
 	cols, ok2 := shape[1].(int64)
 	if !ok1 || !ok2 {
-		return nil, 0, fmt.Errorf("a shape of %s and %s, want (images, %d)", describe(shape[0]), describe(shape[1]), width)
+		return nil, 0, fmt.Errorf("a shape of %s and %s, want (images, %d)", pickle.Describe(shape[0]), pickle.Describe(shape[1]), width)
 	}
 	if cols != int64(width) || rows < 1 {
 		return nil, 0, fmt.Errorf("shape (%d, %d), want (images, %d)", rows, cols, width)
 	}
-	dt, ok := st[2].(*pyObject)
-	if !ok || dt.fn != (pyGlobal{"numpy", "dtype"}) || len(dt.args) == 0 || fmt.Sprintf("%s", dt.args[0]) != "u1" {
-		return nil, 0, fmt.Errorf("element type %s, want numpy.uint8", describe(st[2]))
+	dt, ok := st[2].(*pickle.Object)
+	if !ok || dt.Fn != (pickle.Global{Module: "numpy", Name: "dtype"}) || len(dt.Args) == 0 || fmt.Sprintf("%s", dt.Args[0]) != "u1" {
+		return nil, 0, fmt.Errorf("element type %s, want numpy.uint8", pickle.Describe(st[2]))
 	}
 	if fortran, _ := st[3].(bool); fortran {
 		return nil, 0, errors.New("an array in Fortran order")
 	}
 	data, ok := st[4].([]byte)
 	if !ok || int64(len(data)) != rows*cols {
-		return nil, 0, fmt.Errorf("%d × %d elements in %s of %d bytes", rows, cols, describe(st[4]), len(data))
+		return nil, 0, fmt.Errorf("%d × %d elements in %s of %d bytes", rows, cols, pickle.Describe(st[4]), len(data))
 	}
 	return data, int(rows), nil
 }

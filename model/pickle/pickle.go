@@ -1,4 +1,13 @@
-package data
+// Package pickle reads Python pickles of plain data — what CIFAR-10's
+// Python version and PyTorch's torch.save files hold — without running
+// anything: the opcodes of protocols 2 to 5 that build None, booleans,
+// integers, floats, strings, byte strings, tuples, lists and dicts; the
+// calls a pickle makes (a numpy array's reconstruction, a torch tensor's)
+// are recorded as Objects naming the function and its arguments, for the
+// caller to interpret; persistent references (torch's storages) are
+// handed to the caller's function. An opcode outside that set is an error
+// naming it and its offset.
+package pickle
 
 import (
 	"bytes"
@@ -8,34 +17,30 @@ import (
 	"math"
 )
 
-// A reader of the pickles CIFAR-10's Python version comes in (the batches
-// torchvision downloads): Python's pickle opcodes of protocols 2 to 5 that
-// build plain data — None, booleans, integers, floats, strings, byte
-// strings, tuples, lists, dicts — and the calls that make a numpy array,
-// recorded (which function, with what) rather than run. Nothing of the
-// file is executed; an opcode outside that set is an error naming it and
-// its offset. Values come out as nil, bool, int64, float64, string
-// (text), []byte (byte strings; a Python 2 str is one), pyTuple, *pyList,
-// *pyDict and *pyObject.
-
+// Values come out as nil, bool, int64, float64, string (text), []byte
+// (byte strings; a Python 2 str is one), Tuple, *List, *Dict, Global and
+// *Object.
 type (
-	pyTuple []any
-	pyList  struct{ items []any }
-	// pyDict keys are a dict's text or byte-string keys, as strings.
-	pyDict struct{ m map[string]any }
-	// pyGlobal is a class or function a pickle names (module.name).
-	pyGlobal struct{ module, name string }
-	// pyObject is what a call of fn with args made, and the state a BUILD
+	// Tuple is a tuple.
+	Tuple []any
+	// List is a list.
+	List struct{ Items []any }
+	// Dict is a dict (or an OrderedDict) with text or byte-string keys,
+	// held as strings.
+	Dict struct{ M map[string]any }
+	// Global is a class or function a pickle names (module.name).
+	Global struct{ Module, Name string }
+	// Object is what a call of Fn with Args made, and the state a BUILD
 	// gave it.
-	pyObject struct {
-		fn    pyGlobal
-		args  pyTuple
-		state any
+	Object struct {
+		Fn    Global
+		Args  Tuple
+		State any
 	}
 )
 
-// describe names what v is in Python's terms, for errors.
-func describe(v any) string {
+// Describe names what v is in Python's terms, for errors: "a list of 3".
+func Describe(v any) string {
 	switch v := v.(type) {
 	case nil:
 		return "None"
@@ -49,23 +54,25 @@ func describe(v any) string {
 		return "a str"
 	case []byte:
 		return "a bytes"
-	case pyTuple:
+	case Tuple:
 		return "a tuple"
-	case *pyList:
-		return fmt.Sprintf("a list of %d", len(v.items))
-	case *pyDict:
+	case *List:
+		return fmt.Sprintf("a list of %d", len(v.Items))
+	case *Dict:
 		return "a dict"
-	case pyGlobal:
-		return v.module + "." + v.name
-	case *pyObject:
-		return "what " + v.fn.module + "." + v.fn.name + "() made"
+	case Global:
+		return v.Module + "." + v.Name
+	case *Object:
+		return "what " + v.Fn.Module + "." + v.Fn.Name + "() made"
 	}
 	return fmt.Sprintf("%T", v)
 }
 
-// unpickle reads the one value of the pickle b.
-func unpickle(b []byte) (any, error) {
-	u := unpickler{b: b, memo: map[int]any{}}
+// Load reads the one value of the pickle b. persistent, when not nil,
+// turns each persistent reference (the BINPERSID opcode: torch's storages)
+// into a value; without it such a reference is an error.
+func Load(b []byte, persistent func(id any) (any, error)) (any, error) {
+	u := unpickler{b: b, memo: map[int]any{}, persistent: persistent}
 	v, err := u.run()
 	if err != nil {
 		return nil, fmt.Errorf("pickle opcode %#02x at offset %d: %w", u.op, u.at, err)
@@ -81,6 +88,8 @@ type unpickler struct {
 	stack []any
 	marks []int // where each MARK left the stack
 	memo  map[int]any
+
+	persistent func(id any) (any, error)
 }
 
 var errShort = errors.New("the pickle ends inside it")
@@ -164,8 +173,8 @@ func (u *unpickler) popMark() ([]any, error) {
 }
 
 // popN returns the top n values, in stack order.
-func (u *unpickler) popN(n int) (pyTuple, error) {
-	t := make(pyTuple, n)
+func (u *unpickler) popN(n int) (Tuple, error) {
+	t := make(Tuple, n)
 	for i := n - 1; i >= 0; i-- {
 		v, err := u.pop()
 		if err != nil {
@@ -184,7 +193,7 @@ func key(k any) (string, error) {
 	case []byte:
 		return string(k), nil
 	}
-	return "", fmt.Errorf("a dict key of type %T (only text and byte-string keys are read)", k)
+	return "", fmt.Errorf("a dict key that is %s (only text and byte-string keys are read)", Describe(k))
 }
 
 // setItems stores the key, value pairs kv in the dict under them.
@@ -196,16 +205,16 @@ func (u *unpickler) setItems(kv []any) error {
 	if err != nil {
 		return err
 	}
-	dict, ok := d.(*pyDict)
+	dict, ok := d.(*Dict)
 	if !ok {
-		return fmt.Errorf("setting items of a %T", d)
+		return fmt.Errorf("setting items of %s", Describe(d))
 	}
 	for i := 0; i < len(kv); i += 2 {
 		k, err := key(kv[i])
 		if err != nil {
 			return err
 		}
-		dict.m[k] = kv[i+1]
+		dict.M[k] = kv[i+1]
 	}
 	return nil
 }
@@ -215,29 +224,36 @@ func (u *unpickler) appendItems(vs []any) error {
 	if err != nil {
 		return err
 	}
-	list, ok := l.(*pyList)
+	list, ok := l.(*List)
 	if !ok {
-		return fmt.Errorf("appending to a %T", l)
+		return fmt.Errorf("appending to %s", Describe(l))
 	}
-	list.items = append(list.items, vs...)
+	list.Items = append(list.Items, vs...)
 	return nil
 }
 
 // call records fn(args) — but for _codecs.encode(text, "latin1"), the
-// way Python 3 pickles bytes at protocol 2, which it does.
-func call(fn any, args pyTuple) (any, error) {
-	g, ok := fn.(pyGlobal)
+// way Python 3 pickles bytes at protocol 2, and collections.OrderedDict(),
+// which it does.
+func call(fn any, args Tuple) (any, error) {
+	g, ok := fn.(Global)
 	if !ok {
-		return nil, fmt.Errorf("calling a %T", fn)
+		return nil, fmt.Errorf("calling %s", Describe(fn))
 	}
-	if g == (pyGlobal{"_codecs", "encode"}) {
+	if g == (Global{"collections", "OrderedDict"}) {
+		if len(args) != 0 {
+			return nil, fmt.Errorf("collections.OrderedDict with %d arguments", len(args))
+		}
+		return &Dict{M: map[string]any{}}, nil
+	}
+	if g == (Global{"_codecs", "encode"}) {
 		if len(args) != 2 {
 			return nil, fmt.Errorf("_codecs.encode with %d arguments", len(args))
 		}
 		text, ok1 := args[0].(string)
 		enc, ok2 := args[1].(string)
 		if !ok1 || !ok2 || (enc != "latin1" && enc != "latin-1") {
-			return nil, fmt.Errorf("_codecs.encode(%T, %v): only text to latin1 is read", args[0], args[1])
+			return nil, fmt.Errorf("_codecs.encode(%s, %s): only text to latin1 is read", Describe(args[0]), Describe(args[1]))
 		}
 		b := make([]byte, 0, len(text))
 		for _, r := range text {
@@ -248,7 +264,7 @@ func call(fn any, args pyTuple) (any, error) {
 		}
 		return b, nil
 	}
-	return &pyObject{fn: g, args: args}, nil
+	return &Object{Fn: g, Args: args}, nil
 }
 
 // The opcodes read (Python's pickletools names them).
@@ -278,6 +294,7 @@ const (
 	opEmptyDict      = '}'
 	opEmptyTuple     = ')'
 	opReduce         = 'R'
+	opBinPersID      = 'Q'
 	opProto          = 0x80
 	opNewObj         = 0x81
 	opTuple1         = 0x85
@@ -348,21 +365,21 @@ func (u *unpickler) run() (any, error) {
 				u.push(string(s))
 			}
 		case opEmptyTuple:
-			u.push(pyTuple{})
+			u.push(Tuple{})
 		case opTuple1, opTuple2, opTuple3:
-			var t pyTuple
+			var t Tuple
 			if t, err = u.popN(int(u.op-opTuple1) + 1); err == nil {
 				u.push(t)
 			}
 		case opTuple:
 			var vs []any
 			if vs, err = u.popMark(); err == nil {
-				u.push(pyTuple(vs))
+				u.push(Tuple(vs))
 			}
 		case opEmptyList:
-			u.push(&pyList{})
+			u.push(&List{})
 		case opEmptyDict:
-			u.push(&pyDict{m: map[string]any{}})
+			u.push(&Dict{M: map[string]any{}})
 		case opAppend:
 			var v any
 			if v, err = u.pop(); err == nil {
@@ -374,7 +391,7 @@ func (u *unpickler) run() (any, error) {
 				err = u.appendItems(vs)
 			}
 		case opSetItem:
-			var kv pyTuple
+			var kv Tuple
 			if kv, err = u.popN(2); err == nil {
 				err = u.setItems(kv)
 			}
@@ -403,25 +420,25 @@ func (u *unpickler) run() (any, error) {
 			var module, name string
 			if module, err = u.line(); err == nil {
 				if name, err = u.line(); err == nil {
-					u.push(pyGlobal{module, name})
+					u.push(Global{module, name})
 				}
 			}
 		case opStackGlobal:
-			var t pyTuple
+			var t Tuple
 			if t, err = u.popN(2); err == nil {
 				module, ok1 := t[0].(string)
 				name, ok2 := t[1].(string)
 				if !ok1 || !ok2 {
-					err = fmt.Errorf("a global named by a %T and a %T", t[0], t[1])
+					err = fmt.Errorf("a global named by %s and %s", Describe(t[0]), Describe(t[1]))
 				}
-				u.push(pyGlobal{module, name})
+				u.push(Global{module, name})
 			}
 		case opReduce, opNewObj:
-			var t pyTuple
+			var t Tuple
 			if t, err = u.popN(2); err == nil {
-				args, ok := t[1].(pyTuple)
+				args, ok := t[1].(Tuple)
 				if !ok {
-					err = fmt.Errorf("arguments in a %T", t[1])
+					err = fmt.Errorf("arguments in %s", Describe(t[1]))
 					break
 				}
 				var v any
@@ -430,18 +447,31 @@ func (u *unpickler) run() (any, error) {
 				}
 			}
 		case opBuild:
-			var t pyTuple
+			var t Tuple
 			if t, err = u.popN(2); err == nil {
-				o, ok := t[0].(*pyObject)
-				if !ok {
-					err = fmt.Errorf("setting the state of a %T", t[0])
+				switch o := t[0].(type) {
+				case *Object:
+					o.State = t[1]
+				case *Dict: // an OrderedDict's attributes (a state_dict's _metadata): not kept
+				default:
+					err = fmt.Errorf("setting the state of %s", Describe(t[0]))
+				}
+				u.push(t[0])
+			}
+		case opBinPersID:
+			var id any
+			if id, err = u.pop(); err == nil {
+				if u.persistent == nil {
+					err = errors.New("a persistent reference, which only a torch file's reader resolves")
 					break
 				}
-				o.state = t[1]
-				u.push(o)
+				var v any
+				if v, err = u.persistent(id); err == nil {
+					u.push(v)
+				}
 			}
 		default:
-			err = errors.New("not one of the opcodes read (those of plain data and numpy arrays)")
+			err = errors.New("not one of the opcodes read (those of plain data, calls and persistent references)")
 		}
 		if err != nil {
 			return nil, err
