@@ -1,6 +1,7 @@
 package comm
 
-// SetShrinkHook makes g's world call hook at named points of Shrink
-// ("input sent", "estimate sent to one", "agreed", "built"), so that a test
-// can kill a rank there.
-func SetShrinkHook(g *Group, hook func(point string)) { g.w.hook = hook }
+// SetHook makes g's world call hook at named points of Shrink ("input
+// sent", "estimate sent to one", "agreed", "built") and Close ("unmapping",
+// when the shared-memory rings are about to go), so that a test can kill
+// a rank there or look at what is still running.
+func SetHook(g *Group, hook func(point string)) { g.w.hook = hook }

@@ -98,8 +98,12 @@ type world struct {
 	// shrunkFrom maps this world's ranks to the ranks of the world it was
 	// shrunk from (nil: not shrunk).
 	shrunkFrom []int
-	// hook, when set (tests only), is called at named points of Shrink.
+	// hook, when set (tests only), is called at named points of Shrink
+	// and Close.
 	hook func(point string)
+	// subs are the sub-groups made from this world (guarded by mu): the
+	// world's Close closes them and waits for their calls too.
+	subs []*Group
 }
 
 // Group is a set of ranks that run collectives together. The world group
@@ -289,6 +293,9 @@ func newGroup(w *world, id uint32, peers []int, rank int) *Group {
 		g.act.group = subGroupName(id, peers)
 		g.recvAct.label = fmt.Sprintf("sub-group %d receives", id)
 		w.stall.acts.add(&g.act)
+		w.mu.Lock()
+		w.subs = append(w.subs, g)
+		w.mu.Unlock()
 	}
 	w.stall.acts.add(&g.recvAct)
 	return g
@@ -998,6 +1005,13 @@ func waitOrDone(ctx context.Context, wg *sync.WaitGroup) bool {
 }
 
 func (g *Group) enqueue(ctx context.Context, c call, run func(context.Context) error) *Work {
+	g.qmu.RLock()
+	defer g.qmu.RUnlock()
+	if g.closed.Load() {
+		return finished(g.wrap(c.String(), errClosed))
+	}
+	// Started under qmu, as Close (shutdown) closes it: never after, when
+	// nothing would close it and the world's Close would wait for it.
 	g.startQ.Do(func() {
 		g.queue = make(chan queued, 1024)
 		g.workers.Go(func() {
@@ -1010,11 +1024,6 @@ func (g *Group) enqueue(ctx context.Context, c call, run func(context.Context) e
 			}
 		})
 	})
-	g.qmu.RLock()
-	defer g.qmu.RUnlock()
-	if g.closed.Load() {
-		return finished(g.wrap(c.String(), errClosed))
-	}
 	w := &Work{done: make(chan struct{})}
 	g.pending.Add(1)
 	g.queue <- queued{ctx: ctx, call: c, run: run, w: w}
@@ -1182,14 +1191,69 @@ func (g *Group) Barrier(ctx context.Context) error {
 	return dispatch(ctx, g, collective[uint8]{kind: barrier, count: -1})
 }
 
-// Close leaves the job. Closing the world group says goodbye to every peer
-// and waits (up to 10 s) for their goodbyes; closing a sub-group only stops
-// its use. Calls after Close fail.
+// Close leaves the job. Closing the world group closes its sub-groups too,
+// lets the asynchronous calls of all of them finish (up to 10 s), says
+// goodbye to every peer and waits (up to 10 s) for their goodbyes; closing
+// a sub-group only stops its use. Calls after Close fail.
 func (g *Group) Close() error {
+	if !g.shutdown() {
+		return nil
+	}
+	failure := g.failed("Close")
+	if g.id != 0 {
+		return failure
+	}
+	g.w.stopWatch()
+	g.w.stall.close()
+	// The sub-groups go with the world, closed or not: no call of theirs
+	// may start once the transports are gone.
+	g.w.mu.Lock()
+	subs := slices.Clone(g.w.subs)
+	g.w.mu.Unlock()
+	for _, s := range subs {
+		s.shutdown()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// A call still running — an asynchronous send nobody waited for, one
+	// that failed with its peer, this group's or a sub-group's (a pipeline
+	// stage's sends to a rank that died) — must not find its transport
+	// unmapped: a sub-group's send once faulted on a ring unmapped under
+	// it, killing the rank with SIGSEGV instead of its error.
+	idle := waitOrDone(ctx, &g.workers)
+	for _, s := range subs {
+		idle = waitOrDone(ctx, &s.workers) && idle
+	}
+	if !idle && failure == nil {
+		failure = g.wrap("Close", errors.New("asynchronous calls still running after 10 s"))
+	}
+	farewell := g.act.farewell()
+	if g.w.data.shm != nil {
+		g.w.data.shm.Leave(farewell)
+	}
+	err := g.w.t.CloseWith(ctx, farewell)
+	if idle {
+		// Unmapped only when no call can touch the rings; else they stay
+		// mapped until the process ends.
+		if g.w.hook != nil {
+			g.w.hook("unmapping")
+		}
+		g.w.data.close()
+	}
+	if err != nil && failure == nil {
+		return g.wrap("Close", err)
+	}
+	return failure
+}
+
+// shutdown stops g from starting calls: its queue of asynchronous
+// collectives and its point-to-point senders are closed, and the calls
+// already queued run to their end. It reports whether g was open.
+func (g *Group) shutdown() bool {
 	g.qmu.Lock()
 	if g.closed.Swap(true) {
 		g.qmu.Unlock()
-		return nil
+		return false
 	}
 	if g.queue != nil {
 		close(g.queue)
@@ -1201,27 +1265,5 @@ func (g *Group) Close() error {
 	}
 	g.senders = nil
 	g.p2pMu.Unlock()
-	failure := g.failed("Close")
-	if g.id != 0 {
-		return failure
-	}
-	g.w.stopWatch()
-	g.w.stall.close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	// A call still running (an asynchronous send nobody waited for, one
-	// that failed with its peer) must not find its transport unmapped.
-	if !waitOrDone(ctx, &g.workers) && failure == nil {
-		failure = g.wrap("Close", errors.New("asynchronous calls still running after 10 s"))
-	}
-	farewell := g.act.farewell()
-	if g.w.data.shm != nil {
-		g.w.data.shm.Leave(farewell)
-	}
-	err := g.w.t.CloseWith(ctx, farewell)
-	g.w.data.close()
-	if err != nil && failure == nil {
-		return g.wrap("Close", err)
-	}
-	return failure
+	return true
 }

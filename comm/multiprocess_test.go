@@ -485,6 +485,35 @@ func TestRDMAFallsBack(t *testing.T) {
 	}
 }
 
+// TestCloseWaitsForSubGroupSends: a sub-group's asynchronous send still
+// waiting for room in a shared-memory ring when the world group is closed
+// (nobody waited for it, nobody closed the sub-group: a pipeline stage
+// whose run failed) finishes before the ring is unmapped — it faulted on
+// the unmapped ring before, the rank dying with SIGSEGV, one run in about
+// sixty of TestPipelineStageDies — and the data arrives whole.
+func TestCloseWaitsForSubGroupSends(t *testing.T) {
+	t.Run("taken late", func(t *testing.T) {
+		res, out := runJob(t, 2, "closesub", "CLOSE_SUB_DRAIN=1s")
+		if err := res.Error(); err != nil || strings.Contains(out, "SIGSEGV") {
+			t.Fatalf("job failed: %v\n%s", err, out)
+		}
+		lines := commtest.RankLines(out)
+		if !commtest.EndsOK(lines[0]) || !commtest.EndsOK(lines[1]) || !strings.Contains(out, "[0] CLOSED after ") || !strings.Contains(out, "[0] SEND-DONE-BEFORE-UNMAP") {
+			t.Fatalf("want both ranks OK, rank 0 closed after its send:\n%s", out)
+		}
+	})
+	t.Run("receiver killed", func(t *testing.T) {
+		for range 3 { // the fault was a race: the send's next look at the ring against the unmapping
+			res, out := runJob(t, 2, "closesub", "CLOSE_SUB_DRAIN=300ms", "CLOSE_SUB_KILL=1")
+			lines := commtest.RankLines(out)
+			if res.First == nil || res.First.Rank != 1 || strings.Contains(out, "SIGSEGV") || strings.Contains(out, "fatal error") ||
+				!commtest.EndsOK(lines[0]) || !strings.Contains(out, "[0] CLOSED after ") || !strings.Contains(out, "[0] SEND-DONE-BEFORE-UNMAP") {
+				t.Fatalf("want rank 1 killed, rank 0 closed after its send and OK:\n%s", out)
+			}
+		}
+	})
+}
+
 // TestRankClosingEarlyNamed: the last rank makes one all-reduce fewer than
 // the others and closes its group. On every transport the others fail
 // within a second with an error naming it, its last call and theirs

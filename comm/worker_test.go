@@ -114,6 +114,8 @@ func runWorker(scenario string) int {
 		}
 	case "disagree":
 		err = disagreeScenario(ctx, g)
+	case "closesub":
+		err = closeSubScenario(ctx, g)
 	case "mismatch":
 		if g.Rank() == 1 {
 			err = g.AllReduce(ctx, make([]float32, 1000), comm.Sum)
@@ -802,6 +804,62 @@ func earlyScenario(ctx context.Context, g *comm.Group) error {
 	return errors.New("the extra all-reduce succeeded")
 }
 
+// closeSubScenario: rank 0 starts an asynchronous send on a sub-group of
+// more than a shared-memory ring holds, which blocks until rank 1 takes
+// it, and closes the world while it does (never waiting for the send, nor
+// closing the sub-group), as a pipeline stage whose run failed does. Rank
+// 1 receives it after CLOSE_SUB_DRAIN; or, with CLOSE_SUB_KILL set, kills
+// itself then, and rank 0 closes the moment a receive from it fails.
+// Close must wait for the send, not unmap the ring under it.
+func closeSubScenario(ctx context.Context, g *comm.Group) error {
+	sub, err := g.Split(ctx, 0, g.Rank())
+	if err != nil {
+		return err
+	}
+	drain, _ := time.ParseDuration(os.Getenv("CLOSE_SUB_DRAIN"))
+	kill := os.Getenv("CLOSE_SUB_KILL") != ""
+	buf := make([]float32, 8<<20) // 32 MiB: four rings' worth
+	if g.Rank() == 1 {
+		time.Sleep(drain)
+		if kill {
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		}
+		if err := sub.Recv(ctx, buf, 0, 5); err != nil {
+			return err
+		}
+		if buf[len(buf)-1] != 7 {
+			return fmt.Errorf("received %v at the end", buf[len(buf)-1])
+		}
+		return nil
+	}
+	buf[len(buf)-1] = 7
+	w := sub.SendAsync(ctx, buf, 1, 5)
+	comm.SetHook(g, func(point string) {
+		if point != "unmapping" {
+			return
+		}
+		select {
+		case <-w.Done():
+			fmt.Println("SEND-DONE-BEFORE-UNMAP")
+		default:
+			fmt.Println("SEND-RUNNING-AT-UNMAP")
+		}
+	})
+	if kill {
+		err = g.Recv(ctx, make([]float32, 1), 1, 6) // fails when rank 1 dies
+		fmt.Printf("RECV-FAILED %v\n", err)
+	} else {
+		time.Sleep(100 * time.Millisecond) // the send is waiting for room
+	}
+	start := time.Now()
+	cerr := g.Close()
+	fmt.Printf("CLOSED after %.1f s: %v\n", time.Since(start).Seconds(), cerr)
+	if kill {
+		return nil
+	}
+	return cerr
+}
+
 // shrinkScenario runs all-reduces, checking each against the sum over the
 // ranks that remain; rank SHRINK_VICTIM kills itself before step 3. A rank
 // whose call fails shrinks the group and goes on with the others from the
@@ -812,7 +870,7 @@ func shrinkScenario(ctx context.Context, g *comm.Group) error {
 	victim, _ := strconv.Atoi(os.Getenv("SHRINK_VICTIM"))
 	orig := g.Rank()
 	if r, point, ok := strings.Cut(os.Getenv("SHRINK_DIE"), ":"); ok && r == strconv.Itoa(orig) {
-		comm.SetShrinkHook(g, func(p string) {
+		comm.SetHook(g, func(p string) {
 			if p == point {
 				fmt.Printf("DYING at %s\n", p)
 				syscall.Kill(os.Getpid(), syscall.SIGKILL)
