@@ -108,28 +108,6 @@ func TestReadErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// rezip rewrites state.pth with change applied to each member.
-	rezip := func(change func(name string, b []byte) (string, []byte)) []byte {
-		z, err := zip.NewReader(bytes.NewReader(state), int64(len(state)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out bytes.Buffer
-		w := zip.NewWriter(&out)
-		for _, m := range z.File {
-			r, _ := m.Open()
-			var b bytes.Buffer
-			b.ReadFrom(r)
-			name, data := change(m.Name, b.Bytes())
-			if name == "" {
-				continue
-			}
-			mw, _ := w.Create(name)
-			mw.Write(data)
-		}
-		w.Close()
-		return out.Bytes()
-	}
 	write := func(name string, b []byte) string {
 		p := filepath.Join(dir, name)
 		if err := os.WriteFile(p, b, 0o644); err != nil {
@@ -145,25 +123,25 @@ func TestReadErrors(t *testing.T) {
 		{"a list", "testdata/list.pth", "the file holds a list of 3, not a state dict"},
 		{"legacy", "testdata/legacy.pth", "was saved by PyTorch before 1.6"},
 		{"cut", write("cut.pth", state[:len(state)/2]), "zip: not a valid zip file"},
-		{"no pickle", write("nopickle.pth", rezip(func(n string, b []byte) (string, []byte) {
+		{"no pickle", write("nopickle.pth", rezip(t, func(n string, b []byte) (string, []byte) {
 			if strings.HasSuffix(n, "data.pkl") {
 				return "", nil
 			}
 			return n, b
 		})), "no DIR/data.pkl in the archive"},
-		{"a storage missing", write("nostorage.pth", rezip(func(n string, b []byte) (string, []byte) {
+		{"a storage missing", write("nostorage.pth", rezip(t, func(n string, b []byte) (string, []byte) {
 			if strings.HasSuffix(n, "/data/0") {
 				return "", nil
 			}
 			return n, b
 		})), "no state/data/0 for the storage the pickle names"},
-		{"a storage short", write("short.pth", rezip(func(n string, b []byte) (string, []byte) {
+		{"a storage short", write("short.pth", rezip(t, func(n string, b []byte) (string, []byte) {
 			if strings.HasSuffix(n, "/data/0") {
 				return n, b[:len(b)-4]
 			}
 			return n, b
 		})), "state/data/0: 68 bytes for a storage of 18 elements of 4 bytes"},
-		{"a pickle cut", write("pklcut.pth", rezip(func(n string, b []byte) (string, []byte) {
+		{"a pickle cut", write("pklcut.pth", rezip(t, func(n string, b []byte) (string, []byte) {
 			if strings.HasSuffix(n, "data.pkl") {
 				return n, b[:len(b)/2]
 			}
@@ -190,8 +168,10 @@ func TestReadErrors(t *testing.T) {
 	}
 }
 
-// withPickle returns testdata/state.pth with its data.pkl replaced by pkl.
-func withPickle(tb testing.TB, pkl []byte) []byte {
+// rezip returns testdata/state.pth with change applied to each member: it
+// returns the member's new name (none: the member is left out) and
+// contents.
+func rezip(tb testing.TB, change func(name string, b []byte) (string, []byte)) []byte {
 	state, err := os.ReadFile("testdata/state.pth")
 	if err != nil {
 		tb.Fatal(err)
@@ -203,18 +183,28 @@ func withPickle(tb testing.TB, pkl []byte) []byte {
 	var out bytes.Buffer
 	w := zip.NewWriter(&out)
 	for _, m := range z.File {
-		mw, _ := w.Create(m.Name)
-		if strings.HasSuffix(m.Name, "/data.pkl") {
-			mw.Write(pkl)
-			continue
-		}
 		r, _ := m.Open()
 		var b bytes.Buffer
 		b.ReadFrom(r)
-		mw.Write(b.Bytes())
+		name, data := change(m.Name, b.Bytes())
+		if name == "" {
+			continue
+		}
+		mw, _ := w.Create(name)
+		mw.Write(data)
 	}
 	w.Close()
 	return out.Bytes()
+}
+
+// withPickle returns testdata/state.pth with its data.pkl replaced by pkl.
+func withPickle(tb testing.TB, pkl []byte) []byte {
+	return rezip(tb, func(name string, b []byte) (string, []byte) {
+		if strings.HasSuffix(name, "/data.pkl") {
+			return name, pkl
+		}
+		return name, b
+	})
 }
 
 // statePickle returns testdata/state.pth's data.pkl.

@@ -1,7 +1,6 @@
 package data
 
 import (
-	"archive/tar"
 	"bytes"
 	"fmt"
 	"maps"
@@ -392,18 +391,11 @@ func mkdir(t *testing.T, dir string) string {
 // tarGz packs files (name → contents) into a gzip-compressed tar stream.
 func tarGz(t *testing.T, files map[string][]byte) []byte {
 	t.Helper()
-	var tb bytes.Buffer
-	tw := tar.NewWriter(&tb)
+	var members []string
 	for _, name := range slices.Sorted(maps.Keys(files)) {
-		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(files[name])), Typeflag: tar.TypeReg}); err != nil {
-			t.Fatal(err)
-		}
-		tw.Write(files[name])
+		members = append(members, name, string(files[name]))
 	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return gz(t, tb.Bytes())
+	return gz(t, tarOf(members...))
 }
 
 func TestSyntheticDeterministic(t *testing.T) {

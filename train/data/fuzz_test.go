@@ -78,14 +78,7 @@ func FuzzShardReader(f *testing.F) {
 		{"000000.cls", "1", "000000.png", string(png)},
 		{"000000.png", string(png)},
 	} {
-		var b bytes.Buffer
-		tw := tar.NewWriter(&b)
-		for i := 0; i < len(members); i += 2 {
-			tw.WriteHeader(&tar.Header{Name: members[i], Mode: 0o644, Size: int64(len(members[i+1])), Typeflag: tar.TypeReg})
-			tw.Write([]byte(members[i+1]))
-		}
-		tw.Close()
-		f.Add(b.Bytes())
+		f.Add(tarOf(members...))
 	}
 	const samples, classes = 4, 10
 	f.Fuzz(func(t *testing.T, b []byte) {

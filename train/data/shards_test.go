@@ -221,16 +221,7 @@ func TestShardErrors(t *testing.T) {
 		return dir
 	}
 	shard := func(dir string) string { return filepath.Join(dir, "train-000001.tar") }
-	writeTar := func(path string, members ...string) {
-		var b bytes.Buffer
-		tw := tar.NewWriter(&b)
-		for i := 0; i < len(members); i += 2 {
-			tw.WriteHeader(&tar.Header{Name: members[i], Mode: 0o644, Size: int64(len(members[i+1])), Typeflag: tar.TypeReg})
-			tw.Write([]byte(members[i+1]))
-		}
-		tw.Close()
-		os.WriteFile(path, b.Bytes(), 0o644)
-	}
+	writeTar := func(path string, members ...string) { os.WriteFile(path, tarOf(members...), 0o644) }
 	png, _ := os.ReadFile("testdata/images/rgb-up.png")
 	for _, c := range []struct {
 		name   string
@@ -314,4 +305,17 @@ func TestShardResize(t *testing.T) {
 			t.Fatalf("resize %d: %v, %d×%d; want %d×%d", c.resize, err, m.W, m.H, c.w, c.h)
 		}
 	}
+}
+
+// tarOf returns a tar stream of the members, given as name, contents
+// pairs, in that order.
+func tarOf(members ...string) []byte {
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	for i := 0; i < len(members); i += 2 {
+		tw.WriteHeader(&tar.Header{Name: members[i], Mode: 0o644, Size: int64(len(members[i+1])), Typeflag: tar.TypeReg})
+		tw.Write([]byte(members[i+1]))
+	}
+	tw.Close()
+	return b.Bytes()
 }
