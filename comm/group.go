@@ -101,8 +101,9 @@ type world struct {
 	// hook, when set (tests only), is called at named points of Shrink
 	// and Close.
 	hook func(point string)
-	// subs are the sub-groups made from this world (guarded by mu): the
-	// world's Close closes them and waits for their calls too.
+	// subs are the sub-groups made from this world (guarded by mu; at most
+	// Split's 65,535): the world's Close closes them and waits for their
+	// calls too.
 	subs []*Group
 }
 
