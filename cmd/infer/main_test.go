@@ -10,12 +10,16 @@ import (
 	"image/jpeg"
 	"image/png"
 	"math"
+	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/gorun/gorun/model/cpu"
+	"github.com/gorun/gorun/model/nn"
+	"github.com/gorun/gorun/model/zoo"
 	"github.com/gorun/gorun/train"
 	"github.com/gorun/gorun/train/data"
 )
@@ -248,5 +252,53 @@ func TestInferImageFolderModel(t *testing.T) {
 	}
 	if want := fmt.Sprintf("%s: %s %.2f%%", samples[5].Path, preds[0][0].Name, 100*preds[0][0].Probability); strings.TrimSpace(out.String()) != want {
 		t.Errorf("infer printed %q, want %q", out.String(), want)
+	}
+}
+
+// TestInferTorchSaveFile: weights PyTorch saved with torch.save — the
+// PyTorch MNIST example's net (seed 004's mnist_cnn.pt), made from our
+// weights by Debian's PyTorch — evaluate exactly as the safetensors file
+// they came from; without --model the error says to pass it.
+func TestInferTorchSaveFile(t *testing.T) {
+	const py = "/usr/bin/python3"
+	if err := exec.Command(py, "-c", "import torch").Run(); err != nil {
+		t.Skipf("PyTorch not available (%s -c 'import torch': %v); install python3-torch to run this round trip", py, err)
+	}
+	testSet, _ := data.Synthetic(data.FormatMNIST, 64, 2)
+	dir := t.TempDir()
+	if err := data.WriteMNIST(filepath.Join(dir, "digits"), testSet, testSet); err != nil {
+		t.Fatal(err)
+	}
+	be := cpu.New(1)
+	defer be.Close()
+	m, err := zoo.New("mnist", be, rand.New(rand.NewPCG(3, 3)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, pth := filepath.Join(dir, "w.safetensors"), filepath.Join(dir, "mnist_cnn.pt")
+	if err := nn.SaveFile(st, m.Net, nil); err != nil {
+		t.Fatal(err)
+	}
+	script := `import sys, torch, torchref
+m = torchref.MODELS["mnist"]()
+m.load_state_dict(torchref.load(sys.argv[1]), strict=True)
+torch.save(m.state_dict(), sys.argv[2])`
+	cmd := exec.Command(py, "-c", script, st, pth)
+	cmd.Dir = "../../model/testdata" // torchref.py
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("torch.save: %v\n%s", err, b)
+	}
+	var want, got bytes.Buffer
+	if err := run([]string{"--model", "mnist", "--weights", st, "--data", filepath.Join(dir, "digits")}, &want); err != nil {
+		t.Fatal(err)
+	}
+	if err := run([]string{"--model", "mnist", "--weights", pth, "--data", filepath.Join(dir, "digits")}, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.String() != want.String() || !strings.Contains(got.String(), "Accuracy: ") {
+		t.Fatalf("with the torch.save file:\n%s\nwith the safetensors it came from:\n%s", got.String(), want.String())
+	}
+	if err := run([]string{"--weights", pth, "--data", filepath.Join(dir, "digits")}, &got); err == nil || !strings.Contains(err.Error(), pth+" has no gorun metadata") || !strings.Contains(err.Error(), "pass --model") {
+		t.Fatalf("without --model: %v", err)
 	}
 }

@@ -193,7 +193,7 @@ func ReadMeta(path string) (*Meta, *safetensors.File, error) {
 func parseMeta(f *safetensors.File) (*Meta, error) {
 	s, ok := f.Metadata[metaKey]
 	if !ok {
-		return nil, fmt.Errorf("checkpoint: %s has no gorun metadata (plain weights: pass the model with --model)", f.Path)
+		return nil, fmt.Errorf("checkpoint: %s has no gorun metadata (plain weights, as PyTorch saves them)", f.Path)
 	}
 	var m Meta
 	if err := json.Unmarshal([]byte(s), &m); err != nil {
