@@ -122,6 +122,7 @@ type Option func(*setup)
 type setup struct {
 	group  *comm.Group
 	resume string
+	init   string
 }
 
 // WithGroup makes the run one rank's part of a job over g (no-op for a
@@ -140,6 +141,15 @@ func WithGroup(g *comm.Group) Option { return func(s *setup) { s.group = g } }
 // from its own file, StagePath(path, stage); the stages must be cut as the
 // saved ones were.
 func ResumeFrom(path string) Option { return func(s *setup) { s.resume = path } }
+
+// InitFrom starts training from the weights at path ("" for none) instead
+// of the model's initialisation: a safetensors file or a state dict
+// PyTorch's torch.save wrote (fine-tuning a model trained elsewhere).
+// Every name must match; a tensor whose shape differs — the classifier of
+// a model trained on another number of classes — keeps its initial values
+// and the run's description names it. Not with pipelines; a run that
+// resumes from its checkpoint does not load it.
+func InitFrom(path string) Option { return func(s *setup) { s.init = path } }
 
 // autocasting is a device backend opened to run its products in 16 bits
 // (gpu.Options.Autocast).
@@ -207,6 +217,9 @@ func New(ctx context.Context, cfg Config, be tensor.Backend, train, test *data.D
 		}
 	}()
 	replicas := s.group // the ranks that hold the same layers as this one
+	if cfg.Pipeline > 1 && s.init != "" {
+		return nil, fmt.Errorf("initial weights %s: not with --pipeline (a stage holds part of the model); train without it, or resume a pipeline run", s.init)
+	}
 	if cfg.Pipeline > 1 {
 		t.model = spec.Unbuilt()
 		stage, dg, err := newPipelineStage(ctx, s.group, cfg, be, spec, t.model)
@@ -248,10 +261,20 @@ func New(ctx context.Context, cfg Config, be tensor.Backend, train, test *data.D
 			return nil, err
 		}
 	}
-	if s.resume != "" {
+	switch {
+	case s.resume != "":
 		if err := t.resume(s.resume); err != nil {
 			return nil, err
 		}
+		if s.init != "" {
+			t.notes = append(t.notes, "Initial weights "+s.init+" not loaded: the run resumes from its checkpoint")
+		}
+	case s.init != "":
+		note, err := loadInit(s.init, t.compute.layer())
+		if err != nil {
+			return nil, err
+		}
+		t.notes = append(t.notes, note)
 	}
 	if replicas != nil && replicas.Size() > 1 {
 		if err := t.replicate(ctx, replicas); err != nil {

@@ -47,6 +47,7 @@ type options struct {
 	device                                                            string
 	tf32                                                              bool
 	dataDir, save, resume, metrics, tensorboard, cpuprofile, progress string
+	init                                                              string
 	saveEvery                                                         int
 	onFailure                                                         string
 	timeline                                                          string
@@ -107,6 +108,7 @@ func parseFlags(args []string) (train.Config, options, error) {
 	fs.IntVar(&o.testSamples, "test-samples", 0, "use only the first N test images (0: all)")
 	fs.StringVar(&o.save, "save", "", "write a checkpoint here after every epoch (weights as safetensors, training state in PATH.train)")
 	fs.StringVar(&o.resume, "resume", "", "continue the run saved in this checkpoint; auto: the one at --save's path if there is one, else start afresh (for restarts)")
+	fs.StringVar(&o.init, "init", "", "start from these weights (safetensors, or a state dict PyTorch's torch.save wrote) instead of the model's initialisation, to fine-tune: names must match; tensors of another shape (a classifier trained on another number of classes) keep their initial values, named in the run's description; not with --pipeline, and not loaded when a run resumes")
 	fs.IntVar(&o.saveEvery, "save-every", 0, "with --save: also checkpoint every N optimizer steps within an epoch (--resume continues at the next batch, bit for bit)")
 	fs.StringVar(&o.onFailure, "on-failure", "", "when a rank of the job fails: abort (the job ends), restart (the job ends for the launcher to start again, as gorun -max-restarts; implies --resume auto), or shrink (the others go on without it: data parallelism only; under gorun, run gorun -on-failure shrink); default $GORUN_ON_FAILURE, which gorun sets, else abort")
 	fs.StringVar(&o.metrics, "metrics", "", "write JSON lines of step and epoch metrics to this file")
@@ -260,7 +262,7 @@ func runJob(cfg train.Config, o options, stdout io.Writer) error {
 		fmt.Fprintln(stdout, dev.Note)
 	}
 	be := dev.Backend
-	t, err = train.New(ctx, cfg, be, trainSet, testSet, train.WithGroup(g), train.ResumeFrom(o.resume))
+	t, err = train.New(ctx, cfg, be, trainSet, testSet, train.WithGroup(g), train.ResumeFrom(o.resume), train.InitFrom(o.init))
 	if err != nil {
 		return err
 	}

@@ -93,6 +93,7 @@ func TestTrainCommandErrors(t *testing.T) {
 		{[]string{"--synthetic", "--nesterov"}, "--nesterov with --optimizer adadelta --momentum 0: Nesterov momentum is SGD's"},
 		{[]string{"--synthetic", "--num-classes", "7"}, "model mnist has 7 outputs (--num-classes); synthetic-mnist has 10 classes"},
 		{[]string{"--synthetic", "--num-classes", "-1"}, "--num-classes -1"},
+		{[]string{"--synthetic", "--epochs", "1", "--init", "/nonexistent/w.pth"}, "initial weights: open /nonexistent/w.pth: no such file or directory"},
 		{[]string{"--synthetic", "--zero-init-residual"}, "zero-init-residual: mnist has no residual blocks"},
 		{[]string{"--synthetic", "--grad-compression", "zstd"}, "--grad-compression \"zstd\": want none, bf16, fp16 or powersgd:RANK"},
 		{[]string{"--synthetic", "--grad-compression", "powersgd:0"}, "the rank after powersgd: must be a whole number ≥ 1"},

@@ -318,7 +318,7 @@ func ints(v any) ([]int64, error) {
 func ReadAny(p string) (*safetensors.File, error) {
 	fd, err := os.Open(p)
 	if err != nil {
-		return nil, fmt.Errorf("weights: %w", err)
+		return nil, err // names the file
 	}
 	head := make([]byte, len(legacyMagic))
 	n, _ := io.ReadFull(fd, head)

@@ -1,0 +1,48 @@
+package train
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/gorun/gorun/model/nn"
+	"github.com/gorun/gorun/model/safetensors"
+	"github.com/gorun/gorun/model/torchfile"
+)
+
+// loadInit loads the weights file at path (safetensors, or a state dict
+// torch.save wrote) into net as the run's starting point (InitFrom): names
+// strictly, as load_state_dict(strict=True); a tensor whose shape differs
+// from the model's keeps the model's values, named in the note returned —
+// what a PyTorch user does by deleting the classifier's entries before
+// loading a model trained on another number of classes.
+func loadInit(path string, net nn.Layer) (string, error) {
+	f, err := torchfile.ReadAny(path)
+	if err != nil {
+		return "", fmt.Errorf("initial weights: %w", err)
+	}
+	current := map[string]safetensors.Tensor{}
+	for _, t := range nn.StateTensors(net) {
+		current[t.Name] = t
+	}
+	tensors := slices.Clone(f.Tensors)
+	var kept []string
+	for i, t := range tensors {
+		if c, ok := current[t.Name]; ok && c.F32 != nil && t.F32 != nil && !slices.Equal(t.Shape, c.Shape) {
+			kept = append(kept, fmt.Sprintf("%s %v (the file's %v)", t.Name, c.Shape, t.Shape))
+			tensors[i] = c
+		}
+	}
+	loaded, err := safetensors.FromTensors(tensors)
+	if err == nil {
+		err = nn.LoadState(loaded, net)
+	}
+	if err != nil {
+		return "", fmt.Errorf("initial weights %s: %w", path, err)
+	}
+	note := "Initial weights from " + path
+	if len(kept) > 0 {
+		note += "; left as initialized, their shapes differing: " + strings.Join(kept, ", ")
+	}
+	return note, nil
+}
