@@ -277,15 +277,26 @@ func numpyRows(v any, width int) ([]byte, int, error) {
 		return nil, 0, fmt.Errorf("shape (%d, %d), want (images, %d)", rows, cols, width)
 	}
 	dt, ok := st[2].(*pickle.Object)
-	if !ok || dt.Fn != (pickle.Global{Module: "numpy", Name: "dtype"}) || len(dt.Args) == 0 || fmt.Sprintf("%s", dt.Args[0]) != "u1" {
+	if !ok || dt.Fn != (pickle.Global{Module: "numpy", Name: "dtype"}) || len(dt.Args) == 0 || !isText(dt.Args[0], "u1") {
 		return nil, 0, fmt.Errorf("element type %s, want numpy.uint8", pickle.Describe(st[2]))
 	}
 	if fortran, _ := st[3].(bool); fortran {
 		return nil, 0, errors.New("an array in Fortran order")
 	}
 	data, ok := st[4].([]byte)
-	if !ok || int64(len(data)) != rows*cols {
+	if !ok || rows > int64(len(data))/cols || int64(len(data)) != rows*cols {
 		return nil, 0, fmt.Errorf("%d × %d elements in %s of %d bytes", rows, cols, pickle.Describe(st[4]), len(data))
 	}
 	return data, int(rows), nil
+}
+
+// isText reports whether v is the text or byte string s.
+func isText(v any, s string) bool {
+	switch v := v.(type) {
+	case string:
+		return v == s
+	case []byte:
+		return string(v) == s
+	}
+	return false
 }
