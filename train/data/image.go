@@ -52,21 +52,28 @@ func DecodeImageFile(path string) (image.Image, error) {
 		return nil, err
 	}
 	defer f.Close()
-	cfg, _, err := image.DecodeConfig(f)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w (PNG and JPEG are supported)", path, err)
-	}
-	if err := checkImageSize(cfg.Width, cfg.Height, maxImagePixels); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return nil, err
-	}
-	img, _, err := image.Decode(f)
+	img, err := decodeBounded(f, maxImagePixels)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w (PNG and JPEG are supported)", path, err)
 	}
 	return img, nil
+}
+
+// decodeBounded decodes the image r holds with Go's decoders once the size
+// its header declares passed checkImageSize against limit.
+func decodeBounded(r io.ReadSeeker, limit int) (image.Image, error) {
+	cfg, _, err := image.DecodeConfig(r)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkImageSize(cfg.Width, cfg.Height, limit); err != nil {
+		return nil, err
+	}
+	if _, err := r.Seek(0, io.SeekStart); err != nil {
+		return nil, err
+	}
+	img, _, err := image.Decode(r)
+	return img, err
 }
 
 // openImageFile opens the image file at path, refusing a directory

@@ -219,21 +219,10 @@ func (r *ImageReader) decode(b []byte, where string, reuse *RGB) (*RGB, error) {
 			return m, nil
 		}
 	}
-	notDecoded := func(err error) error {
-		return fmt.Errorf("%s: not an image Go decodes (JPEG or PNG): %w", where, err)
-	}
 	r.scratch.Reset(b)
-	cfg, _, err := image.DecodeConfig(&r.scratch) // the header alone: the size declared
+	img, err := decodeBounded(&r.scratch, limit)
 	if err != nil {
-		return nil, notDecoded(err)
-	}
-	if err := checkImageSize(cfg.Width, cfg.Height, limit); err != nil {
-		return nil, fmt.Errorf("%s: %w", where, err)
-	}
-	r.scratch.Reset(b)
-	img, _, err := image.Decode(&r.scratch)
-	if err != nil {
-		return nil, notDecoded(err)
+		return nil, fmt.Errorf("%s: not an image Go decodes (JPEG or PNG): %w", where, err)
 	}
 	return toRGB(img, reuse, &r.chroma), nil
 }
