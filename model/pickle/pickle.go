@@ -25,9 +25,10 @@ type (
 	Tuple []any
 	// List is a list.
 	List struct{ Items []any }
-	// Dict is a dict (or an OrderedDict) with text or byte-string keys,
-	// held as strings.
-	Dict struct{ M map[string]any }
+	// Dict is a dict (or an OrderedDict). Its keys are text or byte
+	// strings, held as strings, or ints (int64), bools, floats or None
+	// (an optimizer's state is keyed by parameter number).
+	Dict struct{ M map[any]any }
 	// Global is a class or function a pickle names (module.name).
 	Global struct{ Module, Name string }
 	// Object is what a call of Fn with Args made, and the state a BUILD
@@ -185,15 +186,16 @@ func (u *unpickler) popN(n int) (Tuple, error) {
 	return t, nil
 }
 
-// key turns a dict key into the string it is stored under.
-func key(k any) (string, error) {
+// key turns a dict key into what it is stored under: a byte string as a
+// string, the other keys read as they are.
+func key(k any) (any, error) {
 	switch k := k.(type) {
-	case string:
-		return k, nil
 	case []byte:
 		return string(k), nil
+	case string, int64, bool, float64, nil:
+		return k, nil
 	}
-	return "", fmt.Errorf("a dict key that is %s (only text and byte-string keys are read)", Describe(k))
+	return nil, fmt.Errorf("a dict key that is %s (text, bytes, int, bool, float and None keys are read)", Describe(k))
 }
 
 // setItems stores the key, value pairs kv in the dict under them.
@@ -244,7 +246,7 @@ func call(fn any, args Tuple) (any, error) {
 		if len(args) != 0 {
 			return nil, fmt.Errorf("collections.OrderedDict with %d arguments", len(args))
 		}
-		return &Dict{M: map[string]any{}}, nil
+		return &Dict{M: map[any]any{}}, nil
 	}
 	if g == (Global{"_codecs", "encode"}) {
 		if len(args) != 2 {
@@ -379,7 +381,7 @@ func (u *unpickler) run() (any, error) {
 		case opEmptyList:
 			u.push(&List{})
 		case opEmptyDict:
-			u.push(&Dict{M: map[string]any{}})
+			u.push(&Dict{M: map[any]any{}})
 		case opAppend:
 			var v any
 			if v, err = u.pop(); err == nil {

@@ -22,10 +22,12 @@ func TestLoad(t *testing.T) {
 		{"py2 strings", "\x80\x02U\x03abcT\x02\x00\x00\x00de\x86.", Tuple{[]byte("abc"), []byte("de")}},
 		{"bytes at protocol 2", "\x80\x02c_codecs\nencode\nq\x00X\x02\x00\x00\x00\xc3\xbfq\x01X\x06\x00\x00\x00latin1q\x02\x86q\x03Rq\x04.", []byte{0xff}},
 		{"a list and a dict", "\x80\x02}q\x00(X\x01\x00\x00\x00aq\x01]q\x02(K\x01K\x02eX\x01\x00\x00\x00bh\x02u.",
-			&Dict{M: map[string]any{"a": &List{Items: []any{int64(1), int64(2)}}, "b": &List{Items: []any{int64(1), int64(2)}}}}},
-		{"an OrderedDict with attributes", "\x80\x02ccollections\nOrderedDict\n)R}X\x01\x00\x00\x00xK\x01sb.", &Dict{M: map[string]any{}}},
+			&Dict{M: map[any]any{"a": &List{Items: []any{int64(1), int64(2)}}, "b": &List{Items: []any{int64(1), int64(2)}}}}},
+		{"int keys (an optimizer's state)", "\x80\x02}(K\x00}X\x01\x00\x00\x00mK\x05sK\x01Nu.",
+			&Dict{M: map[any]any{int64(0): &Dict{M: map[any]any{"m": int64(5)}}, int64(1): nil}}},
+		{"an OrderedDict with attributes", "\x80\x02ccollections\nOrderedDict\n)R}X\x01\x00\x00\x00xK\x01sb.", &Dict{M: map[any]any{}}},
 		{"a call recorded", "\x80\x04\x8c\x05numpy\x8c\x05dtype\x93\x8c\x02u1\x85R}b.",
-			&Object{Fn: Global{"numpy", "dtype"}, Args: Tuple{"u1"}, State: &Dict{M: map[string]any{}}}},
+			&Object{Fn: Global{"numpy", "dtype"}, Args: Tuple{"u1"}, State: &Dict{M: map[any]any{}}}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			got, err := Load([]byte(c.pickle), nil)

@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"math"
 	"os"
 	"path"
@@ -109,8 +108,18 @@ func read(p string) (*safetensors.File, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Only the state dict's storages are read: a training checkpoint's
+	// optimizer state (Adam's, twice the weights) is left in the archive.
+	used := map[string]*storage{}
+	for _, v := range state.M {
+		if o, ok := v.(*pickle.Object); ok && len(o.Args) > 0 {
+			if s, ok := o.Args[0].(*storage); ok {
+				used[s.key] = s
+			}
+		}
+	}
 	data := map[string][]byte{}
-	for key, s := range storages {
+	for key, s := range used {
 		m, ok := members[dir+"/data/"+key]
 		if !ok {
 			return nil, fmt.Errorf("no %s/data/%s for the storage the pickle names", dir, key)
@@ -124,7 +133,7 @@ func read(p string) (*safetensors.File, error) {
 		data[key] = b
 	}
 	var tensors []safetensors.Tensor
-	for _, name := range slices.Sorted(maps.Keys(state.M)) {
+	for _, name := range keys(state) {
 		t, err := tensor(name, state.M[name], data)
 		if err != nil {
 			return nil, err
@@ -201,18 +210,28 @@ func stateDict(v any) (*pickle.Dict, error) {
 			return s, nil
 		}
 	}
-	keys := slices.Sorted(maps.Keys(d.M))
-	return nil, fmt.Errorf("the file holds a dict of %q, neither a state dict (names and tensors) nor a checkpoint with one as state_dict, model_state_dict or model", keys)
+	return nil, fmt.Errorf("the file holds a dict of %q, neither a state dict (names and tensors) nor a checkpoint with one as state_dict, model_state_dict or model", keys(d))
 }
 
-// tensors reports whether every value of d is a tensor (and d has some).
+// tensors reports whether d has text keys and tensors for values (and
+// some of them).
 func tensors(d *pickle.Dict) bool {
-	for _, v := range d.M {
-		if !isTensor(v) {
+	for k, v := range d.M {
+		if _, ok := k.(string); !ok || !isTensor(v) {
 			return false
 		}
 	}
 	return len(d.M) > 0
+}
+
+// keys returns d's keys as text, sorted.
+func keys(d *pickle.Dict) []string {
+	var ks []string
+	for k := range d.M {
+		ks = append(ks, fmt.Sprint(k))
+	}
+	slices.Sort(ks)
+	return ks
 }
 
 func isTensor(v any) bool {

@@ -5,6 +5,7 @@
                   tensors; a transposed view and a view at an offset into
                   another entry's storage
   checkpoint.pth  {"epoch": 3, "model_state_dict": ..., "optimizer_state_dict": ...}
+                  (the optimizer's state holding a tensor of its own)
   list.pth        a list, not a state dict
   legacy.pth      a state dict in torch.save's format before PyTorch 1.6
 
@@ -52,7 +53,8 @@ def main():
     assert not sd["transposed"].is_contiguous()
     torch.save(sd, os.path.join(OUT, "state.pth"))
     torch.save({"epoch": 3, "model_state_dict": collections.OrderedDict(list(sd.items())[:2]),
-                "optimizer_state_dict": {"state": {}, "param_groups": [{"lr": 0.1}]}},
+                "optimizer_state_dict": {"state": {0: {"momentum_buffer": values((2, 1, 3, 3), torch.float32)}},
+                                         "param_groups": [{"lr": 0.1}]}},
                os.path.join(OUT, "checkpoint.pth"))
     torch.save([1, 2, 3], os.path.join(OUT, "list.pth"))
     torch.save(collections.OrderedDict(list(sd.items())[:1]), os.path.join(OUT, "legacy.pth"),
