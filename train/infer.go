@@ -11,7 +11,6 @@ import (
 	"runtime"
 	"slices"
 	"sort"
-	"strings"
 
 	"github.com/gorun/gorun/model/nn"
 	"github.com/gorun/gorun/model/tensor"
@@ -39,7 +38,7 @@ type Classifier struct {
 // A pipeline run's per-stage files (NAME.stage0.safetensors, …) load as
 // one model when path is NAME.safetensors and only the stage files exist.
 func LoadClassifier(path, model, labels string, be tensor.Backend) (*Classifier, error) {
-	if base, ok := strings.CutSuffix(path, checkpoint.TrainPath("")); ok && fileExists(base) {
+	if base, ok := checkpoint.WeightsOf(path); ok {
 		return nil, fmt.Errorf("%s is a run's training state (optimizer and progress, for --resume); its weights are in %s", path, base)
 	}
 	var m *zoo.Model

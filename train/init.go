@@ -8,6 +8,7 @@ import (
 	"github.com/gorun/gorun/model/nn"
 	"github.com/gorun/gorun/model/safetensors"
 	"github.com/gorun/gorun/model/torchfile"
+	"github.com/gorun/gorun/train/checkpoint"
 )
 
 // loadInit loads the weights file at path (safetensors, or a state dict
@@ -17,6 +18,9 @@ import (
 // what a PyTorch user does by deleting the classifier's entries before
 // loading a model trained on another number of classes.
 func loadInit(path string, net nn.Layer) (string, error) {
+	if base, ok := checkpoint.WeightsOf(path); ok {
+		return "", fmt.Errorf("initial weights: %s is a run's training state (optimizer and progress, for --resume); its weights are in %s", path, base)
+	}
 	f, err := torchfile.ReadAny(path)
 	if err != nil {
 		return "", fmt.Errorf("initial weights: %w", err)

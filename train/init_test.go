@@ -11,6 +11,7 @@ import (
 	"github.com/gorun/gorun/model/cpu"
 	"github.com/gorun/gorun/model/nn"
 	"github.com/gorun/gorun/model/safetensors"
+	"github.com/gorun/gorun/train/checkpoint"
 	"github.com/gorun/gorun/train/data"
 )
 
@@ -102,6 +103,13 @@ func TestInitFrom(t *testing.T) {
 	ckpt := filepath.Join(dir, "run.safetensors")
 	if err := fresh.Save(ckpt); err != nil {
 		t.Fatal(err)
+	}
+	// Its training state given as the initial weights: the file to give.
+	be := cpu.New(1)
+	_, err := New(context.Background(), cfg, be, train, test, InitFrom(checkpoint.TrainPath(ckpt)))
+	be.Close()
+	if want := "initial weights: " + ckpt + ".train is a run's training state (optimizer and progress, for --resume); its weights are in " + ckpt; err == nil || err.Error() != want {
+		t.Errorf("the training state as initial weights: %v; want %q", err, want)
 	}
 	tr = newTrainer(t, cfg, train, test, ResumeFrom(ckpt), InitFrom(weights))
 	if !sameTensors(nn.StateTensors(tr.Model().Net), nn.StateTensors(fresh.Model().Net)) {

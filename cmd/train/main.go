@@ -22,6 +22,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/signal"
 	"runtime"
@@ -358,6 +359,24 @@ func (r *rankWriter) Write(p []byte) (int, error) {
 	return r.w.Write(p)
 }
 
+// resumeMissing explains err, from reading the training state of the
+// checkpoint at path, when that state is missing: path is the state
+// itself, or weights without one (a file PyTorch or infer reads, for
+// --init), or nothing at all. Other errors come back as they are.
+func resumeMissing(path string, err error) error {
+	if !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	state := checkpoint.TrainPath(path)
+	if base, ok := checkpoint.WeightsOf(path); ok {
+		return fmt.Errorf("--resume %s: that is the training state of the checkpoint %s: resume from %s", path, base, base)
+	}
+	if _, statErr := os.Stat(path); errors.Is(statErr, fs.ErrNotExist) {
+		return fmt.Errorf("--resume %s: no checkpoint there (neither %s nor its training state %s exists)", path, path, state)
+	}
+	return fmt.Errorf("--resume %s: weights without a run's training state (%s, which --save writes beside them, is missing): to start a new run from these weights, use --init %s", path, state, path)
+}
+
 // resolveConfig fills in the flags not given: from the checkpoint being
 // resumed, else from the model's defaults.
 func resolveConfig(flags train.Config, set map[string]bool, resume string) (train.Config, error) {
@@ -371,7 +390,7 @@ func resolveConfig(flags train.Config, set map[string]bool, resume string) (trai
 			}
 		}
 		if err != nil {
-			return base, err
+			return base, resumeMissing(resume, err)
 		}
 		if err := jsonUnmarshal(m.Config, &base); err != nil {
 			return base, fmt.Errorf("%s: configuration: %w", resume, err)

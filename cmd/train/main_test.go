@@ -65,6 +65,12 @@ func TestTrainCommandErrors(t *testing.T) {
 	if err := data.WriteMNIST(emptyIDX, none, none); err != nil {
 		t.Fatal(err)
 	}
+	// Weights without the training state beside them (as PyTorch or a
+	// shared model file come).
+	weights := filepath.Join(t.TempDir(), "w.safetensors")
+	if err := os.WriteFile(weights, []byte("weights"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		args []string
 		want string
@@ -117,7 +123,9 @@ func TestTrainCommandErrors(t *testing.T) {
 		{[]string{"--synthetic", "--scheduler", "linear"}, `--scheduler "linear"`},
 		{[]string{"--synthetic", "--optimizer", "lbfgs", "--train-samples", "10"}, `optimizer "lbfgs"`},
 		{[]string{"--synthetic", "--data", empty}, "choose one"},
-		{[]string{"--resume", filepath.Join(empty, "none.safetensors")}, "cannot resume"},
+		{[]string{"--resume", filepath.Join(empty, "none.safetensors")}, "--resume " + empty + "/none.safetensors: no checkpoint there (neither " + empty + "/none.safetensors nor its training state " + empty + "/none.safetensors.train exists)"},
+		{[]string{"--resume", weights}, "--resume " + weights + ": weights without a run's training state (" + weights + ".train, which --save writes beside them, is missing): to start a new run from these weights, use --init " + weights},
+		{[]string{"--resume", weights + ".train"}, "--resume " + weights + ".train: that is the training state of the checkpoint " + weights + ": resume from " + weights},
 		{[]string{"extra"}, `unexpected arguments ["extra"]: train takes flags only ("train -h" lists them)`},
 		{[]string{"--synthetic", "--save-every", "5"}, "--save-every 5 needs --save PATH"},
 		{[]string{"--synthetic", "--save-every", "-1", "--save", filepath.Join(empty, "x")}, "--save-every -1"},

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/gorun/gorun/model/nn"
 	"github.com/gorun/gorun/model/optim"
@@ -106,6 +107,19 @@ type Shrink struct {
 
 // TrainPath is where the training state of the checkpoint at path lives.
 func TrainPath(path string) string { return path + ".train" }
+
+// WeightsOf reports whether path is the training state of a checkpoint
+// (TrainPath of a weights file that exists), and returns that weights
+// file: for errors that tell a user who passed the one where the other
+// belongs.
+func WeightsOf(path string) (string, bool) {
+	base, ok := strings.CutSuffix(path, TrainPath(""))
+	if !ok {
+		return "", false
+	}
+	st, err := os.Stat(base)
+	return base, err == nil && st.Mode().IsRegular()
+}
 
 // Probe checks, before any training, that a checkpoint can be saved at
 // path: neither path nor TrainPath(path) is a directory, and a file can be
