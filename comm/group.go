@@ -780,20 +780,23 @@ func gatherAddrs(ctx context.Context, store store, s *Settings, master string) (
 	}
 	missing := missingRanks(store, keys)
 	return nil, fmt.Errorf("rendezvous at %s: ranks %v did not join within %v (GORUN_JOIN_TIMEOUT)%s",
-		master, missing, s.JoinTimeout, whereMissing(store, missing))
+		master, missing, s.JoinTimeout, whereMissing(store, missing, s.Size))
 }
 
 // whereMissing tells, for gorun's own store, which of the missing ranks
-// reached it (and stopped before publishing an address) and which never
-// did (not started, or the store's address unreachable from them); ""
-// for torchrun's agent's store, which keeps no such record.
-func whereMissing(store store, missing []int) string {
+// reached it (and stopped before publishing an address), which were
+// turned away for announcing a job of another size than this one's size,
+// and which never reached it (not started, or the store's address
+// unreachable from them); "" for torchrun's agent's store, which keeps no
+// such record.
+func whereMissing(store store, missing []int, size int) string {
 	if _, torch := store.(*rendezvous.TorchClient); torch || len(missing) == 0 {
 		return ""
 	}
 	qctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	var reached, never []int
+	var parts []string
 	for _, r := range missing {
 		ok, err := store.Has(qctx, rendezvous.ReachedKey(r))
 		if err != nil {
@@ -801,11 +804,21 @@ func whereMissing(store store, missing []int) string {
 		}
 		if ok {
 			reached = append(reached, r)
-		} else {
-			never = append(never, r)
+			continue
+		}
+		if refused, err := store.Has(qctx, rendezvous.RefusedKey(r)); err == nil && refused {
+			if v, err := store.Get(qctx, rendezvous.RefusedKey(r)); err == nil {
+				parts = append(parts, fmt.Sprintf("rank %d reached the store announcing a job of %s ranks, where this job has %d (the world size, WORLD_SIZE, must be the same on every rank)", r, v, size))
+				continue
+			}
+		}
+		never = append(never, r)
+	}
+	if dup, err := store.Has(qctx, rendezvous.DuplicatesKey); err == nil && dup {
+		if v, err := store.Get(qctx, rendezvous.DuplicatesKey); err == nil {
+			parts = append(parts, fmt.Sprintf("a second process tried to join as rank %s and was turned away (the rank, or the node rank, given twice?)", v))
 		}
 	}
-	var parts []string
 	if len(never) > 0 {
 		parts = append(parts, fmt.Sprintf("%v never reached the store (not started, or MASTER_ADDR:MASTER_PORT unreachable from their hosts)", never))
 	}

@@ -360,22 +360,49 @@ func TestStrangerCannotJoin(t *testing.T) {
 	}
 }
 
-// TestAbsentRankNamed: rank 2 never calls Init, or reaches the store and
-// says nothing more; the others must fail at the join deadline with an
-// error naming rank 2 and telling which of the two it was.
+// TestAbsentRankNamed: rank 2 never calls Init, reaches the store and
+// says nothing more, is started with another world size, or is started as
+// a second rank 1; the others must fail at the join deadline with an
+// error naming rank 2 and telling which of these it was, and the
+// misconfigured process at once, saying why.
 func TestAbsentRankNamed(t *testing.T) {
-	for _, tc := range []struct{ scenario, where string }{
-		{"absent", "[2] never reached the store"},
-		{"mute", "[2] reached it but published no address"},
+	for _, tc := range []struct{ scenario, where, itself string }{
+		{"absent", "[2] never reached the store", ""},
+		{"mute", "[2] reached it but published no address", ""},
+		{"othersize", "rank 2 reached the store announcing a job of 4 ranks, where this job has 3 (the world size, WORLD_SIZE, must be the same on every rank)",
+			"refused rank 2 of a job of 4 ranks: its job has another number of ranks (the world size, WORLD_SIZE, must be the same on every rank)"},
+		{"twice", "a second process tried to join as rank 1 and was turned away (the rank, or the node rank, given twice?); [2] never reached the store",
+			"refused rank 1: another process has joined as rank 1 (the rank, or the node rank, given twice?)"},
 	} {
 		t.Run(tc.scenario, func(t *testing.T) {
 			_, out := runJob(t, 3, tc.scenario, "GORUN_JOIN_TIMEOUT=2s")
 			lines := commtest.RankLines(out)
-			for r := range 2 {
+			// The process turned away (of two started as rank 1, the
+			// one that came second) is told why at once, not at the
+			// join's deadline; every other process names rank 2.
+			turnedAway := 0
+			for r := range 3 {
 				text := strings.Join(lines[r], "\n")
-				if !containsAll(text, "INIT-ERROR", "ranks [2] did not join", tc.where) {
-					t.Errorf("rank %d's error does not name the absent rank and where it stopped:\n%s", r, out)
+				if tc.itself != "" && strings.Contains(text, tc.itself) {
+					turnedAway++
+					if !strings.Contains(text, "INIT-ERROR after ") || strings.Contains(text, "did not join") {
+						t.Errorf("process %d was turned away but its error does not say why alone:\n%s", r, out)
+					}
+					continue
 				}
+				if r == 2 && tc.itself == "" {
+					continue // the absent or mute one
+				}
+				if !containsAll(text, "INIT-ERROR", "ranks [2] did not join", tc.where) {
+					t.Errorf("process %d's error does not name the absent rank and where it stopped:\n%s", r, out)
+				}
+			}
+			want := 0
+			if tc.itself != "" {
+				want = 1
+			}
+			if turnedAway != want {
+				t.Errorf("%d processes were told they were turned away, want %d:\n%s", turnedAway, want, out)
 			}
 		})
 	}

@@ -47,6 +47,13 @@ func runWorker(scenario string) int {
 	if strings.HasPrefix(scenario, "absent") && os.Getenv("RANK") == "2" {
 		return 0 // never joins
 	}
+	if scenario == "othersize" && os.Getenv("RANK") == "2" {
+		os.Setenv("WORLD_SIZE", "4") // a rank started with another world size
+	}
+	if scenario == "twice" && os.Getenv("RANK") == "2" {
+		os.Setenv("RANK", "1") // two processes given rank 1, none rank 2
+		os.Setenv("LOCAL_RANK", "1")
+	}
 	if scenario == "mute" && os.Getenv("RANK") == "2" {
 		// Reaches the store, then never publishes its address: stuck
 		// inside its join until the launcher stops it.

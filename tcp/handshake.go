@@ -26,6 +26,16 @@ const (
 // ErrAuth is returned when the peer does not prove knowledge of the job token.
 var ErrAuth = errors.New("authentication failed: the peer does not know this job's token")
 
+// ErrTaken is returned to a dialer turned away because another live
+// connection already holds its identity: two processes started as the
+// same rank.
+var ErrTaken = errors.New("another connection holds this identity (two processes started as the same rank?)")
+
+// ErrIdentity is returned to a dialer whose announced identity the
+// listener rejected: another job's size, a rank outside the job, or
+// another kind of connection. Retrying the same identity cannot succeed.
+var ErrIdentity = errors.New("identity rejected (wrong job, size or rank)")
+
 // Identity is what the two ends of a connection tell each other.
 type Identity struct {
 	// Purpose separates connection kinds (data, store) so a proof made for one
@@ -102,6 +112,9 @@ func DialHandshake(conn net.Conn, token []byte, id Identity, timeout time.Durati
 	if _, err := io.ReadFull(conn, reply); err != nil {
 		return fmt.Errorf("handshake: read reply (wrong token or not a gorun peer?): %w", err)
 	}
+	if reply[0] == refuseBadPeer {
+		return fmt.Errorf("handshake: peer refused: %w", ErrIdentity)
+	}
 	if reply[0] != 0 {
 		return fmt.Errorf("handshake: peer refused: %s", refusal(reply[0]))
 	}
@@ -123,6 +136,9 @@ func DialHandshake(conn net.Conn, token []byte, id Identity, timeout time.Durati
 	if ok[0] == refuseDuplicate {
 		return errDuplicate
 	}
+	if ok[0] == refuseTaken {
+		return fmt.Errorf("handshake: peer refused: %w", ErrTaken)
+	}
 	if ok[0] != 0 {
 		return fmt.Errorf("handshake: peer refused: %s", refusal(ok[0]))
 	}
@@ -143,6 +159,9 @@ const (
 	refuseDuplicate = 3
 	// refuseClosing: the listener's transport is closing.
 	refuseClosing = 4
+	// refuseTaken: the dialer proved itself, but another live connection
+	// holds its identity (AcceptHandshakeUnless).
+	refuseTaken = 5
 )
 
 func refusal(code byte) string {
@@ -150,11 +169,13 @@ func refusal(code byte) string {
 	case refuseAuth:
 		return "authentication failed (job token differs)"
 	case refuseBadPeer:
-		return "identity rejected (wrong job, size or rank)"
+		return ErrIdentity.Error()
 	case refuseDuplicate:
 		return "a connection between the two ranks exists"
 	case refuseClosing:
 		return "the peer is closing its group"
+	case refuseTaken:
+		return ErrTaken.Error()
 	}
 	return fmt.Sprintf("code %d", code)
 }
@@ -164,6 +185,18 @@ func refusal(code byte) string {
 // that identity once the dialer has proved it knows token.
 func AcceptHandshake(conn net.Conn, token []byte, check func(Identity) error, timeout time.Duration) (Identity, error) {
 	return acceptHandshake(conn, token, check, nil, timeout)
+}
+
+// AcceptHandshakeUnless is AcceptHandshake that, once the dialer has
+// proved itself, turns it away when taken reports its identity in use:
+// the dialer's DialHandshake then fails with ErrTaken.
+func AcceptHandshakeUnless(conn net.Conn, token []byte, check func(Identity) error, taken func(Identity) bool, timeout time.Duration) (Identity, error) {
+	return acceptHandshake(conn, token, check, func(id Identity) byte {
+		if taken(id) {
+			return refuseTaken
+		}
+		return refuseNone
+	}, timeout)
 }
 
 // acceptHandshake is AcceptHandshake with a verdict: once the dialer has

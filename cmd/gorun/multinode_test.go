@@ -95,3 +95,53 @@ func TestMultiNodeNeedsToken(t *testing.T) {
 		t.Errorf("exit %d, output %q; want a refusal naming the node rank", code, out.String())
 	}
 }
+
+// TestMultiNodeSameNodeRank: both machines started with -node-rank 0 (the
+// launch command copied without changing it). Each claims ranks 0 and 1;
+// the store at the master turns away the second process of each rank,
+// which stops at once saying the rank was given twice, and the job fails
+// on both machines instead of waiting for ranks 2 and 3 in silence.
+func TestMultiNodeSameNodeRank(t *testing.T) {
+	hosts := twoHosts(t)
+	bin := t.TempDir()
+	if out, err := exec.Command("go", "build", "-o", bin+"/", ".", "../../examples/allreduce").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	master := hosts.Addrs[0] + ":29518"
+	outs := make([]string, 2)
+	errs := make([]error, 2)
+	took := make([]time.Duration, 2)
+	var wg sync.WaitGroup
+	for node := range 2 {
+		wg.Go(func() {
+			cmd := hosts.Command(ctx, node, filepath.Join(bin, "gorun"),
+				"-nnodes", "2", "-node-rank", "0", "-master", master, "-np", "2", filepath.Join(bin, "allreduce"))
+			cmd.Env = append(os.Environ(), "GORUN_TOKEN=test-token-shared-by-both-nodes", "GORUN_JOIN_TIMEOUT=20s")
+			start := time.Now()
+			out, err := cmd.CombinedOutput()
+			outs[node], errs[node], took[node] = string(out), err, time.Since(start)
+		})
+	}
+	wg.Wait()
+	all := outs[0] + outs[1]
+	for node := range 2 {
+		if errs[node] == nil {
+			t.Errorf("node %d's gorun succeeded with half the job:\n%s", node, outs[node])
+		}
+	}
+	turnedAway := 0
+	for node := range 2 {
+		if strings.Contains(outs[node], "another process has joined as rank") {
+			turnedAway++
+			// Told at once, not at the join's deadline.
+			if took[node] > 15*time.Second {
+				t.Errorf("node %d was turned away after %v", node, took[node])
+			}
+		}
+	}
+	if turnedAway == 0 || !strings.Contains(all, "(the rank, or the node rank, given twice?)") {
+		t.Errorf("no process was told its rank was given twice:\n--- node 0:\n%s\n--- node 1:\n%s", outs[0], outs[1])
+	}
+}

@@ -12,7 +12,9 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -50,13 +52,14 @@ type Server struct {
 
 	wg     sync.WaitGroup
 	conns  map[net.Conn]struct{}
+	joined map[int32]bool // ranks with a live connection
 	closed bool
 }
 
 // Serve starts serving on ln for a job of size ranks.
 func Serve(ln net.Listener, token []byte, size int) *Server {
 	s := &Server{ln: ln, token: token, size: size, data: map[string][]byte{},
-		changed: make(chan struct{}), conns: map[net.Conn]struct{}{}}
+		changed: make(chan struct{}), conns: map[net.Conn]struct{}{}, joined: map[int32]bool{}}
 	s.wg.Add(1)
 	go s.accept()
 	return s
@@ -119,9 +122,13 @@ func (s *Server) accept() {
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
+			holds := int32(-1) // the rank this connection joined as
 			defer func() {
 				s.mu.Lock()
 				delete(s.conns, c)
+				if holds >= 0 {
+					delete(s.joined, holds)
+				}
 				s.mu.Unlock()
 				c.Close()
 			}()
@@ -131,8 +138,26 @@ func (s *Server) accept() {
 				}
 				return nil
 			}
-			id, err := tcp.AcceptHandshake(c, s.token, check, 10*time.Second)
+			// A second process joining as a rank that has a live
+			// connection is turned away, and recorded for the join's
+			// report: two processes given the same rank.
+			taken := func(id tcp.Identity) bool {
+				s.mu.Lock()
+				defer s.mu.Unlock()
+				if s.joined[id.From] {
+					s.addDuplicate(int(id.From))
+					return true
+				}
+				s.joined[id.From], holds = true, id.From
+				return false
+			}
+			id, err := tcp.AcceptHandshakeUnless(c, s.token, check, taken, 10*time.Second)
 			if err != nil {
+				if id.Purpose == tcp.PurposeStore && id.Size != int32(s.size) && id.From >= 0 && int(id.From) < s.size {
+					// Likely one of this job's ranks, started with
+					// another world size: for the join's report.
+					s.set(RefusedKey(int(id.From)), []byte(strconv.Itoa(int(id.Size))))
+				}
 				return // a stranger: dropped
 			}
 			s.set(ReachedKey(int(id.From)), nil)
@@ -146,6 +171,30 @@ func (s *Server) accept() {
 // published its address is told apart from one that never arrived.
 func ReachedKey(rank int) string { return "gorun/reached/" + strconv.Itoa(rank) }
 
+// DuplicatesKey is the key under which the server lists, comma-separated,
+// the ranks that a second process tried to join as while the first was
+// connected.
+const DuplicatesKey = "gorun/duplicates"
+
+// addDuplicate adds rank to the list under DuplicatesKey. The caller
+// holds s.mu.
+func (s *Server) addDuplicate(rank int) {
+	r := strconv.Itoa(rank)
+	old := string(s.data[DuplicatesKey])
+	if slices.Contains(strings.Split(old, ","), r) {
+		return
+	}
+	if old != "" {
+		r = old + "," + r
+	}
+	s.setLocked(DuplicatesKey, []byte(r))
+}
+
+// RefusedKey is the key the server sets when a dialer announcing itself
+// as rank of this job, but of a job of another size, was turned away;
+// its value is that size, in decimal.
+func RefusedKey(rank int) string { return "gorun/refused/" + strconv.Itoa(rank) }
+
 // open reports whether Close has not been called.
 func (s *Server) open() bool {
 	s.mu.Lock()
@@ -156,10 +205,15 @@ func (s *Server) open() bool {
 // set stores val under key and wakes the waiting requests.
 func (s *Server) set(key string, val []byte) {
 	s.mu.Lock()
+	s.setLocked(key, val)
+	s.mu.Unlock()
+}
+
+// setLocked is set for a caller holding s.mu.
+func (s *Server) setLocked(key string, val []byte) {
 	s.data[key] = val
 	close(s.changed)
 	s.changed = make(chan struct{})
-	s.mu.Unlock()
 }
 
 func (s *Server) serve(c net.Conn) {
@@ -365,6 +419,12 @@ func Dial(ctx context.Context, addr string, token []byte, rank, size int) (*Clie
 			c.Close()
 			if errors.Is(err, tcp.ErrAuth) {
 				return nil, fmt.Errorf("rendezvous store at %s: %w", addr, err)
+			}
+			if errors.Is(err, tcp.ErrTaken) {
+				return nil, fmt.Errorf("rendezvous store at %s refused rank %d: another process has joined as rank %d (the rank, or the node rank, given twice?): %w", addr, rank, rank, err)
+			}
+			if errors.Is(err, tcp.ErrIdentity) {
+				return nil, fmt.Errorf("rendezvous store at %s refused rank %d of a job of %d ranks: its job has another number of ranks (the world size, WORLD_SIZE, must be the same on every rank): %w", addr, rank, size, err)
 			}
 		}
 		last = err

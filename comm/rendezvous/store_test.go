@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gorun/gorun/tcp"
 )
 
 func serve(t *testing.T, token string) (*Server, string) {
@@ -67,6 +69,64 @@ func TestWrongTokenRefused(t *testing.T) {
 	defer cancel()
 	if _, err := Dial(ctx, addr, []byte("wrong"), 0, 4); err == nil {
 		t.Fatal("a client with the wrong token connected")
+	}
+}
+
+// TestOtherWorldSizeRefused: a rank announcing a job of another size is
+// turned away at once (retrying cannot help), and the store records it
+// for the join's report.
+func TestOtherWorldSizeRefused(t *testing.T) {
+	_, addr := serve(t, "tok")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := Dial(ctx, addr, []byte("tok"), 1, 3)
+	if !errors.Is(err, tcp.ErrIdentity) || ctx.Err() != nil {
+		t.Fatalf("Dial as rank 1 of 3 into a job of 4: %v (context: %v); want ErrIdentity at once", err, ctx.Err())
+	}
+	c, err := Dial(ctx, addr, []byte("tok"), 0, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if v, err := c.Get(ctx, RefusedKey(1)); err != nil || string(v) != "3" {
+		t.Fatalf("RefusedKey(1) = %q, %v; want \"3\"", v, err)
+	}
+}
+
+// TestSameRankTwice: a second connection as a rank that has a live one is
+// turned away and listed under DuplicatesKey; once the first is closed,
+// the rank can join again.
+func TestSameRankTwice(t *testing.T) {
+	_, addr := serve(t, "tok")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	first, err := Dial(ctx, addr, []byte("tok"), 1, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Dial(ctx, addr, []byte("tok"), 1, 4); !errors.Is(err, tcp.ErrTaken) || ctx.Err() != nil {
+		t.Fatalf("a second rank 1: %v (context: %v); want ErrTaken at once", err, ctx.Err())
+	}
+	other, err := Dial(ctx, addr, []byte("tok"), 2, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if v, err := other.Get(ctx, DuplicatesKey); err != nil || string(v) != "1" {
+		t.Fatalf("DuplicatesKey = %q, %v; want \"1\"", v, err)
+	}
+	first.Close()
+	// The server sees the first connection end when its read fails.
+	for {
+		again, err := Dial(ctx, addr, []byte("tok"), 1, 4)
+		if err == nil {
+			again.Close()
+			break
+		}
+		if !errors.Is(err, tcp.ErrTaken) {
+			t.Fatalf("rank 1 after its first connection closed: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
