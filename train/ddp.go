@@ -338,12 +338,23 @@ func (d *DDP) Close() {
 }
 
 // Finish starts the reductions not yet started (in bucket order) and waits
-// for all of them. It returns the time spent waiting.
+// for all of them. It returns the time spent waiting, which counts as
+// exposed communication (CommTimes) also when the wait fails: a run that
+// ends waiting for a rank that never arrived reports that time where it
+// went.
 func (d *DDP) Finish() (time.Duration, error) {
 	if !d.sync {
 		return 0, nil
 	}
 	t0 := time.Now()
+	err := d.finish()
+	waited := time.Since(t0)
+	d.exposed += waited
+	return waited, err
+}
+
+// finish is Finish's work: the reductions launched and waited for.
+func (d *DDP) finish() error {
 	compressing := d.psgd != nil && d.psgd.active()
 	for _, b := range d.buckets {
 		if b.work == nil {
@@ -352,25 +363,24 @@ func (d *DDP) Finish() (time.Duration, error) {
 	}
 	if compressing {
 		if err := d.finishPowerSGD(); err != nil {
-			return 0, err
+			return err
 		}
 	} else {
 		for i, b := range d.buckets {
-			if err := b.work.Wait(); err != nil {
-				return 0, fmt.Errorf("ddp: averaging gradient bucket %d: %w", i, err)
+			err := b.work.Wait()
+			start, end := b.work.Span() // zero for a call refused at once
+			d.busy += end.Sub(start)
+			if err != nil {
+				return fmt.Errorf("ddp: averaging gradient bucket %d: %w", i, err)
 			}
 			d.decompress(b)
-			start, end := b.work.Span()
-			d.busy += end.Sub(start)
 		}
 	}
 	if d.psgd != nil {
 		d.psgd.steps++
 	}
 	d.steps++
-	waited := time.Since(t0)
-	d.exposed += waited
-	return waited, nil
+	return nil
 }
 
 // finishPowerSGD is Finish for a step PowerSGD compresses: every

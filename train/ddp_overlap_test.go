@@ -2,8 +2,11 @@ package train
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/gorun/gorun/comm"
 	"github.com/gorun/gorun/comm/commtest"
@@ -81,4 +84,42 @@ func TestDDPReducesDuringBackward(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestDDPFailedWaitCounted: a rank whose gradient all-reduce fails after
+// waiting for a peer that never arrives counts that wait as exposed
+// communication, so that the time breakdown the trainer prints on its
+// way out puts it under all-reduce, not "other".
+func TestDDPFailedWaitCounted(t *testing.T) {
+	const timeout = 400 * time.Millisecond
+	gs := commtest.Groups(t, 2, comm.WithTimeout(timeout), comm.WithStallAfter(0))
+	done := make(chan struct{})
+	commtest.EachRank(t, gs, func(g *comm.Group) error {
+		be := cpu.New(1)
+		defer be.Close()
+		spec, err := zoo.Lookup("mnist")
+		if err != nil {
+			return err
+		}
+		m := spec.Build(be, 1)
+		d, err := NewDDP(context.Background(), g, m.Net, be)
+		if err != nil {
+			return err
+		}
+		defer d.Close()
+		if g.Rank() == 1 {
+			<-done // never takes the step
+			return nil
+		}
+		defer close(done)
+		d.BeginStep(true)
+		waited, err := d.Finish() // every bucket, without a backward
+		if err == nil {
+			return errors.New("Finish succeeded without rank 1")
+		}
+		if busy, exposed := d.CommTimes(); waited < timeout || exposed != waited || busy < timeout {
+			return fmt.Errorf("Finish failed (%v) after %v; exposed communication %v, want the wait, at least %v; the all-reduces ran %v, want the failed one's time too", err, waited, exposed, timeout, busy)
+		}
+		return nil
+	})
 }

@@ -2,6 +2,8 @@ package train
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -112,5 +114,46 @@ func TestEpochTimes(t *testing.T) {
 		for r := range got {
 			check(t, got[r], totals[r], 2)
 		}
+	})
+}
+
+// TestFailedRunTimes: a run that fails waiting in a gradient all-reduce
+// for a rank that never takes its step still has its times, with that
+// wait under the all-reduce (the trainer prints them on its way out; the
+// wait used to show as "other").
+func TestFailedRunTimes(t *testing.T) {
+	const timeout = 500 * time.Millisecond
+	gs := commtest.Groups(t, 2, comm.WithTimeout(timeout), comm.WithStallAfter(0))
+	done := make(chan struct{})
+	commtest.EachRank(t, gs, func(g *comm.Group) error {
+		cfg, err := Defaults("mnist")
+		if err != nil {
+			return err
+		}
+		cfg.Epochs, cfg.Threads, cfg.BatchSize = 1, 1, 32
+		tr, _ := data.Synthetic(data.FormatMNIST, 256, 1)
+		te, _ := data.Synthetic(data.FormatMNIST, 64, 2)
+		be := cpu.New(1)
+		defer be.Close()
+		trainer, err := New(context.Background(), cfg, be, tr, te, WithGroup(g))
+		if err != nil {
+			return err
+		}
+		defer trainer.Close()
+		if g.Rank() == 1 {
+			<-done // never trains
+			return nil
+		}
+		defer close(done)
+		if err := trainer.Run(context.Background()); err == nil {
+			return errors.New("the run succeeded without rank 1")
+		}
+		// The bucket's all-reduce started during backward; the transport
+		// gave up 500 ms after that, most of it waited in Finish.
+		times := trainer.Times()
+		if times.CommExposed < timeout/2 || times.CommExposed > times.Total {
+			return fmt.Errorf("the failed run's times: all-reduce waited %v of %v, want most of the %v the last all-reduce took", times.CommExposed, times.Total, timeout)
+		}
+		return nil
 	})
 }

@@ -56,9 +56,14 @@ type Pipeline struct {
 	orders map[int]rankOrder
 
 	// Timeline of the last step, the last full batch's, and totals for
-	// the bubble fraction.
+	// the bubble fraction. A full batch is the largest one trained
+	// (fullSamples samples, cut into fullMicro microbatches: torch.chunk
+	// makes fewer than micro when micro does not suit the batch — a
+	// batch of 64 cut 24 ways gives 21 of 3 samples and one of 1).
 	Events      []Event
 	fullEvents  []Event
+	fullSamples int
+	fullMicro   int
 	busy, total time.Duration
 }
 
@@ -709,9 +714,19 @@ func (p *Pipeline) account(stepStart time.Time) {
 		p.busy += e.End.Sub(e.Start)
 	}
 	p.total += time.Since(stepStart)
-	if len(p.sizes) == p.micro {
+	if n := p.offs[len(p.offs)-1]; n >= p.fullSamples {
+		p.fullSamples, p.fullMicro = n, len(p.sizes)
 		p.fullEvents = append(p.fullEvents[:0], p.Events...)
 	}
+}
+
+// microbatches is how many microbatches a full batch is cut into: the
+// largest batch trained so far, else as many as asked for.
+func (p *Pipeline) microbatches() int {
+	if p.fullMicro > 0 {
+		return p.fullMicro
+	}
+	return p.micro
 }
 
 // IdealBubble is the fraction of a step the schedule leaves a stage idle
@@ -720,13 +735,14 @@ func (p *Pipeline) account(stepStart time.Time) {
 // V interleaved chunks per stage (the warm-up and cool-down shrink with
 // the chunks); none for ZB-H2 (from one step to the next).
 func (p *Pipeline) IdealBubble() (ideal float64, formula string) {
+	m := p.microbatches()
 	switch v := len(p.chunks); {
 	case p.schedule == "zb-h2":
 		return 0, "ZB-H2's bubble, passes of equal length"
 	case v > 1:
-		return float64(p.stages-1) / float64(v*p.micro+p.stages-1), fmt.Sprintf("interleaved bubble (p-1)/(%dm+p-1)", v)
+		return float64(p.stages-1) / float64(v*m+p.stages-1), fmt.Sprintf("interleaved bubble (p-1)/(%dm+p-1)", v)
 	}
-	return float64(p.stages-1) / float64(p.micro+p.stages-1), "GPipe bubble (p-1)/(m+p-1)"
+	return float64(p.stages-1) / float64(m+p.stages-1), "GPipe bubble (p-1)/(m+p-1)"
 }
 
 // Bubble returns, for every stage, the fraction of its step time spent

@@ -47,7 +47,9 @@ func TestPipelineMatchesOneProcess(t *testing.T) {
 		cases = append(cases, pcase{2, 4, s, 1}, pcase{3, 3, s, 1}, pcase{3, 8, s, 1})
 	}
 	cases = append(cases, pcase{2, 4, "interleaved", 2}, pcase{3, 3, "interleaved", 2}, pcase{3, 8, "interleaved", 2},
-		pcase{2, 4, "interleaved", 3}, pcase{3, 2, "1f1b", 1}, pcase{3, 2, "interleaved", 2})
+		pcase{2, 4, "interleaved", 3}, pcase{3, 2, "1f1b", 1}, pcase{3, 2, "interleaved", 2},
+		// 5 microbatches asked of a batch of 16: torch.chunk cuts 4 of 4.
+		pcase{2, 5, "gpipe", 1})
 	if testing.Short() {
 		// (GPipe, the default, runs in -short in TestPipelineTimesDataParallel.)
 		cases = []pcase{{3, 8, "1f1b", 1}, {3, 8, "zb", 1}, {3, 8, "zb-h2", 1}, {3, 8, "interleaved", 2}}
@@ -120,10 +122,12 @@ func TestPipelineMatchesOneProcess(t *testing.T) {
 					}
 				}
 			}
-			if n := p * m * c.chunks; passes['F'] != n || passes['B'] != n || (passes['W'] > 0) != strings.HasPrefix(c.schedule, "zb") {
+			// The microbatches a batch is cut into, as torch.chunk cuts.
+			cut := (batch + (batch+m-1)/m - 1) / ((batch + m - 1) / m)
+			if n := p * cut * c.chunks; passes['F'] != n || passes['B'] != n || (passes['W'] > 0) != strings.HasPrefix(c.schedule, "zb") {
 				t.Fatalf("timeline boxes %v, want %d F and B each, and W only with zb and zb-h2", passes, n)
 			}
-			checkTrace(t, out+".json", c.schedule, p, m, c.chunks)
+			checkTrace(t, out+".json", c.schedule, p, cut, c.chunks)
 
 			// The stage files load as one model, and merge into one file.
 			be := cpu.New(1)

@@ -51,8 +51,9 @@ func (t *Trainer) WriteTimeline(ctx context.Context, path string, idle []float64
 	if v := len(p.chunks); v > 1 {
 		sched = fmt.Sprintf("%s, %d chunks per stage", sched, v)
 	}
-	title := fmt.Sprintf("%s, %d stages, %d microbatches: idle per stage %s (ideal bubble %.0f%%)", sched, p.stages, p.micro, strings.Join(parts, ", "), 100*ideal)
-	sum := TraceSummary{Title: title, Schedule: p.schedule, Stages: p.stages, Chunks: len(p.chunks), Microbatches: p.micro, Idle: idle, IdealBubble: ideal}
+	m := p.microbatches()
+	title := fmt.Sprintf("%s, %d stages, %d microbatches: idle per stage %s (ideal bubble %.0f%%)", sched, p.stages, m, strings.Join(parts, ", "), 100*ideal)
+	sum := TraceSummary{Title: title, Schedule: p.schedule, Stages: p.stages, Chunks: len(p.chunks), Microbatches: m, Idle: idle, IdealBubble: ideal}
 	if err := WriteTimelineTrace(tracePath(path), events, sum); err != nil {
 		return err
 	}

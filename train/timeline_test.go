@@ -54,4 +54,10 @@ func TestIdealBubble(t *testing.T) {
 			t.Errorf("%s, p=%d m=%d V=%d: %v (%s), want %v (%s)", c.schedule, c.stages, c.micro, c.chunks, got, formula, c.want, c.formula)
 		}
 	}
+	// Once a batch has been cut, m is what it was cut into: 24 asked of a
+	// batch of 64 are 22 (torch.chunk's 21 of 3 samples and one of 1).
+	p := &Pipeline{schedule: "gpipe", stages: 2, micro: 24, chunks: make([]*chunk, 1), fullSamples: 64, fullMicro: 22}
+	if got, _ := p.IdealBubble(); math.Abs(got-1.0/23) > 1e-12 {
+		t.Errorf("24 microbatches asked, 22 cut: bubble %v, want 1/23", got)
+	}
 }

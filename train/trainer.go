@@ -602,13 +602,16 @@ func (t *Trainer) Run(ctx context.Context) error {
 		}
 	}
 	start := time.Now()
-	defer func() { t.times.Total += time.Since(start) }()
+	defer func() {
+		// Also when the run fails: its last wait shows where it went.
+		t.times.Total += time.Since(start)
+		t.times.Comm, t.times.CommExposed = t.sync.commTimes()
+	}()
 	for t.epoch < t.cfg.Epochs {
 		if err := t.runEpoch(ctx, t.epoch+1); err != nil {
 			return err
 		}
 	}
-	t.times.Comm, t.times.CommExposed = t.sync.commTimes()
 	if t.Report != nil {
 		return t.Report.Close()
 	}
