@@ -143,8 +143,12 @@ func (d *dataParallel) describe(w io.Writer, t *Trainer) {
 	case c != "":
 		wire = fmt.Sprintf(" (as %s on the wire, summed in float32)", c)
 	}
-	fmt.Fprintf(w, "Data parallel over %d ranks: batch %d per rank (%d in all), gradients averaged in %d buckets of %v elements%s%s\n",
-		d.world(), t.cfg.BatchSize, t.cfg.BatchSize*d.world(), len(d.ddp.Buckets()), d.ddp.Buckets(), wire, bn)
+	buckets := "1 bucket"
+	if n := len(d.ddp.Buckets()); n != 1 {
+		buckets = fmt.Sprintf("%d buckets", n)
+	}
+	fmt.Fprintf(w, "Data parallel over %d ranks: batch %d per rank (%d in all), gradients averaged in %s of %v elements%s%s\n",
+		d.world(), t.cfg.BatchSize, t.cfg.BatchSize*d.world(), buckets, d.ddp.Buckets(), wire, bn)
 }
 
 func (d *dataParallel) state(ctx context.Context) ([]nn.Var, error) {
