@@ -33,17 +33,24 @@ func twoHosts(t *testing.T) *netcluster.Cluster {
 	return c
 }
 
+// buildAllreduce builds gorun and examples/allreduce into a temporary
+// directory and returns it.
+func buildAllreduce(t *testing.T) string {
+	t.Helper()
+	bin := t.TempDir()
+	if out, err := exec.Command("go", "build", "-o", bin+"/", ".", "../../examples/allreduce").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	return bin
+}
+
 // TestMultiNodeAcrossNamespaces runs one job over two "hosts" — network
 // namespaces with their own addresses — with gorun started on each, as
 // torchrun's multi-node mode: 2 ranks per node, global ranks from the node
 // rank, rendezvous at node 0's address, traffic between the hosts over
 // their links (veth pairs on a bridge).
 func TestMultiNodeAcrossNamespaces(t *testing.T) {
-	hosts := twoHosts(t)
-	bin := t.TempDir()
-	if out, err := exec.Command("go", "build", "-o", bin+"/", ".", "../../examples/allreduce").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	hosts, bin := twoHosts(t), buildAllreduce(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	master := hosts.Addrs[0] + ":29517"
@@ -102,11 +109,7 @@ func TestMultiNodeNeedsToken(t *testing.T) {
 // which stops at once saying the rank was given twice, and the job fails
 // on both machines instead of waiting for ranks 2 and 3 in silence.
 func TestMultiNodeSameNodeRank(t *testing.T) {
-	hosts := twoHosts(t)
-	bin := t.TempDir()
-	if out, err := exec.Command("go", "build", "-o", bin+"/", ".", "../../examples/allreduce").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	hosts, bin := twoHosts(t), buildAllreduce(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	master := hosts.Addrs[0] + ":29518"
