@@ -145,12 +145,11 @@ func TestChartSVG(t *testing.T) {
 	for _, ls := range lines {
 		for _, l := range ls {
 			pts := strings.Fields(l.attrs["points"])
-			var xs, ys []float64
+			var xs []float64
 			for _, p := range pts {
-				x, y, _ := strings.Cut(p, ",")
+				x, _, _ := strings.Cut(p, ",")
 				xf, _ := strconv.ParseFloat(x, 64)
-				yf, _ := strconv.ParseFloat(y, 64)
-				xs, ys = append(xs, xf), append(ys, yf)
+				xs = append(xs, xf)
 			}
 			step := xs[1] - xs[0]
 			for i := 2; i < len(xs); i++ {
