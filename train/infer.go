@@ -57,6 +57,9 @@ func LoadClassifier(path, model, labels string, be tensor.Backend) (*Classifier,
 	if err != nil {
 		return nil, err
 	}
+	if err := nn.CheckFinite(m.Net); err != nil {
+		return nil, fmt.Errorf("%s: %w: the model's outputs would be NaN or infinite (the weights of a run that diverged?)", path, err)
+	}
 	m.Net.SetTraining(false)
 	nn.SetGradEnabled(m.Net, false)
 	nn.Freeze(m.Net, true)

@@ -41,6 +41,11 @@ func loadInit(path string, net nn.Layer) (string, error) {
 	if err == nil {
 		err = nn.LoadState(loaded, net)
 	}
+	if err == nil {
+		if err = nn.CheckFinite(net); err != nil {
+			err = fmt.Errorf("%w: training would start from NaN or infinite outputs (the weights of a run that diverged?)", err)
+		}
+	}
 	if err != nil {
 		return "", fmt.Errorf("initial weights %s: %w", path, err)
 	}

@@ -3,6 +3,7 @@ package train
 import (
 	"bytes"
 	"context"
+	"math"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -76,6 +77,19 @@ func TestInitFrom(t *testing.T) {
 		t.Fatalf("description lacks %q:\n%s", s, desc.String())
 	}
 
+	// The same weights with an infinity in them (a run that diverged).
+	infinite := filepath.Join(dir, "inf.safetensors")
+	diverged := slices.Clone(want)
+	for i, w := range diverged {
+		if w.Name == "fc1.bias" {
+			diverged[i].F32 = slices.Clone(w.F32)
+			diverged[i].F32[3] = float32(math.Inf(-1))
+		}
+	}
+	if err := safetensors.WriteFile(infinite, diverged, nil); err != nil {
+		t.Fatal(err)
+	}
+
 	cifar, cifarTest := synthetic(t, data.FormatCIFAR10, 8, 8)
 	cc, _ := Defaults("cifarnet")
 	cc.Threads = 1
@@ -89,6 +103,7 @@ func TestInitFrom(t *testing.T) {
 	}{
 		{"another model's weights", cc, cifar, cifarTest, weights, "initial weights " + weights + ": state does not match the model"},
 		{"a missing file", cfg, train, test, filepath.Join(dir, "missing.pth"), "missing.pth"},
+		{"an infinite weight", cfg, train, test, infinite, "initial weights " + infinite + ": tensor \"fc1.bias\" holds -Inf at element 3: training would start from NaN or infinite outputs"},
 		{"a pipeline", pipe, train, test, weights, "not with --pipeline"},
 	} {
 		be := cpu.New(1)

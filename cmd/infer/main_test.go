@@ -20,6 +20,7 @@ import (
 	"github.com/gorun/gorun/model/cpu"
 	"github.com/gorun/gorun/model/nn"
 	"github.com/gorun/gorun/model/zoo"
+	"github.com/gorun/gorun/model/safetensors"
 	"github.com/gorun/gorun/train"
 	"github.com/gorun/gorun/train/data"
 )
@@ -138,10 +139,23 @@ func TestInfer(t *testing.T) {
 		t.Errorf("--data %s: error %v, want one naming --data and the directory", missing, err)
 	}
 
+	// The checkpoint's weights with a NaN in them (a run that diverged).
+	nanWeights := filepath.Join(dir, "nan.safetensors")
+	{
+		f, err := safetensors.ReadFile(ckpt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Tensors[0].F32[2] = float32(math.NaN())
+		if err := safetensors.WriteFile(nanWeights, f.Tensors, f.Metadata); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, bad := range []struct {
 		args []string
 		want string
 	}{
+		{[]string{"--weights", nanWeights, "--json", files[0]}, nanWeights + ": tensor \"conv1.weight\" holds NaN at element 2: the model's outputs would be NaN or infinite"},
 		{[]string{"--weights", filepath.Join(dir, "missing"), files[0]}, "weights " + filepath.Join(dir, "missing") + ": file does not exist"},
 		{[]string{"--weights", ckpt}, "give image files to classify"},
 		{[]string{"--weights", ckpt, filepath.Join(dir, "net.safetensors")}, "net.safetensors"},

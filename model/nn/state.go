@@ -2,6 +2,7 @@ package nn
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 
@@ -9,6 +10,20 @@ import (
 	"github.com/gorun/gorun/model/tensor"
 	"github.com/gorun/gorun/model/torchfile"
 )
+
+// CheckFinite reports the first value of l's state that is not finite
+// (NaN or ±Inf), naming its tensor and element: weights with one make the
+// model's outputs NaN or infinite, predictions and losses meaningless.
+func CheckFinite(l Layer) error {
+	for _, t := range StateTensors(l) {
+		for i, v := range t.F32 {
+			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+				return fmt.Errorf("tensor %q holds %v at element %d", t.Name, v, i)
+			}
+		}
+	}
+	return nil
+}
 
 // StateTensors returns l's parameters and buffers as safetensors entries
 // under PyTorch's state_dict names (sharing l's memory on the host, copied

@@ -2,6 +2,7 @@ package nn
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"path/filepath"
 	"strings"
@@ -95,5 +96,33 @@ func TestLoadRejectsMismatchedState(t *testing.T) {
 				t.Error("a failed load changed the model")
 			}
 		})
+	}
+}
+
+// TestCheckFinite: a NaN or an infinity anywhere in a model's state —
+// parameters or batch norm's running statistics — is named by tensor and
+// element; finite state passes.
+func TestCheckFinite(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		layer  int // in smallNet
+		target func(Layer) *tensor.Tensor
+		at     int
+		v      float32
+		want   string
+	}{
+		{"finite", 0, nil, 0, 0, ""},
+		{"NaN weight", 3, func(l Layer) *tensor.Tensor { return l.(*Linear).Weight }, 5, float32(math.NaN()), `tensor "fc.weight" holds NaN at element 5`},
+		{"+Inf bias", 0, func(l Layer) *tensor.Tensor { return l.(*Conv2d).Bias }, 1, float32(math.Inf(1)), `tensor "conv.bias" holds +Inf at element 1`},
+		{"-Inf running variance", 1, func(l Layer) *tensor.Tensor { return l.(*BatchNorm2d).RunningVar }, 0, float32(math.Inf(-1)), `tensor "bn.running_var" holds -Inf at element 0`},
+	} {
+		net := smallNet(1)
+		if c.target != nil {
+			c.target(net.Layers[c.layer]).Data[c.at] = c.v
+		}
+		err := CheckFinite(net)
+		if (c.want == "") != (err == nil) || (err != nil && err.Error() != c.want) {
+			t.Errorf("%s: %v, want %q", c.name, err, c.want)
+		}
 	}
 }
