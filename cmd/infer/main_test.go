@@ -19,8 +19,8 @@ import (
 
 	"github.com/gorun/gorun/model/cpu"
 	"github.com/gorun/gorun/model/nn"
-	"github.com/gorun/gorun/model/zoo"
 	"github.com/gorun/gorun/model/safetensors"
+	"github.com/gorun/gorun/model/zoo"
 	"github.com/gorun/gorun/train"
 	"github.com/gorun/gorun/train/data"
 )
