@@ -795,6 +795,24 @@ func whereMissing(store store, missing []int, size int) string {
 	}
 	qctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
+	// The store's lists of the dialers it turned away (absent: none).
+	list := func(key string) []string {
+		if ok, err := store.Has(qctx, key); err != nil || !ok {
+			return nil
+		}
+		v, err := store.Get(qctx, key)
+		if err != nil {
+			return nil
+		}
+		return strings.Split(string(v), ",")
+	}
+	otherSize := map[int]string{}
+	for _, e := range list(rendezvous.RefusedKey) {
+		r, n, _ := strings.Cut(e, ":")
+		if rank, err := strconv.Atoi(r); err == nil {
+			otherSize[rank] = n
+		}
+	}
 	var reached, never []int
 	var parts []string
 	for _, r := range missing {
@@ -802,22 +820,17 @@ func whereMissing(store store, missing []int, size int) string {
 		if err != nil {
 			return ""
 		}
-		if ok {
+		switch n, refused := otherSize[r]; {
+		case ok:
 			reached = append(reached, r)
-			continue
+		case refused:
+			parts = append(parts, fmt.Sprintf("rank %d reached the store announcing a job of %s ranks, where this job has %d (the world size, WORLD_SIZE, must be the same on every rank)", r, n, size))
+		default:
+			never = append(never, r)
 		}
-		if refused, err := store.Has(qctx, rendezvous.RefusedKey(r)); err == nil && refused {
-			if v, err := store.Get(qctx, rendezvous.RefusedKey(r)); err == nil {
-				parts = append(parts, fmt.Sprintf("rank %d reached the store announcing a job of %s ranks, where this job has %d (the world size, WORLD_SIZE, must be the same on every rank)", r, v, size))
-				continue
-			}
-		}
-		never = append(never, r)
 	}
-	if dup, err := store.Has(qctx, rendezvous.DuplicatesKey); err == nil && dup {
-		if v, err := store.Get(qctx, rendezvous.DuplicatesKey); err == nil {
-			parts = append(parts, fmt.Sprintf("a second process tried to join as rank %s and was turned away (the rank, or the node rank, given twice?)", v))
-		}
+	if dup := list(rendezvous.DuplicatesKey); dup != nil {
+		parts = append(parts, fmt.Sprintf("a second process tried to join as rank %s and was turned away (the rank, or the node rank, given twice?)", strings.Join(dup, ",")))
 	}
 	if len(never) > 0 {
 		parts = append(parts, fmt.Sprintf("%v never reached the store (not started, or MASTER_ADDR:MASTER_PORT unreachable from their hosts)", never))

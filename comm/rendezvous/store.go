@@ -145,7 +145,7 @@ func (s *Server) accept() {
 				s.mu.Lock()
 				defer s.mu.Unlock()
 				if s.joined[id.From] {
-					s.addDuplicate(int(id.From))
+					s.addToList(DuplicatesKey, strconv.Itoa(int(id.From)))
 					return true
 				}
 				s.joined[id.From], holds = true, id.From
@@ -156,7 +156,9 @@ func (s *Server) accept() {
 				if id.Purpose == tcp.PurposeStore && id.Size != int32(s.size) && id.From >= 0 && int(id.From) < s.size {
 					// Likely one of this job's ranks, started with
 					// another world size: for the join's report.
-					s.set(RefusedKey(int(id.From)), []byte(strconv.Itoa(int(id.Size))))
+					s.mu.Lock()
+					s.addToList(RefusedKey, fmt.Sprintf("%d:%d", id.From, id.Size))
+					s.mu.Unlock()
 				}
 				return // a stranger: dropped
 			}
@@ -171,29 +173,29 @@ func (s *Server) accept() {
 // published its address is told apart from one that never arrived.
 func ReachedKey(rank int) string { return "gorun/reached/" + strconv.Itoa(rank) }
 
-// DuplicatesKey is the key under which the server lists, comma-separated,
-// the ranks that a second process tried to join as while the first was
-// connected.
-const DuplicatesKey = "gorun/duplicates"
+// Records the server keeps of dialers it turned away, for the join's
+// report; each value is a comma-separated list.
+const (
+	// DuplicatesKey lists the ranks a second process tried to join as
+	// while the first was connected.
+	DuplicatesKey = "gorun/duplicates"
+	// RefusedKey lists, as RANK:SIZE, the dialers that announced
+	// themselves as a rank of this job but of a job of SIZE ranks.
+	RefusedKey = "gorun/refused"
+)
 
-// addDuplicate adds rank to the list under DuplicatesKey. The caller
-// holds s.mu.
-func (s *Server) addDuplicate(rank int) {
-	r := strconv.Itoa(rank)
-	old := string(s.data[DuplicatesKey])
-	if slices.Contains(strings.Split(old, ","), r) {
+// addToList adds item to the comma-separated list under key, once. The
+// caller holds s.mu.
+func (s *Server) addToList(key, item string) {
+	old := string(s.data[key])
+	if slices.Contains(strings.Split(old, ","), item) {
 		return
 	}
 	if old != "" {
-		r = old + "," + r
+		item = old + "," + item
 	}
-	s.setLocked(DuplicatesKey, []byte(r))
+	s.setLocked(key, []byte(item))
 }
-
-// RefusedKey is the key the server sets when a dialer announcing itself
-// as rank of this job, but of a job of another size, was turned away;
-// its value is that size, in decimal.
-func RefusedKey(rank int) string { return "gorun/refused/" + strconv.Itoa(rank) }
 
 // open reports whether Close has not been called.
 func (s *Server) open() bool {

@@ -88,8 +88,8 @@ func TestOtherWorldSizeRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if v, err := c.Get(ctx, RefusedKey(1)); err != nil || string(v) != "3" {
-		t.Fatalf("RefusedKey(1) = %q, %v; want \"3\"", v, err)
+	if v, err := c.Get(ctx, RefusedKey); err != nil || string(v) != "1:3" {
+		t.Fatalf("RefusedKey = %q, %v; want \"1:3\"", v, err)
 	}
 }
 
