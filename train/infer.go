@@ -38,8 +38,8 @@ type Classifier struct {
 // A pipeline run's per-stage files (NAME.stage0.safetensors, …) load as
 // one model when path is NAME.safetensors and only the stage files exist.
 func LoadClassifier(path, model, labels string, be tensor.Backend) (*Classifier, error) {
-	if base, ok := checkpoint.WeightsOf(path); ok {
-		return nil, fmt.Errorf("%s is a run's training state (optimizer and progress, for --resume); its weights are in %s", path, base)
+	if err := checkpoint.RefuseState(path); err != nil {
+		return nil, err
 	}
 	var m *zoo.Model
 	var meta *checkpoint.Meta

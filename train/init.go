@@ -18,8 +18,8 @@ import (
 // what a PyTorch user does by deleting the classifier's entries before
 // loading a model trained on another number of classes.
 func loadInit(path string, net nn.Layer) (string, error) {
-	if base, ok := checkpoint.WeightsOf(path); ok {
-		return "", fmt.Errorf("initial weights: %s is a run's training state (optimizer and progress, for --resume); its weights are in %s", path, base)
+	if err := checkpoint.RefuseState(path); err != nil {
+		return "", fmt.Errorf("initial weights: %w", err)
 	}
 	f, err := torchfile.ReadAny(path)
 	if err != nil {

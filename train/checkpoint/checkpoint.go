@@ -121,6 +121,15 @@ func WeightsOf(path string) (string, bool) {
 	return base, err == nil && st.Mode().IsRegular()
 }
 
+// RefuseState returns an error naming the weights file when path is the
+// training state of a checkpoint (WeightsOf), for the readers of weights.
+func RefuseState(path string) error {
+	if base, ok := WeightsOf(path); ok {
+		return fmt.Errorf("%s is a run's training state (optimizer and progress, for --resume); its weights are in %s", path, base)
+	}
+	return nil
+}
+
 // Probe checks, before any training, that a checkpoint can be saved at
 // path: neither path nor TrainPath(path) is a directory, and a file can be
 // created in path's directory (it exists, is a directory, is writable,
