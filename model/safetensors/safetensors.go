@@ -51,6 +51,16 @@ func (d DType) size() int {
 	return 0
 }
 
+// elements is the number of elements of a tensor of shape (1 for a
+// scalar's empty shape).
+func elements(shape []int) int {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	return n
+}
+
 // DecodeTensor returns the tensor named name of dtype and shape whose
 // little-endian data is b, decoded as ReadFile decodes a file's tensors.
 func DecodeTensor(name string, dtype DType, shape []int, b []byte) (Tensor, error) {
@@ -58,10 +68,7 @@ func DecodeTensor(name string, dtype DType, shape []int, b []byte) (Tensor, erro
 	if size == 0 {
 		return Tensor{}, fmt.Errorf("tensor %q: unsupported dtype %q", name, dtype)
 	}
-	count := 1
-	for _, d := range shape {
-		count *= d
-	}
+	count := elements(shape)
 	if len(b) != count*size {
 		return Tensor{}, fmt.Errorf("tensor %q: %d bytes for shape %v of %s, want %d", name, len(b), shape, dtype, count*size)
 	}
@@ -79,10 +86,7 @@ func FromTensors(tensors []Tensor) (*File, error) {
 		if _, ok := f.byName[t.Name]; ok {
 			return nil, fmt.Errorf("tensor %q twice", t.Name)
 		}
-		count := 1
-		for _, d := range t.Shape {
-			count *= d
-		}
+		count := elements(t.Shape)
 		if (t.F32 == nil) == (t.I64 == nil) && count > 0 || max(len(t.F32), len(t.I64)) != count {
 			return nil, fmt.Errorf("tensor %q: shape %v and %d float32 and %d int64 values", t.Name, t.Shape, len(t.F32), len(t.I64))
 		}
@@ -347,10 +351,7 @@ func Write(w io.Writer, tensors []Tensor, metadata map[string]string) error {
 		if t.I64 != nil {
 			n, dtype = int64(len(t.I64))*8, I64
 		}
-		count := 1
-		for _, d := range t.Shape {
-			count *= d
-		}
+		count := elements(t.Shape)
 		if (dtype == F32 && count != len(t.F32)) || (dtype == I64 && count != len(t.I64)) {
 			return fmt.Errorf("safetensors: tensor %q: shape %v does not match its %d values", t.Name, t.Shape, max(len(t.F32), len(t.I64)))
 		}
