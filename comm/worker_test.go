@@ -331,6 +331,70 @@ func value[T comm.Elem](r, i int, op comm.Op) T {
 	}
 }
 
+// valuePeriod is value's period in its element index: the least common
+// multiple of its two patterns' periods, 4 and 17 (TestValuePeriodic).
+const valuePeriod = 68
+
+// pattern is one period of a sequence that repeats every valuePeriod
+// elements: the checks of a million elements compute 68 values of each
+// rank (and 68 references) instead of a million, which had been most of
+// the matrix's time.
+type pattern[T comm.Elem] [valuePeriod]T
+
+// at is element i of the sequence.
+func (p *pattern[T]) at(i int) T { return p[i%valuePeriod] }
+
+// values tabulates value[T](r, i, op) over one period of i.
+func values[T comm.Elem](r int, op comm.Op) *pattern[T] {
+	var p pattern[T]
+	for i := range p {
+		p[i] = value[T](r, i, op)
+	}
+	return &p
+}
+
+// TestValuePeriodic checks what pattern relies on: value repeats every
+// valuePeriod elements, for every element type, operation and rank the
+// matrix uses (ranks up to 8·8, the all-to-all's blocks).
+func TestValuePeriodic(t *testing.T) {
+	periodic := map[string]func() error{
+		"float32": periodicValues[float32], "float64": periodicValues[float64],
+		"int8": periodicValues[int8], "int16": periodicValues[int16],
+		"int32": periodicValues[int32], "int64": periodicValues[int64],
+		"uint8": periodicValues[uint8], "uint16": periodicValues[uint16],
+		"uint32": periodicValues[uint32], "uint64": periodicValues[uint64],
+		"bfloat16": periodicValues[comm.BFloat16], "float16": periodicValues[comm.Float16],
+	}
+	for name, check := range periodic {
+		if err := check(); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+func periodicValues[T comm.Elem]() error {
+	for _, op := range []comm.Op{comm.Sum, comm.Avg, comm.Max, comm.Min, comm.Prod} {
+		for r := range 64 {
+			p := values[T](r, op)
+			for i := range 5 * valuePeriod {
+				if got, want := p.at(i), value[T](r, i, op); got != want {
+					return fmt.Errorf("%v, rank %d: element %d is %v in the table, value gives %v", op, r, i, got, want)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// references tabulates reference[T](n, i, op) over one period of i.
+func references[T comm.Elem](n int, op comm.Op) *pattern[T] {
+	var p pattern[T]
+	for i := range p {
+		p[i] = reference[T](n, i, op)
+	}
+	return &p
+}
+
 // elem converts x, an integer or a multiple of 1/4, to T.
 func elem[T comm.Elem](x float32) T {
 	var z T
@@ -454,57 +518,63 @@ func checkType[T comm.Elem](ctx context.Context, g *comm.Group, count int) error
 		return fmt.Errorf("%s of %d × %v: element %d is %v, want %v", what, count, ring.DTypeOf[T](), i, got, want)
 	}
 	for _, op := range ops[T]() {
+		mine, want := values[T](r, op), references[T](n, op)
 		buf := make([]T, count)
 		for i := range buf {
-			buf[i] = value[T](r, i, op)
+			buf[i] = mine.at(i)
 		}
 		if err := comm.AllReduce(ctx, g, buf, op); err != nil {
 			return err
 		}
 		for i, v := range buf {
-			if want := reference[T](n, i, op); v != want {
-				return where("AllReduce "+op.String(), i, v, want)
+			if v != want.at(i) {
+				return where("AllReduce "+op.String(), i, v, want.at(i))
 			}
 		}
 		send := make([]T, n*count)
 		for i := range send {
-			send[i] = value[T](r, i, op)
+			send[i] = mine.at(i)
 		}
 		recv := make([]T, count)
 		if err := comm.ReduceScatter(ctx, g, send, recv, op); err != nil {
 			return err
 		}
 		for i, v := range recv {
-			if want := reference[T](n, r*count+i, op); v != want {
-				return where("ReduceScatter "+op.String(), i, v, want)
+			if v != want.at(r*count+i) {
+				return where("ReduceScatter "+op.String(), i, v, want.at(r*count+i))
 			}
 		}
 	}
+	mine := values[T](r, comm.Sum)
 	for _, root := range []int{0, n - 1} {
 		buf := make([]T, count)
 		for i := range buf {
-			buf[i] = value[T](r, i, comm.Sum)
+			buf[i] = mine.at(i)
 		}
 		if err := comm.Broadcast(ctx, g, buf, root); err != nil {
 			return err
 		}
+		sent := values[T](root, comm.Sum)
 		for i, v := range buf {
-			if want := value[T](root, i, comm.Sum); v != want {
-				return where(fmt.Sprintf("Broadcast from %d", root), i, v, want)
+			if v != sent.at(i) {
+				return where(fmt.Sprintf("Broadcast from %d", root), i, v, sent.at(i))
 			}
 		}
 	}
 	send := make([]T, count)
 	for i := range send {
-		send[i] = value[T](r, i, comm.Sum)
+		send[i] = mine.at(i)
 	}
 	recv := make([]T, n*count)
 	if err := comm.AllGather(ctx, g, send, recv); err != nil {
 		return err
 	}
-	for i, v := range recv {
-		if want := value[T](i/max(count, 1), i%max(count, 1), comm.Sum); v != want {
-			return where("AllGather", i, v, want)
+	for q := range n {
+		theirs := values[T](q, comm.Sum)
+		for i, v := range recv[q*count : (q+1)*count] {
+			if v != theirs.at(i) {
+				return where("AllGather", q*count+i, v, theirs.at(i))
+			}
 		}
 	}
 	if count > 4097 || (os.Getenv(shortEnv) != "" && ring.DTypeOf[T]() != ring.Float32) {
@@ -623,26 +693,28 @@ func checkRooted[T comm.Elem](ctx context.Context, g *comm.Group, count int) err
 	}
 	for _, root := range []int{0, n - 1} {
 		for _, op := range ops[T]() {
+			own := values[T](r, op)
+			want := own // a rank other than the root keeps its own values
+			if r == root {
+				want = references[T](n, op)
+			}
 			buf := make([]T, count)
 			for i := range buf {
-				buf[i] = value[T](r, i, op)
+				buf[i] = own.at(i)
 			}
 			if err := comm.Reduce(ctx, g, buf, op, root); err != nil {
 				return err
 			}
 			for i, v := range buf {
-				want := value[T](r, i, op)
-				if r == root {
-					want = reference[T](n, i, op)
-				}
-				if v != want {
-					return where(fmt.Sprintf("Reduce %v to %d", op, root), i, v, want)
+				if v != want.at(i) {
+					return where(fmt.Sprintf("Reduce %v to %d", op, root), i, v, want.at(i))
 				}
 			}
 		}
+		mine := values[T](r, comm.Sum)
 		send := make([]T, count)
 		for i := range send {
-			send[i] = value[T](r, i, comm.Sum)
+			send[i] = mine.at(i)
 		}
 		var all []T // the gathered blocks, on the root
 		if r == root {
@@ -651,34 +723,46 @@ func checkRooted[T comm.Elem](ctx context.Context, g *comm.Group, count int) err
 		if err := comm.GatherAsync(ctx, g, send, all, root).Wait(); err != nil {
 			return err
 		}
-		for i, v := range all {
-			if want := value[T](i/count, i%count, comm.Sum); v != want {
-				return where(fmt.Sprintf("Gather to %d", root), i, v, want)
+		for q := range n {
+			if all == nil {
+				break
+			}
+			theirs := values[T](q, comm.Sum)
+			for i, v := range all[q*count : (q+1)*count] {
+				if v != theirs.at(i) {
+					return where(fmt.Sprintf("Gather to %d", root), q*count+i, v, theirs.at(i))
+				}
 			}
 		}
-		mine := make([]T, count)
-		if err := comm.Scatter(ctx, g, all, mine, root); err != nil {
+		got := make([]T, count)
+		if err := comm.Scatter(ctx, g, all, got, root); err != nil {
 			return err
 		}
-		for i, v := range mine {
-			if want := value[T](r, i, comm.Sum); v != want {
-				return where(fmt.Sprintf("Scatter from %d", root), i, v, want)
+		for i, v := range got {
+			if v != mine.at(i) {
+				return where(fmt.Sprintf("Scatter from %d", root), i, v, mine.at(i))
 			}
 		}
 	}
 	// AllToAll: block p of rank r's send is value(r·n+p, i); rank r's
 	// block p comes from rank p.
 	send := make([]T, n*count)
-	for i := range send {
-		send[i] = value[T](r*n+i/max(count, 1), i%max(count, 1), comm.Sum)
-	}
 	recv := make([]T, n*count)
+	for p := range n {
+		block := values[T](r*n+p, comm.Sum)
+		for i := range count {
+			send[p*count+i] = block.at(i)
+		}
+	}
 	if err := comm.AllToAllAsync(ctx, g, send, recv).Wait(); err != nil {
 		return err
 	}
-	for i, v := range recv {
-		if want := value[T](i/count*n+r, i%count, comm.Sum); v != want {
-			return where("AllToAll", i, v, want)
+	for p := range n {
+		block := values[T](p*n+r, comm.Sum)
+		for i, v := range recv[p*count : (p+1)*count] {
+			if v != block.at(i) {
+				return where("AllToAll", p*count+i, v, block.at(i))
+			}
 		}
 	}
 	return nil
@@ -1035,15 +1119,17 @@ func largeAllGathers(ctx context.Context, g *comm.Group) error {
 			if inPlace {
 				send = recv[r*count : (r+1)*count]
 			}
+			mine := values[float32](r, comm.Sum)
 			for i := range send {
-				send[i] = value[float32](r, i, comm.Sum)
+				send[i] = mine.at(i)
 			}
 			if err := g.AllGather(ctx, send, recv); err != nil {
 				return err
 			}
 			for q := range n {
+				theirs := values[float32](q, comm.Sum)
 				for i, v := range recv[q*count : (q+1)*count] {
-					if want := value[float32](q, i, comm.Sum); v != want {
+					if want := theirs.at(i); v != want {
 						return fmt.Errorf("AllGather of %d floats a rank (in place: %v): block %d element %d is %v, want %v", count, inPlace, q, i, v, want)
 					}
 				}
@@ -1061,14 +1147,15 @@ func largeBroadcasts(ctx context.Context, g *comm.Group) error {
 	for _, count := range []int{30_000, 100_000} {
 		for _, root := range []int{0, n - 1} {
 			buf := make([]float32, count)
+			mine, sent := values[float32](r, comm.Sum), values[float32](root, comm.Sum)
 			for i := range buf {
-				buf[i] = value[float32](r, i, comm.Sum)
+				buf[i] = mine.at(i)
 			}
 			if err := g.Broadcast(ctx, buf, root); err != nil {
 				return err
 			}
 			for i, v := range buf {
-				if want := value[float32](root, i, comm.Sum); v != want {
+				if want := sent.at(i); v != want {
 					return fmt.Errorf("Broadcast of %d floats from %d: element %d is %v, want %v", count, root, i, v, want)
 				}
 			}
