@@ -177,6 +177,62 @@ func TestMNISTWhereTorchvisionPutsIt(t *testing.T) {
 	}
 }
 
+// TestMNISTKindByLabels: Fashion-MNIST copied to a directory whose name
+// does not say so is still recognised, by its training labels, and named
+// with its class names; other MNIST-format data of the same size keeps
+// MNIST's digits. The real dataset, when installed, is recognised in a
+// copy the same way.
+func TestMNISTKindByLabels(t *testing.T) {
+	images := func(labels []int32) *Dataset {
+		return &Dataset{Shape: [3]int{1, 2, 2}, Images: make([]byte, 4*len(labels)), Labels: labels}
+	}
+	fashion := make([]int32, 60000)
+	copy(fashion, fashionMNISTFirstLabels)
+	shifted := slices.Concat([]int32{1}, fashion[:59999])
+	test := images(make([]int32, 10))
+	for _, c := range []struct {
+		name   string
+		labels []int32
+		want   string
+	}{
+		{"its first labels", fashion, "fashion-mnist"}, // (no subtest name may say "fashion": t.TempDir names the directory after it)
+		{"other labels", shifted, "mnist"},
+		{"fewer images", fashion[:59999], "mnist"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "copy")
+			if err := WriteMNIST(dir, images(c.labels), test); err != nil {
+				t.Fatal(err)
+			}
+			train, test, err := Load(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if train.Name != c.want || test.Name != c.want || train.Classes[9] != test.Classes[9] {
+				t.Fatalf("loaded as %q and %q (classes %q, %q), want %q", train.Name, test.Name, train.Classes, test.Classes, c.want)
+			}
+		})
+	}
+	const installed = "/usr/share/datasets/fashion-mnist"
+	files, _ := filepath.Glob(filepath.Join(installed, "*-ubyte*"))
+	if len(files) == 0 {
+		return // TestFashionMNIST says why it skips
+	}
+	dir := t.TempDir()
+	for _, f := range files {
+		if err := os.Symlink(f, filepath.Join(dir, filepath.Base(f))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	train, _, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if train.Name != "fashion-mnist" || train.Classes[9] != "Ankle boot" {
+		t.Fatalf("a copy of %s loads as %q with classes %q", installed, train.Name, train.Classes)
+	}
+}
+
 // TestFashionMNIST reads the real dataset when it is installed
 // (apt-get install dataset-fashion-mnist): 60,000 + 10,000 images of
 // 28×28, 6,000 + 1,000 of each class.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -251,16 +252,14 @@ func findMNIST(dir string) (string, error) {
 // train-labels-idx1-ubyte, t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte,
 // each optionally gzipped — in dir, or in dir/MNIST/raw or
 // dir/FashionMNIST/raw, where torchvision's datasets.MNIST(root=dir) and
-// FashionMNIST download them. A directory whose name mentions "fashion"
-// is taken as Fashion-MNIST (for the class names).
+// FashionMNIST download them. Fashion-MNIST is recognised by its
+// training labels, wherever it was copied to, or else by a directory name
+// that mentions "fashion" (for the class names).
 func LoadMNIST(dir string) (train, test *Dataset, err error) {
 	if dir, err = findMNIST(dir); err != nil {
 		return nil, nil, err
 	}
 	name, classes := "mnist", MNISTClasses
-	if abs, _ := filepath.Abs(dir); strings.Contains(strings.ToLower(abs), "fashion") {
-		name, classes = "fashion-mnist", FashionMNISTClasses
-	}
 	load := func(split string) (*Dataset, error) {
 		ip, err := findIDX(dir, split, "images", 3)
 		if err != nil {
@@ -300,7 +299,23 @@ func LoadMNIST(dir string) (train, test *Dataset, err error) {
 	if test, err = load("t10k"); err != nil {
 		return nil, nil, err
 	}
+	if abs, _ := filepath.Abs(dir); isFashionMNIST(train.Labels) || strings.Contains(strings.ToLower(abs), "fashion") {
+		for _, d := range []*Dataset{train, test} {
+			d.Name, d.Classes = "fashion-mnist", FashionMNISTClasses
+		}
+	}
 	return train, test, nil
+}
+
+// fashionMNISTFirstLabels are the first labels of Fashion-MNIST's 60,000
+// training images (train-labels-idx1-ubyte), which MNIST's (5, 0, 4, 1, …)
+// and any other data set's are unlikely to begin with.
+var fashionMNISTFirstLabels = []int32{9, 0, 0, 3, 0, 2, 7, 2, 5, 5, 0, 9, 5, 5, 7, 9, 1, 0, 6, 4, 3, 1, 4, 8, 4, 3, 0, 2, 4, 4, 5, 3}
+
+// isFashionMNIST reports whether labels are Fashion-MNIST's training
+// labels: 60,000 of them, beginning as Fashion-MNIST's do.
+func isFashionMNIST(labels []int32) bool {
+	return len(labels) == 60000 && slices.Equal(labels[:len(fashionMNISTFirstLabels)], fashionMNISTFirstLabels)
 }
 
 // findIDX finds split-kind-idxN-ubyte in dir, gzipped or not.
