@@ -212,9 +212,12 @@ func fileExists(p string) bool {
 // loadWhole loads one weights file into the model named by model or, when
 // model is empty, by the file's metadata.
 func loadWhole(path, model string, be tensor.Backend) (*zoo.Model, *checkpoint.Meta, error) {
-	meta, _, err := checkpoint.ReadMeta(path)
+	meta, f, err := checkpoint.ReadMeta(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil, fmt.Errorf("weights %s: %w", path, fs.ErrNotExist)
+	}
+	if err != nil && f == nil {
+		return nil, nil, err // not weights at all: --model would not help
 	}
 	if err != nil && model == "" {
 		return nil, nil, fmt.Errorf("%w; pass --model to load plain weights", err)

@@ -192,6 +192,37 @@ func TestInferFlagErrors(t *testing.T) {
 	}
 }
 
+// TestInferWeightsNotWeights: a file given as --weights that holds no
+// weights — the image to classify, the arguments swapped, or a text file —
+// is an error naming the file and what it is, without the hint to pass
+// --model that plain weights get.
+func TestInferWeightsNotWeights(t *testing.T) {
+	dir := t.TempDir()
+	img := image.NewGray(image.Rect(0, 0, 28, 28))
+	text := filepath.Join(dir, "notes.txt")
+	if err := os.WriteFile(text, []byte("learning rate 0.1, 3 epochs\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name, weights, want string
+	}{
+		{"png", writeImage(t, dir, 0, img, false), "is a PNG image, not weights"},
+		{"jpeg", writeImage(t, dir, 1, img, true), "is a JPEG image, not weights"},
+		{"text", text, "exceeds the file"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var out bytes.Buffer
+			err := run([]string{"--weights", c.weights, c.weights}, &out)
+			if err == nil || !strings.Contains(err.Error(), c.weights) || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "--model") {
+				t.Fatalf("error %v; want one naming %s with %q, without --model", err, c.weights, c.want)
+			}
+			if out.Len() > 0 {
+				t.Errorf("printed %q", out.String())
+			}
+		})
+	}
+}
+
 func writeImage(t *testing.T, dir string, i int, img image.Image, asJPEG bool) string {
 	t.Helper()
 	name := filepath.Join(dir, fmt.Sprintf("img%d.png", i))

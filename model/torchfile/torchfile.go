@@ -348,5 +348,23 @@ func ReadAny(p string) (*safetensors.File, error) {
 	case IsLegacyTorchFile(head):
 		return nil, fmt.Errorf("weights: %s was saved by PyTorch before 1.6 (torch.save's legacy format), which gorun does not read: load it and save it again with a newer PyTorch, or as safetensors (safetensors.torch.save_file)", p)
 	}
-	return safetensors.ReadFile(p)
+	f, err := safetensors.ReadFile(p)
+	if kind := imageKind(head); err != nil && kind != "" {
+		return nil, fmt.Errorf("weights: %s is a %s image, not weights (a safetensors or torch.save file)", p, kind)
+	}
+	return f, err
+}
+
+// imageKind names the image format a file beginning with head is in, or
+// returns "" for none: for a file given as weights that is not, the image
+// the user meant to classify.
+func imageKind(head []byte) string {
+	for _, k := range []struct{ magic, name string }{
+		{"\x89PNG\r\n\x1a\n", "PNG"}, {"\xff\xd8\xff", "JPEG"}, {"GIF8", "GIF"},
+	} {
+		if bytes.HasPrefix(head, []byte(k.magic)) {
+			return k.name
+		}
+	}
+	return ""
 }

@@ -107,7 +107,8 @@ func TestReadCheckpoint(t *testing.T) {
 }
 
 // TestReadErrors: files that are not state dicts, a file of PyTorch
-// before 1.6, archives that are cut or changed — each an error naming
+// before 1.6, images given in the weights' place, archives that are cut
+// or changed — each an error naming
 // the file and what is wrong; a safetensors file still reads through
 // ReadAny.
 func TestReadErrors(t *testing.T) {
@@ -130,6 +131,8 @@ func TestReadErrors(t *testing.T) {
 	}{
 		{"a list", "testdata/list.pth", "the file holds a list of 3, not a state dict"},
 		{"legacy", "testdata/legacy.pth", "was saved by PyTorch before 1.6"},
+		{"a PNG image", write("photo.png", []byte("\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR")), "is a PNG image, not weights"},
+		{"a JPEG image", write("photo.jpg", []byte("\xff\xd8\xff\xe0\x00\x10JFIF\x00")), "is a JPEG image, not weights"},
 		{"cut", write("cut.pth", state[:len(state)/2]), "zip: not a valid zip file"},
 		{"no pickle", write("nopickle.pth", rezip(t, "testdata/state.pth", func(n string, b []byte) (string, []byte) {
 			if strings.HasSuffix(n, "data.pkl") {
