@@ -40,13 +40,13 @@ type dnnAPI struct {
 // algoPerf is cudnnConvolution{Fwd,BwdData,BwdFilter}AlgoPerf_t: the
 // three share this layout.
 type algoPerf struct {
-	algo        int32
-	status      Result
-	time        float32
-	memory      uint64
-	determinism int32
-	mathType    int32
-	reserved    [3]int32
+	algo   int32
+	status Result
+	_      float32 // time
+	memory uint64
+	_      int32    // determinism
+	_      int32    // mathType
+	_      [3]int32 // reserved
 }
 
 // cuDNN's enumerations, as its header numbers them.
