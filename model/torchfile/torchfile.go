@@ -350,7 +350,7 @@ func ReadAny(p string) (*safetensors.File, error) {
 	}
 	f, err := safetensors.ReadFile(p)
 	if kind := imageKind(head); err != nil && kind != "" {
-		return nil, fmt.Errorf("weights: %s is a %s image, not weights (a safetensors or torch.save file)", p, kind)
+		return nil, fmt.Errorf("%s is a %s image, not weights (a safetensors or torch.save file)", p, kind)
 	}
 	return f, err
 }
