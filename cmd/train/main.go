@@ -374,6 +374,9 @@ func resumeMissing(path string, err error) error {
 	if _, statErr := os.Stat(path); errors.Is(statErr, fs.ErrNotExist) {
 		return fmt.Errorf("--resume %s: no checkpoint there (neither %s nor its training state %s exists)", path, path, state)
 	}
+	if _, f, readErr := checkpoint.ReadMeta(path); f == nil {
+		return fmt.Errorf("--resume %s: %w", path, readErr) // not weights either: --init would not read it
+	}
 	return fmt.Errorf("--resume %s: weights without a run's training state (%s, which --save writes beside them, is missing): to start a new run from these weights, use --init %s", path, state, path)
 }
 

@@ -4,12 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"github.com/gorun/gorun/train"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/gorun/gorun/model/safetensors"
+	"github.com/gorun/gorun/train"
 	"github.com/gorun/gorun/train/checkpoint"
 	"github.com/gorun/gorun/train/data"
 )
@@ -68,7 +69,12 @@ func TestTrainCommandErrors(t *testing.T) {
 	// Weights without the training state beside them (as PyTorch or a
 	// shared model file come).
 	weights := filepath.Join(t.TempDir(), "w.safetensors")
-	if err := os.WriteFile(weights, []byte("weights"), 0o644); err != nil {
+	if err := safetensors.WriteFile(weights, []safetensors.Tensor{{Name: "fc.bias", DType: safetensors.F32, Shape: []int{2}, F32: []float32{1, 2}}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	// An image given where the checkpoint goes.
+	photo := filepath.Join(t.TempDir(), "photo.png")
+	if err := os.WriteFile(photo, []byte("\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	cases := []struct {
@@ -126,6 +132,7 @@ func TestTrainCommandErrors(t *testing.T) {
 		{[]string{"--resume", filepath.Join(empty, "none.safetensors")}, "--resume " + empty + "/none.safetensors: no checkpoint there (neither " + empty + "/none.safetensors nor its training state " + empty + "/none.safetensors.train exists)"},
 		{[]string{"--resume", weights}, "--resume " + weights + ": weights without a run's training state (" + weights + ".train, which --save writes beside them, is missing): to start a new run from these weights, use --init " + weights},
 		{[]string{"--resume", weights + ".train"}, "--resume " + weights + ".train: that is the training state of the checkpoint " + weights + ": resume from " + weights},
+		{[]string{"--resume", photo}, "--resume " + photo + ": " + photo + " is a PNG image, not weights"},
 		{[]string{"extra"}, `unexpected arguments ["extra"]: train takes flags only ("train -h" lists them)`},
 		{[]string{"--synthetic", "--save-every", "5"}, "--save-every 5 needs --save PATH"},
 		{[]string{"--synthetic", "--save-every", "-1", "--save", filepath.Join(empty, "x")}, "--save-every -1"},
