@@ -133,6 +133,7 @@ func TestReadErrors(t *testing.T) {
 		{"legacy", "testdata/legacy.pth", "was saved by PyTorch before 1.6"},
 		{"a PNG image", write("photo.png", []byte("\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR")), "is a PNG image, not weights"},
 		{"a JPEG image", write("photo.jpg", []byte("\xff\xd8\xff\xe0\x00\x10JFIF\x00")), "is a JPEG image, not weights"},
+		{"a GIF image", write("photo.gif", []byte("GIF89a\x01\x00\x01\x00")), "is a GIF image, not weights"},
 		{"cut", write("cut.pth", state[:len(state)/2]), "zip: not a valid zip file"},
 		{"no pickle", write("nopickle.pth", rezip(t, "testdata/state.pth", func(n string, b []byte) (string, []byte) {
 			if strings.HasSuffix(n, "data.pkl") {
