@@ -229,8 +229,8 @@ func loadWhole(path, model string, be tensor.Backend) (*zoo.Model, *checkpoint.M
 	if err != nil {
 		return nil, nil, err
 	}
-	if _, err := checkpoint.LoadWeights(path, m.Net); err != nil {
-		return nil, nil, err
+	if err := nn.LoadState(f, m.Net); err != nil { // the file ReadMeta read: not read again
+		return nil, nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return m, meta, nil
 }
