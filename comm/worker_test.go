@@ -353,6 +353,15 @@ func values[T comm.Elem](r int, op comm.Op) *pattern[T] {
 	return &p
 }
 
+// references tabulates reference[T](n, i, op) over one period of i.
+func references[T comm.Elem](n int, op comm.Op) *pattern[T] {
+	var p pattern[T]
+	for i := range p {
+		p[i] = reference[T](n, i, op)
+	}
+	return &p
+}
+
 // TestValuePeriodic checks what pattern relies on: value repeats every
 // valuePeriod elements, for every element type, operation and rank the
 // matrix uses (ranks up to 8·8, the all-to-all's blocks).
@@ -384,15 +393,6 @@ func periodicValues[T comm.Elem]() error {
 		}
 	}
 	return nil
-}
-
-// references tabulates reference[T](n, i, op) over one period of i.
-func references[T comm.Elem](n int, op comm.Op) *pattern[T] {
-	var p pattern[T]
-	for i := range p {
-		p[i] = reference[T](n, i, op)
-	}
-	return &p
 }
 
 // elem converts x, an integer or a multiple of 1/4, to T.
@@ -723,10 +723,7 @@ func checkRooted[T comm.Elem](ctx context.Context, g *comm.Group, count int) err
 		if err := comm.GatherAsync(ctx, g, send, all, root).Wait(); err != nil {
 			return err
 		}
-		for q := range n {
-			if all == nil {
-				break
-			}
+		for q := range len(all) / max(count, 1) { // the root's blocks
 			theirs := values[T](q, comm.Sum)
 			for i, v := range all[q*count : (q+1)*count] {
 				if v != theirs.at(i) {
