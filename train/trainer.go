@@ -254,11 +254,11 @@ func New(ctx context.Context, cfg Config, be tensor.Backend, train, test *data.D
 		tf = data.CIFARAugmentation(train, cfg.Seed)
 	}
 	if t.trainLoader, err = data.NewLoader(train, cfg.BatchSize, tf, t.loaderConfig(4)); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("training data (--batch-size %d): %w", cfg.BatchSize, err)
 	}
 	if test != nil {
 		if t.testLoader, err = data.NewLoader(test, cfg.TestBatchSize, data.Plain(test), t.loaderConfig(2)); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("test data (--test-batch-size %d): %w", cfg.TestBatchSize, err)
 		}
 	}
 	switch {

@@ -102,6 +102,8 @@ func TestTrainCommandErrors(t *testing.T) {
 		{[]string{"--synthetic", "--test-samples", "-1"}, "--test-samples -1"},
 		{[]string{"--synthetic", "--log-interval", "-1"}, "--log-interval -1"},
 		{[]string{"--synthetic", "--image-size", "0"}, "--image-size 0: want at least 1"},
+		{[]string{"--synthetic", "--batch-size", "100000000"}, "training data (--batch-size 100000000): data: the loader's 6 batches of 100000000 images of 1×28×28 would take 1.7 TiB, more than the"},
+		{[]string{"--synthetic", "--test-batch-size", "100000000"}, "test data (--test-batch-size 100000000): data: the loader's 4 batches of 100000000 images of 1×28×28"},
 		{[]string{"--synthetic", "--nesterov"}, "--nesterov with --optimizer adadelta --momentum 0: Nesterov momentum is SGD's"},
 		{[]string{"--synthetic", "--num-classes", "7"}, "model mnist has 7 outputs (--num-classes); synthetic-mnist has 10 classes"},
 		{[]string{"--synthetic", "--num-classes", "-1"}, "--num-classes -1"},

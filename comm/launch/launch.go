@@ -15,6 +15,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -79,6 +80,12 @@ type RankError struct {
 	ExitCode int
 	Signal   syscall.Signal
 	Err      error // a start failure
+	// OutOfMemory says the rank most likely ran out of memory: killed by
+	// SIGKILL while the kernel's OOM killer killed a process of the
+	// launcher's memory cgroup (or, where that count cannot be read, of
+	// the machine), or ended by the Go runtime's fatal out-of-memory
+	// error.
+	OutOfMemory bool
 	// Blames is the rank this rank's error named as the cause, -1 for
 	// none: comm writes it to GORUN_BLAME_FILE when a group fails on a
 	// peer that died, left or aborted. A failure that blames another
@@ -94,8 +101,12 @@ func (e *RankError) Error() string {
 	switch {
 	case e.Err != nil:
 		return fmt.Sprintf("rank %d failed to start: %v", e.Rank, e.Err)
+	case e.ExitCode < 0 && e.OutOfMemory:
+		return fmt.Sprintf("rank %d (pid %d) was killed by signal %d (%v), most likely by the kernel's out-of-memory killer (it killed a process while the job ran): the rank needed more memory than it could get", e.Rank, e.Pid, int(e.Signal), e.Signal)
 	case e.ExitCode < 0:
 		return fmt.Sprintf("rank %d (pid %d) was killed by signal %d (%v)", e.Rank, e.Pid, int(e.Signal), e.Signal)
+	case e.OutOfMemory:
+		return fmt.Sprintf("rank %d (pid %d) exited with status %d: the Go runtime ran out of memory (the kernel refused what the rank asked for)", e.Rank, e.Pid, e.ExitCode)
 	default:
 		return fmt.Sprintf("rank %d (pid %d) exited with status %d", e.Rank, e.Pid, e.ExitCode)
 	}
@@ -206,6 +217,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	defer os.RemoveAll(blameDir)
 	j := &job{cfg: cfg, ranks: make([]*rank, cfg.NP), exited: make(chan int, cfg.NP), errOut: errOut}
+	j.oomFile = oomKillsFile()
+	j.oomKillsBefore, _ = readOOMKills(j.oomFile)
 	nodes := max(cfg.Nodes, 1)
 	for r := range cfg.NP {
 		global := cfg.NodeRank*cfg.NP + r
@@ -272,10 +285,18 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			}
 			rk.closeAfterStart = append(rk.closeAfterStart, pw)
 			rk.copiers.Add(1)
+			var watch func(line []byte)
+			if i == 1 {
+				watch = func(line []byte) {
+					if goOutOfMemory(line) {
+						rk.runtimeOutOfMemory = true // read once the copiers are done
+					}
+				}
+			}
 			go func(pr *os.File, dst *lineWriter) {
 				defer rk.copiers.Done()
 				defer pr.Close()
-				dst.copyLines(pr, prefix)
+				dst.copyLines(pr, prefix, watch)
 			}(pr, dst)
 		}
 		j.ranks[r] = rk
@@ -294,6 +315,18 @@ type rank struct {
 	exited          time.Time  // when its process ended (zero: running)
 	done            bool       // it has exited and its output is copied
 	blameFile       string     // where comm writes the rank its error named (BlameFileEnv)
+	// runtimeOutOfMemory: its standard error had the Go runtime's fatal
+	// out-of-memory line (set by the copier, read after copiers.Wait).
+	runtimeOutOfMemory bool
+}
+
+// goOutOfMemory reports whether line is the one the Go runtime writes to
+// standard error when the kernel refuses it memory: "fatal error: out of
+// memory" (no address space left) or "fatal error: runtime: out of
+// memory" (no memory behind it).
+func goOutOfMemory(line []byte) bool {
+	rest, ok := bytes.CutPrefix(line, []byte("fatal error: "))
+	return ok && (string(rest) == "out of memory" || string(rest) == "runtime: out of memory")
 }
 
 type job struct {
@@ -302,6 +335,11 @@ type job struct {
 	ranks  []*rank
 	exited chan int
 	mu     sync.Mutex
+	// oomFile holds the kernel's count of OOM kills among the ranks
+	// (oomKillsFile), oomKillsBefore its value when the job started; ""
+	// when there is none to read.
+	oomFile        string
+	oomKillsBefore uint64
 }
 
 func (j *job) killAll(sig syscall.Signal) {
@@ -339,7 +377,7 @@ func (j *job) run(ctx context.Context) (*Result, error) {
 			// the copiers are done it stays among those killAll stops.
 			rk.copiers.Wait()
 			j.mu.Lock()
-			rk.err = exitError(rk, err)
+			rk.err = j.exitError(rk, err)
 			rk.done = true
 			j.mu.Unlock()
 			j.exited <- rk.id
@@ -500,7 +538,7 @@ func likelierCause(a, b *RankError) bool {
 	return a.exited.Before(b.exited)
 }
 
-func exitError(rk *rank, err error) *RankError {
+func (j *job) exitError(rk *rank, err error) *RankError {
 	if err == nil {
 		return nil
 	}
@@ -509,13 +547,68 @@ func exitError(rk *rank, err error) *RankError {
 	if errors.As(err, &ee) {
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			e.ExitCode, e.Signal = -1, ws.Signal()
+			if e.Signal == syscall.SIGKILL && j.oomFile != "" {
+				now, ok := readOOMKills(j.oomFile)
+				e.OutOfMemory = ok && now > j.oomKillsBefore
+			}
 			return e
 		}
 		e.ExitCode = ee.ExitCode()
+		e.OutOfMemory = rk.runtimeOutOfMemory
 		return e
 	}
 	e.Err = err
 	return e
+}
+
+// oomKillsFile returns the file whose "oom_kill N" line counts the
+// processes the kernel's out-of-memory killer killed in this process's
+// memory cgroup, which its ranks inherit (cgroup v2's memory.events, v1's
+// memory.oom_control), else the machine's count (/proc/vmstat, Linux 4.13
+// and later); "" when none can be read.
+func oomKillsFile() string {
+	b, _ := os.ReadFile("/proc/self/cgroup")
+	for _, path := range append(cgroupOOMFiles(string(b)), "/proc/vmstat") {
+		if _, ok := readOOMKills(path); ok {
+			return path
+		}
+	}
+	return ""
+}
+
+// cgroupOOMFiles returns the files that may count OOM kills in the memory
+// cgroup a /proc/PID/cgroup listing names, the likelier first: cgroup v1's
+// memory hierarchy (where v2 then has no memory controller), then v2's.
+func cgroupOOMFiles(listing string) []string {
+	var v1, v2 []string
+	for line := range strings.Lines(listing) {
+		// hierarchy-ID:controllers:path
+		fields := strings.SplitN(strings.TrimSpace(line), ":", 3)
+		switch {
+		case len(fields) != 3:
+		case fields[0] == "0" && fields[1] == "":
+			v2 = append(v2, filepath.Join("/sys/fs/cgroup", fields[2], "memory.events"))
+		case slices.Contains(strings.Split(fields[1], ","), "memory"):
+			v1 = append(v1, filepath.Join("/sys/fs/cgroup/memory", fields[2], "memory.oom_control"))
+		}
+	}
+	return append(v1, v2...)
+}
+
+// readOOMKills returns the count on path's "oom_kill N" line, and whether
+// there was one.
+func readOOMKills(path string) (uint64, bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, false
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
+			n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+			return n, err == nil
+		}
+	}
+	return 0, false
 }
 
 // readBlame returns the rank a rank's blame file names (BlameFileEnv), or
@@ -544,11 +637,15 @@ func (lw *lineWriter) printf(format string, args ...any) {
 	fmt.Fprintf(lw.w, format, args...)
 }
 
-// copyLines copies r to the writer line by line, each prefixed. A line
-// longer than the buffer is written in pieces, each on its own line.
-func (lw *lineWriter) copyLines(r io.Reader, prefix string) {
+// copyLines copies r to the writer line by line, each prefixed, showing
+// each line to watch first when it is not nil. A line longer than the
+// buffer is written in pieces, each on its own line.
+func (lw *lineWriter) copyLines(r io.Reader, prefix string, watch func(line []byte)) {
 	line := make([]byte, 0, 64<<10+len(prefix)+1)
 	eachLine(r, func(text []byte) {
+		if watch != nil {
+			watch(text)
+		}
 		line = append(append(append(line[:0], prefix...), text...), '\n')
 		lw.mu.Lock()
 		lw.w.Write(line)

@@ -3,6 +3,7 @@ package launch
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -221,7 +222,26 @@ func TestMissingProgram(t *testing.T) {
 	}
 }
 
-func TestMain(m *testing.M) { os.Exit(m.Run()) }
+// TestMain runs the test binary as a rank that asks for memory when
+// LAUNCH_TEST_MEMORY says so (the out-of-memory tests), else the tests.
+func TestMain(m *testing.M) {
+	switch os.Getenv("LAUNCH_TEST_MEMORY") {
+	case "":
+		os.Exit(m.Run())
+	case "reserve": // 1 TiB, more than the machines here have: the runtime's own crash
+		b := make([]byte, 1<<40)
+		b[len(b)-1] = 1
+		fmt.Println("allocated", len(b))
+	case "launch": // a launcher in a small memory cgroup
+		launchTouchingRank()
+	case "touch": // 512 MiB, every page written: the kernel's OOM killer
+		b := make([]byte, 512<<20)
+		for i := 0; i < len(b); i += 4096 {
+			b[i] = 1
+		}
+		fmt.Println("touched", len(b))
+	}
+}
 
 // TestStatusLines: rank 0, and only rank 0, gets GORUN_STATUS_FD; what it
 // writes there reaches Config.Status line by line, not the output.

@@ -104,10 +104,14 @@ func NewLoader(ds *Dataset, batchSize int, tf Transform, cfg LoaderConfig) (*Loa
 	if !ds.Streamed() {
 		cfg.Workers = 1
 	}
+	// Prefetch ready, one with the consumer, and one being filled.
+	buffers := cfg.Prefetch + 2
+	if err := checkFits(buffers, batchSize, ds.Shape); err != nil {
+		return nil, err
+	}
 	l := &Loader{ds: ds, batch: batchSize, tf: tf, cfg: cfg, tab: tf.table(ds.Shape[0])}
 	per := ds.ImageSize()
-	// Prefetch ready, one with the consumer, and one being filled.
-	for range cfg.Prefetch + 2 {
+	for range buffers {
 		b := &Batch{data: make([]float32, batchSize*per), Labels: make([]int32, 0, batchSize)}
 		b.X = &tensor.Tensor{Shape: []int{batchSize, ds.Shape[0], ds.Shape[1], ds.Shape[2]}, Data: b.data}
 		l.bufs = append(l.bufs, b)

@@ -3,6 +3,7 @@ package data
 import (
 	"slices"
 	"sort"
+	"strings"
 	"testing"
 )
 
@@ -224,5 +225,38 @@ func TestSamplerSkip(t *testing.T) {
 	}
 	if s := (Sampler{N: n, World: 3, Skip: n}); s.Validate() != nil || len(s.Indices(1)) != 0 {
 		t.Errorf("skipping the whole epoch: %v, %d indices", s.Validate(), len(s.Indices(1)))
+	}
+}
+
+// TestLoaderTooLarge: a loader whose batch buffers alone would take more
+// memory than the machine has is refused before it allocates anything,
+// with an error naming the batch size and image shape, instead of ending
+// the program in the Go runtime's out-of-memory crash.
+func TestLoaderTooLarge(t *testing.T) {
+	d := synth(t, FormatCIFAR10, 10, 6)
+	_, err := NewLoader(d, 1<<40, Plain(d), LoaderConfig{Prefetch: 2})
+	if err == nil {
+		t.Fatal("a batch of 2^40 images accepted")
+	}
+	for _, want := range []string{"4 batches of 1099511627776 images of 3×32×32", "TiB", "GiB of memory"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	// The bound is the machine's memory: just within it passes, just
+	// beyond it is refused (checked without allocating either).
+	have := physicalMemory()
+	if have == 0 {
+		t.Fatal("sysinfo reported no memory")
+	}
+	shape := [3]int{1, 1024, 1024} // 4 MiB an image
+	fits := int(have / (4 << 20) / 4)
+	for _, tc := range []struct {
+		batch int
+		ok    bool
+	}{{fits, true}, {fits + 1, false}} {
+		if err := checkFits(4, tc.batch, shape); (err == nil) != tc.ok {
+			t.Errorf("4 batches of %d images of 4 MiB with %.0f bytes of memory: error %v", tc.batch, have, err)
+		}
 	}
 }
