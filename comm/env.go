@@ -499,16 +499,43 @@ func (s *Settings) validate() error {
 		return fmt.Errorf("MASTER_ADDR is not set (world size %d from %s): set it to rank 0's host, or start the job with gorun", s.Size, src)
 	case s.MasterPort < 1 || s.MasterPort > 65535:
 		return fmt.Errorf("MASTER_PORT=%d is not a TCP port", s.MasterPort)
-	case s.JoinTimeout <= 0 || s.Timeout <= 0:
-		return fmt.Errorf("timeouts must be positive (join %v, call %v)", s.JoinTimeout, s.Timeout)
+	case s.JoinTimeout <= 0:
+		return fmt.Errorf("GORUN_JOIN_TIMEOUT=%v (the join's timeout): want a positive duration", s.JoinTimeout)
+	case s.Timeout <= 0:
+		return fmt.Errorf("GORUN_TIMEOUT=%v (each wait's timeout): want a positive duration", s.Timeout)
+	case s.ChunkBytes < 0 || s.ChunkBytes > 0 && s.ChunkBytes < MinChunkBytes:
+		return fmt.Errorf("GORUN_CHUNK_BYTES=%d: want at least %d bytes, or 0 for the default", s.ChunkBytes, MinChunkBytes)
 	case s.StallAfter < 0:
 		return fmt.Errorf("GORUN_STALL=%v: want 0 (off) or a positive duration", s.StallAfter)
-	case s.DirectBytes > 0 && s.DirectBytes < shm.MinDirectBytes:
+	case s.SmallBytes < -1:
+		return sizeError("GORUN_SMALL_BYTES", s.SmallBytes)
+	case s.OneShotBytes < -1:
+		return sizeError("GORUN_ONESHOT_BYTES", s.OneShotBytes)
+	case s.HalvingBytes < -1:
+		return sizeError("GORUN_HALVING_BYTES", s.HalvingBytes)
+	case s.BruckBytes < -1:
+		return sizeError("GORUN_BRUCK_BYTES", s.BruckBytes)
+	case s.LinearReduceBytes < -1:
+		return sizeError("GORUN_LINEAR_REDUCE_BYTES", s.LinearReduceBytes)
+	case s.TreeScatterBytes < -1:
+		return sizeError("GORUN_TREE_SCATTER_BYTES", s.TreeScatterBytes)
+	case s.DirectBytes < -1 || s.DirectBytes > 0 && s.DirectBytes < shm.MinDirectBytes:
 		return fmt.Errorf("GORUN_DIRECT_BYTES=%d: want at least %d bytes, or -1 for none", s.DirectBytes, shm.MinDirectBytes)
 	case s.Size > 1<<20:
 		return fmt.Errorf("world size %d is too large", s.Size)
 	}
 	return nil
+}
+
+// MinChunkBytes is the smallest pipelining chunk GORUN_CHUNK_BYTES may
+// set: a page. Smaller chunks only multiply the messages (7 bytes holds
+// one float32: a ring would send a 4 MiB buffer element by element).
+const MinChunkBytes = 4096
+
+// sizeError says a size threshold (a byte count up to which an algorithm
+// runs) is below -1.
+func sizeError(name string, v int) error {
+	return fmt.Errorf("%s=%d: want a size in bytes, 0 for the default or -1 for never", name, v)
 }
 
 // Derived rendezvous ports lie in [derivedPortBase, derivedPortBase+derivedPorts):
