@@ -302,6 +302,14 @@ func collectives(args []string, stdout io.Writer) error {
 	if err := cli.ParseFlagsOnly(fs, args); err != nil {
 		return err
 	}
+	switch {
+	case *iters < 0:
+		return fmt.Errorf("-iters %d: want 0 (by size) or more", *iters)
+	case *warmup < 0:
+		return fmt.Errorf("-warmup %d: want 0 or more", *warmup)
+	case *warmupTime < 0:
+		return fmt.Errorf("-warmup-time %v: want 0 or more", *warmupTime)
+	}
 	cfg := bench.Config{Ops: strings.Split(*ops, ","), Warmup: *warmup, WarmupTime: *warmupTime, Iters: *iters, Break: *brk}
 	if err := bench.CheckOps(cfg.Ops); err != nil {
 		return fmt.Errorf("-ops: %w", err)
@@ -489,6 +497,9 @@ func trainScaling(args []string, stdout io.Writer) error {
 	worlds, err := parseInts(*nps)
 	if err != nil {
 		return fmt.Errorf("-np %w", err)
+	}
+	if *samples < 0 {
+		return fmt.Errorf("-samples %d: want 0 (the model's default) or more", *samples)
 	}
 	if *chart != "" {
 		if err := bench.ChartFormatOK(*chart); err != nil {

@@ -433,6 +433,10 @@ func TestStrayArguments(t *testing.T) {
 		{[]string{"collectives", "-np", "2", "-ops", "all_reduce,allreduce"}, `-ops: unknown collective "allreduce" (have all_reduce, broadcast`},
 		{[]string{"collectives", "-np", "2", "-variants", "default,rign"}, `-variants: unknown "rign" (have bruck, default`},
 		{[]string{"collectives", "-np", "2", "-break", "allreduce"}, `-break: unknown collective "allreduce"`},
+		{[]string{"collectives", "-np", "2", "-iters", "-1"}, "-iters -1: want 0 (by size) or more"},
+		{[]string{"train", "-np", "2", "-samples", "-3"}, "-samples -3: want 0 (the model's default) or more"},
+		{[]string{"collectives", "-np", "2", "-warmup", "-3"}, "-warmup -3: want 0 or more"},
+		{[]string{"collectives", "-np", "2", "-warmup-time", "-1s"}, "-warmup-time -1s: want 0 or more"},
 	} {
 		var out bytes.Buffer
 		err := run(c.args, &out)
