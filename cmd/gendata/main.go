@@ -64,6 +64,9 @@ func run(args []string, stdout io.Writer) error {
 		if _, err := fmt.Sscanf(*size, "%dx%d", &w, &h); err != nil || w < 1 || h < 1 {
 			return fmt.Errorf("--size %q: want WIDTHxHEIGHT, such as 96x72", *size)
 		}
+		if int64(w)*int64(h) > data.MaxImagePixels {
+			return fmt.Errorf("--size %s: %d pixels, more than the %d an image may have for the loaders (Pillow's decompression-bomb limit)", *size, int64(w)*int64(h), data.MaxImagePixels)
+		}
 		if *ext != "jpg" && *ext != "png" {
 			return fmt.Errorf("--image-format %q: want jpg or png", *ext)
 		}

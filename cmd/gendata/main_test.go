@@ -67,6 +67,10 @@ func TestGendataArguments(t *testing.T) {
 		// written in another format's files.
 		{[]string{"--out", dir, "--format", "imagenet"}, `--format "imagenet": want cifar10, mnist or imagefolder`},
 		{[]string{"--out", dir, "--format", "svhn"}, `--format "svhn": want cifar10, mnist or imagefolder`},
+		// Images the loaders would refuse (larger than Pillow's bound),
+		// refused before anything is allocated or written.
+		{[]string{"--out", dir, "--format", "imagefolder", "--size", "100000x100000"}, "--size 100000x100000: 10000000000 pixels, more than the 178956970 an image may have"},
+		{[]string{"--out", dir, "--format", "imagefolder", "--size", "0x5"}, `--size "0x5": want WIDTHxHEIGHT`},
 	} {
 		err := run(c.args, &bytes.Buffer{})
 		if err == nil || !strings.Contains(err.Error(), c.want) {

@@ -10,6 +10,9 @@ import (
 	"os"
 )
 
+// MaxImagePixels is the most pixels an image may have: larger ones are
+// refused by every decoder here, and gendata does not write them.
+//
 // A file of a few bytes can declare an image whose pixels fill any
 // memory: Go's decoders allocate the whole image from the dimensions in
 // its header before reading any pixel, and a 69-byte PNG declaring
@@ -18,15 +21,15 @@ import (
 // So every decode checks the declared size first, against Pillow's
 // bound: it refuses images of more than twice its MAX_IMAGE_PIXELS
 // (DecompressionBombError), which torchvision's users meet as well.
-const maxImagePixels = 2 * 89_478_485
+const MaxImagePixels = 2 * 89_478_485
 
 // maxImageFileBytes bounds an image file read whole into memory: more
-// than any image of maxImagePixels takes stored uncompressed (a 16-bit
+// than any image of MaxImagePixels takes stored uncompressed (a 16-bit
 // RGBA PNG: 8 bytes a pixel, 1.43 GB).
 const maxImageFileBytes = 2 << 30
 
 // checkImageSize refuses the declared dimensions of an image that is
-// empty or has more than limit pixels (maxImagePixels but in tests).
+// empty or has more than limit pixels (MaxImagePixels but in tests).
 func checkImageSize(w, h, limit int) error {
 	if w < 1 || h < 1 {
 		return fmt.Errorf("%d×%d pixels: an empty image", w, h)
@@ -52,7 +55,7 @@ func DecodeImageFile(path string) (image.Image, error) {
 		return nil, err
 	}
 	defer f.Close()
-	img, err := decodeBounded(f, maxImagePixels)
+	img, err := decodeBounded(f, MaxImagePixels)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w (PNG and JPEG are supported)", path, err)
 	}

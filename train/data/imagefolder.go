@@ -163,7 +163,7 @@ type ImageReader struct {
 	buf     []byte
 	scratch bytes.Reader
 	chroma  chromaRows // Go's decoder's colour conversion (ycbcrToRGB)
-	// maxPixels is the most pixels an image may declare; 0: maxImagePixels
+	// maxPixels is the most pixels an image may declare; 0: MaxImagePixels
 	// (tests set less, so that fuzzing does not spend its time decoding
 	// garbage into images of a hundred million pixels).
 	maxPixels int
@@ -209,7 +209,7 @@ func (r *ImageReader) readInto(path string, reuse *RGB) (*RGB, error) {
 // decode decodes the image file contents b (from where, which errors
 // name), into reuse's buffer where it can.
 func (r *ImageReader) decode(b []byte, where string, reuse *RGB) (*RGB, error) {
-	limit := cmp.Or(r.maxPixels, maxImagePixels)
+	limit := cmp.Or(r.maxPixels, MaxImagePixels)
 	if r.tj != nil && len(b) > 2 && b[0] == 0xff && b[1] == 0xd8 {
 		m, err := r.tj.decode(b, reuse, limit)
 		if err != nil {
