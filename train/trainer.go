@@ -503,6 +503,10 @@ func (t *Trainer) Times() Times { return t.times }
 // Epoch returns the number of completed epochs.
 func (t *Trainer) Epoch() int { return t.epoch }
 
+// Finished reports whether the run has trained all its epochs: Run has
+// nothing to do (a run resumed at or past --epochs).
+func (t *Trainer) Finished() bool { return t.epoch >= t.cfg.Epochs }
+
 // Position returns the completed epochs and, for a run resumed from a
 // checkpoint saved mid-epoch and not yet run, the batches of the next
 // epoch already done.
@@ -578,7 +582,13 @@ func (t *Trainer) Describe(w io.Writer, backend string) {
 	if t.cfg.Epochs == 1 {
 		epochs = "1 epoch"
 	}
-	fmt.Fprintf(w, "Training %s from epoch %d, batch %d, %s, seed %d\n", epochs, t.epoch+1, t.cfg.BatchSize, t.cfg.describe(), t.cfg.Seed)
+	if t.Finished() {
+		// A run resumed past its last epoch (a restart after the end, or
+		// --epochs no larger than the checkpoint's).
+		fmt.Fprintf(w, "Nothing to train: the run has trained its %s (--epochs %d); a larger --epochs trains on\n", epochs, t.cfg.Epochs)
+	} else {
+		fmt.Fprintf(w, "Training %s from epoch %d, batch %d, %s, seed %d\n", epochs, t.epoch+1, t.cfg.BatchSize, t.cfg.describe(), t.cfg.Seed)
+	}
 	t.sync.describe(w, t)
 	for _, n := range t.notes {
 		fmt.Fprintln(w, n)

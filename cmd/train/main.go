@@ -287,9 +287,10 @@ func runJob(cfg train.Config, o options, stdout io.Writer) error {
 		return err
 	}
 	t.Describe(stdout, be.Name())
+	idle := t.Finished() // resumed with no epoch left: no times to show either
 	runErr := t.Run(ctx)
 	trained := t.Times().Total > 0 // a run refused before its first batch has no times to show
-	if runErr == nil || trained {
+	if (runErr == nil || trained) && !idle {
 		t.Times().Print(stdout)
 	}
 	if runErr != nil {
@@ -300,6 +301,9 @@ func runJob(cfg train.Config, o options, stdout io.Writer) error {
 			runErr = fmt.Errorf("interrupted during epoch %d (the last checkpoint, if any, is intact)", t.Epoch()+1)
 		}
 		return runErr
+	}
+	if idle {
+		return nil // nothing trained, measured or saved
 	}
 	if scale, skipped := t.LossScale(); scale > 0 {
 		fmt.Fprintf(stdout, "Loss scale %g at the end; %d optimizer steps skipped for gradients that were not finite\n", scale, skipped)
@@ -403,6 +407,9 @@ func resolveConfig(flags train.Config, set map[string]bool, resume string) (trai
 		}
 		if set["model"] && flags.Model != base.Model {
 			return base, fmt.Errorf("--model %s, but %s was trained as %s", flags.Model, resume, base.Model)
+		}
+		if set["optimizer"] && flags.Optimizer != base.Optimizer {
+			return base, fmt.Errorf("--optimizer %s, but %s was trained with %s, whose state another optimizer cannot take up: resume with --optimizer %s, or start a new run from its weights with --init %s", flags.Optimizer, resume, base.Optimizer, base.Optimizer, resume)
 		}
 	} else {
 		var err error

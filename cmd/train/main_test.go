@@ -57,6 +57,30 @@ func TestTrainCommand(t *testing.T) {
 	if meta, err := checkpoint.ReadTrainMeta(ckpt); err != nil || meta.Epoch != 2 {
 		t.Fatalf("after resuming: %+v %v", meta, err)
 	}
+
+	// Resumed with no epoch left (--epochs no larger than the
+	// checkpoint's, or a restart after the last): says so, trains, times
+	// and saves nothing, and succeeds.
+	out.Reset()
+	if err := run([]string{"--synthetic", "--train-samples", "640", "--test-samples", "128", "--resume", ckpt, "--epochs", "2", "--save", ckpt}, &out); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "Nothing to train: the run has trained its 2 epochs (--epochs 2); a larger --epochs trains on") {
+		t.Fatalf("resumed past its last epoch:\n%s", out.String())
+	}
+	for _, not := range []string{"Training 2 epochs", "Train Epoch", "Training time", "Saved weights"} {
+		if strings.Contains(out.String(), not) {
+			t.Fatalf("resumed past its last epoch, the output says %q:\n%s", not, out.String())
+		}
+	}
+
+	// Resumed under another optimizer: refused before anything is built,
+	// naming both optimizers and the way to start from the weights.
+	out.Reset()
+	err = run([]string{"--synthetic", "--resume", ckpt, "--epochs", "3", "--optimizer", "sgd"}, &out)
+	if want := "--optimizer sgd, but " + ckpt + " was trained with adadelta, whose state another optimizer cannot take up: resume with --optimizer adadelta, or start a new run from its weights with --init " + ckpt; err == nil || err.Error() != want {
+		t.Fatalf("resumed with another optimizer: error %v, want %q", err, want)
+	}
 }
 
 func TestTrainCommandErrors(t *testing.T) {
