@@ -50,16 +50,24 @@ func checkImageFileSize(n int64) error {
 
 // DecodeImageFile reads a PNG or JPEG file.
 func DecodeImageFile(path string) (image.Image, error) {
-	f, _, err := openImageFile(path)
+	f, st, err := openImageFile(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
+	if st.Size() == 0 {
+		return nil, emptyImageFile(path)
+	}
 	img, err := decodeBounded(f, MaxImagePixels)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w (PNG and JPEG are supported)", path, err)
 	}
 	return img, nil
+}
+
+// emptyImageFile is the error for an image file of 0 bytes at where.
+func emptyImageFile(where string) error {
+	return fmt.Errorf("%s: an empty file (0 bytes), not an image", where)
 }
 
 // decodeBounded decodes the image r holds with Go's decoders once the size

@@ -209,6 +209,9 @@ func (r *ImageReader) readInto(path string, reuse *RGB) (*RGB, error) {
 // decode decodes the image file contents b (from where, which errors
 // name), into reuse's buffer where it can.
 func (r *ImageReader) decode(b []byte, where string, reuse *RGB) (*RGB, error) {
+	if len(b) == 0 {
+		return nil, emptyImageFile(where)
+	}
 	limit := cmp.Or(r.maxPixels, MaxImagePixels)
 	if r.tj != nil && len(b) > 2 && b[0] == 0xff && b[1] == 0xd8 {
 		m, err := r.tj.decode(b, reuse, limit)

@@ -147,6 +147,10 @@ func TestImageReaderErrors(t *testing.T) {
 		if _, err := r.Read(huge); err == nil || !strings.Contains(err.Error(), huge+": 3221225472 bytes: more than the 2147483648 an image file may have") {
 			t.Errorf("%s: a file of 3 GiB: %v", r.Decoder(), err)
 		}
+		empty := filepath.Join(dir, "empty.jpg")
+		if _, err := r.Read(empty); err == nil || err.Error() != empty+": an empty file (0 bytes), not an image" {
+			t.Errorf("%s: an empty file: %v", r.Decoder(), err)
+		}
 		if _, err := r.Read(filepath.Join(dir, "missing.jpg")); err == nil || !strings.Contains(err.Error(), "missing.jpg") {
 			t.Errorf("%s: a missing file: %v", r.Decoder(), err)
 		}
@@ -156,6 +160,10 @@ func TestImageReaderErrors(t *testing.T) {
 		if _, err := DecodeImageFile(p); err == nil || !strings.Contains(err.Error(), p+": ") || !strings.Contains(err.Error(), "decompression-bomb limit") {
 			t.Errorf("DecodeImageFile %s: %v; want an error naming the file and the limit", name, err)
 		}
+	}
+	empty := filepath.Join(dir, "empty.jpg")
+	if _, err := DecodeImageFile(empty); err == nil || err.Error() != empty+": an empty file (0 bytes), not an image" {
+		t.Errorf("DecodeImageFile of an empty file: %v", err)
 	}
 }
 
