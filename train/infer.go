@@ -230,6 +230,9 @@ func loadWhole(path, model string, be tensor.Backend) (*zoo.Model, *checkpoint.M
 		return nil, nil, err
 	}
 	if err := nn.LoadState(f, m.Net); err != nil { // the file ReadMeta read: not read again
+		if meta != nil && meta.Model != "" && meta.Model != model {
+			return nil, nil, fmt.Errorf("%s: --model %s, but the checkpoint was trained as %s (without --model it is built as that): %w", path, model, meta.Model, err)
+		}
 		return nil, nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return m, meta, nil

@@ -22,6 +22,7 @@ import (
 
 	"github.com/gorun/gorun/cmd/internal/cli"
 	"github.com/gorun/gorun/train"
+	"github.com/gorun/gorun/train/checkpoint"
 	"github.com/gorun/gorun/train/data"
 )
 
@@ -55,6 +56,11 @@ func run(args []string, stdout io.Writer) error {
 	}
 	if *dataDir == "" && len(files) == 0 && *merge == "" {
 		return fmt.Errorf("give image files to classify, --data DIR to evaluate, or --merge OUT")
+	}
+	if *merge != "" {
+		if err := checkpoint.Probe(*merge); err != nil { // before the weights are loaded
+			return fmt.Errorf("--merge: %w", err)
+		}
 	}
 	dev, err := train.OpenBackend(*device, 0, *threads, "fp32")
 	if err != nil {

@@ -161,6 +161,7 @@ func TestInfer(t *testing.T) {
 		{[]string{"--weights", ckpt, filepath.Join(dir, "net.safetensors")}, "net.safetensors"},
 		{[]string{"--weights", ckpt, dir}, dir + " is a directory, not an image file"},
 		{[]string{"--weights", ckpt + ".train", files[0]}, ckpt + ".train is a run's training state (optimizer and progress, for --resume); its weights are in " + ckpt},
+		{[]string{"--weights", ckpt, "--model", "cifarnet", files[0]}, ckpt + ": --model cifarnet, but the checkpoint was trained as mnist (without --model it is built as that): state does not match the model"},
 	} {
 		if err := run(bad.args, &out); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("infer %v: error %v, want %q", bad.args, err, bad.want)
@@ -179,6 +180,7 @@ func TestInferFlagErrors(t *testing.T) {
 		{[]string{"--weights", "w.safetensors", "--top", "0", "a.png"}, "--top 0"},
 		{[]string{"--weights", "w.safetensors", "--threads", "0", "a.png"}, "--threads 0"},
 		{[]string{"--weights", "w.safetensors", "--batch-size", "-1", "--data", "d"}, "--batch-size -1"},
+		{[]string{"--weights", "w.safetensors", "--merge", "/nonexistent/whole.safetensors"}, "--merge: checkpoint: cannot save to /nonexistent/whole.safetensors: directory /nonexistent does not exist"},
 	}
 	for _, c := range cases {
 		var out bytes.Buffer
