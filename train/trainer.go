@@ -570,6 +570,14 @@ func (t *Trainer) Describe(w io.Writer, backend string) {
 		aug = fmt.Sprintf(", augmented (random crop %d pad %d, flip)", t.train.Shape[1], data.CIFARAugmentation(t.train, 0).Pad)
 	}
 	fmt.Fprintf(w, "Data %s: %d training and %d test images%s\n", t.train.Name, t.train.Len(), testN, aug)
+	for _, d := range []struct {
+		split string
+		ds    *data.Dataset
+	}{{"training", t.train}, {"test", t.test}} {
+		if d.ds != nil && d.ds.LeftOut != "" {
+			fmt.Fprintf(w, "Data %s, %s split: %s\n", d.ds.Name, d.split, d.ds.LeftOut)
+		}
+	}
 	if t.train.Streamed() {
 		lc := t.loaderConfig(0)
 		workers := fmt.Sprintf("%d workers", lc.Workers)

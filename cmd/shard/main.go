@@ -46,7 +46,19 @@ func run(args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("reading back the index: %w", err)
 	}
-	_, err = fmt.Fprintf(stdout, "%d training samples in %d shards, %d validation samples in %d shards, %d classes: %s\n",
-		train.Len(), len(train.Shards.Files), val.Len(), len(val.Shards.Files), len(train.Classes), *out)
-	return err
+	if _, err := fmt.Fprintf(stdout, "%d training samples in %d shards, %d validation samples in %d shards, %d classes: %s\n",
+		train.Len(), len(train.Shards.Files), val.Len(), len(val.Shards.Files), len(train.Classes), *out); err != nil {
+		return err
+	}
+	for _, d := range []struct {
+		split string
+		ds    *data.Dataset
+	}{{"train", train}, {"val", val}} {
+		if d.ds.LeftOut != "" {
+			if _, err := fmt.Fprintf(stdout, "%s: %s\n", d.split, d.ds.LeftOut); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

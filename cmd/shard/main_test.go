@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -29,6 +30,31 @@ func TestShardCommand(t *testing.T) {
 	}
 	if f, err := data.Detect(out); err != nil || f != data.FormatShards {
 		t.Errorf("Detect %s: %v, %v", out, f, err)
+	}
+	if strings.Contains(stdout.String(), "left out") {
+		t.Errorf("nothing left out, but printed %q", stdout.String())
+	}
+
+	// Images of formats gorun does not decode (torchvision reads them):
+	// not packed, said so, and recorded in the index for the runs that
+	// read the shards.
+	for _, f := range []string{"train/cat/a.webp", "train/cat/b.webp", "val/dog/c.bmp"} {
+		if err := os.WriteFile(filepath.Join(folder, filepath.FromSlash(f)), []byte("RIFF"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stdout.Reset()
+	if err := run([]string{"--data", folder, "--out", out, "--samples", "16"}, &stdout); err != nil {
+		t.Fatal(err)
+	}
+	want := "60 training samples in 4 shards, 40 validation samples in 3 shards, 10 classes: " + out + "\n" +
+		"train: 2 image files left out that torchvision's ImageFolder would read (.webp 2): gorun decodes JPEG and PNG; convert them to use them\n" +
+		"val: 1 image file left out that torchvision's ImageFolder would read (.bmp 1): gorun decodes JPEG and PNG; convert them to use them\n"
+	if stdout.String() != want {
+		t.Errorf("with .webp and .bmp files, printed\n%s\nwant\n%s", stdout.String(), want)
+	}
+	if tr, te, err := data.Load(out); err != nil || !strings.Contains(tr.LeftOut, "(.webp 2)") || !strings.Contains(te.LeftOut, "(.bmp 1)") {
+		t.Errorf("the shards read back: %v; left out %q, %q", err, tr.LeftOut, te.LeftOut)
 	}
 	for _, c := range []struct {
 		args []string

@@ -330,6 +330,11 @@ func TestBadImageInFolder(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("<html>not an image</html>"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// A WebP file, which torchvision reads and gorun does not: left out
+	// when the folder is read, and the run's description says so.
+	if err := os.WriteFile(filepath.Join(dir, "train", "cat", "photo.webp"), []byte("RIFF"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	args := []string{"--model", "cifarnet", "--data", dir, "--image-size", "32", "--epochs", "1", "--batch-size", "16", "--threads", "1", "--workers", "2", "--progress", "lines"}
 	var out bytes.Buffer
 	if err := run(args, &out); err == nil || !strings.Contains(err.Error(), bad) || !strings.Contains(err.Error(), "--skip-bad-images") {
@@ -339,7 +344,8 @@ func TestBadImageInFolder(t *testing.T) {
 	if err := run(append(args, "--skip-bad-images"), &out); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"augmented (RandomResizedCrop 32, flip)", "Images decoded from their files by 2 workers; JPEG: ", "Epoch 1: skipped 1 unreadable images, e.g. " + bad, "Accuracy: "} {
+	for _, want := range []string{"augmented (RandomResizedCrop 32, flip)", "Images decoded from their files by 2 workers; JPEG: ", "Epoch 1: skipped 1 unreadable images, e.g. " + bad, "Accuracy: ",
+		"Data imagefolder:photos, training split: 1 image file left out that torchvision's ImageFolder would read (.webp 1): gorun decodes JPEG and PNG"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}

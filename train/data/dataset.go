@@ -34,6 +34,10 @@ type Dataset struct {
 	Classes []string
 	// Mean and Std normalise each channel: x = (byte/255 − Mean)/Std.
 	Mean, Std []float32
+	// LeftOut says what of the source was not read, for the run's
+	// description ("" when nothing was): an image folder's files of the
+	// image formats gorun does not decode.
+	LeftOut string
 }
 
 // Len returns the number of images.

@@ -11,6 +11,7 @@ import (
 	"image/png"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -26,6 +27,12 @@ import (
 // (as torchvision's IMG_EXTENSIONS that Go decodes), compared in lower
 // case; other files are ignored.
 var imageExtensions = []string{".jpg", ".jpeg", ".png"}
+
+// undecodedExtensions are the rest of torchvision's IMG_EXTENSIONS:
+// images its ImageFolder reads (through Pillow) that gorun does not
+// decode. They are left out, and counted (folderScan.LeftOut), so that a
+// run's image count is never silently below torchvision's.
+var undecodedExtensions = []string{".bmp", ".pgm", ".ppm", ".tif", ".tiff", ".webp"}
 
 // ImageNetMean and ImageNetStd normalise ImageNet-like data (torchvision's
 // values).
@@ -50,9 +57,46 @@ type FolderSample struct {
 // directory it lies in is an error naming it (os.walk would go round it
 // until the path grew too long).
 func ScanImageFolder(dir string) (classes []string, samples []FolderSample, err error) {
+	scan, err := scanImageFolder(dir)
+	return scan.Classes, scan.Samples, err
+}
+
+// folderScan is what scanImageFolder found in an image folder.
+type folderScan struct {
+	Classes []string
+	Samples []FolderSample
+	// LeftOut counts, by extension, the files torchvision's ImageFolder
+	// would read as images that gorun does not decode (undecodedExtensions).
+	LeftOut map[string]int
+}
+
+// leftOutNote describes left-out files (folderScan.LeftOut) for a run's
+// description: "" when there are none.
+func leftOutNote(leftOut map[string]int) string {
+	if len(leftOut) == 0 {
+		return ""
+	}
+	var n int
+	var kinds []string
+	for _, ext := range slices.Sorted(maps.Keys(leftOut)) {
+		n += leftOut[ext]
+		kinds = append(kinds, fmt.Sprintf("%s %d", ext, leftOut[ext]))
+	}
+	files := "files"
+	if n == 1 {
+		files = "file"
+	}
+	return fmt.Sprintf("%d image %s left out that torchvision's ImageFolder would read (%s): gorun decodes JPEG and PNG; convert them to use them", n, files, strings.Join(kinds, ", "))
+}
+
+// scanImageFolder is ScanImageFolder, counting the files it leaves out.
+func scanImageFolder(dir string) (scan folderScan, err error) {
+	var classes []string
+	var samples []FolderSample
+	leftOut := map[string]int{}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return nil, nil, err
+		return scan, err
 	}
 	for _, e := range entries {
 		if isDir(dir, e) {
@@ -61,21 +105,21 @@ func ScanImageFolder(dir string) (classes []string, samples []FolderSample, err 
 	}
 	slices.Sort(classes)
 	if len(classes) == 0 {
-		return nil, nil, fmt.Errorf("%s: no class directories (want %s/CLASS/IMAGE)", dir, dir)
+		return scan, fmt.Errorf("%s: no class directories (want %s/CLASS/IMAGE)", dir, dir)
 	}
 	for c, name := range classes {
-		paths, err := classImages(filepath.Join(dir, name))
+		paths, err := classImages(filepath.Join(dir, name), leftOut)
 		if err != nil {
-			return nil, nil, err
+			return scan, err
 		}
 		if len(paths) == 0 {
-			return nil, nil, fmt.Errorf("%s: class %s has no images (%s)", dir, name, strings.Join(imageExtensions, ", "))
+			return scan, fmt.Errorf("%s: class %s has no images (%s)", dir, name, strings.Join(imageExtensions, ", "))
 		}
 		for _, p := range paths {
 			samples = append(samples, FolderSample{Path: p, Class: c})
 		}
 	}
-	return classes, samples, nil
+	return folderScan{Classes: classes, Samples: samples, LeftOut: leftOut}, nil
 }
 
 // isDir reports whether the entry e of dir is a directory or a symbolic
@@ -91,8 +135,9 @@ func isDir(dir string, e fs.DirEntry) bool {
 	return err == nil && st.IsDir()
 }
 
-// classImages lists the image files under root in make_dataset's order.
-func classImages(root string) ([]string, error) {
+// classImages lists the image files under root in make_dataset's order,
+// counting the image files it leaves out by extension in leftOut.
+func classImages(root string, leftOut map[string]int) ([]string, error) {
 	type listed struct {
 		dir   string
 		files []string
@@ -122,6 +167,8 @@ func classImages(root string) ([]string, error) {
 				}
 			case slices.Contains(imageExtensions, strings.ToLower(filepath.Ext(e.Name()))):
 				l.files = append(l.files, e.Name()) // ReadDir sorts by name
+			case slices.Contains(undecodedExtensions, strings.ToLower(filepath.Ext(e.Name()))):
+				leftOut[strings.ToLower(filepath.Ext(e.Name()))]++
 			}
 		}
 		dirs = append(dirs, l)
@@ -358,10 +405,11 @@ func LoadImageFolder(dir string, crop int) (train, test *Dataset, err error) {
 		if st, err := os.Stat(filepath.Join(dir, split)); err != nil || !st.IsDir() {
 			return nil, nil, fmt.Errorf("%s is not an image folder: it has no %s/ directory (want %s/train/CLASS/IMAGE and %s/val/CLASS/IMAGE)", dir, split, dir, dir)
 		}
-		classes, samples, err := ScanImageFolder(filepath.Join(dir, split))
+		scan, err := scanImageFolder(filepath.Join(dir, split))
 		if err != nil {
 			return nil, nil, err
 		}
+		classes, samples := scan.Classes, scan.Samples
 		if len(classes) > 1<<15 {
 			return nil, nil, fmt.Errorf("%s: %d classes", filepath.Join(dir, split), len(classes))
 		}
@@ -369,7 +417,8 @@ func LoadImageFolder(dir string, crop int) (train, test *Dataset, err error) {
 			return nil, nil, fmt.Errorf("%s has classes %v, %s has %v: they must be the same", filepath.Join(dir, "val"), classes, filepath.Join(dir, "train"), splits[0].Classes)
 		}
 		d := &Dataset{Name: imageFolderPrefix + filepath.Base(filepath.Clean(dir)), Shape: [3]int{3, crop, crop}, Classes: classes,
-			Mean: slices.Clone(ImageNetMean), Std: slices.Clone(ImageNetStd), Files: make([]string, len(samples)), Labels: make([]int32, len(samples))}
+			Mean: slices.Clone(ImageNetMean), Std: slices.Clone(ImageNetStd), Files: make([]string, len(samples)), Labels: make([]int32, len(samples)),
+			LeftOut: leftOutNote(scan.LeftOut)}
 		for j, s := range samples {
 			d.Files[j], d.Labels[j] = s.Path, int32(s.Class)
 		}

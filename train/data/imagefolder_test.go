@@ -323,6 +323,24 @@ func TestImageFolder(t *testing.T) {
 	if tr.Len() != 61 || te.Len() != 40 || tr.Shape != [3]int{3, 224, 224} {
 		t.Fatalf("train %d images, val %d, shape %v; want 61, 40, [3 224 224]", tr.Len(), te.Len(), tr.Shape)
 	}
+	if tr.LeftOut != "" || te.LeftOut != "" {
+		t.Fatalf("nothing left out, but %q, %q", tr.LeftOut, te.LeftOut)
+	}
+	// Images torchvision reads and gorun does not decode: left out, and
+	// said so, so that the counts are never silently below torchvision's.
+	for _, f := range []string{"train/cat/a.webp", "train/dog/b.BMP", "train/dog/more/c.webp", "val/cat/d.tif"} {
+		p := filepath.Join(dir, filepath.FromSlash(f))
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		os.WriteFile(p, []byte("RIFF"), 0o644)
+	}
+	if tr, te, err = Load(dir); err != nil {
+		t.Fatal(err)
+	}
+	if tr.Len() != 61 || te.Len() != 40 ||
+		tr.LeftOut != "3 image files left out that torchvision's ImageFolder would read (.bmp 1, .webp 2): gorun decodes JPEG and PNG; convert them to use them" ||
+		te.LeftOut != "1 image file left out that torchvision's ImageFolder would read (.tif 1): gorun decodes JPEG and PNG; convert them to use them" {
+		t.Fatalf("with .webp, .bmp and .tif files: train %d images, val %d, left out %q and %q", tr.Len(), te.Len(), tr.LeftOut, te.LeftOut)
+	}
 	for i, l := range tr.Labels {
 		if int(l) >= len(tr.Classes) {
 			t.Fatalf("label %d of image %d", l, i)

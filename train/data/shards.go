@@ -36,6 +36,10 @@ type shardIndex struct {
 	Format  string                 `json:"format"`
 	Classes []string               `json:"classes"`
 	Splits  map[string][]shardFile `json:"splits"`
+	// LeftOut counts, per split and extension, the image folder's files
+	// of the image formats gorun does not decode, which were not packed
+	// (Dataset.LeftOut); absent when there were none.
+	LeftOut map[string]map[string]int `json:"left_out,omitempty"`
 }
 
 // shardFile is one shard in the index.
@@ -189,7 +193,8 @@ func LoadShards(dir string, crop int) (train, test *Dataset, err error) {
 			set.first = append(set.first, set.first[len(set.first)-1]+f.Samples)
 		}
 		splits[i] = &Dataset{Name: imageFolderPrefix + filepath.Base(filepath.Clean(dir)), Shape: [3]int{3, crop, crop},
-			Classes: slices.Clone(idx.Classes), Mean: slices.Clone(ImageNetMean), Std: slices.Clone(ImageNetStd), Shards: set}
+			Classes: slices.Clone(idx.Classes), Mean: slices.Clone(ImageNetMean), Std: slices.Clone(ImageNetStd), Shards: set,
+			LeftOut: leftOutNote(idx.LeftOut[split])}
 	}
 	return splits[0], splits[1], nil
 }
@@ -395,9 +400,16 @@ func WriteShards(dir, out string, o ShardOptions) error {
 	reader := NewImageReader()
 	defer reader.Close()
 	for _, split := range []string{"train", "val"} {
-		classes, samples, err := ScanImageFolder(filepath.Join(dir, split))
+		scan, err := scanImageFolder(filepath.Join(dir, split))
 		if err != nil {
 			return err
+		}
+		classes, samples := scan.Classes, scan.Samples
+		if len(scan.LeftOut) > 0 {
+			if idx.LeftOut == nil {
+				idx.LeftOut = map[string]map[string]int{}
+			}
+			idx.LeftOut[split] = scan.LeftOut
 		}
 		if split == "train" {
 			idx.Classes = classes
