@@ -105,6 +105,16 @@ func scanImageFolder(dir string) (scan folderScan, err error) {
 	}
 	slices.Sort(classes)
 	if len(classes) == 0 {
+		loose := 0
+		for _, e := range entries {
+			if slices.Contains(imageExtensions, strings.ToLower(filepath.Ext(e.Name()))) {
+				loose++
+			}
+		}
+		if loose > 0 {
+			// ImageNet's validation set comes this way.
+			return scan, fmt.Errorf("%s holds %d images but no class directories (want %s/CLASS/IMAGE): sort them into a directory per class, as ImageNet's validation images are (its usual reorganisation, e.g. valprep.sh)", dir, loose, dir)
+		}
 		return scan, fmt.Errorf("%s: no class directories (want %s/CLASS/IMAGE)", dir, dir)
 	}
 	for c, name := range classes {

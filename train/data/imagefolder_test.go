@@ -359,6 +359,15 @@ func TestImageFolder(t *testing.T) {
 	if _, _, err := Load(dir); err == nil || !strings.Contains(err.Error(), "they must be the same") {
 		t.Errorf("val without a class: %v", err)
 	}
+	// ImageNet's validation images as they come: in one directory.
+	os.RemoveAll(filepath.Join(dir, "val"))
+	os.MkdirAll(filepath.Join(dir, "val"), 0o755)
+	for _, f := range []string{"ILSVRC2012_val_00000001.JPEG", "ILSVRC2012_val_00000002.JPEG"} {
+		os.WriteFile(filepath.Join(dir, "val", f), b, 0o644)
+	}
+	if _, _, err := Load(dir); err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "val")+" holds 2 images but no class directories") || !strings.Contains(err.Error(), "valprep.sh") {
+		t.Errorf("a flat val directory: %v", err)
+	}
 	os.RemoveAll(filepath.Join(dir, "val"))
 	if _, _, err := Load(dir); err == nil || !strings.Contains(err.Error(), "holds an image folder's train/ but no val/ beside it") {
 		t.Errorf("no val directory: %v", err)
