@@ -485,6 +485,16 @@ func (s *Settings) validate() error {
 	default:
 		return fmt.Errorf("connect %q: want auto, eager or lazy", s.Connect)
 	}
+	// Sizes up to which an algorithm runs: 0 is the default, -1 never.
+	for _, t := range []struct {
+		name  string
+		bytes int
+	}{{"GORUN_SMALL_BYTES", s.SmallBytes}, {"GORUN_ONESHOT_BYTES", s.OneShotBytes}, {"GORUN_HALVING_BYTES", s.HalvingBytes},
+		{"GORUN_BRUCK_BYTES", s.BruckBytes}, {"GORUN_LINEAR_REDUCE_BYTES", s.LinearReduceBytes}, {"GORUN_TREE_SCATTER_BYTES", s.TreeScatterBytes}} {
+		if t.bytes < -1 {
+			return fmt.Errorf("%s=%d: want a size in bytes, 0 for the default or -1 for never", t.name, t.bytes)
+		}
+	}
 	src := s.Source
 	switch {
 	case s.Size < 1:
@@ -507,18 +517,6 @@ func (s *Settings) validate() error {
 		return fmt.Errorf("GORUN_CHUNK_BYTES=%d: want at least %d bytes, or 0 for the default", s.ChunkBytes, MinChunkBytes)
 	case s.StallAfter < 0:
 		return fmt.Errorf("GORUN_STALL=%v: want 0 (off) or a positive duration", s.StallAfter)
-	case s.SmallBytes < -1:
-		return sizeError("GORUN_SMALL_BYTES", s.SmallBytes)
-	case s.OneShotBytes < -1:
-		return sizeError("GORUN_ONESHOT_BYTES", s.OneShotBytes)
-	case s.HalvingBytes < -1:
-		return sizeError("GORUN_HALVING_BYTES", s.HalvingBytes)
-	case s.BruckBytes < -1:
-		return sizeError("GORUN_BRUCK_BYTES", s.BruckBytes)
-	case s.LinearReduceBytes < -1:
-		return sizeError("GORUN_LINEAR_REDUCE_BYTES", s.LinearReduceBytes)
-	case s.TreeScatterBytes < -1:
-		return sizeError("GORUN_TREE_SCATTER_BYTES", s.TreeScatterBytes)
 	case s.DirectBytes < -1 || s.DirectBytes > 0 && s.DirectBytes < shm.MinDirectBytes:
 		return fmt.Errorf("GORUN_DIRECT_BYTES=%d: want at least %d bytes, or -1 for none", s.DirectBytes, shm.MinDirectBytes)
 	case s.Size > 1<<20:
@@ -531,12 +529,6 @@ func (s *Settings) validate() error {
 // set: a page. Smaller chunks only multiply the messages (7 bytes holds
 // one float32: a ring would send a 4 MiB buffer element by element).
 const MinChunkBytes = 4096
-
-// sizeError says a size threshold (a byte count up to which an algorithm
-// runs) is below -1.
-func sizeError(name string, v int) error {
-	return fmt.Errorf("%s=%d: want a size in bytes, 0 for the default or -1 for never", name, v)
-}
 
 // Derived rendezvous ports lie in [derivedPortBase, derivedPortBase+derivedPorts):
 // below Linux's default ephemeral range (32768-60999), so the kernel never
