@@ -108,6 +108,11 @@ func memoryCgroup(t *testing.T, limit int) string {
 	name := fmt.Sprintf("gorun-launch-test-%d", os.Getpid())
 	var dir string
 	var settings [][2]string
+	if c, err := os.ReadFile("/sys/fs/cgroup/cgroup.controllers"); err == nil && strings.Contains(string(c), "memory") {
+		// cgroup v2: its children get the memory controller once the
+		// root's subtree_control names it.
+		os.WriteFile("/sys/fs/cgroup/cgroup.subtree_control", []byte("+memory"), 0)
+	}
 	if c, err := os.ReadFile("/sys/fs/cgroup/cgroup.subtree_control"); err == nil && strings.Contains(string(c), "memory") {
 		dir = filepath.Join("/sys/fs/cgroup", name) // cgroup v2
 		settings = [][2]string{{"memory.max", fmt.Sprint(limit)}, {"memory.swap.max", "0"}}
