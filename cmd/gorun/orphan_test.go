@@ -36,10 +36,14 @@ func TestRanksDieWithLauncher(t *testing.T) {
 		{"comm ranks connecting lazily", []string{idle}, []string{"GORUN_CONNECT=lazy"}},
 		{"comm ranks connecting lazily behind a wrapper", []string{"sh", "-c", idle + "; exit 0"}, []string{"GORUN_CONNECT=lazy"}},
 	}
+	// Each launcher runs with a TMPDIR of its own, where a killed one
+	// leaves its blame directory (a killed process cleans up nothing);
+	// the next gorun started there sweeps it.
+	tmp := t.TempDir()
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			cmd := exec.Command(filepath.Join(bin, "gorun"), append([]string{"-np", "2"}, c.args...)...)
-			cmd.Env = append(os.Environ(), c.env...)
+			cmd.Env = append(append(os.Environ(), "TMPDIR="+tmp), c.env...)
 			stdout, err := cmd.StdoutPipe()
 			if err != nil {
 				t.Fatal(err)
@@ -73,6 +77,18 @@ func TestRanksDieWithLauncher(t *testing.T) {
 				}
 			}
 		})
+	}
+	left, _ := filepath.Glob(filepath.Join(tmp, "gorun-blame-*"))
+	if len(left) == 0 {
+		t.Fatal("killed launchers left no blame directory: the sweep below is not tested")
+	}
+	next := exec.Command(filepath.Join(bin, "gorun"), "-np", "1", "true")
+	next.Env = append(os.Environ(), "TMPDIR="+tmp)
+	if out, err := next.CombinedOutput(); err != nil {
+		t.Fatalf("gorun -np 1 true: %v\n%s", err, out)
+	}
+	if left, _ := filepath.Glob(filepath.Join(tmp, "gorun-blame-*")); len(left) > 0 {
+		t.Errorf("the killed launchers' blame directories outlived the next gorun: %v", left)
 	}
 }
 

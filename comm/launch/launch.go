@@ -211,7 +211,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if cfg.Stdout == cfg.Stderr {
 		errOut = out
 	}
-	blameDir, err := os.MkdirTemp("", "gorun-blame-")
+	sweepBlameDirs(os.TempDir())
+	blameDir, err := os.MkdirTemp("", blameDirPrefix+strconv.Itoa(os.Getpid())+"-")
 	if err != nil {
 		return nil, fmt.Errorf("launch: %w", err)
 	}
@@ -609,6 +610,40 @@ func readOOMKills(path string) (uint64, bool) {
 		}
 	}
 	return 0, false
+}
+
+// blameDirPrefix starts the name of the temporary directory each launch
+// keeps its ranks' blame files in: gorun-blame-PID-RANDOM, PID the
+// launcher's.
+const blameDirPrefix = "gorun-blame-"
+
+// sweepBlameDirs removes the blame directories in dir that launchers
+// killed by SIGKILL (which cannot clean up) left behind: those of this
+// user whose launcher's pid no process has. A pid taken again since by
+// another process keeps its directory, until that process is gone too.
+func sweepBlameDirs(dir string) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), blameDirPrefix)
+		pidText, _, found := strings.Cut(rest, "-")
+		pid, err := strconv.Atoi(pidText)
+		if !ok || !found || err != nil || pid <= 0 || !e.IsDir() {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil {
+			continue
+		}
+		if st, ok := info.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != os.Getuid() {
+			continue
+		}
+		if syscall.Kill(pid, 0) == syscall.ESRCH {
+			os.RemoveAll(filepath.Join(dir, e.Name()))
+		}
+	}
 }
 
 // readBlame returns the rank a rank's blame file names (BlameFileEnv), or

@@ -334,3 +334,44 @@ func TestMultiNodeSettingsRejected(t *testing.T) {
 		})
 	}
 }
+
+// TestSweepBlameDirs: the blame directories of launchers that are gone
+// (killed by SIGKILL, they could not remove their own) are removed; those
+// of a live launcher, and anything not named as a launcher's, are kept.
+func TestSweepBlameDirs(t *testing.T) {
+	dir := t.TempDir()
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Skipf("no true: %v", err)
+	}
+	dead, alive := gone.Process.Pid, os.Getpid()
+	mk := func(name string, isDir bool) string {
+		p := filepath.Join(dir, name)
+		if isDir {
+			if err := os.Mkdir(p, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			os.WriteFile(filepath.Join(p, "rank-1"), []byte("0\n"), 0o644)
+		} else if err := os.WriteFile(p, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	swept := mk(fmt.Sprintf("gorun-blame-%d-123", dead), true)
+	kept := []string{
+		mk(fmt.Sprintf("gorun-blame-%d-456", alive), true),
+		mk("gorun-blame-789", true),                         // no pid in the name
+		mk(fmt.Sprintf("gorun-blame-%d-file", dead), false), // not a directory
+		mk(fmt.Sprintf("gorun-blame-x%d-1", dead), true),    // not a pid
+		mk(fmt.Sprintf("other-blame-%d-1", dead), true),     // another prefix
+	}
+	sweepBlameDirs(dir)
+	if _, err := os.Stat(swept); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the blame directory of a launcher that is gone is still there: %v", err)
+	}
+	for _, p := range kept {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("%s: %v; want it kept", p, err)
+		}
+	}
+}
