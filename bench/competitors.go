@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -56,7 +57,7 @@ func parseCompetitor(r io.Reader) []Competitor {
 // all-reduce with gloo (Debian's python3-torch), at the given sizes and
 // world size, using the helpers in dir (bench/competitors). A competitor
 // that is not installed is reported in skipped and left out.
-func RunCompetitors(dir string, np int, sizes []int64, ops []string) (results []Competitor, skipped []string) {
+func RunCompetitors(ctx context.Context, dir string, np int, sizes []int64, ops []string) (results []Competitor, skipped []string) {
 	args := []string{}
 	for _, s := range sizes {
 		args = append(args, strconv.FormatInt(s, 10))
@@ -71,7 +72,7 @@ func RunCompetitors(dir string, np int, sizes []int64, ops []string) (results []
 		return nil, nil
 	}
 	if slices.Contains(ops, "all_reduce") { // gloo's helper times all-reduce only
-		results, skipped = runGloo(dir, np, args)
+		results, skipped = runGloo(ctx, dir, np, args)
 	}
 	mpicc, errc := exec.LookPath("mpicc")
 	mpirun, errr := exec.LookPath("mpirun")
@@ -84,13 +85,13 @@ func RunCompetitors(dir string, np int, sizes []int64, ops []string) (results []
 	}
 	defer os.RemoveAll(tmp)
 	bin := filepath.Join(tmp, "mpi_allreduce")
-	if out, err := exec.Command(mpicc, "-O2", "-o", bin, filepath.Join(dir, "mpi_allreduce.c")).CombinedOutput(); err != nil {
+	if out, err := exec.CommandContext(ctx, mpicc, "-O2", "-o", bin, filepath.Join(dir, "mpi_allreduce.c")).CombinedOutput(); err != nil {
 		return results, append(skipped, fmt.Sprintf("Open MPI: mpicc: %v: %s", err, out))
 	}
 	// Over TCP, and through shared memory (vader, Open MPI 4's
 	// shared-memory transport).
 	for _, path := range []struct{ btl, name string }{{"self,tcp", "mpi-tcp"}, {"self,vader", "mpi-shm"}} {
-		cmd := exec.Command(mpirun, append([]string{"--allow-run-as-root", "--oversubscribe", "-np", strconv.Itoa(np), "--mca", "btl", path.btl, bin}, mpiArgs...)...)
+		cmd := exec.CommandContext(ctx, mpirun, append([]string{"--allow-run-as-root", "--oversubscribe", "-np", strconv.Itoa(np), "--mca", "btl", path.btl, bin}, mpiArgs...)...)
 		out, err := cmd.Output()
 		if err != nil {
 			skipped = append(skipped, fmt.Sprintf("Open MPI (%s): %v", path.btl, err))
@@ -104,11 +105,11 @@ func RunCompetitors(dir string, np int, sizes []int64, ops []string) (results []
 }
 
 // runGloo times all-reduce with gloo through bench/competitors/gloo_allreduce.py.
-func runGloo(dir string, np int, args []string) (results []Competitor, skipped []string) {
+func runGloo(ctx context.Context, dir string, np int, args []string) (results []Competitor, skipped []string) {
 	if err := torchAvailable(); err != nil {
 		return nil, []string{"gloo: " + err.Error()}
 	}
-	out, err := exec.Command(TorchPython, append([]string{filepath.Join(dir, "gloo_allreduce.py"), strconv.Itoa(np)}, args...)...).Output()
+	out, err := exec.CommandContext(ctx, TorchPython, append([]string{filepath.Join(dir, "gloo_allreduce.py"), strconv.Itoa(np)}, args...)...).Output()
 	if err != nil {
 		skipped = append(skipped, fmt.Sprintf("gloo: %v", err))
 	}

@@ -346,6 +346,10 @@ func collectives(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// Interrupted (Ctrl-C), the ranks are stopped and the results'
+	// directory removed, instead of left behind.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	dir, err := os.MkdirTemp("", "gorun-bench")
 	if err != nil {
 		return err
@@ -357,13 +361,16 @@ func collectives(args []string, stdout io.Writer) error {
 		for _, np := range worlds {
 			out := filepath.Join(dir, fmt.Sprintf("%s-%d.json", variant, np))
 			var logs launch.Buffer
-			res, err := launch.Run(context.Background(), launch.Config{
+			res, err := launch.Run(ctx, launch.Config{
 				NP: np, Program: exe, Args: append([]string{"collectives"}, args...),
 				Env:    append([]string{workerEnv + "=" + out}, env...),
 				Stdout: &logs, Stderr: &logs, Timeout: 30 * time.Minute, Grace: 5 * time.Second,
 			})
 			if err == nil {
 				err = res.Error()
+			}
+			if ctx.Err() != nil {
+				return fmt.Errorf("interrupted at np=%d %s", np, variant)
 			}
 			if err != nil {
 				return fmt.Errorf("np=%d %s: %w\n%s", np, variant, err, logs.String())
@@ -391,7 +398,10 @@ func collectives(args []string, stdout io.Writer) error {
 			fmt.Fprintf(stdout, "# competitors skipped: %s not found (run from the repository root or pass -helpers)\n", *helpers)
 		} else {
 			for _, np := range worlds {
-				res, skipped := bench.RunCompetitors(*helpers, np, cfg.Sizes, cfg.Ops)
+				res, skipped := bench.RunCompetitors(ctx, *helpers, np, cfg.Sizes, cfg.Ops)
+				if ctx.Err() != nil {
+					return fmt.Errorf("interrupted while the competitors ran at np=%d", np)
+				}
 				theirs = append(theirs, res...)
 				for _, s := range skipped {
 					fmt.Fprintf(stdout, "# np=%d competitor skipped: %s\n", np, s)
@@ -536,6 +546,8 @@ func trainScaling(args []string, stdout io.Writer) error {
 	default:
 		return fmt.Errorf("-model %q: want mnist or cifarnet", *model)
 	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	var rows []bench.ScalingRow
 	for _, transport := range transportNames {
 		name, env := "gorun", []string(nil)
@@ -543,7 +555,10 @@ func trainScaling(args []string, stdout io.Writer) error {
 			name, env = "gorun tcp", []string{"GORUN_TRANSPORT=tcp"}
 		}
 		for _, np := range worlds {
-			row, err := runTraining(*trainBin, targs, env, np)
+			row, err := runTraining(ctx, *trainBin, targs, env, np)
+			if ctx.Err() != nil {
+				return fmt.Errorf("interrupted at %s np=%d", name, np)
+			}
 			if err != nil {
 				return fmt.Errorf("%s np=%d: %w", name, np, err)
 			}
@@ -556,9 +571,12 @@ func trainScaling(args []string, stdout io.Writer) error {
 			fmt.Fprintf(stdout, "# pytorch-ddp skipped: %v\n", err)
 		} else {
 			for _, np := range worlds {
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
-				row, err := bench.RunTorchDDP(ctx, *helpers, *model, n, np)
+				limited, cancel := context.WithTimeout(ctx, 30*time.Minute)
+				row, err := bench.RunTorchDDP(limited, *helpers, *model, n, np)
 				cancel()
+				if ctx.Err() != nil {
+					return fmt.Errorf("interrupted at pytorch-ddp np=%d", np)
+				}
 				if err != nil {
 					return err
 				}
@@ -582,9 +600,9 @@ func trainScaling(args []string, stdout io.Writer) error {
 
 // runTraining runs the train binary as np ranks and reads rank 0's epoch
 // summary.
-func runTraining(trainBin string, args, env []string, np int) (bench.ScalingRow, error) {
+func runTraining(ctx context.Context, trainBin string, args, env []string, np int) (bench.ScalingRow, error) {
 	var out launch.Buffer
-	res, err := launch.Run(context.Background(), launch.Config{NP: np, Program: trainBin, Args: args, Env: env, Stdout: &out, Stderr: &out,
+	res, err := launch.Run(ctx, launch.Config{NP: np, Program: trainBin, Args: args, Env: env, Stdout: &out, Stderr: &out,
 		Timeout: 30 * time.Minute, Grace: 5 * time.Second})
 	if err == nil {
 		err = res.Error()

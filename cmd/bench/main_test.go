@@ -23,6 +23,9 @@ import (
 // The harness starts its ranks by running its own executable: here, this
 // test binary, which then acts as the bench command.
 func TestMain(m *testing.M) {
+	if os.Getenv(asMainEnv) == "1" { // a test's bench command
+		main()
+	}
 	if os.Getenv(workerEnv) != "" {
 		if err := run(os.Args[1:], os.Stdout); err != nil {
 			os.Stderr.WriteString(err.Error() + "\n")
@@ -443,5 +446,59 @@ func TestStrayArguments(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) || out.Len() > 0 {
 			t.Errorf("bench %q: error %v and output %q, want %q and none", c.args, err, out.String(), c.want)
 		}
+	}
+}
+
+// asMainEnv makes this test binary the bench command itself (main), for
+// tests that signal it.
+const asMainEnv = "BENCH_TEST_AS_MAIN"
+
+// TestCollectivesInterrupted: Ctrl-C (SIGINT) while the ranks run stops
+// them and ends the command at once, saying so, with its temporary
+// directories removed (they were left in $TMPDIR).
+func TestCollectivesInterrupted(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := t.TempDir()
+	cmd := exec.Command(exe, "collectives", "-np", "2", "-sizes", "8B", "-ops", "all_reduce", "-iters", "100000000", "-competitors=false")
+	cmd.Env = append(os.Environ(), asMainEnv+"=1", "TMPDIR="+tmp)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	// The ranks run once the launcher's directory is there.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if blame, _ := filepath.Glob(filepath.Join(tmp, "gorun-blame-*")); len(blame) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no ranks started within 20 s:\n%s", out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond) // into the timed calls
+	cmd.Process.Signal(os.Interrupt)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("bench still runs 10 s after SIGINT:\n%s", out.String())
+	}
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() == 0 || !strings.Contains(out.String(), "bench: interrupted at np=2 default") {
+		t.Fatalf("after SIGINT: %v, output:\n%s", err, out.String())
+	}
+	if left, _ := os.ReadDir(tmp); len(left) > 0 {
+		var names []string
+		for _, e := range left {
+			names = append(names, e.Name())
+		}
+		t.Errorf("left behind in $TMPDIR: %v", names)
 	}
 }
