@@ -15,9 +15,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -321,15 +319,6 @@ type rank struct {
 	runtimeOutOfMemory bool
 }
 
-// goOutOfMemory reports whether line is the one the Go runtime writes to
-// standard error when the kernel refuses it memory: "fatal error: out of
-// memory" (no address space left) or "fatal error: runtime: out of
-// memory" (no memory behind it).
-func goOutOfMemory(line []byte) bool {
-	rest, ok := bytes.CutPrefix(line, []byte("fatal error: "))
-	return ok && (string(rest) == "out of memory" || string(rest) == "runtime: out of memory")
-}
-
 type job struct {
 	cfg    Config
 	errOut *lineWriter // the launcher's own messages, whole lines like the ranks'
@@ -560,104 +549,6 @@ func (j *job) exitError(rk *rank, err error) *RankError {
 	}
 	e.Err = err
 	return e
-}
-
-// oomKillsFile returns the file whose "oom_kill N" line counts the
-// processes the kernel's out-of-memory killer killed in this process's
-// memory cgroup, which its ranks inherit (cgroup v2's memory.events, v1's
-// memory.oom_control), else the machine's count (/proc/vmstat, Linux 4.13
-// and later); "" when none can be read.
-func oomKillsFile() string {
-	b, _ := os.ReadFile("/proc/self/cgroup")
-	for _, path := range append(cgroupOOMFiles(string(b)), "/proc/vmstat") {
-		if _, ok := readOOMKills(path); ok {
-			return path
-		}
-	}
-	return ""
-}
-
-// cgroupOOMFiles returns the files that may count OOM kills in the memory
-// cgroup a /proc/PID/cgroup listing names, the likelier first: cgroup v1's
-// memory hierarchy (where v2 then has no memory controller), then v2's.
-func cgroupOOMFiles(listing string) []string {
-	var v1, v2 []string
-	for line := range strings.Lines(listing) {
-		// hierarchy-ID:controllers:path
-		fields := strings.SplitN(strings.TrimSpace(line), ":", 3)
-		switch {
-		case len(fields) != 3:
-		case fields[0] == "0" && fields[1] == "":
-			v2 = append(v2, filepath.Join("/sys/fs/cgroup", fields[2], "memory.events"))
-		case slices.Contains(strings.Split(fields[1], ","), "memory"):
-			v1 = append(v1, filepath.Join("/sys/fs/cgroup/memory", fields[2], "memory.oom_control"))
-		}
-	}
-	return append(v1, v2...)
-}
-
-// readOOMKills returns the count on path's "oom_kill N" line, and whether
-// there was one.
-func readOOMKills(path string) (uint64, bool) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, false
-	}
-	for line := range strings.Lines(string(b)) {
-		if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
-			n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
-			return n, err == nil
-		}
-	}
-	return 0, false
-}
-
-// blameDirPrefix starts the name of the temporary directory each launch
-// keeps its ranks' blame files in: gorun-blame-PID-RANDOM, PID the
-// launcher's.
-const blameDirPrefix = "gorun-blame-"
-
-// sweepBlameDirs removes the blame directories in dir that launchers
-// killed by SIGKILL (which cannot clean up) left behind: those of this
-// user whose launcher's pid no process has. A pid taken again since by
-// another process keeps its directory, until that process is gone too.
-func sweepBlameDirs(dir string) {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return
-	}
-	for _, e := range entries {
-		rest, ok := strings.CutPrefix(e.Name(), blameDirPrefix)
-		pidText, _, found := strings.Cut(rest, "-")
-		pid, err := strconv.Atoi(pidText)
-		if !ok || !found || err != nil || pid <= 0 || !e.IsDir() {
-			continue
-		}
-		info, err := e.Info()
-		if err != nil {
-			continue
-		}
-		if st, ok := info.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != os.Getuid() {
-			continue
-		}
-		if syscall.Kill(pid, 0) == syscall.ESRCH {
-			os.RemoveAll(filepath.Join(dir, e.Name()))
-		}
-	}
-}
-
-// readBlame returns the rank a rank's blame file names (BlameFileEnv), or
-// -1 when there is none: a rank that failed on its own writes nothing.
-func readBlame(path string) int {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return -1
-	}
-	r, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || r < 0 {
-		return -1
-	}
-	return r
 }
 
 // lineWriter writes whole lines from many ranks without interleaving them.
