@@ -191,6 +191,9 @@ func Detect(dir string) (Format, error) {
 	if split, missing := halfImageFolder(dir); split != "" {
 		return "", fmt.Errorf("%s holds an image folder's %s/ but no %s/ beside it: an image folder needs both, train/CLASS/IMAGE to train on and val/CLASS/IMAGE to evaluate on, as torchvision's ImageNet layout has them", dir, split, missing)
 	}
+	if root, part := partOfImageFolder(dir); root != "" {
+		return "", fmt.Errorf("%s is %s of the image folder %s: give the folder itself, which holds train/ and val/", dir, part, root)
+	}
 	return "", fmt.Errorf("%s holds neither MNIST-format files (train-images-idx3-ubyte[.gz], ..., or MNIST/raw/ or FashionMNIST/raw/ holding them, as torchvision downloads them), nor CIFAR-10 batches (data_batch_1.bin ... test_batch.bin, or cifar-10-binary.tar.gz; the Python version's cifar-10-batches-py/ as torchvision downloads it, or cifar-10-python.tar.gz), nor an image folder (train/CLASS/IMAGE and val/CLASS/IMAGE, JPEG or PNG), nor shards (shards.json and its tar files)", dir)
 }
 

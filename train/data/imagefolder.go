@@ -459,6 +459,27 @@ func isImageFolder(dir string) bool {
 	return true
 }
 
+// partOfImageFolder reports a directory inside an image folder, given
+// where the folder itself belongs: its root and what dir is there ("the
+// train/ split", "a class directory of val/"); "" when it is not one.
+func partOfImageFolder(dir string) (root, part string) {
+	paths := []string{filepath.Clean(dir)}
+	if abs, err := filepath.Abs(dir); err == nil {
+		paths = append(paths, abs) // for "." and "..": named by their place
+	}
+	for _, p := range paths {
+		split, up := filepath.Base(p), filepath.Dir(p)
+		if (split == "train" || split == "val") && isImageFolder(up) {
+			return up, "the " + split + "/ split"
+		}
+		class, split, up := split, filepath.Base(up), filepath.Dir(up)
+		if (split == "train" || split == "val") && isImageFolder(up) {
+			return up, "a class directory (" + class + ") in the " + split + "/ split"
+		}
+	}
+	return "", ""
+}
+
 // halfImageFolder reports an image folder with one of its two splits:
 // the split dir has (train or val) and the one it lacks, or "" for both
 // when dir has both or neither.

@@ -359,6 +359,16 @@ func TestImageFolder(t *testing.T) {
 	if _, _, err := Load(dir); err == nil || !strings.Contains(err.Error(), "they must be the same") {
 		t.Errorf("val without a class: %v", err)
 	}
+	// A part of the folder given for the folder: named, with the folder.
+	for _, c := range []struct{ dir, want string }{
+		{filepath.Join(dir, "train"), filepath.Join(dir, "train") + " is the train/ split of the image folder " + dir + ": give the folder itself"},
+		{filepath.Join(dir, "val") + "/", filepath.Join(dir, "val") + "/ is the val/ split of the image folder " + dir},
+		{filepath.Join(dir, "train", "cat"), filepath.Join(dir, "train", "cat") + " is a class directory (cat) in the train/ split of the image folder " + dir},
+	} {
+		if _, _, err := Load(c.dir); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Load(%s): %v, want %q", c.dir, err, c.want)
+		}
+	}
 	// ImageNet's validation images as they come: in one directory.
 	os.RemoveAll(filepath.Join(dir, "val"))
 	os.MkdirAll(filepath.Join(dir, "val"), 0o755)
