@@ -116,6 +116,11 @@ func TestMNISTRoundTrip(t *testing.T) {
 	if gotTrain.Name != "fashion-mnist" || gotTrain.Classes[0] != "T-shirt/top" {
 		t.Fatalf("a directory named fashion-mnist should load as Fashion-MNIST, got %q", gotTrain.Name)
 	}
+	// One of its files given for the data: the directory to give named.
+	file := filepath.Join(dir, "train-images-idx3-ubyte.gz")
+	if _, _, err := Load(file); err == nil || err.Error() != file+" is a file of the MNIST-format data in "+dir+": give that directory" {
+		t.Fatalf("Load(%s): %v", file, err)
+	}
 
 	// An empty images file is refused, naming it.
 	writeFile(t, dir, "train-images-idx3-ubyte.gz", gz(t, idxBytes([]int{0, 28, 28}, nil)))

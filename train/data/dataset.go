@@ -172,6 +172,14 @@ func Detect(dir string) (Format, error) {
 		if strings.HasSuffix(dir, ".tar.gz") || strings.HasSuffix(dir, ".tgz") {
 			return FormatCIFAR10, nil
 		}
+		// One of a dataset's files, given for the dataset.
+		if f, err := Detect(filepath.Dir(dir)); err == nil {
+			kind := map[Format]string{FormatMNIST: "MNIST-format", FormatCIFAR10: "CIFAR-10", FormatShards: "sharded"}[f]
+			return "", fmt.Errorf("%s is a file of the %s data in %s: give that directory", dir, kind, filepath.Dir(dir))
+		}
+		if root, split, class := partOfImageFolder(filepath.Dir(dir)); root != "" && class != "" {
+			return "", fmt.Errorf("%s is an image of class %s in the %s/ split of the image folder %s: give the folder itself, which holds train/ and val/", dir, class, split, root)
+		}
 		return "", fmt.Errorf("%s is not a directory or a CIFAR-10 archive (cifar-10-binary.tar.gz, cifar-10-python.tar.gz)", dir)
 	}
 	if _, err := findMNIST(dir); err == nil {
@@ -191,7 +199,11 @@ func Detect(dir string) (Format, error) {
 	if split, missing := halfImageFolder(dir); split != "" {
 		return "", fmt.Errorf("%s holds an image folder's %s/ but no %s/ beside it: an image folder needs both, train/CLASS/IMAGE to train on and val/CLASS/IMAGE to evaluate on, as torchvision's ImageNet layout has them", dir, split, missing)
 	}
-	if root, part := partOfImageFolder(dir); root != "" {
+	if root, split, class := partOfImageFolder(dir); root != "" {
+		part := "the " + split + "/ split"
+		if class != "" {
+			part = "a class directory (" + class + ") in the " + split + "/ split"
+		}
 		return "", fmt.Errorf("%s is %s of the image folder %s: give the folder itself, which holds train/ and val/", dir, part, root)
 	}
 	return "", fmt.Errorf("%s holds neither MNIST-format files (train-images-idx3-ubyte[.gz], ..., or MNIST/raw/ or FashionMNIST/raw/ holding them, as torchvision downloads them), nor CIFAR-10 batches (data_batch_1.bin ... test_batch.bin, or cifar-10-binary.tar.gz; the Python version's cifar-10-batches-py/ as torchvision downloads it, or cifar-10-python.tar.gz), nor an image folder (train/CLASS/IMAGE and val/CLASS/IMAGE, JPEG or PNG), nor shards (shards.json and its tar files)", dir)

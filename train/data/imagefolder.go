@@ -459,25 +459,27 @@ func isImageFolder(dir string) bool {
 	return true
 }
 
-// partOfImageFolder reports a directory inside an image folder, given
-// where the folder itself belongs: its root and what dir is there ("the
-// train/ split", "a class directory of val/"); "" when it is not one.
-func partOfImageFolder(dir string) (root, part string) {
+// partOfImageFolder reports a directory inside an image folder: the
+// folder's root, the split dir is or lies in (train or val) and, for a
+// directory inside a split, the class it belongs to; root is "" when dir
+// is in no image folder.
+func partOfImageFolder(dir string) (root, split, class string) {
 	paths := []string{filepath.Clean(dir)}
 	if abs, err := filepath.Abs(dir); err == nil {
 		paths = append(paths, abs) // for "." and "..": named by their place
 	}
 	for _, p := range paths {
-		split, up := filepath.Base(p), filepath.Dir(p)
-		if (split == "train" || split == "val") && isImageFolder(up) {
-			return up, "the " + split + "/ split"
-		}
-		class, split, up := split, filepath.Base(up), filepath.Dir(up)
-		if (split == "train" || split == "val") && isImageFolder(up) {
-			return up, "a class directory (" + class + ") in the " + split + "/ split"
+		// Up from p to the split: the name below it is the class.
+		for below := ""; ; below, p = filepath.Base(p), filepath.Dir(p) {
+			if name := filepath.Base(p); (name == "train" || name == "val") && isImageFolder(filepath.Dir(p)) {
+				return filepath.Dir(p), name, below
+			}
+			if filepath.Dir(p) == p {
+				break
+			}
 		}
 	}
-	return "", ""
+	return "", "", ""
 }
 
 // halfImageFolder reports an image folder with one of its two splits:

@@ -364,6 +364,8 @@ func TestImageFolder(t *testing.T) {
 		{filepath.Join(dir, "train"), filepath.Join(dir, "train") + " is the train/ split of the image folder " + dir + ": give the folder itself"},
 		{filepath.Join(dir, "val") + "/", filepath.Join(dir, "val") + "/ is the val/ split of the image folder " + dir},
 		{filepath.Join(dir, "train", "cat"), filepath.Join(dir, "train", "cat") + " is a class directory (cat) in the train/ split of the image folder " + dir},
+		{filepath.Join(sub, "extra.PNG"), filepath.Join(sub, "extra.PNG") + " is an image of class cat in the train/ split of the image folder " + dir},
+		{filepath.Join(dir, "val", "cat", firstFile(t, filepath.Join(dir, "val", "cat"))), "is an image of class cat in the val/ split of the image folder " + dir},
 	} {
 		if _, _, err := Load(c.dir); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("Load(%s): %v, want %q", c.dir, err, c.want)
