@@ -255,9 +255,9 @@ func (w *wholeModel) evaluate(ctx context.Context, t *Trainer, loader *data.Load
 	if sync.world() == 1 {
 		return Evaluate(ctx, t.model, t.be, loader, ds, nil)
 	}
-	var mine []int
+	mine := []int{} // not nil, which would mean every image: a rank past the images has none
 	if ds.Shards != nil {
-		mine = ds.Shards.Share(sync.rank(), sync.world())
+		mine = append(mine, ds.Shards.Share(sync.rank(), sync.world())...)
 	} else {
 		for i := sync.rank(); i < ds.Len(); i += sync.world() {
 			mine = append(mine, i)

@@ -457,3 +457,34 @@ func TestDescribeNamesTheCrop(t *testing.T) {
 		t.Errorf("description:\n%s\nwant %q", out.String(), want)
 	}
 }
+
+// replicaOf is the gradient sync of replica r of world, whose sums stay
+// its own: what each replica scores before they are combined.
+type replicaOf struct {
+	alone
+	r, n int
+}
+
+func (s replicaOf) rank() int  { return s.r }
+func (s replicaOf) world() int { return s.n }
+
+// TestEvaluateReplicasPastTheImages: replicas share the test images, each
+// scoring every world-th one; a replica past the last image scores none.
+// (It scored every image: four ranks on two test images reported 0/6.)
+func TestEvaluateReplicasPastTheImages(t *testing.T) {
+	train, test := synthetic(t, data.FormatMNIST, 64, 2)
+	cfg, _ := Defaults("mnist")
+	cfg.Epochs, cfg.Threads = 1, 1
+	tr := newTrainer(t, cfg, train, test)
+	var totals []int
+	for r := range 4 {
+		ev, err := tr.compute.evaluate(context.Background(), tr, tr.testLoader, test, replicaOf{r: r, n: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		totals = append(totals, ev.Total)
+	}
+	if !slices.Equal(totals, []int{1, 1, 0, 0}) {
+		t.Fatalf("4 replicas scored %v of 2 test images, want [1 1 0 0]", totals)
+	}
+}
