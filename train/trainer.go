@@ -345,8 +345,11 @@ func newPipelineStage(ctx context.Context, g *comm.Group, cfg Config, be tensor.
 	if g == nil {
 		return nil, nil, fmt.Errorf("pipeline: %d stages need a job of at least as many ranks (train.WithGroup)", p)
 	}
+	if g.Size() < p {
+		return nil, nil, fmt.Errorf("pipeline: %d stages need a rank each, and this job has %d: start it with gorun -np %d (or a multiple of %d)", p, g.Size(), p, p)
+	}
 	if g.Size()%p != 0 {
-		return nil, nil, fmt.Errorf("pipeline: %d ranks cannot form pipelines of %d stages", g.Size(), p)
+		return nil, nil, fmt.Errorf("pipeline: %d ranks cannot form pipelines of %d stages: run a multiple of %d ranks (one pipeline per %d, trained data-parallel)", g.Size(), p, p, p)
 	}
 	replica, stage := g.Rank()/p, g.Rank()%p
 	pg, err := g.Split(ctx, replica, stage)

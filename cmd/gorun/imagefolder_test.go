@@ -47,7 +47,8 @@ func TestResNet50OnImageFolder(t *testing.T) {
 // TestDDPOnShards: shard packs a generated image folder; gorun trains
 // CIFARNet on the shards with DDP over 2 ranks, each streaming shards of
 // its own; evaluation scores every validation sample once across the
-// ranks.
+// ranks — also with one validation shard for the two (rank 1, which has
+// none, scored the whole set: 80 of 40 images).
 func TestDDPOnShards(t *testing.T) {
 	if testing.Short() {
 		t.Skip("packs shards and trains; the full run covers it")
@@ -57,7 +58,7 @@ func TestDDPOnShards(t *testing.T) {
 	shards := filepath.Join(t.TempDir(), "shards")
 	for _, cmd := range [][]string{
 		{"gendata", "--format", "imagefolder", "--size", "48x40", "--train", "100", "--test", "40", "--out", dir},
-		{"shard", "--data", dir, "--out", shards, "--samples", "16"},
+		{"shard", "--data", dir, "--out", shards, "--samples", "50"}, // 2 training shards, 1 validation shard
 	} {
 		if out, err := exec.Command(filepath.Join(bin, cmd[0]), cmd[1:]...).CombinedOutput(); err != nil {
 			t.Fatalf("%s: %v\n%s", cmd[0], err, out)
@@ -68,9 +69,21 @@ func TestDDPOnShards(t *testing.T) {
 	if err != nil {
 		t.Fatalf("train: %v\n%s", err, out)
 	}
-	for _, want := range []string{"Data imagefolder:shards: 100 training and 40 test images, augmented (RandomResizedCrop 32, flip)", "Data parallel over 2 ranks", "/40 ("} {
+	for _, want := range []string{"Data imagefolder:shards: 100 training and 40 test images, augmented (RandomResizedCrop 32, flip)", "Data parallel over 2 ranks", "[0] Test set: Average loss: ", "/40 ("} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// TestPipelineRanksNotAMultiple: a pipeline of 2 stages started on 3
+// ranks stops at once on every rank, saying how many ranks to run.
+func TestPipelineRanksNotAMultiple(t *testing.T) {
+	bin := buildTools(t, "../train")
+	out, err := exec.Command(filepath.Join(bin, "gorun"), "-np", "3", filepath.Join(bin, "train"), "--synthetic", "--model", "cifarnet",
+		"--pipeline", "2", "--train-samples", "64", "--threads", "1").CombinedOutput()
+	want := "pipeline: 3 ranks cannot form pipelines of 2 stages: run a multiple of 2 ranks"
+	if err == nil || !strings.Contains(string(out), want) {
+		t.Fatalf("gorun -np 3 train --pipeline 2: %v, want the ranks to say %q:\n%s", err, want, out)
 	}
 }

@@ -119,6 +119,7 @@ func TestTrainCommandErrors(t *testing.T) {
 		{[]string{"--synthetic", "--gamma", "nan"}, "--gamma NaN"},
 		{[]string{"--synthetic", "--accumulate", "-2"}, "--accumulate -2"},
 		{[]string{"--synthetic", "--pipeline", "-2"}, "--pipeline -2"},
+		{[]string{"--synthetic", "--pipeline", "2", "--train-samples", "64"}, "pipeline: 2 stages need a rank each, and this job has 1: start it with gorun -np 2"},
 		{[]string{"--synthetic", "--pipeline", "2", "--microbatches", "-1"}, "--microbatches -1"},
 		{[]string{"--synthetic", "--threads", "-3"}, "--threads -3"},
 		{[]string{"--synthetic", "--workers", "-1"}, "--workers -1"},
