@@ -89,8 +89,22 @@ func (alone) sum(context.Context, []float64) error     { return nil }
 func (alone) commTimes() (busy, exposed time.Duration) { return 0, 0 }
 func (alone) state(context.Context) ([]nn.Var, error)  { return nil, nil }
 func (alone) restore(syncState) (string, error)        { return "", nil }
-func (alone) describe(io.Writer, *Trainer)             {}
 func (alone) close()                                   {}
+
+// describe names the data-parallel settings a single process has no use
+// for, so that a run meant to be distributed but started alone says so.
+func (alone) describe(w io.Writer, t *Trainer) {
+	var unused []string
+	if t.cfg.SyncBatchNorm {
+		unused = append(unused, "--sync-bn")
+	}
+	if c := t.cfg.GradCompression; c != "" && !strings.EqualFold(c, "none") {
+		unused = append(unused, "--grad-compression "+c)
+	}
+	if len(unused) > 0 {
+		fmt.Fprintf(w, "No data-parallel replicas: %s without effect (they act between replicas: run more ranks, gorun -np N)\n", strings.Join(unused, " and "))
+	}
+}
 
 // dataParallel averages gradients across the group with DDP. A whole
 // model's buckets are reduced during backward, on the batches that end an

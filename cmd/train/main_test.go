@@ -426,3 +426,16 @@ func TestCIFARWhereTorchvisionPutsIt(t *testing.T) {
 		t.Fatalf("output lacks %q or the data's size:\n%s", want, out.String())
 	}
 }
+
+// TestDataParallelSettingsAlone: a run given data-parallel settings but
+// started as one process trains, and says those settings had no effect.
+func TestDataParallelSettingsAlone(t *testing.T) {
+	var out bytes.Buffer
+	if err := run([]string{"--synthetic", "--model", "cifarnet", "--train-samples", "32", "--test-samples", "16", "--epochs", "1", "--threads", "1",
+		"--sync-bn", "--grad-compression", "fp16"}, &out); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if want := "No data-parallel replicas: --sync-bn and --grad-compression fp16 without effect (they act between replicas: run more ranks, gorun -np N)"; !strings.Contains(out.String(), want) {
+		t.Fatalf("output lacks %q:\n%s", want, out.String())
+	}
+}
