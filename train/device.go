@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/gorun/gorun/comm"
 	"github.com/gorun/gorun/cuda"
@@ -52,6 +53,9 @@ func OpenBackend(device string, localRank, threads int, precision string) (*Devi
 		c, err := cpu.NewFromEnv(threads)
 		if err != nil {
 			return nil, err
+		}
+		if p == amp.TF32 {
+			note = strings.TrimPrefix(note+"; TF32 is a GPU's: --tf32 (--precision tf32) is without effect on the CPU, which computes in fp32", "; ")
 		}
 		return &Device{Backend: c, close: c.Close, Note: note}, nil
 	}

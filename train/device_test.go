@@ -51,6 +51,21 @@ func TestOpenBackendWithoutGPU(t *testing.T) {
 		}
 		d.Close()
 	}
+	// TF32, a GPU's format, asked for on the CPU: said to be without
+	// effect, after the reason there is no GPU when there is one.
+	for _, c := range []struct{ device, note string }{
+		{"cpu", "TF32 is a GPU's: --tf32 (--precision tf32) is without effect on the CPU, which computes in fp32"},
+		{"auto", ": training on the CPU; TF32 is a GPU's: --tf32"},
+	} {
+		d, err := OpenBackend(c.device, 1, 1, "tf32")
+		if err != nil {
+			t.Fatalf("%q, tf32: %v", c.device, err)
+		}
+		if !strings.Contains(d.Note, c.note) || strings.HasPrefix(d.Note, ";") {
+			t.Errorf("%q, tf32: note %q, want one containing %q", c.device, d.Note, c.note)
+		}
+		d.Close()
+	}
 }
 
 // TestOpenBackendCPUKernel: GORUN_CPU_KERNEL picks the CPU backend's GEMM
