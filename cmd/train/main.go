@@ -282,7 +282,11 @@ func runJob(cfg train.Config, o options, stdout io.Writer) error {
 	if g.Rank() != reporter {
 		o.metrics, o.tensorboard = "", "" // rank 0 writes them
 	}
-	t.Report, err = reporters(o, cfg, stdout)
+	resumedAt := int64(-1) // a fresh run's metrics start afresh
+	if o.resume != "" && t.Step() > 0 {
+		resumedAt = t.Step()
+	}
+	t.Report, err = reporters(o, cfg, stdout, resumedAt)
 	if err != nil {
 		return err
 	}
@@ -526,7 +530,10 @@ func noDataError(model string, format data.Format) error {
 }
 
 // reporters sets up progress output and the metrics writers.
-func reporters(o options, cfg train.Config, stdout io.Writer) (report.Reporter, error) {
+// reporters makes the run's reporters; a run resumed from a checkpoint
+// after step resumedAt (-1: a fresh run) continues its metrics and
+// TensorBoard logs from that step.
+func reporters(o options, cfg train.Config, stdout io.Writer, resumedAt int64) (report.Reporter, error) {
 	var out report.Reporter
 	bar := o.progress == "bar"
 	if o.progress == "auto" {
@@ -557,14 +564,26 @@ func reporters(o options, cfg train.Config, stdout io.Writer) (report.Reporter, 
 	}
 	rs := report.Multi{out}
 	if o.metrics != "" {
-		j, err := report.NewJSONL(o.metrics, cfg.LogInterval)
+		var j *report.JSONL
+		var err error
+		if resumedAt >= 0 {
+			j, err = report.ContinueJSONL(o.metrics, cfg.LogInterval, resumedAt)
+		} else {
+			j, err = report.NewJSONL(o.metrics, cfg.LogInterval)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("--metrics: %w", err)
 		}
 		rs = append(rs, j)
 	}
 	if o.tensorboard != "" {
-		tb, err := report.NewTensorBoard(o.tensorboard, cfg.LogInterval)
+		var tb *report.TensorBoard
+		var err error
+		if resumedAt >= 0 {
+			tb, err = report.ContinueTensorBoard(o.tensorboard, cfg.LogInterval, resumedAt)
+		} else {
+			tb, err = report.NewTensorBoard(o.tensorboard, cfg.LogInterval)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("--tensorboard: %w", err)
 		}

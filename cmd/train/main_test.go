@@ -48,11 +48,21 @@ func TestTrainCommand(t *testing.T) {
 	}
 
 	out.Reset()
-	if err := run([]string{"--synthetic", "--train-samples", "640", "--test-samples", "128", "--resume", ckpt, "--epochs", "2", "--save", ckpt}, &out); err != nil {
+	if err := run([]string{"--synthetic", "--train-samples", "640", "--test-samples", "128", "--resume", ckpt, "--epochs", "2", "--save", ckpt,
+		"--metrics", metrics, "--tensorboard", tb}, &out); err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
 	if !strings.Contains(out.String(), "Resumed from "+ckpt+" after epoch 1") || !strings.Contains(out.String(), "Train Epoch: 2 ") || strings.Contains(out.String(), "Train Epoch: 1 ") {
 		t.Fatalf("resumed run:\n%s", out.String())
+	}
+	// The resumed run's metrics continue the first run's file, and its
+	// TensorBoard events go to a second file beside the first.
+	m, err = os.ReadFile(metrics)
+	if err != nil || strings.Count(string(m), `"kind":"epoch"`) != 2 || !strings.Contains(string(m), `"epoch":1,"step":10,`) || !strings.Contains(string(m), `"epoch":2,"step":20,`) {
+		t.Fatalf("metrics after resuming (want epochs 1 and 2): %v\n%s", err, m)
+	}
+	if ev, _ := filepath.Glob(filepath.Join(tb, "events.out.tfevents.*")); len(ev) != 2 {
+		t.Fatalf("event files after resuming: %v", ev)
 	}
 	if meta, err := checkpoint.ReadTrainMeta(ckpt); err != nil || meta.Epoch != 2 {
 		t.Fatalf("after resuming: %+v %v", meta, err)

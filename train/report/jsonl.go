@@ -2,9 +2,15 @@ package report
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
+	"errors"
+	"io"
+	"io/fs"
 	"os"
 	"time"
+
+	"github.com/gorun/gorun/model/atomicfile"
 )
 
 // JSONL writes one JSON object per line: {"kind":"step",...} every
@@ -23,8 +29,49 @@ func NewJSONL(path string, interval int) (*JSONL, error) {
 	if err != nil {
 		return nil, err
 	}
+	return newJSONL(f, interval), nil
+}
+
+func newJSONL(f *os.File, interval int) *JSONL {
 	w := bufio.NewWriter(f)
-	return &JSONL{f: f, w: w, enc: json.NewEncoder(w), Interval: max(interval, 1)}, nil
+	return &JSONL{f: f, w: w, enc: json.NewEncoder(w), Interval: max(interval, 1)}
+}
+
+// ContinueJSONL opens the metrics file at path for a run resumed from a
+// checkpoint taken after step: the records up to that step (the run's
+// history until its checkpoint) are kept, those the run that stopped wrote
+// after it are dropped, as is a last line the stop cut short, and new
+// records are appended. A missing file is created.
+func ContinueJSONL(path string, interval int, step int64) (*JSONL, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return NewJSONL(path, interval)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var kept []byte
+	for line := range bytes.Lines(b) {
+		var r struct {
+			Step *int64 `json:"step"`
+		}
+		if json.Unmarshal(line, &r) != nil || r.Step == nil || *r.Step > step || line[len(line)-1] != '\n' {
+			continue
+		}
+		kept = append(kept, line...)
+	}
+	err = atomicfile.Write(path, func(w io.Writer) error {
+		_, err := w.Write(kept)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return nil, err
+	}
+	return newJSONL(f, interval), nil
 }
 
 type stepRecord struct {

@@ -5,11 +5,13 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"hash/crc32"
 	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -70,11 +72,78 @@ func TestJSONL(t *testing.T) {
 	}
 }
 
+// TestContinueJSONL: a run resumed from its checkpoint after step 4 keeps
+// the metrics up to that step, drops those the run that stopped wrote
+// after it (and the line the stop cut short), and appends its own; a
+// missing file is created.
+func TestContinueJSONL(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "m.jsonl")
+	j, err := NewJSONL(p, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for s := range 6 {
+		j.Step(Step{Epoch: 1 + s/3, Batch: s % 3, GlobalStep: int64(s + 1), Loss: float64(s)})
+		if s == 2 {
+			j.Epoch(Epoch{Epoch: 1, GlobalStep: 3, TrainLoss: 1})
+		}
+	}
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString(`{"kind":"step","time":1,"epoch":2,"batch":3,"st`) // cut short
+	f.Close()
+
+	j, err = ContinueJSONL(p, 1, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j.Step(Step{Epoch: 2, Batch: 1, GlobalStep: 5, Loss: 9})
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for line := range strings.Lines(string(b)) {
+		var r struct {
+			Kind string  `json:"kind"`
+			Step int64   `json:"step"`
+			Loss float64 `json:"loss"`
+		}
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("line %q: %v", line, err)
+		}
+		got = append(got, fmt.Sprintf("%s %d %g", r.Kind, r.Step, r.Loss))
+	}
+	want := []string{"step 1 0", "step 2 1", "step 3 2", "epoch 3 0", "step 4 3", "step 5 9"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("records %q, want %q", got, want)
+	}
+
+	fresh := filepath.Join(t.TempDir(), "new.jsonl")
+	if j, err := ContinueJSONL(fresh, 1, 4); err != nil {
+		t.Fatal(err)
+	} else if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(fresh); err != nil || st.Size() != 0 {
+		t.Fatalf("a missing file continued: %v, %v", st, err)
+	}
+}
+
 // event is the part of a decoded tensorflow.Event the test checks.
 type event struct {
 	wall    float64
 	step    int64
 	version string
+	session int // SessionLog.status: 1 is START
 	tag     string
 	value   float32
 }
@@ -109,6 +178,12 @@ func readEvents(t *testing.T, path string) []event {
 				ev.step = int64(v)
 			case 3:
 				ev.version = string(raw)
+			case 7:
+				fields(t, raw, func(num int, v uint64, _ []byte) {
+					if num == 1 {
+						ev.session = int(v)
+					}
+				})
 			case 5:
 				fields(t, raw, func(_ int, _ uint64, val []byte) {
 					fields(t, val, func(num int, v uint64, raw []byte) {
@@ -176,16 +251,38 @@ func TestTensorBoard(t *testing.T) {
 	}
 	evs := readEvents(t, tb.Path())
 	want := tensorBoardWant()
-	if len(evs) != 1+len(want) || evs[0].version != "brain.Event:2" || evs[0].wall < 1.7e9 {
+	// The file version, then the run's start: a SessionLog START at step 0.
+	if len(evs) != 2+len(want) || evs[0].version != "brain.Event:2" || evs[0].wall < 1.7e9 || evs[1].session != 1 || evs[1].step != 0 {
 		t.Fatalf("events %+v", evs)
 	}
 	for i, w := range want {
-		got := evs[i+1]
+		got := evs[i+2]
 		if got.step != w.step || got.tag != w.tag || got.value != w.value {
-			t.Fatalf("event %d: %+v, want %+v", i+1, got, w)
+			t.Fatalf("event %d: %+v, want %+v", i+2, got, w)
 		}
 	}
 	checkWithProtobuf(t, tb.Path(), evs)
+
+	// A run resumed from a checkpoint after step 4 into the same directory
+	// starts at step 5: TensorBoard drops the points the first file holds
+	// from there on (the run that stopped logged them after its
+	// checkpoint; the resumed run logs them again).
+	again, err := ContinueTensorBoard(dir, 5, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again.Step(Step{Epoch: 1, Batch: 5, Batches: 6, GlobalStep: 6, Loss: 1.5, LR: 1, ImagesPerSec: 600})
+	if err := again.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if again.Path() == tb.Path() {
+		t.Fatalf("the resumed run wrote into the first run's file %s", tb.Path())
+	}
+	evs = readEvents(t, again.Path())
+	if len(evs) != 5 || evs[1].session != 1 || evs[1].step != 5 || evs[2].step != 6 || evs[2].tag != "train/loss" {
+		t.Fatalf("the resumed run's events %+v", evs)
+	}
+	checkWithProtobuf(t, again.Path(), evs)
 }
 
 // tensorBoardWant is what TestTensorBoard's run logs, in order.
@@ -222,13 +319,14 @@ func checkWithProtobuf(t *testing.T, path string, evs []event) {
 			Step        int64   `json:"step"`
 			Wall        float64 `json:"wall_time"`
 			FileVersion string  `json:"file_version"`
+			Session     int     `json:"session_status"`
 			Tag         string  `json:"tag"`
 			Value       float64 `json:"value"`
 		}
 		if err := json.Unmarshal([]byte(line), &r); err != nil {
 			t.Fatalf("tfevents.py line %q: %v", line, err)
 		}
-		got = append(got, event{wall: r.Wall, step: r.Step, version: r.FileVersion, tag: r.Tag, value: float32(r.Value)})
+		got = append(got, event{wall: r.Wall, step: r.Step, version: r.FileVersion, session: r.Session, tag: r.Tag, value: float32(r.Value)})
 	}
 	if len(got) != len(evs) {
 		t.Fatalf("protobuf read %d events, we read %d:\n%s", len(got), len(evs), out)

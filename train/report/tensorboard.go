@@ -2,8 +2,10 @@ package report
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/crc32"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -29,14 +31,39 @@ type TensorBoard struct {
 	buf      []byte
 }
 
-// NewTensorBoard creates an event file in dir (made if missing).
+// NewTensorBoard creates an event file in dir (made if missing) for a run
+// from its start. Its second event marks the run's start (a SessionLog
+// START event at step 0), so that TensorBoard takes the START of a run
+// resumed into the same directory as a restart (ContinueTensorBoard):
+// newer TensorBoards purge nothing at a run's first START.
 func NewTensorBoard(dir string, interval int) (*TensorBoard, error) {
+	return newTensorBoard(dir, interval, 0)
+}
+
+// ContinueTensorBoard is NewTensorBoard for a run resumed from a
+// checkpoint taken after step: its START event is at step+1, from which
+// TensorBoard drops what the earlier files of dir hold (as PyTorch's
+// SummaryWriter does for its purge_step): the points the run that stopped
+// logged after its checkpoint, which the resumed run logs again.
+func ContinueTensorBoard(dir string, interval int, step int64) (*TensorBoard, error) {
+	return newTensorBoard(dir, interval, step+1)
+}
+
+// newTensorBoard creates the event file; start is its START event's step,
+// from which TensorBoard drops the earlier files' events.
+func newTensorBoard(dir string, interval int, start int64) (*TensorBoard, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
 	host, _ := os.Hostname()
-	name := fmt.Sprintf("events.out.tfevents.%d.%s.%d", time.Now().Unix(), host, os.Getpid())
-	f, err := os.Create(filepath.Join(dir, name))
+	name := filepath.Join(dir, fmt.Sprintf("events.out.tfevents.%d.%s.%d", time.Now().Unix(), host, os.Getpid()))
+	// A second file of the same second and process (a run resumed in
+	// it) gets a suffix, which sorts it after the first, where
+	// TensorBoard reads it.
+	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	for n := 1; errors.Is(err, fs.ErrExist) && n < 1000; n++ {
+		f, err = os.OpenFile(fmt.Sprintf("%s.%d", name, n), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -44,6 +71,13 @@ func NewTensorBoard(dir string, interval int) (*TensorBoard, error) {
 	// The first event declares the file version.
 	ev := appendEventHeader(nil, wallTime(), 0)
 	ev = appendBytesField(ev, 3, []byte("brain.Event:2"))
+	if err := tb.writeRecord(ev); err != nil {
+		f.Close()
+		return nil, err
+	}
+	// Event{session_log = 7: SessionLog{status = 1: START (1)}}
+	ev = appendEventHeader(nil, wallTime(), start)
+	ev = appendBytesField(ev, 7, binary.AppendUvarint(appendTag(nil, 1, 0), 1))
 	if err := tb.writeRecord(ev); err != nil {
 		f.Close()
 		return nil, err

@@ -2,10 +2,11 @@
 
 Reads a TensorBoard event file with Debian's python3-protobuf: the
 records' framing and masked CRC-32C checked here, the payloads decoded by
-protobuf from a declaration of TensorFlow's Event and Summary messages
-(the fields TensorBoard's scalar plots read). Prints one JSON object per
-line: the file version event, then each scalar as
-{"step", "wall_time", "tag", "value"}. Exits non-zero naming the offset of
+protobuf from a declaration of TensorFlow's Event, Summary and SessionLog
+messages (the fields TensorBoard's scalar plots and its purge of a
+restarted run's orphaned points read). Prints one JSON object per line:
+the file version event, a session log as {"step", "wall_time",
+"session_status"}, each scalar as {"step", "wall_time", "tag", "value"}. Exits non-zero naming the offset of
 a record that is cut short or fails its checksum.
 
     /usr/bin/python3 train/report/testdata/tfevents.py EVENTFILE
@@ -47,11 +48,14 @@ def event_class():
     value.field.add(name="simple_value", number=2, type=T.TYPE_FLOAT, label=T.LABEL_OPTIONAL)
     summary = f.message_type.add(name="Summary")
     summary.field.add(name="value", number=1, type=T.TYPE_MESSAGE, type_name=".tb.Value", label=T.LABEL_REPEATED)
+    session_log = f.message_type.add(name="SessionLog")
+    session_log.field.add(name="status", number=1, type=T.TYPE_INT32, label=T.LABEL_OPTIONAL)  # an enum: START is 1
     event = f.message_type.add(name="Event")
     event.field.add(name="wall_time", number=1, type=T.TYPE_DOUBLE, label=T.LABEL_OPTIONAL)
     event.field.add(name="step", number=2, type=T.TYPE_INT64, label=T.LABEL_OPTIONAL)
     event.field.add(name="file_version", number=3, type=T.TYPE_STRING, label=T.LABEL_OPTIONAL)
     event.field.add(name="summary", number=5, type=T.TYPE_MESSAGE, type_name=".tb.Summary", label=T.LABEL_OPTIONAL)
+    event.field.add(name="session_log", number=7, type=T.TYPE_MESSAGE, type_name=".tb.SessionLog", label=T.LABEL_OPTIONAL)
     pool = descriptor_pool.DescriptorPool()
     pool.Add(f)
     desc = pool.FindMessageTypeByName("tb.Event")
@@ -82,6 +86,8 @@ def main(path):
         ev.ParseFromString(payload)
         if ev.file_version:
             print(json.dumps({"step": ev.step, "wall_time": ev.wall_time, "file_version": ev.file_version}))
+        if ev.HasField("session_log"):
+            print(json.dumps({"step": ev.step, "wall_time": ev.wall_time, "session_status": ev.session_log.status}))
         for v in ev.summary.value:
             print(json.dumps({"step": ev.step, "wall_time": ev.wall_time, "tag": v.tag, "value": v.simple_value}))
         at += 16 + n
