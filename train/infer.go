@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"slices"
 	"sort"
+	"strings"
 
 	"github.com/gorun/gorun/model/nn"
 	"github.com/gorun/gorun/model/tensor"
@@ -191,17 +192,39 @@ func probabilities(row []float32, logProbs bool) []float64 {
 	return p
 }
 
-// Evaluate runs the classifier over ds (its labels must be the
-// classifier's classes).
+// Evaluate runs the classifier over ds, whose classes must be the
+// classifier's: no more of them and, for data whose classes are named by
+// its folders (an image folder, shards), the same names in the same order
+// (the model's first ones, or all).
 func (c *Classifier) Evaluate(ctx context.Context, ds *data.Dataset, batch int) (Evaluation, error) {
 	if ds.Shape != [3]int(c.Model.Input) {
 		return Evaluation{}, fmt.Errorf("model %s takes %v images; %s has %v", c.Model.Name, c.Model.Input, ds.Name, ds.Shape)
+	}
+	if len(ds.Classes) > c.Model.Classes {
+		return Evaluation{}, fmt.Errorf("%s has %d classes (%s); the model has %d outputs (%s): evaluate it on data of its own classes",
+			ds.Name, len(ds.Classes), someNames(ds.Classes), c.Model.Classes, someNames(c.Classes))
+	}
+	if ds.Streamed() && len(c.Classes) > 0 {
+		for i, name := range ds.Classes { // the model's first classes only: scored right
+			if name != c.Classes[i] {
+				return Evaluation{}, fmt.Errorf("%s's classes (%s) are not the model's (%s): its class %d is %q, the model's %q; labels would be scored as the wrong classes",
+					ds.Name, someNames(ds.Classes), someNames(c.Classes), i, name, c.Classes[i])
+			}
+		}
 	}
 	loader, err := data.NewLoader(ds, batch, data.Transform{Mean: c.Mean, Std: c.Std}, data.LoaderConfig{Prefetch: 2, Workers: runtime.GOMAXPROCS(0)})
 	if err != nil {
 		return Evaluation{}, err
 	}
 	return Evaluate(ctx, c.Model, c.be, loader, ds, nil)
+}
+
+// someNames lists up to five class names, and how many more there are.
+func someNames(names []string) string {
+	if len(names) <= 5 {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s, … %d in all", strings.Join(names[:5], ", "), len(names))
 }
 
 func fileExists(p string) bool {

@@ -300,6 +300,35 @@ func TestInferImageFolderModel(t *testing.T) {
 	if want := fmt.Sprintf("%s: %s %.2f%%", samples[5].Path, preds[0][0].Name, 100*preds[0][0].Probability); strings.TrimSpace(out.String()) != want {
 		t.Errorf("infer printed %q, want %q", out.String(), want)
 	}
+
+	// Data of other classes than the model's is refused for --data: more
+	// of them (labels past its outputs), or other names or order (scored
+	// as the wrong classes without a word).
+	mixed := filepath.Join(dir, "mixed")
+	for _, split := range []string{"train", "val"} {
+		for _, c := range []struct{ from, to string }{{"cat", "cat"}, {"dog", "dog"}, {"ship", "ship"}, {"truck", "unicorn"}} {
+			if err := os.CopyFS(filepath.Join(mixed, split, c.to), os.DirFS(filepath.Join(folder, split, c.from))); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	extra := filepath.Join(dir, "extra")
+	if err := os.CopyFS(extra, os.DirFS(folder)); err != nil {
+		t.Fatal(err)
+	}
+	for _, split := range []string{"train", "val"} {
+		if err := os.CopyFS(filepath.Join(extra, split, "zebra"), os.DirFS(filepath.Join(folder, split, "cat"))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct{ dir, want string }{
+		{mixed, `imagefolder:mixed's classes (cat, dog, ship, unicorn) are not the model's (airplane, automobile, bird, cat, deer, … 10 in all): its class 0 is "cat", the model's "airplane"`},
+		{extra, "imagefolder:extra has 11 classes (airplane, automobile, bird, cat, deer, … 11 in all); the model has 10 outputs"},
+	} {
+		if err := run([]string{"--weights", ckpt, "--threads", "1", "--data", c.dir}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("--data %s: %v, want %q", c.dir, err, c.want)
+		}
+	}
 }
 
 // TestInferTorchSaveFile: weights PyTorch saved with torch.save — the
