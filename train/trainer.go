@@ -963,6 +963,30 @@ func (t *Trainer) save(path string, sync []nn.Var) error {
 }
 
 // resume restores the run saved at path (see ResumeFrom).
+// sameClasses refuses to resume the checkpoint at path, trained on
+// classes, on data of other classes: another number of them, or, where
+// both name them by folders (an image folder, shards), other names or
+// order, whose labels would train the model's outputs as other classes.
+func sameClasses(path string, classes []string, d *data.Dataset) error {
+	if len(classes) == 0 || d == nil {
+		return nil
+	}
+	differ := ""
+	if len(classes) != len(d.Classes) {
+		differ = fmt.Sprintf("; %s has %d (%s)", d.Name, len(d.Classes), someNames(d.Classes))
+	}
+	for i := 0; differ == "" && d.Streamed() && i < len(classes); i++ {
+		if classes[i] != d.Classes[i] {
+			differ = fmt.Sprintf("; %s's class %d is %q, the checkpoint's %q", d.Name, i, d.Classes[i], classes[i])
+		}
+	}
+	if differ != "" {
+		return fmt.Errorf("checkpoint %s was trained on %d classes (%s)%s: resume it on the data it was trained on, or start a new run from its weights with --init %s",
+			path, len(classes), someNames(classes), differ, path)
+	}
+	return nil
+}
+
 func (t *Trainer) resume(path string) error {
 	path = t.compute.checkpointPath(path)
 	f, pre, err := checkpoint.ReadTrainState(path)
@@ -974,6 +998,9 @@ func (t *Trainer) resume(path string) error {
 	}
 	if pre.Model != t.cfg.Model {
 		return fmt.Errorf("checkpoint %s holds model %s, not %s", path, pre.Model, t.cfg.Model)
+	}
+	if err := sameClasses(path, pre.Classes, t.train); err != nil {
+		return err
 	}
 	if len(pre.DropoutCalls) != len(t.dropouts) {
 		return fmt.Errorf("checkpoint %s has %d dropout counters; model %s has %d dropout layers", path, len(pre.DropoutCalls), t.cfg.Model, len(t.dropouts))

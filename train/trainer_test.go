@@ -488,3 +488,33 @@ func TestEvaluateReplicasPastTheImages(t *testing.T) {
 		t.Fatalf("4 replicas scored %v of 2 test images, want [1 1 0 0]", totals)
 	}
 }
+
+// TestSameClasses: a checkpoint resumes only on data of its classes —
+// their number always, their names and order where the data names them
+// by folders (an image folder, shards); built-in data sets' names
+// (Fashion-MNIST's, MNIST's digits) may differ.
+func TestSameClasses(t *testing.T) {
+	ten := []string{"airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"}
+	renamed := append(slices.Clone(ten[:9]), "zebra")
+	folder := func(classes []string) *data.Dataset {
+		return &data.Dataset{Name: "imagefolder:photos", Classes: classes, Files: []string{"x.jpg"}}
+	}
+	for _, c := range []struct {
+		name    string
+		classes []string
+		data    *data.Dataset
+		want    string
+	}{
+		{"same folder", ten, folder(ten), ""},
+		{"fewer classes", ten, folder([]string{"cat", "dog", "ship"}), "checkpoint ck.st was trained on 10 classes (airplane, automobile, bird, cat, deer, … 10 in all); imagefolder:photos has 3 (cat, dog, ship): resume it on the data it was trained on, or start a new run from its weights with --init ck.st"},
+		{"a class renamed", ten, folder(renamed), `imagefolder:photos's class 9 is "zebra", the checkpoint's "truck"`},
+		{"built-in names", data.MNISTClasses, &data.Dataset{Name: "fashion-mnist", Classes: data.FashionMNISTClasses}, ""},
+		{"built-in, other count", data.MNISTClasses, &data.Dataset{Name: "cifar10", Classes: ten[:9]}, "cifar10 has 9"},
+		{"no classes saved", nil, folder(renamed), ""},
+	} {
+		err := sameClasses("ck.st", c.classes, c.data)
+		if (err == nil) != (c.want == "") || err != nil && !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want %q", c.name, err, c.want)
+		}
+	}
+}
