@@ -564,26 +564,14 @@ func reporters(o options, cfg train.Config, stdout io.Writer, resumedAt int64) (
 	}
 	rs := report.Multi{out}
 	if o.metrics != "" {
-		var j *report.JSONL
-		var err error
-		if resumedAt >= 0 {
-			j, err = report.ContinueJSONL(o.metrics, cfg.LogInterval, resumedAt)
-		} else {
-			j, err = report.NewJSONL(o.metrics, cfg.LogInterval)
-		}
+		j, err := report.ContinueJSONL(o.metrics, cfg.LogInterval, resumedAt)
 		if err != nil {
 			return nil, fmt.Errorf("--metrics: %w", err)
 		}
 		rs = append(rs, j)
 	}
 	if o.tensorboard != "" {
-		var tb *report.TensorBoard
-		var err error
-		if resumedAt >= 0 {
-			tb, err = report.ContinueTensorBoard(o.tensorboard, cfg.LogInterval, resumedAt)
-		} else {
-			tb, err = report.NewTensorBoard(o.tensorboard, cfg.LogInterval)
-		}
+		tb, err := report.ContinueTensorBoard(o.tensorboard, cfg.LogInterval, resumedAt)
 		if err != nil {
 			return nil, fmt.Errorf("--tensorboard: %w", err)
 		}

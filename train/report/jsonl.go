@@ -41,8 +41,12 @@ func newJSONL(f *os.File, interval int) *JSONL {
 // checkpoint taken after step: the records up to that step (the run's
 // history until its checkpoint) are kept, those the run that stopped wrote
 // after it are dropped, as is a last line the stop cut short, and new
-// records are appended. A missing file is created.
+// records are appended. A missing file is created; a negative step is a
+// run from its start (NewJSONL).
 func ContinueJSONL(path string, interval int, step int64) (*JSONL, error) {
+	if step < 0 {
+		return NewJSONL(path, interval)
+	}
 	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return NewJSONL(path, interval)

@@ -127,6 +127,16 @@ func TestContinueJSONL(t *testing.T) {
 		t.Fatalf("records %q, want %q", got, want)
 	}
 
+	// A negative step is a run from its start: the file starts afresh.
+	if j, err := ContinueJSONL(p, 1, -1); err != nil {
+		t.Fatal(err)
+	} else if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(p); err != nil || st.Size() != 0 {
+		t.Fatalf("continued from step -1: %v, %v", st, err)
+	}
+
 	fresh := filepath.Join(t.TempDir(), "new.jsonl")
 	if j, err := ContinueJSONL(fresh, 1, 4); err != nil {
 		t.Fatal(err)
@@ -283,6 +293,16 @@ func TestTensorBoard(t *testing.T) {
 		t.Fatalf("the resumed run's events %+v", evs)
 	}
 	checkWithProtobuf(t, again.Path(), evs)
+
+	// A negative step is a run from its start: START at step 0.
+	fresh, err := ContinueTensorBoard(t.TempDir(), 5, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh.Close()
+	if evs := readEvents(t, fresh.Path()); len(evs) != 2 || evs[1].session != 1 || evs[1].step != 0 {
+		t.Fatalf("a run from its start: events %+v", evs)
+	}
 }
 
 // tensorBoardWant is what TestTensorBoard's run logs, in order.

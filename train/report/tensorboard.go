@@ -44,9 +44,10 @@ func NewTensorBoard(dir string, interval int) (*TensorBoard, error) {
 // checkpoint taken after step: its START event is at step+1, from which
 // TensorBoard drops what the earlier files of dir hold (as PyTorch's
 // SummaryWriter does for its purge_step): the points the run that stopped
-// logged after its checkpoint, which the resumed run logs again.
+// logged after its checkpoint, which the resumed run logs again. A
+// negative step is a run from its start (NewTensorBoard).
 func ContinueTensorBoard(dir string, interval int, step int64) (*TensorBoard, error) {
-	return newTensorBoard(dir, interval, step+1)
+	return newTensorBoard(dir, interval, max(step+1, 0))
 }
 
 // newTensorBoard creates the event file; start is its START event's step,
