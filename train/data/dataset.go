@@ -174,8 +174,8 @@ func Detect(dir string) (Format, error) {
 		}
 		// One of a dataset's files, given for the dataset.
 		if f, err := Detect(filepath.Dir(dir)); err == nil {
-			kind := map[Format]string{FormatMNIST: "MNIST-format", FormatCIFAR10: "CIFAR-10", FormatShards: "sharded"}[f]
-			return "", fmt.Errorf("%s is a file of the %s data in %s: give that directory", dir, kind, filepath.Dir(dir))
+			kind := map[Format]string{FormatMNIST: "the MNIST-format data", FormatCIFAR10: "the CIFAR-10 data", FormatImageFolder: "the image folder", FormatShards: "the shards"}[f]
+			return "", fmt.Errorf("%s is a file of %s in %s: give that directory", dir, kind, filepath.Dir(dir))
 		}
 		if root, split, class := partOfImageFolder(filepath.Dir(dir)); root != "" && class != "" {
 			return "", fmt.Errorf("%s is an image of class %s in the %s/ split of the image folder %s: give the folder itself, which holds train/ and val/", dir, class, split, root)

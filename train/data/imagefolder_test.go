@@ -360,12 +360,15 @@ func TestImageFolder(t *testing.T) {
 		t.Errorf("val without a class: %v", err)
 	}
 	// A part of the folder given for the folder: named, with the folder.
+	readme := filepath.Join(dir, "README.txt")
+	os.WriteFile(readme, []byte("photos"), 0o644)
 	for _, c := range []struct{ dir, want string }{
 		{filepath.Join(dir, "train"), filepath.Join(dir, "train") + " is the train/ split of the image folder " + dir + ": give the folder itself"},
 		{filepath.Join(dir, "val") + "/", filepath.Join(dir, "val") + "/ is the val/ split of the image folder " + dir},
 		{filepath.Join(dir, "train", "cat"), filepath.Join(dir, "train", "cat") + " is a class directory (cat) in the train/ split of the image folder " + dir},
 		{filepath.Join(sub, "extra.PNG"), filepath.Join(sub, "extra.PNG") + " is an image of class cat in the train/ split of the image folder " + dir},
 		{filepath.Join(dir, "val", "cat", firstFile(t, filepath.Join(dir, "val", "cat"))), "is an image of class cat in the val/ split of the image folder " + dir},
+		{readme, readme + " is a file of the image folder in " + dir + ": give that directory"},
 	} {
 		if _, _, err := Load(c.dir); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("Load(%s): %v, want %q", c.dir, err, c.want)
