@@ -962,7 +962,6 @@ func (t *Trainer) save(path string, sync []nn.Var) error {
 	return checkpoint.Save(t.compute.checkpointPath(path), t.compute.layer(), t.opt, m, sync...)
 }
 
-// resume restores the run saved at path (see ResumeFrom).
 // sameClasses refuses to resume the checkpoint at path, trained on
 // classes, on data of other classes: another number of them, or, where
 // both name them by folders (an image folder, shards), other names or
@@ -987,6 +986,7 @@ func sameClasses(path string, classes []string, d *data.Dataset) error {
 	return nil
 }
 
+// resume restores the run saved at path (see ResumeFrom).
 func (t *Trainer) resume(path string) error {
 	path = t.compute.checkpointPath(path)
 	f, pre, err := checkpoint.ReadTrainState(path)

@@ -529,10 +529,9 @@ func noDataError(model string, format data.Format) error {
 	return fmt.Errorf("no data for --model %s: pass --data with CIFAR-10's binary version (a directory of data_batch_*.bin and test_batch.bin, or cifar-10-binary.tar.gz from https://www.cs.toronto.edu/~kriz/cifar.html) or its Python version (the directory torchvision.datasets.CIFAR10 downloaded it to), or train on generated data with --synthetic", model)
 }
 
-// reporters sets up progress output and the metrics writers.
-// reporters makes the run's reporters; a run resumed from a checkpoint
-// after step resumedAt (-1: a fresh run) continues its metrics and
-// TensorBoard logs from that step.
+// reporters sets up progress output and the metrics writers; a run
+// resumed from a checkpoint after step resumedAt (-1: a fresh run)
+// continues its metrics and TensorBoard logs from that step.
 func reporters(o options, cfg train.Config, stdout io.Writer, resumedAt int64) (report.Reporter, error) {
 	var out report.Reporter
 	bar := o.progress == "bar"
