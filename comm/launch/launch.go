@@ -210,10 +210,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		errOut = out
 	}
 	sweepBlameDirs(os.TempDir())
-	blameDir, err := os.MkdirTemp("", blameDirPrefix+strconv.Itoa(os.Getpid())+"-")
+	blameDir, unlock, err := makeBlameDir()
 	if err != nil {
 		return nil, fmt.Errorf("launch: %w", err)
 	}
+	defer unlock()
 	defer os.RemoveAll(blameDir)
 	j := &job{cfg: cfg, ranks: make([]*rank, cfg.NP), exited: make(chan int, cfg.NP), errOut: errOut}
 	j.oomFile = oomKillsFile()

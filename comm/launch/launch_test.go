@@ -358,7 +358,31 @@ func TestSweepBlameDirs(t *testing.T) {
 		return p
 	}
 	swept := mk(fmt.Sprintf("gorun-blame-%d-123", dead), true)
-	kept := []string{
+	// With a lock file, the lock decides, not the pid: a pid taken again
+	// by another process, or a launcher in another pid namespace.
+	reused := mk(fmt.Sprintf("gorun-blame-%d-reused", alive), true)
+	os.WriteFile(filepath.Join(reused, blameLock), nil, 0o600)
+	held := mk(fmt.Sprintf("gorun-blame-%d-held", dead), true)
+	lock, err := os.OpenFile(filepath.Join(held, blameLock), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	// A live launcher's own directory, made as Run makes it.
+	live, unlock, err := makeBlameDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(live)
+	defer unlock()
+	if err := os.Rename(live, filepath.Join(dir, filepath.Base(live))); err != nil {
+		t.Fatal(err)
+	}
+	live = filepath.Join(dir, filepath.Base(live))
+	kept := []string{held, live,
 		mk(fmt.Sprintf("gorun-blame-%d-456", alive), true),
 		mk("gorun-blame-789", true),                         // no pid in the name
 		mk(fmt.Sprintf("gorun-blame-%d-file", dead), false), // not a directory
@@ -366,8 +390,10 @@ func TestSweepBlameDirs(t *testing.T) {
 		mk(fmt.Sprintf("other-blame-%d-1", dead), true),     // another prefix
 	}
 	sweepBlameDirs(dir)
-	if _, err := os.Stat(swept); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("the blame directory of a launcher that is gone is still there: %v", err)
+	for _, p := range []string{swept, reused} {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s, the blame directory of a launcher that is gone, is still there: %v", p, err)
+		}
 	}
 	for _, p := range kept {
 		if _, err := os.Stat(p); err != nil {
