@@ -200,17 +200,10 @@ func (c *Classifier) Evaluate(ctx context.Context, ds *data.Dataset, batch int) 
 	if ds.Shape != [3]int(c.Model.Input) {
 		return Evaluation{}, fmt.Errorf("model %s takes %v images; %s has %v", c.Model.Name, c.Model.Input, ds.Name, ds.Shape)
 	}
-	if len(ds.Classes) > c.Model.Classes {
-		return Evaluation{}, fmt.Errorf("%s has %d classes (%s); the model has %d outputs (%s): evaluate it on data of its own classes",
-			ds.Name, len(ds.Classes), someNames(ds.Classes), c.Model.Classes, someNames(c.Classes))
-	}
-	if ds.Streamed() && len(c.Classes) > 0 {
-		for i, name := range ds.Classes { // the model's first classes only: scored right
-			if name != c.Classes[i] {
-				return Evaluation{}, fmt.Errorf("%s's classes (%s) are not the model's (%s): its class %d is %q, the model's %q; labels would be scored as the wrong classes",
-					ds.Name, someNames(ds.Classes), someNames(c.Classes), i, name, c.Classes[i])
-			}
-		}
+	// The model's first classes only, or all, are scored right.
+	if differ := classesDiffer(c.Classes, c.Model.Classes, ds, false, "the model's"); differ != "" {
+		return Evaluation{}, fmt.Errorf("the model has %d classes (%s); %s: its labels would be scored as other classes; evaluate it on data of the model's classes",
+			c.Model.Classes, someNames(c.Classes), differ)
 	}
 	loader, err := data.NewLoader(ds, batch, data.Transform{Mean: c.Mean, Std: c.Std}, data.LoaderConfig{Prefetch: 2, Workers: runtime.GOMAXPROCS(0)})
 	if err != nil {

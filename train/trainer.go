@@ -963,27 +963,35 @@ func (t *Trainer) save(path string, sync []nn.Var) error {
 }
 
 // sameClasses refuses to resume the checkpoint at path, trained on
-// classes, on data of other classes: another number of them, or, where
-// both name them by folders (an image folder, shards), other names or
-// order, whose labels would train the model's outputs as other classes.
+// classes, on data of other classes (classesDiffer), whose labels would
+// train the model's outputs as other classes.
 func sameClasses(path string, classes []string, d *data.Dataset) error {
 	if len(classes) == 0 || d == nil {
 		return nil
 	}
-	differ := ""
-	if len(classes) != len(d.Classes) {
-		differ = fmt.Sprintf("; %s has %d (%s)", d.Name, len(d.Classes), someNames(d.Classes))
-	}
-	for i := 0; differ == "" && d.Streamed() && i < len(classes); i++ {
-		if classes[i] != d.Classes[i] {
-			differ = fmt.Sprintf("; %s's class %d is %q, the checkpoint's %q", d.Name, i, d.Classes[i], classes[i])
-		}
-	}
-	if differ != "" {
-		return fmt.Errorf("checkpoint %s was trained on %d classes (%s)%s: resume it on the data it was trained on, or start a new run from its weights with --init %s",
+	if differ := classesDiffer(classes, len(classes), d, true, "the checkpoint's"); differ != "" {
+		return fmt.Errorf("checkpoint %s was trained on %d classes (%s); %s: resume it on the data it was trained on, or start a new run from its weights with --init %s",
 			path, len(classes), someNames(classes), differ, path)
 	}
 	return nil
+}
+
+// classesDiffer says how the classes of d differ from a model's n classes
+// named names (nil: unnamed): more of them, or with all another number;
+// or, where both name them and d by its folders (an image folder,
+// shards), another name at some index (whose: "the model's"). Built-in
+// data sets' names (MNIST's digits, Fashion-MNIST's) are not compared. It
+// returns "" when they agree.
+func classesDiffer(names []string, n int, d *data.Dataset, all bool, whose string) string {
+	if len(d.Classes) > n || all && len(d.Classes) != n {
+		return fmt.Sprintf("%s has %d (%s)", d.Name, len(d.Classes), someNames(d.Classes))
+	}
+	for i := 0; d.Streamed() && i < len(names) && i < len(d.Classes); i++ {
+		if d.Classes[i] != names[i] {
+			return fmt.Sprintf("%s's class %d is %q, %s %q", d.Name, i, d.Classes[i], whose, names[i])
+		}
+	}
+	return ""
 }
 
 // resume restores the run saved at path (see ResumeFrom).

@@ -322,8 +322,8 @@ func TestInferImageFolderModel(t *testing.T) {
 		}
 	}
 	for _, c := range []struct{ dir, want string }{
-		{mixed, `imagefolder:mixed's classes (cat, dog, ship, unicorn) are not the model's (airplane, automobile, bird, cat, deer, … 10 in all): its class 0 is "cat", the model's "airplane"`},
-		{extra, "imagefolder:extra has 11 classes (airplane, automobile, bird, cat, deer, … 11 in all); the model has 10 outputs"},
+		{mixed, `the model has 10 classes (airplane, automobile, bird, cat, deer, … 10 in all); imagefolder:mixed's class 0 is "cat", the model's "airplane": its labels would be scored as other classes`},
+		{extra, "the model has 10 classes (airplane, automobile, bird, cat, deer, … 10 in all); imagefolder:extra has 11 (airplane, automobile, bird, cat, deer, … 11 in all): its labels"},
 	} {
 		if err := run([]string{"--weights", ckpt, "--threads", "1", "--data", c.dir}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("--data %s: %v, want %q", c.dir, err, c.want)
