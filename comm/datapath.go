@@ -40,10 +40,11 @@ type dataPath struct {
 	links []ring.Transport
 
 	// What the group needs of particular transports beyond moving frames.
-	shm   *shm.Transport  // nil: no peer on this machine, or TCP forced
-	rdma  *rdma.Transport // nil: no peer over RDMA; staged GPU buffers register with it
-	rdmaW string          // why a pair that wanted RDMA has none ("" when none did)
-	port  rdma.Port
+	shm     *shm.Transport  // nil: no peer on this machine, or TCP forced
+	shmNote string          // why its ranks read no frame from each other's memory ("" when they may)
+	rdma    *rdma.Transport // nil: no peer over RDMA; staged GPU buffers register with it
+	rdmaW   string          // why a pair that wanted RDMA has none ("" when none did)
+	port    rdma.Port
 	// hostOf numbers each rank's host, alike on every rank (nil when
 	// the ranks did not compare hosts: TCP forced).
 	hostOf []int
@@ -77,6 +78,7 @@ func (d *dataPath) setUp(ctx context.Context, store store, s *Settings) error {
 		}
 		if d.shm != nil {
 			d.add(d.shm, "through shared memory", d.shm.Close)
+			d.shmNote = d.shm.DirectNote()
 		}
 	}
 	d.route(s.Size)
@@ -246,6 +248,9 @@ func describePaths(d *dataPath, rank, size, chunk int, lazy bool) string {
 	}
 	if d.rdmaW != "" {
 		msg += "; RDMA not used between " + d.rdmaW
+	}
+	if d.shmNote != "" {
+		msg += "; " + d.shmNote
 	}
 	if lazy {
 		msg += "; pairs connect when first needed (GORUN_CONNECT=eager: all while joining)"

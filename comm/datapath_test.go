@@ -85,6 +85,10 @@ func TestDataPathRegistration(t *testing.T) {
 	if line := describePaths(d, 0, 5, 1<<20, true); !strings.Contains(line, "pairs connect when first needed") || !strings.HasSuffix(line, "ring chunks of 1024 KiB") {
 		t.Errorf("lazy connections: log line %q does not say so before the chunks", line)
 	}
+	d.shmNote = "single-copy transfers between ranks of this machine off: the reason"
+	if line := describePaths(d, 0, 5, 1<<20, false); !strings.Contains(line, "; "+d.shmNote+"; ring chunks") {
+		t.Errorf("shared memory's note is not in the log line %q", line)
+	}
 	d.close()
 	if closed != "first second" {
 		t.Errorf("closed %q, want both in order", closed)

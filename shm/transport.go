@@ -129,6 +129,9 @@ type Transport struct {
 	leftFn   func(rank int) error // t.left, made once (a method value allocates)
 	readv    vmReader             // reads peers' memory: unix.ProcessVMReadv
 	patience time.Duration        // how long a direct record waits for its claim: directPatience
+	// directNote says why peers will refuse direct records ("" when
+	// they may read them; see letPeersRead).
+	directNote string
 }
 
 type peer struct {
@@ -237,8 +240,17 @@ func New(cfg Config) (*Transport, Info, error) {
 	}
 	t := &Transport{cfg: cfg, own: own, peers: make([]*peer, cfg.Size), plain: storesInOrder && registerBarriers()}
 	t.leftFn, t.readv, t.patience = t.left, unix.ProcessVMReadv, directPatience
+	if cfg.DirectBytes > 0 {
+		t.directNote = letPeersRead(yamaScopeFile, "/proc/self/status", allowAnyPtracer)
+	}
 	return t, Info{PID: os.Getpid(), FD: own.fd}, nil
 }
+
+// DirectNote says, for the log, why the ranks of this machine will not
+// read each other's frames straight from the sender's memory (direct
+// records, see direct.go) and frames go through the rings instead; ""
+// when they may.
+func (t *Transport) DirectNote() string { return t.directNote }
 
 // slot is the index of rank's ring in every segment: its place among the
 // local ranks; -1 when it is not one.
