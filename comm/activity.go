@@ -186,6 +186,15 @@ func (a *activity) made() (made, bool) {
 	return made{group: a.group, seq: a.seq, agreed: a.c.agreed()}, true
 }
 
+// state returns whether a call is running, its number (or the last
+// one's) and since when (coarse clock; 0: unknown): what the stall watch
+// looks at every tick, without where's text.
+func (a *activity) state() (running bool, seq uint64, since int64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.running, a.seq, a.since
+}
+
 // where returns where the group's collectives stand at now.
 func (a *activity) where(now time.Time) place {
 	a.mu.Lock()
@@ -230,8 +239,11 @@ func (as *activities) add(a ...*activity) {
 	as.mu.Unlock()
 }
 
-func (as *activities) all() []*activity {
+// appendTo appends the activities to dst.
+func (as *activities) appendTo(dst []*activity) []*activity {
 	as.mu.Lock()
 	defer as.mu.Unlock()
-	return append([]*activity(nil), as.list...)
+	return append(dst, as.list...)
 }
+
+func (as *activities) all() []*activity { return as.appendTo(nil) }

@@ -649,11 +649,8 @@ func (w *stallWatch) close() {
 func (w *stallWatch) run() {
 	tick := time.NewTicker(clockTick)
 	defer tick.Stop()
-	type watched struct {
-		seq  uint64
-		next time.Duration
-	}
-	state := map[*activity]*watched{}
+	state := map[*activity]*watchedCall{}
+	var list []*activity
 	for {
 		select {
 		case <-w.stop:
@@ -662,24 +659,42 @@ func (w *stallWatch) run() {
 		}
 		now := time.Now()
 		w.clock.tick(now)
-		for _, a := range append([]*activity{w.act}, w.acts.all()...) {
-			p := a.where(now)
-			st := state[a]
-			if st == nil {
-				st = &watched{}
-				state[a] = st
-			}
-			if !p.running {
-				st.next = 0
-				continue
-			}
-			if st.next == 0 || p.seq != st.seq {
-				st.seq, st.next = p.seq, w.after
-			}
-			if waited := time.Duration(now.UnixNano() - p.since); p.since != 0 && waited >= st.next {
+		list = w.acts.appendTo(append(list[:0], w.act))
+		w.look(now, list, state)
+	}
+}
+
+// watchedCall is what the stall watch keeps of an activity between
+// ticks: the call it saw running and when to report it next.
+type watchedCall struct {
+	seq  uint64
+	next time.Duration
+}
+
+// look reports, at a tick at now, the calls of list that have waited
+// past their next report time (w.after, then twice as long each time).
+// It allocates nothing unless it reports or meets an activity for the
+// first time: a job's calls run under ten ticks a second.
+func (w *stallWatch) look(now time.Time, list []*activity, state map[*activity]*watchedCall) {
+	for _, a := range list {
+		running, seq, since := a.state()
+		st := state[a]
+		if st == nil {
+			st = &watchedCall{}
+			state[a] = st
+		}
+		if !running {
+			st.next = 0
+			continue
+		}
+		if st.next == 0 || seq != st.seq {
+			st.seq, st.next = seq, w.after
+		}
+		if waited := time.Duration(now.UnixNano() - since); since != 0 && waited >= st.next {
+			if p := a.where(now); p.running && p.seq == seq { // (else it ended meanwhile)
 				w.report(a, p, waited)
-				st.next *= 2
 			}
+			st.next *= 2
 		}
 	}
 }

@@ -147,3 +147,36 @@ func TestHereCarriesGroupCalls(t *testing.T) {
 		t.Errorf("here().made = %v, want %v", got, want)
 	}
 }
+
+// TestStallWatchTickAllocatesNothing: the stall watch's look at every
+// tick (ten a second, for the whole job) allocates nothing while calls
+// run short of the report threshold; where's text is built only for a
+// report.
+func TestStallWatchTickAllocatesNothing(t *testing.T) {
+	w := newStallWatch(&Settings{Rank: 0, Size: 2, StallAfter: time.Hour})
+	world := &activity{clock: &w.clock}
+	w.act = world
+	sub := &activity{label: "sub-group 1", group: "sub-group 1 (world ranks 0, 1)", clock: &w.clock}
+	recv := &activity{label: "receives", clock: &w.clock}
+	w.acts.add(sub, recv)
+	w.clock.tick(time.Now())
+	world.begin(7, (&collective[float32]{kind: allReduce, op: Sum, count: 3}).call())
+	sub.begin(2, (&collective[float32]{kind: gather, count: 2}).call())
+	sub.end()
+	recv.begin(9, call{kind: recvKind, count: 5, dtype: ring.Float32, src: 1, tag: 2})
+	state := map[*activity]*watchedCall{}
+	var list []*activity
+	tick := func() {
+		now := time.Now()
+		w.clock.tick(now)
+		list = w.acts.appendTo(append(list[:0], w.act))
+		w.look(now, list, state)
+	}
+	tick() // the first look meets each activity
+	if n := testing.AllocsPerRun(100, tick); n != 0 {
+		t.Errorf("a tick allocated %.1f times, want 0", n)
+	}
+	if st := state[world]; st == nil || st.seq != 7 || st.next != time.Hour {
+		t.Errorf("the running world call is watched as %+v, want call 7, next report after an hour", st)
+	}
+}
