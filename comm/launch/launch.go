@@ -257,7 +257,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		rk := &rank{id: r, global: global, cmd: cmd, blameFile: filepath.Join(blameDir, "rank-"+strconv.Itoa(global))}
 		cmd.Env = append(cmd.Env, BlameFileEnv+"="+rk.blameFile)
 		if global == 0 && cfg.Status != nil {
-			pr, pw, err := os.Pipe()
+			pr, pw, err := outputPipe(global, "status lines")
 			if err != nil {
 				j.killAll(syscall.SIGKILL)
 				return nil, err
@@ -273,7 +273,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			}()
 		}
 		for i, dst := range []*lineWriter{out, errOut} {
-			pr, pw, err := os.Pipe()
+			pr, pw, err := outputPipe(global, [...]string{"standard output", "standard error"}[i])
 			if err != nil {
 				j.killAll(syscall.SIGKILL)
 				return nil, err
@@ -302,6 +302,21 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		j.ranks[r] = rk
 	}
 	return j.run(ctx)
+}
+
+// outputPipe makes the pipe that carries what (its standard output, say)
+// from rank global to the launcher; its error names the rank and, where
+// the launcher ran out of file descriptors, its limit.
+func outputPipe(global int, what string) (r, w *os.File, err error) {
+	r, w, err = os.Pipe()
+	if err == nil {
+		return r, w, nil
+	}
+	var lim syscall.Rlimit
+	if errors.Is(err, syscall.EMFILE) && syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim) == nil {
+		err = fmt.Errorf("%w (the launcher holds 4 file descriptors a rank while the ranks start, and may open %d: raise ulimit -n, or start fewer ranks)", err, lim.Cur)
+	}
+	return nil, nil, fmt.Errorf("rank %d's %s: %w", global, what, err)
 }
 
 type rank struct {
