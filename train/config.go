@@ -3,10 +3,12 @@ package train
 import (
 	"cmp"
 	"fmt"
-	"github.com/gorun/gorun/model/amp"
 	"math"
 	"slices"
 	"strings"
+
+	"github.com/gorun/gorun/model/amp"
+	"github.com/gorun/gorun/train/checkpoint"
 
 	"github.com/gorun/gorun/model/nn"
 	"github.com/gorun/gorun/model/optim"
@@ -281,6 +283,30 @@ func newOptimizer(c Config, be tensor.Backend, params []nn.Var) (optim.Optimizer
 }
 
 // chunks is how many chunks of the model each pipeline stage holds.
+// CutAsSaved refuses c for resuming the checkpoint at path, whose
+// metadata m says how its run cut the model into pipeline stages, when c
+// cuts it otherwise: a pipeline's checkpoint is a file per stage, each
+// holding its stage's layers and their optimizer state.
+func (c Config) CutAsSaved(path string, m *checkpoint.Meta) error {
+	saved, stages := max(m.Stages, 1), max(c.Pipeline, 1)
+	switch {
+	case saved == 1 && stages > 1:
+		return fmt.Errorf("--pipeline %d, but %s was saved by a run without a pipeline: resume it without --pipeline", stages, path)
+	case stages != saved:
+		return fmt.Errorf("--pipeline %d, but %s was saved by a pipeline of %d stages, a file for each: resume it with --pipeline %d (infer --weights %s --merge OUT writes its weights as one file)", stages, path, saved, saved, path)
+	}
+	switch savedChunks, chunks := max(m.Chunks, 1), c.chunks(); {
+	case savedChunks == chunks:
+	case savedChunks == 1:
+		return fmt.Errorf("--schedule interleaved, but %s was saved by a pipeline of one chunk per stage: resume it with its schedule (train --resume keeps it)", path)
+	case chunks == 1:
+		return fmt.Errorf("--schedule %s, but %s was saved by an interleaved pipeline of %d chunks per stage: resume it with --schedule interleaved", cmp.Or(c.Schedule, "gpipe"), path, savedChunks)
+	default:
+		return fmt.Errorf("--chunks %d, but %s was saved with %d chunks per stage: resume it with --chunks %d", chunks, path, savedChunks, savedChunks)
+	}
+	return nil
+}
+
 func (c Config) chunks() int {
 	if c.Schedule != "interleaved" {
 		return 1

@@ -392,6 +392,7 @@ func resumeMissing(path string, err error) error {
 // resumed, else from the model's defaults.
 func resolveConfig(flags train.Config, set map[string]bool, resume string) (train.Config, error) {
 	var base train.Config
+	var saved *checkpoint.Meta // the resumed run's metadata
 	if resume != "" {
 		m, err := checkpoint.ReadTrainMeta(resume)
 		if err != nil {
@@ -406,6 +407,7 @@ func resolveConfig(flags train.Config, set map[string]bool, resume string) (trai
 		if err := jsonUnmarshal(m.Config, &base); err != nil {
 			return base, fmt.Errorf("%s: configuration: %w", resume, err)
 		}
+		saved = m
 		if m.Stages > 1 {
 			base.Split = m.Split // cut as the saved stages were
 		}
@@ -442,6 +444,11 @@ func resolveConfig(flags train.Config, set map[string]bool, resume string) (trai
 	for name, apply := range override {
 		if set[name] {
 			apply()
+		}
+	}
+	if saved != nil {
+		if err := base.CutAsSaved(resume, saved); err != nil {
+			return base, err
 		}
 	}
 	if err := base.Validate(); err != nil {

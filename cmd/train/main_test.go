@@ -91,6 +91,14 @@ func TestTrainCommand(t *testing.T) {
 	if want := "--optimizer sgd, but " + ckpt + " was trained with adadelta, whose state another optimizer cannot take up: resume with --optimizer adadelta, or start a new run from its weights with --init " + ckpt; err == nil || err.Error() != want {
 		t.Fatalf("resumed with another optimizer: error %v, want %q", err, want)
 	}
+
+	// Resumed as a pipeline: refused before anything is built, not with a
+	// split point count the user never gave (train.Config.CutAsSaved).
+	out.Reset()
+	err = run([]string{"--synthetic", "--resume", ckpt, "--epochs", "3", "--pipeline", "2"}, &out)
+	if want := "--pipeline 2, but " + ckpt + " was saved by a run without a pipeline: resume it without --pipeline"; err == nil || err.Error() != want {
+		t.Fatalf("resumed as a pipeline: error %v, want %q", err, want)
+	}
 }
 
 func TestTrainCommandErrors(t *testing.T) {
