@@ -293,7 +293,7 @@ func (c Config) CutAsSaved(path string, m *checkpoint.Meta) error {
 	case saved == 1 && stages > 1:
 		return fmt.Errorf("--pipeline %d, but %s was saved by a run without a pipeline: resume it without --pipeline", stages, path)
 	case stages != saved:
-		return fmt.Errorf("--pipeline %d, but %s was saved by a pipeline of %d stages, a file for each: resume it with --pipeline %d (infer --weights %s --merge OUT writes its weights as one file)", stages, path, saved, saved, path)
+		return fmt.Errorf("--pipeline %d, but %s was saved by a pipeline of %d stages, a file for each: resume it with --pipeline %d, or start a new run from its weights (infer --weights %s --merge OUT, then --init OUT)", stages, path, saved, saved, path)
 	}
 	switch savedChunks, chunks := max(m.Chunks, 1), c.chunks(); {
 	case savedChunks == chunks:

@@ -25,7 +25,7 @@ func TestCutAsSaved(t *testing.T) {
 		{"a pipeline on a single run's", single, Config{Pipeline: 2}, "--pipeline 2, but ck was saved by a run without a pipeline: resume it without --pipeline"},
 		{"same stages", twoStages, Config{Pipeline: 2}, ""},
 		{"same stages, another one-chunk schedule", twoStages, Config{Pipeline: 2, Schedule: "1f1b"}, ""},
-		{"more stages", twoStages, Config{Pipeline: 3}, "--pipeline 3, but ck was saved by a pipeline of 2 stages, a file for each: resume it with --pipeline 2"},
+		{"more stages", twoStages, Config{Pipeline: 3}, "--pipeline 3, but ck was saved by a pipeline of 2 stages, a file for each: resume it with --pipeline 2, or start a new run from its weights (infer --weights ck --merge OUT, then --init OUT)"},
 		{"no pipeline on stages", twoStages, Config{}, "--pipeline 1, but ck was saved by a pipeline of 2 stages"},
 		{"interleaved on one chunk", twoStages, Config{Pipeline: 2, Schedule: "interleaved"}, "--schedule interleaved, but ck was saved by a pipeline of one chunk per stage"},
 		{"same chunks", interleaved, Config{Pipeline: 2, Schedule: "interleaved", Chunks: 2}, ""},

@@ -133,12 +133,19 @@ func runWorker(scenario string) error {
 	}
 	be := cpu.New(1)
 	defer be.Close()
-	t, err := New(ctx, cfg, be, trainSet, testSet, WithGroup(g), ResumeFrom(resume))
+	init := os.Getenv("PIPE_INIT")
+	t, err := New(ctx, cfg, be, trainSet, testSet, WithGroup(g), ResumeFrom(resume), InitFrom(init))
 	if err != nil {
 		return err
 	}
 	defer t.Close()
 	noDropout(t)
+	if init != "" {
+		if err := sameAsFile(t.compute.layer(), init); err != nil {
+			return fmt.Errorf("rank %d: %w", g.Rank(), err)
+		}
+		fmt.Printf("INIT rank %d: %d tensors as the file's\n", g.Rank(), len(nn.StateTensors(t.compute.layer())))
+	}
 	if scenario == "pipe" {
 		fmt.Printf("START rank %d epoch %d step %d\n", g.Rank(), t.Epoch()+1, t.step)
 		if os.Getenv("PIPE_KILL") != "" {

@@ -3,6 +3,7 @@ package train
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/gorun/gorun/model/nn"
@@ -16,8 +17,11 @@ import (
 // strictly, as load_state_dict(strict=True); a tensor whose shape differs
 // from the model's keeps the model's values, named in the note returned —
 // what a PyTorch user does by deleting the classifier's entries before
-// loading a model trained on another number of classes.
-func loadInit(path string, net nn.Layer) (string, error) {
+// loading a model trained on another number of classes. stage says that
+// net is one pipeline stage's layers, which keep the whole model's names:
+// the file's tensors of the other stages are passed over, and this
+// stage's must all be there.
+func loadInit(path string, net nn.Layer, stage bool) (string, error) {
 	if err := checkpoint.RefuseState(path); err != nil {
 		return "", fmt.Errorf("initial weights: %w", err)
 	}
@@ -30,6 +34,21 @@ func loadInit(path string, net nn.Layer) (string, error) {
 		current[t.Name] = t
 	}
 	tensors := slices.Clone(f.Tensors)
+	if stage {
+		tensors = slices.DeleteFunc(tensors, func(t safetensors.Tensor) bool { _, ok := current[t.Name]; return !ok })
+		if len(tensors) < len(current) {
+			var missing, theirs []string
+			for _, c := range nn.StateTensors(net) {
+				if _, ok := f.Get(c.Name); !ok {
+					missing = append(missing, strconv.Quote(c.Name))
+				}
+			}
+			for _, t := range f.Tensors {
+				theirs = append(theirs, strconv.Quote(t.Name))
+			}
+			return "", fmt.Errorf("initial weights %s: the file lacks %d of this pipeline stage's %d tensors: %s (the file's: %s): weights of another model?", path, len(missing), len(current), someNames(missing), someNames(theirs))
+		}
+	}
 	var kept []string
 	for i, t := range tensors {
 		if c, ok := current[t.Name]; ok && c.F32 != nil && t.F32 != nil && !slices.Equal(t.Shape, c.Shape) {
@@ -50,6 +69,9 @@ func loadInit(path string, net nn.Layer) (string, error) {
 		return "", fmt.Errorf("initial weights %s: %w", path, err)
 	}
 	note := "Initial weights from " + path
+	if stage {
+		note += fmt.Sprintf(" (this stage's %d of its %d tensors)", len(tensors), len(f.Tensors))
+	}
 	if len(kept) > 0 {
 		note += "; left as initialized, their shapes differing: " + strings.Join(kept, ", ")
 	}

@@ -19,8 +19,9 @@ import (
 // TestInitFrom: a run started from a weights file has exactly those
 // weights before its first step, and says so; a tensor of another shape
 // (a classifier trained on another number of classes) keeps the model's
-// initial values and is named; a file of another model, a missing file
-// and a pipeline are refused; a run that resumes does not load it.
+// initial values and is named; a file of another model and a missing file
+// are refused; a run that resumes does not load it. (A pipeline's stages:
+// TestPipelineInitFrom.)
 func TestInitFrom(t *testing.T) {
 	train, test := synthetic(t, data.FormatMNIST, 64, 32)
 	cfg, _ := Defaults("mnist")
@@ -93,8 +94,6 @@ func TestInitFrom(t *testing.T) {
 	cifar, cifarTest := synthetic(t, data.FormatCIFAR10, 8, 8)
 	cc, _ := Defaults("cifarnet")
 	cc.Threads = 1
-	pipe := cfg
-	pipe.Pipeline = 2
 	for _, c := range []struct {
 		name         string
 		cfg          Config
@@ -104,7 +103,6 @@ func TestInitFrom(t *testing.T) {
 		{"another model's weights", cc, cifar, cifarTest, weights, "initial weights " + weights + ": state does not match the model"},
 		{"a missing file", cfg, train, test, filepath.Join(dir, "missing.pth"), "missing.pth"},
 		{"an infinite weight", cfg, train, test, infinite, "initial weights " + infinite + ": tensor \"fc1.bias\" holds -Inf at element 3: training would start from NaN or infinite outputs"},
-		{"a pipeline", pipe, train, test, weights, "not with --pipeline"},
 	} {
 		be := cpu.New(1)
 		tr, err := New(context.Background(), c.cfg, be, c.train, c.test, InitFrom(c.path))
@@ -141,4 +139,37 @@ func sameTensors(a, b []safetensors.Tensor) bool {
 	return slices.EqualFunc(a, b, func(x, y safetensors.Tensor) bool {
 		return x.Name == y.Name && slices.Equal(x.Shape, y.Shape) && slices.Equal(x.F32, y.F32) && slices.Equal(x.I64, y.I64)
 	})
+}
+
+// TestLoadInitStage: a pipeline stage takes the file's tensors of its own
+// layers and passes over the others; a file lacking some of its own is
+// refused, naming them and the file's.
+func TestLoadInitStage(t *testing.T) {
+	train, test := synthetic(t, data.FormatMNIST, 64, 32)
+	cfg, _ := Defaults("mnist")
+	cfg.Epochs, cfg.Threads = 1, 1
+	net := newTrainer(t, cfg, train, test).Model().Net
+	all := nn.StateTensors(net)
+	dir := t.TempDir()
+	write := func(name string, tensors []safetensors.Tensor) string {
+		path := filepath.Join(dir, name)
+		if err := safetensors.WriteFile(path, tensors, nil); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	other := all[0]
+	other.Name = "another_stage.weight"
+	more := write("more.safetensors", append(slices.Clone(all), other))
+	if note, err := loadInit(more, net, true); err != nil || !strings.HasSuffix(note, "(this stage's 8 of its 9 tensors)") {
+		t.Errorf("a file with another stage's tensor besides: note %q, error %v", note, err)
+	}
+	if _, err := loadInit(more, net, false); err == nil {
+		t.Error("a whole model took a file with a tensor it does not have")
+	}
+	fewer := write("fewer.safetensors", all[:4])
+	_, err := loadInit(fewer, net, true)
+	if want := `the file lacks 4 of this pipeline stage's 8 tensors: "fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias" (the file's: "conv1.weight"`; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("a file without some of the stage's tensors: %v; want an error containing %q", err, want)
+	}
 }

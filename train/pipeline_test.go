@@ -730,3 +730,52 @@ func TestNewPipelineBadSchedule(t *testing.T) {
 		}
 	}
 }
+
+// TestPipelineInitFrom: a pipeline started from a whole model's weights
+// file (--init) starts each stage from the file's tensors of its own
+// layers: between them, the stages take every tensor of the file.
+func TestPipelineInitFrom(t *testing.T) {
+	cfg, trainSet, testSet := ddpSetupModel("mnist", 1, 8, 2, 1)
+	cfg.Seed = 7 // other weights than the pipeline's own initialisation
+	donor := newTrainer(t, cfg, trainSet, testSet)
+	weights := filepath.Join(t.TempDir(), "donor.safetensors")
+	if err := nn.SaveFile(weights, donor.Model().Net, nil); err != nil {
+		t.Fatal(err)
+	}
+	res, log := runJob(t, 2, "pipe", "DDP_PER_RANK=8", "DDP_STEPS=2", "DDP_EPOCHS=1", "DDP_DATA_WORLD=1",
+		"DDP_OUT="+filepath.Join(t.TempDir(), "p.safetensors"), "PIPE_MICRO=2", "PIPE_BALANCE=params", "PIPE_INIT="+weights)
+	if res.Error() != nil {
+		t.Fatalf("%v\n%s", res.Error(), log)
+	}
+	total := 0
+	for r := range 2 {
+		var rank, n int
+		i := strings.Index(log, fmt.Sprintf("INIT rank %d: ", r))
+		if i < 0 {
+			t.Fatalf("rank %d did not check its stage's initial weights:\n%s", r, log)
+		}
+		if _, err := fmt.Sscanf(log[i:], "INIT rank %d: %d tensors", &rank, &n); err != nil || n == 0 {
+			t.Fatalf("rank %d: %v, %d tensors\n%s", r, err, n, log)
+		}
+		total += n
+	}
+	if want := len(nn.StateTensors(donor.Model().Net)); total != want {
+		t.Errorf("the stages took %d tensors between them, want the file's %d", total, want)
+	}
+}
+
+// sameAsFile reports whether every state tensor of net holds the values
+// of the weights file's tensor of its name.
+func sameAsFile(net nn.Layer, path string) error {
+	f, err := safetensors.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	for _, c := range nn.StateTensors(net) {
+		w, ok := f.Get(c.Name)
+		if !ok || !slices.Equal(w.F32, c.F32) || !slices.Equal(w.I64, c.I64) {
+			return fmt.Errorf("%s is not the file's", c.Name)
+		}
+	}
+	return nil
+}

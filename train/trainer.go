@@ -217,9 +217,6 @@ func New(ctx context.Context, cfg Config, be tensor.Backend, train, test *data.D
 		}
 	}()
 	replicas := s.group // the ranks that hold the same layers as this one
-	if cfg.Pipeline > 1 && s.init != "" {
-		return nil, fmt.Errorf("initial weights %s: not with --pipeline (a stage holds part of the model); train without it, or resume a pipeline run", s.init)
-	}
 	if cfg.Pipeline > 1 {
 		t.model = spec.Unbuilt()
 		stage, dg, err := newPipelineStage(ctx, s.group, cfg, be, spec, t.model)
@@ -270,7 +267,7 @@ func New(ctx context.Context, cfg Config, be tensor.Backend, train, test *data.D
 			t.notes = append(t.notes, "Initial weights "+s.init+" not loaded: the run resumes from its checkpoint")
 		}
 	case s.init != "":
-		note, err := loadInit(s.init, t.compute.layer())
+		note, err := loadInit(s.init, t.compute.layer(), cfg.Pipeline > 1)
 		if err != nil {
 			return nil, err
 		}
