@@ -8,11 +8,10 @@ import (
 	"strings"
 
 	"github.com/gorun/gorun/model/amp"
-	"github.com/gorun/gorun/train/checkpoint"
-
 	"github.com/gorun/gorun/model/nn"
 	"github.com/gorun/gorun/model/optim"
 	"github.com/gorun/gorun/model/tensor"
+	"github.com/gorun/gorun/train/checkpoint"
 )
 
 // Config is a training run's configuration; it is saved with checkpoints.
@@ -282,7 +281,6 @@ func newOptimizer(c Config, be tensor.Backend, params []nn.Var) (optim.Optimizer
 	return nil, fmt.Errorf("optimizer %q: want sgd, adam or adadelta", c.Optimizer)
 }
 
-// chunks is how many chunks of the model each pipeline stage holds.
 // CutAsSaved refuses c for resuming the checkpoint at path, whose
 // metadata m says how its run cut the model into pipeline stages, when c
 // cuts it otherwise: a pipeline's checkpoint is a file per stage, each
@@ -307,6 +305,7 @@ func (c Config) CutAsSaved(path string, m *checkpoint.Meta) error {
 	return nil
 }
 
+// chunks is how many chunks of the model each pipeline stage holds.
 func (c Config) chunks() int {
 	if c.Schedule != "interleaved" {
 		return 1
