@@ -461,22 +461,7 @@ func TestPipelineResume(t *testing.T) {
 					t.Fatalf("the resumed job did not start at epoch 2, step 3:\n%s", log)
 				}
 			}
-			for s := range 2 {
-				a, err := safetensors.ReadFile(StagePath(straight, s))
-				if err != nil {
-					t.Fatal(err)
-				}
-				b, err := safetensors.ReadFile(StagePath(split, s))
-				if err != nil {
-					t.Fatal(err)
-				}
-				for _, ta := range a.Tensors {
-					tb, ok := b.Get(ta.Name)
-					if !ok || !slices.Equal(ta.F32, tb.F32) || !slices.Equal(ta.I64, tb.I64) {
-						t.Fatalf("stage %d: %s differs between the straight and the resumed run", s, ta.Name)
-					}
-				}
-			}
+			sameStageFiles(t, straight, split, 2)
 		})
 	}
 }
@@ -778,4 +763,70 @@ func sameAsFile(net nn.Layer, path string) error {
 		}
 	}
 	return nil
+}
+
+// TestPipelineResumeAfterPartialSave: a job killed while its stages saved
+// — stage 0 had saved the end of epoch 2, stage 1 had not — resumes with
+// every stage at the newest point all of them saved (stage 0 from the
+// training state it kept from before, checkpoint.KeepPrevious) and ends
+// bit for bit where an uninterrupted job does.
+func TestPipelineResumeAfterPartialSave(t *testing.T) {
+	dir := t.TempDir()
+	straight, split := filepath.Join(dir, "a.safetensors"), filepath.Join(dir, "b.safetensors")
+	env := func(out string, extra ...string) []string {
+		return append([]string{"DDP_PER_RANK=8", "DDP_STEPS=3", "DDP_EPOCHS=2", "DDP_DATA_WORLD=1",
+			"DDP_OUT=" + out, "PIPE_MICRO=2", "PIPE_BALANCE=params"}, extra...)
+	}
+	for _, job := range [][]string{env(straight), env(split)} {
+		if res, log := runJob(t, 2, "pipe", job...); res.Error() != nil {
+			t.Fatalf("job %v: %v\n%s", job, res.Error(), log)
+		}
+	}
+	// Stage 1 "killed" before saving epoch 2: its latest training state
+	// is epoch 1's again; stage 0 holds epoch 2's and, before it, epoch 1's.
+	stage1 := StagePath(split, 1)
+	if err := os.Rename(checkpoint.PreviousTrainPath(stage1), checkpoint.TrainPath(stage1)); err != nil {
+		t.Fatal(err)
+	}
+	res, log := runJob(t, 2, "pipe", env(split, "PIPE_RESUME=1")...)
+	if res.Error() != nil {
+		t.Fatalf("the resumed job: %v\n%s", res.Error(), log)
+	}
+	if !strings.Contains(log, "START rank 0 epoch 2 step 3") || !strings.Contains(log, "START rank 1 epoch 2 step 3") {
+		t.Fatalf("the resumed job's stages did not both start at epoch 2, step 3:\n%s", log)
+	}
+	sameStageFiles(t, straight, split, 2)
+	// Stage 1's training state gone altogether: no point every stage
+	// holds, said by each rank, naming what each holds.
+	for _, f := range []string{checkpoint.TrainPath(stage1), checkpoint.PreviousTrainPath(stage1)} {
+		if err := os.Remove(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, log = runJob(t, 2, "pipe", env(split, "PIPE_RESUME=1")...)
+	if want := "the pipeline's stages hold no checkpoint of one point in training (rank 0: epoch 2 batch 0 (step 6); rank 1: none)"; res.Error() == nil || !strings.Contains(log, want) {
+		t.Fatalf("resumed without stage 1's state: %v, want a failure saying %q:\n%s", res.Error(), want, log)
+	}
+}
+
+// sameStageFiles fails t unless the stage files of the checkpoints at
+// straight and resumed hold the same tensors, bit for bit.
+func sameStageFiles(t *testing.T, straight, resumed string, stages int) {
+	t.Helper()
+	for s := range stages {
+		a, err := safetensors.ReadFile(StagePath(straight, s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := safetensors.ReadFile(StagePath(resumed, s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ta := range a.Tensors {
+			tb, ok := b.Get(ta.Name)
+			if !ok || !slices.Equal(ta.F32, tb.F32) || !slices.Equal(ta.I64, tb.I64) {
+				t.Fatalf("stage %d: %s differs between the straight and the resumed run", s, ta.Name)
+			}
+		}
+	}
 }

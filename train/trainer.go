@@ -260,7 +260,7 @@ func New(ctx context.Context, cfg Config, be tensor.Backend, train, test *data.D
 	}
 	switch {
 	case s.resume != "":
-		if err := t.resume(s.resume); err != nil {
+		if err := t.resume(ctx, s.group, s.resume); err != nil {
 			return nil, err
 		}
 		if s.init != "" {
@@ -956,7 +956,13 @@ func (t *Trainer) save(path string, sync []nn.Var) error {
 		return err
 	}
 	t.compute.stamp(&m)
-	return checkpoint.Save(t.compute.checkpointPath(path), t.compute.layer(), t.opt, m, sync...)
+	path = t.compute.checkpointPath(path)
+	if t.stage() != nil {
+		if err := checkpoint.KeepPrevious(path); err != nil {
+			return err
+		}
+	}
+	return checkpoint.Save(path, t.compute.layer(), t.opt, m, sync...)
 }
 
 // sameClasses refuses to resume the checkpoint at path, trained on
@@ -992,9 +998,16 @@ func classesDiffer(names []string, n int, d *data.Dataset, all bool, whose strin
 }
 
 // resume restores the run saved at path (see ResumeFrom).
-func (t *Trainer) resume(path string) error {
+func (t *Trainer) resume(ctx context.Context, g *comm.Group, path string) error {
 	path = t.compute.checkpointPath(path)
-	f, pre, err := checkpoint.ReadTrainState(path)
+	file := checkpoint.TrainPath(path)
+	if t.stage() != nil {
+		var err error
+		if file, err = t.agreedStageState(ctx, g, path); err != nil {
+			return err
+		}
+	}
+	f, pre, err := checkpoint.ReadStateFile(path, file)
 	if err != nil {
 		return err
 	}

@@ -162,8 +162,11 @@ func parseFlags(args []string) (train.Config, options, error) {
 			return cfg, o, fmt.Errorf("--resume auto resumes from --save's path: give --save PATH")
 		}
 		o.resume = ""
-		for _, p := range []string{o.save, train.StagePath(o.save, 0)} {
-			if _, err := os.Stat(checkpoint.TrainPath(p)); err == nil {
+		// (A pipeline's stage 0 killed while saving may hold only the
+		// training state it kept from before: checkpoint.KeepPrevious.)
+		stage0 := train.StagePath(o.save, 0)
+		for _, p := range []string{checkpoint.TrainPath(o.save), checkpoint.TrainPath(stage0), checkpoint.PreviousTrainPath(stage0)} {
+			if _, err := os.Stat(p); err == nil {
 				o.resume = o.save
 				break
 			}
@@ -397,8 +400,12 @@ func resolveConfig(flags train.Config, set map[string]bool, resume string) (trai
 		m, err := checkpoint.ReadTrainMeta(resume)
 		if err != nil {
 			// A pipeline run: its stages' files.
-			if sm, serr := checkpoint.ReadTrainMeta(train.StagePath(resume, 0)); serr == nil {
-				m, err = sm, nil
+			stage0 := train.StagePath(resume, 0)
+			for _, f := range []string{checkpoint.TrainPath(stage0), checkpoint.PreviousTrainPath(stage0)} {
+				if sm, serr := checkpoint.ReadStateMeta(stage0, f); serr == nil {
+					m, err = sm, nil
+					break
+				}
 			}
 		}
 		if err != nil {

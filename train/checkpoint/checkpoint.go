@@ -19,6 +19,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -248,11 +249,33 @@ func LoadWeights(path string, net nn.Layer) (*Meta, error) {
 // ReadTrainMeta returns the metadata of the training state saved with the
 // checkpoint at path, reading only the file's header.
 func ReadTrainMeta(path string) (*Meta, error) {
-	md, err := safetensors.ReadMetadata(TrainPath(path))
+	return ReadStateMeta(path, TrainPath(path))
+}
+
+// ReadStateMeta is ReadTrainMeta for the training state file file of the
+// checkpoint at path (TrainPath(path), or PreviousTrainPath(path)).
+func ReadStateMeta(path, file string) (*Meta, error) {
+	md, err := safetensors.ReadMetadata(file)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: cannot resume from %s: %w", path, err)
 	}
-	return parseMeta(&safetensors.File{Path: TrainPath(path), Metadata: md})
+	return parseMeta(&safetensors.File{Path: file, Metadata: md})
+}
+
+// PreviousTrainPath is where KeepPrevious keeps the training state saved
+// before the latest at path.
+func PreviousTrainPath(path string) string { return TrainPath(path) + ".prev" }
+
+// KeepPrevious moves the training state saved with the checkpoint at
+// path, if there is one, to PreviousTrainPath(path), before a new one is
+// saved there. A pipeline's stages save a file each: a job killed after
+// some stages saved a step and before the others did resumes from the
+// newest step that every stage holds, the latest file or the one before.
+func KeepPrevious(path string) error {
+	if err := os.Rename(TrainPath(path), PreviousTrainPath(path)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("checkpoint: keeping the previous training state of %s: %w", path, err)
+	}
+	return nil
 }
 
 // ReadTrainState reads the training state file of the checkpoint at path
@@ -260,7 +283,13 @@ func ReadTrainMeta(path string) (*Meta, error) {
 // SyncPrefix): one read of a file that holds the weights and the
 // optimizer's state.
 func ReadTrainState(path string) (*safetensors.File, *Meta, error) {
-	f, err := safetensors.ReadFile(TrainPath(path))
+	return ReadStateFile(path, TrainPath(path))
+}
+
+// ReadStateFile is ReadTrainState for the training state file file of the
+// checkpoint at path (TrainPath(path), or PreviousTrainPath(path)).
+func ReadStateFile(path, file string) (*safetensors.File, *Meta, error) {
+	f, err := safetensors.ReadFile(file)
 	if err != nil {
 		return nil, nil, fmt.Errorf("checkpoint: cannot resume from %s: %w", path, err)
 	}
