@@ -46,7 +46,8 @@ type compute interface {
 	// path lives.
 	checkpointPath(path string) string
 	// stamp records in m what this rank's part is; check refuses a
-	// checkpoint saved for another part.
+	// checkpoint saved for another part of a model cut as this run cuts
+	// it (Trainer.checkSaved).
 	stamp(m *checkpoint.Meta)
 	check(path string, m *checkpoint.Meta) error
 	// params counts the model's parameters (all stages').
@@ -365,12 +366,11 @@ func (s *pipelineStage) stamp(m *checkpoint.Meta) {
 	}
 }
 
+// check refuses another stage's file, or one cut at other layers (the
+// stage and chunk counts: Config.CutAsSaved).
 func (s *pipelineStage) check(path string, m *checkpoint.Meta) error {
-	if m.Stages != s.pipe.stages || m.Stage != s.pipe.stage {
-		return fmt.Errorf("checkpoint %s is stage %d of %d; this run has %d stages", path, m.Stage, m.Stages, s.pipe.stages)
-	}
-	if saved, now := max(m.Chunks, 1), len(s.pipe.chunks); saved != now {
-		return fmt.Errorf("checkpoint %s holds %d chunks of the model per stage; this run has %d (--schedule interleaved --chunks N)", path, saved, now)
+	if m.Stage != s.pipe.stage {
+		return fmt.Errorf("checkpoint %s is stage %d of %d; this rank runs stage %d", path, m.Stage, m.Stages, s.pipe.stage)
 	}
 	if !slices.Equal(m.Split, s.plan.Split) {
 		return fmt.Errorf("checkpoint %s was cut into stages at layers %v; this run cuts at %v (resume with the saved split: train --resume does)", path, m.Split, s.plan.Split)

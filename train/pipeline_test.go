@@ -669,14 +669,30 @@ func TestStageFilesRefused(t *testing.T) {
 }
 
 // TestResumeRefusesOtherChunks: a stage file saved with two interleaved
-// chunks per stage does not resume a run with one, nor the reverse.
+// chunks per stage does not resume a run with one, nor the reverse, nor
+// another stage's file.
 func TestResumeRefusesOtherChunks(t *testing.T) {
-	for _, c := range []struct{ saved, now int }{{2, 1}, {0, 2}, {3, 2}} {
-		s := &pipelineStage{pipe: &Pipeline{stage: 1, stages: 2, chunks: make([]*chunk, c.now)}, plan: &StagePlan{Split: []int{2, 4, 6}}}
-		err := s.check("x.stage1.safetensors", &checkpoint.Meta{Stage: 1, Stages: 2, Chunks: c.saved, Split: []int{2, 4, 6}})
-		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("holds %d chunks of the model per stage; this run has %d", max(c.saved, 1), c.now)) {
-			t.Errorf("saved with %d chunks, resumed with %d: %v", c.saved, c.now, err)
+	for _, c := range []struct {
+		saved, now int
+		want       string
+	}{
+		{2, 1, "--schedule gpipe, but x.stage1.safetensors was saved by an interleaved pipeline of 2 chunks per stage"},
+		{0, 2, "--schedule interleaved, but x.stage1.safetensors was saved by a pipeline of one chunk per stage"},
+		{3, 2, "--chunks 2, but x.stage1.safetensors was saved with 3 chunks per stage"},
+	} {
+		cfg := Config{Pipeline: 2}
+		if c.now > 1 {
+			cfg.Schedule, cfg.Chunks = "interleaved", c.now
 		}
+		tr := &Trainer{cfg: cfg, compute: &pipelineStage{pipe: &Pipeline{stage: 1, stages: 2, chunks: make([]*chunk, c.now)}, plan: &StagePlan{Split: []int{2, 4, 6}}}}
+		err := tr.checkSaved("x.stage1.safetensors", &checkpoint.Meta{Stage: 1, Stages: 2, Chunks: c.saved, Split: []int{2, 4, 6}})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("saved with %d chunks, resumed with %d: %v; want %q", c.saved, c.now, err, c.want)
+		}
+	}
+	tr := &Trainer{cfg: Config{Pipeline: 2}, compute: &pipelineStage{pipe: &Pipeline{stage: 1, stages: 2, chunks: make([]*chunk, 1)}, plan: &StagePlan{Split: []int{4}}}}
+	if err := tr.checkSaved("x.stage0.safetensors", &checkpoint.Meta{Stage: 0, Stages: 2, Split: []int{4}}); err == nil || !strings.Contains(err.Error(), "is stage 0 of 2; this rank runs stage 1") {
+		t.Errorf("stage 0's file resumed by stage 1: %v", err)
 	}
 }
 

@@ -25,7 +25,7 @@ func (p savedPoint) String() string {
 // stages saved, some of them a step on, so resumes with every stage at
 // one step. Every rank of g must call it.
 func (t *Trainer) agreedStageState(ctx context.Context, g *comm.Group, path string) (string, error) {
-	files := []string{checkpoint.TrainPath(path), checkpoint.PreviousTrainPath(path)}
+	files := checkpoint.StateFiles(path)
 	const per = 6 // two points a rank: its latest file's and the one before's
 	mine := []int64{-1, -1, -1, -1, -1, -1}
 	for i, f := range files {

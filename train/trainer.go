@@ -997,6 +997,16 @@ func classesDiffer(names []string, n int, d *data.Dataset, all bool, whose strin
 	return ""
 }
 
+// checkSaved refuses to resume this rank's part of a checkpoint, saved at
+// path with metadata m, when the run cuts the model otherwise (stages,
+// chunks) or this rank's part differs.
+func (t *Trainer) checkSaved(path string, m *checkpoint.Meta) error {
+	if err := t.cfg.CutAsSaved(path, m); err != nil {
+		return err
+	}
+	return t.compute.check(path, m)
+}
+
 // resume restores the run saved at path (see ResumeFrom).
 func (t *Trainer) resume(ctx context.Context, g *comm.Group, path string) error {
 	path = t.compute.checkpointPath(path)
@@ -1011,7 +1021,7 @@ func (t *Trainer) resume(ctx context.Context, g *comm.Group, path string) error 
 	if err != nil {
 		return err
 	}
-	if err := t.compute.check(path, pre); err != nil {
+	if err := t.checkSaved(path, pre); err != nil {
 		return err
 	}
 	if pre.Model != t.cfg.Model {

@@ -164,8 +164,7 @@ func parseFlags(args []string) (train.Config, options, error) {
 		o.resume = ""
 		// (A pipeline's stage 0 killed while saving may hold only the
 		// training state it kept from before: checkpoint.KeepPrevious.)
-		stage0 := train.StagePath(o.save, 0)
-		for _, p := range []string{checkpoint.TrainPath(o.save), checkpoint.TrainPath(stage0), checkpoint.PreviousTrainPath(stage0)} {
+		for _, p := range append([]string{checkpoint.TrainPath(o.save)}, checkpoint.StateFiles(train.StagePath(o.save, 0))...) {
 			if _, err := os.Stat(p); err == nil {
 				o.resume = o.save
 				break
@@ -401,7 +400,7 @@ func resolveConfig(flags train.Config, set map[string]bool, resume string) (trai
 		if err != nil {
 			// A pipeline run: its stages' files.
 			stage0 := train.StagePath(resume, 0)
-			for _, f := range []string{checkpoint.TrainPath(stage0), checkpoint.PreviousTrainPath(stage0)} {
+			for _, f := range checkpoint.StateFiles(stage0) {
 				if sm, serr := checkpoint.ReadStateMeta(stage0, f); serr == nil {
 					m, err = sm, nil
 					break

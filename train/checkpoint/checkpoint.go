@@ -266,6 +266,10 @@ func ReadStateMeta(path, file string) (*Meta, error) {
 // before the latest at path.
 func PreviousTrainPath(path string) string { return TrainPath(path) + ".prev" }
 
+// StateFiles are the training state files the checkpoint at path may
+// hold, the latest first: TrainPath(path) and PreviousTrainPath(path).
+func StateFiles(path string) []string { return []string{TrainPath(path), PreviousTrainPath(path)} }
+
 // KeepPrevious moves the training state saved with the checkpoint at
 // path, if there is one, to PreviousTrainPath(path), before a new one is
 // saved there. A pipeline's stages save a file each: a job killed after
