@@ -147,6 +147,9 @@ type Settings struct {
 	// left or aborted — so that the launcher reports that rank's failure
 	// as the job's cause even when this rank's exit is reaped first.
 	BlameFile string
+	// build names the gorun build this rank runs (buildIdentity, filled by
+	// Join); tests set it.
+	build string
 }
 
 // Defaults for Settings.

@@ -195,6 +195,9 @@ func Join(ctx context.Context, s Settings) (*Group, error) {
 	if err := s.validate(); err != nil {
 		return nil, fmt.Errorf("comm: %w", err)
 	}
+	if s.build == "" {
+		s.build = buildIdentity()
+	}
 	jctx, cancel := context.WithTimeout(ctx, s.JoinTimeout)
 	defer cancel()
 	ctl := newControls(&s)
@@ -641,14 +644,29 @@ func connect(ctx context.Context, s *Settings, control func(from int, msg []byte
 	if err != nil {
 		return nil, err
 	}
-	if err := store.Set(ctx, addrKey(s.Rank), []byte(ln.Addr().String())); err != nil {
+	// The job-wide settings first: a rank whose address is published has
+	// published them.
+	mine := encodeJobWide(jobWide(s))
+	if err := store.Set(ctx, jobKey(s.Rank), mine); err != nil {
 		ln.Close()
 		return nil, err
 	}
-	addrs, err := gatherAddrs(ctx, store, s, master)
+	rec := joinRecord{addr: ln.Addr().String(), digest: digestJobWide(mine), build: s.build}
+	if err := store.Set(ctx, addrKey(s.Rank), rec.encode()); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	recs, err := gatherAddrs(ctx, store, s, master)
+	if err == nil {
+		err = checkSameJob(ctx, store, recs, s.Rank, mine)
+	}
 	if err != nil {
 		ln.Close()
 		return nil, err
+	}
+	addrs := make([]string, len(recs))
+	for r, rec := range recs {
+		addrs[r] = rec.addr
 	}
 	// The data connections, then one last store round so that rank 0 keeps
 	// the store up until every rank is past the rendezvous.
@@ -753,9 +771,10 @@ func tcpConfig(s *Settings, control func(from int, msg []byte)) tcp.Config {
 func addrKey(r int) string { return "addr/" + strconv.Itoa(r) }
 func doneKey(r int) string { return "done/" + strconv.Itoa(r) }
 
-// gatherAddrs waits for every rank's data address. When the join deadline
+// gatherAddrs waits for every rank's join record (its data address, the
+// digest of its job-wide settings, its build). When the join deadline
 // passes it names the ranks that never published one.
-func gatherAddrs(ctx context.Context, store store, s *Settings, master string) ([]string, error) {
+func gatherAddrs(ctx context.Context, store store, s *Settings, master string) ([]joinRecord, error) {
 	// Keep a second of the join time to find out who is missing.
 	wctx := ctx
 	if d, ok := ctx.Deadline(); ok {
@@ -769,11 +788,11 @@ func gatherAddrs(ctx context.Context, store store, s *Settings, master string) (
 	}
 	vals, err := store.GetMany(wctx, keys)
 	if err == nil {
-		addrs := make([]string, s.Size)
+		recs := make([]joinRecord, s.Size)
 		for r, v := range vals {
-			addrs[r] = string(v)
+			recs[r] = decodeJoinRecord(v)
 		}
-		return addrs, nil
+		return recs, nil
 	}
 	if !errors.Is(err, rendezvous.ErrMissing) {
 		return nil, fmt.Errorf("rendezvous at %s: %w", master, err)

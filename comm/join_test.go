@@ -2,8 +2,10 @@ package comm_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -44,5 +46,67 @@ func TestSilentMasterBoundedByJoinTimeout(t *testing.T) {
 	}
 	if took > join+time.Second {
 		t.Errorf("the join took %v with GORUN_JOIN_TIMEOUT=%v: %v", took, join, err)
+	}
+}
+
+// TestJoinRefusesDifferentJobs: ranks that differ in a setting every rank
+// must share, or run different builds of gorun, all fail while joining,
+// each naming the settings (or builds), their values and the ranks holding
+// them. Before the check, a rank forced onto TCP left its local peers
+// waiting for its shared memory until the join's deadline, and ranks with
+// other chunks failed in their first call over frame sizes.
+func TestJoinRefusesDifferentJobs(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts map[int][]comm.Option // by rank
+		want string                // "": every rank joins
+	}{
+		{"chunk", map[int][]comm.Option{0: {comm.WithChunkBytes(8192)}, 2: {comm.WithChunkBytes(8192)}},
+			"the ranks' settings differ where every rank must share them: GORUN_CHUNK_BYTES is 8192 on ranks 0, 2 but unset on ranks 1, 3"},
+		{"transport", map[int][]comm.Option{3: {comm.WithTransport("tcp")}},
+			"GORUN_TRANSPORT is auto on ranks 0–2 but tcp on rank 3"},
+		{"three kinds", map[int][]comm.Option{1: {comm.WithBruckBytes(-1)}, 2: {comm.WithTransport("tcp"), comm.WithBruckBytes(-1)}, 3: {comm.WithTransport("tcp")}},
+			"GORUN_TRANSPORT is auto on ranks 0, 1 but tcp on ranks 2, 3; GORUN_BRUCK_BYTES is unset on ranks 0, 3 but -1 (never) on ranks 1, 2"},
+		{"builds", map[int][]comm.Option{0: {comm.WithBuild("v1.2.0")}, 1: {comm.WithBuild("v1.2.0")}, 2: {comm.WithBuild("v1.3.0")}},
+			"the ranks run different builds of gorun (v1.2.0 on ranks 0, 1, v1.3.0 on rank 2)"},
+		// A build without version information (rank 3) matches any.
+		{"same build", map[int][]comm.Option{0: {comm.WithBuild("v1.2.0")}, 1: {comm.WithBuild("v1.2.0")}, 2: {comm.WithBuild("v1.2.0")}}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const n = 4
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			port := l.Addr().(*net.TCPAddr).Port
+			l.Close()
+			errs := make([]error, n)
+			var wg sync.WaitGroup
+			for r := range n {
+				wg.Go(func() {
+					opts := append([]comm.Option{comm.WithRank(r, n), comm.WithMaster("127.0.0.1", port),
+						comm.WithToken("samejob"), comm.WithJoinTimeout(30 * time.Second)}, tc.opts[r]...)
+					g, err := comm.Init(context.Background(), opts...)
+					if err == nil {
+						// Every rank joined: one call shows they work together.
+						buf := []float32{1}
+						if err = g.AllReduce(context.Background(), buf, comm.Sum); err == nil && buf[0] != n {
+							err = fmt.Errorf("sum %v, want %d", buf[0], n)
+						}
+						g.Close()
+					}
+					errs[r] = err
+				})
+			}
+			wg.Wait()
+			for r, err := range errs {
+				switch {
+				case tc.want == "" && err != nil:
+					t.Errorf("rank %d: %v", r, err)
+				case tc.want != "" && (err == nil || !strings.Contains(err.Error(), fmt.Sprintf("rank %d of %d: ", r, n)) || !strings.Contains(err.Error(), tc.want)):
+					t.Errorf("rank %d: got %v, want an error saying %q", r, err, tc.want)
+				}
+			}
+		})
 	}
 }

@@ -408,6 +408,25 @@ func TestAbsentRankNamed(t *testing.T) {
 	}
 }
 
+// TestOtherSettingsNamed: a rank started with job-wide settings of its
+// own (rank 2 forced onto TCP, with another small-message size) makes
+// every rank fail while joining, naming the variables, their values and
+// the ranks; before, its local peers waited for its shared memory until
+// the join's deadline, then blamed it as possibly dead.
+func TestOtherSettingsNamed(t *testing.T) {
+	res, out := runJob(t, 3, "othersettings")
+	if res.Error() == nil {
+		t.Fatalf("the job succeeded:\n%s", out)
+	}
+	lines := commtest.RankLines(out)
+	for r := range 3 {
+		if !containsAll(strings.Join(lines[r], "\n"), "INIT-ERROR", fmt.Sprintf("rank %d of 3: the ranks' settings differ", r),
+			"GORUN_TRANSPORT is auto on ranks 0, 1 but tcp on rank 2; GORUN_SMALL_BYTES is unset on ranks 0, 1 but 65536 on rank 2") {
+			t.Errorf("rank %d does not name the settings that differ:\n%s", r, out)
+		}
+	}
+}
+
 func slicesContains(s []string, x string) bool {
 	for _, v := range s {
 		if v == x {

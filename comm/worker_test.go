@@ -50,6 +50,11 @@ func runWorker(scenario string) int {
 	if scenario == "othersize" && os.Getenv("RANK") == "2" {
 		os.Setenv("WORLD_SIZE", "4") // a rank started with another world size
 	}
+	if scenario == "othersettings" && os.Getenv("RANK") == "2" {
+		// As if set in one node's shell profile only.
+		os.Setenv("GORUN_TRANSPORT", "tcp")
+		os.Setenv("GORUN_SMALL_BYTES", "65536")
+	}
 	if scenario == "twice" && os.Getenv("RANK") == "2" {
 		os.Setenv("RANK", "1") // two processes given rank 1, none rank 2
 		os.Setenv("LOCAL_RANK", "1")

@@ -1,0 +1,270 @@
+package comm
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// What every rank of a job must share, checked while joining, before any
+// connection is made: the gorun build each rank runs, and the settings the
+// collectives' algorithms and transports are chosen by. Ranks that chose
+// differently for one call would exchange frames the other side does not
+// expect — the job then fails in its first calls with errors about
+// frames, or waits: a rank forced onto TCP left its local peers waiting
+// for its shared-memory segments until the join's deadline. A setting
+// given in the launcher's environment reaches every rank alike; one set
+// in a single node's shell profile, or a binary left from an older build
+// on one node's disk, does not.
+//
+// Each rank publishes its settings in the store (jobKey) and, beside its
+// data address (joinRecord), their digest and its build. Every rank
+// compares the digests and builds of all; where they differ it reads the
+// settings of rank 0 and of the first rank of each other kind, and every
+// rank fails with the same error, naming each setting, its values and the
+// ranks holding them.
+
+// jobSetting is one setting every rank must share: the environment
+// variable that sets it, and its value on this rank.
+type jobSetting struct{ env, value string }
+
+// jobWide lists s's settings that every rank must share, in a fixed
+// order. Settings a pair of ranks may hold differently without harm
+// (timeouts, spinning, compression and direct frames, which the
+// receiver reads from each frame, eager or lazy connections) are not in
+// it.
+func jobWide(s *Settings) []jobSetting {
+	size := func(n int) string {
+		switch n {
+		case 0:
+			return "unset"
+		case -1:
+			return "-1 (never)"
+		}
+		return strconv.Itoa(n)
+	}
+	orAuto := func(v string) string {
+		if v == "" {
+			return "auto"
+		}
+		return v
+	}
+	net := orAuto(s.NetMode)
+	if net == "set" {
+		net = s.Net.String()
+	}
+	return []jobSetting{
+		{"GORUN_TRANSPORT", orAuto(s.Transport)},
+		{"GORUN_ALGO", orAuto(s.Algo)},
+		{"GORUN_NET", net},
+		{"GORUN_SMALL_BYTES", size(s.SmallBytes)},
+		{"GORUN_CHUNK_BYTES", size(s.ChunkBytes)},
+		{"GORUN_ONESHOT_BYTES", size(s.OneShotBytes)},
+		{"GORUN_HALVING_BYTES", size(s.HalvingBytes)},
+		{"GORUN_BRUCK_BYTES", size(s.BruckBytes)},
+		{"GORUN_LINEAR_REDUCE_BYTES", size(s.LinearReduceBytes)},
+		{"GORUN_TREE_SCATTER_BYTES", size(s.TreeScatterBytes)},
+	}
+}
+
+// encodeJobWide writes settings as "ENV=value" lines.
+func encodeJobWide(settings []jobSetting) []byte {
+	var b strings.Builder
+	for _, js := range settings {
+		b.WriteString(js.env + "=" + js.value + "\n")
+	}
+	return []byte(b.String())
+}
+
+// decodeJobWide reads encodeJobWide's lines into a map.
+func decodeJobWide(b []byte) map[string]string {
+	m := map[string]string{}
+	for line := range strings.SplitSeq(strings.TrimSuffix(string(b), "\n"), "\n") {
+		if env, value, ok := strings.Cut(line, "="); ok {
+			m[env] = value
+		}
+	}
+	return m
+}
+
+// digestJobWide is a short digest of encoded settings.
+func digestJobWide(encoded []byte) string {
+	h := fnv.New64a()
+	h.Write(encoded)
+	return strconv.FormatUint(h.Sum64(), 16)
+}
+
+func jobKey(r int) string { return "job/" + strconv.Itoa(r) }
+
+// buildIdentity names the gorun code this program was built from: the
+// version the Go toolchain stamped on the gorun module (a release, or a
+// commit's pseudo-version ending in +dirty for a modified tree); "" when
+// the build carries none (built with -buildvcs=false or outside a
+// repository, or a test binary), which matches any build.
+func buildIdentity() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return ""
+	}
+	return gorunVersion(info)
+}
+
+// gorunVersion is the version info records for the gorun module, as the
+// main module or a dependency (its replacement's, if replaced); "" for
+// none or "(devel)".
+func gorunVersion(info *debug.BuildInfo) string {
+	const path = "github.com/gorun/gorun"
+	mod := &info.Main
+	if mod.Path != path {
+		i := slices.IndexFunc(info.Deps, func(m *debug.Module) bool { return m.Path == path })
+		if i < 0 {
+			return ""
+		}
+		mod = info.Deps[i]
+	}
+	if mod.Replace != nil {
+		mod = mod.Replace
+	}
+	if mod.Version == "(devel)" {
+		return ""
+	}
+	return mod.Version
+}
+
+// joinRecord is what a rank publishes beside its data address: the
+// digest of its job-wide settings and its build ("" when unknown). A
+// record of an older gorun holds the address alone (old).
+type joinRecord struct {
+	addr, digest, build string
+	old                 bool
+}
+
+func (j joinRecord) encode() []byte {
+	return []byte(j.addr + "\n" + j.digest + "\n" + j.build)
+}
+
+func decodeJoinRecord(b []byte) joinRecord {
+	parts := strings.SplitN(string(b), "\n", 3)
+	if len(parts) < 3 {
+		return joinRecord{addr: parts[0], old: true}
+	}
+	return joinRecord{addr: parts[0], digest: parts[1], build: parts[2]}
+}
+
+// checkSameJob fails unless every rank's record shows this rank's build
+// (where both are known) and its job-wide settings (mine, encoded). On a
+// difference it reads the settings it needs from the store, to name them.
+func checkSameJob(ctx context.Context, store store, recs []joinRecord, rank int, mine []byte) error {
+	builds := map[string][]int{}
+	var old []int
+	for r, rec := range recs {
+		switch {
+		case rec.old:
+			old = append(old, r)
+		case rec.build != "":
+			builds[rec.build] = append(builds[rec.build], r)
+		}
+	}
+	if len(old) > 0 {
+		return fmt.Errorf("%s an older gorun build than rank %d, one that publishes no settings when joining: every rank must run the same build of the program", ranks(old, "runs", "run"), rank)
+	}
+	if len(builds) > 1 {
+		return fmt.Errorf("the ranks run different builds of gorun (%s): every rank must run the same build of the program (a binary left on one node's disk?)", describeBuilds(builds))
+	}
+	byDigest := map[string][]int{}
+	for r, rec := range recs {
+		byDigest[rec.digest] = append(byDigest[rec.digest], r)
+	}
+	if len(byDigest) == 1 {
+		return nil
+	}
+	// The settings of the first rank of each kind, rank 0's first.
+	var firsts []int
+	for _, rs := range byDigest {
+		firsts = append(firsts, rs[0])
+	}
+	slices.Sort(firsts)
+	settings := make([]map[string]string, len(firsts))
+	for i, r := range firsts {
+		b := mine
+		if recs[r].digest != recs[rank].digest {
+			var err error
+			if b, err = store.Get(ctx, jobKey(r)); err != nil {
+				return fmt.Errorf("the ranks' settings differ (rank %d's and rank %d's), and reading rank %d's failed: %w", rank, r, r, err)
+			}
+		}
+		settings[i] = decodeJobWide(b)
+	}
+	var diffs []string
+	for _, js := range jobWide(&Settings{}) {
+		var held []valueHeld // by first rank: rank 0's value first
+		for i, r := range firsts {
+			v := settings[i][js.env]
+			k := slices.IndexFunc(held, func(h valueHeld) bool { return h.value == v })
+			if k < 0 {
+				held = append(held, valueHeld{value: v})
+				k = len(held) - 1
+			}
+			held[k].ranks = append(held[k].ranks, byDigest[recs[r].digest]...)
+		}
+		if len(held) > 1 {
+			parts := make([]string, len(held))
+			for k, h := range held {
+				slices.Sort(h.ranks)
+				parts[k] = h.value + " on " + rankSpan(h.ranks)
+			}
+			diffs = append(diffs, js.env+" is "+strings.Join(parts, " but "))
+		}
+	}
+	return fmt.Errorf("the ranks' settings differ where every rank must share them: %s (give every rank the same: set them in gorun's or srun's environment, which every rank inherits, or pass them with mpirun -x NAME)", strings.Join(diffs, "; "))
+}
+
+// valueHeld is a value and the ranks holding it.
+type valueHeld struct {
+	value string
+	ranks []int
+}
+
+// describeBuilds lists builds with the ranks running each, in the order
+// of their first ranks.
+func describeBuilds(builds map[string][]int) string {
+	var held []valueHeld
+	for b, rs := range builds {
+		held = append(held, valueHeld{b, rs})
+	}
+	slices.SortFunc(held, func(a, b valueHeld) int { return a.ranks[0] - b.ranks[0] })
+	parts := make([]string, len(held))
+	for i, h := range held {
+		parts[i] = h.value + " on " + rankSpan(h.ranks)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// rankSpan names ascending ranks, runs of three or more as ranges: "rank
+// 0", "ranks 1, 2", "ranks 1–3, 7".
+func rankSpan(rs []int) string {
+	var parts []string
+	for i := 0; i < len(rs); {
+		j := i
+		for j+1 < len(rs) && rs[j+1] == rs[j]+1 {
+			j++
+		}
+		switch {
+		case j-i >= 2:
+			parts = append(parts, fmt.Sprintf("%d–%d", rs[i], rs[j]))
+		default:
+			for k := i; k <= j; k++ {
+				parts = append(parts, strconv.Itoa(rs[k]))
+			}
+		}
+		i = j + 1
+	}
+	if len(rs) == 1 {
+		return "rank " + parts[0]
+	}
+	return "ranks " + strings.Join(parts, ", ")
+}
