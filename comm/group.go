@@ -646,12 +646,12 @@ func connect(ctx context.Context, s *Settings, control func(from int, msg []byte
 	}
 	// The job-wide settings first: a rank whose address is published has
 	// published them.
-	mine := encodeJobWide(jobWide(s))
+	mine := encodeSettings(jobWide(s))
 	if err := store.Set(ctx, jobKey(s.Rank), mine); err != nil {
 		ln.Close()
 		return nil, err
 	}
-	rec := joinRecord{addr: ln.Addr().String(), digest: digestJobWide(mine), build: s.build}
+	rec := joinRecord{addr: ln.Addr().String(), digest: strconv.FormatUint(digestSettings(mine), 16), build: s.build}
 	if err := store.Set(ctx, addrKey(s.Rank), rec.encode()); err != nil {
 		ln.Close()
 		return nil, err

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/comm"
+	"github.com/gorun/gorun/comm/commtest"
 )
 
 // TestSilentMasterBoundedByJoinTimeout: a listener at MASTER_ADDR that
@@ -68,45 +69,36 @@ func TestJoinRefusesDifferentJobs(t *testing.T) {
 		{"three kinds", map[int][]comm.Option{1: {comm.WithBruckBytes(-1)}, 2: {comm.WithTransport("tcp"), comm.WithBruckBytes(-1)}, 3: {comm.WithTransport("tcp")}},
 			"GORUN_TRANSPORT is auto on ranks 0, 1 but tcp on ranks 2, 3; GORUN_BRUCK_BYTES is unset on ranks 0, 3 but -1 (never) on ranks 1, 2"},
 		{"builds", map[int][]comm.Option{0: {comm.WithBuild("v1.2.0")}, 1: {comm.WithBuild("v1.2.0")}, 2: {comm.WithBuild("v1.3.0")}},
-			"the ranks run different builds of gorun (v1.2.0 on ranks 0, 1, v1.3.0 on rank 2)"},
+			"the ranks run different builds of gorun (v1.2.0 on ranks 0, 1 but v1.3.0 on rank 2)"},
 		// A build without version information (rank 3) matches any.
 		{"same build", map[int][]comm.Option{0: {comm.WithBuild("v1.2.0")}, 1: {comm.WithBuild("v1.2.0")}, 2: {comm.WithBuild("v1.2.0")}}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			const n = 4
-			l, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			port := l.Addr().(*net.TCPAddr).Port
-			l.Close()
-			errs := make([]error, n)
-			var wg sync.WaitGroup
-			for r := range n {
-				wg.Go(func() {
-					opts := append([]comm.Option{comm.WithRank(r, n), comm.WithMaster("127.0.0.1", port),
-						comm.WithToken("samejob"), comm.WithJoinTimeout(30 * time.Second)}, tc.opts[r]...)
-					g, err := comm.Init(context.Background(), opts...)
-					if err == nil {
-						// Every rank joined: one call shows they work together.
-						buf := []float32{1}
-						if err = g.AllReduce(context.Background(), buf, comm.Sum); err == nil && buf[0] != n {
-							err = fmt.Errorf("sum %v, want %d", buf[0], n)
-						}
-						g.Close()
-					}
-					errs[r] = err
-				})
-			}
-			wg.Wait()
+			gs, errs := commtest.Join(t, n, func(r int) []comm.Option { return tc.opts[r] })
+			commtest.WantErrors(t, errs, tc.want)
 			for r, err := range errs {
-				switch {
-				case tc.want == "" && err != nil:
-					t.Errorf("rank %d: %v", r, err)
-				case tc.want != "" && (err == nil || !strings.Contains(err.Error(), fmt.Sprintf("rank %d of %d: ", r, n)) || !strings.Contains(err.Error(), tc.want)):
-					t.Errorf("rank %d: got %v, want an error saying %q", r, err, tc.want)
+				if err != nil && !strings.Contains(err.Error(), fmt.Sprintf("rank %d of %d: ", r, n)) {
+					t.Errorf("rank %d's error does not name it: %v", r, err)
 				}
 			}
+			if tc.want == "" && !t.Failed() {
+				// Every rank joined: one call shows they work together.
+				commtest.EachRank(t, gs, func(g *comm.Group) error {
+					buf := []float32{1}
+					if err := g.AllReduce(context.Background(), buf, comm.Sum); err != nil || buf[0] != n {
+						return fmt.Errorf("sum %v, want %d: %v", buf[0], n, err)
+					}
+					return nil
+				})
+			}
+			var wg sync.WaitGroup
+			for _, g := range gs {
+				if g != nil {
+					wg.Go(func() { g.Close() })
+				}
+			}
+			wg.Wait()
 		})
 	}
 }

@@ -3,7 +3,6 @@ package comm
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -28,16 +27,12 @@ import (
 // rank fails with the same error, naming each setting, its values and the
 // ranks holding them.
 
-// jobSetting is one setting every rank must share: the environment
-// variable that sets it, and its value on this rank.
-type jobSetting struct{ env, value string }
-
 // jobWide lists s's settings that every rank must share, in a fixed
 // order. Settings a pair of ranks may hold differently without harm
 // (timeouts, spinning, compression and direct frames, which the
 // receiver reads from each frame, eager or lazy connections) are not in
 // it.
-func jobWide(s *Settings) []jobSetting {
+func jobWide(s *Settings) []Setting {
 	size := func(n int) string {
 		switch n {
 		case 0:
@@ -57,7 +52,7 @@ func jobWide(s *Settings) []jobSetting {
 	if net == "set" {
 		net = s.Net.String()
 	}
-	return []jobSetting{
+	return []Setting{
 		{"GORUN_TRANSPORT", orAuto(s.Transport)},
 		{"GORUN_ALGO", orAuto(s.Algo)},
 		{"GORUN_NET", net},
@@ -69,33 +64,6 @@ func jobWide(s *Settings) []jobSetting {
 		{"GORUN_LINEAR_REDUCE_BYTES", size(s.LinearReduceBytes)},
 		{"GORUN_TREE_SCATTER_BYTES", size(s.TreeScatterBytes)},
 	}
-}
-
-// encodeJobWide writes settings as "ENV=value" lines.
-func encodeJobWide(settings []jobSetting) []byte {
-	var b strings.Builder
-	for _, js := range settings {
-		b.WriteString(js.env + "=" + js.value + "\n")
-	}
-	return []byte(b.String())
-}
-
-// decodeJobWide reads encodeJobWide's lines into a map.
-func decodeJobWide(b []byte) map[string]string {
-	m := map[string]string{}
-	for line := range strings.SplitSeq(strings.TrimSuffix(string(b), "\n"), "\n") {
-		if env, value, ok := strings.Cut(line, "="); ok {
-			m[env] = value
-		}
-	}
-	return m
-}
-
-// digestJobWide is a short digest of encoded settings.
-func digestJobWide(encoded []byte) string {
-	h := fnv.New64a()
-	h.Write(encoded)
-	return strconv.FormatUint(h.Sum64(), 16)
 }
 
 func jobKey(r int) string { return "job/" + strconv.Itoa(r) }
@@ -176,95 +144,39 @@ func checkSameJob(ctx context.Context, store store, recs []joinRecord, rank int,
 		return fmt.Errorf("the ranks run different builds of gorun (%s): every rank must run the same build of the program (a binary left on one node's disk?)", describeBuilds(builds))
 	}
 	byDigest := map[string][]int{}
+	var order []string
 	for r, rec := range recs {
+		if _, ok := byDigest[rec.digest]; !ok {
+			order = append(order, rec.digest)
+		}
 		byDigest[rec.digest] = append(byDigest[rec.digest], r)
 	}
-	if len(byDigest) == 1 {
+	if len(order) == 1 {
 		return nil
 	}
 	// The settings of the first rank of each kind, rank 0's first.
-	var firsts []int
-	for _, rs := range byDigest {
-		firsts = append(firsts, rs[0])
-	}
-	slices.Sort(firsts)
-	settings := make([]map[string]string, len(firsts))
-	for i, r := range firsts {
+	kinds := make([]settingsKind, len(order))
+	for i, d := range order {
+		first := byDigest[d][0]
 		b := mine
-		if recs[r].digest != recs[rank].digest {
+		if d != recs[rank].digest {
 			var err error
-			if b, err = store.Get(ctx, jobKey(r)); err != nil {
-				return fmt.Errorf("the ranks' settings differ (rank %d's and rank %d's), and reading rank %d's failed: %w", rank, r, r, err)
+			if b, err = store.Get(ctx, jobKey(first)); err != nil {
+				return fmt.Errorf("the ranks' settings differ (rank %d's and rank %d's), and reading rank %d's failed: %w", rank, first, first, err)
 			}
 		}
-		settings[i] = decodeJobWide(b)
+		kinds[i] = settingsKind{ranks: byDigest[d], settings: decodeSettings(b)}
 	}
-	var diffs []string
-	for _, js := range jobWide(&Settings{}) {
-		var held []valueHeld // by first rank: rank 0's value first
-		for i, r := range firsts {
-			v := settings[i][js.env]
-			k := slices.IndexFunc(held, func(h valueHeld) bool { return h.value == v })
-			if k < 0 {
-				held = append(held, valueHeld{value: v})
-				k = len(held) - 1
-			}
-			held[k].ranks = append(held[k].ranks, byDigest[recs[r].digest]...)
-		}
-		if len(held) > 1 {
-			parts := make([]string, len(held))
-			for k, h := range held {
-				slices.Sort(h.ranks)
-				parts[k] = h.value + " on " + rankSpan(h.ranks)
-			}
-			diffs = append(diffs, js.env+" is "+strings.Join(parts, " but "))
-		}
-	}
-	return fmt.Errorf("the ranks' settings differ where every rank must share them: %s (give every rank the same: set them in gorun's or srun's environment, which every rank inherits, or pass them with mpirun -x NAME)", strings.Join(diffs, "; "))
-}
-
-// valueHeld is a value and the ranks holding it.
-type valueHeld struct {
-	value string
-	ranks []int
+	return fmt.Errorf("the ranks' settings differ where every rank must share them: %s (give every rank the same: set them in gorun's or srun's environment, which every rank inherits, or pass them with mpirun -x NAME)", describeDifferences(kinds))
 }
 
 // describeBuilds lists builds with the ranks running each, in the order
-// of their first ranks.
+// of their first ranks (describeHeld).
 func describeBuilds(builds map[string][]int) string {
 	var held []valueHeld
 	for b, rs := range builds {
 		held = append(held, valueHeld{b, rs})
 	}
 	slices.SortFunc(held, func(a, b valueHeld) int { return a.ranks[0] - b.ranks[0] })
-	parts := make([]string, len(held))
-	for i, h := range held {
-		parts[i] = h.value + " on " + rankSpan(h.ranks)
-	}
-	return strings.Join(parts, ", ")
-}
-
-// rankSpan names ascending ranks, runs of three or more as ranges: "rank
-// 0", "ranks 1, 2", "ranks 1–3, 7".
-func rankSpan(rs []int) string {
-	var parts []string
-	for i := 0; i < len(rs); {
-		j := i
-		for j+1 < len(rs) && rs[j+1] == rs[j]+1 {
-			j++
-		}
-		switch {
-		case j-i >= 2:
-			parts = append(parts, fmt.Sprintf("%d–%d", rs[i], rs[j]))
-		default:
-			for k := i; k <= j; k++ {
-				parts = append(parts, strconv.Itoa(rs[k]))
-			}
-		}
-		i = j + 1
-	}
-	if len(rs) == 1 {
-		return "rank " + parts[0]
-	}
-	return "ranks " + strings.Join(parts, ", ")
+	return describeHeld(held)
 }

@@ -2,6 +2,7 @@ package comm
 
 import (
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -45,7 +46,7 @@ func TestJobWideFollowsEnvironment(t *testing.T) {
 		"GORUN_HALVING_BYTES": "8192", "GORUN_BRUCK_BYTES": "8192",
 		"GORUN_LINEAR_REDUCE_BYTES": "8192", "GORUN_TREE_SCATTER_BYTES": "8192",
 	}
-	resolve := func(env map[string]string) []jobSetting {
+	resolve := func(env map[string]string) []Setting {
 		t.Helper()
 		env["RANK"], env["WORLD_SIZE"], env["MASTER_ADDR"] = "0", "2", "127.0.0.1"
 		s, err := ResolveSettings(func(k string) string { return env[k] })
@@ -59,22 +60,22 @@ func TestJobWideFollowsEnvironment(t *testing.T) {
 		t.Fatalf("jobWide lists %d settings, the test %d", len(base), len(values))
 	}
 	for i, js := range base {
-		v, ok := values[js.env]
+		v, ok := values[js.Name]
 		if !ok {
-			t.Fatalf("jobWide lists %s, which the test does not set", js.env)
+			t.Fatalf("jobWide lists %s, which the test does not set", js.Name)
 		}
-		got := resolve(map[string]string{js.env: v})
+		got := resolve(map[string]string{js.Name: v})
 		for k := range got {
-			if changed := got[k].value != base[k].value; changed != (k == i) {
-				t.Errorf("%s=%s: %s is %q (unset: %q)", js.env, v, got[k].env, got[k].value, base[k].value)
+			if changed := got[k].Value != base[k].Value; changed != (k == i) {
+				t.Errorf("%s=%s: %s is %q (unset: %q)", js.Name, v, got[k].Name, got[k].Value, base[k].Value)
 			}
 		}
 	}
 }
 
 func TestOlderRankRefused(t *testing.T) {
-	mine := encodeJobWide(jobWide(&Settings{}))
-	now := joinRecord{addr: "a:1", digest: digestJobWide(mine)}
+	mine := encodeSettings(jobWide(&Settings{}))
+	now := joinRecord{addr: "a:1", digest: strconv.FormatUint(digestSettings(mine), 16)}
 	recs := []joinRecord{now, decodeJoinRecord([]byte("b:2")), now}
 	err := checkSameJob(t.Context(), nil, recs, 0, mine)
 	if err == nil || !strings.Contains(err.Error(), "rank 1 runs an older gorun build than rank 0") {

@@ -210,6 +210,15 @@ func New(ctx context.Context, cfg Config, be tensor.Backend, train, test *data.D
 		}
 	}
 	spec.Input = []int{train.Shape[0], train.Shape[1], train.Shape[2]} // (a model of any size takes the data's)
+	if g := s.group; g != nil && g.Size() > 1 {
+		same, err := runSettings(cfg, train, test, s.resume)
+		if err == nil {
+			err = g.CheckSame(ctx, same)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w (start every rank with the same flags, data and checkpoint)", err)
+		}
+	}
 	t := &Trainer{cfg: cfg, be: be, train: train, test: test, sync: alone{}, job: s.group}
 	defer func() {
 		if err != nil {
@@ -612,6 +621,11 @@ func (t *Trainer) Run(ctx context.Context) error {
 	}
 	if t.SaveEvery > 0 && t.SavePath == "" {
 		return fmt.Errorf("train: saving every %d steps needs a path to save to", t.SaveEvery)
+	}
+	if g := t.job; g != nil && g.Size() > 1 {
+		if err := g.CheckSame(ctx, t.runSchedule()); err != nil {
+			return fmt.Errorf("%w (start every rank with the same flags)", err)
+		}
 	}
 	if t.SavePath != "" && t.sync.rank() == 0 && t.epoch < t.cfg.Epochs {
 		// Before an epoch is spent, not after it.

@@ -21,23 +21,7 @@ import (
 // are added to each rank's settings (say comm.WithTimeout).
 func Groups(t testing.TB, n int, opts ...comm.Option) []*comm.Group {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	gs := make([]*comm.Group, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Go(func() {
-			all := append([]comm.Option{comm.WithRank(r, n), comm.WithMaster("127.0.0.1", port),
-				comm.WithToken("commtest"), comm.WithJoinTimeout(20 * time.Second)}, opts...)
-			gs[r], errs[r] = comm.Init(context.Background(), all...)
-		})
-	}
-	wg.Wait()
+	gs, errs := Join(t, n, func(int) []comm.Option { return opts })
 	for r, err := range errs {
 		if err != nil {
 			t.Fatalf("rank %d: %v", r, err)
@@ -51,6 +35,45 @@ func Groups(t testing.TB, n int, opts ...comm.Option) []*comm.Group {
 		wg.Wait()
 	})
 	return gs
+}
+
+// Join joins n ranks of a job in this process over loopback, rank r with
+// the options opts(r) adds to the job's, and returns each rank's group,
+// or its error; the caller closes the groups.
+func Join(t testing.TB, n int, opts func(r int) []comm.Option) ([]*comm.Group, []error) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	gs := make([]*comm.Group, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Go(func() {
+			all := append([]comm.Option{comm.WithRank(r, n), comm.WithMaster("127.0.0.1", port),
+				comm.WithToken("commtest"), comm.WithJoinTimeout(20 * time.Second)}, opts(r)...)
+			gs[r], errs[r] = comm.Init(context.Background(), all...)
+		})
+	}
+	wg.Wait()
+	return gs, errs
+}
+
+// WantErrors fails the test unless every rank's error (errs, by rank)
+// says want, or, for want "", every rank succeeded.
+func WantErrors(t testing.TB, errs []error, want string) {
+	t.Helper()
+	for r, err := range errs {
+		switch {
+		case want == "" && err != nil:
+			t.Errorf("rank %d: %v", r, err)
+		case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
+			t.Errorf("rank %d: got %v, want an error saying %q", r, err, want)
+		}
+	}
 }
 
 // EachRank runs fn for every group at once and fails the test on the

@@ -1,0 +1,126 @@
+package train
+
+import (
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/gorun/gorun/comm"
+	"github.com/gorun/gorun/train/checkpoint"
+	"github.com/gorun/gorun/train/data"
+)
+
+// perRank are the configuration's fields (JSON names) each rank may set
+// alone: they change no result nor any call between ranks.
+var perRank = []string{"threads", "log_interval", "workers"}
+
+// runSettings lists what every rank of a distributed run must share,
+// for comm.Group.CheckSame: the configuration but for perRank, by flag
+// name; the data's size, image shape, classes and normalisation; and
+// where the run starts (resume: the checkpoint a whole model resumes
+// from, "" for none; a pipeline's stages agree on it when they read it).
+// A rank started with another flag, or reading another copy of the data
+// or of the checkpoint, would otherwise run another number of steps or
+// another model, and fail far into training on calls that do not match
+// — or, with another learning rate or seed, train on without a word.
+func runSettings(cfg Config, train, test *data.Dataset, resume string) ([]comm.Setting, error) {
+	raw, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, err
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil {
+		return nil, err
+	}
+	for _, k := range perRank {
+		delete(fields, k)
+	}
+	var settings []comm.Setting
+	for _, k := range slices.Sorted(func(yield func(string) bool) {
+		for k := range fields {
+			if !yield(k) {
+				return
+			}
+		}
+	}) {
+		v := string(fields[k])
+		var s string
+		if json.Unmarshal(fields[k], &s) == nil {
+			v = s
+		}
+		settings = append(settings, comm.Setting{Name: flagName(k), Value: v})
+	}
+	describe := func(d *data.Dataset) string {
+		if d == nil {
+			return "none"
+		}
+		return fmt.Sprintf("%d of %d×%d×%d", d.Len(), d.Shape[0], d.Shape[1], d.Shape[2])
+	}
+	settings = append(settings,
+		comm.Setting{Name: "training images", Value: describe(train)},
+		comm.Setting{Name: "test images", Value: describe(test)},
+		comm.Setting{Name: "classes", Value: classList(train.Classes)},
+		comm.Setting{Name: "normalisation", Value: fmt.Sprintf("mean %v, std %v", train.Mean, train.Std)})
+	if cfg.Pipeline <= 1 {
+		settings = append(settings, comm.Setting{Name: "start", Value: startPoint(resume)})
+	}
+	return settings, nil
+}
+
+// flagName is cmd/train's flag for a configuration field's JSON name.
+func flagName(field string) string {
+	if field == "sync_batch_norm" {
+		return "--sync-bn"
+	}
+	return "--" + strings.ReplaceAll(field, "_", "-")
+}
+
+// classList names classes briefly; a long list also by a digest of all
+// the names, so that lists differing past their first names differ.
+func classList(names []string) string {
+	s := fmt.Sprintf("%d (%s)", len(names), someNames(names))
+	if len(names) > 5 {
+		h := fnv.New64a()
+		for _, n := range names {
+			h.Write([]byte(n + "\n"))
+		}
+		s += fmt.Sprintf(" [names %016x]", h.Sum64())
+	}
+	return s
+}
+
+// startPoint says where a whole model's run starts: afresh, or the point
+// the checkpoint at resume holds (not its path: ranks on different hosts
+// may read copies of it at different paths).
+func startPoint(resume string) string {
+	if resume == "" {
+		return "afresh"
+	}
+	m, err := checkpoint.ReadTrainMeta(resume)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("a checkpoint unreadable there (%v)", err)
+	case m.Batch == 0:
+		return fmt.Sprintf("a checkpoint at epoch %d's start (step %d)", m.Epoch+1, m.Step)
+	}
+	return fmt.Sprintf("a checkpoint %d batches into epoch %d (step %d)", m.Batch, m.Epoch+1, m.Step)
+}
+
+// runSchedule lists what every rank of a distributed run must share of
+// the settings made after New, for comm.Group.CheckSame: whether and how
+// often checkpoints are saved (every rank takes part in a save) and what
+// a rank's failure does. The path may differ (each host's own disk).
+func (t *Trainer) runSchedule() []comm.Setting {
+	save := "unset"
+	if t.SavePath != "" {
+		save = "set"
+	}
+	onFailure := t.OnFailure
+	if onFailure == "" {
+		onFailure = OnFailureAbort
+	}
+	return []comm.Setting{{Name: "--save", Value: save}, {Name: "--save-every", Value: strconv.Itoa(t.SaveEvery)}, {Name: "--on-failure", Value: onFailure}}
+}
