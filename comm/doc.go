@@ -8,7 +8,12 @@
 // store at MASTER_ADDR:MASTER_PORT, every rank publishes its data address
 // there, and the ranks connect to each other over TCP, authenticated with
 // the job token: every pair while joining, or, past LazyAbove ranks
-// (Settings.Connect), each pair when it first exchanges data.
+// (Settings.Connect), each pair when it first exchanges data. Before
+// connecting, the ranks compare the gorun build each runs and the
+// settings the algorithms and transports are chosen by (GORUN_TRANSPORT,
+// GORUN_ALGO, GORUN_NET, the GORUN_*_BYTES sizes): where they differ,
+// every rank fails at once naming what differs and where. Group.CheckSame
+// does the same for a program's own settings.
 //
 // Failures are loud and fast. Every wait for a peer has a deadline. A rank that dies is
 // noticed at once by the ranks connected to it (with lazy connections,
