@@ -832,6 +832,7 @@ func whereMissing(store store, missing []int, size int) string {
 			otherSize[rank] = n
 		}
 	}
+	wrongToken := list(rendezvous.WrongTokenKey)
 	var reached, never []int
 	var parts []string
 	for _, r := range missing {
@@ -844,6 +845,8 @@ func whereMissing(store store, missing []int, size int) string {
 			reached = append(reached, r)
 		case refused:
 			parts = append(parts, fmt.Sprintf("rank %d reached the store announcing a job of %s ranks, where this job has %d (the world size, WORLD_SIZE, must be the same on every rank)", r, n, size))
+		case slices.Contains(wrongToken, strconv.Itoa(r)):
+			parts = append(parts, fmt.Sprintf("rank %d reached the store with another job token (GORUN_TOKEN must be the same on every rank: set on one node only?)", r))
 		default:
 			never = append(never, r)
 		}

@@ -361,8 +361,8 @@ func TestStrangerCannotJoin(t *testing.T) {
 }
 
 // TestAbsentRankNamed: rank 2 never calls Init, reaches the store and
-// says nothing more, is started with another world size, or is started as
-// a second rank 1; the others must fail at the join deadline with an
+// says nothing more, is started with another world size or another job
+// token, or is started as a second rank 1; the others must fail at the join deadline with an
 // error naming rank 2 and telling which of these it was, and the
 // misconfigured process at once, saying why.
 func TestAbsentRankNamed(t *testing.T) {
@@ -371,6 +371,8 @@ func TestAbsentRankNamed(t *testing.T) {
 		{"mute", "[2] reached it but published no address", ""},
 		{"othersize", "rank 2 reached the store announcing a job of 4 ranks, where this job has 3 (the world size, WORLD_SIZE, must be the same on every rank)",
 			"refused rank 2 of a job of 4 ranks: its job has another number of ranks (the world size, WORLD_SIZE, must be the same on every rank)"},
+		{"othertoken", "rank 2 reached the store with another job token (GORUN_TOKEN must be the same on every rank: set on one node only?)",
+			"authentication failed: the peer does not know this job's token (GORUN_TOKEN must be the same on every rank: set on one node only, or another job's store at this address?)"},
 		{"twice", "a second process tried to join as rank 1 and was turned away (the rank, or the node rank, given twice?); [2] never reached the store",
 			"refused rank 1: another process has joined as rank 1 (the rank, or the node rank, given twice?)"},
 	} {

@@ -50,6 +50,9 @@ func runWorker(scenario string) int {
 	if scenario == "othersize" && os.Getenv("RANK") == "2" {
 		os.Setenv("WORLD_SIZE", "4") // a rank started with another world size
 	}
+	if scenario == "othertoken" && os.Getenv("RANK") == "2" {
+		os.Setenv("GORUN_TOKEN", "another job's") // set on one node only
+	}
 	if scenario == "othersettings" && os.Getenv("RANK") == "2" {
 		// As if set in one node's shell profile only.
 		os.Setenv("GORUN_TRANSPORT", "tcp")

@@ -245,6 +245,11 @@ func acceptHandshake(conn net.Conn, token []byte, check func(Identity) error, de
 	}
 	theirs := make([]byte, macSize)
 	if _, err := io.ReadFull(conn, theirs); err != nil {
+		if errors.Is(err, io.EOF) && len(token) > 0 {
+			// DialHandshake checks this side's proof first and hangs up
+			// when it does not hold the same token.
+			return id, fmt.Errorf("handshake: the dialer left on reading this side's proof: %w", ErrAuth)
+		}
 		return id, fmt.Errorf("handshake: read proof: %w", err)
 	}
 	if len(token) > 0 && !hmac.Equal(theirs, proof(token, 'D', id, nonce, theirNonce)) {

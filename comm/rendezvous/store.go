@@ -153,11 +153,18 @@ func (s *Server) accept() {
 			}
 			id, err := tcp.AcceptHandshakeUnless(c, s.token, check, taken, 10*time.Second)
 			if err != nil {
-				if id.Purpose == tcp.PurposeStore && id.Size != int32(s.size) && id.From >= 0 && int(id.From) < s.size {
+				switch rank := id.Purpose == tcp.PurposeStore && id.From >= 0 && int(id.From) < s.size; {
+				case rank && id.Size != int32(s.size):
 					// Likely one of this job's ranks, started with
 					// another world size: for the join's report.
 					s.mu.Lock()
 					s.addToList(RefusedKey, fmt.Sprintf("%d:%d", id.From, id.Size))
+					s.mu.Unlock()
+				case rank && errors.Is(err, tcp.ErrAuth):
+					// Likely one of this job's ranks, given another
+					// token (GORUN_TOKEN set on one node only).
+					s.mu.Lock()
+					s.addToList(WrongTokenKey, strconv.Itoa(int(id.From)))
 					s.mu.Unlock()
 				}
 				return // a stranger: dropped
@@ -182,6 +189,9 @@ const (
 	// RefusedKey lists, as RANK:SIZE, the dialers that announced
 	// themselves as a rank of this job but of a job of SIZE ranks.
 	RefusedKey = "gorun/refused"
+	// WrongTokenKey lists the ranks of this job's size whose dialers did
+	// not prove the job's token.
+	WrongTokenKey = "gorun/wrong-token"
 )
 
 // addToList adds item to the comma-separated list under key, once. The
@@ -420,7 +430,7 @@ func Dial(ctx context.Context, addr string, token []byte, rank, size int) (*Clie
 			}
 			c.Close()
 			if errors.Is(err, tcp.ErrAuth) {
-				return nil, fmt.Errorf("rendezvous store at %s: %w", addr, err)
+				return nil, fmt.Errorf("rendezvous store at %s: %w (GORUN_TOKEN must be the same on every rank: set on one node only, or another job's store at this address?)", addr, err)
 			}
 			if errors.Is(err, tcp.ErrTaken) {
 				return nil, fmt.Errorf("rendezvous store at %s refused rank %d: another process has joined as rank %d (the rank, or the node rank, given twice?): %w", addr, rank, rank, err)
