@@ -177,6 +177,34 @@ func TestShareThroughStoreNamesTheSilent(t *testing.T) {
 	}
 }
 
+// TestShareThroughStoreWithoutStore: when the share times out and the
+// store no longer answers which ranks were missing, the error says so
+// instead of naming no rank ("ranks [] of this host").
+func TestShareThroughStoreWithoutStore(t *testing.T) {
+	_, err := shareThroughStore(t.Context(), goneStore{}, &Settings{Rank: 2, Size: 4})([]byte("segment of 2"), []int{0, 2, 3})
+	want := "the ranks of this host [0 2 3] did not all say where their segments are within the join's time, and the store stopped answering which (rank 0, which serves it, gone?)"
+	if err == nil || !strings.Contains(err.Error(), want) || !errors.Is(err, rendezvous.ErrMissing) {
+		t.Errorf("got %v, want %q", err, want)
+	}
+}
+
+// goneStore is a store whose keys never come and that then stops
+// answering.
+type goneStore struct{}
+
+func (goneStore) Set(context.Context, string, []byte) error { return nil }
+func (goneStore) Get(context.Context, string) ([]byte, error) {
+	return nil, errors.New("store connection closed")
+}
+func (goneStore) GetMany(context.Context, []string) ([][]byte, error) {
+	return nil, fmt.Errorf("waiting for keys: %w", rendezvous.ErrMissing)
+}
+func (goneStore) Has(context.Context, string) (bool, error) {
+	return false, errors.New("store connection closed")
+}
+func (goneStore) LocalAddr() net.Addr { return nil }
+func (goneStore) Close() error        { return nil }
+
 // serveStore serves a rendezvous store for size ranks on loopback until
 // the test ends, and returns its listener and token.
 func serveStore(t *testing.T, size int) (net.Listener, []byte) {

@@ -123,6 +123,11 @@ func shareThroughStore(ctx context.Context, store store, s *Settings) func(msg [
 			for _, i := range missingRanks(store, keys) {
 				missing = append(missing, with[i])
 			}
+			if len(missing) == 0 {
+				// The store did not answer which (rank 0, which
+				// serves it, stopped or failed meanwhile).
+				return nil, fmt.Errorf("the ranks of this host %v did not all say where their segments are within the join's time, and the store stopped answering which (rank 0, which serves it, gone?): %w", with, err)
+			}
 			return nil, fmt.Errorf("ranks %v of this host did not say where their segments are within the join's time (did they die?): %w", missing, err)
 		}
 		if err != nil {
