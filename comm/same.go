@@ -3,6 +3,7 @@ package comm
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"slices"
@@ -10,14 +11,18 @@ import (
 	"strings"
 )
 
+// ErrDiffer is what CheckSame's error wraps when the ranks' settings
+// differ (not when the comparison itself fails).
+var ErrDiffer = errors.New("the ranks differ where they must agree")
+
 // A Setting is a named value that every rank of a group must hold alike:
 // a flag, a data set's size, the point a run resumes from.
 type Setting struct{ Name, Value string }
 
 // CheckSame returns an error unless every rank of g passes the same
 // settings, naming each that differs, its values and the ranks holding
-// each: "--batch-size is 64 on ranks 0, 2 but 32 on rank 1". Every rank
-// returns the same error. PyTorch's DDP compares its parameters' shapes
+// each: "--batch-size is 64 on ranks 0, 2 but 32 on rank 1"; the error
+// wraps ErrDiffer. Every rank returns the same error. PyTorch's DDP compares its parameters' shapes
 // across ranks the same way before training; what a rank was started
 // with alone (one node's stale data, a flag left out of one command
 // line) is otherwise found, if ever, as calls that do not match. It is
@@ -62,7 +67,7 @@ func (g *Group) CheckSame(ctx context.Context, settings []Setting) error {
 	for i, d := range order {
 		list[i] = *kinds[d]
 	}
-	return fmt.Errorf("the ranks differ in settings they must share: %s", describeDifferences(list))
+	return fmt.Errorf("%w: %s", ErrDiffer, describeDifferences(list))
 }
 
 // encodeSettings encodes settings for another rank (decodeSettings).

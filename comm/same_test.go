@@ -29,7 +29,7 @@ func TestCheckSame(t *testing.T) {
 				s[1].Value = "59000"
 			}
 			return s
-		}, "the ranks differ in settings they must share: training images is 60000 on ranks 0, 1, 3 but 59000 on rank 2"},
+		}, "the ranks differ where they must agree: training images is 60000 on ranks 0, 1, 3 but 59000 on rank 2"},
 		{"three kinds, two settings", func(r int, s []comm.Setting) []comm.Setting {
 			switch r {
 			case 0:

@@ -1,14 +1,18 @@
 package train
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/fnv"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/gorun/gorun/comm"
+	"github.com/gorun/gorun/model/nn"
 	"github.com/gorun/gorun/train/checkpoint"
 	"github.com/gorun/gorun/train/data"
 )
@@ -123,4 +127,38 @@ func (t *Trainer) runSchedule() []comm.Setting {
 		onFailure = OnFailureAbort
 	}
 	return []comm.Setting{{Name: "--save", Value: save}, {Name: "--save-every", Value: strconv.Itoa(t.SaveEvery)}, {Name: "--on-failure", Value: onFailure}}
+}
+
+// checkReplicas fails unless every data-parallel replica holds the same
+// weights, bit for bit (when: "after epoch 3"). They start equal (rank
+// 0's, broadcast) and every step applies the same averaged gradient, so
+// weights that differ mean a replica computed wrongly — a memory or CPU
+// fault on its host, or replicas on different kinds of device whose
+// arithmetic rounds otherwise — and the run would go on averaging the
+// gradients of different models, and save one of them. It costs a pass
+// over the weights and an all-gather of eight bytes a rank; it runs at
+// each epoch's end and before each checkpoint written mid-epoch.
+func (t *Trainer) checkReplicas(ctx context.Context, when string) error {
+	dp, ok := t.sync.(*dataParallel)
+	if !ok || dp.g.Size() < 2 {
+		return nil
+	}
+	digest := fmt.Sprintf("%016x", weightsDigest(nn.Params(t.compute.layer())))
+	err := dp.g.CheckSame(ctx, []comm.Setting{{Name: "the weights' digest " + when, Value: digest}})
+	if errors.Is(err, comm.ErrDiffer) {
+		return fmt.Errorf("%w (the replicas' weights start equal and take the same averaged gradients: a memory or CPU fault on a host, or replicas on different kinds of device?)", err)
+	}
+	return err
+}
+
+// weightsDigest hashes the bits of every parameter's values (FNV-1a over
+// 32-bit words).
+func weightsDigest(params []nn.Var) uint64 {
+	h := uint64(14695981039346656037)
+	for _, p := range params {
+		for _, v := range p.Value.HostData() {
+			h = (h ^ uint64(math.Float32bits(v))) * 1099511628211
+		}
+	}
+	return h
 }

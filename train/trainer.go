@@ -737,6 +737,9 @@ func (t *Trainer) finishEpoch(ctx context.Context, epoch int, at *epochProgress,
 	if err := t.trainShard(ctx, epoch, at); err != nil {
 		return report.Epoch{}, 0, nil, err
 	}
+	if err := t.checkReplicas(ctx, fmt.Sprintf("after epoch %d", epoch)); err != nil {
+		return report.Epoch{}, 0, nil, fmt.Errorf("epoch %d: %w", epoch, err)
+	}
 	sync, err := t.epochSyncState(ctx, epoch)
 	if err != nil {
 		return report.Epoch{}, 0, nil, err
@@ -937,6 +940,9 @@ func (t *Trainer) meta() (checkpoint.Meta, error) {
 // samples so far are the replicas' mean, so that every rank resumes with
 // its share and the epoch's report comes out as an uninterrupted run's.
 func (t *Trainer) saveInEpoch(ctx context.Context, p epochProgress) error {
+	if err := t.checkReplicas(ctx, fmt.Sprintf("at step %d", t.step)); err != nil {
+		return err
+	}
 	sums := []float64{p.loss, float64(p.seen)}
 	if err := t.sync.sum(ctx, sums); err != nil {
 		return fmt.Errorf("combining the epoch's loss for the checkpoint: %w", err)
