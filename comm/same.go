@@ -22,12 +22,13 @@ type Setting struct{ Name, Value string }
 // CheckSame returns an error unless every rank of g passes the same
 // settings, naming each that differs, its values and the ranks holding
 // each: "--batch-size is 64 on ranks 0, 2 but 32 on rank 1"; the error
-// wraps ErrDiffer. Every rank returns the same error. PyTorch's DDP compares its parameters' shapes
-// across ranks the same way before training; what a rank was started
-// with alone (one node's stale data, a flag left out of one command
-// line) is otherwise found, if ever, as calls that do not match. It is
-// a collective: every rank of g must call it. When the settings agree
-// it costs one all-gather of eight bytes a rank.
+// wraps ErrDiffer, and every rank returns the same one. PyTorch's DDP
+// compares its parameters' shapes across ranks the same way before
+// training; what a rank was started with alone (one node's stale data, a
+// flag left out of one command line) is otherwise found, if ever, as
+// calls that do not match. It is a collective: every rank of g must call
+// it. When the settings agree it costs one all-gather of eight bytes a
+// rank.
 func (g *Group) CheckSame(ctx context.Context, settings []Setting) error {
 	mine := encodeSettings(settings)
 	digests := make([]uint64, g.Size())
@@ -79,8 +80,8 @@ func encodeSettings(settings []Setting) []byte {
 	return b
 }
 
-// decodeSettings reads encodeSettings' bytes; bytes that are not (from
-// a rank of another build) read as one setting saying so.
+// decodeSettings reads encodeSettings' bytes; bytes it cannot read (sent
+// by another build) read as one setting saying so.
 func decodeSettings(b []byte) []Setting {
 	var s []Setting
 	if err := json.Unmarshal(b, &s); err != nil {
@@ -104,8 +105,8 @@ type settingsKind struct {
 
 // describeDifferences names each setting whose value differs among
 // kinds (ordered by their first ranks), in the order the first kind
-// lists them: "NAME is V on ranks 0, 2 but W on rank 1" (describeHeld). A setting one
-// kind lacks is "not given" there.
+// lists them: "NAME is V on ranks 0, 2 but W on rank 1" (describeHeld).
+// A setting one kind lacks is "not given" there.
 func describeDifferences(kinds []settingsKind) string {
 	var names []string
 	values := make([]map[string]string, len(kinds))
