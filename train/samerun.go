@@ -144,9 +144,17 @@ func (t *Trainer) checkReplicas(ctx context.Context, when string) error {
 		return nil
 	}
 	digest := fmt.Sprintf("%016x", weightsDigest(nn.Params(t.compute.layer())))
-	err := dp.g.CheckSame(ctx, []comm.Setting{{Name: "the weights' digest " + when, Value: digest}})
+	return checkSame(ctx, dp.g, []comm.Setting{{Name: "the weights' digest " + when, Value: digest}},
+		"the replicas' weights start equal and take the same averaged gradients: a memory or CPU fault on a host, or replicas on different kinds of device?")
+}
+
+// checkSame is g.CheckSame with hint added to the error where the ranks
+// differ; an error of the comparison itself (a rank gone) is left as it
+// is.
+func checkSame(ctx context.Context, g *comm.Group, settings []comm.Setting, hint string) error {
+	err := g.CheckSame(ctx, settings)
 	if errors.Is(err, comm.ErrDiffer) {
-		return fmt.Errorf("%w (the replicas' weights start equal and take the same averaged gradients: a memory or CPU fault on a host, or replicas on different kinds of device?)", err)
+		return fmt.Errorf("%w (%s)", err, hint)
 	}
 	return err
 }

@@ -123,6 +123,26 @@ func TestRanksMustRunAlike(t *testing.T) {
 	}
 }
 
+// TestRankGoneBeforeTheCheck: a rank that leaves before the ranks compare
+// their settings is named as gone, without the advice meant for ranks
+// that differ.
+func TestRankGoneBeforeTheCheck(t *testing.T) {
+	gs := commtest.Groups(t, 2)
+	closed := make(chan error, 1)
+	go func() { closed <- gs[1].Close() }()
+	defer func() {
+		gs[0].Close() // rank 1's Close waits for it
+		<-closed
+	}()
+	cfg, train, test := ddpSetup(2, 4, 2, 1)
+	be := cpu.New(1)
+	defer be.Close()
+	_, err := New(context.Background(), cfg, be, train, test, WithGroup(gs[0]))
+	if err == nil || !strings.Contains(err.Error(), "rank 1 closed its group") || strings.Contains(err.Error(), "start every rank") {
+		t.Errorf("got %v, want rank 1 named as gone, without advice on settings", err)
+	}
+}
+
 // TestReplicasComeApart: a replica whose weights change outside training
 // (one bit of one weight flipped on rank 1, as a memory fault would) is
 // found at the epoch's end, or before a checkpoint written mid-epoch, on

@@ -213,10 +213,10 @@ func New(ctx context.Context, cfg Config, be tensor.Backend, train, test *data.D
 	if g := s.group; g != nil && g.Size() > 1 {
 		same, err := runSettings(cfg, train, test, s.resume)
 		if err == nil {
-			err = g.CheckSame(ctx, same)
+			err = checkSame(ctx, g, same, "start every rank with the same flags, data and checkpoint")
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%w (start every rank with the same flags, data and checkpoint)", err)
+			return nil, err
 		}
 	}
 	t := &Trainer{cfg: cfg, be: be, train: train, test: test, sync: alone{}, job: s.group}
@@ -623,8 +623,8 @@ func (t *Trainer) Run(ctx context.Context) error {
 		return fmt.Errorf("train: saving every %d steps needs a path to save to", t.SaveEvery)
 	}
 	if g := t.job; g != nil && g.Size() > 1 {
-		if err := g.CheckSame(ctx, t.runSchedule()); err != nil {
-			return fmt.Errorf("%w (start every rank with the same flags)", err)
+		if err := checkSame(ctx, g, t.runSchedule(), "start every rank with the same flags"); err != nil {
+			return err
 		}
 	}
 	if t.SavePath != "" && t.sync.rank() == 0 && t.epoch < t.cfg.Epochs {
