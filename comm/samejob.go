@@ -68,6 +68,14 @@ func jobWide(s *Settings) []Setting {
 
 func jobKey(r int) string { return "job/" + strconv.Itoa(r) }
 
+// Build names the gorun build this program was made from, as the ranks
+// of a job compare it while joining (every rank must run the same): the
+// version the Go toolchain stamped on the gorun module — a release, or a
+// commit's pseudo-version ending in +dirty for a modified tree — or ""
+// when the build carries none (built with -buildvcs=false or outside a
+// repository), which matches any build.
+func Build() string { return buildIdentity() }
+
 // buildIdentity names the gorun code this program was built from: the
 // version the Go toolchain stamped on the gorun module (a release, or a
 // commit's pseudo-version ending in +dirty for a modified tree); "" when

@@ -9,21 +9,31 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"runtime"
 	"slices"
 	"strings"
+
+	"github.com/gorun/gorun/comm"
 )
 
 // Parse parses args into fs. -h and -help print fs's usage (to its
-// output) and return flag.ErrHelp. A flag fs does not define is an
-// error that names it as typed, with up to three defined flags close to
-// it and a pointer to -h; other errors are the flag package's own. The
-// usage is printed only for -h.
+// output) and return flag.ErrHelp; so does -version (which Parse adds to
+// fs), printing the gorun build the command was made from (VersionLine)
+// instead. A flag fs does not define is an error that names it as typed,
+// with up to three defined flags close to it and a pointer to -h; other
+// errors are the flag package's own. The usage is printed only for -h.
 func Parse(fs *flag.FlagSet, args []string) error {
+	if fs.Lookup("version") == nil { // (a second Parse of fs finds it)
+		fs.Bool("version", false, "print the gorun build this command was made from (every rank of a job must run the same), and exit")
+	}
 	out := fs.Output()
 	fs.SetOutput(io.Discard)
 	err := fs.Parse(args)
 	fs.SetOutput(out)
 	switch {
+	case err == nil && fs.Lookup("version").Value.String() == "true":
+		fmt.Fprintln(out, VersionLine(fs.Name()))
+		return flag.ErrHelp
 	case err == nil:
 		return nil
 	case errors.Is(err, flag.ErrHelp):
@@ -43,6 +53,16 @@ func Parse(fs *flag.FlagSet, args []string) error {
 		msg += " (did you mean " + orList(near) + "?)"
 	}
 	return fmt.Errorf("%s; %q lists the flags", msg, fs.Name()+" -h")
+}
+
+// VersionLine is what -version prints for the command name: the gorun
+// build (comm.Build), the Go release and the platform.
+func VersionLine(name string) string {
+	b := comm.Build()
+	if b == "" {
+		b = "(a build without version information: go build in gorun's git checkout, without -buildvcs=false, stamps one)"
+	}
+	return fmt.Sprintf("%s %s %s %s/%s", name, b, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 }
 
 // ParseFlagsOnly is Parse for a command that takes flags and no other

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"flag"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -94,5 +95,24 @@ func TestEditDistance(t *testing.T) {
 		if got := editDistance(tc.a, tc.b); got != tc.want {
 			t.Errorf("editDistance(%q, %q) = %d, want %d", tc.a, tc.b, got, tc.want)
 		}
+	}
+}
+
+// TestVersion: -version prints the command's name, the gorun build (none
+// in a test binary), the Go release and the platform, and stops the
+// command as -h does; a flag set parsed again (infer's files among its
+// flags) keeps the flag.
+func TestVersion(t *testing.T) {
+	var out bytes.Buffer
+	fs := trainFlags(&out)
+	if err := Parse(fs, []string{"--epochs", "3"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := Parse(fs, []string{"-version"}); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("error %v, want flag.ErrHelp", err)
+	}
+	want := "train (a build without version information: go build in gorun's git checkout, without -buildvcs=false, stamps one) " + runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH + "\n"
+	if out.String() != want {
+		t.Errorf("printed %q, want %q", out.String(), want)
 	}
 }
