@@ -160,11 +160,15 @@ func checkSame(ctx context.Context, g *comm.Group, settings []comm.Setting, hint
 }
 
 // weightsDigest hashes the bits of every parameter's values (FNV-1a over
-// 32-bit words).
+// 32-bit words), reading host tensors in place.
 func weightsDigest(params []nn.Var) uint64 {
 	h := uint64(14695981039346656037)
 	for _, p := range params {
-		for _, v := range p.Value.HostData() {
+		values := p.Value.Data
+		if p.Value.Mem != nil { // on a device: copied out
+			values = p.Value.HostData()
+		}
+		for _, v := range values {
 			h = (h ^ uint64(math.Float32bits(v))) * 1099511628211
 		}
 	}
