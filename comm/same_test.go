@@ -2,6 +2,7 @@ package comm_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/gorun/gorun/comm"
@@ -63,4 +64,24 @@ func TestCheckSame(t *testing.T) {
 	}
 	// The group still works after a difference was found.
 	commtest.EachRank(t, gs, func(g *comm.Group) error { return g.Barrier(context.Background()) })
+
+	// In sub-groups each compares its own ranks, numbered as in it: the
+	// even ranks agree among themselves, the odd ones differ.
+	errs := make([]error, n)
+	commtest.EachRank(t, gs, func(g *comm.Group) error {
+		sub, err := g.Split(context.Background(), g.Rank()%2, g.Rank())
+		if err != nil {
+			return err
+		}
+		defer sub.Close()
+		s := base()
+		s[2].Value = fmt.Sprint(g.Rank() % 2)
+		if g.Rank() == 3 {
+			s[0].Value = "8"
+		}
+		errs[g.Rank()] = sub.CheckSame(context.Background(), s)
+		return nil
+	})
+	commtest.WantErrors(t, []error{errs[0], errs[2]}, "")
+	commtest.WantErrors(t, []error{errs[1], errs[3]}, "--batch-size is 64 on rank 0 but 8 on rank 1")
 }
