@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -17,9 +18,16 @@ import (
 	"github.com/gorun/gorun/train/data"
 )
 
-// perRank are the configuration's fields (JSON names) each rank may set
-// alone: they change no result nor any call between ranks.
-var perRank = []string{"threads", "log_interval", "workers"}
+// perRank reports whether a configuration field (its JSON name) is one
+// each rank may set alone: it changes no result nor any call between
+// ranks.
+func perRank(field string) bool {
+	switch field {
+	case "threads", "log_interval", "workers":
+		return true
+	}
+	return false
+}
 
 // runSettings lists what every rank of a distributed run must share,
 // for comm.Group.CheckSame: the configuration but for perRank, by flag
@@ -39,17 +47,11 @@ func runSettings(cfg Config, train, test *data.Dataset, resume string) ([]comm.S
 	if err := json.Unmarshal(raw, &fields); err != nil {
 		return nil, err
 	}
-	for _, k := range perRank {
-		delete(fields, k)
-	}
 	var settings []comm.Setting
-	for _, k := range slices.Sorted(func(yield func(string) bool) {
-		for k := range fields {
-			if !yield(k) {
-				return
-			}
+	for _, k := range slices.Sorted(maps.Keys(fields)) {
+		if perRank(k) {
+			continue
 		}
-	}) {
 		v := string(fields[k])
 		var s string
 		if json.Unmarshal(fields[k], &s) == nil {

@@ -41,8 +41,8 @@ func TestRunSettingsCoverConfig(t *testing.T) {
 		names[i] = s.Name
 	}
 	for k := range fields {
-		if compared := slices.Contains(names, flagName(k)); compared == slices.Contains(perRank, k) {
-			t.Errorf("field %s: compared %v, per-rank %v", k, compared, slices.Contains(perRank, k))
+		if compared := slices.Contains(names, flagName(k)); compared == perRank(k) {
+			t.Errorf("field %s: compared %v, per-rank %v", k, compared, perRank(k))
 		}
 	}
 	alone := cfg
