@@ -71,6 +71,21 @@ func ExampleGroup_AllReduce() {
 	// rank 2: [3 30]
 }
 
+// Ranks compare what they must hold alike before they rely on it; every
+// rank gets the same error, naming what differs and where.
+func ExampleGroup_CheckSame() {
+	err := inProcess(3, func(ctx context.Context, g *comm.Group) error {
+		lr := "0.1"
+		if g.Rank() == 2 {
+			lr = "0.5" // one node started with another flag
+		}
+		return g.CheckSame(ctx, []comm.Setting{{Name: "--lr", Value: lr}, {Name: "--epochs", Value: "3"}})
+	})
+	fmt.Println(err)
+	// Output:
+	// rank 0: the ranks differ where they must agree: --lr is 0.1 on ranks 0, 1 but 0.5 on rank 2
+}
+
 // The generic functions take any element type.
 func ExampleAllReduce() {
 	var got []int64
