@@ -106,13 +106,10 @@ func startPoint(resume string) string {
 		return "afresh"
 	}
 	m, err := checkpoint.ReadTrainMeta(resume)
-	switch {
-	case err != nil:
+	if err != nil {
 		return fmt.Sprintf("a checkpoint unreadable there (%v)", err)
-	case m.Batch == 0:
-		return fmt.Sprintf("a checkpoint at epoch %d's start (step %d)", m.Epoch+1, m.Step)
 	}
-	return fmt.Sprintf("a checkpoint %d batches into epoch %d (step %d)", m.Batch, m.Epoch+1, m.Step)
+	return "a checkpoint saved " + pointOf(m).String()
 }
 
 // runSchedule lists what every rank of a distributed run must share of

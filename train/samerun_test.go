@@ -90,7 +90,7 @@ func TestRanksMustRunAlike(t *testing.T) {
 			if r == 1 {
 				*opts = append(*opts, ResumeFrom(ckpt))
 			}
-		}, nil, "start is afresh on ranks 0, 2 but a checkpoint at epoch 2's start (step 2) on rank 1"},
+		}, nil, "start is afresh on ranks 0, 2 but a checkpoint saved after epoch 1 (step 2) on rank 1"},
 		{"saving", func(int, *Config, **data.Dataset, *[]Option) {}, func(r int, tr *Trainer) {
 			if r == 0 {
 				tr.SavePath, tr.SaveEvery = filepath.Join(dir, "new.safetensors"), 1

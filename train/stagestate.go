@@ -11,11 +11,22 @@ import (
 	"github.com/gorun/gorun/train/checkpoint"
 )
 
-// savedPoint is where in training a checkpoint was saved.
+// savedPoint is where in training a checkpoint was saved: after epoch
+// epochs and batch batches of the next (checkpoint.Meta's Epoch and
+// Batch), at optimizer step step.
 type savedPoint struct{ epoch, batch, step int64 }
 
+// pointOf is where m's checkpoint was saved.
+func pointOf(m *checkpoint.Meta) savedPoint {
+	return savedPoint{int64(m.Epoch), int64(m.Batch), m.Step}
+}
+
+// String says it as train's "Resumed from" line does.
 func (p savedPoint) String() string {
-	return fmt.Sprintf("epoch %d batch %d (step %d)", p.epoch, p.batch, p.step)
+	if p.batch == 0 {
+		return fmt.Sprintf("after epoch %d (step %d)", p.epoch, p.step)
+	}
+	return fmt.Sprintf("in epoch %d after batch %d (step %d)", p.epoch+1, p.batch, p.step)
 }
 
 // agreedStageState returns the training state file this pipeline stage
@@ -30,7 +41,8 @@ func (t *Trainer) agreedStageState(ctx context.Context, g *comm.Group, path stri
 	mine := []int64{-1, -1, -1, -1, -1, -1}
 	for i, f := range files {
 		if m, err := checkpoint.ReadStateMeta(path, f); err == nil {
-			mine[3*i], mine[3*i+1], mine[3*i+2] = int64(m.Epoch), int64(m.Batch), m.Step
+			p := pointOf(m)
+			mine[3*i], mine[3*i+1], mine[3*i+2] = p.epoch, p.batch, p.step
 		}
 	}
 	if g == nil || g.Size() == 1 {
