@@ -42,31 +42,19 @@ func (g *Group) CheckSame(ctx context.Context, settings []Setting) error {
 	if err := AllGather(ctx, g, []int64{int64(len(mine))}, lens); err != nil {
 		return fmt.Errorf("comparing settings across ranks: %w", err)
 	}
-	counts := make([]int, g.Size())
-	total := 0
+	counts, offs := make([]int, g.Size()), make([]int, g.Size()+1) // rank r's bytes: all[offs[r]:offs[r+1]]
 	for r, n := range lens {
-		counts[r] = int(n)
-		total += int(n)
+		counts[r], offs[r+1] = int(n), offs[r]+int(n)
 	}
-	all := make([]byte, total)
+	all := make([]byte, offs[g.Size()])
 	if err := AllGatherV(ctx, g, mine, all, counts); err != nil {
 		return fmt.Errorf("comparing settings across ranks: %w", err)
 	}
-	kinds := map[uint64]*settingsKind{}
-	var order []uint64
-	for r, d := range digests {
-		k, ok := kinds[d]
-		if !ok {
-			k = &settingsKind{settings: decodeSettings(all[:counts[r]])}
-			kinds[d] = k
-			order = append(order, d)
-		}
-		k.ranks = append(k.ranks, r)
-		all = all[counts[r]:]
-	}
+	order, byDigest := byFirstRank(digests)
 	list := make([]settingsKind, len(order))
 	for i, d := range order {
-		list[i] = *kinds[d]
+		first := byDigest[d][0]
+		list[i] = settingsKind{ranks: byDigest[d], settings: decodeSettings(all[offs[first]:offs[first+1]])}
 	}
 	return fmt.Errorf("%w: %s", ErrDiffer, describeDifferences(list))
 }
@@ -95,6 +83,20 @@ func digestSettings(encoded []byte) uint64 {
 	h := fnv.New64a()
 	h.Write(encoded)
 	return h.Sum64()
+}
+
+// byFirstRank groups ranks by their keys (keys[r] is rank r's): order
+// lists the keys by their first ranks, ranks holds each key's ranks,
+// ascending.
+func byFirstRank[K comparable](keys []K) (order []K, ranks map[K][]int) {
+	ranks = map[K][]int{}
+	for r, k := range keys {
+		if _, ok := ranks[k]; !ok {
+			order = append(order, k)
+		}
+		ranks[k] = append(ranks[k], r)
+	}
+	return order, ranks
 }
 
 // settingsKind is one set of settings and the ranks, ascending, holding it.

@@ -135,30 +135,26 @@ func decodeJoinRecord(b []byte) joinRecord {
 // (where both are known) and its job-wide settings (mine, encoded). On a
 // difference it reads the settings it needs from the store, to name them.
 func checkSameJob(ctx context.Context, store store, recs []joinRecord, rank int, mine []byte) error {
-	builds := map[string][]int{}
 	var old []int
+	builds, digests := make([]string, len(recs)), make([]string, len(recs))
 	for r, rec := range recs {
-		switch {
-		case rec.old:
+		if rec.old {
 			old = append(old, r)
-		case rec.build != "":
-			builds[rec.build] = append(builds[rec.build], r)
 		}
+		builds[r], digests[r] = rec.build, rec.digest
 	}
 	if len(old) > 0 {
 		return fmt.Errorf("%s an older gorun build than rank %d, one that publishes no settings when joining: every rank must run the same build of the program", ranks(old, "runs", "run"), rank)
 	}
-	if len(builds) > 1 {
-		return fmt.Errorf("the ranks run different builds of gorun (%s): every rank must run the same build of the program (a binary left on one node's disk?)", describeBuilds(builds))
-	}
-	byDigest := map[string][]int{}
-	var order []string
-	for r, rec := range recs {
-		if _, ok := byDigest[rec.digest]; !ok {
-			order = append(order, rec.digest)
+	order, held := byFirstRank(builds)
+	if order = slices.DeleteFunc(order, func(b string) bool { return b == "" }); len(order) > 1 { // (unknown: matches any)
+		known := make([]valueHeld, len(order))
+		for i, b := range order {
+			known[i] = valueHeld{b, held[b]}
 		}
-		byDigest[rec.digest] = append(byDigest[rec.digest], r)
+		return fmt.Errorf("the ranks run different builds of gorun (%s): every rank must run the same build of the program (a binary left on one node's disk?)", describeHeld(known))
 	}
+	order, byDigest := byFirstRank(digests)
 	if len(order) == 1 {
 		return nil
 	}
@@ -176,15 +172,4 @@ func checkSameJob(ctx context.Context, store store, recs []joinRecord, rank int,
 		kinds[i] = settingsKind{ranks: byDigest[d], settings: decodeSettings(b)}
 	}
 	return fmt.Errorf("the ranks' settings differ where every rank must share them: %s (give every rank the same: set them in gorun's or srun's environment, which every rank inherits, or pass them with mpirun -x NAME)", describeDifferences(kinds))
-}
-
-// describeBuilds lists builds with the ranks running each, in the order
-// of their first ranks (describeHeld).
-func describeBuilds(builds map[string][]int) string {
-	var held []valueHeld
-	for b, rs := range builds {
-		held = append(held, valueHeld{b, rs})
-	}
-	slices.SortFunc(held, func(a, b valueHeld) int { return a.ranks[0] - b.ranks[0] })
-	return describeHeld(held)
 }
