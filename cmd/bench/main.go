@@ -78,27 +78,81 @@ func main() {
 	os.Exit(cli.Status(os.Stderr, "bench", run(os.Args[1:], os.Stdout)))
 }
 
+// command is one of bench's commands.
+type command struct {
+	name     string
+	synopsis string // after "bench NAME"
+	about    string
+	run      func(args []string, stdout io.Writer) error
+}
+
+// commands lists bench's commands in the order its usage shows them.
+func commands() []command {
+	return []command{
+		{"collectives", "[-np 2,4] [-sizes 8B:64MB] [-ops all_reduce,...] [-variants default,tcp,...] [flags]",
+			"Times every collective at each world size, message size and variant in nccl-tests'\nlayout, Open MPI's (mpirun) in the same run.", collectives},
+		{"train", "[-np 1,2,4] [-model mnist|cifarnet] [flags]",
+			"Runs the same training work at each world size: run time, throughput, speed-up;\nPyTorch DDP over gloo in the same run.", trainScaling},
+		{"data", "-data DIR [-workers N] [-json] [flags]",
+			"Measures the image pipeline on an image folder or its shards: decoding,\ntorchvision's crops and flip, normalisation.", dataPipeline},
+		{"cluster", "[-hosts 3] [-np 2] [-rate 10gbit] [-delay 25us] [flags] -- PROGRAM [ARGS...]",
+			"Runs a gorun job across hosts simulated on this machine: network namespaces on a\nbridge, links shaped with tc (root).", cluster},
+		{"model", "[-ranks 8,16,...] [-sizes 1MB,25MB] [flags]",
+			"Prints the cost model's all-reduce times on clusters of up to 1024 ranks,\ncalibrated by gorun's own measurements.", costModel},
+	}
+}
+
+// usage is what bench -h prints.
+func usage(w io.Writer) {
+	fmt.Fprintf(w, "usage: bench COMMAND [flags]\n\ngorun's benchmark harness. Commands:\n\n")
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %s\n    \t%s\n", c.name, strings.ReplaceAll(c.about, "\n", "\n    \t"))
+	}
+	fmt.Fprintf(w, "\nbench COMMAND -h lists a command's flags.\n")
+}
+
+// flagSet is the flag set of bench's command name, its -h showing the
+// command's synopsis and what it does.
+func flagSet(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet("bench "+name, flag.ContinueOnError)
+	for _, c := range commands() {
+		if c.name == name {
+			cli.SetUsage(fs, "bench "+name+" "+c.synopsis, c.about)
+		}
+	}
+	return fs
+}
+
 func run(args []string, stdout io.Writer) error {
+	var names []string
+	for _, c := range commands() {
+		names = append(names, c.name)
+	}
 	if len(args) == 0 {
-		return fmt.Errorf("usage: bench collectives|train|data|cluster|model [flags] (bench <command> -h for the flags)")
+		return fmt.Errorf("no command: want %s (bench -h says what each does)", cli.OrList(names))
 	}
 	switch args[0] {
-	case "collectives":
-		return collectives(args[1:], stdout)
-	case "train":
-		return trainScaling(args[1:], stdout)
-	case "data":
-		return dataPipeline(args[1:], stdout)
-	case "cluster":
-		return cluster(args[1:], stdout)
-	case "model":
-		return costModel(args[1:], stdout)
+	case "-h", "-help", "--help", "help":
+		usage(stdout)
+		return flag.ErrHelp
+	case "-version", "--version":
+		fmt.Fprintln(stdout, cli.VersionLine("bench"))
+		return flag.ErrHelp
 	}
-	return fmt.Errorf("unknown command %q: want collectives, train, data, cluster or model", args[0])
+	for _, c := range commands() {
+		if c.name == args[0] {
+			return c.run(args[1:], stdout)
+		}
+	}
+	msg := fmt.Sprintf("unknown command %q", args[0])
+	if near := cli.Nearest(names, args[0]); len(near) > 0 {
+		msg += " (did you mean " + cli.OrList(near) + "?)"
+	}
+	return fmt.Errorf("%s: want %s (bench -h says what each does)", msg, cli.OrList(names))
 }
 
 func cluster(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("bench cluster", flag.ContinueOnError)
+	fs := flagSet("cluster")
 	hosts := fs.Int("hosts", 3, "hosts (network namespaces)")
 	np := fs.Int("np", 2, "ranks per host")
 	rate := fs.String("rate", "", "each host's link rate, as tc writes it (10gbit, 1gbit, 100mbit; default: unshaped)")
@@ -186,7 +240,7 @@ func cluster(args []string, stdout io.Writer) error {
 
 func costModel(args []string, stdout io.Writer) error {
 	c := bench.DefaultCalibration()
-	fs := flag.NewFlagSet("bench model", flag.ContinueOnError)
+	fs := flagSet("model")
 	ranks := fs.String("ranks", "8,16,32,64,128,256,512,1024", "rank counts")
 	sizes := fs.String("sizes", "1MB,25MB", "all-reduce sizes (DDP's buckets: 1 MiB first, 25 MiB after)")
 	perNode := fs.Int("per-node", 8, "ranks per host")
@@ -231,7 +285,7 @@ func costModel(args []string, stdout io.Writer) error {
 }
 
 func dataPipeline(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("bench data", flag.ContinueOnError)
+	fs := flagSet("data")
 	dir := fs.String("data", "", "an image folder (DIR/train/CLASS/IMAGE, DIR/val/CLASS/IMAGE) or shards packed from one (shard)")
 	workers := fs.Int("workers", 1, "decoding goroutines")
 	images := fs.Int("images", 2048, "images to time (the training images in a random order, repeated if fewer)")
@@ -284,7 +338,7 @@ func parseInts(s string) ([]int, error) {
 }
 
 func collectives(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("bench collectives", flag.ContinueOnError)
+	fs := flagSet("collectives")
 	nps := fs.String("np", "2,4", "world sizes")
 	sizes := fs.String("sizes", "8B:64MB", "message sizes: FIRST:LAST doubling, or a list")
 	ops := fs.String("ops", strings.Join(bench.Ops, ","), "collectives")
@@ -491,7 +545,7 @@ var epochLine = regexp.MustCompile(`(?m)^Epoch 1: train loss [0-9.]+, ([0-9.]+) 
 // size, one thread per rank, for gorun (each transport asked for) and
 // PyTorch DDP over gloo.
 func trainScaling(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("bench train", flag.ContinueOnError)
+	fs := flagSet("train")
 	nps := fs.String("np", "1,2,4", "world sizes")
 	model := fs.String("model", "mnist", "model: mnist (on Fashion-MNIST) or cifarnet (generated data)")
 	samples := fs.Int("samples", 0, "training images (default: mnist 12800, cifarnet 2560)")

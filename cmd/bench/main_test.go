@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -500,5 +501,42 @@ func TestCollectivesInterrupted(t *testing.T) {
 			names = append(names, e.Name())
 		}
 		t.Errorf("left behind in $TMPDIR: %v", names)
+	}
+}
+
+// TestUsage: bench -h lists every command with what it does; a command
+// mistyped or missing is named, with the commands; a command's -h shows
+// its own usage line.
+func TestUsage(t *testing.T) {
+	for _, help := range []string{"-h", "--help", "help"} {
+		var out bytes.Buffer
+		if err := run([]string{help}, &out); !errors.Is(err, flag.ErrHelp) {
+			t.Fatalf("bench %s: error %v, want flag.ErrHelp", help, err)
+		}
+		for _, c := range commands() {
+			if !strings.Contains(out.String(), "\n  "+c.name+"\n") || !strings.Contains(out.String(), strings.Split(c.about, "\n")[0]) {
+				t.Errorf("bench %s does not list %s with what it does:\n%s", help, c.name, out.String())
+			}
+		}
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "no command: want collectives, train, data, cluster or model (bench -h says what each does)"},
+		{[]string{"colectives", "-np", "2"}, `unknown command "colectives" (did you mean collectives?): want collectives, train`},
+		{[]string{"all_reduce"}, `unknown command "all_reduce": want collectives`},
+	} {
+		var out bytes.Buffer
+		if err := run(c.args, &out); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("bench %q: error %v, want %q", c.args, err, c.want)
+		}
+	}
+	fs := flagSet("data")
+	var out bytes.Buffer
+	fs.SetOutput(&out)
+	fs.Usage()
+	if !strings.HasPrefix(out.String(), "usage: bench data -data DIR") {
+		t.Errorf("bench data -h begins %q", out.String()[:min(60, out.Len())])
 	}
 }

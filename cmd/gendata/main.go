@@ -35,6 +35,11 @@ func run(args []string, stdout io.Writer) error {
 	nTrain := fs.Int("train", 10000, "training images")
 	nTest := fs.Int("test", 2000, "test images")
 	seed := fs.Uint64("seed", 1, "random seed (the test split uses seed+1)")
+	cli.SetUsage(fs, "gendata --out DIR [flags]",
+		"Writes a dataset of learnable class patterns in a real dataset's file format, for\ndemos and tests where the real one cannot be downloaded; train reads it with --data.",
+		"gendata --format cifar10 --out data/cifar-10-batches-bin",
+		"gendata --format mnist --out /tmp/digits",
+		"gendata --format imagefolder --size 96x72 --out /tmp/photos   # train/CLASS/*.jpg, val/CLASS/*.jpg")
 	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}

@@ -50,10 +50,11 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	maxRestarts := fs.Int("max-restarts", 0, "when a rank fails, stop the job and start every rank again (fresh token and port; ranks see GORUN_RESTART=n), up to this many times (as torchrun --max-restarts; train --resume auto continues from the last checkpoint)")
 	noStatus := fs.Bool("no-status", false, "do not keep rank 0's progress bar at the bottom of the terminal (shown only when gorun's output is a terminal: rank 0 writes it to GORUN_STATUS_FD, as train does with --progress auto)")
 	onFailure := fs.String("on-failure", "", "what the job does when a rank fails: abort (stop every rank), restart (as -max-restarts, 3 unless given), or shrink (the others go on without it: train --on-failure shrink; gorun exits 0 when they finish well); the ranks see GORUN_ON_FAILURE (default abort, restart with -max-restarts)")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: gorun [flags] PROGRAM [ARGS...]\n\nStarts PROGRAM as -np ranks on this machine.\n\nflags:\n")
-		fs.PrintDefaults()
-	}
+	cli.SetUsage(fs, "gorun [flags] PROGRAM [ARGS...]",
+		"Starts PROGRAM as -np ranks on this machine (with -nnodes, one machine's share of a\njob across several), gives them the job's rendezvous in GORUN_* variables, labels\ntheir output, and stops the job when a rank fails, naming it.",
+		"gorun -np 4 bin/train",
+		"GORUN_TOKEN=$SECRET gorun -np 4 -nnodes 2 -node-rank 0 -master 10.0.0.1:29500 bin/train   # on 10.0.0.1; -node-rank 1 on the other",
+		"gorun -np 4 -max-restarts 3 bin/train --save run.safetensors --resume auto")
 	if err := cli.Parse(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0

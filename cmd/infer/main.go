@@ -42,6 +42,11 @@ func run(args []string, stdout io.Writer) error {
 	batch := fs.Int("batch-size", 128, "evaluation batch size")
 	merge := fs.String("merge", "", "write the loaded model (e.g. a pipeline run's stage files) as one weights file here and exit")
 	asJSON := fs.Bool("json", false, `print one JSON object per image: {"file": ..., "top": [{"class": index, "name": ..., "prob": ...}, ...]}`)
+	cli.SetUsage(fs, "infer --weights FILE [flags] [IMAGE...]",
+		"Classifies images with trained weights, or evaluates them on a dataset's test split\n(--data). The model, class names and normalisation come from the checkpoint; plain\nweights (a safetensors file or torch.save's state dict) need --model.",
+		"infer --weights net.safetensors shoe.png bag.jpg",
+		"infer --weights net.safetensors --data /usr/share/datasets/fashion-mnist",
+		"infer --weights run.safetensors --merge whole.safetensors   # a pipeline's stage files as one")
 	files, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err

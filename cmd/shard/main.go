@@ -33,6 +33,9 @@ func run(args []string, stdout io.Writer) error {
 	samples := fs.Int("samples", 1000, "samples per shard (the last of each split may have fewer); a job needs at least as many training shards as ranks")
 	resize := fs.Int("resize", 0, "scale images whose shorter side is longer down to this size and store them as JPEG (quality 90); 0 keeps the files as they are")
 	seed := fs.Uint64("seed", 1, "the shuffle of the training samples")
+	cli.SetUsage(fs, "shard --data DIR --out DIR [flags]",
+		"Packs an image folder (DIR/train/CLASS/IMAGE, DIR/val/CLASS/IMAGE) into WebDataset-style\ntar shards, which train --data streams: each rank its own shards, in large sequential reads.",
+		"shard --data photos --out photos-shards --samples 1000 --resize 256")
 	if err := cli.ParseFlagsOnly(fs, args); err != nil {
 		return err
 	}

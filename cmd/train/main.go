@@ -138,6 +138,13 @@ func parseFlags(args []string) (train.Config, options, error) {
 	fs.StringVar(&cfg.GradCompression, "grad-compression", "none", "in a distributed run, gradients travel as none (float32), bf16 or fp16 (averaged in float32 and rounded once; half the bytes), or powersgd:R[:START] (rank-R PowerSGD with error feedback from step START, default 0), as PyTorch's communication hooks")
 	fs.BoolVar(&cfg.SyncBatchNorm, "sync-bn", false, "in a distributed run, batch norm uses the statistics of the whole batch across ranks (SyncBatchNorm)")
 	fs.BoolVar(&o.verbose, "verbose", false, "in a distributed run, every rank prints its progress (default: rank 0 only)")
+	cli.SetUsage(fs, "train [flags]",
+		"Trains a workshop CNN on one process, or data-parallel when started as several ranks\n(gorun -np N train, srun, torchrun's or mpirun's variables): every rank a shard of\neach epoch, gradients averaged across ranks; rank 0 prints and saves.",
+		"train                                      # the MNIST net on Fashion-MNIST, 3 epochs",
+		"gorun -np 2 train                          # the same on two ranks",
+		"train --model cifarnet --data DIR          # CIFAR-10 binary batches",
+		"train --model resnet50 --data DIR          # an image folder (DIR/train/CLASS/*.jpg) or its shards",
+		"train --save net.safetensors --resume auto # checkpoint each epoch; continue from the last one")
 	if err := cli.ParseFlagsOnly(fs, args); err != nil {
 		return cfg, o, err
 	}

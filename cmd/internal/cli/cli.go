@@ -50,9 +50,29 @@ func Parse(fs *flag.FlagSet, args []string) error {
 		for i := range near {
 			near[i] = dashes + near[i]
 		}
-		msg += " (did you mean " + orList(near) + "?)"
+		msg += " (did you mean " + OrList(near) + "?)"
 	}
 	return fmt.Errorf("%s; %q lists the flags", msg, fs.Name()+" -h")
+}
+
+// SetUsage makes fs's -h print a usage line (the command's name and what
+// it takes, e.g. "gorun [flags] PROGRAM [ARGS...]"), a sentence or two on
+// what the command does, optional examples, one a line, and then the flags:
+// what a user of torchrun or mpirun sees for -h, where the flag package
+// alone prints "Usage of NAME:" and the flags.
+func SetUsage(fs *flag.FlagSet, synopsis, about string, examples ...string) {
+	fs.Usage = func() {
+		w := fs.Output()
+		fmt.Fprintf(w, "usage: %s\n\n%s\n", synopsis, about)
+		if len(examples) > 0 {
+			fmt.Fprintf(w, "\nexamples:\n")
+			for _, e := range examples {
+				fmt.Fprintf(w, "  %s\n", e)
+			}
+		}
+		fmt.Fprintf(w, "\nflags:\n")
+		fs.PrintDefaults()
+	}
 }
 
 // VersionLine is what -version prints for the command name: the gorun
@@ -106,8 +126,8 @@ func typedDashes(args []string, name string) string {
 	return "-"
 }
 
-// orList joins words as "a", "a or b", "a, b or c".
-func orList(words []string) string {
+// OrList joins words as "a", "a or b", "a, b or c".
+func OrList(words []string) string {
 	if len(words) == 1 {
 		return words[0]
 	}
@@ -115,39 +135,46 @@ func orList(words []string) string {
 }
 
 // Suggest returns up to three of fs's flags close to name, closest
-// first: those it begins or that begin with it, those that contain it,
-// then those a few edits away (editDistance up to a third of name's
-// length, at least one). A name of one or two letters matches only by
-// edits.
+// first (Nearest).
 func Suggest(fs *flag.FlagSet, name string) []string {
+	var names []string
+	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+	return Nearest(names, name)
+}
+
+// Nearest returns up to three of words close to name, closest first:
+// those it begins or that begin with it, those that contain it, then
+// those a few edits away (editDistance up to a third of name's length,
+// at least one). A name of one or two letters matches only by edits.
+func Nearest(words []string, name string) []string {
 	type candidate struct {
-		name  string
+		word  string
 		score int
 	}
 	var found []candidate
 	limit := max(1, len(name)/3)
-	fs.VisitAll(func(f *flag.Flag) {
+	for _, w := range words {
 		score := -1
 		switch {
-		case len(name) >= 3 && (strings.HasPrefix(f.Name, name) || strings.HasPrefix(name, f.Name)):
+		case len(name) >= 3 && (strings.HasPrefix(w, name) || strings.HasPrefix(name, w)):
 			score = 0
-		case len(name) >= 3 && strings.Contains(f.Name, name):
+		case len(name) >= 3 && strings.Contains(w, name):
 			score = 1
 		default:
-			if d := editDistance(name, f.Name); d <= limit {
+			if d := editDistance(name, w); d <= limit {
 				score = 1 + d
 			}
 		}
 		if score >= 0 {
-			found = append(found, candidate{f.Name, score})
+			found = append(found, candidate{w, score})
 		}
-	})
-	slices.SortStableFunc(found, func(a, b candidate) int { return a.score - b.score })
-	var names []string
-	for _, c := range found[:min(3, len(found))] {
-		names = append(names, c.name)
 	}
-	return names
+	slices.SortStableFunc(found, func(a, b candidate) int { return a.score - b.score })
+	var near []string
+	for _, c := range found[:min(3, len(found))] {
+		near = append(near, c.word)
+	}
+	return near
 }
 
 // editDistance is the number of single-letter insertions, deletions,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -114,5 +115,46 @@ func TestVersion(t *testing.T) {
 	want := "train (a build without version information: go build in gorun's git checkout, without -buildvcs=false, stamps one) " + runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH + "\n"
 	if out.String() != want {
 		t.Errorf("printed %q, want %q", out.String(), want)
+	}
+}
+
+// TestSetUsage: -h prints the usage line, what the command does, its
+// examples and then its flags, in that order.
+func TestSetUsage(t *testing.T) {
+	var out bytes.Buffer
+	fs := trainFlags(&out)
+	SetUsage(fs, "train [flags]", "Trains a model.", "train --epochs 3", "gorun -np 2 train")
+	if err := Parse(fs, []string{"-h"}); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("error %v, want flag.ErrHelp", err)
+	}
+	text := out.String()
+	last := -1
+	for _, want := range []string{"usage: train [flags]\n\nTrains a model.\n", "\nexamples:\n  train --epochs 3\n  gorun -np 2 train\n", "\nflags:\n", "-batch-size", "-version"} {
+		at := strings.Index(text, want)
+		if at <= last {
+			t.Fatalf("usage lacks %q after what came before it (at %d, after %d):\n%s", want, at, last, text)
+		}
+		last = at
+	}
+	if !strings.HasPrefix(text, "usage: ") {
+		t.Errorf("usage does not begin with its usage line:\n%s", text)
+	}
+}
+
+func TestNearest(t *testing.T) {
+	words := []string{"collectives", "train", "data", "cluster", "model"}
+	for _, tc := range []struct {
+		name string
+		want []string
+	}{
+		{"colectives", []string{"collectives"}},
+		{"tran", []string{"train"}},
+		{"collective", []string{"collectives"}},
+		{"modle", []string{"model"}},
+		{"foo", nil},
+	} {
+		if got := Nearest(words, tc.name); !slices.Equal(got, tc.want) {
+			t.Errorf("Nearest(%q) = %q, want %q", tc.name, got, tc.want)
+		}
 	}
 }
