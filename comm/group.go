@@ -725,7 +725,15 @@ func joinStore(ctx context.Context, s *Settings, master string) (store, error) {
 		return c, nil
 	}
 	if s.Rank != 0 {
-		c, err := rendezvous.Dial(ctx, master, s.Token, s.Rank, s.Size)
+		note := func(waited time.Duration, last error) {
+			why := "connected, but rank 0 has not answered yet (still starting, or busy before comm.Init?)"
+			if last != nil {
+				why = last.Error()
+			}
+			fmt.Fprintf(os.Stderr, "comm: rank %d of %d: no answer for %v from the rendezvous store at %s (MASTER_ADDR:MASTER_PORT), which rank 0 serves: %s; trying until the join gives up after %v (GORUN_JOIN_TIMEOUT)\n",
+				s.Rank, s.Size, waited.Round(100*time.Millisecond), master, why, s.JoinTimeout)
+		}
+		c, err := rendezvous.DialNoting(ctx, master, s.Token, s.Rank, s.Size, joinNoteAfter(s.JoinTimeout), note)
 		if err != nil {
 			return nil, err
 		}
@@ -768,6 +776,12 @@ func tcpConfig(s *Settings, control func(from int, msg []byte)) tcp.Config {
 	return tcp.Config{Rank: s.Rank, Size: s.Size, Token: s.Token, Timeout: s.Timeout, Compress: s.Compress, SocketBuffer: s.SocketBuffer, Spin: s.Spin, Control: control, Lazy: s.lazy()}
 }
 
+// joinNoteAfter is how long a join waits for its store or its ranks
+// before saying so: a sixth of its timeout, at most 10 s.
+func joinNoteAfter(timeout time.Duration) time.Duration {
+	return min(10*time.Second, timeout/6)
+}
+
 func addrKey(r int) string { return "addr/" + strconv.Itoa(r) }
 func doneKey(r int) string { return "done/" + strconv.Itoa(r) }
 
@@ -786,7 +800,25 @@ func gatherAddrs(ctx context.Context, store store, s *Settings, master string) (
 	for r := range keys {
 		keys[r] = addrKey(r)
 	}
-	vals, err := store.GetMany(wctx, keys)
+	var vals [][]byte
+	var err error
+	if s.Rank == 0 {
+		// Rank 0 says, once, whom the join still waits for, long before
+		// its deadline (the others would say the same).
+		nctx, cancel := context.WithTimeout(wctx, joinNoteAfter(s.JoinTimeout))
+		vals, err = store.GetMany(nctx, keys)
+		cancel()
+		if errors.Is(err, rendezvous.ErrMissing) && wctx.Err() == nil {
+			if missing := missingRanks(store, keys); len(missing) > 0 {
+				fmt.Fprintf(os.Stderr, "comm: rank 0 of %d: the join has waited %v for ranks %v%s; it gives up after %v (GORUN_JOIN_TIMEOUT)\n",
+					s.Size, joinNoteAfter(s.JoinTimeout).Round(100*time.Millisecond), missing, whereMissing(store, missing, s.Size), s.JoinTimeout)
+			}
+			err = nil
+		}
+	}
+	if vals == nil && err == nil {
+		vals, err = store.GetMany(wctx, keys)
+	}
 	if err == nil {
 		recs := make([]joinRecord, s.Size)
 		for r, v := range vals {

@@ -398,6 +398,10 @@ func TestAbsentRankNamed(t *testing.T) {
 				if !containsAll(text, "INIT-ERROR", "ranks [2] did not join", tc.where) {
 					t.Errorf("process %d's error does not name the absent rank and where it stopped:\n%s", r, out)
 				}
+				// Rank 0 said so long before the deadline, once.
+				if note := "comm: rank 0 of 3: the join has waited 300ms for ranks [2]: "; r == 0 && (strings.Count(text, note) != 1 || !strings.Contains(text, note+tc.where)) {
+					t.Errorf("rank 0 did not say once, before the join's deadline, whom it waits for:\n%s", out)
+				}
 			}
 			want := 0
 			if tc.itself != "" {
@@ -407,6 +411,23 @@ func TestAbsentRankNamed(t *testing.T) {
 				t.Errorf("%d processes were told they were turned away, want %d:\n%s", turnedAway, want, out)
 			}
 		})
+	}
+}
+
+// TestStoreNotAnsweringNamed: ranks whose store does not answer (rank 0,
+// which serves it, never started it) say so, with the address and the
+// dial's error, long before the join's deadline, then fail at it.
+func TestStoreNotAnsweringNamed(t *testing.T) {
+	_, out := runJob(t, 3, "nostore", "GORUN_JOIN_TIMEOUT=2s")
+	lines := commtest.RankLines(out)
+	for r := 1; r < 3; r++ {
+		text := strings.Join(lines[r], "\n")
+		note := fmt.Sprintf("comm: rank %d of 3: no answer for ", r)
+		at, end := strings.Index(text, note), strings.Index(text, "INIT-ERROR")
+		if strings.Count(text, note) != 1 || at > end || !containsAll(text[at:], "from the rendezvous store at 127.0.0.1:", "(MASTER_ADDR:MASTER_PORT), which rank 0 serves: connected, but rank 0 has not answered yet",
+			"trying until the join gives up after 2s (GORUN_JOIN_TIMEOUT)", "INIT-ERROR", "not reachable") {
+			t.Errorf("rank %d did not say once, before failing, that the store does not answer:\n%s", r, out)
+		}
 	}
 }
 

@@ -47,6 +47,9 @@ func runWorker(scenario string) int {
 	if strings.HasPrefix(scenario, "absent") && os.Getenv("RANK") == "2" {
 		return 0 // never joins
 	}
+	if scenario == "nostore" && os.Getenv("RANK") == "0" {
+		return 0 // never serves the store
+	}
 	if scenario == "othersize" && os.Getenv("RANK") == "2" {
 		os.Setenv("WORLD_SIZE", "4") // a rank started with another world size
 	}

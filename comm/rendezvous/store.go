@@ -416,9 +416,38 @@ type Client struct {
 // Dial connects to the store at addr, retrying until ctx ends (rank 0 may
 // start later than the others).
 func Dial(ctx context.Context, addr string, token []byte, rank, size int) (*Client, error) {
+	return DialNoting(ctx, addr, token, rank, size, 0, nil)
+}
+
+// DialNoting is Dial that, once it has tried for noteAfter without
+// success, calls note (from another goroutine) with that time and the
+// last failed attempt's error — nil while the first attempt still waits
+// for the store's handshake (a listening socket nobody serves yet) — so
+// that a rank can say what it waits for before its deadline ends the wait
+// (note nil: no note).
+func DialNoting(ctx context.Context, addr string, token []byte, rank, size int, noteAfter time.Duration, note func(waited time.Duration, last error)) (*Client, error) {
 	var d net.Dialer
 	backoff := 20 * time.Millisecond
-	var last error
+	var (
+		mu     sync.Mutex
+		last   error
+		joined bool
+	)
+	if note != nil {
+		timer := time.AfterFunc(noteAfter, func() {
+			mu.Lock()
+			defer mu.Unlock()
+			if !joined {
+				note(noteAfter, last)
+			}
+		})
+		defer func() {
+			timer.Stop()
+			mu.Lock()
+			joined = true
+			mu.Unlock()
+		}()
+	}
 	for {
 		c, err := d.DialContext(ctx, "tcp", addr)
 		if err == nil {
@@ -439,10 +468,12 @@ func Dial(ctx context.Context, addr string, token []byte, rank, size int) (*Clie
 				return nil, fmt.Errorf("rendezvous store at %s refused rank %d of a job of %d ranks: its job has another number of ranks (the world size, WORLD_SIZE, must be the same on every rank): %w", addr, rank, size, err)
 			}
 		}
+		mu.Lock()
 		last = err
+		mu.Unlock()
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("rendezvous store at %s (MASTER_ADDR:MASTER_PORT) not reachable: %w (last error: %v)", addr, ctx.Err(), last)
+			return nil, fmt.Errorf("rendezvous store at %s (MASTER_ADDR:MASTER_PORT) not reachable: %w (last error: %v)", addr, ctx.Err(), err)
 		case <-time.After(backoff):
 		}
 		if backoff < 500*time.Millisecond {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -151,6 +153,70 @@ func TestDialRetriesUntilServerStarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Close()
+}
+
+// TestDialNotesTheWait: a dial still trying after noteAfter says so once,
+// with the last attempt's error (none while its first attempt waits for
+// a handshake from a socket nobody serves yet), and goes on until the
+// store starts; one that connects at once says nothing.
+func TestDialNotesTheWait(t *testing.T) {
+	type noted struct {
+		waited time.Duration
+		last   error
+	}
+	dial := func(addr string, noteAfter time.Duration) []noted {
+		t.Helper()
+		var mu sync.Mutex
+		var notes []noted
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		c, err := DialNoting(ctx, addr, nil, 1, 2, noteAfter, func(waited time.Duration, last error) {
+			mu.Lock()
+			defer mu.Unlock()
+			notes = append(notes, noted{waited, last})
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		return notes
+	}
+	// Nothing listens for 600 ms.
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := ln.Addr().String()
+	ln.Close()
+	go func() {
+		time.Sleep(600 * time.Millisecond)
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return
+		}
+		s := Serve(ln, nil, 2)
+		time.Sleep(3 * time.Second)
+		s.Close()
+	}()
+	if notes := dial(addr, 100*time.Millisecond); len(notes) != 1 || notes[0].waited != 100*time.Millisecond || notes[0].last == nil || !strings.Contains(notes[0].last.Error(), "connection refused") {
+		t.Fatalf("notes %v, want one after 100ms saying the connection was refused", notes)
+	}
+	if notes := dial(addr, time.Second); len(notes) != 0 {
+		t.Errorf("a dial that connected at once noted %v", notes)
+	}
+	// A socket that listens, served only after 600 ms.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(600 * time.Millisecond)
+		s := Serve(ln, nil, 2)
+		time.Sleep(3 * time.Second)
+		s.Close()
+	}()
+	if notes := dial(ln.Addr().String(), 100*time.Millisecond); len(notes) != 1 || notes[0].last != nil {
+		t.Errorf("notes %v, want one without an error (connected, no handshake yet)", notes)
+	}
 }
 
 func TestGetManyWaitsForEveryKey(t *testing.T) {
