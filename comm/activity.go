@@ -125,7 +125,24 @@ type activity struct {
 	c       call
 	since   int64 // when the running call started, or the last one ended (coarse clock; 0: unknown)
 	any     bool  // some call has run
+	// joinCalls counts the calls the join made itself (comm.Init's, on
+	// the world group): a rank whose last call is one of them has made
+	// none of the program's, which is how it is described.
+	joinCalls uint64
 }
+
+// joined records that the calls so far were the join's own.
+func (a *activity) joined() {
+	a.mu.Lock()
+	if a.any {
+		a.joinCalls = a.seq + 1
+	}
+	a.mu.Unlock()
+}
+
+// joining reports whether the call a describes is one of the join's own.
+// The caller holds a.mu.
+func (a *activity) joining() bool { return a.any && !a.running && a.seq < a.joinCalls }
 
 // begin records that call c, numbered seq, starts now.
 func (a *activity) begin(seq uint64, c call) {
@@ -150,6 +167,8 @@ func (a *activity) farewell() string {
 	switch {
 	case !a.any:
 		return "before any collective call"
+	case a.joining():
+		return "after joining (comm.Init), before any collective call of its own"
 	case a.running:
 		return "during its " + a.c.numbered(a.seq)
 	}
@@ -214,6 +233,10 @@ func (a *activity) where(now time.Time) place {
 		p.text = fmt.Sprintf("in %s for %s", p.call, d)
 	case a.running:
 		p.text = "in " + p.call
+	case a.joining() && d != "":
+		p.text = fmt.Sprintf("computing since it joined (comm.Init) %s ago, before any collective call of its own", d)
+	case a.joining():
+		p.text = "computing since it joined (comm.Init), before any collective call of its own"
 	case d != "":
 		p.text = fmt.Sprintf("computing since %s ended %s ago", p.call, d)
 	default:

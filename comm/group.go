@@ -242,6 +242,7 @@ func openWorld(ctx context.Context, s Settings, data *dataPath, ctl *controls, h
 		return nil, fmt.Errorf("comm: rank %d of %d: %w", s.Rank, s.Size, err)
 	}
 	w.net = net
+	g.act.joined()
 	g.ring.ChunkBytes, g.ring.MessageChunkBytes = chunkBytes(w, peers), messageChunkBytes(w, peers)
 	g.ring.Costs = costsFor(w, peers, 1)
 	g.ring.Hier = hierarchy(w, g.id, peers, g.ring.Rank) // (with the chunks now known)
@@ -1054,7 +1055,7 @@ func (g *Group) exec(ctx context.Context, c call, run func(context.Context) erro
 	err := run(ctx)
 	if err != nil && g.id == 0 {
 		// While this rank still counts as in the call.
-		err = g.w.stall.failedAfterStall(err, &g.act)
+		err = g.w.stall.explainFailure(err, &g.act)
 	}
 	g.act.end()
 	if err != nil {

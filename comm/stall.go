@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gorun/gorun/mailbox"
 	"github.com/gorun/gorun/tcp"
 )
 
@@ -67,11 +68,14 @@ const (
 
 type stallWatch struct {
 	after time.Duration
-	rank  int
-	size  int
-	log   io.Writer
-	t     *tcp.Transport // set once connected, before ready
-	act   *activity      // the world group's, set before ready
+	// timeout bounds each of a call's waits (Settings.Timeout): a call
+	// that failed by it is told so, with the variable that sets it.
+	timeout time.Duration
+	rank    int
+	size    int
+	log     io.Writer
+	t       *tcp.Transport // set once connected, before ready
+	act     *activity      // the world group's, set before ready
 	// abort fails every rank's pending calls with an error (set before
 	// ready; nil in tests of the watch alone); aborted says settle used it.
 	abort   func(error)
@@ -103,7 +107,7 @@ type answer struct {
 }
 
 func newStallWatch(s *Settings) *stallWatch {
-	return &stallWatch{after: s.StallAfter, rank: s.Rank, size: s.Size, log: os.Stderr,
+	return &stallWatch{after: s.StallAfter, timeout: s.Timeout, rank: s.Rank, size: s.Size, log: os.Stderr,
 		stop: make(chan struct{}), asks: map[uint64]chan answer{}}
 }
 
@@ -699,18 +703,31 @@ func (w *stallWatch) look(now time.Time, list []*activity, state map[*activity]*
 	}
 }
 
-// failedAfterStall adds, to the error of the call a (the world group's)
-// is in, where every rank was, when the call failed after waiting at
-// least the stall threshold.
-func (w *stallWatch) failedAfterStall(err error, a *activity) error {
+// explainFailure adds to the error of the call a (the world group's) is
+// in what tells why: that GORUN_TIMEOUT ended the wait, where it did, and
+// where every rank was, when the call failed after waiting at least the
+// stall threshold.
+func (w *stallWatch) explainFailure(err error, a *activity) error {
+	hint := ""
+	if errors.Is(err, mailbox.ErrTimeout) {
+		hint = fmt.Sprintf("; GORUN_TIMEOUT=%v bounds each wait: raise it where a rank may work longer than that between calls", w.timeout)
+	}
 	if w.after <= 0 || !w.ready.Load() || strings.Contains(err.Error(), mismatchAbort) {
-		return err // (a disagreement's abort names the calls; its reports logged the table)
+		return withHint(err, hint) // (a disagreement's abort names the calls; its reports logged the table)
 	}
 	p := a.where(time.Now())
 	waited := time.Duration(time.Now().UnixNano() - p.since)
 	if p.since == 0 || waited < w.after {
-		return err
+		return withHint(err, hint)
 	}
 	summary, table, at := w.locate(p.seq, waited, fmt.Sprintf("call #%d", p.seq))
-	return fmt.Errorf("%w; %s%s", err, summary, at.refer("was", table))
+	return fmt.Errorf("%w; %s%s%s", err, summary, hint, at.refer("was", table))
+}
+
+// withHint is err with hint (which begins "; ") after its text.
+func withHint(err error, hint string) error {
+	if hint == "" {
+		return err
+	}
+	return fmt.Errorf("%w%s", err, hint)
 }

@@ -180,3 +180,32 @@ func TestStallWatchTickAllocatesNothing(t *testing.T) {
 		t.Errorf("the running world call is watched as %+v, want call 7, next report after an hour", st)
 	}
 }
+
+// TestJoinCallsDescribed: a rank whose last call was one of the join's own
+// (comm.Init's) is described as having made none of its own — to the
+// stall table and to the peers of a rank that closes its group — where
+// the program's own calls are named by number.
+func TestJoinCallsDescribed(t *testing.T) {
+	var clock coarseClock
+	a := &activity{clock: &clock}
+	allReduce := (&collective[float32]{kind: allReduce, op: Max, count: 1}).call()
+	barrier := (&collective[float32]{kind: barrier, count: -1}).call()
+	for _, step := range []struct {
+		do              func()
+		where, farewell string
+	}{
+		{func() {}, "has made no collective call yet", "before any collective call"},
+		{func() { a.begin(0, allReduce) }, "in call #0 (AllReduce, 1 × float32)", "during its call #0 (AllReduce, 1 × float32)"},
+		{func() { a.end(); a.joined() }, "computing since it joined (comm.Init), before any collective call of its own", "after joining (comm.Init), before any collective call of its own"},
+		{func() { a.begin(1, barrier) }, "in call #1 (Barrier)", "during its call #1 (Barrier)"},
+		{func() { a.end() }, "computing since call #1 (Barrier) ended", "after its call #1 (Barrier)"},
+	} {
+		step.do()
+		if got := a.where(time.Now()).text; got != step.where {
+			t.Errorf("where: %q, want %q", got, step.where)
+		}
+		if got := a.farewell(); got != step.farewell {
+			t.Errorf("farewell: %q, want %q", got, step.farewell)
+		}
+	}
+}

@@ -120,6 +120,14 @@ func runWorker(scenario string) int {
 		err = stoppedZeroScenario(ctx, g)
 	case "shrink":
 		err = shrinkScenario(ctx, g)
+	case "latefirst":
+		// Rank 2 works STALL_SLEEP before its first call, as a rank
+		// preparing data alone would.
+		if g.Rank() == 2 {
+			pause, _ := time.ParseDuration(os.Getenv("STALL_SLEEP"))
+			time.Sleep(pause)
+		}
+		err = g.Barrier(ctx)
 	case "recvstall":
 		// Rank 0 waits for a message rank 1 sends only after STALL_SLEEP.
 		buf := make([]float32, 5)

@@ -22,6 +22,12 @@ import (
 // larger than the posted buffer: the two sides disagree about the call.
 var ErrFrameTooLarge = errors.New("frame larger than the posted receive")
 
+// ErrTimeout is wrapped by a transport's error for a wait that outlived
+// the transport's own timeout (its Config.Timeout), as opposed to one
+// its caller's context ended: "nothing moved within 5m0s (the
+// transport's timeout)".
+var ErrTimeout = errors.New("the transport's timeout")
+
 // Header flags.
 const (
 	First = 1 << iota // the frame's first fragment

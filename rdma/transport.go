@@ -581,7 +581,7 @@ func (w *waiter) pause() error {
 		if _, ok := w.ctx.Deadline(); ok {
 			return &PeerError{Rank: w.rank, Err: fmt.Errorf("%s: %w", w.what, context.DeadlineExceeded)}
 		}
-		return &PeerError{Rank: w.rank, Err: fmt.Errorf("%s: nothing moved within %v (the transport's timeout)", w.what, w.t.cfg.Timeout)}
+		return &PeerError{Rank: w.rank, Err: fmt.Errorf("%s: nothing moved within %v (%w)", w.what, w.t.cfg.Timeout, mailbox.ErrTimeout)}
 	}
 	switch waited := now.Sub(w.start); {
 	case waited < w.t.cfg.Spin:

@@ -449,7 +449,7 @@ func (w *waiter) pause(ready func() bool) error {
 		if _, ok := w.ctx.Deadline(); ok {
 			return &PeerError{Rank: w.rank, Err: fmt.Errorf("%s: %w", w.what, context.DeadlineExceeded)}
 		}
-		return &PeerError{Rank: w.rank, Err: fmt.Errorf("%s: nothing moved within %v (the transport's timeout)", w.what, w.t.cfg.Timeout)}
+		return &PeerError{Rank: w.rank, Err: fmt.Errorf("%s: nothing moved within %v (%w)", w.what, w.t.cfg.Timeout, mailbox.ErrTimeout)}
 	}
 	waited := now.Sub(w.start)
 	if w.spinning = waited < w.t.cfg.Spin; w.spinning {

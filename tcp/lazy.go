@@ -8,6 +8,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	shared "github.com/gorun/gorun/mailbox"
 )
 
 // With Config.Lazy a connection is opened when one of its two ranks first
@@ -348,6 +350,6 @@ func (t *Transport) linkTo(ctx context.Context, p *peer, control bool) error {
 	case <-ctx.Done():
 		return &PeerError{Rank: p.rank, Addr: p.addr, Err: fmt.Errorf("connecting: %w", ctx.Err())}
 	case <-timeout:
-		return &PeerError{Rank: p.rank, Addr: p.addr, Err: fmt.Errorf("no connection within %v (the transport's timeout)", t.cfg.Timeout)}
+		return &PeerError{Rank: p.rank, Addr: p.addr, Err: fmt.Errorf("no connection within %v (%w)", t.cfg.Timeout, shared.ErrTimeout)}
 	}
 }

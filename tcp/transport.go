@@ -470,7 +470,7 @@ func (t *Transport) Wait(ctx context.Context, rank int, stream uint32, ticket ui
 		case <-timeout:
 			m.unwait(ticket)
 			return [4]uint64{}, 0, &PeerError{Rank: p.rank, Addr: p.addr,
-				Err: fmt.Errorf("no data from this rank within %v (the transport's timeout)", t.cfg.Timeout)}
+				Err: fmt.Errorf("no data from this rank within %v (%w)", t.cfg.Timeout, shared.ErrTimeout)}
 		case <-s.ready:
 		case <-t.failed:
 			// Data that arrived before the failure is still good.
