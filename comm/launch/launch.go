@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -194,7 +195,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	prog, err := exec.LookPath(cfg.Program)
 	if err != nil {
-		return nil, fmt.Errorf("launch: %w", err)
+		return nil, fmt.Errorf("launch: %w%s", err, nearbyProgram(cfg.Program, err))
 	}
 	masterAddr, port, token, lnFile, err := rendezvous(cfg)
 	if err != nil {
@@ -659,4 +660,21 @@ func rendezvous(cfg Config) (addr string, port int, token string, ln *os.File, e
 		return "", 0, "", nil, fmt.Errorf("launch: %w", err)
 	}
 	return addr, l.Addr().(*net.TCPAddr).Port, token, f, nil
+}
+
+// nearbyProgram says, for a bare program name not found in $PATH, where
+// one of that name is near (this directory, or its bin/, where the README
+// builds the commands): "; ./bin/train is one: give its path, as a shell
+// would need" ("" when there is none, or the name was a path).
+func nearbyProgram(name string, err error) string {
+	if !errors.Is(err, exec.ErrNotFound) || strings.ContainsRune(name, '/') {
+		return ""
+	}
+	for _, dir := range []string{".", "bin"} {
+		p := "./" + filepath.Join(dir, name)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return fmt.Sprintf("; %s is one: give its path, as a shell would need", p)
+		}
+	}
+	return ""
 }

@@ -215,10 +215,35 @@ func TestStdinGoesToRankZero(t *testing.T) {
 	}
 }
 
+// TestMissingProgram: a program that cannot be found is named; a bare
+// name that is not in $PATH but is an executable file here or in bin/
+// (where the README builds the commands: "gorun -np 2 train" for
+// "gorun -np 2 bin/train") is pointed at.
 func TestMissingProgram(t *testing.T) {
-	_, err := Run(context.Background(), Config{NP: 2, Program: "/no/such/program"})
-	if err == nil || !strings.Contains(err.Error(), "/no/such/program") {
-		t.Fatalf("got %v", err)
+	dir := t.TempDir()
+	for _, f := range []struct {
+		path string
+		mode os.FileMode
+	}{{"bin/train", 0o755}, {"infer", 0o755}, {"notes", 0o644}} {
+		if err := os.MkdirAll(filepath.Join(dir, filepath.Dir(f.path)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f.path), []byte("#!/bin/sh\n"), f.mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Chdir(dir)
+	for _, tc := range []struct{ program, want, not string }{
+		{"/no/such/program", "/no/such/program", " is one"},
+		{"train", `exec: "train": executable file not found in $PATH; ./bin/train is one: give its path, as a shell would need`, ""},
+		{"infer", "; ./infer is one", ""},
+		{"notes", `"notes": executable file not found in $PATH`, " is one"},
+		{"gorun-no-such-program", `"gorun-no-such-program": executable file not found in $PATH`, " is one"},
+	} {
+		_, err := Run(context.Background(), Config{NP: 2, Program: tc.program})
+		if err == nil || !strings.Contains(err.Error(), tc.want) || (tc.not != "" && strings.Contains(err.Error(), tc.not)) {
+			t.Errorf("%s: error %v, want %q", tc.program, err, tc.want)
+		}
 	}
 }
 
