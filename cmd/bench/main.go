@@ -141,7 +141,10 @@ func run(args []string, stdout io.Writer) error {
 	}
 	for _, c := range commands() {
 		if c.name == args[0] {
-			return c.run(args[1:], stdout)
+			if err := c.run(args[1:], stdout); err != nil && !errors.Is(err, flag.ErrHelp) {
+				return fmt.Errorf("%s: %w", c.name, err)
+			}
+			return nil
 		}
 	}
 	msg := fmt.Sprintf("unknown command %q", args[0])
@@ -166,17 +169,17 @@ func cluster(args []string, stdout io.Writer) error {
 		return err
 	}
 	if fs.NArg() == 0 {
-		return fmt.Errorf("bench cluster: no program to run (bench cluster [flags] -- PROGRAM [ARGS])")
+		return fmt.Errorf("no program to run (bench cluster [flags] -- PROGRAM [ARGS])")
 	}
 	if *np < 1 {
-		return fmt.Errorf("bench cluster: -np %d: want at least 1", *np)
+		return fmt.Errorf("-np %d: want at least 1", *np)
 	}
 	exe, err := filepath.Abs(*gorun)
 	if err != nil {
 		return err
 	}
 	if _, err := os.Stat(exe); err != nil && !*each {
-		return fmt.Errorf("bench cluster: -gorun %s: %w (go build -o bin/ ./cmd/gorun)", *gorun, err)
+		return fmt.Errorf("-gorun %s: %w (go build -o bin/ ./cmd/gorun)", *gorun, err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -255,25 +258,25 @@ func costModel(args []string, stdout io.Writer) error {
 	}
 	rs, err := parseInts(*ranks)
 	if err != nil {
-		return fmt.Errorf("bench model: -ranks: %w", err)
+		return fmt.Errorf("-ranks: %w", err)
 	}
 	ss, err := bench.ParseSizes(*sizes)
 	if err != nil {
-		return fmt.Errorf("bench model: -sizes: %w", err)
+		return fmt.Errorf("-sizes: %w", err)
 	}
 	switch {
 	case *perNode < 1:
-		return fmt.Errorf("bench model: -per-node %d: want at least 1", *perNode)
+		return fmt.Errorf("-per-node %d: want at least 1", *perNode)
 	case c.Efficiency <= 0 || c.Efficiency > 1:
-		return fmt.Errorf("bench model: -efficiency %g: want a fraction in (0, 1]", c.Efficiency)
+		return fmt.Errorf("-efficiency %g: want a fraction in (0, 1]", c.Efficiency)
 	case *shmGBs <= 0:
-		return fmt.Errorf("bench model: -shm-bw %g: want a positive bandwidth", *shmGBs)
+		return fmt.Errorf("-shm-bw %g: want a positive bandwidth", *shmGBs)
 	case c.TCPStep < 0 || c.SHMStep < 0 || c.EthernetWire < 0 || c.IBWire < 0:
-		return fmt.Errorf("bench model: latencies cannot be negative")
+		return fmt.Errorf("latencies cannot be negative")
 	}
 	for _, r := range rs {
 		if r < 1 {
-			return fmt.Errorf("bench model: -ranks: %d ranks", r)
+			return fmt.Errorf("-ranks: %d ranks", r)
 		}
 	}
 	c.SHMBandwidth = *shmGBs * 1e9
@@ -298,16 +301,16 @@ func dataPipeline(args []string, stdout io.Writer) error {
 	}
 	switch {
 	case *dir == "":
-		return fmt.Errorf("bench data: -data DIR: an image folder is needed (bench/gen_photos.py or gendata --format imagefolder write one)")
+		return fmt.Errorf("-data DIR: an image folder is needed (bench/gen_photos.py or gendata --format imagefolder write one)")
 	case *workers < 1 || *batch < 1 || *size < 1:
-		return fmt.Errorf("bench data: -workers %d -batch %d -size %d: want positive numbers", *workers, *batch, *size)
+		return fmt.Errorf("-workers %d -batch %d -size %d: want positive numbers", *workers, *batch, *size)
 	}
 	if f, err := data.Detect(*dir); err != nil || (f != data.FormatImageFolder && f != data.FormatShards) {
-		return fmt.Errorf("bench data: %s is not an image folder (DIR/train/CLASS/IMAGE, DIR/val/CLASS/IMAGE) or shards (%s): %v", *dir, data.ShardsIndex, err)
+		return fmt.Errorf("%s is not an image folder (DIR/train/CLASS/IMAGE, DIR/val/CLASS/IMAGE) or shards (%s): %v", *dir, data.ShardsIndex, err)
 	}
 	train, _, err := data.LoadSized(*dir, *size)
 	if err != nil {
-		return fmt.Errorf("bench data: %w", err)
+		return fmt.Errorf("%w", err)
 	}
 	tf := data.ImageNetAugmentation(train, 1)
 	if *eval {

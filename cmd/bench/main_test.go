@@ -492,7 +492,7 @@ func TestCollectivesInterrupted(t *testing.T) {
 		t.Fatalf("bench still runs 10 s after SIGINT:\n%s", out.String())
 	}
 	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() == 0 || !strings.Contains(out.String(), "bench: interrupted at np=2 default") {
+	if !errors.As(err, &ee) || ee.ExitCode() == 0 || !strings.Contains(out.String(), "bench: collectives: interrupted at np=2 default") {
 		t.Fatalf("after SIGINT: %v, output:\n%s", err, out.String())
 	}
 	if left, _ := os.ReadDir(tmp); len(left) > 0 {
@@ -520,15 +520,20 @@ func TestUsage(t *testing.T) {
 		}
 	}
 	for _, c := range []struct {
-		args []string
-		want string
+		args   []string
+		want   string
+		prefix bool // the error begins with want
 	}{
-		{nil, "no command: want collectives, train, data, cluster or model (bench -h says what each does)"},
-		{[]string{"colectives", "-np", "2"}, `unknown command "colectives" (did you mean collectives?): want collectives, train`},
-		{[]string{"all_reduce"}, `unknown command "all_reduce": want collectives`},
+		{nil, "no command: want collectives, train, data, cluster or model (bench -h says what each does)", true},
+		{[]string{"colectives", "-np", "2"}, `unknown command "colectives" (did you mean collectives?): want collectives, train`, true},
+		{[]string{"all_reduce"}, `unknown command "all_reduce": want collectives`, true},
+		// A command's errors begin with its name, once (main adds "bench: ").
+		{[]string{"data"}, "data: -data DIR: an image folder is needed", true},
+		{[]string{"collectives", "-sizes", "abc"}, `collectives: size "abc"`, true},
 	} {
 		var out bytes.Buffer
-		if err := run(c.args, &out); err == nil || !strings.Contains(err.Error(), c.want) {
+		err := run(c.args, &out)
+		if err == nil || !strings.Contains(err.Error(), c.want) || c.prefix && !strings.HasPrefix(err.Error(), c.want) {
 			t.Errorf("bench %q: error %v, want %q", c.args, err, c.want)
 		}
 	}
