@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"strings"
 	"testing"
 	"unsafe"
 )
@@ -93,6 +94,9 @@ func TestOpenErrorIsClear(t *testing.T) {
 	}
 	if !errors.Is(err, ErrNoDriver) && !errors.Is(err, ErrNoDevice) {
 		t.Fatalf("Open without a GPU: %v; want ErrNoDriver or ErrNoDevice", err)
+	}
+	if strings.Count(err.Error(), "libcuda.so.1") > 1 {
+		t.Errorf("Open says %q: the library named more than once", err)
 	}
 	t.Logf("Open says: %v", err)
 }

@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"strings"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
@@ -131,6 +132,9 @@ func Open() (*Driver, error) {
 	const name = "libcuda.so.1"
 	lib, err := purego.Dlopen(name, purego.RTLD_NOW|purego.RTLD_GLOBAL)
 	if err != nil {
+		if strings.Contains(err.Error(), "No such file or directory") {
+			return nil, ErrNoDriver // (the loader's words would repeat ErrNoDriver's)
+		}
 		return nil, fmt.Errorf("%w: %v", ErrNoDriver, err)
 	}
 	d := &Driver{}
