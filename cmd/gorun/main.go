@@ -212,10 +212,10 @@ func durationFlag(fs *flag.FlagSet, name string, value time.Duration, usage stri
 	fs.Func(name, fmt.Sprintf("%s (default %v)", usage, value), func(v string) error {
 		parsed, err := time.ParseDuration(v)
 		if err != nil {
-			return fmt.Errorf("%q is not a duration: want a number with a unit, such as 30s, 5m or 1h30m", v)
+			return errors.New("want a duration with a unit, such as 30s, 5m or 1h30m")
 		}
 		if parsed < 0 {
-			return fmt.Errorf("%v: want 0 or more", parsed)
+			return errors.New("want 0 or more")
 		}
 		d = parsed
 		return nil

@@ -24,8 +24,8 @@ func TestExitStatusAndMessage(t *testing.T) {
 		{"help", []string{"-h"}, 0, []string{"usage: gorun", "-max-restarts"}},
 		// mpirun's -n: one line naming gorun's -np, not the usage.
 		{"mistyped flag", []string{"-n", "2", "true"}, 2, []string{"gorun: unknown flag -n (did you mean -np?); \"gorun -h\" lists the flags\n"}},
-		{"timeout without a unit", []string{"-timeout", "2", "true"}, 2, []string{`"2" is not a duration`, "such as 30s"}},
-		{"negative grace", []string{"-grace", "-1s", "true"}, 2, []string{"-1s: want 0 or more"}},
+		{"timeout without a unit", []string{"-timeout", "2", "true"}, 2, []string{"gorun: -timeout \"2\": want a duration with a unit, such as 30s"}},
+		{"negative grace", []string{"-grace", "-1s", "true"}, 2, []string{"gorun: -grace \"-1s\": want 0 or more\n"}},
 		{"bad np", []string{"-np", "0", "true"}, 2, []string{"need at least one rank"}},
 		{"no nodes", []string{"-nnodes", "0", "true"}, 2, []string{"-nnodes 0: want 1 or more"}},
 		{"node rank without nodes", []string{"-node-rank", "1", "true"}, 2, []string{"launch: node rank 1 outside 0…0"}},

@@ -127,7 +127,7 @@ func parseFlags(args []string) (train.Config, options, error) {
 		for _, f := range strings.Split(v, ",") {
 			n, err := strconv.Atoi(strings.TrimSpace(f))
 			if err != nil {
-				return fmt.Errorf("%q is not a layer index", f)
+				return fmt.Errorf("%q is not a layer index: want whole numbers separated by commas", f)
 			}
 			cfg.Split = append(cfg.Split, n)
 		}

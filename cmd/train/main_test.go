@@ -125,6 +125,9 @@ func TestTrainCommandErrors(t *testing.T) {
 	}{
 		{[]string{"--model", "vgg"}, `--model "vgg": want one of`},
 		{[]string{"--batch", "32"}, `unknown flag --batch (did you mean --batch-size, --microbatches or --test-batch-size?); "train -h" lists the flags`},
+		{[]string{"--epochs", "three"}, `--epochs "three": want a whole number`},
+		{[]string{"--lr=0,1"}, `--lr "0,1": want a number`},
+		{[]string{"--pipeline", "2", "--split", "3,x"}, `--split "3,x": "x" is not a layer index: want whole numbers separated by commas`},
 		{[]string{"--data", empty}, "neither MNIST-format"},
 		{[]string{"--model", "cifarnet", "--data", "/nonexistent"}, "--data: stat /nonexistent: no such file or directory"},
 		{[]string{"--synthetic", "--epochs", "1", "--metrics", "/nonexistent/m.jsonl"}, "--metrics: open /nonexistent/m.jsonl: no such file or directory"},

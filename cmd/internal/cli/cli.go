@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/gorun/gorun/comm"
 )
@@ -39,6 +40,9 @@ func Parse(fs *flag.FlagSet, args []string) error {
 	case errors.Is(err, flag.ErrHelp):
 		fs.Usage()
 		return err
+	}
+	if msg, ok := badValue(fs, args, err); ok {
+		return errors.New(msg)
 	}
 	name, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: -")
 	if !ok {
@@ -73,6 +77,52 @@ func SetUsage(fs *flag.FlagSet, synopsis, about string, examples ...string) {
 		fmt.Fprintf(w, "\nflags:\n")
 		fs.PrintDefaults()
 	}
+}
+
+// badValue rewrites the flag package's error for a value its flag
+// refused ("invalid value "x" for flag -lr: parse error") as the flag, as
+// typed, the value, and why: what the flag's type wants where the
+// package says only "parse error" (`--lr "x": want a number`), else the
+// reason given (a flag.Func's, "value out of range").
+func badValue(fs *flag.FlagSet, args []string, err error) (string, bool) {
+	text := err.Error()
+	var value, name, reason string
+	if rest, ok := strings.CutPrefix(text, "invalid value "); ok {
+		q, after, found := strings.Cut(rest, " for flag -")
+		n, r, found2 := strings.Cut(after, ": ")
+		if !found || !found2 {
+			return "", false
+		}
+		value, name, reason = q, n, r
+	} else if rest, ok := strings.CutPrefix(text, "invalid boolean value "); ok {
+		q, after, found := strings.Cut(rest, " for -")
+		n, r, found2 := strings.Cut(after, ": ")
+		if !found || !found2 {
+			return "", false
+		}
+		value, name, reason = q, n, r
+	} else {
+		return "", false
+	}
+	f := fs.Lookup(name)
+	if f == nil {
+		return "", false
+	}
+	if getter, ok := f.Value.(flag.Getter); ok && reason == "parse error" {
+		switch getter.Get().(type) {
+		case bool:
+			reason = "want true or false (or the flag alone for true)"
+		case int, int64:
+			reason = "want a whole number"
+		case uint, uint64:
+			reason = "want a whole number, 0 or more"
+		case float64:
+			reason = "want a number"
+		case time.Duration:
+			reason = "want a duration with a unit, such as 250us, 30s or 2m"
+		}
+	}
+	return fmt.Sprintf("%s%s %s: %s", typedDashes(args, name), name, value, reason), true
 }
 
 // VersionLine is what -version prints for the command name: the gorun

@@ -34,10 +34,26 @@ func TestParse(t *testing.T) {
 		{args: []string{"-n", "4"}, err: `unknown flag -n (did you mean -np?); "train -h" lists the flags`},
 		{args: []string{"-h"}, usage: true, errIsHelp: true},
 		{args: []string{"--epochs"}, err: "flag needs an argument: -epochs"},
+		// A value its flag's type does not parse: the flag as typed, the
+		// value, and what it wants.
+		{args: []string{"--threads", "two"}, err: `--threads "two": want a whole number`},
+		{args: []string{"-seed=-1"}, err: `-seed "-1": want a whole number, 0 or more`},
+		{args: []string{"--momentum", "1e-x"}, err: `--momentum "1e-x": want a number`},
+		{args: []string{"--augment=maybe"}, err: `--augment "maybe": want true or false (or the flag alone for true)`},
+		{args: []string{"-wait", "5"}, err: `-wait "5": want a duration with a unit, such as 250us, 30s or 2m`},
+		{args: []string{"--threads", "99999999999999999999"}, err: `--threads "99999999999999999999": value out of range`},
+		{args: []string{"--size", "x"}, err: `--size "x": want WxH`},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			var out bytes.Buffer
-			err := Parse(trainFlags(&out), tc.args)
+			fs := trainFlags(&out)
+			fs.Int("threads", 0, "")
+			fs.Uint64("seed", 1, "")
+			fs.Float64("momentum", 0, "")
+			fs.Bool("augment", false, "")
+			fs.Duration("wait", 0, "")
+			fs.Func("size", "", func(string) error { return errors.New("want WxH") })
+			err := Parse(fs, tc.args)
 			switch {
 			case tc.errIsHelp:
 				if !errors.Is(err, flag.ErrHelp) {
