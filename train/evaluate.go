@@ -23,6 +23,9 @@ type Evaluation struct {
 	Skipped int
 	// Confusion[true][predicted] counts samples.
 	Confusion [][]int
+	// Shares counts, where ranks shared the evaluation, the samples each
+	// rank scored (nil for one process).
+	Shares []int
 }
 
 // Accuracy returns Correct/Total.

@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/gorun/gorun/comm"
 	"github.com/gorun/gorun/model/nn"
 	"github.com/gorun/gorun/model/tensor"
 	"github.com/gorun/gorun/model/zoo"
@@ -197,6 +198,13 @@ func probabilities(row []float32, logProbs bool) []float64 {
 // its folders (an image folder, shards), the same names in the same order
 // (the model's first ones, or all).
 func (c *Classifier) Evaluate(ctx context.Context, ds *data.Dataset, batch int) (Evaluation, error) {
+	return c.EvaluateOn(ctx, nil, ds, batch)
+}
+
+// EvaluateOn is Evaluate with the work shared among the ranks of g (nil:
+// this process alone): each evaluates its share of ds, and every rank
+// returns the whole set's evaluation.
+func (c *Classifier) EvaluateOn(ctx context.Context, g *comm.Group, ds *data.Dataset, batch int) (Evaluation, error) {
 	if ds.Shape != [3]int(c.Model.Input) {
 		return Evaluation{}, fmt.Errorf("model %s takes %v images; %s has %v", c.Model.Name, c.Model.Input, ds.Name, ds.Shape)
 	}
@@ -209,7 +217,11 @@ func (c *Classifier) Evaluate(ctx context.Context, ds *data.Dataset, batch int) 
 	if err != nil {
 		return Evaluation{}, err
 	}
-	return Evaluate(ctx, c.Model, c.be, loader, ds, nil)
+	if g == nil || g.Size() == 1 {
+		return Evaluate(ctx, c.Model, c.be, loader, ds, nil)
+	}
+	sum := func(ctx context.Context, v []float64) error { return comm.AllReduce(ctx, g, v, comm.Sum) }
+	return evaluateShare(ctx, c.Model, c.be, loader, ds, g.Rank(), g.Size(), sum)
 }
 
 // someNames lists up to five class names, and how many more there are.

@@ -13,6 +13,7 @@ import (
 	"github.com/gorun/gorun/model/nn"
 	"github.com/gorun/gorun/model/safetensors"
 	"github.com/gorun/gorun/model/tensor"
+	"github.com/gorun/gorun/model/zoo"
 	"github.com/gorun/gorun/train/checkpoint"
 	"github.com/gorun/gorun/train/data"
 )
@@ -267,31 +268,39 @@ func (w *wholeModel) gradients(_ context.Context, t *Trainer, b *data.Batch, syn
 // evaluate scores ds; with replicas, each evaluates every world-th image
 // (no padding, so every image counts once) and the sums are combined.
 func (w *wholeModel) evaluate(ctx context.Context, t *Trainer, loader *data.Loader, ds *data.Dataset, sync gradSync) (Evaluation, error) {
-	if sync.world() == 1 {
-		return Evaluate(ctx, t.model, t.be, loader, ds, nil)
+	return evaluateShare(ctx, t.model, t.be, loader, ds, sync.rank(), sync.world(), sync.sum)
+}
+
+// evaluateShare evaluates m on rank's share of ds among world ranks (every
+// world-th image, or its shards) and combines the ranks' results with sum,
+// an all-reduce of them: every rank returns the whole set's evaluation.
+func evaluateShare(ctx context.Context, m *zoo.Model, be tensor.Backend, loader *data.Loader, ds *data.Dataset, rank, world int, sum func(context.Context, []float64) error) (Evaluation, error) {
+	if world == 1 {
+		return Evaluate(ctx, m, be, loader, ds, nil)
 	}
 	mine := []int{} // not nil, which would mean every image: a rank past the images has none
 	if ds.Shards != nil {
-		mine = append(mine, ds.Shards.Share(sync.rank(), sync.world())...)
+		mine = append(mine, ds.Shards.Share(rank, world)...)
 	} else {
-		for i := sync.rank(); i < ds.Len(); i += sync.world() {
+		for i := rank; i < ds.Len(); i += world {
 			mine = append(mine, i)
 		}
 	}
-	ev, err := Evaluate(ctx, t.model, t.be, loader, ds, mine)
+	ev, err := Evaluate(ctx, m, be, loader, ds, mine)
 	if err != nil {
 		return ev, err
 	}
 	k := len(ev.Confusion)
 	const head = 5
-	sums := make([]float64, head+k*k)
+	sums := make([]float64, head+k*k+world)
 	sums[0], sums[1], sums[2], sums[3], sums[4] = ev.Loss*float64(ev.Total), float64(ev.Correct), float64(ev.Total), float64(ev.Top5), float64(ev.Skipped)
 	for i, row := range ev.Confusion {
 		for j, n := range row {
 			sums[head+i*k+j] = float64(n)
 		}
 	}
-	if err := sync.sum(ctx, sums); err != nil {
+	sums[head+k*k+rank] = float64(ev.Total)
+	if err := sum(ctx, sums); err != nil {
 		return ev, fmt.Errorf("evaluate: combining ranks' results: %w", err)
 	}
 	ev.Correct, ev.Total, ev.Top5, ev.Skipped = int(sums[1]), int(sums[2]), int(sums[3]), int(sums[4])
@@ -300,6 +309,10 @@ func (w *wholeModel) evaluate(ctx context.Context, t *Trainer, loader *data.Load
 		for j := range row {
 			row[j] = int(sums[head+i*k+j])
 		}
+	}
+	ev.Shares = make([]int, world)
+	for r := range ev.Shares {
+		ev.Shares[r] = int(sums[head+k*k+r])
 	}
 	return ev, nil
 }

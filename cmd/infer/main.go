@@ -17,10 +17,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"runtime"
+	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/gorun/gorun/cmd/internal/cli"
+	"github.com/gorun/gorun/comm"
 	"github.com/gorun/gorun/train"
 	"github.com/gorun/gorun/train/checkpoint"
 	"github.com/gorun/gorun/train/data"
@@ -37,7 +41,7 @@ func run(args []string, stdout io.Writer) error {
 	labels := fs.String("labels", "", "class names: fashion-mnist, mnist or cifar10 (default: from the checkpoint)")
 	dataDir := fs.String("data", "", "evaluate on this dataset's test split instead of classifying images")
 	top := fs.Int("top", 3, "classes to print per image")
-	threads := fs.Int("threads", runtime.NumCPU(), "compute threads")
+	threads := fs.Int("threads", runtime.GOMAXPROCS(0), "compute threads (under gorun, the cores of this rank's share of the machine)")
 	device := fs.String("device", "auto", "compute device: cuda, cpu, or auto (a GPU when the CUDA driver sees one)")
 	batch := fs.Int("batch-size", 128, "evaluation batch size")
 	merge := fs.String("merge", "", "write the loaded model (e.g. a pipeline run's stage files) as one weights file here and exit")
@@ -67,7 +71,23 @@ func run(args []string, stdout io.Writer) error {
 			return fmt.Errorf("--merge: %w", err)
 		}
 	}
-	dev, err := train.OpenBackend(*device, 0, *threads, "fp32")
+	// Started as several ranks (gorun -np N infer, srun, torchrun's or
+	// mpirun's variables), they share --data's evaluation and rank 0
+	// prints; image files and --merge are rank 0's alone.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	g, err := comm.Init(ctx)
+	if err != nil {
+		return err
+	}
+	defer g.Close()
+	if g.Rank() != 0 {
+		if *dataDir == "" {
+			return nil
+		}
+		stdout = io.Discard
+	}
+	dev, err := train.OpenBackend(*device, g.LocalRank(), *threads, "fp32")
 	if err != nil {
 		return err
 	}
@@ -85,7 +105,7 @@ func run(args []string, stdout io.Writer) error {
 		return nil
 	}
 	if *dataDir != "" {
-		return evaluate(c, *dataDir, *batch, stdout)
+		return evaluate(ctx, g, c, *dataDir, *batch, stdout)
 	}
 	var images [][]byte
 	for _, p := range files {
@@ -131,16 +151,26 @@ func readImage(c *train.Classifier, p string) ([]byte, error) {
 	return b, nil
 }
 
-func evaluate(c *train.Classifier, dir string, batch int, w io.Writer) error {
+// evaluate evaluates c on the test split of the dataset in dir, shared
+// among g's ranks, and writes the loss, accuracy and confusion matrix.
+func evaluate(ctx context.Context, g *comm.Group, c *train.Classifier, dir string, batch int, w io.Writer) error {
 	_, test, err := data.LoadSized(dir, c.Model.Input[len(c.Model.Input)-1])
 	if err != nil {
 		return fmt.Errorf("--data: %w", err)
 	}
-	ev, err := c.Evaluate(context.Background(), test, batch)
+	ev, err := c.EvaluateOn(ctx, g, test, batch)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "Test set (%s): Average loss: %.4f, Accuracy: %d/%d (%.2f%%)\n\n", test.Name, ev.Loss, ev.Correct, ev.Total, 100*ev.Accuracy())
+	shared := ""
+	if len(ev.Shares) > 1 {
+		counts := make([]string, len(ev.Shares))
+		for r, n := range ev.Shares {
+			counts[r] = strconv.Itoa(n)
+		}
+		shared = fmt.Sprintf(", shared by %d ranks: %s images", len(counts), strings.Join(counts, ", "))
+	}
+	fmt.Fprintf(w, "Test set (%s%s): Average loss: %.4f, Accuracy: %d/%d (%.2f%%)\n\n", test.Name, shared, ev.Loss, ev.Correct, ev.Total, 100*ev.Accuracy())
 	fmt.Fprintln(w, "Confusion matrix (rows: true class, columns: predicted):")
 	width := 6
 	for _, name := range c.Classes {
