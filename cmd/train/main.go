@@ -115,7 +115,7 @@ func parseFlags(args []string) (train.Config, options, error) {
 	fs.StringVar(&o.metrics, "metrics", "", "write JSON lines of step and epoch metrics to this file")
 	fs.StringVar(&o.tensorboard, "tensorboard", "", "write TensorBoard event files into this directory")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a pprof CPU profile to this file")
-	fs.StringVar(&o.progress, "progress", "auto", "bar, lines or auto (a bar on a terminal, lines otherwise)")
+	fs.StringVar(&o.progress, "progress", "auto", "bar, lines or auto (a bar on a terminal, but for the one Open MPI gives its ranks; lines otherwise)")
 	fs.IntVar(&cfg.Accumulate, "accumulate", 0, "batches whose gradients are summed before each optimizer step (default 1)")
 	fs.IntVar(&cfg.Pipeline, "pipeline", 0, "split the model into this many stages, one per rank (GPipe; the job must have as many ranks)")
 	fs.IntVar(&cfg.Microbatches, "microbatches", 0, "with --pipeline: microbatches per batch (default 4)")
@@ -295,7 +295,7 @@ func runJob(cfg train.Config, o options, stdout io.Writer) error {
 	if o.resume != "" && t.Step() > 0 {
 		resumedAt = t.Step()
 	}
-	t.Report, err = reporters(o, cfg, stdout, resumedAt)
+	t.Report, err = reporters(o, cfg, stdout, resumedAt, g.Settings().Source)
 	if err != nil {
 		return err
 	}
@@ -551,8 +551,9 @@ func noDataError(model string, format data.Format) error {
 
 // reporters sets up progress output and the metrics writers; a run
 // resumed from a checkpoint after step resumedAt (-1: a fresh run)
-// continues its metrics and TensorBoard logs from that step.
-func reporters(o options, cfg train.Config, stdout io.Writer, resumedAt int64) (report.Reporter, error) {
+// continues its metrics and TensorBoard logs from that step. source is
+// where the job's ranks came from (comm.Settings.Source).
+func reporters(o options, cfg train.Config, stdout io.Writer, resumedAt int64, source string) (report.Reporter, error) {
 	var out report.Reporter
 	bar := o.progress == "bar"
 	if o.progress == "auto" {
@@ -561,7 +562,10 @@ func reporters(o options, cfg train.Config, stdout io.Writer, resumedAt int64) (
 			w = r.w
 		}
 		f, ok := w.(*os.File)
-		bar = ok && report.IsTerminal(f)
+		// Open MPI gives its ranks a terminal of its own whatever mpirun
+		// writes to (a job's log file, often): a bar there would fill the
+		// log with its redraws.
+		bar = ok && report.IsTerminal(f) && source != "openmpi"
 	} else if o.progress != "bar" && o.progress != "lines" {
 		return nil, fmt.Errorf("--progress %q: want bar, lines or auto", o.progress)
 	}

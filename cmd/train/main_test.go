@@ -13,6 +13,7 @@ import (
 	"github.com/gorun/gorun/train"
 	"github.com/gorun/gorun/train/checkpoint"
 	"github.com/gorun/gorun/train/data"
+	"github.com/gorun/gorun/train/report"
 )
 
 // TestTrainCommand runs the command on generated data with every output
@@ -458,5 +459,31 @@ func TestDataParallelSettingsAlone(t *testing.T) {
 	}
 	if want := "No data-parallel replicas: --sync-bn and --grad-compression fp16 without effect (they act between replicas: run more ranks, gorun -np N)"; !strings.Contains(out.String(), want) {
 		t.Fatalf("output lacks %q:\n%s", want, out.String())
+	}
+}
+
+// TestProgressOnOpenMPIsTerminal: --progress auto draws a bar on a
+// terminal, but not on the terminal Open MPI gives its ranks, which
+// mpirun copies to wherever its own output goes (a job's log file).
+// (/dev/null stands in for a terminal: a character device.)
+func TestProgressOnOpenMPIsTerminal(t *testing.T) {
+	t.Setenv("GORUN_STATUS_FD", "")
+	tty, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tty.Close()
+	for _, tc := range []struct {
+		source string
+		bar    bool
+	}{{"single", true}, {"gorun/torchrun", true}, {"slurm", true}, {"openmpi", false}} {
+		r, err := reporters(options{progress: "auto"}, train.Config{Epochs: 1, LogInterval: 10}, tty, -1, tc.source)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, bar := r.(report.Multi)[0].(*report.Progress)
+		if bar != tc.bar {
+			t.Errorf("ranks from %s: a bar %v, want %v (%T)", tc.source, bar, tc.bar, r.(report.Multi)[0])
+		}
 	}
 }
