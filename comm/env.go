@@ -350,6 +350,13 @@ func ResolveSettings(getenv func(string) string, opts ...Option) (Settings, erro
 		if s.Size < 0 && e.err == nil {
 			e.err = fmt.Errorf("SLURM_PROCID is set but SLURM_NTASKS is not (run the program with srun inside an allocation)")
 		}
+		if s.Size > 1 && getenv("SLURM_STEP_ID") == "" && getenv("SLURM_STEPID") == "" && e.err == nil {
+			// sbatch runs its script as one process with the job's
+			// SLURM_PROCID (0) and SLURM_NTASKS; only srun starts the
+			// tasks, each in a step. Waiting for the others would end
+			// only at the join's deadline.
+			e.err = fmt.Errorf("SLURM_PROCID is set but not SLURM_STEP_ID: this is Slurm's batch script itself, one process, where the job asks for %d tasks (SLURM_NTASKS): start them with srun (srun PROGRAM ...), which gives each its rank", s.Size)
+		}
 		s.LocalRank = e.int("SLURM_LOCALID", 0)
 		s.LocalSize = max(s.LocalRank+1, 1)
 		if tpn := getenv("SLURM_TASKS_PER_NODE"); tpn != "" && e.err == nil {

@@ -31,7 +31,7 @@ func TestResolveSettings(t *testing.T) {
 		{name: "slurm with compressed nodelist", env: map[string]string{"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1", "SLURM_NODEID": "2",
 			"SLURM_TASKS_PER_NODE": "2(x4)", "SLURM_JOB_NODELIST": "gpu[01-04,07],login2", "SLURM_JOB_ID": "77", "SLURM_STEP_ID": "0"},
 			want: Settings{Rank: 5, Size: 8, LocalRank: 1, LocalSize: 2, MasterAddr: "gpu01", MasterPort: derivePort("77.0"), Source: "slurm"}},
-		{name: "slurm: MASTER_ADDR overrides the nodelist", env: map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": "n[1-2]", "MASTER_ADDR": "10.0.0.9", "MASTER_PORT": "4000"},
+		{name: "slurm: MASTER_ADDR overrides the nodelist", env: map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_STEP_ID": "1", "SLURM_JOB_NODELIST": "n[1-2]", "MASTER_ADDR": "10.0.0.9", "MASTER_PORT": "4000"},
 			want: Settings{Rank: 0, Size: 2, LocalRank: 0, LocalSize: 1, MasterAddr: "10.0.0.9", MasterPort: 4000, Source: "slurm"}},
 		{name: "open mpi on one node", env: map[string]string{"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "PMIX_NAMESPACE": "prterun-x-1@1"},
 			want: Settings{Rank: 1, Size: 2, LocalRank: 1, LocalSize: 2, MasterAddr: "127.0.0.1", MasterPort: derivePort("prterun-x-1@1"), Source: "openmpi"}},
@@ -44,7 +44,14 @@ func TestResolveSettings(t *testing.T) {
 		{name: "no master", env: map[string]string{"RANK": "0", "WORLD_SIZE": "2"}, wantErr: "MASTER_ADDR is not set"},
 		{name: "bad port", env: map[string]string{"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "a", "MASTER_PORT": "70000"}, wantErr: "MASTER_PORT=70000"},
 		{name: "slurm without ntasks", env: map[string]string{"SLURM_PROCID": "0"}, wantErr: "SLURM_NTASKS is not"},
-		{name: "slurm bad nodelist", env: map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": "n[1-"}, wantErr: "SLURM_JOB_NODELIST"},
+		{name: "slurm bad nodelist", env: map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_STEPID": "0", "SLURM_JOB_NODELIST": "n[1-"}, wantErr: "SLURM_JOB_NODELIST"},
+		// sbatch's script, not a task srun started (no step): one process
+		// of a job of 2 tasks would wait for the other until the join's
+		// deadline.
+		{name: "slurm batch script", env: map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": "n1", "SLURM_JOB_ID": "7"},
+			wantErr: "SLURM_PROCID is set but not SLURM_STEP_ID: this is Slurm's batch script itself, one process, where the job asks for 2 tasks (SLURM_NTASKS): start them with srun (srun PROGRAM ...)"},
+		{name: "slurm batch script of one task", env: map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "1", "SLURM_JOB_NODELIST": "n1", "SLURM_JOB_ID": "7"},
+			want: Settings{Rank: 0, Size: 1, LocalRank: 0, LocalSize: 1, MasterPort: DefaultMasterPort, Source: "slurm"}},
 		{name: "open mpi across nodes needs MASTER_ADDR", env: map[string]string{"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}, wantErr: "Open MPI spans several nodes"},
 		{name: "bad timeout", env: map[string]string{"GORUN_TIMEOUT": "soon"}, wantErr: `GORUN_TIMEOUT="soon"`},
 		{name: "socket buffer too small", env: map[string]string{"GORUN_SOCKET_BUFFER": "4096"}, wantErr: "GORUN_SOCKET_BUFFER=4096: 4096 bytes is below the 65536-byte minimum"},

@@ -159,6 +159,27 @@ func TestSbatchWaitSeesFailure(t *testing.T) {
 	}
 }
 
+// TestBatchScriptWithoutSrun: a batch script of 2 tasks that runs the
+// program itself, not through srun, is one process with SLURM_PROCID 0:
+// it stops at once saying to use srun, where it waited for a rank 1 until
+// the join's deadline.
+func TestBatchScriptWithoutSrun(t *testing.T) {
+	work := t.TempDir()
+	script := filepath.Join(work, "nosrun.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/bash\n#SBATCH --ntasks=2\nexec "+cluster.bin+"/allreduce\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err := sbatchWait(t, time.Minute, "--chdir", work, "--output", filepath.Join(work, "job.out"), script)
+	out, _ := os.ReadFile(filepath.Join(work, "job.out"))
+	if err == nil || !strings.Contains(string(out), "this is Slurm's batch script itself, one process, where the job asks for 2 tasks (SLURM_NTASKS): start them with srun") {
+		t.Fatalf("error %v, output:\n%s\nwant a failure saying to start the tasks with srun", err, out)
+	}
+	if took := time.Since(start); took > 30*time.Second {
+		t.Errorf("the job took %v to fail", took)
+	}
+}
+
 // TestSrunAllReduce runs the allreduce example as 4 tasks on both nodes:
 // every rank finds the others from Slurm's variables alone (MASTER_ADDR
 // from the compressed node list n[1-2]) and prints the right sum.
