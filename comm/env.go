@@ -371,20 +371,7 @@ func ResolveSettings(getenv func(string) string, opts ...Option) (Settings, erro
 				s.LocalSize = counts[node]
 			}
 		}
-		defaultMaster = func() (string, int, error) {
-			list := getenv("SLURM_JOB_NODELIST")
-			if list == "" {
-				list = getenv("SLURM_NODELIST")
-			}
-			hosts, err := ExpandHostlist(list)
-			if err != nil {
-				return "", 0, fmt.Errorf("SLURM_JOB_NODELIST: %w", err)
-			}
-			if len(hosts) == 0 {
-				return "", 0, fmt.Errorf("MASTER_ADDR is not set and SLURM_JOB_NODELIST is empty")
-			}
-			return hosts[0], derivePort(getenv("SLURM_JOB_ID") + "." + getenv("SLURM_STEP_ID")), nil
-		}
+		defaultMaster = func() (string, int, error) { return SlurmMaster(getenv) }
 	case getenv("OMPI_COMM_WORLD_RANK") != "":
 		s.Source = "openmpi"
 		s.Rank = e.int("OMPI_COMM_WORLD_RANK", 0)
@@ -548,6 +535,30 @@ const (
 	derivedPortBase = 16384
 	derivedPorts    = 16384
 )
+
+// SlurmMaster is where a Slurm job step's rank 0 serves the rendezvous
+// store when MASTER_ADDR and MASTER_PORT do not say: the first host of
+// the step's node list (where srun starts task 0; the job's, outside a
+// step), and a port derived from the job and step ids, so that two steps
+// sharing a node do not collide. getenv reads the environment
+// (os.Getenv).
+func SlurmMaster(getenv func(string) string) (host string, port int, err error) {
+	name := "SLURM_STEP_NODELIST"
+	for _, n := range []string{"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"} {
+		if getenv(n) != "" {
+			name = n
+			break
+		}
+	}
+	hosts, err := ExpandHostlist(getenv(name))
+	if err != nil {
+		return "", 0, fmt.Errorf("%s: %w", name, err)
+	}
+	if len(hosts) == 0 {
+		return "", 0, fmt.Errorf("MASTER_ADDR is not set and SLURM_JOB_NODELIST is empty")
+	}
+	return hosts[0], derivePort(getenv("SLURM_JOB_ID") + "." + getenv("SLURM_STEP_ID")), nil
+}
 
 // derivePort maps a job identity to a port in [16384, 32768), so two jobs on
 // one node rarely pick the same one; MASTER_PORT overrides it.

@@ -66,8 +66,13 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
-	explicitRestarts := false
-	fs.Visit(func(f *flag.Flag) { explicitRestarts = explicitRestarts || f.Name == "max-restarts" })
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	explicitRestarts := set["max-restarts"]
+	if err := nodesFromSlurm(os.Getenv, set, nnodes, nodeRank, master); err != nil {
+		fmt.Fprintln(stderr, "gorun:", err)
+		return 2
+	}
 	switch *onFailure {
 	case "":
 		*onFailure = "abort"

@@ -263,6 +263,8 @@ func TestBatchScripts(t *testing.T) {
 		{"one-task.sh", mnist + small, "mnist.safetensors", nil, nil},
 		{"ddp-1node.sh", mnist + small, "mnist.safetensors", []string{"4 ranks"}, []string{"--overcommit"}},
 		{"ddp-2nodes.sh", mnist + small, "mnist.safetensors", []string{"4 ranks"}, nil},
+		// One gorun per node, the two making one job of 4 ranks.
+		{"gorun-per-node.sh", mnist + small, "mnist.safetensors", []string{"[0] Data parallel over 4 ranks"}, []string{"--overcommit"}},
 		{"gpipe-3tasks.sh", "--synthetic --epochs 1 --train-samples 256 --test-samples 64 --batch-size 32 --progress lines", "cifar.stage2.safetensors", nil, nil},
 		{"resnet50-imagenet.sh", "--image-size 32 --batch-size 4 --epochs 1 --train-samples 16 --test-samples 8 --threads 1 --progress lines", "resnet50.safetensors",
 			[]string{"Model resnet50", "2 ranks", "decoded from their files by 2 workers"}, []string{"--export=ALL,DATA=" + photos}},
