@@ -15,11 +15,24 @@ import (
 // step's nodes — -nnodes the step's tasks, -node-rank this task's number,
 // -master the step's first host and a port derived from the job and step
 // ids. With more tasks than nodes each gorun would start a job of its own
-// on its node, and it refuses, saying how to start either. getenv reads
-// the environment.
+// on its node, and it refuses, saying how to start either; so it does
+// as one of several ranks mpirun (or another launcher) started. getenv
+// reads the environment.
 func nodesFromSlurm(getenv func(string) string, set map[string]bool, nnodes, nodeRank *int, master *string) error {
-	if getenv("SLURM_STEP_ID") == "" && getenv("SLURM_STEPID") == "" || set["nnodes"] {
-		return nil // not a task srun started, or the flags say
+	if set["nnodes"] {
+		return nil // the flags say
+	}
+	for _, l := range []struct{ size, rank, by string }{
+		{"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "mpirun"},
+		{"WORLD_SIZE", "RANK", "a launcher (gorun, torchrun)"},
+	} {
+		if n, err := strconv.Atoi(getenv(l.size)); err == nil && n > 1 {
+			return fmt.Errorf("started by %s as rank %s of %d (%s): it already starts a process per rank, and each gorun would start a job of its own. Start the program itself under it, without gorun, or one gorun per machine with -nnodes",
+				l.by, getenv(l.rank), n, l.size)
+		}
+	}
+	if getenv("SLURM_STEP_ID") == "" && getenv("SLURM_STEPID") == "" {
+		return nil // not a task srun started
 	}
 	tasks, err1 := strconv.Atoi(getenv("SLURM_NTASKS"))
 	task, err2 := strconv.Atoi(getenv("SLURM_PROCID"))

@@ -6,9 +6,10 @@ import (
 )
 
 // TestNodesFromSlurm: a gorun srun started as one task per node makes one
-// job across the step's nodes; started as several tasks on a node it
-// refuses, saying how to start either; a gorun srun did not start, or
-// one told -nnodes, is left as it is.
+// job across the step's nodes; started as several tasks on a node, or as
+// one of several ranks of mpirun or another launcher, it refuses, saying
+// how to start the job; a gorun nothing started, or one told -nnodes, is
+// left as it is.
 func TestNodesFromSlurm(t *testing.T) {
 	step := map[string]string{"SLURM_STEP_ID": "3", "SLURM_JOB_ID": "41", "SLURM_NTASKS": "2", "SLURM_PROCID": "1",
 		"SLURM_STEP_NUM_NODES": "2", "SLURM_STEP_NODELIST": "n[7-8]", "SLURM_JOB_NODELIST": "n[1-8]", "GORUN_TOKEN": "t"}
@@ -40,6 +41,12 @@ func TestNodesFromSlurm(t *testing.T) {
 			err: "started by srun as task 1 of 2 on 1 node: srun already starts a process per task, and each gorun would start a job of its own. Start one gorun per node (srun --ntasks-per-node=1"},
 		{name: "no token", env: with(map[string]string{"GORUN_TOKEN": ""}), nnodes: 2, rank: 1, master: "n7:",
 			err: "export GORUN_TOKEN=$(openssl rand -hex 16) in the batch script before srun"},
+		{name: "under mpirun", env: map[string]string{"OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_RANK": "1"}, nnodes: 1,
+			err: "started by mpirun as rank 1 of 2 (OMPI_COMM_WORLD_SIZE): it already starts a process per rank, and each gorun would start a job of its own"},
+		{name: "under mpirun, one rank", env: map[string]string{"OMPI_COMM_WORLD_SIZE": "1", "OMPI_COMM_WORLD_RANK": "0"}, nnodes: 1},
+		{name: "under another launcher", env: map[string]string{"WORLD_SIZE": "4", "RANK": "3"}, nnodes: 1,
+			err: "started by a launcher (gorun, torchrun) as rank 3 of 4 (WORLD_SIZE)"},
+		{name: "under mpirun with -nnodes", env: map[string]string{"OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_RANK": "1"}, set: map[string]bool{"nnodes": true}, nnodes: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			nnodes, rank, master := 1, 0, ""
