@@ -389,6 +389,19 @@ func whereMissing(store store, missing []int, size int) string {
 			never = append(never, r)
 		}
 	}
+	// A process refused for another world size whose rank joined all the
+	// same (as rank 1 of 2 from a node started with another -np, beside
+	// this job's rank 1): the ranks missing are likely the same mistake's.
+	var others []string
+	for r, n := range otherSize {
+		if !slices.Contains(missing, r) {
+			others = append(others, fmt.Sprintf("rank %d of %s", r, n))
+		}
+	}
+	if len(others) > 0 {
+		slices.Sort(others)
+		parts = append(parts, fmt.Sprintf("a process announcing a job of another size was turned away (%s, where this job has %d ranks: gorun's -np and -nnodes, or WORLD_SIZE, must be the same on every node)", strings.Join(others, ", "), size))
+	}
 	if dup := list(rendezvous.DuplicatesKey); dup != nil {
 		parts = append(parts, fmt.Sprintf("a second process tried to join as rank %s and was turned away (the rank, or the node rank, given twice?)", strings.Join(dup, ",")))
 	}

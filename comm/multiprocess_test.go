@@ -373,6 +373,7 @@ func TestAbsentRankNamed(t *testing.T) {
 			"refused rank 2 of a job of 4 ranks: its job has another number of ranks (the world size, WORLD_SIZE, must be the same on every rank)"},
 		{"othertoken", "rank 2 reached the store with another job token (GORUN_TOKEN must be the same on every rank: set on one node only?)",
 			"authentication failed: the peer does not know this job's token (GORUN_TOKEN must be the same on every rank: set on one node only, or another job's store at this address?)"},
+		{"absent-othersize", "a process announcing a job of another size was turned away (rank 1 of 2, where this job has 3 ranks: gorun's -np and -nnodes, or WORLD_SIZE, must be the same on every node); [2] never reached the store", ""},
 		{"twice", "a second process tried to join as rank 1 and was turned away (the rank, or the node rank, given twice?); [2] never reached the store",
 			"refused rank 1: another process has joined as rank 1 (the rank, or the node rank, given twice?)"},
 	} {

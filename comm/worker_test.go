@@ -47,6 +47,13 @@ func runWorker(scenario string) int {
 	if strings.HasPrefix(scenario, "absent") && os.Getenv("RANK") == "2" {
 		return 0 // never joins
 	}
+	if scenario == "absent-othersize" && os.Getenv("RANK") == "1" {
+		// Another node's rank 1, started with another -np: turned away.
+		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err := rendezvous.Dial(dctx, os.Getenv("MASTER_ADDR")+":"+os.Getenv("MASTER_PORT"), []byte(os.Getenv("GORUN_TOKEN")), 1, 2)
+		cancel()
+		fmt.Println("OTHER-SIZE-DIAL:", err)
+	}
 	if scenario == "nostore" && os.Getenv("RANK") == "0" {
 		return 0 // never serves the store
 	}
