@@ -13,7 +13,9 @@
 // settings the algorithms and transports are chosen by (GORUN_TRANSPORT,
 // GORUN_ALGO, GORUN_NET, the GORUN_*_BYTES sizes): where they differ,
 // every rank fails at once naming what differs and where. Group.CheckSame
-// does the same for a program's own settings.
+// does the same for a program's own settings. A join that waits says so
+// long before its deadline: rank 0 which ranks have not come and where
+// they stopped, a rank its store does not answer why.
 //
 // Failures are loud and fast. Every wait for a peer has a deadline. A rank that dies is
 // noticed at once by the ranks connected to it (with lazy connections,
@@ -29,7 +31,9 @@
 // connections beside the data, which ranks have not arrived and where each
 // rank is; when that shows ranks in one call with different arguments
 // (calls no frame between them told apart), it ends the job with an error
-// naming both calls. A rank started by gorun exits when gorun is gone. After a
+// naming both calls. A call that fails at Settings.Timeout (GORUN_TIMEOUT)
+// says so, and that a rank working longer than that between calls needs
+// it raised. A rank started by gorun exits when gorun is gone. After a
 // failure, Shrink gives the ranks still alive a new world group of
 // themselves, which they agree on even while more of them die.
 package comm
