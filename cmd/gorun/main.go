@@ -69,7 +69,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	explicitRestarts := set["max-restarts"]
-	if err := nodesFromSlurm(os.Getenv, set, nnodes, nodeRank, master); err != nil {
+	if err := nodesFromLauncher(os.Getenv, set, nnodes, nodeRank, master); err != nil {
 		fmt.Fprintln(stderr, "gorun:", err)
 		return 2
 	}

@@ -429,22 +429,22 @@ func DialNoting(ctx context.Context, addr string, token []byte, rank, size int, 
 	var d net.Dialer
 	backoff := 20 * time.Millisecond
 	var (
-		mu     sync.Mutex
-		last   error
-		joined bool
+		mu   sync.Mutex
+		last error
+		done bool // the dial returned: no note
 	)
 	if note != nil {
 		timer := time.AfterFunc(noteAfter, func() {
 			mu.Lock()
 			defer mu.Unlock()
-			if !joined {
+			if !done {
 				note(noteAfter, last)
 			}
 		})
 		defer func() {
 			timer.Stop()
 			mu.Lock()
-			joined = true
+			done = true
 			mu.Unlock()
 		}()
 	}

@@ -8,7 +8,7 @@ import (
 	"github.com/gorun/gorun/comm"
 )
 
-// nodesFromSlurm fills, for a gorun that srun started as one of several
+// nodesFromLauncher fills, for a gorun that srun started as one of several
 // tasks, the multi-node settings the flags left out (set: the flags
 // given): with one task per node (srun --ntasks-per-node=1 gorun -np N
 // PROG, as torchrun users start one agent per node), a job over the
@@ -18,7 +18,7 @@ import (
 // on its node, and it refuses, saying how to start either; so it does
 // as one of several ranks mpirun (or another launcher) started. getenv
 // reads the environment.
-func nodesFromSlurm(getenv func(string) string, set map[string]bool, nnodes, nodeRank *int, master *string) error {
+func nodesFromLauncher(getenv func(string) string, set map[string]bool, nnodes, nodeRank *int, master *string) error {
 	if set["nnodes"] {
 		return nil // the flags say
 	}

@@ -5,12 +5,12 @@ import (
 	"testing"
 )
 
-// TestNodesFromSlurm: a gorun srun started as one task per node makes one
+// TestNodesFromLauncher: a gorun srun started as one task per node makes one
 // job across the step's nodes; started as several tasks on a node, or as
 // one of several ranks of mpirun or another launcher, it refuses, saying
 // how to start the job; a gorun nothing started, or one told -nnodes, is
 // left as it is.
-func TestNodesFromSlurm(t *testing.T) {
+func TestNodesFromLauncher(t *testing.T) {
 	step := map[string]string{"SLURM_STEP_ID": "3", "SLURM_JOB_ID": "41", "SLURM_NTASKS": "2", "SLURM_PROCID": "1",
 		"SLURM_STEP_NUM_NODES": "2", "SLURM_STEP_NODELIST": "n[7-8]", "SLURM_JOB_NODELIST": "n[1-8]", "GORUN_TOKEN": "t"}
 	with := func(changes map[string]string) map[string]string {
@@ -50,7 +50,7 @@ func TestNodesFromSlurm(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			nnodes, rank, master := 1, 0, ""
-			err := nodesFromSlurm(func(k string) string { return tc.env[k] }, tc.set, &nnodes, &rank, &master)
+			err := nodesFromLauncher(func(k string) string { return tc.env[k] }, tc.set, &nnodes, &rank, &master)
 			if (tc.err == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), tc.err) {
 				t.Fatalf("error %v, want %q", err, tc.err)
 			}
