@@ -85,24 +85,20 @@ func SetUsage(fs *flag.FlagSet, synopsis, about string, examples ...string) {
 // package says only "parse error" (`--lr "x": want a number`), else the
 // reason given (a flag.Func's, "value out of range").
 func badValue(fs *flag.FlagSet, args []string, err error) (string, bool) {
-	text := err.Error()
 	var value, name, reason string
-	if rest, ok := strings.CutPrefix(text, "invalid value "); ok {
-		q, after, found := strings.Cut(rest, " for flag -")
-		n, r, found2 := strings.Cut(after, ": ")
-		if !found || !found2 {
-			return "", false
+	// The package's two wordings: `invalid value "x" for flag -lr: ...`
+	// and `invalid boolean value "x" for -augment: ...`.
+	for _, form := range [][2]string{{"invalid value ", " for flag -"}, {"invalid boolean value ", " for -"}} {
+		rest, ok := strings.CutPrefix(err.Error(), form[0])
+		if !ok {
+			continue
 		}
-		value, name, reason = q, n, r
-	} else if rest, ok := strings.CutPrefix(text, "invalid boolean value "); ok {
-		q, after, found := strings.Cut(rest, " for -")
-		n, r, found2 := strings.Cut(after, ": ")
-		if !found || !found2 {
-			return "", false
+		q, after, ok1 := strings.Cut(rest, form[1])
+		n, r, ok2 := strings.Cut(after, ": ")
+		if ok1 && ok2 {
+			value, name, reason = q, n, r
 		}
-		value, name, reason = q, n, r
-	} else {
-		return "", false
+		break
 	}
 	f := fs.Lookup(name)
 	if f == nil {
