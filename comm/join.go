@@ -99,6 +99,7 @@ func openWorld(ctx context.Context, s Settings, data *dataPath, ctl *controls, h
 			}
 			msg += fmt.Sprintf("; collectives chosen by a cost model, the link between hosts at %v (GORUN_NET: %s)", w.net, how)
 		}
+		msg += crowdedText(w.crowded, s.LocalSize, runtime.NumCPU(), s.Spin)
 		fmt.Fprintln(os.Stderr, msg)
 	}
 	if s.LauncherPID > 0 {
@@ -444,4 +445,21 @@ func storeListener(s *Settings) (net.Listener, error) {
 		return nil, fmt.Errorf("rank 0 cannot serve the rendezvous store on port %d (MASTER_PORT; another job on this host?): %w", s.MasterPort, err)
 	}
 	return ln, nil
+}
+
+// crowdedText adds to rank 0's first line that a host of the job runs
+// more ranks than it has cores (crowded), where ranks take turns on the
+// cores: "" when none does. local and cores are rank 0's host's ranks and
+// cores; spin is how long its waits spin (GORUN_SPIN: 0 by default on a
+// crowded host).
+func crowdedText(crowded bool, local, cores int, spin time.Duration) string {
+	switch {
+	case !crowded:
+		return ""
+	case local <= cores:
+		return "; another host of the job runs more ranks than it has cores: they take turns on them"
+	case spin == 0:
+		return fmt.Sprintf("; %d ranks share this host's %d cores, taking turns: a waiting rank gives its core away at once instead of spinning", local, cores)
+	}
+	return fmt.Sprintf("; %d ranks share this host's %d cores, taking turns, and a waiting rank spins %v first (GORUN_SPIN) before giving its core away", local, cores, spin)
 }
