@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -33,15 +32,10 @@ func twoHosts(t *testing.T) *netcluster.Cluster {
 	return c
 }
 
-// buildAllreduce builds gorun and examples/allreduce into a temporary
-// directory and returns it.
+// buildAllreduce returns a directory holding gorun and examples/allreduce.
 func buildAllreduce(t *testing.T) string {
 	t.Helper()
-	bin := t.TempDir()
-	if out, err := exec.Command("go", "build", "-o", bin+"/", ".", "../../examples/allreduce").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
-	return bin
+	return buildTools(t, "../../examples/allreduce")
 }
 
 // TestMultiNodeAcrossNamespaces runs one job over two "hosts" — network

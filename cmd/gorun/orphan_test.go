@@ -20,10 +20,7 @@ import (
 // the ranks connect lazily (GORUN_CONNECT=lazy: no peer sockets to notice
 // anything by).
 func TestRanksDieWithLauncher(t *testing.T) {
-	bin := t.TempDir()
-	if out, err := exec.Command("go", "build", "-o", bin+"/", ".", "./testdata/idle").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := buildTools(t, "./testdata/idle")
 	idle := filepath.Join(bin, "idle")
 	cases := []struct {
 		name string
