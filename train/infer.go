@@ -220,6 +220,14 @@ func (c *Classifier) EvaluateOn(ctx context.Context, g *comm.Group, ds *data.Dat
 	if g == nil || g.Size() == 1 {
 		return Evaluate(ctx, c.Model, c.be, loader, ds, nil)
 	}
+	// Shares of different weights or data would add up to a result of
+	// neither.
+	if err := checkSame(ctx, g, []comm.Setting{
+		{Name: "the weights' digest", Value: fmt.Sprintf("%016x", weightsDigest(nn.Params(c.Model.Net)))},
+		{Name: "test images", Value: fmt.Sprintf("%d of %d×%d×%d", ds.Len(), ds.Shape[0], ds.Shape[1], ds.Shape[2])},
+	}, "every rank must evaluate the same weights on the same images: another file, or a stale copy on one node?"); err != nil {
+		return Evaluation{}, fmt.Errorf("evaluate: %w", err)
+	}
 	sum := func(ctx context.Context, v []float64) error { return comm.AllReduce(ctx, g, v, comm.Sum) }
 	return evaluateShare(ctx, c.Model, c.be, loader, ds, g.Rank(), g.Size(), sum)
 }

@@ -14,7 +14,8 @@ import (
 // TestInferSharedByRanks: infer started as 3 ranks shares --data's
 // evaluation (50 test images: 17, 17 and 16 each) and prints, from rank 0
 // alone, the same loss, accuracy and confusion matrix as one process;
-// image files are classified once, by rank 0.
+// ranks given different weights stop, naming them; image files are
+// classified once, by rank 0.
 func TestInferSharedByRanks(t *testing.T) {
 	bin := buildTools(t, "../train", "../infer", "../gendata")
 	dir := filepath.Join(t.TempDir(), "digits")
@@ -53,6 +54,19 @@ func TestInferSharedByRanks(t *testing.T) {
 		t.Errorf("one process did not score the 50 test images:\n%s", alone)
 	}
 
+	// Rank 1 given other weights (a stale copy on one node): both ranks
+	// stop, naming the difference, instead of adding up shares of two
+	// models' results.
+	other := filepath.Join(t.TempDir(), "other.safetensors")
+	if out, err := exec.Command(filepath.Join(bin, "train"), "--data", dir, "--epochs", "1", "--threads", "1", "--seed", "2", "--save", other).CombinedOutput(); err != nil {
+		t.Fatalf("train: %v\n%s", err, out)
+	}
+	script := `w="$0"; [ "$RANK" = 1 ] && w="$1"; exec "$2" --weights "$w" --data "$3" --threads 1`
+	out, err := exec.Command(filepath.Join(bin, "gorun"), "-np", "2", "sh", "-c", script, weights, other, filepath.Join(bin, "infer"), dir).CombinedOutput()
+	if err == nil || strings.Count(string(out), "the ranks differ where they must agree: the weights' digest is ") != 2 || strings.Contains(string(out), "Test set") {
+		t.Errorf("ranks given different weights: %v\n%s\nwant both to stop naming the weights' digest, nothing scored", err, out)
+	}
+
 	photo := filepath.Join(t.TempDir(), "shoe.png")
 	f, err := os.Create(photo)
 	if err != nil {
@@ -62,7 +76,7 @@ func TestInferSharedByRanks(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
-	out, err := exec.Command(filepath.Join(bin, "gorun"), "-np", "2", filepath.Join(bin, "infer"), "--weights", weights, "--threads", "1", photo).CombinedOutput()
+	out, err = exec.Command(filepath.Join(bin, "gorun"), "-np", "2", filepath.Join(bin, "infer"), "--weights", weights, "--threads", "1", photo).CombinedOutput()
 	if err != nil {
 		t.Fatalf("gorun infer %s: %v\n%s", photo, err, out)
 	}
