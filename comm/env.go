@@ -350,7 +350,7 @@ func ResolveSettings(getenv func(string) string, opts ...Option) (Settings, erro
 		if s.Size < 0 && e.err == nil {
 			e.err = fmt.Errorf("SLURM_PROCID is set but SLURM_NTASKS is not (run the program with srun inside an allocation)")
 		}
-		if s.Size > 1 && getenv("SLURM_STEP_ID") == "" && getenv("SLURM_STEPID") == "" && e.err == nil {
+		if s.Size > 1 && !InSlurmStep(getenv) && e.err == nil {
 			// sbatch runs its script as one process with the job's
 			// SLURM_PROCID (0) and SLURM_NTASKS; only srun starts the
 			// tasks, each in a step. Waiting for the others would end
@@ -557,7 +557,24 @@ func SlurmMaster(getenv func(string) string) (host string, port int, err error) 
 	if len(hosts) == 0 {
 		return "", 0, fmt.Errorf("MASTER_ADDR is not set and SLURM_JOB_NODELIST is empty")
 	}
-	return hosts[0], derivePort(getenv("SLURM_JOB_ID") + "." + getenv("SLURM_STEP_ID")), nil
+	return hosts[0], derivePort(getenv("SLURM_JOB_ID") + "." + slurmStepID(getenv)), nil
+}
+
+// InSlurmStep reports whether the environment is a task srun started (a
+// job step's), not Slurm's batch script itself, which has the job's
+// SLURM_PROCID and SLURM_NTASKS but is one process. getenv reads the
+// environment (os.Getenv).
+func InSlurmStep(getenv func(string) string) bool {
+	return slurmStepID(getenv) != ""
+}
+
+// slurmStepID is the job step's id: SLURM_STEP_ID, or SLURM_STEPID, the
+// name older Slurm releases also set.
+func slurmStepID(getenv func(string) string) string {
+	if id := getenv("SLURM_STEP_ID"); id != "" {
+		return id
+	}
+	return getenv("SLURM_STEPID")
 }
 
 // derivePort maps a job identity to a port in [16384, 32768), so two jobs on

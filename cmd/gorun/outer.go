@@ -31,7 +31,7 @@ func nodesFromLauncher(getenv func(string) string, set map[string]bool, nnodes, 
 				l.by, getenv(l.rank), n, l.size)
 		}
 	}
-	if getenv("SLURM_STEP_ID") == "" && getenv("SLURM_STEPID") == "" {
+	if !comm.InSlurmStep(getenv) {
 		return nil // not a task srun started
 	}
 	tasks, err1 := strconv.Atoi(getenv("SLURM_NTASKS"))
