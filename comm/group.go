@@ -289,7 +289,10 @@ func (g *Group) wrap(what string, err error) error {
 // fail records err as the group's error and tells every other rank. A
 // peer that closed its group while this rank waits for it is named first,
 // with where each of them was: the ranks disagree about the calls to make.
+// A wait that outlived GORUN_TIMEOUT says so, in every group and in
+// point-to-point calls (stallWatch.hintTimeout).
 func (g *Group) fail(what string, err error) error {
+	err = g.w.stall.hintTimeout(err)
 	wrapped := g.wrap(what, err)
 	if left := (*tcp.LeftError)(nil); errors.As(err, &left) { // (shared memory's too)
 		wrapped = fmt.Errorf("comm: rank %d: %w while this rank waits in %s", g.w.settings.Rank, left, what)

@@ -749,23 +749,30 @@ func TestStallRankZeroSilent(t *testing.T) {
 }
 
 // TestTimeoutCarriesTable: when the wait ends at GORUN_TIMEOUT, the error
-// (and the abort the others get) says so, naming the variable, and, past
+// (and the abort the others get) says so, naming the variable — in the
+// world group, a group Split made and a point-to-point receive — and, past
 // the stall threshold, which rank had not arrived and where each rank was
-// — also a rank that has made no call since it joined.
+// (the world group's table), also for a rank that has made no call since
+// it joined.
 func TestTimeoutCarriesTable(t *testing.T) {
 	const hint = "GORUN_TIMEOUT=3s bounds each wait: raise it where a rank may work longer than that between calls"
 	for _, tc := range []struct {
 		name     string
 		scenario string
 		env      []string
+		ranks    []int // whose errors to check
 		want     []string
 	}{
-		{"stalled", "stall", []string{"GORUN_STALL=1s"},
-			[]string{"nothing moved within 3s (the transport's timeout)", "rank 2 has not arrived; ", hint + "; where each rank was:", "rank 2: computing since call #2 (AllReduce, 1000 × float32) ended"}},
-		{"before its first call", "latefirst", []string{"GORUN_STALL=1s"},
-			[]string{"rank 2 has not arrived; ", hint + "; where each rank was:", "rank 2: computing since it joined (comm.Init) ", "ago, before any collective call of its own"}},
-		{"no stall report", "stall", []string{"GORUN_STALL=0", "GORUN_TRANSPORT=tcp"},
+		{"stalled", "stall", []string{"GORUN_STALL=1s"}, []int{0, 1},
+			[]string{"nothing moved within 3s (the transport's timeout); " + hint + "; rank 2 has not arrived; where each rank was:", "rank 2: computing since call #2 (AllReduce, 1000 × float32) ended"}},
+		{"before its first call", "latefirst", []string{"GORUN_STALL=1s"}, []int{0, 1},
+			[]string{hint + "; rank 2 has not arrived; where each rank was:", "rank 2: computing since it joined (comm.Init) ", "ago, before any collective call of its own"}},
+		{"no stall report", "stall", []string{"GORUN_STALL=0", "GORUN_TRANSPORT=tcp"}, []int{0, 1},
 			[]string{"no data from this rank within 3s (the transport's timeout); " + hint}},
+		{"in a sub-group", "substall", []string{"GORUN_STALL=0"}, []int{0, 1},
+			[]string{"AllReduce", "nothing moved within 3s (the transport's timeout); " + hint}},
+		{"in a receive", "recvstall", []string{"GORUN_STALL=0"}, []int{0},
+			[]string{"Recv of 5 elements from rank 1, tag 3: ", "(the transport's timeout); " + hint}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if testing.Short() && tc.name != "stalled" {
@@ -776,7 +783,7 @@ func TestTimeoutCarriesTable(t *testing.T) {
 				t.Fatalf("job succeeded:\n%s", out)
 			}
 			lines := commtest.RankLines(out)
-			for _, r := range []int{0, 1} {
+			for _, r := range tc.ranks {
 				text := strings.Join(lines[r], "\n")
 				// (The other waiting rank may have exited by the time this one
 				// asks: it is then named as gone, without waiting for its answer.)

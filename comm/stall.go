@@ -704,30 +704,43 @@ func (w *stallWatch) look(now time.Time, list []*activity, state map[*activity]*
 }
 
 // explainFailure adds to the error of the call a (the world group's) is
-// in what tells why: that GORUN_TIMEOUT ended the wait, where it did, and
+// in what tells why: that GORUN_TIMEOUT ended the wait (hintTimeout), and
 // where every rank was, when the call failed after waiting at least the
 // stall threshold.
 func (w *stallWatch) explainFailure(err error, a *activity) error {
-	hint := ""
-	if errors.Is(err, mailbox.ErrTimeout) {
-		hint = fmt.Sprintf("; GORUN_TIMEOUT=%v bounds each wait: raise it where a rank may work longer than that between calls", w.timeout)
-	}
+	err = w.hintTimeout(err)
 	if w.after <= 0 || !w.ready.Load() || strings.Contains(err.Error(), mismatchAbort) {
-		return withHint(err, hint) // (a disagreement's abort names the calls; its reports logged the table)
+		return err // (a disagreement's abort names the calls; its reports logged the table)
 	}
 	p := a.where(time.Now())
 	waited := time.Duration(time.Now().UnixNano() - p.since)
 	if p.since == 0 || waited < w.after {
-		return withHint(err, hint)
-	}
-	summary, table, at := w.locate(p.seq, waited, fmt.Sprintf("call #%d", p.seq))
-	return fmt.Errorf("%w; %s%s%s", err, summary, hint, at.refer("was", table))
-}
-
-// withHint is err with hint (which begins "; ") after its text.
-func withHint(err error, hint string) error {
-	if hint == "" {
 		return err
 	}
-	return fmt.Errorf("%w%s", err, hint)
+	summary, table, at := w.locate(p.seq, waited, fmt.Sprintf("call #%d", p.seq))
+	return fmt.Errorf("%w; %s%s", err, summary, at.refer("was", table))
 }
+
+// hintTimeout returns err, where a transport's wait outlived GORUN_TIMEOUT
+// (mailbox.ErrTimeout), with the variable named and how to raise it; once,
+// however often it is called on the same error.
+func (w *stallWatch) hintTimeout(err error) error {
+	var hinted *timeoutHinted
+	if !errors.Is(err, mailbox.ErrTimeout) || errors.As(err, &hinted) {
+		return err
+	}
+	return &timeoutHinted{err: err, timeout: w.timeout}
+}
+
+// timeoutHinted is a transport's timeout error with the hint that names
+// GORUN_TIMEOUT after it.
+type timeoutHinted struct {
+	err     error
+	timeout time.Duration
+}
+
+func (e *timeoutHinted) Error() string {
+	return fmt.Sprintf("%v; GORUN_TIMEOUT=%v bounds each wait: raise it where a rank may work longer than that between calls", e.err, e.timeout)
+}
+
+func (e *timeoutHinted) Unwrap() error { return e.err }

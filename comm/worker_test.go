@@ -135,6 +135,17 @@ func runWorker(scenario string) int {
 			time.Sleep(pause)
 		}
 		err = g.Barrier(ctx)
+	case "substall":
+		// As latefirst, in a group Split made: rank 2 works STALL_SLEEP
+		// before the sub-group's first collective.
+		var sub *comm.Group
+		if sub, err = g.Split(ctx, 0, g.Rank()); err == nil {
+			if g.Rank() == 2 {
+				pause, _ := time.ParseDuration(os.Getenv("STALL_SLEEP"))
+				time.Sleep(pause)
+			}
+			err = sub.AllReduce(ctx, make([]float32, 4), comm.Sum)
+		}
 	case "recvstall":
 		// Rank 0 waits for a message rank 1 sends only after STALL_SLEEP.
 		buf := make([]float32, 5)
