@@ -9,7 +9,8 @@
 // class index); the training samples are shuffled first. shards.json,
 // written last, names the classes and lists the shards. train --data
 // reads the output like the folder: each rank streams its own shards
-// through a shuffle buffer.
+// through a shuffle buffer. Packing again into the same directory
+// replaces the earlier packing.
 package main
 
 import (
@@ -49,8 +50,8 @@ func run(args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("reading back the index: %w", err)
 	}
-	if _, err := fmt.Fprintf(stdout, "%d training samples in %d shards, %d validation samples in %d shards, %d classes: %s\n",
-		train.Len(), len(train.Shards.Files), val.Len(), len(val.Shards.Files), len(train.Classes), *out); err != nil {
+	if _, err := fmt.Fprintf(stdout, "%d training samples in %s, %d validation samples in %s, %d classes: %s\n",
+		train.Len(), shardCount(len(train.Shards.Files)), val.Len(), shardCount(len(val.Shards.Files)), len(train.Classes), *out); err != nil {
 		return err
 	}
 	for _, d := range []struct {
@@ -64,4 +65,12 @@ func run(args []string, stdout io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// shardCount is "1 shard" or "N shards".
+func shardCount(n int) string {
+	if n == 1 {
+		return "1 shard"
+	}
+	return fmt.Sprintf("%d shards", n)
 }

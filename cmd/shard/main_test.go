@@ -28,6 +28,13 @@ func TestShardCommand(t *testing.T) {
 	if want := "60 training samples in 4 shards, 40 validation samples in 3 shards, 10 classes"; !strings.Contains(stdout.String(), want) {
 		t.Errorf("printed %q, want %q", stdout.String(), want)
 	}
+	stdout.Reset()
+	if err := run([]string{"--data", folder, "--out", filepath.Join(t.TempDir(), "one"), "--samples", "40"}, &stdout); err != nil {
+		t.Fatal(err)
+	}
+	if want := "60 training samples in 2 shards, 40 validation samples in 1 shard, 10 classes"; !strings.Contains(stdout.String(), want) {
+		t.Errorf("printed %q, want %q", stdout.String(), want)
+	}
 	if f, err := data.Detect(out); err != nil || f != data.FormatShards {
 		t.Errorf("Detect %s: %v, %v", out, f, err)
 	}

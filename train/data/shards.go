@@ -5,9 +5,11 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"image/jpeg"
 	"io"
+	"io/fs"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -382,7 +384,10 @@ type ShardOptions struct {
 // in out: train-NNNNNN.tar and val-NNNNNN.tar of o.Samples samples each,
 // and shards.json, the index, written last. Each file goes to a
 // temporary name, is synced and renamed, so an interrupted run leaves no
-// half-written shard or index.
+// half-written shard or index. Packing again into the same directory
+// removes the earlier index first (an interrupted run leaves none that
+// would name shards of another packing) and, at the end, the earlier
+// index's shards the new one does not list.
 func WriteShards(dir, out string, o ShardOptions) error {
 	if o.Samples < 1 {
 		return fmt.Errorf("shards: %d samples per shard: want at least 1", o.Samples)
@@ -394,6 +399,10 @@ func WriteShards(dir, out string, o ShardOptions) error {
 		return fmt.Errorf("%s is not an image folder: want %s/train/CLASS/IMAGE and %s/val/CLASS/IMAGE", dir, dir, dir)
 	}
 	if err := os.MkdirAll(out, 0o755); err != nil {
+		return err
+	}
+	earlier, err := takeIndex(out)
+	if err != nil {
 		return err
 	}
 	idx := shardIndex{Format: shardsFormat, Splits: map[string][]shardFile{}}
@@ -431,7 +440,70 @@ func WriteShards(dir, out string, o ShardOptions) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(filepath.Join(out, ShardsIndex), append(b, '\n'))
+	if err := writeFileAtomic(filepath.Join(out, ShardsIndex), append(b, '\n')); err != nil {
+		return err
+	}
+	return removeStale(out, earlier, idx)
+}
+
+// takeIndex removes the shard index in out, if there is one, and returns
+// the shard files it listed.
+func takeIndex(out string) ([]string, error) {
+	path := filepath.Join(out, ShardsIndex)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var idx shardIndex
+	if err := json.Unmarshal(b, &idx); err != nil || idx.Format != shardsFormat {
+		return nil, fmt.Errorf("%s is there and is no shard index of this format (%q): not overwriting it; pack into another directory", path, shardsFormat)
+	}
+	var files []string
+	for _, split := range idx.Splits {
+		for _, f := range split {
+			if filepath.Base(f.File) == f.File && isShardName(f.File) {
+				files = append(files, f.File)
+			}
+		}
+	}
+	return files, os.Remove(path)
+}
+
+// isShardName reports whether name is one WriteShards gives shards:
+// train-NNNNNN.tar or val-NNNNNN.tar.
+func isShardName(name string) bool {
+	num, ok := strings.CutSuffix(name, ".tar")
+	if !ok {
+		return false
+	}
+	if n, ok := strings.CutPrefix(num, "train-"); ok {
+		num = n
+	} else if num, ok = strings.CutPrefix(num, "val-"); !ok {
+		return false
+	}
+	return len(num) == 6 && strings.Trim(num, "0123456789") == ""
+}
+
+// removeStale removes from out the earlier packing's shard files that
+// idx, the new index, does not list.
+func removeStale(out string, earlier []string, idx shardIndex) error {
+	kept := map[string]bool{}
+	for _, split := range idx.Splits {
+		for _, f := range split {
+			kept[f.File] = true
+		}
+	}
+	for _, f := range earlier {
+		if !kept[f] {
+			if err := os.Remove(filepath.Join(out, f)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // writeShard writes one shard of samples, keys numbered from first.

@@ -4,7 +4,9 @@ import (
 	"archive/tar"
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -271,6 +273,63 @@ func TestShardErrors(t *testing.T) {
 	}
 	if err := WriteShards(t.TempDir(), t.TempDir(), ShardOptions{Samples: 5}); err == nil || !strings.Contains(err.Error(), "is not an image folder") {
 		t.Errorf("packing an empty directory: %v", err)
+	}
+}
+
+// TestShardRepack: packing again into a directory replaces the earlier
+// packing: its shards the new index does not list are removed, other
+// files left (also one a hand-edited index names); a packing that fails part-way leaves no index naming
+// shards of either; an index of another format is not overwritten.
+func TestShardRepack(t *testing.T) {
+	folder, dir := packed(t, 7) // 9 train and 6 val shards
+	for _, other := range []string{"notes.txt", "train-1.tar"} {
+		if err := os.WriteFile(filepath.Join(dir, other), []byte("mine"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// An index edited by hand to name a file of the user's: not removed.
+	index := filepath.Join(dir, ShardsIndex)
+	b, _ := os.ReadFile(index)
+	os.WriteFile(index, bytes.Replace(b, []byte(`"val": [`), []byte(`"val": [{"file": "notes.txt", "samples": 1},`), 1), 0o644)
+	if err := WriteShards(folder, dir, ShardOptions{Samples: 20}); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	want := []string{"notes.txt", "shards.json", "train-000000.tar", "train-000001.tar", "train-000002.tar", "train-1.tar", "val-000000.tar", "val-000001.tar"}
+	if !slices.Equal(names, want) {
+		t.Fatalf("after packing again: %v, want %v", names, want)
+	}
+	if train, test, err := LoadShards(dir, 32); err != nil || train.Len() != 60 || test.Len() != 40 {
+		t.Fatalf("LoadShards: %v", err)
+	}
+
+	// A packing that fails at its validation images (resized, so decoded).
+	bad := filepath.Join(folder, "val", "bird", "broken.jpg")
+	if err := os.WriteFile(bad, []byte("not a JPEG"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteShards(folder, dir, ShardOptions{Samples: 20, Resize: 36}); err == nil || !strings.Contains(err.Error(), "broken.jpg") {
+		t.Fatalf("packing a folder with a broken image: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, ShardsIndex)); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("a failed packing left an index (%v): it would name shards of two packings", err)
+	}
+
+	foreign := t.TempDir()
+	index = filepath.Join(foreign, ShardsIndex)
+	os.WriteFile(index, []byte(`{"format": "webdataset"}`), 0o644)
+	if err := WriteShards(folder, foreign, ShardOptions{Samples: 20}); err == nil || !strings.Contains(err.Error(), index+" is there and is no shard index") {
+		t.Fatalf("packing over another format's index: %v", err)
+	}
+	if b, _ := os.ReadFile(index); string(b) != `{"format": "webdataset"}` {
+		t.Fatalf("the other format's index was changed: %q", b)
 	}
 }
 
