@@ -2,10 +2,13 @@ package cuda
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"unsafe"
 )
@@ -87,6 +90,10 @@ func open(t testing.TB) *Device {
 	return dv
 }
 
+// TestOpenErrorIsClear: Open without a GPU says why in the same words
+// every time, the library named once — also called from many goroutines
+// at once, where the dynamic loader's message (per thread) would be read
+// on another thread than dlopen's, and lost, if the goroutine moved.
 func TestOpenErrorIsClear(t *testing.T) {
 	_, err := Open()
 	if err == nil {
@@ -99,6 +106,25 @@ func TestOpenErrorIsClear(t *testing.T) {
 		t.Errorf("Open says %q: the library named more than once", err)
 	}
 	t.Logf("Open says: %v", err)
+	first := err.Error()
+	var wg sync.WaitGroup
+	said := make(chan string, 64)
+	for range 8 {
+		wg.Go(func() {
+			for range 200 {
+				if _, err := Open(); err == nil || err.Error() != first {
+					said <- fmt.Sprint(err)
+					return
+				}
+				runtime.Gosched()
+			}
+		})
+	}
+	wg.Wait()
+	close(said)
+	for s := range said {
+		t.Errorf("Open, called again, says %q; first %q", s, first)
+	}
 }
 
 func TestRoundTrip(t *testing.T) {

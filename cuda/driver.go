@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"runtime"
 	"strings"
 	"unsafe"
 
@@ -129,6 +130,10 @@ type Driver struct {
 // ErrNoDriver when the library is missing and ErrNoDevice when there is no
 // GPU.
 func Open() (*Driver, error) {
+	// The loader's error message (dlerror) is kept per thread: purego
+	// reads it after dlopen or dlsym fails, which must be on the same one.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	const name = "libcuda.so.1"
 	lib, err := purego.Dlopen(name, purego.RTLD_NOW|purego.RTLD_GLOBAL)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"runtime"
 	"sync"
 	"unsafe"
 
@@ -132,6 +133,10 @@ type libibverbs struct {
 }
 
 func loadLibibverbs() (*libibverbs, error) {
+	// The loader's error message (dlerror) is kept per thread: purego
+	// reads it after dlopen or dlsym fails, which must be on the same one.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	h, err := purego.Dlopen("libibverbs.so.1", purego.RTLD_NOW|purego.RTLD_GLOBAL)
 	if err != nil {
 		return nil, fmt.Errorf("%w: libibverbs.so.1 cannot be loaded (install rdma-core's libibverbs1): %v", ErrNoDevice, err)

@@ -9,8 +9,10 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/gorun/gorun/model/safetensors"
@@ -395,4 +397,32 @@ func firstFile(t *testing.T, dir string) string {
 		t.Fatalf("%s: %v", dir, err)
 	}
 	return entries[0].Name()
+}
+
+// TestDecoderSaysWhyNotTurbo: where libjpeg-turbo does not load, the
+// reader says why in the loader's words, every time — also with many
+// readers made at once (the loader's message is per thread; read on
+// another thread than dlopen's, it was empty).
+func TestDecoderSaysWhyNotTurbo(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "libturbojpeg.so.0")
+	t.Setenv("GORUN_TURBOJPEG", missing)
+	want := "Go image/jpeg: TurboJPEG (libjpeg-turbo) not found (tried [" + missing + "]: " + missing + ": cannot open shared object file: No such file or directory)"
+	var wg sync.WaitGroup
+	said := make(chan string, 64)
+	for range 8 {
+		wg.Go(func() {
+			for range 100 {
+				if got := NewImageReader().Decoder(); !strings.HasPrefix(got, want) {
+					said <- got
+					return
+				}
+				runtime.Gosched()
+			}
+		})
+	}
+	wg.Wait()
+	close(said)
+	for s := range said {
+		t.Errorf("decoder %q, want %q...", s, want)
+	}
 }

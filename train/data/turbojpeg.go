@@ -3,6 +3,7 @@ package data
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
@@ -33,6 +34,10 @@ var turboLibraries = []string{"libturbojpeg.so.0", "libturbojpeg.so"}
 // openTurboJPEG loads TurboJPEG (GORUN_TURBOJPEG names the library file
 // when set) and makes a decompressor.
 func openTurboJPEG() (*turboJPEG, error) {
+	// The loader's error message (dlerror) is kept per thread: purego
+	// reads it after dlopen or dlsym fails, which must be on the same one.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	names := turboLibraries
 	if p := os.Getenv("GORUN_TURBOJPEG"); p != "" {
 		names = []string{p}
