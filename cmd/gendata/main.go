@@ -8,7 +8,9 @@
 //	gendata --format imagefolder --size 96x72 --out /tmp/photos   (train/CLASS/*.jpg, val/CLASS/*.jpg)
 //
 // The images are learnable class patterns (see data.Synthetic); train
-// reads the output with --data like the real thing.
+// reads the output with --data like the real thing. An image folder is
+// written again only over the same images: other counts, seeds or files
+// already there would mix in, and are refused.
 package main
 
 import (

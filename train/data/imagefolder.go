@@ -525,6 +525,21 @@ func WriteImageFolder(dir string, train, test *Dataset, w, h int, ext string) er
 		}
 	}
 	for _, s := range splits {
+		root := filepath.Join(dir, s.split)
+		n, first, err := strays(root, s.d, ext)
+		if err != nil {
+			return fmt.Errorf("image folder: %w", err)
+		}
+		if n > 0 {
+			what := fmt.Sprintf("%d files or directories", n)
+			if n == 1 {
+				what = "a file or directory"
+			}
+			return fmt.Errorf("image folder: %s already holds %s this run would not write (%s): the folder would mix them in with its %d %s images; remove %s or write to another directory",
+				root, what, first, s.d.Len(), s.split, dir)
+		}
+	}
+	for _, s := range splits {
 		for _, c := range s.d.Classes {
 			if err := os.MkdirAll(filepath.Join(dir, s.split, c), 0o755); err != nil {
 				return err
@@ -539,6 +554,40 @@ func WriteImageFolder(dir string, train, test *Dataset, w, h int, ext string) er
 		}
 	}
 	return nil
+}
+
+// strays counts what root (a split's directory) already holds that
+// writing d's images there, as WriteImageFolder names them, would not
+// overwrite: files and class directories of an earlier run, or of
+// someone else's. first is one of them.
+func strays(root string, d *Dataset, ext string) (n int, first string, err error) {
+	want := map[string]bool{}
+	for _, c := range d.Classes {
+		want[filepath.Join(root, c)] = true
+	}
+	for i, l := range d.Labels {
+		want[filepath.Join(root, d.Classes[l], fmt.Sprintf("%06d%s", i, ext))] = true
+	}
+	err = filepath.WalkDir(root, func(path string, e fs.DirEntry, err error) error {
+		switch {
+		case path == root && errors.Is(err, fs.ErrNotExist):
+			return fs.SkipAll // nothing there yet
+		case err != nil:
+			return err
+		case path == root:
+			return nil
+		case !want[path]:
+			n++
+			if first == "" {
+				first = path
+			}
+			if e.IsDir() {
+				return fs.SkipDir // counted as one
+			}
+		}
+		return nil
+	})
+	return n, first, err
 }
 
 // nrgba returns m as an opaque image.NRGBA (for Go's encoders).

@@ -290,6 +290,34 @@ func TestResizeIsPillows(t *testing.T) {
 	}
 }
 
+// TestImageFolderWrittenAgain: writing a generated folder again with the
+// same images succeeds; with other counts, where the earlier run's files
+// would mix in, it is refused before anything is written, naming them.
+func TestImageFolderWrittenAgain(t *testing.T) {
+	dir := t.TempDir()
+	train, _ := Synthetic(FormatCIFAR10, 60, 1)
+	test, _ := Synthetic(FormatCIFAR10, 40, 2)
+	for range 2 {
+		if err := WriteImageFolder(dir, train, test, 24, 20, ".png"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fewer, _ := Synthetic(FormatCIFAR10, 50, 1)
+	err := WriteImageFolder(dir, fewer, test, 24, 20, ".png")
+	want := "image folder: " + filepath.Join(dir, "train") + " already holds "
+	if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "remove "+dir+" or write to another directory") {
+		t.Fatalf("writing 50 images over 60: %v; want %q...", err, want)
+	}
+	tr, te, err := Load(dir)
+	if err != nil || tr.Len() != 60 || te.Len() != 40 {
+		t.Fatalf("after the refusal: %v; %d and %d images, want the 60 and 40 written first", err, tr.Len(), te.Len())
+	}
+	os.WriteFile(filepath.Join(dir, "val", "README"), []byte("mine"), 0o644)
+	if err := WriteImageFolder(dir, train, test, 24, 20, ".png"); err == nil || !strings.Contains(err.Error(), "already holds a file or directory this run would not write ("+filepath.Join(dir, "val", "README")+")") {
+		t.Fatalf("writing over a file of the user's: %v", err)
+	}
+}
+
 // TestImageFolder writes a generated image folder and reads it back:
 // classes sorted as torchvision sorts them, every image of every class
 // (in subdirectories too, any letter case of the extension), other files
