@@ -86,6 +86,7 @@ func Connect(ctx context.Context, cfg Config, ln *net.TCPListener, addrs []strin
 		}
 		serving = true
 		t.startLazy(ln)
+		go t.watchHosts()
 		return t, nil
 	}
 
@@ -195,6 +196,7 @@ func Connect(ctx context.Context, cfg Config, ln *net.TCPListener, addrs []strin
 			return nil, err
 		}
 	}
+	go t.watchHosts()
 	return t, nil
 }
 

@@ -1,6 +1,7 @@
 package tcp
 
 import (
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -60,3 +61,35 @@ func rawReadable(fd int) bool {
 // rawYield is sched_yield(2): it gives this thread's core to another
 // runnable thread, if any, and returns at once otherwise.
 func rawYield() { unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
+
+// silence is what the watch of a connection's host reads (TCP_INFO): how
+// long the host has acknowledged nothing while data sent to it is in
+// flight; 0 when nothing is in flight. The buffers are the peer's, so
+// the watch allocates nothing.
+type silence struct {
+	info unix.TCPInfo
+	size uint32
+	for_ time.Duration
+}
+
+// silentFor returns how long p's host has acknowledged none of the data
+// in flight to it (0: none in flight, or acknowledged within the last
+// moment).
+func (p *peer) silentFor() time.Duration {
+	p.silence.for_ = 0
+	if err := p.rc.Control(p.silenceFn); err != nil {
+		return 0
+	}
+	return p.silence.for_
+}
+
+// measure is silentFor's getsockopt, for RawConn.Control.
+func (s *silence) measure(fd uintptr) {
+	s.size = uint32(unsafe.Sizeof(s.info))
+	_, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, fd, unix.IPPROTO_TCP, unix.TCP_INFO,
+		uintptr(unsafe.Pointer(&s.info)), uintptr(unsafe.Pointer(&s.size)), 0)
+	if e != 0 || s.info.Unacked == 0 {
+		return
+	}
+	s.for_ = time.Duration(s.info.Last_ack_recv) * time.Millisecond
+}

@@ -2,7 +2,11 @@
 
 package tcp
 
-import "golang.org/x/sys/unix"
+import (
+	"time"
+
+	"golang.org/x/sys/unix"
+)
 
 // Elsewhere than Linux the socket calls go through the runtime's syscall
 // bookkeeping; rawio_linux.go says why Linux skips it.
@@ -28,3 +32,13 @@ func rawReadable(fd int) bool {
 // rawYield does nothing here: sched_yield has no portable system call
 // number, and the caller has already yielded to this process's goroutines.
 func rawYield() {}
+
+// silence is unused here: TCP_INFO's fields are Linux's.
+type silence struct{}
+
+func (s *silence) measure(uintptr) {}
+
+// silentFor returns 0 here: the host watch is Linux's (TCP_INFO), and
+// elsewhere a host that vanishes mid-transfer ends the call at its
+// timeout.
+func (p *peer) silentFor() time.Duration { return 0 }

@@ -87,6 +87,10 @@ type Config struct {
 	// every pair in Connect: each rank then holds sockets for the peers its
 	// algorithms use, not for all Size−1.
 	Lazy bool
+
+	// unreachableAfter is the host watch's bound (default
+	// unreachableAfter; tests shorten it).
+	unreachableAfter time.Duration
 }
 
 // CheckSocketBuffer returns an error when n, a Config.SocketBuffer, is
@@ -127,6 +131,9 @@ func (c *Config) defaults() {
 	}
 	if c.HandshakeTimeout <= 0 {
 		c.HandshakeTimeout = 10 * time.Second
+	}
+	if c.unreachableAfter <= 0 {
+		c.unreachableAfter = unreachableAfter
 	}
 }
 
@@ -183,6 +190,9 @@ type peer struct {
 	werr    error                 // why writeFn stopped
 	writeFn func(fd uintptr) bool // writes iov, for RawConn.Write
 	zbuf    []byte                // compressed payload being sent
+
+	silence   silence          // the host watch's TCP_INFO
+	silenceFn func(fd uintptr) // silence.measure, for RawConn.Control
 
 	rz   []byte // compressed or discarded payload being received
 	bye  atomic.Bool
