@@ -412,7 +412,7 @@ func (w *stallWatch) askRankZero(seq uint64, waited time.Duration, what string) 
 	unsent := make(chan error, 1)
 	go func() { unsent <- w.t.SendControl(0, q) }() // (which may have to connect: gather)
 	// Rank 0 may finish one gathering and make another first; past that
-	// it is stopped, or starved of CPU.
+	// it is stopped, starved of CPU, or its host unreachable.
 	deadline := time.NewTimer(3 * askTimeout)
 	defer deadline.Stop()
 	poll := time.NewTicker(gatherPoll)
@@ -495,7 +495,7 @@ func describe(places []place, replies []reply, seq uint64) (summary, text string
 		switch replies[r] {
 		case silent:
 			quiet = append(quiet, r)
-			fmt.Fprintf(&b, "\n  rank %d: did not answer within %v (stopped, or starved of CPU)", r, askTimeout)
+			fmt.Fprintf(&b, "\n  rank %d: did not answer within %v (stopped, starved of CPU, or its host unreachable)", r, askTimeout)
 		case gone:
 			quiet = append(quiet, r)
 			fmt.Fprintf(&b, "\n  rank %d: gone (it said goodbye, aborted, or its connection ended)", r)
