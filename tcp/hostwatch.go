@@ -35,6 +35,7 @@ const (
 func (t *Transport) watchHosts() {
 	tick := time.NewTicker(hostCheck)
 	defer tick.Stop()
+	look := newSilence()
 	for {
 		select {
 		case <-t.failed:
@@ -45,7 +46,7 @@ func (t *Transport) watchHosts() {
 			if p == nil || !p.up.Load() || p.gone.Load() {
 				continue
 			}
-			if d := p.silentFor(); d >= t.cfg.unreachableAfter {
+			if d := look.of(p); d >= t.cfg.unreachableAfter {
 				t.fail(&PeerError{Rank: p.rank, Addr: p.addr,
 					Err: fmt.Errorf("%w: its host acknowledged none of the data sent to it for %v (the network between the hosts is down, or the machine stopped)", ErrPeerDied, d.Round(time.Second))})
 				p.conn.SetDeadline(time.Now())

@@ -159,10 +159,11 @@ func TestHostWatchQuiet(t *testing.T) {
 	if _, _, err := ts[1].Wait(context.Background(), 0, 1, ticket); err != nil {
 		t.Fatal(err)
 	}
-	if d := p.silentFor(); d != 0 {
+	look := newSilence()
+	if d := look.of(p); d != 0 {
 		t.Errorf("a live connection silent for %v", d)
 	}
-	if n := testing.AllocsPerRun(100, func() { p.silentFor() }); n != 0 {
-		t.Errorf("silentFor allocates %v times", n)
+	if n := testing.AllocsPerRun(100, func() { look.of(p) }); n != 0 {
+		t.Errorf("a look allocates %v times", n)
 	}
 }

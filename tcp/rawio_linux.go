@@ -62,28 +62,34 @@ func rawReadable(fd int) bool {
 // runnable thread, if any, and returns at once otherwise.
 func rawYield() { unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
 
-// silence is what the watch of a connection's host reads (TCP_INFO): how
-// long the host has acknowledged nothing while data sent to it is in
-// flight; 0 when nothing is in flight. The buffers are the peer's, so
-// the watch allocates nothing.
+// silence is the host watch's look at connections (TCP_INFO): how long a
+// peer's host has acknowledged nothing while data sent to it is in
+// flight. One per watch, reused for every look, so that looking
+// allocates nothing.
 type silence struct {
-	info unix.TCPInfo
-	size uint32
-	for_ time.Duration
+	info      unix.TCPInfo
+	size      uint32
+	found     time.Duration
+	measureFn func(fd uintptr) // measure, for RawConn.Control
 }
 
-// silentFor returns how long p's host has acknowledged none of the data
-// in flight to it (0: none in flight, or acknowledged within the last
-// moment).
-func (p *peer) silentFor() time.Duration {
-	p.silence.for_ = 0
-	if err := p.rc.Control(p.silenceFn); err != nil {
+func newSilence() *silence {
+	s := &silence{}
+	s.measureFn = s.measure
+	return s
+}
+
+// of returns how long p's host has acknowledged none of the data in
+// flight to it: 0 when nothing is in flight (or p's socket is closed).
+func (s *silence) of(p *peer) time.Duration {
+	s.found = 0
+	if err := p.rc.Control(s.measureFn); err != nil {
 		return 0
 	}
-	return p.silence.for_
+	return s.found
 }
 
-// measure is silentFor's getsockopt, for RawConn.Control.
+// measure is of's getsockopt.
 func (s *silence) measure(fd uintptr) {
 	s.size = uint32(unsafe.Sizeof(s.info))
 	_, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, fd, unix.IPPROTO_TCP, unix.TCP_INFO,
@@ -91,5 +97,5 @@ func (s *silence) measure(fd uintptr) {
 	if e != 0 || s.info.Unacked == 0 {
 		return
 	}
-	s.for_ = time.Duration(s.info.Last_ack_recv) * time.Millisecond
+	s.found = time.Duration(s.info.Last_ack_recv) * time.Millisecond
 }

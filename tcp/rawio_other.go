@@ -33,12 +33,11 @@ func rawReadable(fd int) bool {
 // number, and the caller has already yielded to this process's goroutines.
 func rawYield() {}
 
-// silence is unused here: TCP_INFO's fields are Linux's.
-type silence struct{}
-
-func (s *silence) measure(uintptr) {}
-
-// silentFor returns 0 here: the host watch is Linux's (TCP_INFO), and
+// silence finds nothing here: TCP_INFO's fields are Linux's, and
 // elsewhere a host that vanishes mid-transfer ends the call at its
 // timeout.
-func (p *peer) silentFor() time.Duration { return 0 }
+type silence struct{}
+
+func newSilence() *silence { return &silence{} }
+
+func (s *silence) of(*peer) time.Duration { return 0 }

@@ -262,7 +262,6 @@ func (t *Transport) read(p *peer) {
 func (t *Transport) bindReader(p *peer) {
 	p.pumpFn = func(fd uintptr) { t.pump(p, int(fd)) }
 	p.pollFn = func(fd uintptr) { p.readable.Store(rawReadable(int(fd))) }
-	p.silenceFn = p.silence.measure
 	p.writeFn = func(fd uintptr) bool {
 		for len(p.iov[0])+len(p.iov[1]) > 0 {
 			n, err := rawWritev(int(fd), &p.iov)

@@ -191,9 +191,6 @@ type peer struct {
 	writeFn func(fd uintptr) bool // writes iov, for RawConn.Write
 	zbuf    []byte                // compressed payload being sent
 
-	silence   silence          // the host watch's TCP_INFO
-	silenceFn func(fd uintptr) // silence.measure, for RawConn.Control
-
 	rz   []byte // compressed or discarded payload being received
 	bye  atomic.Bool
 	left atomic.Pointer[LeftError] // set with bye
