@@ -14,10 +14,11 @@ import (
 // host has acknowledged none of for unreachableAfter means the host is
 // gone, and the transport fails naming the peer.
 //
-// The kernel's own bound for this, TCP_USER_TIMEOUT, cannot be used: since
-// Linux 5.11 it also ends a connection whose peer is alive but has not
-// read for that long (its window closed), as a rank computing alone while
-// another sends to it does. Such a peer still acknowledges the window
+// The kernel's own bound for this, TCP_USER_TIMEOUT, cannot be used: it
+// also ends a connection whose peer is alive but has not read for that
+// long (its window closed), as a rank computing alone while another sends
+// to it does (tried on Linux 6.18: the connection to a peer busy for 6 s
+// ended at a bound of 3 s). Such a peer still acknowledges the window
 // probes, and holds no data in flight: the watch waits for it.
 const (
 	hostCheck = time.Second
@@ -28,10 +29,9 @@ const (
 )
 
 // watchHosts runs for the transport's life, failing it when a peer's host
-// has acknowledged none of the data in flight to it for unreachableAfter
-// (Config.unreachableAfter).
-// The connection's deadline is then set to now, so a send blocked on it
-// returns at once with the transport's error.
+// has acknowledged none of the data in flight to it for
+// Config.unreachableAfter. The connection's deadline is then set to now,
+// so that a send blocked on it returns at once with the transport's error.
 func (t *Transport) watchHosts() {
 	tick := time.NewTicker(hostCheck)
 	defer tick.Stop()
