@@ -18,6 +18,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -65,6 +66,13 @@ func run(args []string, stdout io.Writer) error {
 	}
 	if *dataDir == "" && len(files) == 0 && *merge == "" {
 		return fmt.Errorf("give image files to classify, --data DIR to evaluate, or --merge OUT")
+	}
+	for _, f := range files { // before the weights are loaded
+		if st, err := os.Stat(f); err != nil {
+			return err
+		} else if st.IsDir() {
+			return fmt.Errorf("%s is a directory: infer classifies image files (%s), and evaluates a dataset with --data %s", f, filepath.Join(f, "*.jpg"), f)
+		}
 	}
 	if *merge != "" {
 		if err := checkpoint.Probe(*merge); err != nil { // before the weights are loaded

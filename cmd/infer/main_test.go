@@ -159,7 +159,8 @@ func TestInfer(t *testing.T) {
 		{[]string{"--weights", filepath.Join(dir, "missing"), files[0]}, "weights " + filepath.Join(dir, "missing") + ": file does not exist"},
 		{[]string{"--weights", ckpt}, "give image files to classify"},
 		{[]string{"--weights", ckpt, filepath.Join(dir, "net.safetensors")}, "net.safetensors"},
-		{[]string{"--weights", ckpt, dir}, dir + " is a directory, not an image file"},
+		{[]string{"--weights", ckpt, dir}, dir + " is a directory: infer classifies image files (" + filepath.Join(dir, "*.jpg") + "), and evaluates a dataset with --data " + dir},
+		{[]string{"--weights", filepath.Join(dir, "missing"), filepath.Join(dir, "nope.jpg")}, "stat " + filepath.Join(dir, "nope.jpg") + ": no such file or directory"},
 		{[]string{"--weights", ckpt + ".train", files[0]}, ckpt + ".train is a run's training state (optimizer and progress, for --resume); its weights are in " + ckpt},
 		{[]string{"--weights", ckpt, "--model", "cifarnet", files[0]}, ckpt + ": --model cifarnet, but the checkpoint was trained as mnist (without --model it is built as that): state does not match the model"},
 	} {
