@@ -114,9 +114,16 @@ type Settings struct {
 	DirectBytes int
 	// Compress sends large payloads compressed with S2.
 	Compress bool
-	// Addr is the address peers reach this rank's data port by; empty: the
-	// address of the interface that reaches the master.
+	// Addr is the address peers reach this rank's data port by (GORUN_ADDR:
+	// an address, a host name, or an interface's name); empty: IfName's,
+	// else the address of the interface that reaches the master.
 	Addr string
+	// IfName chooses the interface whose address peers reach this rank by,
+	// where Addr is empty, as NCCL_SOCKET_IFNAME's value does: name
+	// prefixes (eth,ib), ^ to exclude them (^docker,lo), = for exact names
+	// (=eth0). From GORUN_SOCKET_IFNAME, else NCCL_SOCKET_IFNAME, else
+	// GLOO_SOCKET_IFNAME; IfNameVar is the one it came from.
+	IfName, IfNameVar string
 	// Spin is how long a waiting call busy-polls its socket or rings
 	// (GORUN_SPIN); after it every transport polls a little longer giving
 	// the core away between looks, then sleeps. Default: DefaultSpin when
@@ -412,6 +419,12 @@ func ResolveSettings(getenv func(string) string, opts ...Option) (Settings, erro
 		}
 	}
 	s.Addr = getenv("GORUN_ADDR")
+	for _, v := range []string{"GORUN_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"} {
+		if spec := getenv(v); spec != "" {
+			s.IfName, s.IfNameVar = spec, v
+			break
+		}
+	}
 	s.SocketBuffer = e.int("GORUN_SOCKET_BUFFER", 0)
 	if err := tcp.CheckSocketBuffer(s.SocketBuffer); err != nil && e.err == nil {
 		e.err = fmt.Errorf("GORUN_SOCKET_BUFFER=%d: %w", s.SocketBuffer, err)

@@ -144,3 +144,23 @@ func TestDerivePortAvoidsEphemeralRange(t *testing.T) {
 	}
 	t.Logf("2000 job ids, %d distinct ports", len(seen))
 }
+
+// TestInterfaceVariables: the interface is named by GORUN_SOCKET_IFNAME,
+// else NCCL_SOCKET_IFNAME, else GLOO_SOCKET_IFNAME, as a job script
+// written for PyTorch sets them.
+func TestInterfaceVariables(t *testing.T) {
+	for _, c := range []struct {
+		env            map[string]string
+		spec, variable string
+	}{
+		{map[string]string{}, "", ""},
+		{map[string]string{"GLOO_SOCKET_IFNAME": "eth1"}, "eth1", "GLOO_SOCKET_IFNAME"},
+		{map[string]string{"GLOO_SOCKET_IFNAME": "eth1", "NCCL_SOCKET_IFNAME": "^docker,lo"}, "^docker,lo", "NCCL_SOCKET_IFNAME"},
+		{map[string]string{"GLOO_SOCKET_IFNAME": "eth1", "NCCL_SOCKET_IFNAME": "ib", "GORUN_SOCKET_IFNAME": "=eth0"}, "=eth0", "GORUN_SOCKET_IFNAME"},
+	} {
+		s, err := ResolveSettings(func(k string) string { return c.env[k] })
+		if err != nil || s.IfName != c.spec || s.IfNameVar != c.variable {
+			t.Errorf("%v: %q from %q (%v); want %q from %q", c.env, s.IfName, s.IfNameVar, err, c.spec, c.variable)
+		}
+	}
+}

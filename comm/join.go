@@ -142,9 +142,9 @@ func connect(ctx context.Context, s *Settings, control func(from int, msg []byte
 		store.Close()
 	}()
 
-	host := s.Addr
-	if host == "" {
-		host = store.LocalAddr().(*net.TCPAddr).IP.String()
+	host, err := listenHost(s, store.LocalAddr().(*net.TCPAddr).IP.String(), hostInterfaces)
+	if err != nil {
+		return nil, err
 	}
 	ln, err := tcp.Listen(host)
 	if err != nil {

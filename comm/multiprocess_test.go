@@ -519,6 +519,21 @@ func TestChunkChoice(t *testing.T) {
 	}
 }
 
+// TestInterfaceNamed: the interface a job script names for NCCL or Gloo
+// gives the ranks' addresses (the loopback here: the job runs), and one
+// this host lacks stops every rank, naming the variable and the host's
+// interfaces.
+func TestInterfaceNamed(t *testing.T) {
+	allOK(t, 2, "sum", "GORUN_TRANSPORT=tcp", "NCCL_SOCKET_IFNAME=lo")
+	res, out := runJob(t, 2, "sum", "GORUN_TRANSPORT=tcp", "GORUN_SOCKET_IFNAME=nosuch0")
+	if res.Error() == nil {
+		t.Fatalf("a job on an interface this host lacks ran:\n%s", out)
+	}
+	if !strings.Contains(out, "GORUN_SOCKET_IFNAME=nosuch0: no interface that is up and has an address matches (this host has lo 127.0.0.1") {
+		t.Errorf("the error does not name the variable and the interfaces:\n%s", out)
+	}
+}
+
 // TestRDMAFallsBack: asked for RDMA on a machine without a usable RDMA
 // device (CI's), the job runs all the same, over shared memory and TCP,
 // and rank 0 says once why RDMA was not used.
