@@ -126,7 +126,12 @@ func bestAddr(addrs []netip.Addr) (netip.Addr, bool) {
 // GORUN_ADDR (an address, a host name, or an interface's name), else the
 // address of the interface GORUN_SOCKET_IFNAME (or NCCL's or Gloo's
 // variable) names, else viaStore, the address its connection to the
-// rendezvous store left by. list lists the host's interfaces.
+// rendezvous store left by — unless that is a loopback address while the
+// launcher says the job spans hosts (fewer ranks here than in all): the
+// master's own name may resolve to 127.0.1.1 on its node (Debian's hosts
+// file), and the other nodes cannot reach that; the first interface then
+// that is up and not a loopback or a container bridge (outwardAddr). list
+// lists the host's interfaces.
 func listenHost(s *Settings, viaStore string, list func() ([]netInterface, error)) (string, error) {
 	switch {
 	case s.Addr != "":
@@ -158,5 +163,27 @@ func listenHost(s *Settings, viaStore string, list func() ([]netInterface, error
 		}
 		return interfaceAddr(s.IfNameVar, s.IfName, ifs)
 	}
+	if a, err := netip.ParseAddr(viaStore); err == nil && a.IsLoopback() && s.LocalSize < s.Size {
+		if ifs, err := list(); err == nil {
+			if out, ok := outwardAddr(ifs); ok {
+				return out, nil
+			}
+		}
+	}
 	return viaStore, nil
+}
+
+// outwardAddr is the address of the first interface that is up, not a
+// container bridge (docker*) and has an address peers can reach that is
+// not a loopback one (bestAddr).
+func outwardAddr(ifs []netInterface) (string, bool) {
+	for _, i := range ifs {
+		if !i.up || strings.HasPrefix(i.name, "docker") {
+			continue
+		}
+		if a, ok := bestAddr(i.addrs); ok && !a.IsLoopback() {
+			return a.String(), true
+		}
+	}
+	return "", false
 }

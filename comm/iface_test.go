@@ -1,6 +1,7 @@
 package comm
 
 import (
+	"cmp"
 	"errors"
 	"net/netip"
 	"strings"
@@ -60,14 +61,20 @@ func TestInterfaceAddr(t *testing.T) {
 
 // TestListenHost: GORUN_ADDR (an address, a host name, an interface's
 // name) wins; else the interface the variables name; else the address the
-// connection to the store left by.
+// connection to the store left by, unless that is a loopback one in a job
+// that spans hosts: then the first interface out (not lo, not docker0).
 func TestListenHost(t *testing.T) {
 	list := func() ([]netInterface, error) { return testInterfaces(), nil }
 	for _, c := range []struct {
-		s         Settings
-		want, err string
+		s              Settings
+		via, want, err string
 	}{
 		{s: Settings{}, want: "192.0.2.9"},
+		{s: Settings{Size: 4, LocalSize: 4}, via: "127.0.0.1", want: "127.0.0.1"},
+		{s: Settings{Size: 4, LocalSize: 2}, via: "127.0.1.1", want: "10.0.0.2"},
+		{s: Settings{Size: 4, LocalSize: 2}, via: "::1", want: "10.0.0.2"},
+		{s: Settings{Size: 4, LocalSize: 2}, via: "10.9.9.9", want: "10.9.9.9"},
+		{s: Settings{Size: 4, LocalSize: 2, IfName: "=lo", IfNameVar: "GORUN_SOCKET_IFNAME"}, via: "127.0.1.1", want: "127.0.0.1"},
 		{s: Settings{Addr: "10.1.1.1", IfName: "eth", IfNameVar: "GORUN_SOCKET_IFNAME"}, want: "10.1.1.1"},
 		{s: Settings{Addr: "node7"}, want: "node7"},
 		{s: Settings{Addr: "eth0"}, want: "10.0.0.2"},
@@ -77,7 +84,8 @@ func TestListenHost(t *testing.T) {
 		{s: Settings{IfName: "ib", IfNameVar: "GLOO_SOCKET_IFNAME"}, want: "2001:db8::5"},
 		{s: Settings{IfName: "wlan", IfNameVar: "GORUN_SOCKET_IFNAME"}, err: "GORUN_SOCKET_IFNAME=wlan: no interface"},
 	} {
-		got, err := listenHost(&c.s, "192.0.2.9", list)
+		via := cmp.Or(c.via, "192.0.2.9")
+		got, err := listenHost(&c.s, via, list)
 		if c.err != "" {
 			if err == nil || !strings.Contains(err.Error(), c.err) {
 				t.Errorf("%+v: %q, %v; want an error saying %q", c.s, got, err, c.err)

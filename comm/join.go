@@ -177,6 +177,9 @@ func connect(ctx context.Context, s *Settings, control func(from int, msg []byte
 	// The data connections, then one last store round so that rank 0 keeps
 	// the store up until every rank is past the rendezvous.
 	t, err := tcp.Connect(ctx, cfg, ln, addrs)
+	if errors.Is(err, tcp.ErrNotReached) {
+		return nil, fmt.Errorf("%w (this rank's address: GORUN_ADDR, else the interface GORUN_SOCKET_IFNAME names, else the one that reaches MASTER_ADDR)", err)
+	}
 	if err != nil {
 		return nil, err
 	}

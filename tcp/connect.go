@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/go-multierror"
@@ -90,11 +91,6 @@ func Connect(ctx context.Context, cfg Config, ln *net.TCPListener, addrs []strin
 		return t, nil
 	}
 
-	type result struct {
-		rank int
-		conn *net.TCPConn
-		err  error
-	}
 	results := make(chan result, cfg.Size)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -144,10 +140,12 @@ func Connect(ctx context.Context, cfg Config, ln *net.TCPListener, addrs []strin
 	}
 
 	var errs *multierror.Error
+	answered := make([]bool, cfg.Size) // a dial's or an accepted handshake's result came
 	pending := cfg.Rank + want
 	for pending > 0 {
 		select {
 		case r := <-results:
+			answered[r.rank] = true
 			switch {
 			case r.err != nil:
 				errs = multierror.Append(errs, &PeerError{Rank: r.rank, Addr: addrs[r.rank], Err: r.err})
@@ -179,11 +177,8 @@ func Connect(ctx context.Context, cfg Config, ln *net.TCPListener, addrs []strin
 			}
 		}
 		sort.Ints(missing)
-		cause := errs.ErrorOrNil()
-		if cause == nil {
-			cause = ctxErr
-		}
-		return nil, fmt.Errorf("tcp: rank %d could not connect to ranks %v: %w", cfg.Rank, missing, cause)
+		return nil, fmt.Errorf("tcp: rank %d could not connect to ranks %v: %w", cfg.Rank, missing,
+			whyUnconnected(&cfg, addrs, missing, answered, results, errs, ctxErr))
 	}
 	for _, p := range t.peers {
 		if p == nil {
@@ -227,4 +222,61 @@ func dial(ctx context.Context, cfg *Config, rank int, addr string) (*net.TCPConn
 			backoff *= 2
 		}
 	}
+}
+
+// result is one peer's connection from Connect's dials and accepts.
+type result struct {
+	rank int
+	conn *net.TCPConn
+	err  error
+}
+
+// ErrNotReached is wrapped by Connect's error when higher ranks never
+// connected to this rank's address: their hosts may not reach it.
+var ErrNotReached = errors.New("their hosts may not reach it")
+
+// whyUnconnected says why the mesh lacks the missing ranks: for a lower
+// rank, what dialing it last met (its dial ends with the mesh's context:
+// up to a second is given for its answer on results); for a higher rank
+// that never dialed in, the address it was to reach, which its host may
+// not reach (a loopback address, another network's). errs holds the
+// failures already seen; ctxErr is why the mesh stopped waiting.
+func whyUnconnected(cfg *Config, addrs []string, missing []int, answered []bool, results <-chan result, errs *multierror.Error, ctxErr error) error {
+	late := time.NewTimer(time.Second)
+	defer late.Stop()
+	for _, j := range missing {
+		for j < cfg.Rank && !answered[j] {
+			select {
+			case r := <-results:
+				answered[r.rank] = true
+				if r.err != nil {
+					errs = multierror.Append(errs, &PeerError{Rank: r.rank, Addr: addrs[r.rank], Err: r.err})
+				} else {
+					r.conn.Close()
+				}
+			case <-late.C:
+				answered[j] = true // (gave up on it)
+			}
+		}
+	}
+	var silent []int
+	for _, j := range missing {
+		if j > cfg.Rank && !answered[j] {
+			silent = append(silent, j)
+		}
+	}
+	if len(silent) > 0 {
+		errs = multierror.Append(errs, fmt.Errorf("ranks %v never connected to this rank's address %s: %w", silent, addrs[cfg.Rank], ErrNotReached))
+	}
+	if errs == nil {
+		return ctxErr
+	}
+	errs.ErrorFormat = func(es []error) string {
+		texts := make([]string, len(es))
+		for i, e := range es {
+			texts[i] = e.Error()
+		}
+		return strings.Join(texts, "; ")
+	}
+	return errs
 }

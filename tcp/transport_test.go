@@ -759,3 +759,38 @@ func TestDeathBehindEarlyFrames(t *testing.T) {
 		t.Errorf("took %v", d)
 	}
 }
+
+// TestUnconnectedNamed: a mesh that cannot form says, for each missing
+// rank, why: a lower rank is dialed, and what the dial last met is told
+// (refused: nothing listens at its address); a higher rank never dialed in,
+// and the address it was to reach is named (ErrNotReached) — where a rank
+// that published a loopback address for peers on other hosts ends.
+func TestUnconnectedNamed(t *testing.T) {
+	lns := make([]*net.TCPListener, 3)
+	addrs := make([]string, 3)
+	for i := range 3 {
+		ln, err := Listen("127.0.0.1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns[i], addrs[i] = ln, ln.Addr().String()
+	}
+	lns[0].Close() // rank 0 is not there: refused
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	// Rank 1 alone: rank 0 refuses its dial; rank 2 never dials in.
+	_, err := Connect(ctx, Config{Rank: 1, Size: 3}, lns[1], addrs)
+	lns[2].Close()
+	for _, want := range []string{
+		"tcp: rank 1 could not connect to ranks [0 2]: ",
+		"rank 0 (" + addrs[0] + "): dial " + addrs[0] + ": context deadline exceeded (last error: dial tcp " + addrs[0] + ": connect: connection refused); ",
+		"ranks [2] never connected to this rank's address " + addrs[1] + ": their hosts may not reach it",
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%v\nwant %q", err, want)
+		}
+	}
+	if !errors.Is(err, ErrNotReached) {
+		t.Errorf("%v: not ErrNotReached", err)
+	}
+}
