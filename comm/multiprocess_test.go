@@ -793,6 +793,7 @@ func TestTimeoutCarriesTable(t *testing.T) {
 			if testing.Short() && tc.name != "stalled" {
 				t.Skip("-short (the race pass) runs the first case; the full pass runs every one")
 			}
+			t.Parallel() // (the jobs mostly wait: 25 s one after another)
 			res, out := runJob(t, 3, tc.scenario, append(tc.env, "GORUN_TIMEOUT=3s", "STALL_SLEEP=8s")...)
 			if res.Error() == nil {
 				t.Fatalf("job succeeded:\n%s", out)
