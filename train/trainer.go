@@ -603,7 +603,14 @@ func (t *Trainer) Describe(w io.Writer, backend string) {
 		// --epochs no larger than the checkpoint's).
 		fmt.Fprintf(w, "Nothing to train: the run has trained its %s (--epochs %d); a larger --epochs trains on\n", epochs, t.cfg.Epochs)
 	} else {
-		fmt.Fprintf(w, "Training %s from epoch %d, batch %d, %s, seed %d\n", epochs, t.epoch+1, t.cfg.BatchSize, t.cfg.describe(), t.cfg.Seed)
+		what := epochs + " from epoch 1"
+		switch first := t.epoch + 1; {
+		case first == t.cfg.Epochs && first > 1: // resumed for the last
+			what = fmt.Sprintf("epoch %d of %d", first, t.cfg.Epochs)
+		case first > 1: // resumed
+			what = fmt.Sprintf("epochs %d to %d of %d", first, t.cfg.Epochs, t.cfg.Epochs)
+		}
+		fmt.Fprintf(w, "Training %s, batch %d, %s, seed %d\n", what, t.cfg.BatchSize, t.cfg.describe(), t.cfg.Seed)
 	}
 	t.sync.describe(w, t)
 	for _, n := range t.notes {

@@ -518,3 +518,35 @@ func TestSameClasses(t *testing.T) {
 		}
 	}
 }
+
+// TestDescribeNamesTheEpochs: the run's description says which epochs it
+// trains — a resumed run the ones left, not --epochs more.
+func TestDescribeNamesTheEpochs(t *testing.T) {
+	cfg, err := Defaults("mnist")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Threads = 1
+	imgs, err := data.Synthetic(data.FormatMNIST, 64, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		epochs, done int
+		want         string
+	}{
+		{3, 0, "Training 3 epochs from epoch 1, batch"},
+		{1, 0, "Training 1 epoch from epoch 1, batch"},
+		{3, 1, "Training epochs 2 to 3 of 3, batch"},
+		{3, 2, "Training epoch 3 of 3, batch"},
+	} {
+		cfg.Epochs = c.epochs
+		tr := newTrainer(t, cfg, imgs, nil)
+		tr.epoch = c.done
+		var out strings.Builder
+		tr.Describe(&out, "cpu")
+		if !strings.Contains(out.String(), c.want) {
+			t.Errorf("%d epochs, %d done:\n%s\nwant %q", c.epochs, c.done, out.String(), c.want)
+		}
+	}
+}

@@ -53,7 +53,8 @@ func TestTrainCommand(t *testing.T) {
 		"--metrics", metrics, "--tensorboard", tb}, &out); err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
-	if !strings.Contains(out.String(), "Resumed from "+ckpt+" after epoch 1") || !strings.Contains(out.String(), "Train Epoch: 2 ") || strings.Contains(out.String(), "Train Epoch: 1 ") {
+	if !strings.Contains(out.String(), "Resumed from "+ckpt+" after epoch 1") || !strings.Contains(out.String(), "Training epoch 2 of 2, batch") ||
+		!strings.Contains(out.String(), "Train Epoch: 2 ") || strings.Contains(out.String(), "Train Epoch: 1 ") {
 		t.Fatalf("resumed run:\n%s", out.String())
 	}
 	// The resumed run's metrics continue the first run's file, and its
