@@ -17,12 +17,10 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/gorun/gorun/cmd/internal/cli"
 	"github.com/gorun/gorun/comm"
@@ -32,10 +30,10 @@ import (
 )
 
 func main() {
-	os.Exit(cli.Status(os.Stderr, "infer", run(os.Args[1:], os.Stdout)))
+	os.Exit(cli.Status(os.Stderr, "infer", run(cli.SignalContext(), os.Args[1:], os.Stdout)))
 }
 
-func run(args []string, stdout io.Writer) error {
+func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("infer", flag.ContinueOnError)
 	weights := fs.String("weights", "", "weights to load: a checkpoint or safetensors file, or a state dict PyTorch's torch.save wrote (.pt, .pth; pass --model)")
 	model := fs.String("model", "", "model name (default: from the checkpoint)")
@@ -82,8 +80,6 @@ func run(args []string, stdout io.Writer) error {
 	// Started as several ranks (gorun -np N infer, srun, torchrun's or
 	// mpirun's variables), they share --data's evaluation and rank 0
 	// prints; image files and --merge are rank 0's alone.
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	g, err := comm.Init(ctx)
 	if err != nil {
 		return err

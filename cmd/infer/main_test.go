@@ -69,7 +69,7 @@ func TestInfer(t *testing.T) {
 	files = append(files, writeImage(t, dir, 9, big, false))
 
 	var out bytes.Buffer
-	if err := run(append([]string{"--weights", ckpt, "--threads", "1"}, files...), &out); err != nil {
+	if err := run(context.Background(), append([]string{"--weights", ckpt, "--threads", "1"}, files...), &out); err != nil {
 		t.Fatal(err)
 	}
 	c, err := train.LoadClassifier(ckpt, "", "", be)
@@ -97,13 +97,13 @@ func TestInfer(t *testing.T) {
 	want := out.String()
 	out.Reset()
 	args := append(append([]string{files[0]}, files[1:len(files)-1]...), "--weights", ckpt, "--threads", "1", "--", files[len(files)-1])
-	if err := run(args, &out); err != nil || out.String() != want {
+	if err := run(context.Background(), args, &out); err != nil || out.String() != want {
 		t.Fatalf("infer %q: %v\n%s\nwant\n%s", args, err, out.String(), want)
 	}
 
 	// --json: one object per image, the same predictions.
 	out.Reset()
-	if err := run(append([]string{"--weights", ckpt, "--threads", "1", "--json", "--top", "2"}, files...), &out); err != nil {
+	if err := run(context.Background(), append([]string{"--weights", ckpt, "--threads", "1", "--json", "--top", "2"}, files...), &out); err != nil {
 		t.Fatal(err)
 	}
 	dec := json.NewDecoder(&out)
@@ -127,7 +127,7 @@ func TestInfer(t *testing.T) {
 	}
 
 	out.Reset()
-	if err := run([]string{"--weights", ckpt, "--data", filepath.Join(dir, "digits")}, &out); err != nil {
+	if err := run(context.Background(), []string{"--weights", ckpt, "--data", filepath.Join(dir, "digits")}, &out); err != nil {
 		t.Fatal(err)
 	}
 	ev, _ := c.Evaluate(context.Background(), testSet, 64)
@@ -135,7 +135,7 @@ func TestInfer(t *testing.T) {
 		t.Fatalf("evaluation output:\n%s", out.String())
 	}
 	missing := filepath.Join(dir, "nope")
-	if err := run([]string{"--weights", ckpt, "--data", missing}, &out); err == nil || !strings.Contains(err.Error(), "--data: stat "+missing) {
+	if err := run(context.Background(), []string{"--weights", ckpt, "--data", missing}, &out); err == nil || !strings.Contains(err.Error(), "--data: stat "+missing) {
 		t.Errorf("--data %s: error %v, want one naming --data and the directory", missing, err)
 	}
 
@@ -164,7 +164,7 @@ func TestInfer(t *testing.T) {
 		{[]string{"--weights", ckpt + ".train", files[0]}, ckpt + ".train is a run's training state (optimizer and progress, for --resume); its weights are in " + ckpt},
 		{[]string{"--weights", ckpt, "--model", "cifarnet", files[0]}, ckpt + ": --model cifarnet, but the checkpoint was trained as mnist (without --model it is built as that): state does not match the model"},
 	} {
-		if err := run(bad.args, &out); err == nil || !strings.Contains(err.Error(), bad.want) {
+		if err := run(context.Background(), bad.args, &out); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("infer %v: error %v, want %q", bad.args, err, bad.want)
 		}
 	}
@@ -185,7 +185,7 @@ func TestInferFlagErrors(t *testing.T) {
 	}
 	for _, c := range cases {
 		var out bytes.Buffer
-		err := run(c.args, &out)
+		err := run(context.Background(), c.args, &out)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("infer %v: error %v, want %q", c.args, err, c.want)
 		}
@@ -215,7 +215,7 @@ func TestInferWeightsNotWeights(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var out bytes.Buffer
-			err := run([]string{"--weights", c.weights, c.weights}, &out)
+			err := run(context.Background(), []string{"--weights", c.weights, c.weights}, &out)
 			if err == nil || !strings.Contains(err.Error(), c.weights) || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "--model") {
 				t.Fatalf("error %v; want one naming %s with %q, without --model", err, c.weights, c.want)
 			}
@@ -283,7 +283,7 @@ func TestInferImageFolderModel(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	if err := run([]string{"--weights", ckpt, "--threads", "1", "--top", "1", samples[5].Path}, &out); err != nil {
+	if err := run(context.Background(), []string{"--weights", ckpt, "--threads", "1", "--top", "1", samples[5].Path}, &out); err != nil {
 		t.Fatal(err)
 	}
 	c, err := train.LoadClassifier(ckpt, "", "", be)
@@ -326,7 +326,7 @@ func TestInferImageFolderModel(t *testing.T) {
 		{mixed, `the model has 10 classes (airplane, automobile, bird, cat, deer, … 10 in all); imagefolder:mixed's class 0 is "cat", the model's "airplane": its labels would be scored as other classes`},
 		{extra, "the model has 10 classes (airplane, automobile, bird, cat, deer, … 10 in all); imagefolder:extra has 11 (airplane, automobile, bird, cat, deer, … 11 in all): its labels"},
 	} {
-		if err := run([]string{"--weights", ckpt, "--threads", "1", "--data", c.dir}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), c.want) {
+		if err := run(context.Background(), []string{"--weights", ckpt, "--threads", "1", "--data", c.dir}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("--data %s: %v, want %q", c.dir, err, c.want)
 		}
 	}
@@ -366,16 +366,16 @@ torch.save(m.state_dict(), sys.argv[2])`
 		t.Fatalf("torch.save: %v\n%s", err, b)
 	}
 	var want, got bytes.Buffer
-	if err := run([]string{"--model", "mnist", "--weights", st, "--data", filepath.Join(dir, "digits")}, &want); err != nil {
+	if err := run(context.Background(), []string{"--model", "mnist", "--weights", st, "--data", filepath.Join(dir, "digits")}, &want); err != nil {
 		t.Fatal(err)
 	}
-	if err := run([]string{"--model", "mnist", "--weights", pth, "--data", filepath.Join(dir, "digits")}, &got); err != nil {
+	if err := run(context.Background(), []string{"--model", "mnist", "--weights", pth, "--data", filepath.Join(dir, "digits")}, &got); err != nil {
 		t.Fatal(err)
 	}
 	if got.String() != want.String() || !strings.Contains(got.String(), "Accuracy: ") {
 		t.Fatalf("with the torch.save file:\n%s\nwith the safetensors it came from:\n%s", got.String(), want.String())
 	}
-	if err := run([]string{"--weights", pth, "--data", filepath.Join(dir, "digits")}, &got); err == nil || !strings.Contains(err.Error(), pth+" has no gorun metadata") || !strings.Contains(err.Error(), "pass --model") {
+	if err := run(context.Background(), []string{"--weights", pth, "--data", filepath.Join(dir, "digits")}, &got); err == nil || !strings.Contains(err.Error(), pth+" has no gorun metadata") || !strings.Contains(err.Error(), "pass --model") {
 		t.Fatalf("without --model: %v", err)
 	}
 }

@@ -24,12 +24,10 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"os/signal"
 	"runtime"
 	"runtime/pprof"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/gorun/gorun/cmd/internal/cli"
 	"github.com/gorun/gorun/comm"
@@ -58,15 +56,15 @@ type options struct {
 }
 
 func main() {
-	os.Exit(cli.Status(os.Stderr, "train", run(os.Args[1:], os.Stdout)))
+	os.Exit(cli.Status(os.Stderr, "train", run(cli.SignalContext(), os.Args[1:], os.Stdout)))
 }
 
-func run(args []string, stdout io.Writer) error {
+func run(ctx context.Context, args []string, stdout io.Writer) error {
 	cfg, o, err := parseFlags(args)
 	if err != nil {
 		return err
 	}
-	return runJob(cfg, o, stdout)
+	return runJob(ctx, cfg, o, stdout)
 }
 
 // parseFlags turns the command line into the run's configuration (flags
@@ -215,9 +213,7 @@ func checkOnFailure(o *options, set map[string]bool) error {
 }
 
 // runJob runs one training job: this process's rank of it.
-func runJob(cfg train.Config, o options, stdout io.Writer) error {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+func runJob(ctx context.Context, cfg train.Config, o options, stdout io.Writer) error {
 	// A single process unless the environment describes a job (gorun,
 	// torchrun, Slurm, Open MPI).
 	g, err := comm.Init(ctx)
@@ -310,7 +306,10 @@ func runJob(cfg train.Config, o options, stdout io.Writer) error {
 		if rss := train.PeakRSS(); rss > 0 && trained {
 			fmt.Fprintf(stdout, "Peak memory (RSS) = %.0f MiB\n", float64(rss)/(1<<20))
 		}
-		if errors.Is(runErr, context.Canceled) {
+		// Interrupted: this rank's own signal, or another rank's abort
+		// that came first (Ctrl-C reaches every rank of the terminal's
+		// process group, and gorun forwards it too).
+		if errors.Is(runErr, context.Canceled) || ctx.Err() != nil {
 			runErr = fmt.Errorf("interrupted during epoch %d (the last checkpoint, if any, is intact)", t.Epoch()+1)
 		}
 		return runErr

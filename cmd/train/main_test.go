@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -25,7 +26,7 @@ func TestTrainCommand(t *testing.T) {
 	tb := filepath.Join(dir, "tb")
 	prof := filepath.Join(dir, "cpu.pprof")
 	var out bytes.Buffer
-	err := run([]string{"--synthetic", "--train-samples", "640", "--test-samples", "128", "--epochs", "1", "--threads", "2",
+	err := run(context.Background(), []string{"--synthetic", "--train-samples", "640", "--test-samples", "128", "--epochs", "1", "--threads", "2",
 		"--save", ckpt, "--metrics", metrics, "--tensorboard", tb, "--cpuprofile", prof}, &out)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
@@ -49,7 +50,7 @@ func TestTrainCommand(t *testing.T) {
 	}
 
 	out.Reset()
-	if err := run([]string{"--synthetic", "--train-samples", "640", "--test-samples", "128", "--resume", ckpt, "--epochs", "2", "--save", ckpt,
+	if err := run(context.Background(), []string{"--synthetic", "--train-samples", "640", "--test-samples", "128", "--resume", ckpt, "--epochs", "2", "--save", ckpt,
 		"--metrics", metrics, "--tensorboard", tb}, &out); err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
@@ -74,7 +75,7 @@ func TestTrainCommand(t *testing.T) {
 	// checkpoint's, or a restart after the last): says so, trains, times
 	// and saves nothing, and succeeds.
 	out.Reset()
-	if err := run([]string{"--synthetic", "--train-samples", "640", "--test-samples", "128", "--resume", ckpt, "--epochs", "2", "--save", ckpt}, &out); err != nil {
+	if err := run(context.Background(), []string{"--synthetic", "--train-samples", "640", "--test-samples", "128", "--resume", ckpt, "--epochs", "2", "--save", ckpt}, &out); err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
 	if !strings.Contains(out.String(), "Nothing to train: the run has trained its 2 epochs (--epochs 2); a larger --epochs trains on") {
@@ -89,7 +90,7 @@ func TestTrainCommand(t *testing.T) {
 	// Resumed under another optimizer: refused before anything is built,
 	// naming both optimizers and the way to start from the weights.
 	out.Reset()
-	err = run([]string{"--synthetic", "--resume", ckpt, "--epochs", "3", "--optimizer", "sgd"}, &out)
+	err = run(context.Background(), []string{"--synthetic", "--resume", ckpt, "--epochs", "3", "--optimizer", "sgd"}, &out)
 	if want := "--optimizer sgd, but " + ckpt + " was trained with adadelta, whose state another optimizer cannot take up: resume with --optimizer adadelta, or start a new run from its weights with --init " + ckpt; err == nil || err.Error() != want {
 		t.Fatalf("resumed with another optimizer: error %v, want %q", err, want)
 	}
@@ -97,7 +98,7 @@ func TestTrainCommand(t *testing.T) {
 	// Resumed as a pipeline: refused before anything is built, not with a
 	// split point count the user never gave (train.Config.CutAsSaved).
 	out.Reset()
-	err = run([]string{"--synthetic", "--resume", ckpt, "--epochs", "3", "--pipeline", "2"}, &out)
+	err = run(context.Background(), []string{"--synthetic", "--resume", ckpt, "--epochs", "3", "--pipeline", "2"}, &out)
 	if want := "--pipeline 2, but " + ckpt + " was saved by a run without a pipeline: resume it without --pipeline"; err == nil || err.Error() != want {
 		t.Fatalf("resumed as a pipeline: error %v, want %q", err, want)
 	}
@@ -194,7 +195,7 @@ func TestTrainCommandErrors(t *testing.T) {
 	}
 	for _, c := range cases {
 		var out bytes.Buffer
-		err := run(c.args, &out)
+		err := run(context.Background(), c.args, &out)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("train %v: error %v, want %q", c.args, err, c.want)
 		}
@@ -259,7 +260,7 @@ func TestSaveCheckedBeforeTraining(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			var out bytes.Buffer
-			err := run([]string{"--synthetic", "--train-samples", "64", "--test-samples", "0", "--epochs", "1", "--threads", "1", "--save", c.save}, &out)
+			err := run(context.Background(), []string{"--synthetic", "--train-samples", "64", "--test-samples", "0", "--epochs", "1", "--threads", "1", "--save", c.save}, &out)
 			if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), c.save) {
 				t.Fatalf("error %v, want one naming %s and saying %q", err, c.save, c.want)
 			}
@@ -285,7 +286,7 @@ func TestSaveCheckedBeforeTraining(t *testing.T) {
 func TestResNetOptions(t *testing.T) {
 	save := filepath.Join(t.TempDir(), "r.safetensors")
 	var out bytes.Buffer
-	err := run([]string{"--model", "resnet18", "--synthetic", "--train-samples", "32", "--test-samples", "16", "--batch-size", "16",
+	err := run(context.Background(), []string{"--model", "resnet18", "--synthetic", "--train-samples", "32", "--test-samples", "16", "--batch-size", "16",
 		"--threads", "1", "--optimizer", "sgd", "--momentum", "0.9", "--nesterov", "--zero-init-residual", "--num-classes", "10", "--label-smoothing", "0.1", "--epochs", "2", "--warmup-epochs", "1",
 		"--scheduler", "cosine", "--lr", "0.5", "--weight-decay", "1e-4", "--no-decay-norm-bias", "--save", save}, &out)
 	if err != nil {
@@ -314,7 +315,7 @@ func TestRecompute(t *testing.T) {
 		var out bytes.Buffer
 		args := append([]string{"--model", "resnet18", "--synthetic", "--train-samples", "48", "--test-samples", "16", "--batch-size", "16",
 			"--threads", "1", "--epochs", "2", "--log-interval", "1"}, extra...)
-		if err := run(args, &out); err != nil {
+		if err := run(context.Background(), args, &out); err != nil {
 			t.Fatalf("%v\n%s", err, out.String())
 		}
 		var keep []string
@@ -334,7 +335,7 @@ func TestRecompute(t *testing.T) {
 		t.Errorf("the run's description does not mention --recompute:\n%s", out)
 	}
 	var errOut bytes.Buffer
-	if err := run([]string{"--synthetic", "--recompute"}, &errOut); err == nil || !strings.Contains(err.Error(), "recompute: mnist has no residual blocks") {
+	if err := run(context.Background(), []string{"--synthetic", "--recompute"}, &errOut); err == nil || !strings.Contains(err.Error(), "recompute: mnist has no residual blocks") {
 		t.Errorf("--recompute on mnist: %v", err)
 	}
 }
@@ -361,11 +362,11 @@ func TestBadImageInFolder(t *testing.T) {
 	}
 	args := []string{"--model", "cifarnet", "--data", dir, "--image-size", "32", "--epochs", "1", "--batch-size", "16", "--threads", "1", "--workers", "2", "--progress", "lines"}
 	var out bytes.Buffer
-	if err := run(args, &out); err == nil || !strings.Contains(err.Error(), bad) || !strings.Contains(err.Error(), "--skip-bad-images") {
+	if err := run(context.Background(), args, &out); err == nil || !strings.Contains(err.Error(), bad) || !strings.Contains(err.Error(), "--skip-bad-images") {
 		t.Fatalf("a bad image: %v; want an error naming %s and --skip-bad-images", err, bad)
 	}
 	out.Reset()
-	if err := run(append(args, "--skip-bad-images"), &out); err != nil {
+	if err := run(context.Background(), append(args, "--skip-bad-images"), &out); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"augmented (RandomResizedCrop 32, flip)", "Images decoded from their files by 2 workers; JPEG: ", "Epoch 1: skipped 1 unreadable images, e.g. " + bad, "Accuracy: ",
@@ -383,7 +384,7 @@ func TestBadStatusFD(t *testing.T) {
 	for _, v := range []string{"abc", "1", "97"} {
 		t.Setenv("GORUN_STATUS_FD", v)
 		var out bytes.Buffer
-		err := run([]string{"--synthetic", "--train-samples", "64", "--test-samples", "16", "--epochs", "1", "--threads", "1"}, &out)
+		err := run(context.Background(), []string{"--synthetic", "--train-samples", "64", "--test-samples", "16", "--epochs", "1", "--threads", "1"}, &out)
 		if err == nil || !strings.Contains(err.Error(), "GORUN_STATUS_FD="+v+": want an open file descriptor") {
 			t.Errorf("GORUN_STATUS_FD=%s: %v", v, err)
 		}
@@ -393,7 +394,7 @@ func TestBadStatusFD(t *testing.T) {
 	}
 	t.Setenv("GORUN_STATUS_FD", "97")
 	var out bytes.Buffer
-	if err := run([]string{"--synthetic", "--train-samples", "64", "--test-samples", "16", "--epochs", "1", "--threads", "1", "--progress", "lines"}, &out); err != nil {
+	if err := run(context.Background(), []string{"--synthetic", "--train-samples", "64", "--test-samples", "16", "--epochs", "1", "--threads", "1", "--progress", "lines"}, &out); err != nil {
 		t.Errorf("--progress lines with a bad GORUN_STATUS_FD: %v", err)
 	}
 }
@@ -442,7 +443,7 @@ func TestCIFARWhereTorchvisionPutsIt(t *testing.T) {
 		}
 	}
 	var out bytes.Buffer
-	if err := run([]string{"--model", "cifarnet", "--epochs", "1", "--batch-size", "3", "--threads", "1"}, &out); err != nil {
+	if err := run(context.Background(), []string{"--model", "cifarnet", "--epochs", "1", "--batch-size", "3", "--threads", "1"}, &out); err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
 	if want := "Test set: Average loss: "; !strings.Contains(out.String(), want) || !strings.Contains(out.String(), "6 training and 3 test images") {
@@ -454,7 +455,7 @@ func TestCIFARWhereTorchvisionPutsIt(t *testing.T) {
 // started as one process trains, and says those settings had no effect.
 func TestDataParallelSettingsAlone(t *testing.T) {
 	var out bytes.Buffer
-	if err := run([]string{"--synthetic", "--model", "cifarnet", "--train-samples", "32", "--test-samples", "16", "--epochs", "1", "--threads", "1",
+	if err := run(context.Background(), []string{"--synthetic", "--model", "cifarnet", "--train-samples", "32", "--test-samples", "16", "--epochs", "1", "--threads", "1",
 		"--sync-bn", "--grad-compression", "fp16"}, &out); err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}

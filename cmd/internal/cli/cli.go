@@ -5,13 +5,17 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"os/signal"
 	"runtime"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/gorun/gorun/comm"
@@ -148,6 +152,18 @@ func NoArguments(fs *flag.FlagSet) error {
 		return fmt.Errorf("unexpected arguments %q: %s takes flags only (%q lists them)", fs.Args(), fs.Name(), fs.Name()+" -h")
 	}
 	return nil
+}
+
+// SignalContext returns a context that ends at the first SIGINT or
+// SIGTERM, for a command's main. The signals stay caught until the
+// process exits: restored to their default action when run returned
+// (signal.NotifyContext's stop), a second one would kill the process
+// before it said why it stopped — and under gorun a rank gets two at
+// once, Ctrl-C reaching every process of the terminal's group and gorun
+// forwarding it too.
+func SignalContext() context.Context {
+	ctx, _ := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	return ctx
 }
 
 // Status is a command's exit status for the error its run returned,
