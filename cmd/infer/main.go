@@ -13,6 +13,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -33,7 +34,12 @@ func main() {
 	os.Exit(cli.Status(os.Stderr, "infer", run(cli.SignalContext(), os.Args[1:], os.Stdout)))
 }
 
-func run(ctx context.Context, args []string, stdout io.Writer) error {
+func run(ctx context.Context, args []string, stdout io.Writer) (err error) {
+	defer func() {
+		if err != nil && ctx.Err() != nil {
+			err = errors.New("interrupted") // (Ctrl-C, or gorun stopping the job), not the calls' chain of errors
+		}
+	}()
 	fs := flag.NewFlagSet("infer", flag.ContinueOnError)
 	weights := fs.String("weights", "", "weights to load: a checkpoint or safetensors file, or a state dict PyTorch's torch.save wrote (.pt, .pth; pass --model)")
 	model := fs.String("model", "", "model name (default: from the checkpoint)")

@@ -134,6 +134,13 @@ func TestInfer(t *testing.T) {
 	if want := fmt.Sprintf("Accuracy: %d/%d", ev.Correct, ev.Total); !strings.Contains(out.String(), want) || !strings.Contains(out.String(), "Confusion matrix") {
 		t.Fatalf("evaluation output:\n%s", out.String())
 	}
+	// Interrupted (Ctrl-C, gorun stopping the job): said so, not the
+	// evaluation's "context canceled".
+	stopped, stop := context.WithCancel(context.Background())
+	stop()
+	if err := run(stopped, []string{"--weights", ckpt, "--data", filepath.Join(dir, "digits")}, &out); err == nil || err.Error() != "interrupted" {
+		t.Errorf("an interrupted evaluation: %v, want \"interrupted\"", err)
+	}
 	missing := filepath.Join(dir, "nope")
 	if err := run(context.Background(), []string{"--weights", ckpt, "--data", missing}, &out); err == nil || !strings.Contains(err.Error(), "--data: stat "+missing) {
 		t.Errorf("--data %s: error %v, want one naming --data and the directory", missing, err)
