@@ -10,8 +10,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/gorun/gorun/bench/netcluster"
 )
 
 // TestVanishedHostNamed: a host that vanishes while data is on its way to
@@ -27,14 +25,7 @@ func TestVanishedHostNamed(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a 10 s run across two network namespaces; the full run covers it")
 	}
-	c, err := netcluster.Start(context.Background(), netcluster.Config{Hosts: 2, Link: "user", Name: fmt.Sprintf("ghw%d", os.Getpid()%1000)})
-	if errors.Is(err, netcluster.ErrNoNamespaces) && os.Getenv("CI") != "true" {
-		t.Skip(err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := emulatedHosts(t, "ghw")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	addrs := c.Addrs[0] + ":29612," + c.Addrs[1] + ":29613"

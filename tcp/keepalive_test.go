@@ -32,14 +32,7 @@ func TestKeepAliveOutlastsOutage(t *testing.T) {
 	if testing.Short() {
 		t.Skip("an outage of 12 s; the full run covers it")
 	}
-	c, err := netcluster.Start(context.Background(), netcluster.Config{Hosts: 2, Link: "user", Name: fmt.Sprintf("gka%d", os.Getpid()%1000)})
-	if errors.Is(err, netcluster.ErrNoNamespaces) && os.Getenv("CI") != "true" {
-		t.Skip(err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := emulatedHosts(t, "gka")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	addr := c.Addrs[1] + ":29610"
@@ -89,6 +82,23 @@ func TestKeepAliveOutlastsOutage(t *testing.T) {
 		t.Fatalf("%v\nclient:\n%s\nserver:\n%s", err, strings.Join(log, "\n"), serverOut.String())
 	}
 	t.Logf("%s; %+v", strings.Join(log, "; "), c.LinkStats())
+}
+
+// emulatedHosts starts two hosts, network namespaces whose links the
+// user-space emulator carries (bench/netcluster, so that their loss can
+// change), named from prefix; root only: the test is skipped elsewhere,
+// but on CI (CI=true), which runs as root.
+func emulatedHosts(t *testing.T, prefix string) *netcluster.Cluster {
+	t.Helper()
+	c, err := netcluster.Start(context.Background(), netcluster.Config{Hosts: 2, Link: "user", Name: fmt.Sprintf("%s%d", prefix, os.Getpid()%1000)})
+	if errors.Is(err, netcluster.ErrNoNamespaces) && os.Getenv("CI") != "true" {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
 }
 
 // TestKeepAliveHelper is TestKeepAliveOutlastsOutage's server and client
