@@ -47,9 +47,10 @@ func hostInterfaces() ([]netInterface, error) {
 }
 
 // interfaceAddr returns the address of the first interface spec matches
-// that is up and has an address (bestAddr). spec, as NCCL_SOCKET_IFNAME's value: name prefixes separated by
-// commas ("eth,ib": any interface whose name begins so), "^" before them
-// to exclude those instead ("^docker,lo"), "=" for exact names
+// that is up and has an address (bestAddr). spec is written as
+// NCCL_SOCKET_IFNAME's value: name prefixes separated by commas
+// ("eth,ib": any interface whose name begins so), "^" before them to
+// exclude those instead ("^docker,lo"), "=" for exact names
 // ("=eth0,eth1"). variable names where spec comes from, for errors.
 func interfaceAddr(variable, spec string, ifs []netInterface) (string, error) {
 	exclude, exact := false, false
