@@ -385,9 +385,10 @@ type ShardOptions struct {
 // and shards.json, the index, written last. Each file goes to a
 // temporary name, is synced and renamed, so an interrupted run leaves no
 // half-written shard or index. Packing again into the same directory
-// removes the earlier index first (an interrupted run leaves none that
-// would name shards of another packing) and, at the end, the earlier
-// index's shards the new one does not list.
+// removes the earlier index before the first shard is written (an
+// interrupted run leaves none that would name shards of another packing;
+// a folder refused before leaves it as it was) and, at the end, the
+// earlier index's shards the new one does not list.
 func WriteShards(dir, out string, o ShardOptions) error {
 	if o.Samples < 1 {
 		return fmt.Errorf("shards: %d samples per shard: want at least 1", o.Samples)
@@ -398,22 +399,15 @@ func WriteShards(dir, out string, o ShardOptions) error {
 	if !isImageFolder(dir) {
 		return fmt.Errorf("%s is not an image folder: want %s/train/CLASS/IMAGE and %s/val/CLASS/IMAGE", dir, dir, dir)
 	}
-	if err := os.MkdirAll(out, 0o755); err != nil {
-		return err
-	}
-	earlier, err := takeIndex(out)
-	if err != nil {
-		return err
-	}
+	// Both splits are read, and checked, before anything is written.
 	idx := shardIndex{Format: shardsFormat, Splits: map[string][]shardFile{}}
-	reader := NewImageReader()
-	defer reader.Close()
-	for _, split := range []string{"train", "val"} {
+	splits := []string{"train", "val"}
+	samples := make(map[string][]FolderSample, len(splits))
+	for _, split := range splits {
 		scan, err := scanImageFolder(filepath.Join(dir, split))
 		if err != nil {
 			return err
 		}
-		classes, samples := scan.Classes, scan.Samples
 		if len(scan.LeftOut) > 0 {
 			if idx.LeftOut == nil {
 				idx.LeftOut = map[string]map[string]int{}
@@ -421,15 +415,28 @@ func WriteShards(dir, out string, o ShardOptions) error {
 			idx.LeftOut[split] = scan.LeftOut
 		}
 		if split == "train" {
-			idx.Classes = classes
+			idx.Classes = scan.Classes
 			r := rand.New(rand.NewPCG(o.Seed, 0x7061636b))
-			r.Shuffle(len(samples), func(i, j int) { samples[i], samples[j] = samples[j], samples[i] })
-		} else if !slices.Equal(classes, idx.Classes) {
-			return fmt.Errorf("%s has classes %v, %s has %v: they must be the same", filepath.Join(dir, "val"), classes, filepath.Join(dir, "train"), idx.Classes)
+			r.Shuffle(len(scan.Samples), func(i, j int) { scan.Samples[i], scan.Samples[j] = scan.Samples[j], scan.Samples[i] })
+		} else if !slices.Equal(scan.Classes, idx.Classes) {
+			return fmt.Errorf("%s has classes %v, %s has %v: they must be the same", filepath.Join(dir, "val"), scan.Classes, filepath.Join(dir, "train"), idx.Classes)
 		}
-		for first := 0; first < len(samples); first += o.Samples {
+		samples[split] = scan.Samples
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return err
+	}
+	earlier, err := takeIndex(out)
+	if err != nil {
+		return err
+	}
+	reader := NewImageReader()
+	defer reader.Close()
+	for _, split := range splits {
+		all := samples[split]
+		for first := 0; first < len(all); first += o.Samples {
 			name := fmt.Sprintf("%s-%06d.tar", split, first/o.Samples)
-			part := samples[first:min(first+o.Samples, len(samples))]
+			part := all[first:min(first+o.Samples, len(all))]
 			if err := writeShard(filepath.Join(out, name), part, first, o.Resize, reader); err != nil {
 				return err
 			}

@@ -310,6 +310,20 @@ func TestShardRepack(t *testing.T) {
 		t.Fatalf("LoadShards: %v", err)
 	}
 
+	// A folder refused before any shard is written (val's classes are
+	// not train's): the earlier packing stays as it was.
+	extra := filepath.Join(folder, "val", "zebra")
+	os.MkdirAll(extra, 0o755)
+	png, _ := os.ReadFile("testdata/images/rgb-up.png")
+	os.WriteFile(filepath.Join(extra, "z.png"), png, 0o644)
+	if err := WriteShards(folder, dir, ShardOptions{Samples: 5}); err == nil || !strings.Contains(err.Error(), "they must be the same") {
+		t.Fatalf("packing a folder whose val classes are not train's: %v", err)
+	}
+	if train, _, err := LoadShards(dir, 32); err != nil || train.Len() != 60 || len(train.Shards.Files) != 3 {
+		t.Fatalf("the earlier packing after a refused one: %v", err)
+	}
+	os.RemoveAll(extra)
+
 	// A packing that fails at its validation images (resized, so decoded).
 	bad := filepath.Join(folder, "val", "bird", "broken.jpg")
 	if err := os.WriteFile(bad, []byte("not a JPEG"), 0o644); err != nil {
