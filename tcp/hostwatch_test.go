@@ -14,11 +14,11 @@ import (
 
 // TestVanishedHostNamed: a host that vanishes while data is on its way to
 // it fails both ranks' sends within the host watch's bound (here 4 s; 15
-// in use), each naming the other; before, each send waited out the transport's
-// timeout (GORUN_TIMEOUT, 5 minutes) and blamed a peer "not reading". A
-// peer that is alive but posts its receive only after twice that bound
-// (its window closed meanwhile: TCP_USER_TIMEOUT would end the connection
-// there) is waited for. The hosts are network namespaces whose links the
+// in use), each naming the other; before, each send waited out the
+// transport's timeout (GORUN_TIMEOUT, 5 minutes) and blamed a peer "not
+// reading". A peer that is alive but posts its receive only after twice
+// that bound (its window closed meanwhile: TCP_USER_TIMEOUT would end the
+// connection there) is waited for. The hosts are network namespaces whose links the
 // user-space emulator carries (bench/netcluster); root only, as
 // TestKeepAliveOutlastsOutage.
 func TestVanishedHostNamed(t *testing.T) {
