@@ -547,13 +547,19 @@ func WriteImageFolder(dir string, train, test *Dataset, w, h int, ext string) er
 		}
 		for i := range s.d.Len() {
 			m := fromCHW(s.d.Image(i), s.d.Shape[2], s.d.Shape[1]).Resize(w, h)
-			path := filepath.Join(dir, s.split, s.d.Classes[s.d.Labels[i]], fmt.Sprintf("%06d%s", i, ext))
+			path := folderImagePath(filepath.Join(dir, s.split), s.d, i, ext)
 			if err := writeImage(path, m.nrgba(), ext); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// folderImagePath is where WriteImageFolder writes d's image i under root
+// (a split's directory): its class's directory, the index as the name.
+func folderImagePath(root string, d *Dataset, i int, ext string) string {
+	return filepath.Join(root, d.Classes[d.Labels[i]], fmt.Sprintf("%06d%s", i, ext))
 }
 
 // strays counts what root (a split's directory) already holds that
@@ -565,8 +571,8 @@ func strays(root string, d *Dataset, ext string) (n int, first string, err error
 	for _, c := range d.Classes {
 		want[filepath.Join(root, c)] = true
 	}
-	for i, l := range d.Labels {
-		want[filepath.Join(root, d.Classes[l], fmt.Sprintf("%06d%s", i, ext))] = true
+	for i := range d.Labels {
+		want[folderImagePath(root, d, i, ext)] = true
 	}
 	err = filepath.WalkDir(root, func(path string, e fs.DirEntry, err error) error {
 		switch {

@@ -163,16 +163,9 @@ func isShardDir(dir string) bool {
 // as datasets of crop×crop images streamed from their shards.
 func LoadShards(dir string, crop int) (train, test *Dataset, err error) {
 	path := filepath.Join(dir, ShardsIndex)
-	b, err := os.ReadFile(path)
+	idx, err := readIndex(path)
 	if err != nil {
 		return nil, nil, err
-	}
-	var idx shardIndex
-	if err := json.Unmarshal(b, &idx); err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", path, err)
-	}
-	if idx.Format != shardsFormat {
-		return nil, nil, fmt.Errorf("%s: format %q, want %q", path, idx.Format, shardsFormat)
 	}
 	if len(idx.Classes) == 0 {
 		return nil, nil, fmt.Errorf("%s: no classes", path)
@@ -453,20 +446,32 @@ func WriteShards(dir, out string, o ShardOptions) error {
 	return removeStale(out, earlier, idx)
 }
 
+// readIndex reads the shard index at path, refusing another format's.
+func readIndex(path string) (shardIndex, error) {
+	var idx shardIndex
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return idx, err
+	}
+	if err := json.Unmarshal(b, &idx); err != nil {
+		return idx, fmt.Errorf("%s: %w", path, err)
+	}
+	if idx.Format != shardsFormat {
+		return idx, fmt.Errorf("%s: format %q, want %q", path, idx.Format, shardsFormat)
+	}
+	return idx, nil
+}
+
 // takeIndex removes the shard index in out, if there is one, and returns
 // the shard files it listed.
 func takeIndex(out string) ([]string, error) {
 	path := filepath.Join(out, ShardsIndex)
-	b, err := os.ReadFile(path)
+	idx, err := readIndex(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, err
-	}
-	var idx shardIndex
-	if err := json.Unmarshal(b, &idx); err != nil || idx.Format != shardsFormat {
-		return nil, fmt.Errorf("%s is there and is no shard index of this format (%q): not overwriting it; pack into another directory", path, shardsFormat)
+		return nil, fmt.Errorf("%w: not overwriting it; pack into another directory", err)
 	}
 	var files []string
 	for _, split := range idx.Splits {

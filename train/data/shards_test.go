@@ -339,7 +339,7 @@ func TestShardRepack(t *testing.T) {
 	foreign := t.TempDir()
 	index = filepath.Join(foreign, ShardsIndex)
 	os.WriteFile(index, []byte(`{"format": "webdataset"}`), 0o644)
-	if err := WriteShards(folder, foreign, ShardOptions{Samples: 20}); err == nil || !strings.Contains(err.Error(), index+" is there and is no shard index") {
+	if err := WriteShards(folder, foreign, ShardOptions{Samples: 20}); err == nil || !strings.Contains(err.Error(), index+`: format "webdataset", want "gorun-shards/1": not overwriting it`) {
 		t.Fatalf("packing over another format's index: %v", err)
 	}
 	if b, _ := os.ReadFile(index); string(b) != `{"format": "webdataset"}` {
