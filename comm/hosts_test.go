@@ -2,7 +2,6 @@ package comm_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/bench/netcluster"
+	"github.com/gorun/gorun/bench/netcluster/netclustertest"
 	"github.com/gorun/gorun/comm/commtest"
 )
 
@@ -162,14 +162,5 @@ func threeHosts(ctx context.Context, t *testing.T, prefix string) *netcluster.Cl
 // startHosts is threeHosts for the hosts and links cfg gives.
 func startHosts(ctx context.Context, t *testing.T, prefix string, cfg netcluster.Config) *netcluster.Cluster {
 	t.Helper()
-	cfg.Name = fmt.Sprintf("%s%d", prefix, os.Getpid()%1000)
-	c, err := netcluster.Start(ctx, cfg)
-	if errors.Is(err, netcluster.ErrNoNamespaces) && os.Getenv("CI") != "true" {
-		t.Skip(err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
+	return netclustertest.Start(ctx, t, prefix, cfg)
 }

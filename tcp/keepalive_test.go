@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/bench/netcluster"
+	"github.com/gorun/gorun/bench/netcluster/netclustertest"
 )
 
 // TestKeepAliveOutlastsOutage cuts two hosts off from each other for 12 s
@@ -90,15 +91,7 @@ func TestKeepAliveOutlastsOutage(t *testing.T) {
 // but on CI (CI=true), which runs as root.
 func emulatedHosts(t *testing.T, prefix string) *netcluster.Cluster {
 	t.Helper()
-	c, err := netcluster.Start(context.Background(), netcluster.Config{Hosts: 2, Link: "user", Name: fmt.Sprintf("%s%d", prefix, os.Getpid()%1000)})
-	if errors.Is(err, netcluster.ErrNoNamespaces) && os.Getenv("CI") != "true" {
-		t.Skip(err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
+	return netclustertest.Start(context.Background(), t, prefix, netcluster.Config{Hosts: 2, Link: "user"})
 }
 
 // TestKeepAliveHelper is TestKeepAliveOutlastsOutage's server and client

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/bench/netcluster"
+	"github.com/gorun/gorun/bench/netcluster/netclustertest"
 )
 
 // twoHosts makes two hosts (network namespaces with their own addresses,
@@ -21,15 +21,7 @@ import (
 // so that the multi-node tests cannot pass by not running.
 func twoHosts(t *testing.T) *netcluster.Cluster {
 	t.Helper()
-	c, err := netcluster.Start(context.Background(), netcluster.Config{Hosts: 2, Name: fmt.Sprintf("gmn%d", os.Getpid()%1000)})
-	if errors.Is(err, netcluster.ErrNoNamespaces) && os.Getenv("CI") != "true" {
-		t.Skip(err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
+	return netclustertest.Start(context.Background(), t, "gmn", netcluster.Config{Hosts: 2})
 }
 
 // buildAllreduce returns a directory holding gorun and examples/allreduce.
