@@ -109,6 +109,33 @@ func TestDDPShrinks(t *testing.T) {
 	t.Logf("weights within %.2g of one process's", worst)
 }
 
+// TestUnsaveableStopsEveryRank: with --on-failure shrink, a checkpoint
+// path rank 0 cannot save to (its directory missing) stops every rank
+// before training, each naming rank 0's error — not rank 0 alone, the
+// others shrinking past it into the same failure one by one.
+func TestUnsaveableStopsEveryRank(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "missing", "w.safetensors")
+	env := []string{"DDP_PER_RANK=8", "DDP_STEPS=4", "DDP_EPOCHS=1", "DDP_DATA_WORLD=3", "SHRINK_AT=100", "DDP_OUT=" + out}
+	res, log := runJobWith(t, launch.Config{KeepGoing: true}, 3, "shrink", env...)
+	if len(res.Failures) != 3 {
+		t.Fatalf("%d ranks failed, want all 3:\n%s", len(res.Failures), log)
+	}
+	lines := commtest.RankLines(log)
+	cause := "checkpoint: cannot save to " + out + ": directory " + filepath.Dir(out) + " does not exist"
+	for r := range 3 {
+		want := "WORKER-ERROR " + cause
+		if r > 0 {
+			want = "WORKER-ERROR rank 0: " + cause
+		}
+		if !slices.Contains(lines[r], want) {
+			t.Errorf("rank %d did not end with %q:\n%s", r, want, log)
+		}
+	}
+	if strings.Contains(log, "lost rank") {
+		t.Errorf("a rank shrank past another:\n%s", log)
+	}
+}
+
 // TestDDPShrinksAtEpochState: 3 ranks train with PowerSGD and --on-failure
 // shrink, saving a checkpoint every epoch; rank 2 is SIGKILLed as the
 // replicas gather PowerSGD's error feedback for the first epoch's

@@ -633,9 +633,13 @@ func (t *Trainer) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	if t.SavePath != "" && t.sync.rank() == 0 && t.epoch < t.cfg.Epochs {
-		// Before an epoch is spent, not after it.
-		if err := checkpoint.Probe(t.compute.checkpointPath(t.SavePath)); err != nil {
+	if t.SavePath != "" && t.epoch < t.cfg.Epochs {
+		// Before an epoch is spent, not after it; every rank hears it.
+		var err error
+		if t.sync.rank() == 0 {
+			err = checkpoint.Probe(t.compute.checkpointPath(t.SavePath))
+		}
+		if err := shareVerdict(ctx, t.job, err); err != nil {
 			return err
 		}
 	}
