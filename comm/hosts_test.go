@@ -1,6 +1,7 @@
 package comm_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"os"
@@ -150,6 +151,80 @@ func TestCollectivesAcrossUnevenHosts(t *testing.T) {
 	if strings.Contains(outs[0], "host by host") {
 		t.Errorf("uneven hosts got a hierarchy:\n%s", outs[0])
 	}
+}
+
+// TestPartitionOneSideGoesOn: 2 hosts × 2 ranks run all-reduces; the
+// network between the hosts is cut for good. Every rank's call fails
+// (the host watch, or keep-alive: within about 15 s) and every rank
+// shrinks; each side agrees on its own two ranks, but only the side with
+// rank 0 goes on (half of the ranks, with the lowest): the other side
+// gets ErrMinority naming the silent ranks — two halves never both go on
+// training, each saving over the other's checkpoints. The ranks are
+// started with torchrun's variables, without a launcher.
+func TestPartitionOneSideGoesOn(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a 40 s run across network namespaces; the full run covers it")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c := startHosts(ctx, t, "gpt", netcluster.Config{Hosts: 2, Link: "user"})
+	outs := make([]strings.Builder, 4)
+	var mu sync.Mutex
+	steps := make(chan struct{}, 1)
+	var wg sync.WaitGroup
+	for r := range 4 {
+		cmd := c.Command(ctx, r/2, os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), workerEnv+"=partition", "GORUN_TOKEN=partition-test", "GORUN_JOIN_TIMEOUT=60s", "GORUN_TIMEOUT=40s",
+			fmt.Sprintf("RANK=%d", r), "WORLD_SIZE=4", fmt.Sprintf("LOCAL_RANK=%d", r%2), "LOCAL_WORLD_SIZE=2",
+			"MASTER_ADDR="+c.Addrs[0], "MASTER_PORT=29519")
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd.Stderr = cmd.Stdout
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			sc := bufio.NewScanner(out)
+			for sc.Scan() {
+				mu.Lock()
+				outs[r].WriteString(sc.Text() + "\n")
+				mu.Unlock()
+				if r == 0 && sc.Text() == "STEP 20" {
+					steps <- struct{}{}
+				}
+			}
+			if err := cmd.Wait(); err != nil {
+				mu.Lock()
+				fmt.Fprintf(&outs[r], "exit: %v\n", err)
+				mu.Unlock()
+			}
+		})
+	}
+	select {
+	case <-steps:
+	case <-ctx.Done():
+	}
+	if err := c.SetLoss(1); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	all := ""
+	for r := range 4 {
+		all += fmt.Sprintf("--- rank %d\n%s", r, outs[r].String())
+	}
+	for r := range 2 {
+		if text := outs[r].String(); !strings.Contains(text, "SHRUNK to [0 1] after") || !commtest.EndsOK(strings.Split(strings.TrimSpace(text), "\n")) {
+			t.Errorf("rank %d did not go on with ranks 0 and 1:\n%s", r, all)
+		}
+	}
+	for r := 2; r < 4; r++ {
+		if text := outs[r].String(); !strings.Contains(text, "MINORITY after") || !strings.Contains(text, "ranks [2 3] agreed; ranks [0 1] went silent") {
+			t.Errorf("rank %d did not stop as a minority naming the silent ranks:\n%s", r, all)
+		}
+	}
+	t.Logf("%s\n%+v", all, c.LinkStats())
 }
 
 // threeHosts makes 3 namespace hosts on a bridge with 1 Gbit/s links,

@@ -779,9 +779,9 @@ func TestTimeoutCarriesTable(t *testing.T) {
 		want     []string
 	}{
 		{"stalled", "stall", []string{"GORUN_STALL=1s"}, []int{0, 1},
-			[]string{"nothing moved within 3s (the transport's timeout); " + hint + "; rank 2 has not arrived; where each rank was:", "rank 2: computing since call #2 (AllReduce, 1000 × float32) ended"}},
+			[]string{"nothing moved within 3s (the transport's timeout); " + hint + "; rank 2 has not arrived; ", "where each rank was:", "rank 2: computing since call #2 (AllReduce, 1000 × float32) ended"}},
 		{"before its first call", "latefirst", []string{"GORUN_STALL=1s"}, []int{0, 1},
-			[]string{hint + "; rank 2 has not arrived; where each rank was:", "rank 2: computing since it joined (comm.Init) ", "ago, before any collective call of its own"}},
+			[]string{hint + "; rank 2 has not arrived; ", "where each rank was:", "rank 2: computing since it joined (comm.Init) ", "ago, before any collective call of its own"}},
 		{"no stall report", "stall", []string{"GORUN_STALL=0", "GORUN_TRANSPORT=tcp"}, []int{0, 1},
 			[]string{"no data from this rank within 3s (the transport's timeout); " + hint}},
 		{"in a sub-group", "substall", []string{"GORUN_STALL=0"}, []int{0, 1},
@@ -802,7 +802,8 @@ func TestTimeoutCarriesTable(t *testing.T) {
 			for _, r := range tc.ranks {
 				text := strings.Join(lines[r], "\n")
 				// (The other waiting rank may have exited by the time this one
-				// asks: it is then named as gone, without waiting for its answer.)
+				// asks: it is then named as gone, without waiting for its
+				// answer, and the summary says it did not answer.)
 				if !containsAll(text, append([]string{"ERROR"}, tc.want...)...) {
 					t.Errorf("rank %d's error does not say why and where:\n%s", r, out)
 				}

@@ -16,6 +16,15 @@ import (
 // the agreement after their deadline.
 var ErrExcluded = errors.New("left out of the shrunk group: it did not come to the agreement before the others' deadline")
 
+// ErrMinority is Shrink's error on the ranks that agreed when they are too
+// few to go on: others went silent instead of ending (no goodbye, no
+// closed connection), as a cut network makes them look, and may be going
+// on beyond the cut. A group goes on only with more than half of the
+// ranks not known to have ended, or half of them including the lowest,
+// so that two halves of a partitioned job never both train on, each
+// saving over the other's checkpoints.
+var ErrMinority = errors.New("too few ranks left to go on without the silent ones")
+
 // errShrinking is the failure a healthy group is broken with when one of
 // its ranks shrinks it.
 var errShrinking = errors.New("shrinking the group")
@@ -80,12 +89,12 @@ func (g *Group) Shrink(ctx context.Context) (*Group, error) {
 			return r
 		}
 		r1 := agreeOn(1, members)
-		est, err := r1.agree(ctx, encodeMember(ln.Addr().String(), host), r1.entry.Add(s.Timeout), proposeMembers(members))
+		est, err := r1.agree(ctx, encodeMember(ln.Addr().String(), host), r1.entry.Add(s.Timeout), proposeMembers(members, w.t.Ended, s.Size))
 		if err != nil {
 			ln.Close()
 			return nil, g.wrap("Shrink", err)
 		}
-		set, err := decodeMembers(est)
+		set, ended, err := decodeMembers(est)
 		if err != nil {
 			ln.Close()
 			return nil, g.wrap("Shrink", err)
@@ -98,6 +107,10 @@ func (g *Group) Shrink(ctx context.Context) (*Group, error) {
 		if idx < 0 {
 			ln.Close()
 			return nil, g.wrap("Shrink", ErrExcluded)
+		}
+		if err := quorum(s.Size, ended, ranks); err != nil {
+			ln.Close()
+			return nil, g.wrap("Shrink", err)
 		}
 		if w.hook != nil {
 			w.hook("agreed")
@@ -227,11 +240,47 @@ func encodeMember(addr, host string) []byte {
 	return append(b, host...)
 }
 
-// proposeMembers is a coordinator's estimate of who is alive: the members
-// it heard from, with where they listen.
-func proposeMembers(members []int) func(inputs [][]byte) []byte {
+// quorum returns nil when the ranks of set, all that agreed in a world of
+// size ranks of which those in ended are known to have ended, may go on:
+// more than half of the others, or half with the lowest of them.
+// Otherwise ErrMinority, naming the silent ranks. Two groups that pass it
+// cannot both exist: each holds at least half of the ranks alive, and only
+// one can hold the lowest (a rank known ended to either is dead).
+func quorum(size int, ended, set []int) error {
+	var open []int // not known to have ended
+	for r := range size {
+		if !slices.Contains(ended, r) {
+			open = append(open, r)
+		}
+	}
+	if 2*len(set) > len(open) || 2*len(set) == len(open) && slices.Contains(set, open[0]) {
+		return nil
+	}
+	var silent []int
+	for _, r := range open {
+		if !slices.Contains(set, r) {
+			silent = append(silent, r)
+		}
+	}
+	return fmt.Errorf("%w: ranks %v agreed; ranks %v went silent (no goodbye, no closed connection: a cut network looks so, and they may go on beyond it); a group goes on only with more than half of the %d ranks not known to have ended, or half of them with the lowest (rank %d)",
+		ErrMinority, set, silent, len(open), open[0])
+}
+
+// proposeMembers is a coordinator's estimate of who is alive: the ranks of
+// the world (of size ranks) it knows to have ended, then the members it
+// heard from, with where they listen.
+func proposeMembers(members []int, ended func(rank int) bool, size int) func(inputs [][]byte) []byte {
 	return func(inputs [][]byte) []byte {
-		var b []byte
+		var gone []int
+		for r := range size {
+			if ended(r) {
+				gone = append(gone, r)
+			}
+		}
+		b := binary.AppendUvarint(nil, uint64(len(gone)))
+		for _, r := range gone {
+			b = binary.AppendUvarint(b, uint64(r))
+		}
 		for i, in := range inputs {
 			if in != nil {
 				b = binary.AppendUvarint(b, uint64(members[i]))
@@ -243,30 +292,42 @@ func proposeMembers(members []int) func(inputs [][]byte) []byte {
 	}
 }
 
-func decodeMembers(b []byte) ([]member, error) {
-	var set []member
+func decodeMembers(b []byte) (set []member, ended []int, err error) {
+	n, k := binary.Uvarint(b)
+	if k <= 0 || n > uint64(len(b)) {
+		return nil, nil, errors.New("malformed membership")
+	}
+	b = b[k:]
+	for range n {
+		r, k := binary.Uvarint(b)
+		if k <= 0 {
+			return nil, nil, errors.New("malformed membership")
+		}
+		ended = append(ended, int(r))
+		b = b[k:]
+	}
 	for len(b) > 0 {
 		rank, n := binary.Uvarint(b)
 		if n <= 0 {
-			return nil, errors.New("malformed membership")
+			return nil, nil, errors.New("malformed membership")
 		}
 		b = b[n:]
 		size, n := binary.Uvarint(b)
 		if n <= 0 || uint64(len(b)-n) < size {
-			return nil, errors.New("malformed membership")
+			return nil, nil, errors.New("malformed membership")
 		}
 		in := b[n : n+int(size)]
 		b = b[n+int(size):]
 		alen, n := binary.Uvarint(in)
 		if n <= 0 || uint64(len(in)-n) < alen {
-			return nil, errors.New("malformed membership")
+			return nil, nil, errors.New("malformed membership")
 		}
 		set = append(set, member{rank: int(rank), addr: string(in[n : n+int(alen)]), host: string(in[n+int(alen):])})
 	}
 	if len(set) == 0 {
-		return nil, errors.New("empty membership")
+		return nil, nil, errors.New("empty membership")
 	}
-	return set, nil
+	return set, ended, nil
 }
 
 // proposeAll is a coordinator's estimate of whether every member built

@@ -127,6 +127,8 @@ func runWorker(scenario string) int {
 		err = stoppedZeroScenario(ctx, g)
 	case "shrink":
 		err = shrinkScenario(ctx, g)
+	case "partition":
+		err = partitionScenario(ctx, g)
 	case "latefirst":
 		// Rank 2 works STALL_SLEEP before its first call, as a rank
 		// preparing data alone would.
@@ -1052,6 +1054,55 @@ func shrinkScenario(ctx context.Context, g *comm.Group) error {
 		}
 		fmt.Printf("SHRUNK to %v: rank %d of %d after %v; going on from step %v\n", ids, g.Rank(), g.Size(), time.Since(t0).Round(time.Millisecond), furthest[0])
 		step = int(furthest[0])
+	}
+	return nil
+}
+
+// partitionScenario runs all-reduces, 50 ms apart, printing STEP n, until
+// one fails (the test cuts the network between the hosts); then it
+// shrinks the group. A rank left in a minority prints MINORITY and its
+// error; the others print SHRUNK to the members (by original rank), check
+// three all-reduces against the sum over them, and finish.
+func partitionScenario(ctx context.Context, g *comm.Group) error {
+	orig := g.Rank()
+	buf := make([]float32, 1000)
+	for step := 0; ; step++ {
+		if step == 2000 {
+			return errors.New("the network was never cut")
+		}
+		if err := g.AllReduce(ctx, buf, comm.Sum); err != nil {
+			fmt.Printf("FAILED at step %d: %v\n", step, err)
+			break
+		}
+		fmt.Printf("STEP %d\n", step)
+		time.Sleep(50 * time.Millisecond)
+	}
+	t0 := time.Now()
+	shrunk, err := g.Shrink(ctx)
+	if errors.Is(err, comm.ErrMinority) {
+		fmt.Printf("MINORITY after %v: %v\n", time.Since(t0).Round(time.Second), err)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer shrunk.Close()
+	ids := shrunk.ShrunkFrom()
+	fmt.Printf("SHRUNK to %v after %v\n", ids, time.Since(t0).Round(time.Second))
+	sum := 0
+	for _, id := range ids {
+		sum += id + 1
+	}
+	for range 3 {
+		for i := range buf {
+			buf[i] = float32(orig + 1)
+		}
+		if err := shrunk.AllReduce(ctx, buf, comm.Sum); err != nil {
+			return err
+		}
+		if buf[0] != float32(sum) {
+			return fmt.Errorf("after shrinking to %v: sum %v, want %d", ids, buf[0], sum)
+		}
 	}
 	return nil
 }

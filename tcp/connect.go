@@ -75,7 +75,7 @@ func Connect(ctx context.Context, cfg Config, ln *net.TCPListener, addrs []strin
 	if err := CheckSocketBuffer(cfg.SocketBuffer); err != nil {
 		return nil, fmt.Errorf("tcp: Config.SocketBuffer: %w", err)
 	}
-	t := &Transport{cfg: cfg, peers: make([]*peer, cfg.Size), failed: make(chan struct{})}
+	t := &Transport{cfg: cfg, peers: make([]*peer, cfg.Size), failed: make(chan struct{}), shut: make(chan struct{})}
 	if cfg.Size == 1 {
 		return t, nil
 	}

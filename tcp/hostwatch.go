@@ -31,14 +31,17 @@ const (
 // watchHosts runs for the transport's life, failing it when a peer's host
 // has acknowledged none of the data in flight to it for
 // Config.unreachableAfter. The connection's deadline is then set to now,
-// so that a send blocked on it returns at once with the transport's error.
+// so that a send blocked on it returns at once with the transport's error,
+// and its reader ends: the peer is gone (not Ended). It goes on after a
+// failure, for the control messages the survivors send (Shrink's
+// agreement): a silent peer is given up on, not waited for.
 func (t *Transport) watchHosts() {
 	tick := time.NewTicker(hostCheck)
 	defer tick.Stop()
 	look := newSilence()
 	for {
 		select {
-		case <-t.failed:
+		case <-t.shut:
 			return
 		case <-tick.C:
 		}
@@ -50,7 +53,6 @@ func (t *Transport) watchHosts() {
 				t.fail(&PeerError{Rank: p.rank, Addr: p.addr,
 					Err: fmt.Errorf("%w: its host acknowledged none of the data sent to it for %v (the network between the hosts is down, or the machine stopped)", ErrPeerDied, d.Round(time.Second))})
 				p.conn.SetDeadline(time.Now())
-				return
 			}
 		}
 	}

@@ -133,6 +133,13 @@ func TestHostWatchHelper(t *testing.T) {
 		t.Fatalf("a send to a host gone: after %v, %v; want rank %d named within %v", waited.Round(time.Millisecond), err, 1-rank, 2*bound+time.Second)
 	}
 	fmt.Printf("%v (after %v)\n", err, waited.Round(time.Second))
+	// Given up on, not ended: it may be alive beyond the cut.
+	for wait := time.Now().Add(5 * time.Second); !tr.Gone(1-rank) && time.Now().Before(wait); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !tr.Gone(1-rank) || tr.Ended(1-rank) {
+		t.Fatalf("rank %d: gone %v, ended %v; want gone, not ended", 1-rank, tr.Gone(1-rank), tr.Ended(1-rank))
+	}
 }
 
 // TestHostWatchQuiet: the host watch's look at a connection finds nothing

@@ -315,6 +315,9 @@ func (t *Transport) unreachable(p *peer, err error, from linkState) {
 	t.lazy.mu.Unlock()
 	p.left.Store(&LeftError{Rank: p.rank, Farewell: "(it takes no connections: its group is closed, or its process ended)"})
 	p.unreachable = &PeerError{Rank: p.rank, Addr: p.addr, Err: fmt.Errorf("cannot connect (it closed its group, or its process ended): %w", err)}
+	if surelyEnded(err) {
+		p.sure.Store(true)
+	}
 	p.gone.Store(true)
 	close(p.linked)
 }

@@ -194,11 +194,15 @@ func (m *mailbox) unwait(t uint64) {
 
 // claim returns the posted slot the next frame fills or, when none is
 // posted, the place it takes among the early frames, with data sized for
-// the frame's size bytes.
-func (m *mailbox) claim(size int) (*slot, *earlyFrame) {
+// the frame's size bytes; with keepEarly false, nil for both instead of
+// an early frame.
+func (m *mailbox) claim(size int, keepEarly bool) (*slot, *earlyFrame) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.fillTicket == m.nextTicket {
+		if !keepEarly {
+			return nil, nil
+		}
 		var f *earlyFrame
 		if n := len(m.spare); n > 0 {
 			f = m.spare[n-1]

@@ -31,7 +31,8 @@ type recvState struct {
 	hdr        Header
 	dst        []byte // where the payload goes
 	got        int
-	discard    bool // payload is read and dropped (frame larger than its receive)
+	discard    bool // payload is read and dropped (frame larger than its receive, or none after a failure)
+	sink       int  // payload bytes still to drop of a frame nobody will receive
 	compressed []byte
 	box        *mailbox
 	slot       *slot
@@ -117,11 +118,20 @@ func (t *Transport) step(p *peer, fd int) error {
 		if err != nil {
 			return fmt.Errorf("corrupt frame: %w", err)
 		}
-		if isData(h.Kind) && p.flow.paused(h.Len) && p.box(h.Stream).queues() {
+		if isData(h.Kind) && p.flow.paused(h.Len) && t.Err() == nil && p.box(h.Stream).queues() {
 			return errAgain // the frame stays in the stage; a wait reads it (flow)
 		}
 		rs.beg += HeaderSize
 		return t.beginFrame(p, h)
+	}
+	if rs.sink > 0 {
+		if avail := rs.end - rs.beg; avail > 0 {
+			n := min(avail, rs.sink)
+			rs.beg += n
+			rs.sink -= n
+			return nil
+		}
+		return rs.fill(fd)
 	}
 	if need := len(rs.dst) - rs.got; need > 0 {
 		if avail := rs.end - rs.beg; avail > 0 {
@@ -166,7 +176,12 @@ func (t *Transport) beginFrame(p *peer, h Header) error {
 		return nil
 	}
 	rs.box = p.box(h.Stream)
-	rs.slot, rs.early = rs.box.claim(int(h.RawLen))
+	rs.slot, rs.early = rs.box.claim(int(h.RawLen), t.Err() == nil)
+	if rs.slot == nil && rs.early == nil {
+		// The transport failed: nothing will receive this frame.
+		rs.discard, rs.dst, rs.sink = true, nil, int(h.Len)
+		return nil
+	}
 	var out []byte
 	switch {
 	case rs.slot == nil:
@@ -198,6 +213,7 @@ func (t *Transport) endFrame(p *peer) error {
 		err := &LeftError{Rank: p.rank, Farewell: string(rs.dst)}
 		p.left.Store(err)
 		p.bye.Store(true)
+		p.sure.Store(true)
 		p.gone.Store(true)
 		p.boxMu.Lock()
 		for _, m := range p.boxes {
@@ -215,6 +231,9 @@ func (t *Transport) endFrame(p *peer) error {
 			f(p.rank, rs.dst)
 		}
 		return nil
+	}
+	if rs.discard && rs.slot == nil {
+		return nil // (sunk)
 	}
 	if rs.discard {
 		rs.box.complete(rs.slot, h.Meta, 0, fmt.Errorf("%w: %d bytes arrived for a %d-byte receive", ErrFrameTooLarge, h.RawLen, len(rs.slot.buf)))

@@ -151,6 +151,7 @@ type Transport struct {
 	failed   chan struct{}         // closed when the transport failed
 	failErr  atomic.Pointer[error] // set before failed is closed
 	closing  atomic.Bool
+	shut     chan struct{} // closed by Close: the host watch ends
 	readers  sync.WaitGroup
 	order    ioOrder      // sends before later reads, for the race detector
 	stalled  atomic.Int32 // waits past stallRelease: no peer's reader pauses (flow)
@@ -189,12 +190,14 @@ type peer struct {
 	iov     [2][]byte             // what is left to write of the frame
 	werr    error                 // why writeFn stopped
 	writeFn func(fd uintptr) bool // writes iov, for RawConn.Write
+	rest    []byte                // what a frame cut short left unsent (write)
 	zbuf    []byte                // compressed payload being sent
 
 	rz   []byte // compressed or discarded payload being received
 	bye  atomic.Bool
 	left atomic.Pointer[LeftError] // set with bye
 	gone atomic.Bool               // the peer said goodbye, aborted, or its connection ended
+	sure atomic.Bool               // set with gone when the peer's end is certain (Ended)
 }
 
 func (p *peer) box(stream uint32) *mailbox {
@@ -252,14 +255,59 @@ func (t *Transport) Gone(rank int) bool {
 	return rank >= 0 && rank < len(t.peers) && t.peers[rank] != nil && t.peers[rank].gone.Load()
 }
 
+// Ended reports whether rank is gone for certain: it said goodbye, or its
+// host closed or reset the connection, or refused a new one — which only
+// the end of its transport or its process does (or its host's restart).
+// A rank Gone but not Ended went silent: its host stopped, or the network
+// to it is cut, and it may be alive beyond the cut. (A rank that cut the
+// connection to this one because it did not read for a second, as Abort
+// does, also counts as ended here.)
+func (t *Transport) Ended(rank int) bool {
+	return rank >= 0 && rank < len(t.peers) && t.peers[rank] != nil && t.peers[rank].sure.Load()
+}
+
+// surelyEnded reports whether a connection's error says its peer's host
+// ended it: a close (end of stream) or a reset.
+func surelyEnded(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNREFUSED)
+}
+
 // Failed is closed once the transport has failed.
 func (t *Transport) Failed() <-chan struct{} { return t.failed }
 
 func (t *Transport) fail(err error) {
+	first := false
 	t.failOnce.Do(func() {
 		t.failErr.Store(&err)
 		close(t.failed)
+		first = true
 	})
+	if first {
+		t.afterFailure()
+	}
+}
+
+// afterFailure frees what waits on a peer that is not reading or read:
+// a data frame blocked on a full socket returns now, with the failure
+// (Send; its unsent rest goes out before the next frame), and frames left
+// in the socket for receives not yet posted (flow) are read and dropped,
+// so that the control messages behind them arrive — the survivors agree
+// over them (Shrink).
+func (t *Transport) afterFailure() {
+	now := time.Now()
+	for _, p := range t.peers {
+		if p != nil && p.up.Load() {
+			p.conn.SetWriteDeadline(now)
+		}
+	}
+	go func() {
+		for _, p := range t.peers {
+			if p != nil && p.up.Load() {
+				t.progress(p)
+			}
+		}
+	}()
 }
 
 func (t *Transport) peer(rank int) (*peer, error) {
@@ -313,14 +361,30 @@ func (t *Transport) Send(ctx context.Context, rank int, stream uint32, meta [4]u
 	if err := p.conn.SetWriteDeadline(t.deadline(ctx)); err != nil {
 		return t.sendFailure(p, err)
 	}
+	if err := t.Err(); err != nil {
+		return err // (failed after the check above: its deadline may come after ours)
+	}
 	if err := p.write(&h, payload); err != nil {
 		return t.sendFailure(p, err)
 	}
 	return nil
 }
 
-// write sends one frame; the caller holds p.wmu.
+// write sends one frame; the caller holds p.wmu. A frame cut short (its
+// deadline passed, or the transport failed: afterFailure) leaves the
+// bytes not sent in p.rest, which go first on the next write, so that the
+// peer's reader stays in step.
 func (p *peer) write(h *Header, payload []byte) error {
+	if len(p.rest) > 0 {
+		p.iov[0], p.iov[1] = p.rest, nil
+		err := p.writeIOV()
+		p.rest = p.iov[0]
+		p.iov[0] = nil
+		if err != nil {
+			return fmt.Errorf("the rest of an earlier frame, %d bytes: %w", len(p.rest), err)
+		}
+		p.rest = nil
+	}
 	if len(payload) <= smallFrame {
 		need := HeaderSize + len(payload)
 		if cap(p.wbuf) < need {
@@ -334,10 +398,20 @@ func (p *peer) write(h *Header, payload []byte) error {
 		h.Encode(p.whdr[:])
 		p.iov[0], p.iov[1] = p.whdr[:], payload
 	}
+	size := len(p.iov[0]) + len(p.iov[1])
+	err := p.writeIOV()
+	if left := len(p.iov[0]) + len(p.iov[1]); err != nil && left > 0 && left < size {
+		p.rest = append(append(make([]byte, 0, left), p.iov[0]...), p.iov[1]...)
+	}
+	p.iov[0], p.iov[1] = nil, nil
+	return err
+}
+
+// writeIOV writes p.iov, leaving in it what was not written.
+func (p *peer) writeIOV() error {
 	p.order.released()
 	p.werr = nil
 	err := p.rc.Write(p.writeFn)
-	p.iov[0], p.iov[1] = nil, nil
 	if err == nil {
 		err = p.werr
 	}
@@ -544,7 +618,12 @@ func (t *Transport) Abort(err error) {
 			defer p.wmu.Unlock()
 			p.conn.SetWriteDeadline(time.Now().Add(time.Second))
 			h := Header{Kind: KindAbort, Len: uint64(len(msg)), RawLen: uint64(len(msg))}
-			p.write(&h, msg)
+			if p.write(&h, msg) != nil {
+				// The peer does not read (the rest of a data frame is
+				// still ahead of the abort): cut the connection, which it
+				// hears when it does.
+				p.conn.Close()
+			}
 		}(p)
 	}
 	wg.Wait()
@@ -617,6 +696,7 @@ func (t *Transport) CloseWith(ctx context.Context, farewell string) error {
 	if t.closing.Swap(true) {
 		return nil
 	}
+	close(t.shut)
 	t.stopLinking()
 	var errs *multierror.Error
 	healthy := t.Err() == nil
@@ -656,6 +736,9 @@ func (t *Transport) CloseWith(ctx context.Context, farewell string) error {
 }
 
 func (t *Transport) readFailed(p *peer, err error) {
+	if surelyEnded(err) {
+		p.sure.Store(true)
+	}
 	p.gone.Store(true)
 	if t.closing.Load() {
 		return

@@ -15,6 +15,12 @@ import (
 // mesh connects n transports in this process over loopback.
 func mesh(t testing.TB, n int, cfg Config, beforeConnect func(addrs []string)) []*Transport {
 	t.Helper()
+	return meshOf(t, n, func(int) Config { return cfg }, beforeConnect)
+}
+
+// meshOf is mesh with each rank's own configuration, cfg(rank).
+func meshOf(t testing.TB, n int, cfg func(rank int) Config, beforeConnect func(addrs []string)) []*Transport {
+	t.Helper()
 	lns := make([]*net.TCPListener, n)
 	addrs := make([]string, n)
 	for i := range n {
@@ -36,7 +42,7 @@ func mesh(t testing.TB, n int, cfg Config, beforeConnect func(addrs []string)) [
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := cfg
+			c := cfg(i)
 			c.Rank, c.Size = i, n
 			ts[i], errs[i] = Connect(ctx, c, lns[i], addrs)
 		}()
@@ -589,21 +595,25 @@ func TestTinySocketBufferRefused(t *testing.T) {
 
 // TestGone: a peer is gone once it says goodbye or its connection
 // ends, and only then: not when it aborts (it may still agree on who is
-// alive).
+// alive). Its end is certain (Ended) when its host closed the connection
+// (a goodbye, or its process ending), not when the connection was given
+// up on for silence (the host watch's deadline: a cut network looks so).
 func TestGone(t *testing.T) {
 	for _, c := range []struct {
-		name string
-		end  func(*Transport)
+		name  string
+		end   func(ts []*Transport)
+		ended bool
 	}{
-		{"goodbye", func(tr *Transport) { go tr.Close(context.Background()) }},
-		{"connection lost", func(tr *Transport) { tr.peers[0].conn.Close() }},
+		{"goodbye", func(ts []*Transport) { go ts[1].Close(context.Background()) }, true},
+		{"connection lost", func(ts []*Transport) { ts[1].peers[0].conn.Close() }, true},
+		{"silent", func(ts []*Transport) { ts[0].peers[1].conn.SetDeadline(time.Now()) }, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ts := mesh(t, 3, Config{}, nil)
 			if ts[0].Gone(1) || ts[0].Gone(2) {
 				t.Fatal("a live peer is gone")
 			}
-			c.end(ts[1])
+			c.end(ts)
 			deadline := time.Now().Add(5 * time.Second)
 			for !ts[0].Gone(1) {
 				if time.Now().After(deadline) {
@@ -613,6 +623,12 @@ func TestGone(t *testing.T) {
 			}
 			if ts[0].Gone(2) || ts[0].Gone(0) || ts[0].Gone(7) {
 				t.Error("ranks 0, 2 or 7 reported gone")
+			}
+			if got := ts[0].Ended(1); got != c.ended {
+				t.Errorf("rank 1 ended: %v, want %v", got, c.ended)
+			}
+			if ts[0].Ended(2) || ts[0].Ended(7) {
+				t.Error("ranks 2 or 7 reported ended")
 			}
 		})
 	}
@@ -792,5 +808,61 @@ func TestUnconnectedNamed(t *testing.T) {
 	}
 	if !errors.Is(err, ErrNotReached) {
 		t.Errorf("%v: not ErrNotReached", err)
+	}
+}
+
+// TestFailureEndsBlockedSend: a send blocked on a peer that does not read
+// returns as soon as the transport fails for another reason (here a third
+// rank aborts), not at its deadline; and the connection stays in step:
+// the half-sent frame is finished once the failed peer drops the data it
+// no longer waits for, so the control messages the survivors then
+// exchange over it (Shrink's agreement) arrive, in both directions.
+func TestFailureEndsBlockedSend(t *testing.T) {
+	got := make([]chan string, 3)
+	cfgFor := func(rank int) Config {
+		got[rank] = make(chan string, 4)
+		return Config{SocketBuffer: MinSocketBuffer, Control: func(from int, msg []byte) { got[rank] <- fmt.Sprintf("%d:%s", from, msg) }}
+	}
+	ts := meshOf(t, 3, cfgFor, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sent := make(chan error, 1)
+	go func() {
+		// 16 MiB: far more than the socket buffers hold; rank 1 posts no
+		// receive, so the send blocks.
+		sent <- ts[0].Send(ctx, 1, 3, [4]uint64{}, make([]byte, 16<<20))
+	}()
+	select {
+	case err := <-sent:
+		t.Fatalf("the 16 MiB send returned before any receive: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	start := time.Now()
+	ts[2].Abort(errors.New("out of memory"))
+	var err error
+	select {
+	case err = <-sent:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the blocked send still waits 20 s after the transport failed (its deadline is a minute away)")
+	}
+	var ae *AbortError
+	if !errors.As(err, &ae) || ae.Rank != 2 {
+		t.Fatalf("the blocked send returned %v after %v, want rank 2's abort", err, time.Since(start))
+	}
+	for _, c := range []struct{ from, to int }{{0, 1}, {1, 0}} {
+		if err := ts[c.from].SendControl(c.to, []byte("alive")); err != nil {
+			t.Fatalf("control message from rank %d to rank %d after the failure: %v", c.from, c.to, err)
+		}
+		select {
+		case m := <-got[c.to]:
+			if want := fmt.Sprintf("%d:alive", c.from); m != want {
+				t.Fatalf("rank %d's handler got %q, want %q", c.to, m, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("rank %d's control message never reached rank %d (behind the half-sent frame)", c.from, c.to)
+		}
+		if ts[c.from].Gone(c.to) {
+			t.Errorf("rank %d counts rank %d as gone", c.from, c.to)
+		}
 	}
 }
