@@ -618,12 +618,10 @@ func (t *Transport) Abort(err error) {
 			defer p.wmu.Unlock()
 			p.conn.SetWriteDeadline(time.Now().Add(time.Second))
 			h := Header{Kind: KindAbort, Len: uint64(len(msg)), RawLen: uint64(len(msg))}
-			if p.write(&h, msg) != nil {
-				// The peer does not read (the rest of a data frame is
-				// still ahead of the abort): cut the connection, which it
-				// hears when it does.
-				p.conn.Close()
-			}
+			// A peer that does not read within the second gets no abort
+			// (what was written of it goes first on the next write): the
+			// connection stays, for the agreement's control messages.
+			p.write(&h, msg)
 		}(p)
 	}
 	wg.Wait()
