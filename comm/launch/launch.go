@@ -90,6 +90,10 @@ type RankError struct {
 	// peer that died, left or aborted. A failure that blames another
 	// failed rank is not the job's first failure.
 	Blames int
+	// BlamedElsewhere says another node runs the blamed rank: node
+	// BlamedNode (gorun -node-rank).
+	BlamedElsewhere bool
+	BlamedNode      int
 	// exited is when the launcher saw the process end: a rank's exit is
 	// reported only once its output has been copied, which on a busy
 	// machine can put a rank that failed first behind its victims.
@@ -97,6 +101,14 @@ type RankError struct {
 }
 
 func (e *RankError) Error() string {
+	s := e.what()
+	if e.BlamedElsewhere {
+		s += fmt.Sprintf(", having lost rank %d, which node %d runs (its log says why)", e.Blames, e.BlamedNode)
+	}
+	return s
+}
+
+func (e *RankError) what() string {
 	switch {
 	case e.Err != nil:
 		return fmt.Sprintf("rank %d failed to start: %v", e.Rank, e.Err)
@@ -550,6 +562,9 @@ func (j *job) exitError(rk *rank, err error) *RankError {
 		return nil
 	}
 	e := &RankError{Rank: rk.global, Pid: rk.cmd.Process.Pid, exited: rk.exited, Blames: readBlame(rk.blameFile)}
+	if np, first := j.cfg.NP, j.cfg.NodeRank*j.cfg.NP; e.Blames >= 0 && np > 0 && (e.Blames < first || e.Blames >= first+np) {
+		e.BlamedElsewhere, e.BlamedNode = true, e.Blames/np
+	}
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {

@@ -105,6 +105,30 @@ func TestBlamedRankIsTheCause(t *testing.T) {
 	}
 }
 
+// TestBlameOnAnotherNode: on node 1 of 2 (ranks 2 and 3), rank 2 fails
+// naming rank 0 as the cause, which node 0 runs: the failure says so, for
+// node 1's launcher to tell its user where to look; a rank of its own node
+// blamed is not "another node's".
+func TestBlameOnAnotherNode(t *testing.T) {
+	res, out := sh(t, `case $RANK in 2) echo 0 > "$`+BlameFileEnv+`"; exit 3;; 3) sleep 0.3; echo 2 > "$`+BlameFileEnv+`"; exit 4;; esac`,
+		Config{NP: 2, Nodes: 2, NodeRank: 1, Master: "127.0.0.1:1", Token: "t", KeepGoing: true})
+	if res.First == nil || res.First.Rank != 2 {
+		t.Fatalf("first failure %v, want rank 2\n%s", res.First, out)
+	}
+	if got, want := res.First.Error(), ", having lost rank 0, which node 0 runs (its log says why)"; !strings.HasSuffix(got, want) {
+		t.Errorf("rank 2's failure reads %q, want it to end %q", got, want)
+	}
+	if len(res.Failures) != 2 || res.Failures[1].Rank != 3 {
+		t.Fatalf("failures %v, want ranks 2 and 3\n%s", res.Failures, out)
+	}
+	if f := res.Failures[1]; f.BlamedElsewhere || strings.Contains(f.Error(), "having lost") {
+		t.Errorf("rank 3 blamed rank 2 of its own node, yet reads %q", f.Error())
+	}
+	if !strings.Contains(out, "having lost rank 0, which node 0 runs") {
+		t.Errorf("the launcher's messages do not name node 0:\n%s", out)
+	}
+}
+
 // TestReadBlame: a blame file that is missing, empty, not a number or
 // negative blames no one (-1); a rank and a newline is that rank.
 func TestReadBlame(t *testing.T) {
