@@ -25,6 +25,7 @@ func TestQuorum(t *testing.T) {
 		{"the lowest ended, the tie lost", 5, []int{0}, []int{2, 3}, "half of them with the lowest (rank 1)"},
 		{"a minority", 5, nil, []int{3, 4}, "ranks [0 1 2] went silent"},
 		{"a majority", 5, nil, []int{0, 3, 4}, ""},
+		{"a member reported ended counts as alive", 4, []int{2}, []int{2, 3}, "ranks [2 3] agreed; ranks [0 1] went silent"},
 		{"two ranks, rank 1 silent", 2, nil, []int{0}, ""},
 		{"two ranks, rank 0 silent", 2, nil, []int{1}, "more than half of the 2 ranks not known to have ended"},
 	} {

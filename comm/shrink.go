@@ -243,13 +243,15 @@ func encodeMember(addr, host string) []byte {
 // quorum returns nil when the ranks of set, all that agreed in a world of
 // size ranks of which those in ended are known to have ended, may go on:
 // more than half of the others, or half with the lowest of them.
-// Otherwise ErrMinority, naming the silent ranks. Two groups that pass it
-// cannot both exist: each holds at least half of the ranks alive, and only
-// one can hold the lowest (a rank known ended to either is dead).
+// Otherwise ErrMinority, naming the silent ranks. A member counts as
+// alive even when listed as ended (a connection to it was cut, yet it
+// answered). Two groups that pass it cannot both exist: each holds at
+// least half of the ranks alive, and only one can hold the lowest (a rank
+// known ended to either, and in neither group, is dead).
 func quorum(size int, ended, set []int) error {
-	var open []int // not known to have ended
+	var open []int // not known to have ended (a member is alive, whatever a connection to it said)
 	for r := range size {
-		if !slices.Contains(ended, r) {
+		if !slices.Contains(ended, r) || slices.Contains(set, r) {
 			open = append(open, r)
 		}
 	}

@@ -260,8 +260,9 @@ func (t *Transport) Gone(rank int) bool {
 // the end of its transport or its process does (or its host's restart).
 // A rank Gone but not Ended went silent: its host stopped, or the network
 // to it is cut, and it may be alive beyond the cut. (A rank that cut the
-// connection to this one because it did not read for a second, as Abort
-// does, also counts as ended here.)
+// connection to this one because a frame to it was stuck, as Abort does
+// when it cannot take the connection within half a second, also counts
+// as ended here.)
 func (t *Transport) Ended(rank int) bool {
 	return rank >= 0 && rank < len(t.peers) && t.peers[rank] != nil && t.peers[rank].sure.Load()
 }
