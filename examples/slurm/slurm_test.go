@@ -349,6 +349,64 @@ exec ` + filepath.Join(cluster.bin, "train") + ` "$@"
 	}
 }
 
+// TestBatchScriptShrinks submits ddp-shrink.sh with a train that SIGKILLs
+// itself on task 1 a second after the first checkpoint: the other three
+// go on without it and finish, and the script exits 0 naming the lost
+// task. With a flag every task refuses, no task ends well and the job
+// fails, saying so.
+func TestBatchScriptShrinks(t *testing.T) {
+	if cluster.skip != "" {
+		t.Skip(cluster.skip)
+	}
+	script, err := filepath.Abs("ddp-shrink.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name, args  string
+		kill, fails bool
+		want        []string
+	}{
+		{"one-task-killed", "--synthetic --epochs 2 --train-samples 2048 --test-samples 256 --progress lines", true, false,
+			[]string{"train: lost rank 1 at epoch", "going on with 3 ranks", "ddp-shrink: the step finished without tasks 1 of 4", "Test set"}},
+		{"every-task-fails", "--synthetic --epochs 0", false, true,
+			[]string{"--epochs 0: want at least 1", "ddp-shrink: no task ended well (srun's status 1)"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			work := t.TempDir()
+			bin := cluster.bin
+			if c.kill {
+				bin = filepath.Join(work, "bin")
+				os.Mkdir(bin, 0o755)
+				wrapper := `#!/bin/bash
+if [ "$SLURM_PROCID" = 1 ]; then
+	(for i in $(seq 1200); do [ -e mnist.safetensors.train ] && break; sleep 0.1; done; sleep 1; kill -9 $$) &
+fi
+exec ` + filepath.Join(cluster.bin, "train") + ` "$@"
+`
+				if err := os.WriteFile(filepath.Join(bin, "train"), []byte(wrapper), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			log := filepath.Join(work, "job.out")
+			out, err := sbatchWait(t, 4*time.Minute, "--chdir", work, "--output", log,
+				"--export=ALL,BIN="+bin+",SAVE_EVERY=2,TRAIN_ARGS="+c.args, script)
+			jobOut, _ := os.ReadFile(log)
+			if (err != nil) != c.fails {
+				t.Fatalf("sbatch: %v, want failure %v\n%s\njob output:\n%s", err, c.fails, out, jobOut)
+			}
+			for _, want := range c.want {
+				if !strings.Contains(string(jobOut), want) {
+					t.Errorf("job output lacks %q:\n%s", want, jobOut)
+				}
+			}
+			if entries, _ := filepath.Glob(filepath.Join(work, ".gorun-shrink.*")); len(entries) > 0 {
+				t.Errorf("the tasks' statuses were left behind: %v", entries)
+			}
+		})
+	}
+}
+
 func keys(m map[string]bool) []string {
 	var s []string
 	for k := range m {
