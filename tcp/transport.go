@@ -259,10 +259,9 @@ func (t *Transport) Gone(rank int) bool {
 // host closed or reset the connection, or refused a new one — which only
 // the end of its transport or its process does (or its host's restart).
 // A rank Gone but not Ended went silent: its host stopped, or the network
-// to it is cut, and it may be alive beyond the cut. (A rank that cut the
-// connection to this one because a frame to it was stuck, as Abort does
-// when it cannot take the connection within half a second, also counts
-// as ended here.)
+// to it is cut, and it may be alive beyond the cut. (Nothing in this
+// package closes a connection to a live peer before Close: Abort waits for
+// a stuck frame's write to end instead.)
 func (t *Transport) Ended(rank int) bool {
 	return rank >= 0 && rank < len(t.peers) && t.peers[rank] != nil && t.peers[rank].sure.Load()
 }
@@ -612,9 +611,15 @@ func (t *Transport) Abort(err error) {
 		go func(p *peer) {
 			defer wg.Done()
 			if !tryLock(&p.wmu, 500*time.Millisecond) {
-				// A send is stuck mid-frame: cut the connection instead.
-				p.conn.Close()
-				return
+				// A frame holds the connection, stuck on a peer that does
+				// not read (a control message, whose own deadline came
+				// after the failure's): end its write now. The connection
+				// is never closed here — the peer would take this rank,
+				// alive, for one that ended (Ended).
+				p.conn.SetWriteDeadline(time.Now())
+				if !tryLock(&p.wmu, 1500*time.Millisecond) {
+					return
+				}
 			}
 			defer p.wmu.Unlock()
 			p.conn.SetWriteDeadline(time.Now().Add(time.Second))

@@ -866,3 +866,48 @@ func TestFailureEndsBlockedSend(t *testing.T) {
 		}
 	}
 }
+
+// TestAbortNeverCutsAConnection: an Abort that cannot take a connection at
+// once — a control message holds it, stuck behind the rest of a frame the
+// peer does not read — waits for it instead of closing it, so the peer
+// never takes this live rank for one whose process ended (Ended), which a
+// partition's quorum counts as dead.
+func TestAbortNeverCutsAConnection(t *testing.T) {
+	ts := meshOf(t, 2, func(int) Config { return Config{SocketBuffer: MinSocketBuffer} }, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sent := make(chan error, 1)
+	go func() {
+		// Far more than the socket buffers hold; rank 1 posts no receive
+		// yet, so the send blocks until the abort ends it.
+		sent <- ts[0].Send(ctx, 1, 3, [4]uint64{}, make([]byte, 16<<20))
+	}()
+	time.Sleep(300 * time.Millisecond)
+	ts[0].Abort(errors.New("first failure"))
+	if err := <-sent; err == nil {
+		t.Fatal("the blocked send succeeded after the abort")
+	}
+	// A control message takes the connection and blocks behind the rest
+	// of the cut frame for its second; a second abort comes meanwhile.
+	control := make(chan error, 1)
+	go func() { control <- ts[0].SendControl(1, []byte("still here")) }()
+	time.Sleep(100 * time.Millisecond)
+	ts[0].Abort(errors.New("second failure"))
+	<-control
+	// Rank 1 now reads the frame: what rank 0 wrote of it, and then
+	// nothing more (silence), not the end of the connection.
+	buf := make([]byte, 16<<20)
+	ticket, err := ts[1].Post(0, 3, buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitCtx, waitCancel := context.WithTimeout(ctx, 3*time.Second)
+	defer waitCancel()
+	_, _, err = ts[1].Wait(waitCtx, 0, 3, ticket)
+	if err == nil {
+		t.Fatal("rank 1 received the whole frame, which rank 0 never finished sending")
+	}
+	if ts[1].Ended(0) {
+		t.Errorf("rank 1 takes rank 0, alive, for ended (its receive: %v)", err)
+	}
+}
