@@ -108,9 +108,24 @@ type round struct {
 	// entry bounds the wait for the members' inputs: a member not heard
 	// from by then is left out of this member's proposal.
 	entry time.Time
+	// answers, when set, asks a member whether it is there (the stall
+	// watch's question, which its reader answers whatever the member
+	// does); a member not heard from that answers nothing for
+	// agreeSilence is given up on before entry.
+	answers func(rank int, within time.Duration) bool
 	// hook, when set (tests), is called at named points.
 	hook func(point string)
 }
+
+// agreeSilence is how long a member that has not sent what is waited for
+// may also leave every question unanswered before it is given up on: it
+// is stopped (SIGSTOP, a hung host) or beyond a cut network. A member
+// that is only slow — computing, saving, starved of CPU for a moment —
+// answers, and is waited for until the round's deadline.
+const agreeSilence = 10 * time.Second
+
+// probeEvery is how often a waiting member asks a silent one.
+const probeEvery = time.Second
 
 func (r *round) msg(kind byte, payload []byte) []byte {
 	m := make([]byte, 6, 6+len(payload))
@@ -143,13 +158,17 @@ func (r *round) send(m []byte, what string) {
 }
 
 // wait waits for kind's message from rank k of this round: it returns it,
-// or ok false when k is gone without having sent it, or when until passes.
+// or ok false when k is gone without having sent it, when it has answered
+// no question for agreeSilence, or when until passes.
 func (r *round) wait(ctx context.Context, kind byte, k int, until time.Time) (msg []byte, ok bool, err error) {
 	key := agreeKey{kind: kind, epoch: r.epoch, phase: r.phase, from: k}
 	poll := time.NewTicker(agreePoll)
 	defer poll.Stop()
 	timer := time.NewTimer(time.Until(until))
 	defer timer.Stop()
+	heard := time.Now() // k's last answer, or the wait's start
+	nextProbe := heard.Add(probeEvery)
+	var probe chan bool // the question in flight, if any
 	for {
 		if m, ok := r.a.get(key); ok {
 			return m, true, nil
@@ -159,9 +178,21 @@ func (r *round) wait(ctx context.Context, kind byte, k int, until time.Time) (ms
 			m, ok := r.a.get(key)
 			return m, ok, nil
 		}
+		if now := time.Now(); r.answers != nil && probe == nil && !now.Before(nextProbe) {
+			probe, nextProbe = make(chan bool, 1), now.Add(probeEvery)
+			go func(probe chan<- bool) { probe <- r.answers(k, askTimeout) }(probe)
+		}
 		select {
 		case <-r.a.wake: // (one agreement at a time waits)
 		case <-poll.C:
+		case answered := <-probe:
+			probe = nil
+			if answered {
+				heard = time.Now()
+			} else if time.Since(heard) >= agreeSilence {
+				m, ok := r.a.get(key)
+				return m, ok, nil
+			}
 		case <-timer.C:
 			m, ok := r.a.get(key)
 			return m, ok, nil

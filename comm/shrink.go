@@ -36,7 +36,9 @@ var errShrinking = errors.New("shrinking the group")
 // densely in their old order. Every member gets the same set even if
 // another rank dies while they agree; a rank that is slow but alive is
 // waited for until ctx's deadline (GORUN_TIMEOUT without one), and one
-// that misses it gets ErrExcluded. A rank that dies while the new group is
+// that misses it gets ErrExcluded. A rank that answers none of the
+// others' questions for 10 s — stopped, hung, beyond a cut network — is
+// given up on then, without waiting for that deadline. A rank that dies while the new group is
 // connected makes the survivors agree again without it.
 //
 // Only the world group shrinks (split the shrunk world again for
@@ -81,7 +83,7 @@ func (g *Group) Shrink(ctx context.Context) (*Group, error) {
 			return nil, g.wrap("Shrink", err)
 		}
 		agreeOn := func(phase uint8, members []int) *round {
-			r := &round{a: w.agree, t: w.t, me: s.Rank, members: members, epoch: epoch, phase: phase, entry: entry, hook: w.hook}
+			r := &round{a: w.agree, t: w.t, me: s.Rank, members: members, epoch: epoch, phase: phase, entry: entry, answers: w.stall.answers, hook: w.hook}
 			if phase > 1 || epoch > 1 {
 				// The members are all here by now, unless they died.
 				r.entry = time.Now().Add(s.Timeout)

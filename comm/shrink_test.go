@@ -34,6 +34,9 @@ func TestShrink(t *testing.T) {
 		// Rank 1 comes after the others' deadline (GORUN_TIMEOUT): left
 		// out, it learns so from what they sent, and does not go on alone.
 		{"late rank left out", []string{"SHRINK_SLOW=1:4s", "GORUN_TIMEOUT=2s"}, "[0 3]", []int{0, 3}, true},
+		// Rank 1 is stopped (SIGSTOP) for 18 s: answering nothing, it is
+		// given up on after agreeSilence, long before GORUN_TIMEOUT (20 s).
+		{"stopped rank given up on", []string{"SHRINK_STOP=1:18s"}, "[0 3]", []int{0, 3}, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if testing.Short() && c.name != "one lost" && c.name != "coordinator lost having told one" {

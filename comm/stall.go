@@ -192,6 +192,37 @@ func (w *stallWatch) answer(from int, id uint64) {
 	w.t.SendControl(from, out)
 }
 
+// answers asks rank k where it is and reports whether it answered within
+// the time given. A live rank's reader answers whatever the rank is doing;
+// a stopped rank, or one beyond a cut network, does not.
+func (w *stallWatch) answers(k int, within time.Duration) bool {
+	if !w.ready.Load() {
+		return true // not connected yet: no way to ask
+	}
+	id, ch, done := w.question(1)
+	defer done()
+	q := binary.LittleEndian.AppendUint64([]byte{ctlWhere}, id)
+	sent := make(chan error, 1)
+	go func() { sent <- w.t.SendControl(k, q) }()
+	timer := time.NewTimer(within)
+	defer timer.Stop()
+	for {
+		select {
+		case a := <-ch:
+			if a.from == k {
+				return true
+			}
+		case err := <-sent:
+			if err != nil {
+				return false
+			}
+			sent = nil
+		case <-timer.C:
+			return false
+		}
+	}
+}
+
 // here is where this rank is: the world group's collectives, and every
 // other call it waits in (a sub-group's collective, a receive); with the
 // latest collective call of each group.

@@ -14,6 +14,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"os/exec"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -992,7 +993,8 @@ func closeSubScenario(ctx context.Context, g *comm.Group) error {
 // whose call fails shrinks the group and goes on with the others from the
 // furthest step any of them finished. SHRINK_DIE=rank:point kills that
 // rank at a point of Shrink; SHRINK_SLOW=rank:duration makes that rank
-// wait so long before it shrinks.
+// wait so long before it shrinks; SHRINK_STOP=rank:duration makes it stop
+// itself (SIGSTOP, as a hung host) so long instead, answering nothing.
 func shrinkScenario(ctx context.Context, g *comm.Group) error {
 	victim, _ := strconv.Atoi(os.Getenv("SHRINK_VICTIM"))
 	orig := g.Rank()
@@ -1007,6 +1009,10 @@ func shrinkScenario(ctx context.Context, g *comm.Group) error {
 	var slow time.Duration
 	if r, d, ok := strings.Cut(os.Getenv("SHRINK_SLOW"), ":"); ok && r == strconv.Itoa(orig) {
 		slow, _ = time.ParseDuration(d)
+	}
+	var stop time.Duration
+	if r, d, ok := strings.Cut(os.Getenv("SHRINK_STOP"), ":"); ok && r == strconv.Itoa(orig) {
+		stop, _ = time.ParseDuration(d)
 	}
 	ids := make([]int, g.Size()) // the original ranks of the group's members
 	for i := range ids {
@@ -1036,6 +1042,14 @@ func shrinkScenario(ctx context.Context, g *comm.Group) error {
 		}
 		fmt.Printf("FAILED at step %d: %v\n", step, err)
 		time.Sleep(slow)
+		if stop > 0 {
+			wake := exec.Command("sh", "-c", fmt.Sprintf("sleep %g; kill -CONT %d", stop.Seconds(), os.Getpid()))
+			if err := wake.Start(); err != nil {
+				return err
+			}
+			syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+			wake.Wait()
+		}
 		t0 := time.Now()
 		shrunk, err := g.Shrink(ctx)
 		if err != nil {
