@@ -38,8 +38,9 @@ var errShrinking = errors.New("shrinking the group")
 // waited for until ctx's deadline (GORUN_TIMEOUT without one), and one
 // that misses it gets ErrExcluded. A rank that answers none of the
 // others' questions for 10 s — stopped, hung, beyond a cut network — is
-// given up on then, without waiting for that deadline. A rank that dies while the new group is
-// connected makes the survivors agree again without it.
+// given up on then, without waiting for that deadline. A rank that dies
+// while the new group is connected makes the survivors agree again
+// without it.
 //
 // Only the world group shrinks (split the shrunk world again for
 // sub-groups). This group is closed after: its sub-groups fail. The new
