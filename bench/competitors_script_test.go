@@ -69,6 +69,70 @@ func TestCompetitorAllocatorChoice(t *testing.T) {
 	}
 }
 
+// TestCompetitorOpenBLASChoice runs common.py's choice of OpenBLAS
+// kernels as the competitor scripts do: an OPENBLAS_CORETYPE the
+// environment sets for every program is not kept (OpenBLAS detects the
+// CPU itself, as with none set — a machine-wide Haswell had held its
+// AVX-512 kernels back on an AVX-512 host), and
+// COMPETITOR_OPENBLAS_CORETYPE chooses the kernels instead.
+func TestCompetitorOpenBLASChoice(t *testing.T) {
+	if _, err := exec.Command(debianPython, "-c", "import numpy").CombinedOutput(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%s with numpy is installed in CI (python3-torch): %v", debianPython, err)
+		}
+		t.Skipf("needs %s with numpy (apt-get install python3-torch): %v", debianPython, err)
+	}
+	dir, err := filepath.Abs("competitors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(t.TempDir(), "which.py")
+	body := "import sys\nsys.path.insert(0, " + "'" + dir + "'" + ")\nfrom common import openblas_core\nprint('OPENBLAS', openblas_core)\n"
+	if err := os.WriteFile(script, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	core := func(env ...string) string {
+		t.Helper()
+		cmd := exec.Command(debianPython, script)
+		for _, kv := range os.Environ() {
+			if !strings.HasPrefix(kv, "OPENBLAS_CORETYPE=") && !strings.HasPrefix(kv, "COMPETITOR_OPENBLAS_CORETYPE=") {
+				cmd.Env = append(cmd.Env, kv)
+			}
+		}
+		cmd.Env = append(cmd.Env, env...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%v: %v: %s", env, err, out)
+		}
+		name, ok := strings.CutPrefix(strings.TrimSpace(string(out)), "OPENBLAS ")
+		if !ok {
+			t.Fatalf("%v: printed %q", env, out)
+		}
+		return name
+	}
+	detected := core()
+	if detected == "unknown" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("CI installs libopenblas0-pthread, which common.py loads")
+		}
+		t.Skip("needs OpenBLAS's pthread build (apt-get install libopenblas0-pthread)")
+	}
+	// Prescott, OpenBLAS's generic SSE3 kernels, is never what it picks
+	// for a CPU with AVX2 (nor what common.py re-runs it with).
+	for _, tc := range []struct {
+		env  []string
+		want string
+	}{
+		{[]string{"OPENBLAS_CORETYPE=Prescott"}, detected},
+		{[]string{"COMPETITOR_OPENBLAS_CORETYPE=Prescott"}, "Prescott"},
+		{[]string{"OPENBLAS_CORETYPE=Prescott", "COMPETITOR_OPENBLAS_CORETYPE=Haswell"}, "Haswell"},
+	} {
+		if got := core(tc.env...); got != tc.want {
+			t.Errorf("%v: OpenBLAS ran its %s kernels, want %s (with nothing set: %s)", tc.env, got, tc.want, detected)
+		}
+	}
+}
+
 // TestGlooHelperRefusesBadArguments: the gloo competitor script stops,
 // before starting any process, with an error naming the argument it
 // cannot use.

@@ -24,6 +24,11 @@ TCMALLOC = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4"
 OPENBLAS = "/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0"
 
 
+# _CHOSEN marks a process the OpenBLAS choice below re-ran: its
+# OPENBLAS_CORETYPE, set or not, is the one chosen.
+_CHOSEN = "GORUN_COMPETITOR_OPENBLAS_CHOSEN"
+
+
 def _openblas_core():
     """The kernel set OpenBLAS picks on this CPU, as its own name for it.
 
@@ -31,10 +36,26 @@ def _openblas_core():
     family and model (Intel family 6 model 207 — Emerald Rapids — among
     them) and falls back to "Prescott", its generic SSE3 kernels: SGEMM at
     a quarter of the speed the CPU's AVX-512 gives. When it does, and the
-    caller has not chosen (OPENBLAS_CORETYPE), this re-runs the script
+    caller has not chosen (COMPETITOR_OPENBLAS_CORETYPE), this re-runs the script
     with the kernels the CPU's flags allow, so that PyTorch and NumPy are
     measured at their best; the name returned says which ran.
+
+    An OPENBLAS_CORETYPE in the environment is not taken for the caller's
+    choice: a machine may set one for every program (this project's VM
+    sets Haswell, which held OpenBLAS's AVX-512 kernels back on an AVX-512
+    host: one-thread SGEMM at 77–101 GFLOP/s against 135–194). The script
+    is re-run without it, so that OpenBLAS detects the CPU itself; a
+    caller that wants given kernels sets COMPETITOR_OPENBLAS_CORETYPE.
     """
+    rerun = sys.argv and sys.argv[0].endswith(".py") and not os.environ.get(_CHOSEN)
+    want = os.environ.get("COMPETITOR_OPENBLAS_CORETYPE") or None
+    if rerun and os.environ.get("OPENBLAS_CORETYPE") != want:
+        env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
+        if want:
+            env["OPENBLAS_CORETYPE"] = want
+        env[_CHOSEN] = "1"
+        sys.stdout.flush()
+        os.execve(sys.executable, [sys.executable] + sys.argv, env)
     try:
         lib = ctypes.CDLL(OPENBLAS)
         lib.openblas_get_corename.restype = ctypes.c_char_p
@@ -42,7 +63,7 @@ def _openblas_core():
     except (OSError, AttributeError):
         return "unknown"
     if "OPENBLAS_CORETYPE" in os.environ or core.lower() != "prescott":
-        return core
+        return core  # the caller's choice, or OpenBLAS knows this CPU
     try:
         with open("/proc/cpuinfo") as f:
             flags = next((line for line in f if line.startswith("flags")), "").split()
@@ -51,7 +72,7 @@ def _openblas_core():
     for flag, better in (("avx512f", "SkylakeX"), ("avx2", "Haswell")):
         if flag in flags and sys.argv and sys.argv[0].endswith(".py"):
             sys.stdout.flush()
-            os.execve(sys.executable, [sys.executable] + sys.argv, dict(os.environ, OPENBLAS_CORETYPE=better))
+            os.execve(sys.executable, [sys.executable] + sys.argv, dict(os.environ, OPENBLAS_CORETYPE=better, **{_CHOSEN: "1"}))
     return core
 
 
