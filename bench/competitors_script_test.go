@@ -15,13 +15,11 @@ import (
 // with torch); a python3 earlier on PATH may be another one.
 const debianPython = "/usr/bin/python3"
 
-// TestCompetitorAllocatorChoice runs bench/competitors/common.py's
-// allocator choice as the competitor scripts do (a script importing it):
-// TORCH_ALLOCATOR=glibc keeps glibc's defaults, the default gives tcmalloc
-// when it is installed (the script re-executed with it preloaded) and
-// glibc with a pinned mmap threshold otherwise, and a value it does not
-// know stops the script with an error naming the variable and the choices.
-func TestCompetitorAllocatorChoice(t *testing.T) {
+// commonScript writes a script that imports bench/competitors/common.py
+// as the competitor scripts do, then runs body, and returns its path; it
+// skips the test where Debian's Python has no numpy (outside CI).
+func commonScript(t *testing.T, body string) string {
+	t.Helper()
 	if _, err := exec.Command(debianPython, "-c", "import numpy").CombinedOutput(); err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("%s with numpy is installed in CI (python3-torch): %v", debianPython, err)
@@ -33,10 +31,20 @@ func TestCompetitorAllocatorChoice(t *testing.T) {
 		t.Fatal(err)
 	}
 	script := filepath.Join(t.TempDir(), "which.py")
-	body := "import sys\nsys.path.insert(0, " + "'" + dir + "'" + ")\nfrom common import allocator\nprint('ALLOCATOR', allocator)\n"
-	if err := os.WriteFile(script, []byte(body), 0o644); err != nil {
+	if err := os.WriteFile(script, []byte("import sys\nsys.path.insert(0, '"+dir+"')\n"+body), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	return script
+}
+
+// TestCompetitorAllocatorChoice runs bench/competitors/common.py's
+// allocator choice as the competitor scripts do (a script importing it):
+// TORCH_ALLOCATOR=glibc keeps glibc's defaults, the default gives tcmalloc
+// when it is installed (the script re-executed with it preloaded) and
+// glibc with a pinned mmap threshold otherwise, and a value it does not
+// know stops the script with an error naming the variable and the choices.
+func TestCompetitorAllocatorChoice(t *testing.T) {
+	script := commonScript(t, "from common import allocator\nprint('ALLOCATOR', allocator)\n")
 	want := "glibc malloc, mmap threshold 32 MiB"
 	if _, err := os.Stat("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4"); err == nil {
 		want = "tcmalloc"
@@ -76,21 +84,7 @@ func TestCompetitorAllocatorChoice(t *testing.T) {
 // AVX-512 kernels back on an AVX-512 host), and
 // COMPETITOR_OPENBLAS_CORETYPE chooses the kernels instead.
 func TestCompetitorOpenBLASChoice(t *testing.T) {
-	if _, err := exec.Command(debianPython, "-c", "import numpy").CombinedOutput(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s with numpy is installed in CI (python3-torch): %v", debianPython, err)
-		}
-		t.Skipf("needs %s with numpy (apt-get install python3-torch): %v", debianPython, err)
-	}
-	dir, err := filepath.Abs("competitors")
-	if err != nil {
-		t.Fatal(err)
-	}
-	script := filepath.Join(t.TempDir(), "which.py")
-	body := "import sys\nsys.path.insert(0, " + "'" + dir + "'" + ")\nfrom common import openblas_core\nprint('OPENBLAS', openblas_core)\n"
-	if err := os.WriteFile(script, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	script := commonScript(t, "from common import openblas_core\nprint('OPENBLAS', openblas_core)\n")
 	core := func(env ...string) string {
 		t.Helper()
 		cmd := exec.Command(debianPython, script)
