@@ -112,7 +112,7 @@ type round struct {
 	// watch's question, which its reader answers whatever the member
 	// does); a member not heard from that answers nothing for
 	// agreeSilence is given up on before entry.
-	answers func(rank int, within time.Duration) bool
+	answers func(rank int) bool
 	// hook, when set (tests), is called at named points.
 	hook func(point string)
 }
@@ -180,7 +180,7 @@ func (r *round) wait(ctx context.Context, kind byte, k int, until time.Time) (ms
 		}
 		if now := time.Now(); r.answers != nil && probe == nil && !now.Before(nextProbe) {
 			probe, nextProbe = make(chan bool, 1), now.Add(probeEvery)
-			go func(probe chan<- bool) { probe <- r.answers(k, askTimeout) }(probe)
+			go func(probe chan<- bool) { probe <- r.answers(k) }(probe)
 		}
 		select {
 		case <-r.a.wake: // (one agreement at a time waits)

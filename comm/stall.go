@@ -192,35 +192,16 @@ func (w *stallWatch) answer(from int, id uint64) {
 	w.t.SendControl(from, out)
 }
 
-// answers asks rank k where it is and reports whether it answered within
-// the time given. A live rank's reader answers whatever the rank is doing;
-// a stopped rank, or one beyond a cut network, does not.
-func (w *stallWatch) answers(k int, within time.Duration) bool {
+// answers asks rank k where it is (gatherFrom) and reports whether it
+// answered within askTimeout. A live rank's reader answers whatever the
+// rank is doing; a stopped rank, one beyond a cut network, or one whose
+// connection ended does not.
+func (w *stallWatch) answers(k int) bool {
 	if !w.ready.Load() {
 		return true // not connected yet: no way to ask
 	}
-	id, ch, done := w.question(1)
-	defer done()
-	q := binary.LittleEndian.AppendUint64([]byte{ctlWhere}, id)
-	sent := make(chan error, 1)
-	go func() { sent <- w.t.SendControl(k, q) }()
-	timer := time.NewTimer(within)
-	defer timer.Stop()
-	for {
-		select {
-		case a := <-ch:
-			if a.from == k {
-				return true
-			}
-		case err := <-sent:
-			if err != nil {
-				return false
-			}
-			sent = nil
-		case <-timer.C:
-			return false
-		}
-	}
+	_, replies := w.gatherFrom([]int{k})
+	return replies[k] == answered
 }
 
 // here is where this rank is: the world group's collectives, and every
@@ -316,9 +297,18 @@ const gatherPoll = 20 * time.Millisecond
 // rank, with how each rank replied: a rank whose connection ends (it
 // exited, aborted) is not waited for.
 func (w *stallWatch) gather() ([]place, []reply) {
+	return w.gatherFrom(nil)
+}
+
+// gatherFrom is gather asking only the ranks in ask (nil: every other
+// rank, and this rank's own place is filled in); the replies of ranks not
+// asked are left silent.
+func (w *stallWatch) gatherFrom(ask []int) ([]place, []reply) {
 	places := make([]place, w.size)
 	replies := make([]reply, w.size)
-	places[w.rank], replies[w.rank] = w.here(time.Now()), answered
+	if ask == nil {
+		places[w.rank], replies[w.rank] = w.here(time.Now()), answered
+	}
 	id, ch, done := w.question(w.size)
 	defer done()
 	q := binary.LittleEndian.AppendUint64([]byte{ctlWhere}, id)
@@ -327,7 +317,7 @@ func (w *stallWatch) gather() ([]place, []reply) {
 	unsent := make(chan int, w.size)
 	for r := range w.size {
 		switch {
-		case r == w.rank:
+		case r == w.rank, ask != nil && !slices.Contains(ask, r):
 		case w.t.Gone(r):
 			replies[r] = gone
 		default:
