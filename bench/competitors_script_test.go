@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"os/exec"
@@ -85,6 +86,7 @@ func TestCompetitorAllocatorChoice(t *testing.T) {
 // COMPETITOR_OPENBLAS_CORETYPE chooses the kernels instead.
 func TestCompetitorOpenBLASChoice(t *testing.T) {
 	script := commonScript(t, "from common import openblas_core\nprint('OPENBLAS', openblas_core)\n")
+	var stderr bytes.Buffer
 	core := func(env ...string) string {
 		t.Helper()
 		cmd := exec.Command(debianPython, script)
@@ -94,9 +96,11 @@ func TestCompetitorOpenBLASChoice(t *testing.T) {
 			}
 		}
 		cmd.Env = append(cmd.Env, env...)
-		out, err := cmd.CombinedOutput()
+		stderr.Reset()
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
 		if err != nil {
-			t.Fatalf("%v: %v: %s", env, err, out)
+			t.Fatalf("%v: %v: %s%s", env, err, out, stderr.Bytes())
 		}
 		name, ok := strings.CutPrefix(strings.TrimSpace(string(out)), "OPENBLAS ")
 		if !ok {
@@ -124,6 +128,16 @@ func TestCompetitorOpenBLASChoice(t *testing.T) {
 		if got := core(tc.env...); got != tc.want {
 			t.Errorf("%v: OpenBLAS ran its %s kernels, want %s (with nothing set: %s)", tc.env, got, tc.want, detected)
 		}
+		if stderr.Len() > 0 {
+			t.Errorf("%v: warned %q", tc.env, stderr.String())
+		}
+	}
+	// A name OpenBLAS does not know: it picks kernels of its own (those
+	// it detects, or its generic ones on a CPU it does not know), and the
+	// script says which.
+	got := core("COMPETITOR_OPENBLAS_CORETYPE=Bogus")
+	if want := "COMPETITOR_OPENBLAS_CORETYPE='Bogus': OpenBLAS does not know it and runs its " + got + " kernels"; got == "Bogus" || !strings.Contains(stderr.String(), want) {
+		t.Errorf("COMPETITOR_OPENBLAS_CORETYPE=Bogus: ran %s; stderr %q, want %q", got, stderr.String(), want)
 	}
 }
 

@@ -62,6 +62,9 @@ def _openblas_core():
         core = lib.openblas_get_corename().decode()
     except (OSError, AttributeError):
         return "unknown"
+    want = os.environ.get("COMPETITOR_OPENBLAS_CORETYPE")
+    if want and core.lower() != want.lower():
+        print("COMPETITOR_OPENBLAS_CORETYPE=%r: OpenBLAS does not know it and runs its %s kernels" % (want, core), file=sys.stderr)
     if "OPENBLAS_CORETYPE" in os.environ or core.lower() != "prescott":
         return core  # the caller's choice, or OpenBLAS knows this CPU
     try:
