@@ -206,6 +206,12 @@ store_set:
 
 // func kernel12x32(kc int, a, b, c *float32, ldc int, add bool)
 // AVX-512: a 12×32 tile in 24 ZMM accumulators (Z8–Z31).
+// Before the loop it prefetches the tile of C (each row's first and last
+// line), and each step the panels of A and B a few steps ahead: A's
+// block lives in L2 and B's panel is reloaded from L2 or L3 once per
+// block of A, and on a Zen 5 core the loads of C at the tile's end and
+// the misses on the panels cost 1024³ products 7-10% (BENCHMARKS.md,
+// Compute kernels, Zen 5).
 TEXT ·kernel12x32(SB), NOSPLIT, $0-41
 	MOVQ kc+0(FP), CX
 	MOVQ a+8(FP), SI
@@ -237,7 +243,45 @@ TEXT ·kernel12x32(SB), NOSPLIT, $0-41
 	VXORPS Z29, Z29, Z29
 	VXORPS Z30, Z30, Z30
 	VXORPS Z31, Z31, Z31
+	MOVQ DX, R10
+	PREFETCHT0 (R10)
+	PREFETCHT0 124(R10)
+	ADDQ R8, R10
+	PREFETCHT0 (R10)
+	PREFETCHT0 124(R10)
+	ADDQ R8, R10
+	PREFETCHT0 (R10)
+	PREFETCHT0 124(R10)
+	ADDQ R8, R10
+	PREFETCHT0 (R10)
+	PREFETCHT0 124(R10)
+	ADDQ R8, R10
+	PREFETCHT0 (R10)
+	PREFETCHT0 124(R10)
+	ADDQ R8, R10
+	PREFETCHT0 (R10)
+	PREFETCHT0 124(R10)
+	ADDQ R8, R10
+	PREFETCHT0 (R10)
+	PREFETCHT0 124(R10)
+	ADDQ R8, R10
+	PREFETCHT0 (R10)
+	PREFETCHT0 124(R10)
+	ADDQ R8, R10
+	PREFETCHT0 (R10)
+	PREFETCHT0 124(R10)
+	ADDQ R8, R10
+	PREFETCHT0 (R10)
+	PREFETCHT0 124(R10)
+	ADDQ R8, R10
+	PREFETCHT0 (R10)
+	PREFETCHT0 124(R10)
+	ADDQ R8, R10
+	PREFETCHT0 (R10)
+	PREFETCHT0 124(R10)
 loop512:
+	PREFETCHT0 384(SI)
+	PREFETCHT0 1024(DI)
 	VMOVUPS (DI), Z0
 	VMOVUPS 64(DI), Z1
 	VBROADCASTSS 0(SI), Z2
