@@ -30,6 +30,10 @@ type kernel struct {
 	// untransposed packing of B's full-width panels, and of a transposed
 	// A's full panels when alpha is 1.
 	copyRows func(dst, src []float32, stride, kc, width int)
+	// tileRows, where the kernel has one, is tile reading its mr rows of
+	// A unpacked, row i at a[i·lda:][:kc]: the products too narrow to
+	// repay packing A (directA).
+	tileRows func(kc int, a []float32, lda int, b, c []float32, ldc int, add bool)
 }
 
 // Engine multiplies matrices with a fixed number of threads, reusing its
@@ -489,15 +493,25 @@ func (e *Engine) serialPacked(ws *workspace, m, n, k int, alpha float32, a Matri
 			} else {
 				kr.packB(ws.b, b, pc, jc, kc, nc)
 			}
+			direct := pa == nil && kr.directA(a, n, alpha)
 			for ic := 0; ic < m; ic += kr.mc {
 				mc := min(kr.mc, m-ic)
 				ap := ws.a
-				if pa != nil {
+				var rows Matrix
+				switch {
+				case pa != nil:
 					ap = pa.block(pc, kc)[ic*kc:]
-				} else {
+				case direct:
+					// Only a ragged last panel is packed, where the
+					// block's packing would have put it.
+					rows = Matrix{Data: a.Data[ic*a.Stride+pc:], Stride: a.Stride}
+					if full := mc / kr.mr * kr.mr; full < mc {
+						kr.packA(ws.a[full*kc:], a, ic+full, pc, mc-full, kc, 1)
+					}
+				default:
 					kr.packA(ws.a, a, ic, pc, mc, kc, alpha)
 				}
-				e.macro(ws, ap, bp, panel, mc, nc, kc, c.Data[ic*c.Stride+jc:], c.Stride, add)
+				e.macro(ws, ap, rows, bp, panel, mc, nc, kc, c.Data[ic*c.Stride+jc:], c.Stride, add)
 			}
 		}
 	}
@@ -506,33 +520,64 @@ func (e *Engine) serialPacked(ws *workspace, m, n, k int, alpha float32, a Matri
 // macro multiplies a packed mc×kc block of A (its panels of mr rows at
 // a[p·mr·kc:]) by a packed kc×nc block of B, its panels of nr columns at
 // b[p·panel:][:kc·nr], into C (adding to it, or with add false replacing
-// it), one mr×nr tile at a time.
-func (e *Engine) macro(ws *workspace, a, b []float32, panel, mc, nc, kc int, c []float32, ldc int, add bool) {
+// it), one mr×nr tile at a time. With rows set, A's full panels are read
+// unpacked from it instead (tileRows) and only a ragged last one from a.
+func (e *Engine) macro(ws *workspace, a []float32, rows Matrix, b []float32, panel, mc, nc, kc int, c []float32, ldc int, add bool) {
 	kr := e.k
 	for jr := 0; jr < nc; jr += kr.nr {
 		nr := min(kr.nr, nc-jr)
 		bp := b[jr/kr.nr*panel:][:kc*kr.nr]
 		for ir := 0; ir < mc; ir += kr.mr {
 			mr := min(kr.mr, mc-ir)
-			ap := a[ir*kc : ir*kc+kc*kr.mr]
 			off := ir*ldc + jr
+			if rows.Data != nil && mr == kr.mr {
+				ar := rows.Data[ir*rows.Stride:]
+				if nr == kr.nr {
+					kr.tileRows(kc, ar, rows.Stride, bp, c[off:], ldc, add)
+					continue
+				}
+				kr.tileRows(kc, ar, rows.Stride, bp, ws.edge, kr.nr, false)
+				addEdge(c[off:], ldc, ws.edge, kr.nr, mr, nr, add)
+				continue
+			}
+			ap := a[ir*kc : ir*kc+kc*kr.mr]
 			if mr == kr.mr && nr == kr.nr {
 				kr.tile(kc, ap, bp, c[off:], ldc, add)
 				continue
 			}
-			edge := ws.edge
-			kr.tile(kc, ap, bp, edge, kr.nr, false)
-			for i := 0; i < mr; i++ {
-				row := c[off+i*ldc : off+i*ldc+nr]
-				src := edge[i*kr.nr : i*kr.nr+nr]
-				if !add {
-					copy(row, src)
-					continue
-				}
-				for j := range row {
-					row[j] += src[j]
-				}
-			}
+			kr.tile(kc, ap, bp, ws.edge, kr.nr, false)
+			addEdge(c[off:], ldc, ws.edge, kr.nr, mr, nr, add)
+		}
+	}
+}
+
+// directAMaxCols is the widest product whose A is read unpacked where the
+// kernel can (tileRows): A's panels then serve at most eight tiles each.
+// Packing A was 13.5% of a 256×64×1152 product's time on a Zen 5 core;
+// read unpacked, products 32 to 256 columns wide ran 1.08–1.27× faster
+// there, wider ones no faster (BENCHMARKS.md, Compute kernels, Zen 5).
+const directAMaxCols = 256
+
+// directA reports whether a product of n columns reads op(A) = a, scaled
+// by alpha, unpacked: the kernel has tileRows, A is untransposed (its
+// rows are the kernel's rows), alpha is 1 (packing is where alpha is
+// applied) and the product narrow.
+func (k kernel) directA(a Matrix, n int, alpha float32) bool {
+	return k.tileRows != nil && !a.Trans && alpha == 1 && n <= directAMaxCols
+}
+
+// addEdge stores the mr×nr corner of the tile edge (row stride w) into c
+// (row stride ldc), or adds it there when add is set.
+func addEdge(c []float32, ldc int, edge []float32, w, mr, nr int, add bool) {
+	for i := 0; i < mr; i++ {
+		row := c[i*ldc : i*ldc+nr]
+		src := edge[i*w : i*w+nr]
+		if !add {
+			copy(row, src)
+			continue
+		}
+		for j := range row {
+			row[j] += src[j]
 		}
 	}
 }

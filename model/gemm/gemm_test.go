@@ -216,6 +216,57 @@ func TestSplitAtDepthSameBits(t *testing.T) {
 	}
 }
 
+// TestDirectASameBits: a narrow product whose A the kernel reads
+// unpacked (tileRows, directA) gives the bits of the same product with A
+// packed, on one and two threads: ragged rows and columns, several depth
+// blocks, A a view with a row stride wider than its depth, beta 0, 1 and
+// another, and B transposed or not. Products directA leaves to packing
+// (alpha ≠ 1, A transposed, wider than directAMaxCols) are covered by
+// TestSgemmMatchesReference.
+func TestDirectASameBits(t *testing.T) {
+	var ks []kernel
+	for _, k := range availableKernels() {
+		if k.tileRows != nil {
+			ks = append(ks, k)
+		}
+	}
+	if len(ks) == 0 {
+		t.Skip("no micro-kernel on this CPU reads A unpacked (tileRows: AVX-512 only)")
+	}
+	r := rand.New(rand.NewPCG(13, 14))
+	for _, k := range ks {
+		packed := k
+		packed.tileRows = nil
+		for _, threads := range []int{1, 2} {
+			direct, ref := newEngine(parallel.New(threads), true, k), newEngine(parallel.New(threads), true, packed)
+			defer direct.Close()
+			defer ref.Close()
+			for _, s := range [][3]int{{256, 64, 1152}, {12, 32, 1}, {k.mc + 7, 33, 2*k.kc + 9}, {5, 64, 40}, {37, 1, 300}, {2*k.mr + 1, 50, k.kc}} {
+				m, n, kk := s[0], s[1], s[2]
+				if !k.directA(Matrix{}, n, 1) {
+					t.Fatalf("%s: a %d-column product is not read unpacked", k.name, n)
+				}
+				for _, beta := range []float32{0, 1, -0.5} {
+					for _, transB := range []bool{false, true} {
+						a := randomMatrix(r, m, kk, 3, false)
+						b := randomMatrix(r, kk, n, 1, transB)
+						c0 := randomMatrix(r, m, n, 2, false)
+						got, want := copyOf(c0), copyOf(c0)
+						must(t, direct.Sgemm(m, n, kk, 1, a, b, beta, got))
+						must(t, ref.Sgemm(m, n, kk, 1, a, b, beta, want))
+						label := fmt.Sprintf("%s, %d threads, %d×%d×%d, beta %v, B transposed %v", k.name, threads, m, n, kk, beta, transB)
+						for i := range want.Data {
+							if math.Float32bits(got.Data[i]) != math.Float32bits(want.Data[i]) {
+								t.Fatalf("%s: C[%d] = %v with A unpacked, %v packed", label, i, got.Data[i], want.Data[i])
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
 // sameBits fails the test where got differs from want in any bit.
 func sameBits(t *testing.T, label string, got, want []float32) {
 	t.Helper()

@@ -8,7 +8,7 @@ var avx2Kernel = kernel{name: "avx2-fma 6x16", mr: 6, nr: 16, mc: 96, kc: 256, n
 
 // avx512Kernel is the AVX-512 micro-kernel: a 12×32 tile of C in 24 ZMM
 // accumulators.
-var avx512Kernel = kernel{name: "avx512 12x32", mr: 12, nr: 32, mc: 96, kc: 256, nc: 3072, tile: tileAVX512, interleave: interleave4Vector, interleave2: interleave2Vector, copyRows: copyRowsVector}
+var avx512Kernel = kernel{name: "avx512 12x32", mr: 12, nr: 32, mc: 96, kc: 256, nc: 3072, tile: tileAVX512, tileRows: tileRowsAVX512, interleave: interleave4Vector, interleave2: interleave2Vector, copyRows: copyRowsVector}
 
 // bestKernel is the micro-kernel New picks: the first of
 // availableKernels.
@@ -64,3 +64,16 @@ func tileAVX512(kc int, a, b, c []float32, ldc int, add bool) {
 //
 //go:noescape
 func kernel12x32(kc int, a, b, c *float32, ldc int, add bool)
+
+func tileRowsAVX512(kc int, a []float32, lda int, b, c []float32, ldc int, add bool) {
+	_ = a[11*lda+kc-1]
+	_ = b[32*kc-1]
+	_ = c[11*ldc+31]
+	kernel12x32Rows(kc, &a[0], lda, &b[0], &c[0], ldc, add)
+}
+
+// kernel12x32Rows is kernel12x32 reading its 12 rows of A unpacked, row
+// i at a + i·lda elements.
+//
+//go:noescape
+func kernel12x32Rows(kc int, a *float32, lda int, b, c *float32, ldc int, add bool)
