@@ -267,6 +267,33 @@ func TestDirectASameBits(t *testing.T) {
 	}
 }
 
+// TestDirectAChoice: only an untransposed A, alpha 1, a kernel with
+// tileRows and a product at most directAMaxCols wide read A unpacked.
+func TestDirectAChoice(t *testing.T) {
+	rows := func(kc int, a []float32, lda int, b, c []float32, ldc int, add bool) {}
+	with, without := kernel{tileRows: rows}, kernel{}
+	for _, c := range []struct {
+		name  string
+		k     kernel
+		trans bool
+		alpha float32
+		n     int
+		want  bool
+	}{
+		{"narrow", with, false, 1, 64, true},
+		{"one column", with, false, 1, 1, true},
+		{"widest", with, false, 1, directAMaxCols, true},
+		{"too wide", with, false, 1, directAMaxCols + 1, false},
+		{"A transposed", with, true, 1, 64, false},
+		{"alpha not 1", with, false, 2, 64, false},
+		{"no tileRows", without, false, 1, 64, false},
+	} {
+		if got := c.k.directA(Matrix{Trans: c.trans}, c.n, c.alpha); got != c.want {
+			t.Errorf("%s: directA = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
 // sameBits fails the test where got differs from want in any bit.
 func sameBits(t *testing.T, label string, got, want []float32) {
 	t.Helper()
