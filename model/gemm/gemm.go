@@ -481,6 +481,7 @@ func (e *Engine) serialPacked(ws *workspace, m, n, k int, alpha float32, a Matri
 		scale(m, n, beta, c)
 	}
 	kr := e.k
+	direct := pa == nil && kr.directA(a, n, alpha)
 	for jc := 0; jc < n; jc += kr.nc {
 		nc := min(kr.nc, n-jc)
 		for pc := 0; pc < k; pc += kr.kc {
@@ -493,7 +494,6 @@ func (e *Engine) serialPacked(ws *workspace, m, n, k int, alpha float32, a Matri
 			} else {
 				kr.packB(ws.b, b, pc, jc, kc, nc)
 			}
-			direct := pa == nil && kr.directA(a, n, alpha)
 			for ic := 0; ic < m; ic += kr.mc {
 				mc := min(kr.mc, m-ic)
 				ap := ws.a
