@@ -52,6 +52,42 @@ func BenchmarkSgemm(b *testing.B) {
 	}
 }
 
+// BenchmarkUnpackedA runs products from 32 to 384 columns wide on one
+// thread with the best kernel as New picks it ("unpacked": A read in
+// place where directA allows) and with its tileRows removed ("packed"):
+// the evidence for directAMaxCols. Skipped on CPUs whose kernel has no
+// tileRows.
+//
+//	go test ./model/gemm -run '^$' -bench UnpackedA -count 3
+func BenchmarkUnpackedA(b *testing.B) {
+	k := benchKernel(b)
+	if k.tileRows == nil {
+		b.Skipf("kernel %s reads A packed only", k.name)
+	}
+	packed := k
+	packed.tileRows = nil
+	p := parallel.New(1)
+	defer p.Close()
+	for _, s := range [][3]int{{256, 32, 1152}, {256, 64, 1152}, {256, 96, 1152}, {256, 128, 1152}, {256, 192, 1152}, {256, 256, 1152}, {256, 384, 1152}, {512, 49, 2048}, {2048, 49, 512}, {128, 256, 576}, {256, 256, 256}} {
+		for _, v := range []struct {
+			name string
+			k    kernel
+		}{{"packed", packed}, {"unpacked", k}} {
+			e := newEngine(p, false, v.k)
+			b.Run(fmt.Sprintf("%dx%dx%d/%s", s[0], s[1], s[2], v.name), func(b *testing.B) {
+				r := rand.New(rand.NewPCG(1, 1))
+				x, y, z := randomMatrix(r, s[0], s[2], 0, false), randomMatrix(r, s[2], s[1], 0, false), randomMatrix(r, s[0], s[1], 0, false)
+				for b.Loop() {
+					if err := e.Sgemm(s[0], s[1], s[2], 1, x, y, 0, z); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(2*float64(s[0]*s[1]*s[2])*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
+		}
+	}
+}
+
 // BenchmarkMicroKernel runs the micro-kernel alone on L1-resident packed
 // panels: its GFLOP/s is the practical FMA peak of one core, against which
 // the full SGEMM figures are read.

@@ -554,9 +554,9 @@ func (e *Engine) macro(ws *workspace, a []float32, rows Matrix, b []float32, pan
 // directAMaxCols is the widest product whose A is read unpacked where the
 // kernel can (tileRows): A's panels then serve at most eight tiles each.
 // Packing A was 13.5% of a 256×64×1152 product's time on a Zen 5 core;
-// read unpacked, products 32 to 128 columns wide ran 1.08–1.27× faster
-// there, 192 and 256 wide level (0.96–1.06×), wider ones no faster
-// (BENCHMARKS.md, Compute kernels, Zen 5).
+// read unpacked, products 32 to 128 columns wide ran 1.04–1.30× faster
+// there, 192 and 256 wide 1.01–1.05× (BenchmarkUnpackedA; BENCHMARKS.md,
+// Compute kernels, Zen 5).
 const directAMaxCols = 256
 
 // directA reports whether a product of n columns reads op(A) = a, scaled
