@@ -2,15 +2,16 @@
 # earlier one (bench/resnet50.sh, resnet50_convs.sh, workshop_models.sh),
 # from the repository's root with $tmp set to a scratch directory.
 
-# build_tests PKG compiles PKG's test binary into $tmp/new.test and, when
-# OLD names an earlier build's checkout (git worktree add DIR COMMIT),
-# that checkout's into $tmp/old.test; builds lists what was built, old
-# first.
+# build_tests PKG [NAME] compiles PKG's test binary into $tmp/new.test
+# (with NAME, $tmp/new.NAME.test) and, when OLD names an earlier build's
+# checkout (git worktree add DIR COMMIT), that checkout's into
+# $tmp/old.test (old.NAME.test); builds lists what was built, old first.
 build_tests() {
-	go test -c -o "$tmp/new.test" "$1"
+	local suffix=${2:+.$2}
+	go test -c -o "$tmp/new$suffix.test" "$1"
 	builds=new
 	if [ -n "${OLD:-}" ]; then
-		(cd "$OLD" && go test -c -o "$tmp/old.test" "$1")
+		(cd "$OLD" && go test -c -o "$tmp/old$suffix.test" "$1")
 		builds="old new"
 	fi
 }
