@@ -400,6 +400,7 @@ func BenchmarkWinogradLayouts(b *testing.B) {
 		{"resnet18_128x128x4", 128, 128, 4},
 		{"resnet18_64x64x8", 64, 64, 8},
 		{"cifar_conv3_128x256x8", 128, 256, 8},
+		{"cifar_conv4_256x512x8", 256, 512, 8},
 		{"resnet50_512x512x7", 512, 512, 7},
 		{"cifar_conv2_64x128x16", 64, 128, 16},
 		{"resnet50_256x256x14", 256, 256, 14},

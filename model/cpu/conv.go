@@ -28,6 +28,7 @@ type convTask struct {
 	weightGrad bool // backward: the weight gradient is wanted (dw not nil)
 	serialGEMM bool
 	winograd   bool      // Winograd instead of im2col (winograd.go)
+	keptU      bool      // Winograd: U is a prepared layer's kept form (keepsForm), laid out for its products once
 	tile       int       // Winograd's tiles: 2 (F(2×2, 3×3)) or 4 (F(4×4, 3×3), frozen layers' forward: winograd4.go)
 	rows       bool      // forward: im2col's transpose, channels innermost (rows.go)
 	norm       *convNorm // forward: a batch norm applied to each image's output (Conv2dBatchNorm)
@@ -232,6 +233,7 @@ func (b *Backend) runConv(backward bool, x, w, bias, y, dy, dx, dw, db *tensor.T
 		if t.u, fill = t.weightsForm(&b.winoU, n); fill {
 			b.transformWeights(t.u, w, t.g.f, t.g.c, t.tile, backward)
 		}
+		t.keptU = t.keepsForm(n)
 		// A prepared U is also kept packed: as B where the layer runs
 		// channels last (4×4 tiles always do) on maps at most
 		// winoLastMaxTileCols tiles wide, whose short products paid most
@@ -244,7 +246,7 @@ func (b *Backend) runConv(backward bool, x, w, bias, y, dy, dx, dw, db *tensor.T
 		}
 		switch {
 		case !t.keepsForm(n):
-		case t.tile == 4 || b.channelsLast(tiles):
+		case t.tile == 4 || b.channelsLast(tiles, t.g.f*t.g.c, true):
 			if tiles.tw <= winoLastMaxTileCols {
 				t.uPacked = t.prep.packU(b.gemm, t.u, count, t.g.f, t.g.c, t.tile == 4, fill)
 			}

@@ -276,27 +276,41 @@ func TestWinogradWeightsForms(t *testing.T) {
 
 // TestChannelsLastChoice: the transforms run channels innermost on
 // outputs up to winoLastMaxTileCols tiles wide, with the vector kernels
-// only, unless a layout is forced.
+// only, or up to winoLastMaxTileColsWide for layers of at most
+// winoLastMaxKernelsWide kernels with the AVX-512 ones where the weights
+// are not kept, unless a layout is forced.
 func TestChannelsLastChoice(t *testing.T) {
 	be := New(1)
 	defer be.Close()
+	const small = 64 * 64 // kernels (F·C)
 	for _, c := range []struct {
-		oh, ow int
-		vector bool
-		layout winoLayout
-		want   bool
+		oh, ow             int
+		kernels            int
+		vector, wide, kept bool
+		layout             winoLayout
+		want               bool
 	}{
-		{4, 4, true, winoLayoutAuto, true},
-		{3, 3, true, winoLayoutAuto, true},
-		{8, 4, true, winoLayoutAuto, true}, // tall: the width decides
-		{5, 5, true, winoLayoutAuto, false},
-		{8, 8, true, winoLayoutAuto, false},
-		{4, 4, false, winoLayoutAuto, false},
-		{4, 4, true, winoPlanes, false},
-		{56, 56, false, winoChannelsLast, true},
+		{4, 4, small, true, false, false, winoLayoutAuto, true},
+		{3, 3, small, true, false, false, winoLayoutAuto, true},
+		{8, 4, small, true, false, false, winoLayoutAuto, true}, // tall: the width decides
+		{5, 5, small, true, false, false, winoLayoutAuto, false},
+		{8, 8, small, true, false, false, winoLayoutAuto, false},
+		{4, 4, small, false, false, false, winoLayoutAuto, false},
+		{4, 4, small, true, false, false, winoPlanes, false},
+		{56, 56, small, false, false, false, winoChannelsLast, true},
+		{8, 8, small, true, true, false, winoLayoutAuto, true},        // AVX-512, training: ResNet-18's layer1
+		{8, 8, 128 * 256, true, true, false, winoLayoutAuto, true},    // CIFARNet's conv3
+		{14, 14, 256 * 256, true, true, false, winoLayoutAuto, true},  // 7 tiles wide: ResNet-50's layer3
+		{7, 7, 512 * 512, true, true, false, winoLayoutAuto, false},   // too many kernels: ResNet-50's layer4
+		{8, 8, 256*256 + 1, true, true, false, winoLayoutAuto, false}, // just over
+		{16, 16, small, true, true, false, winoLayoutAuto, false},     // 8 tiles wide
+		{8, 8, small, true, true, true, winoLayoutAuto, false},        // kept weights: the narrower rule
+		{4, 4, 512 * 512, true, true, true, winoLayoutAuto, true},     // ... which ignores the kernel count
+		{8, 8, small, false, true, false, winoLayoutAuto, false},      // no vector kernels
+		{16, 16, small, true, true, false, winoPlanes, false},         // forced
 	} {
-		be.vec.vector, be.winoLayout = c.vector, c.layout
-		if got := be.channelsLast(winoTiling(c.oh, c.ow)); got != c.want {
+		be.vec.vector, be.vec.wide, be.winoLayout = c.vector, c.wide, c.layout
+		if got := be.channelsLast(winoTiling(c.oh, c.ow), c.kernels, c.kept); got != c.want {
 			t.Errorf("%+v: %v", c, got)
 		}
 	}

@@ -14,12 +14,31 @@ package cpu
 // (TestWinogradChannelsLast).
 
 // winoLastMaxTileCols is the widest output, in 2×2 tiles, whose Winograd
-// transforms run channels innermost. BenchmarkWinogradLayouts, one
-// thread, batch 32 (Zen 4): 4×4 maps, 128 channels, 1.36× forward and
-// 1.39× forward + backward; 8×8 maps level within the noise (0.9–1.12×:
-// the layout's two transposes cost what the longer calls save), 16×16
-// ones 0.8×.
+// transforms run channels innermost with the AVX2 kernels, and for a
+// prepared layer's kept weights. BenchmarkWinogradLayouts, one thread,
+// batch 32 (Zen 4, AVX2 kernels): 4×4 maps, 128 channels, 1.36× forward
+// and 1.39× forward + backward; 8×8 maps level within the noise
+// (0.9–1.12×: the layout's two transposes cost what the longer calls
+// save), 16×16 ones 0.8×.
 const winoLastMaxTileCols = 2
+
+// winoLastMaxTileColsWide and winoLastMaxKernelsWide widen the choice
+// with the AVX-512 kernels, for the calls whose transformed weights are
+// not kept (training's), to maps up to 7 tiles wide of layers up to
+// 256 × 256 kernels (F·C). BenchmarkWinogradLayouts (Intel Xeon family 6
+// model 207, 2026-12-02; bench/results/current/wino-layouts-2026-12-02-intel.txt),
+// channels last ÷ planes, medians of three, forward and forward +
+// backward: 8×8 maps, 64 → 64 channels, 1.61× and 1.51×; 128 → 256,
+// 1.17× and 1.32×; 14×14, 256 → 256, 1.02× and 1.01× (1.02× and 1.13×
+// in bench/resnet50_convs.sh's alternated rounds); 16×16 (8 tiles wide),
+// 64 → 128, 0.89× and 0.93×. Layers with more kernels came out mixed,
+// and stay by planes: 7×7, 512 → 512, 0.92× and 1.04× (0.96× and 0.91×
+// alternated); 8×8, 256 → 512, 1.12× and 1.13× here but 0.95× forward +
+// backward in an earlier run of the benchmark the same hour.
+const (
+	winoLastMaxTileColsWide = 7
+	winoLastMaxKernelsWide  = 256 * 256
+)
 
 // winoLayout is how the Winograd transforms lay out their operands.
 type winoLayout int8
@@ -32,17 +51,26 @@ const (
 
 // channelsLast reports whether a convolution whose output (forward) or
 // input (data gradient) is tiled as s runs its Winograd transforms with
-// the channels innermost: on maps at most winoLastMaxTileCols tiles
-// wide, with the vector kernels (whose calls the plane layout makes too
-// short there).
-func (b *Backend) channelsLast(s winoShape) bool {
+// the channels innermost: with the vector kernels (whose calls the plane
+// layout makes too short there), on maps at most winoLastMaxTileCols
+// tiles wide, or winoLastMaxTileColsWide for layers of at most
+// winoLastMaxKernelsWide kernels (F·C) with the AVX-512 kernels where the
+// call's weights are not kept (kept: a prepared layer's forward, its
+// transformed weights kept and packed for the layout chosen here).
+func (b *Backend) channelsLast(s winoShape, kernels int, kept bool) bool {
 	switch b.winoLayout {
 	case winoPlanes:
 		return false
 	case winoChannelsLast:
 		return true
 	}
-	return b.vec.vector && s.tw <= winoLastMaxTileCols
+	if !b.vec.vector {
+		return false
+	}
+	if b.vec.wide && !kept && kernels <= winoLastMaxKernelsWide {
+		return s.tw <= winoLastMaxTileColsWide
+	}
+	return s.tw <= winoLastMaxTileCols
 }
 
 // winogradInputLast writes Bᵀ d B of every 4×4 input tile of images
