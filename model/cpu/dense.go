@@ -80,7 +80,10 @@ func (d *denseTask) Do(_, part int) {
 		kernels := d.w[f*g.c*kk : (f+1)*g.c*kk] // filter f's C kernels
 		for j := range g.ohw {
 			v := d.v[(f*g.ohw+j)*row : (f*g.ohw+j+1)*row]
-			if hw == 1 && kk == 1 {
+			if hw == 1 && kk == 1 && g.ohw == 1 {
+				// One output, one tap: the row is the filter (with
+				// padding, the outputs beyond the input read nothing:
+				// the taps below).
 				if d.fold {
 					for c, x := range v {
 						kernels[c] += x

@@ -122,6 +122,7 @@ func TestSmallMaps(t *testing.T) {
 		{"3×3 on 1×1", 7, 33, 18, 1, 1, k3, true, false, false},
 		{"3×3 stride 2 on 2×2", 5, 16, 32, 2, 2, k3s2, true, false, false},
 		{"1×1 on 1×1", 6, 40, 24, 1, 1, tensor.ConvParams{KernelH: 1, KernelW: 1, StrideH: 1, StrideW: 1}, true, false, false},
+		{"1×1 padding 1 on 1×1: outputs that read nothing", 6, 40, 24, 1, 1, tensor.ConvParams{KernelH: 1, KernelW: 1, StrideH: 1, StrideW: 1, PadH: 1, PadW: 1}, true, false, false},
 		{"3×3 on 3×3", 4, 8, 12, 3, 3, k3, true, false, false},
 		{"3×3 on 2×2, 72 channels: Vᵀ past one depth block of the packing", 3, 72, 10, 2, 2, k3, true, false, false},
 		{"3×3 on 1×12: its middle row alone", 5, 16, 20, 1, 12, k3, false, true, false},
