@@ -9,9 +9,12 @@
 # gorun ÷ PyTorch by round. Usage:
 #   bash bench/workshop_models.sh [ROUNDS]
 # Environment: OLD=DIR: also an earlier build's checkout (git worktree
-# add DIR COMMIT), run just before this one in each round.
+# add DIR COMMIT), run just before this one in each round (after it in
+# even rounds). MODELS: a regular expression of the models to run
+# (default mnist|cifarnet|resnet18), for more rounds of one in the time.
 set -euo pipefail
 rounds=${1:-2}
+models=${MODELS:-mnist|cifarnet|resnet18}
 cd "$(dirname "$0")/.."
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -20,11 +23,11 @@ build_tests ./model/zoo
 print_cpu
 for round in $(seq "$rounds"); do
 	for build in $(builds_in "$round"); do
-		"$tmp/$build.test" -test.run '^$' -test.bench 'TrainStep/(mnist|cifarnet|resnet18)/|Inference/(cifarnet|resnet18)/' |
+		"$tmp/$build.test" -test.run '^$' -test.bench "TrainStep/($models)/|Inference/($models)/" |
 			awk -v r="$round" -v b="$build" '/img\/s/ {print "round", r, b, $1, $(NF-1), "img/s"}'
 	done
 	for threads in 1 2; do
-		OPENBLAS_NUM_THREADS=$threads OMP_NUM_THREADS=$threads /usr/bin/python3 bench/competitors/torch_train.py speed "$threads" |
+		OPENBLAS_NUM_THREADS=$threads OMP_NUM_THREADS=$threads /usr/bin/python3 bench/competitors/torch_train.py speed "$threads" "$models" |
 			awk -v r="$round" -v t="$threads" '/img\/s/ {print "round", r, "torch", $1 "/" $2 "/batch=" $4+0 "/threads=" t, $(NF-1), "img/s"}'
 	done
 done | tee "$tmp/out"

@@ -7,7 +7,7 @@ the last two (eager, and frozen by torch.jit.optimize_for_inference), on
 random data, at the thread count given (compare with
 `go test ./model/zoo -run '^$' -bench 'TrainStep|Inference'`):
 
-    OPENBLAS_NUM_THREADS=1 /usr/bin/python3 bench/competitors/torch_train.py speed 1
+    OPENBLAS_NUM_THREADS=1 /usr/bin/python3 bench/competitors/torch_train.py speed 1 [MODELS_REGEXP]
 
 Interleaving (PyTorch's speed varies between runs on a shared VM):
 
@@ -44,12 +44,19 @@ print("torch", torch.__version__, "threads", threads, "oneDNN", torch.backends.m
 
 
 def speed():
+    import re
     import torchvision
+    # A further argument: a regular expression of the models to time
+    # (bench/workshop_models.sh's MODELS), all three by default.
+    only = re.compile(sys.argv[3] if len(sys.argv) > 3 else ".*")
     for name, net, batch, shape, opt in [
-        ("mnist", MNISTNet(), 64, (1, 28, 28), "adadelta"),
-        ("cifarnet", CIFARNet(), 128, (3, 32, 32), "sgd"),
-        ("resnet18", torchvision.models.resnet18(num_classes=10), 32, (3, 32, 32), "sgd"),
+        ("mnist", MNISTNet, 64, (1, 28, 28), "adadelta"),
+        ("cifarnet", CIFARNet, 128, (3, 32, 32), "sgd"),
+        ("resnet18", lambda: torchvision.models.resnet18(num_classes=10), 32, (3, 32, 32), "sgd"),
     ]:
+        if not only.fullmatch(name):
+            continue
+        net = net()
         x = torch.randn(batch, *shape)
         y = torch.randint(0, 10, (batch,))
         o = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
