@@ -245,8 +245,8 @@ func (b *Backend) runConv(backward bool, x, w, bias, y, dy, dx, dw, db *tensor.T
 			tiles = wino4Tiling(t.g.oh, t.g.ow)
 		}
 		switch {
-		case !t.keepsForm(n):
-		case t.tile == 4 || b.channelsLast(tiles, t.g.f*t.g.c, true):
+		case !t.keptU:
+		case t.tile == 4 || t.channelsLast(tiles):
 			if tiles.tw <= winoLastMaxTileCols {
 				t.uPacked = t.prep.packU(b.gemm, t.u, count, t.g.f, t.g.c, t.tile == 4, fill)
 			}

@@ -457,7 +457,7 @@ func (t *convTask) winogradChunk(worker, i int) {
 		if t.bias != nil {
 			bias = t.bias.Data
 		}
-		last := t.b.channelsLast(out, g.f*g.c, t.keptU)
+		last := t.channelsLast(out)
 		for first := lo; first < hi; first += group {
 			n := min(group, hi-first)
 			ld := n * out.tiles
@@ -495,7 +495,7 @@ func (t *convTask) winogradChunk(worker, i int) {
 	group = max(1, min(hi-lo, ceilDiv(winoGroupTiles, in.tiles)))
 	v = grow(&s.col, 16*winoStride(g.f*group*in.tiles))
 	m = grow(&s.ybuf, 16*winoStride(g.c*group*in.tiles))
-	last := t.b.channelsLast(in, g.f*g.c, t.keptU)
+	last := t.channelsLast(in)
 	for first := lo; first < hi; first += group {
 		n := min(group, hi-first)
 		ld := n * in.tiles
@@ -520,7 +520,7 @@ func (t *convTask) winogradWeightGrad(worker int, s *scratch, lo, hi, group int,
 	inLen, outLen := g.c*g.h*g.wd, g.f*g.ohw
 	du := grow(&s.dcol, 16*winoStride(g.f*g.c))
 	clear(du)
-	last := t.b.channelsLast(out, g.f*g.c, t.keptU)
+	last := t.channelsLast(out)
 	for first := lo; first < hi; first += group {
 		n := min(group, hi-first)
 		ld := n * out.tiles

@@ -73,6 +73,12 @@ func (b *Backend) channelsLast(s winoShape, kernels int, kept bool) bool {
 	return s.tw <= winoLastMaxTileCols
 }
 
+// channelsLast is the backend's layout choice for this call's layer
+// (its F·C kernels) and weights (kept or not), tiled as s.
+func (t *convTask) channelsLast(s winoShape) bool {
+	return t.b.channelsLast(s, t.g.f*t.g.c, t.keptU)
+}
+
 // winogradInputLast writes Bᵀ d B of every 4×4 input tile of images
 // images x [images][C, H, W] into v with the channels innermost: element
 // ξ of tile t of image k, channel ch at v[ξ·es + (k·tiles + t)·C + ch].
