@@ -61,9 +61,12 @@ func (t *Transport) attach(p *peer, c *net.TCPConn) error {
 	}
 	p.conn, p.rc = c, rc
 	p.rs.stage = make([]byte, stageSize)
+	// Up before the reader starts: whatever the peer sends is taken only
+	// once the connection counts as up, so an Abort that follows a
+	// message from this peer reaches it too.
+	p.up.Store(true)
 	t.readers.Add(1)
 	go t.read(p)
-	p.up.Store(true)
 	close(p.linked)
 	return nil
 }

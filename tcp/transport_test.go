@@ -817,13 +817,30 @@ func TestUnconnectedNamed(t *testing.T) {
 // the half-sent frame is finished once the failed peer drops the data it
 // no longer waits for, so the control messages the survivors then
 // exchange over it (Shrink's agreement) arrive, in both directions.
+//
+// The mesh is lazy so that the abort reaches the sender alone first: in a
+// full mesh the receiver hears it too and drops the frame's rest, and if
+// it does so before the sender's reader has taken the abort, the send
+// completes (nil) and the failure's own ending of it goes untested.
 func TestFailureEndsBlockedSend(t *testing.T) {
 	got := make([]chan string, 3)
 	cfgFor := func(rank int) Config {
 		got[rank] = make(chan string, 4)
-		return Config{SocketBuffer: MinSocketBuffer, Control: func(from int, msg []byte) { got[rank] <- fmt.Sprintf("%d:%s", from, msg) }}
+		return Config{SocketBuffer: MinSocketBuffer, Lazy: true, Control: func(from int, msg []byte) { got[rank] <- fmt.Sprintf("%d:%s", from, msg) }}
 	}
 	ts := meshOf(t, 3, cfgFor, nil)
+	linkControl := func(from, to int) {
+		t.Helper()
+		if err := ts[from].SendControl(to, []byte("hello")); err != nil {
+			t.Fatalf("linking rank %d to rank %d: %v", from, to, err)
+		}
+		select {
+		case <-got[to]:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("rank %d's hello never reached rank %d", from, to)
+		}
+	}
+	linkControl(2, 0) // rank 2 links to rank 0 only, for now
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	sent := make(chan error, 1)
@@ -838,7 +855,8 @@ func TestFailureEndsBlockedSend(t *testing.T) {
 	case <-time.After(300 * time.Millisecond):
 	}
 	start := time.Now()
-	ts[2].Abort(errors.New("out of memory"))
+	abort := errors.New("out of memory")
+	ts[2].Abort(abort)
 	var err error
 	select {
 	case err = <-sent:
@@ -848,6 +866,17 @@ func TestFailureEndsBlockedSend(t *testing.T) {
 	var ae *AbortError
 	if !errors.As(err, &ae) || ae.Rank != 2 {
 		t.Fatalf("the blocked send returned %v after %v, want rank 2's abort", err, time.Since(start))
+	}
+	if ts[1].Err() != nil {
+		t.Fatalf("rank 1 failed before rank 2 linked to it: %v", ts[1].Err())
+	}
+	// Now rank 1 hears of the failure too, and drops the frame's rest.
+	linkControl(1, 2)
+	ts[2].Abort(abort)
+	select {
+	case <-ts[1].Failed():
+	case <-time.After(10 * time.Second):
+		t.Fatal("rank 1 never heard rank 2's abort")
 	}
 	for _, c := range []struct{ from, to int }{{0, 1}, {1, 0}} {
 		if err := ts[c.from].SendControl(c.to, []byte("alive")); err != nil {
