@@ -829,18 +829,23 @@ func TestFailureEndsBlockedSend(t *testing.T) {
 		return Config{SocketBuffer: MinSocketBuffer, Lazy: true, Control: func(from int, msg []byte) { got[rank] <- fmt.Sprintf("%d:%s", from, msg) }}
 	}
 	ts := meshOf(t, 3, cfgFor, nil)
-	linkControl := func(from, to int) {
+	// control sends msg from one rank to another (linking them if they
+	// were not) and checks that exactly it arrives.
+	control := func(from, to int, msg string) {
 		t.Helper()
-		if err := ts[from].SendControl(to, []byte("hello")); err != nil {
-			t.Fatalf("linking rank %d to rank %d: %v", from, to, err)
+		if err := ts[from].SendControl(to, []byte(msg)); err != nil {
+			t.Fatalf("control message %q from rank %d to rank %d: %v", msg, from, to, err)
 		}
 		select {
-		case <-got[to]:
+		case m := <-got[to]:
+			if want := fmt.Sprintf("%d:%s", from, msg); m != want {
+				t.Fatalf("rank %d's handler got %q, want %q", to, m, want)
+			}
 		case <-time.After(10 * time.Second):
-			t.Fatalf("rank %d's hello never reached rank %d", from, to)
+			t.Fatalf("rank %d's control message %q never reached rank %d", from, msg, to)
 		}
 	}
-	linkControl(2, 0) // rank 2 links to rank 0 only, for now
+	control(2, 0, "hello") // rank 2 links to rank 0 only, for now
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	sent := make(chan error, 1)
@@ -871,25 +876,16 @@ func TestFailureEndsBlockedSend(t *testing.T) {
 		t.Fatalf("rank 1 failed before rank 2 linked to it: %v", ts[1].Err())
 	}
 	// Now rank 1 hears of the failure too, and drops the frame's rest.
-	linkControl(1, 2)
+	control(1, 2, "hello")
 	ts[2].Abort(abort)
 	select {
 	case <-ts[1].Failed():
 	case <-time.After(10 * time.Second):
 		t.Fatal("rank 1 never heard rank 2's abort")
 	}
+	// Over the connection that carried the half-sent frame, both ways.
 	for _, c := range []struct{ from, to int }{{0, 1}, {1, 0}} {
-		if err := ts[c.from].SendControl(c.to, []byte("alive")); err != nil {
-			t.Fatalf("control message from rank %d to rank %d after the failure: %v", c.from, c.to, err)
-		}
-		select {
-		case m := <-got[c.to]:
-			if want := fmt.Sprintf("%d:alive", c.from); m != want {
-				t.Fatalf("rank %d's handler got %q, want %q", c.to, m, want)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatalf("rank %d's control message never reached rank %d (behind the half-sent frame)", c.from, c.to)
-		}
+		control(c.from, c.to, "alive after the failure")
 		if ts[c.from].Gone(c.to) {
 			t.Errorf("rank %d counts rank %d as gone", c.from, c.to)
 		}
