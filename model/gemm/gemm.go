@@ -552,11 +552,15 @@ func (e *Engine) macro(ws *workspace, a []float32, rows Matrix, b []float32, pan
 }
 
 // directAMaxCols is the widest product whose A is read unpacked where the
-// kernel can (tileRows): A's panels then serve at most eight tiles each.
-// Packing A was 13.5% of a 256×64×1152 product's time on a Zen 5 core;
-// read unpacked, products 32 to 128 columns wide ran 1.04–1.30× faster
-// there, 192 and 256 wide 1.01–1.05× (BenchmarkUnpackedA; BENCHMARKS.md,
-// Compute kernels, Zen 5).
+// kernel can (tileRows): A's panels then serve at most eight tiles each
+// with the AVX-512 kernel, sixteen with the AVX2 one. Packing A was 13.5%
+// of a 256×64×1152 product's time on a Zen 5 core; read unpacked,
+// products 32 to 128 columns wide ran 1.04–1.30× faster there, 192 and
+// 256 wide 1.01–1.05× (BenchmarkUnpackedA; BENCHMARKS.md, Compute
+// kernels, Zen 5). With the AVX2 kernel on a Zen 4 core, medians of
+// three: 32 columns 1.30×, 64 to 256 1.00–1.10×, ResNet-50's 49-column
+// products 1.13× and 1.18×, 384 columns 1.04×
+// (bench/results/current/unpacked-a-avx2-2026-12-02-zen4.txt).
 const directAMaxCols = 256
 
 // directA reports whether a product of n columns reads op(A) = a, scaled

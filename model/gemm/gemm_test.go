@@ -231,7 +231,7 @@ func TestDirectASameBits(t *testing.T) {
 		}
 	}
 	if len(ks) == 0 {
-		t.Skip("no micro-kernel on this CPU reads A unpacked (tileRows: AVX-512 only)")
+		t.Skip("no micro-kernel on this CPU reads A unpacked (tileRows: the AVX2 and AVX-512 kernels)")
 	}
 	r := rand.New(rand.NewPCG(13, 14))
 	for _, k := range ks {

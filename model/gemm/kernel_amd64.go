@@ -4,7 +4,7 @@ import "golang.org/x/sys/cpu"
 
 // avx2Kernel is the AVX2/FMA micro-kernel: a 6×16 tile of C in twelve YMM
 // accumulators, fed by two vectors of B and one broadcast of A per step.
-var avx2Kernel = kernel{name: "avx2-fma 6x16", mr: 6, nr: 16, mc: 96, kc: 256, nc: 3072, tile: tileAVX2, interleave: interleave4Vector, interleave2: interleave2Vector, copyRows: copyRowsVector}
+var avx2Kernel = kernel{name: "avx2-fma 6x16", mr: 6, nr: 16, mc: 96, kc: 256, nc: 3072, tile: tileAVX2, tileRows: tileRowsAVX2, interleave: interleave4Vector, interleave2: interleave2Vector, copyRows: copyRowsVector}
 
 // avx512Kernel is the AVX-512 micro-kernel: a 12×32 tile of C in 24 ZMM
 // accumulators.
@@ -28,6 +28,19 @@ func tileAVX2(kc int, a, b, c []float32, ldc int, add bool) {
 //
 //go:noescape
 func kernel6x16(kc int, a, b, c *float32, ldc int, add bool)
+
+func tileRowsAVX2(kc int, a []float32, lda int, b, c []float32, ldc int, add bool) {
+	_ = a[5*lda+kc-1]
+	_ = b[16*kc-1]
+	_ = c[5*ldc+15]
+	kernel6x16Rows(kc, &a[0], lda, &b[0], &c[0], ldc, add)
+}
+
+// kernel6x16Rows is kernel6x16 reading its 6 rows of A unpacked, row i
+// at a + i·lda elements.
+//
+//go:noescape
+func kernel6x16Rows(kc int, a *float32, lda int, b, c *float32, ldc int, add bool)
 
 // availableKernels lists every micro-kernel this CPU can run, best first:
 // the widest, but on CPUs that run AVX-512 in 256-bit halves

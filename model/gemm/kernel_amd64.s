@@ -131,6 +131,56 @@ loop1:
 store:
 	FINISH_TILE256(add+40(FP))
 
+// func kernel6x16Rows(kc int, a *float32, lda int, b, c *float32, ldc int, add bool)
+// kernel6x16 reading A where it lies, unpacked: row i of the 6×kc block
+// at a[i·lda:] (lda in elements), two bases three rows apart (SI, R11)
+// indexed by R9 = lda bytes; for products too narrow to repay packing A
+// (gemm.go, directA).
+TEXT ·kernel6x16Rows(SB), NOSPLIT, $0-49
+	MOVQ kc+0(FP), CX
+	MOVQ a+8(FP), SI
+	MOVQ lda+16(FP), R9
+	SHLQ $2, R9
+	LEAQ (SI)(R9*2), R11
+	ADDQ R9, R11
+	MOVQ b+24(FP), DI
+	MOVQ c+32(FP), DX
+	MOVQ ldc+40(FP), R8
+	SHLQ $2, R8
+	ZERO_TILE256
+
+	CMPQ CX, $4
+	JLT  rowsTail
+
+rowsLoop4:
+	PREFETCHT0 512(DI)
+	STEP256((DI), 32(DI), (SI), (SI)(R9*1), (SI)(R9*2), (R11), (R11)(R9*1), (R11)(R9*2))
+	STEP256(64(DI), 96(DI), 4(SI), 4(SI)(R9*1), 4(SI)(R9*2), 4(R11), 4(R11)(R9*1), 4(R11)(R9*2))
+	PREFETCHT0 576(DI)
+	STEP256(128(DI), 160(DI), 8(SI), 8(SI)(R9*1), 8(SI)(R9*2), 8(R11), 8(R11)(R9*1), 8(R11)(R9*2))
+	STEP256(192(DI), 224(DI), 12(SI), 12(SI)(R9*1), 12(SI)(R9*2), 12(R11), 12(R11)(R9*1), 12(R11)(R9*2))
+	ADDQ $16, SI
+	ADDQ $16, R11
+	ADDQ $256, DI
+	SUBQ $4, CX
+	CMPQ CX, $4
+	JGE  rowsLoop4
+
+rowsTail:
+	TESTQ CX, CX
+	JZ    rowsStore
+
+rowsLoop1:
+	STEP256((DI), 32(DI), (SI), (SI)(R9*1), (SI)(R9*2), (R11), (R11)(R9*1), (R11)(R9*2))
+	ADDQ $4, SI
+	ADDQ $4, R11
+	ADDQ $64, DI
+	DECQ CX
+	JNZ  rowsLoop1
+
+rowsStore:
+	FINISH_TILE256(add+48(FP))
+
 // The AVX-512 kernels' common parts: a 12×32 tile of C in the 24
 // accumulators Z8–Z31 (row r in Z(8+2r), Z(9+2r)), C at DX with row
 // stride R8 bytes, B's panel at DI.
