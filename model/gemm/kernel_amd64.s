@@ -37,20 +37,23 @@
 	FMA_ROWS256(A2, A3, Y8, Y9, Y10, Y11) \
 	FMA_ROWS256(A4, A5, Y12, Y13, Y14, Y15)
 
-// PREFETCH_C256 prefetches the tile of C, each row's first and last
-// line (R10 scratch), a row at a time (PREFETCH_ROW256).
-#define PREFETCH_ROW256 \
+// PREFETCH_ROW prefetches the row of C at R10 — its first line and the
+// line LAST bytes in, the row's last float — and moves R10 down a row
+// (R8 bytes). Both kernels' PREFETCH_C use it.
+#define PREFETCH_ROW(LAST) \
 	PREFETCHT0 (R10) \
-	PREFETCHT0 60(R10) \
+	PREFETCHT0 LAST(R10) \
 	ADDQ R8, R10
 
+// PREFETCH_C256 prefetches the 6×16 tile of C at DX (R10 scratch), the
+// last row without moving R10 on.
 #define PREFETCH_C256 \
 	MOVQ DX, R10 \
-	PREFETCH_ROW256 \
-	PREFETCH_ROW256 \
-	PREFETCH_ROW256 \
-	PREFETCH_ROW256 \
-	PREFETCH_ROW256 \
+	PREFETCH_ROW(60) \
+	PREFETCH_ROW(60) \
+	PREFETCH_ROW(60) \
+	PREFETCH_ROW(60) \
+	PREFETCH_ROW(60) \
 	PREFETCHT0 (R10) \
 	PREFETCHT0 60(R10)
 
@@ -234,26 +237,21 @@ rowsStore:
 	VXORPS Z30, Z30, Z30 \
 	VXORPS Z31, Z31, Z31
 
-// PREFETCH_C512 prefetches the tile of C, each row's first and last
-// line (R10 scratch), a row at a time (PREFETCH_ROW512).
-#define PREFETCH_ROW512 \
-	PREFETCHT0 (R10) \
-	PREFETCHT0 124(R10) \
-	ADDQ R8, R10
-
+// PREFETCH_C512 prefetches the 12×32 tile of C at DX (R10 scratch), the
+// last row without moving R10 on.
 #define PREFETCH_C512 \
 	MOVQ DX, R10 \
-	PREFETCH_ROW512 \
-	PREFETCH_ROW512 \
-	PREFETCH_ROW512 \
-	PREFETCH_ROW512 \
-	PREFETCH_ROW512 \
-	PREFETCH_ROW512 \
-	PREFETCH_ROW512 \
-	PREFETCH_ROW512 \
-	PREFETCH_ROW512 \
-	PREFETCH_ROW512 \
-	PREFETCH_ROW512 \
+	PREFETCH_ROW(124) \
+	PREFETCH_ROW(124) \
+	PREFETCH_ROW(124) \
+	PREFETCH_ROW(124) \
+	PREFETCH_ROW(124) \
+	PREFETCH_ROW(124) \
+	PREFETCH_ROW(124) \
+	PREFETCH_ROW(124) \
+	PREFETCH_ROW(124) \
+	PREFETCH_ROW(124) \
+	PREFETCH_ROW(124) \
 	PREFETCHT0 (R10) \
 	PREFETCHT0 124(R10)
 
