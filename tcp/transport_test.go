@@ -406,7 +406,21 @@ func TestEarlyFrameTakenWithoutRead(t *testing.T) {
 		}
 		ts[1].progress(p)
 	}
+	// The connection's reader goroutine may still be on its way to the
+	// read(2) a netpoller wake-up for those frames owes it (it finds the
+	// socket empty); the count starts once it has been still for 50 ms.
 	_, before := reads()
+	for settle := time.Now().Add(5 * time.Second); ; {
+		time.Sleep(50 * time.Millisecond)
+		_, n := reads()
+		if n == before {
+			break
+		}
+		if time.Now().After(settle) {
+			t.Fatalf("the connection still reading after 5s (%d read(2) calls)", n)
+		}
+		before = n
+	}
 	buf := make([]byte, 1)
 	for i := range frames {
 		tk, _ := ts[1].Post(0, 4, buf)
