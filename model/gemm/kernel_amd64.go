@@ -14,11 +14,19 @@ var avx512Kernel = kernel{name: "avx512 12x32", mr: 12, nr: 32, mc: 96, kc: 256,
 // availableKernels.
 func bestKernel() kernel { return availableKernels()[0] }
 
+// checkTile checks, once per tile, that a kernel of mr×nr tiles can read
+// what it will — mr rows of A kc long and lda elements apart (a packed
+// panel: lda = kc), a packed kc×nr panel of B, mr rows of C nr wide and
+// ldc apart — so that the assembly after it runs unchecked. It panics
+// with the index out of range where one cannot.
+func checkTile(kc, mr, nr int, a []float32, lda int, b, c []float32, ldc int) {
+	_ = a[(mr-1)*lda+kc-1]
+	_ = b[nr*kc-1]
+	_ = c[(mr-1)*ldc+nr-1]
+}
+
 func tileAVX2(kc int, a, b, c []float32, ldc int, add bool) {
-	// Bounds checks once per tile; the assembly then runs unchecked.
-	_ = a[6*kc-1]
-	_ = b[16*kc-1]
-	_ = c[5*ldc+15]
+	checkTile(kc, 6, 16, a, kc, b, c, ldc)
 	kernel6x16(kc, &a[0], &b[0], &c[0], ldc, add)
 }
 
@@ -30,9 +38,7 @@ func tileAVX2(kc int, a, b, c []float32, ldc int, add bool) {
 func kernel6x16(kc int, a, b, c *float32, ldc int, add bool)
 
 func tileRowsAVX2(kc int, a []float32, lda int, b, c []float32, ldc int, add bool) {
-	_ = a[5*lda+kc-1]
-	_ = b[16*kc-1]
-	_ = c[5*ldc+15]
+	checkTile(kc, 6, 16, a, lda, b, c, ldc)
 	kernel6x16Rows(kc, &a[0], lda, &b[0], &c[0], ldc, add)
 }
 
@@ -67,9 +73,7 @@ func kernelsFor(avx512, avx2 bool, p processor) []kernel {
 }
 
 func tileAVX512(kc int, a, b, c []float32, ldc int, add bool) {
-	_ = a[12*kc-1]
-	_ = b[32*kc-1]
-	_ = c[11*ldc+31]
+	checkTile(kc, 12, 32, a, kc, b, c, ldc)
 	kernel12x32(kc, &a[0], &b[0], &c[0], ldc, add)
 }
 
@@ -79,9 +83,7 @@ func tileAVX512(kc int, a, b, c []float32, ldc int, add bool) {
 func kernel12x32(kc int, a, b, c *float32, ldc int, add bool)
 
 func tileRowsAVX512(kc int, a []float32, lda int, b, c []float32, ldc int, add bool) {
-	_ = a[11*lda+kc-1]
-	_ = b[32*kc-1]
-	_ = c[11*ldc+31]
+	checkTile(kc, 12, 32, a, lda, b, c, ldc)
 	kernel12x32Rows(kc, &a[0], lda, &b[0], &c[0], ldc, add)
 }
 
