@@ -327,6 +327,7 @@ func (t *Transport) Send(ctx context.Context, rank int, stream uint32, meta [4]u
 				w = t.waiter(ctx, rank, "sending (the peer's ring stayed full)")
 			}
 			t.progress()
+			w.gone.Drained() // a look that found the send could not go on
 			if err := w.pause(); err != nil {
 				return err
 			}
@@ -367,6 +368,7 @@ func (t *Transport) Send(ctx context.Context, rank int, stream uint32, meta [4]u
 				w = t.waiter(ctx, rank, "sending (waiting for the device to finish the writes)")
 			}
 			t.progress()
+			w.gone.Drained() // a look that found the send could not go on
 			if err := w.pause(); err != nil {
 				return err
 			}
@@ -402,10 +404,23 @@ func (t *Transport) Wait(ctx context.Context, rank int, stream uint32, ticket ui
 	}
 	var w waiter
 	for {
-		t.progress()
-		p.rxMu.Lock()
-		meta, n, err, ok := p.boxes.Result(stream, ticket)
-		p.rxMu.Unlock()
+		var meta [4]uint64
+		var n int
+		var err error
+		var ok bool
+		if w.gone.Heard() {
+			// The peer said goodbye: poll and drain waiting for the locks,
+			// so that this look counts as drained when it finds no frame.
+			meta, n, err, ok = t.takeAll(p, stream, ticket)
+			if !ok {
+				w.gone.Drained()
+			}
+		} else {
+			t.progress()
+			p.rxMu.Lock()
+			meta, n, err, ok = p.boxes.Result(stream, ticket)
+			p.rxMu.Unlock()
+		}
 		if ok {
 			if err != nil {
 				err = &PeerError{Rank: rank, Err: err}
@@ -419,6 +434,18 @@ func (t *Transport) Wait(ctx context.Context, rank int, stream uint32, ticket ui
 			return [4]uint64{}, 0, err
 		}
 	}
+}
+
+// takeAll polls the completion queues and drains p's arrived fragments,
+// waiting for other goroutines doing either, then looks up ticket's frame.
+func (t *Transport) takeAll(p *peer, stream uint32, ticket uint64) ([4]uint64, int, error, bool) {
+	t.pollMu.Lock()
+	t.poll()
+	t.pollMu.Unlock()
+	p.rxMu.Lock()
+	defer p.rxMu.Unlock()
+	t.drain(p)
+	return p.boxes.Result(stream, ticket)
 }
 
 // progress polls the completion queues (unless another goroutine is) and
@@ -560,8 +587,10 @@ func (t *Transport) waiter(ctx context.Context, rank int, what string) waiter {
 	return w
 }
 
-// lastLooks is how many looks a wait takes after its peer left before it
-// gives up.
+// lastLooks is how many looks that found nothing more from the peer a
+// wait takes after the peer left before it gives up: two, in case a
+// completion of the peer's last writes is queued after its goodbye is
+// heard.
 const lastLooks = 2
 
 // pause lets time pass between two polls and returns an error when the

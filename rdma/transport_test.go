@@ -209,6 +209,36 @@ func TestWaitsEnd(t *testing.T) {
 	}
 }
 
+// TestLeftPeerFramesTaken: frames a peer wrote before it left, all of a
+// ring's fragments, are received whole after its goodbye is heard; the
+// next wait for it gets its farewell.
+func TestLeftPeerFramesTaken(t *testing.T) {
+	var left sync.Map // rank → true once it left
+	gone := func(r int) error {
+		if _, ok := left.Load(r); ok {
+			return fmt.Errorf("rank %d closed its group after its call #4", r)
+		}
+		return nil
+	}
+	ts, _ := rdmatest.Mesh(t, rdmatest.NewFabric(1, false), 2, rdma.Config{Slots: 8, SlotBytes: 256, Timeout: 10 * time.Second, Left: gone})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	sent := bytes.Repeat([]byte("0123456789abcdef"), 40) // several fragments
+	if err := ts[1].Send(ctx, 0, 1, [4]uint64{5}, sent); err != nil {
+		t.Fatal(err)
+	}
+	left.Store(1, true)
+	got := make([]byte, len(sent))
+	tk, _ := ts[0].Post(1, 1, got)
+	if meta, n, err := ts[0].Wait(ctx, 1, 1, tk); err != nil || meta[0] != 5 || !bytes.Equal(got[:n], sent) {
+		t.Fatalf("the frame written before leaving: meta %v, %d of %d bytes, err %v", meta, n, len(sent), err)
+	}
+	tk, _ = ts[0].Post(1, 1, got)
+	if _, _, err := ts[0].Wait(ctx, 1, 1, tk); err == nil || !strings.Contains(err.Error(), "rank 1 closed its group after its call #4") {
+		t.Fatalf("a wait after it: got %v, want the farewell", err)
+	}
+}
+
 // TestSendBlocksOnFullRingUntilDrained: with the peer not draining, a
 // sender stops after one ring of fragments and resumes when it drains.
 func TestSendBlocksOnFullRingUntilDrained(t *testing.T) {

@@ -110,6 +110,7 @@ func (t *Transport) sendDirect(ctx context.Context, p *peer, stream uint32, meta
 			dw = t.waiter(ctx, p.rank, "waiting for it to read a frame from this rank's memory")
 		}
 		t.progress(nil)
+		dw.gone.Drained() // a look that found the frame not yet read
 		return dw.pause(ready)
 	}
 	giveUp := time.Now().Add(t.patience)

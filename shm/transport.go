@@ -508,9 +508,10 @@ func (w *waiter) pause(ready func() bool) error {
 // takes a microsecond or less).
 const othersRan = 20 * time.Microsecond
 
-// lastLooks is how many looks a wait takes after its peer left before it
-// gives up (one could miss the ring held by another goroutine draining it).
-const lastLooks = 3
+// lastLooks is how many looks that found the peer's ring empty a wait
+// takes after the peer left before it gives up: one suffices, since the
+// peer published all it sent before its goodbye.
+const lastLooks = 1
 
 // Send copies payload into rank's ring as one frame, blocking while the
 // ring is full (draining this rank's own rings meanwhile, so two ranks
@@ -624,6 +625,7 @@ func (t *Transport) reserve(ctx context.Context, p *peer, n int, w *waiter) (hea
 			*w = t.waiter(ctx, p.rank, "sending (its ring stayed full)")
 		}
 		t.progress(nil)
+		w.gone.Drained() // a look that found no room
 		if err := w.pause(func() bool { return p.fits(head, rec, small, r.tail.Load()) || t.pending() }); err != nil {
 			return 0, 0, false, false, err
 		}
@@ -749,7 +751,9 @@ func (t *Transport) wait(ctx context.Context, p *peer, stream uint32, ticket uin
 		// lock; the mailbox only when something was delivered since the
 		// last look (by this goroutine or another). Polls that find
 		// neither take no lock.
-		if (p.in.published(p.in.tail.Load()) || p.delivered.Load() != seen) && p.rxMu.TryLock() {
+		// Once p said goodbye, every look takes the lock: a wait gives up
+		// only after a look found p's ring empty (gone.Drained).
+		if (p.in.published(p.in.tail.Load()) || p.delivered.Load() != seen || w.gone.Heard()) && p.rxMu.TryLock() {
 			if p.drain() {
 				p.delivered.Add(1)
 				p.wake() // its sender may be waiting for room
@@ -763,6 +767,9 @@ func (t *Transport) wait(ctx context.Context, p *peer, stream uint32, ticket uin
 					}
 					return meta, n, err
 				}
+			}
+			if !p.in.published(p.in.tail.Load()) {
+				w.gone.Drained()
 			}
 			p.rxMu.Unlock()
 		}
@@ -858,7 +865,8 @@ func (t *Transport) recv(ctx context.Context, p *peer, from int, stream uint32, 
 	// A frame waiting in the mailboxes for a receive, or moved there by
 	// another goroutine meanwhile, may be this one or come before it:
 	// Post then finds it.
-	for p.unclaimed.Load() == 0 {
+	// After p's goodbye, Post and wait decide whether anything is left.
+	for p.unclaimed.Load() == 0 && !w.gone.Heard() {
 		if p.in.published(p.in.tail.Load()) && p.rxMu.TryLock() {
 			switch m, n, got := p.take(stream, buf); got {
 			case taken:

@@ -742,6 +742,62 @@ func TestLeftPeer(t *testing.T) {
 	}
 }
 
+// TestLeftPeerFrameInManyRecords: a peer that left with a frame of many
+// records still in this rank's ring (it sent them all before leaving,
+// faster than this rank took them) is received whole: a wait gives up
+// only after a look found the ring empty. Before, it gave up three looks
+// after the goodbye, each taking one record (the sub-group send of
+// TestCloseWaitsForSubGroupSends, abandoned now and then). With and
+// without a spin phase, received with Recv and with Post and Wait.
+func TestLeftPeerFrameInManyRecords(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		spin time.Duration
+		post bool
+	}{
+		{"recv", 0, false},
+		{"post-wait", 0, true},
+		{"recv-spin", 20 * time.Microsecond, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := pairOf(t, Config{Slots: 64, SlotBytes: 1024, Timeout: 10 * time.Second, Spin: tc.spin})
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			sent := payload(3, 12*1024) // 12 records or more, all in the ring
+			if err := a.Send(ctx, 1, 1, [4]uint64{9}, sent); err != nil {
+				t.Fatal(err)
+			}
+			gone := errors.New("rank 0 closed its group after its call #4")
+			b.cfg.Left = func(rank int) error {
+				if rank == 0 {
+					return gone
+				}
+				return nil
+			}
+			got := make([]byte, len(sent))
+			var meta [4]uint64
+			var n int
+			var err error
+			if tc.post {
+				tk, _ := b.Post(0, 1, got)
+				meta, n, err = b.Wait(ctx, 0, 1, tk)
+			} else {
+				meta, n, err = b.Recv(ctx, 0, 1, got)
+			}
+			if err != nil || meta[0] != 9 || !bytes.Equal(got[:n], sent) {
+				t.Fatalf("the frame sent before leaving: meta %v, %d of %d bytes, err %v", meta, n, len(sent), err)
+			}
+			start := time.Now()
+			if _, _, err := b.Recv(ctx, 0, 1, got); !errors.Is(err, gone) {
+				t.Fatalf("a receive after it: got %v, want the farewell", err)
+			}
+			if d := time.Since(start); d > 2*time.Second {
+				t.Errorf("giving up took %v", d)
+			}
+		})
+	}
+}
+
 // TestSleepersAreWoken: frames sent long after the receiver began
 // waiting (past its spin and yield phases, so it sleeps on the doorbell)
 // reach it, with atomic and with plain publishing stores (the latter
