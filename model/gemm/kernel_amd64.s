@@ -45,6 +45,19 @@
 	PREFETCHT0 LAST(R10) \
 	ADDQ R8, R10
 
+// ADD_ROW adds a row of accumulators into C at DX — LO at the row's
+// start, HI at HIOFF bytes in — and SET_ROW stores them there. Both
+// kernels' ADD_TILE and SET_TILE use them.
+#define ADD_ROW(LO, HI, HIOFF) \
+	VADDPS (DX), LO, LO \
+	VADDPS HIOFF(DX), HI, HI \
+	VMOVUPS LO, (DX) \
+	VMOVUPS HI, HIOFF(DX)
+
+#define SET_ROW(LO, HI, HIOFF) \
+	VMOVUPS LO, (DX) \
+	VMOVUPS HI, HIOFF(DX)
+
 // PREFETCH_C256 prefetches the 6×16 tile of C at DX (R10 scratch), the
 // last row without moving R10 on.
 #define PREFETCH_C256 \
@@ -59,41 +72,31 @@
 
 // ADD_TILE256 adds the accumulators into C and SET_TILE256 stores them,
 // a row at a time, moving DX down C.
-#define ADD_ROW256(LO, HI) \
-	VADDPS (DX), LO, LO \
-	VADDPS 32(DX), HI, HI \
-	VMOVUPS LO, (DX) \
-	VMOVUPS HI, 32(DX)
-
 #define ADD_TILE256 \
-	ADD_ROW256(Y4, Y5) \
+	ADD_ROW(Y4, Y5, 32) \
 	ADDQ R8, DX \
-	ADD_ROW256(Y6, Y7) \
+	ADD_ROW(Y6, Y7, 32) \
 	ADDQ R8, DX \
-	ADD_ROW256(Y8, Y9) \
+	ADD_ROW(Y8, Y9, 32) \
 	ADDQ R8, DX \
-	ADD_ROW256(Y10, Y11) \
+	ADD_ROW(Y10, Y11, 32) \
 	ADDQ R8, DX \
-	ADD_ROW256(Y12, Y13) \
+	ADD_ROW(Y12, Y13, 32) \
 	ADDQ R8, DX \
-	ADD_ROW256(Y14, Y15)
-
-#define SET_ROW256(LO, HI) \
-	VMOVUPS LO, (DX) \
-	VMOVUPS HI, 32(DX)
+	ADD_ROW(Y14, Y15, 32)
 
 #define SET_TILE256 \
-	SET_ROW256(Y4, Y5) \
+	SET_ROW(Y4, Y5, 32) \
 	ADDQ R8, DX \
-	SET_ROW256(Y6, Y7) \
+	SET_ROW(Y6, Y7, 32) \
 	ADDQ R8, DX \
-	SET_ROW256(Y8, Y9) \
+	SET_ROW(Y8, Y9, 32) \
 	ADDQ R8, DX \
-	SET_ROW256(Y10, Y11) \
+	SET_ROW(Y10, Y11, 32) \
 	ADDQ R8, DX \
-	SET_ROW256(Y12, Y13) \
+	SET_ROW(Y12, Y13, 32) \
 	ADDQ R8, DX \
-	SET_ROW256(Y14, Y15)
+	SET_ROW(Y14, Y15, 32)
 
 // FINISH_TILE256 ends a kernel: the accumulators added into C when the
 // bool argument at ADD is set, else stored there.
@@ -283,49 +286,55 @@ rowsStore:
 
 // ADD_TILE512 adds the accumulators into C and SET_TILE512 stores them,
 // a row at a time, moving DX down C.
-#define ADD_ROW512(LO, HI) \
-	VADDPS (DX), LO, LO \
-	VADDPS 64(DX), HI, HI \
-	VMOVUPS LO, (DX) \
-	VMOVUPS HI, 64(DX) \
-	ADDQ R8, DX
-
 #define ADD_TILE512 \
-	ADD_ROW512(Z8, Z9) \
-	ADD_ROW512(Z10, Z11) \
-	ADD_ROW512(Z12, Z13) \
-	ADD_ROW512(Z14, Z15) \
-	ADD_ROW512(Z16, Z17) \
-	ADD_ROW512(Z18, Z19) \
-	ADD_ROW512(Z20, Z21) \
-	ADD_ROW512(Z22, Z23) \
-	ADD_ROW512(Z24, Z25) \
-	ADD_ROW512(Z26, Z27) \
-	ADD_ROW512(Z28, Z29) \
-	VADDPS (DX), Z30, Z30 \
-	VADDPS 64(DX), Z31, Z31 \
-	VMOVUPS Z30, (DX) \
-	VMOVUPS Z31, 64(DX)
-
-#define SET_ROW512(LO, HI) \
-	VMOVUPS LO, (DX) \
-	VMOVUPS HI, 64(DX) \
-	ADDQ R8, DX
+	ADD_ROW(Z8, Z9, 64) \
+	ADDQ R8, DX \
+	ADD_ROW(Z10, Z11, 64) \
+	ADDQ R8, DX \
+	ADD_ROW(Z12, Z13, 64) \
+	ADDQ R8, DX \
+	ADD_ROW(Z14, Z15, 64) \
+	ADDQ R8, DX \
+	ADD_ROW(Z16, Z17, 64) \
+	ADDQ R8, DX \
+	ADD_ROW(Z18, Z19, 64) \
+	ADDQ R8, DX \
+	ADD_ROW(Z20, Z21, 64) \
+	ADDQ R8, DX \
+	ADD_ROW(Z22, Z23, 64) \
+	ADDQ R8, DX \
+	ADD_ROW(Z24, Z25, 64) \
+	ADDQ R8, DX \
+	ADD_ROW(Z26, Z27, 64) \
+	ADDQ R8, DX \
+	ADD_ROW(Z28, Z29, 64) \
+	ADDQ R8, DX \
+	ADD_ROW(Z30, Z31, 64)
 
 #define SET_TILE512 \
-	SET_ROW512(Z8, Z9) \
-	SET_ROW512(Z10, Z11) \
-	SET_ROW512(Z12, Z13) \
-	SET_ROW512(Z14, Z15) \
-	SET_ROW512(Z16, Z17) \
-	SET_ROW512(Z18, Z19) \
-	SET_ROW512(Z20, Z21) \
-	SET_ROW512(Z22, Z23) \
-	SET_ROW512(Z24, Z25) \
-	SET_ROW512(Z26, Z27) \
-	SET_ROW512(Z28, Z29) \
-	VMOVUPS Z30, (DX) \
-	VMOVUPS Z31, 64(DX)
+	SET_ROW(Z8, Z9, 64) \
+	ADDQ R8, DX \
+	SET_ROW(Z10, Z11, 64) \
+	ADDQ R8, DX \
+	SET_ROW(Z12, Z13, 64) \
+	ADDQ R8, DX \
+	SET_ROW(Z14, Z15, 64) \
+	ADDQ R8, DX \
+	SET_ROW(Z16, Z17, 64) \
+	ADDQ R8, DX \
+	SET_ROW(Z18, Z19, 64) \
+	ADDQ R8, DX \
+	SET_ROW(Z20, Z21, 64) \
+	ADDQ R8, DX \
+	SET_ROW(Z22, Z23, 64) \
+	ADDQ R8, DX \
+	SET_ROW(Z24, Z25, 64) \
+	ADDQ R8, DX \
+	SET_ROW(Z26, Z27, 64) \
+	ADDQ R8, DX \
+	SET_ROW(Z28, Z29, 64) \
+	ADDQ R8, DX \
+	SET_ROW(Z30, Z31, 64)
 
 // FINISH_TILE512 ends a kernel: the accumulators added into C when the
 // bool argument at ADD is set, else stored there.
