@@ -58,6 +58,22 @@
 	VMOVUPS LO, (DX) \
 	VMOVUPS HI, HIOFF(DX)
 
+// ROWS6 applies ROW (ADD_ROW or SET_ROW) to six rows, moving DX down C
+// (R8 bytes a row) between them: the AVX2 kernel's tile, half the
+// AVX-512 kernel's.
+#define ROWS6(ROW, L0, H0, L1, H1, L2, H2, L3, H3, L4, H4, L5, H5, HIOFF) \
+	ROW(L0, H0, HIOFF) \
+	ADDQ R8, DX \
+	ROW(L1, H1, HIOFF) \
+	ADDQ R8, DX \
+	ROW(L2, H2, HIOFF) \
+	ADDQ R8, DX \
+	ROW(L3, H3, HIOFF) \
+	ADDQ R8, DX \
+	ROW(L4, H4, HIOFF) \
+	ADDQ R8, DX \
+	ROW(L5, H5, HIOFF)
+
 // PREFETCH_C256 prefetches the 6×16 tile of C at DX (R10 scratch), the
 // last row without moving R10 on.
 #define PREFETCH_C256 \
@@ -73,30 +89,10 @@
 // ADD_TILE256 adds the accumulators into C and SET_TILE256 stores them,
 // a row at a time, moving DX down C.
 #define ADD_TILE256 \
-	ADD_ROW(Y4, Y5, 32) \
-	ADDQ R8, DX \
-	ADD_ROW(Y6, Y7, 32) \
-	ADDQ R8, DX \
-	ADD_ROW(Y8, Y9, 32) \
-	ADDQ R8, DX \
-	ADD_ROW(Y10, Y11, 32) \
-	ADDQ R8, DX \
-	ADD_ROW(Y12, Y13, 32) \
-	ADDQ R8, DX \
-	ADD_ROW(Y14, Y15, 32)
+	ROWS6(ADD_ROW, Y4, Y5, Y6, Y7, Y8, Y9, Y10, Y11, Y12, Y13, Y14, Y15, 32)
 
 #define SET_TILE256 \
-	SET_ROW(Y4, Y5, 32) \
-	ADDQ R8, DX \
-	SET_ROW(Y6, Y7, 32) \
-	ADDQ R8, DX \
-	SET_ROW(Y8, Y9, 32) \
-	ADDQ R8, DX \
-	SET_ROW(Y10, Y11, 32) \
-	ADDQ R8, DX \
-	SET_ROW(Y12, Y13, 32) \
-	ADDQ R8, DX \
-	SET_ROW(Y14, Y15, 32)
+	ROWS6(SET_ROW, Y4, Y5, Y6, Y7, Y8, Y9, Y10, Y11, Y12, Y13, Y14, Y15, 32)
 
 // FINISH_TILE256 ends a kernel: the accumulators added into C when the
 // bool argument at ADD is set, else stored there.
@@ -287,54 +283,14 @@ rowsStore:
 // ADD_TILE512 adds the accumulators into C and SET_TILE512 stores them,
 // a row at a time, moving DX down C.
 #define ADD_TILE512 \
-	ADD_ROW(Z8, Z9, 64) \
+	ROWS6(ADD_ROW, Z8, Z9, Z10, Z11, Z12, Z13, Z14, Z15, Z16, Z17, Z18, Z19, 64) \
 	ADDQ R8, DX \
-	ADD_ROW(Z10, Z11, 64) \
-	ADDQ R8, DX \
-	ADD_ROW(Z12, Z13, 64) \
-	ADDQ R8, DX \
-	ADD_ROW(Z14, Z15, 64) \
-	ADDQ R8, DX \
-	ADD_ROW(Z16, Z17, 64) \
-	ADDQ R8, DX \
-	ADD_ROW(Z18, Z19, 64) \
-	ADDQ R8, DX \
-	ADD_ROW(Z20, Z21, 64) \
-	ADDQ R8, DX \
-	ADD_ROW(Z22, Z23, 64) \
-	ADDQ R8, DX \
-	ADD_ROW(Z24, Z25, 64) \
-	ADDQ R8, DX \
-	ADD_ROW(Z26, Z27, 64) \
-	ADDQ R8, DX \
-	ADD_ROW(Z28, Z29, 64) \
-	ADDQ R8, DX \
-	ADD_ROW(Z30, Z31, 64)
+	ROWS6(ADD_ROW, Z20, Z21, Z22, Z23, Z24, Z25, Z26, Z27, Z28, Z29, Z30, Z31, 64)
 
 #define SET_TILE512 \
-	SET_ROW(Z8, Z9, 64) \
+	ROWS6(SET_ROW, Z8, Z9, Z10, Z11, Z12, Z13, Z14, Z15, Z16, Z17, Z18, Z19, 64) \
 	ADDQ R8, DX \
-	SET_ROW(Z10, Z11, 64) \
-	ADDQ R8, DX \
-	SET_ROW(Z12, Z13, 64) \
-	ADDQ R8, DX \
-	SET_ROW(Z14, Z15, 64) \
-	ADDQ R8, DX \
-	SET_ROW(Z16, Z17, 64) \
-	ADDQ R8, DX \
-	SET_ROW(Z18, Z19, 64) \
-	ADDQ R8, DX \
-	SET_ROW(Z20, Z21, 64) \
-	ADDQ R8, DX \
-	SET_ROW(Z22, Z23, 64) \
-	ADDQ R8, DX \
-	SET_ROW(Z24, Z25, 64) \
-	ADDQ R8, DX \
-	SET_ROW(Z26, Z27, 64) \
-	ADDQ R8, DX \
-	SET_ROW(Z28, Z29, 64) \
-	ADDQ R8, DX \
-	SET_ROW(Z30, Z31, 64)
+	ROWS6(SET_ROW, Z20, Z21, Z22, Z23, Z24, Z25, Z26, Z27, Z28, Z29, Z30, Z31, 64)
 
 // FINISH_TILE512 ends a kernel: the accumulators added into C when the
 // bool argument at ADD is set, else stored there.
