@@ -209,8 +209,8 @@ func TestWaitsEnd(t *testing.T) {
 	}
 }
 
-// TestLeftPeerFramesTaken: frames a peer wrote before it left, all of a
-// ring's fragments, are received whole after its goodbye is heard; the
+// TestLeftPeerFramesTaken: a frame a peer wrote before it left, in
+// several fragments, is received whole after its goodbye is heard; the
 // next wait for it gets its farewell.
 func TestLeftPeerFramesTaken(t *testing.T) {
 	var left sync.Map // rank → true once it left
