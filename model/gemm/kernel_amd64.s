@@ -45,6 +45,18 @@
 	PREFETCHT0 LAST(R10) \
 	ADDQ R8, R10
 
+// PREFETCH_ROWS6 prefetches six rows of C from R10 as PREFETCH_ROW does,
+// leaving R10 at the sixth: the AVX2 kernel's tile, half the AVX-512
+// kernel's.
+#define PREFETCH_ROWS6(LAST) \
+	PREFETCH_ROW(LAST) \
+	PREFETCH_ROW(LAST) \
+	PREFETCH_ROW(LAST) \
+	PREFETCH_ROW(LAST) \
+	PREFETCH_ROW(LAST) \
+	PREFETCHT0 (R10) \
+	PREFETCHT0 LAST(R10)
+
 // ADD_ROW adds a row of accumulators into C at DX — LO at the row's
 // start, HI at HIOFF bytes in — and SET_ROW stores them there. Both
 // kernels' ADD_TILE and SET_TILE use them.
@@ -78,13 +90,7 @@
 // last row without moving R10 on.
 #define PREFETCH_C256 \
 	MOVQ DX, R10 \
-	PREFETCH_ROW(60) \
-	PREFETCH_ROW(60) \
-	PREFETCH_ROW(60) \
-	PREFETCH_ROW(60) \
-	PREFETCH_ROW(60) \
-	PREFETCHT0 (R10) \
-	PREFETCHT0 60(R10)
+	PREFETCH_ROWS6(60)
 
 // ADD_TILE256 adds the accumulators into C and SET_TILE256 stores them,
 // a row at a time, moving DX down C.
@@ -240,19 +246,9 @@ rowsStore:
 // last row without moving R10 on.
 #define PREFETCH_C512 \
 	MOVQ DX, R10 \
-	PREFETCH_ROW(124) \
-	PREFETCH_ROW(124) \
-	PREFETCH_ROW(124) \
-	PREFETCH_ROW(124) \
-	PREFETCH_ROW(124) \
-	PREFETCH_ROW(124) \
-	PREFETCH_ROW(124) \
-	PREFETCH_ROW(124) \
-	PREFETCH_ROW(124) \
-	PREFETCH_ROW(124) \
-	PREFETCH_ROW(124) \
-	PREFETCHT0 (R10) \
-	PREFETCHT0 124(R10)
+	PREFETCH_ROWS6(124) \
+	ADDQ R8, R10 \
+	PREFETCH_ROWS6(124)
 
 // STEP512 is one step of depth: B's two vectors at DI into Z0, Z1, then
 // each row's value of A, row r's at address Ar, broadcast and multiplied
