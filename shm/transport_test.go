@@ -700,6 +700,19 @@ func TestWaitsEnd(t *testing.T) {
 	}
 }
 
+// leaves makes t's Config.Left report that rank closed its group (where,
+// as its farewell says) and returns the error it reports.
+func leaves(t *Transport, rank int, where string) error {
+	gone := fmt.Errorf("rank %d closed its group %s", rank, where)
+	t.cfg.Left = func(r int) error {
+		if r == rank {
+			return gone
+		}
+		return nil
+	}
+	return gone
+}
+
 // TestLeftPeer: once Config.Left reports that a rank left, a wait for its
 // data still gets the frames it sent before leaving, then fails at once
 // with the reported error (not at the timeout); so does a send to it
@@ -711,13 +724,7 @@ func TestLeftPeer(t *testing.T) {
 	if err := a.Send(ctx, 1, 1, [4]uint64{7}, sent); err != nil {
 		t.Fatal(err)
 	}
-	gone := errors.New("rank 0 closed its group after its call #13")
-	b.cfg.Left = func(rank int) error {
-		if rank == 0 {
-			return gone
-		}
-		return nil
-	}
+	gone := leaves(b, 0, "after its call #13")
 	got := make([]byte, 100)
 	tk, _ := b.Post(0, 1, got)
 	if meta, n, err := b.Wait(ctx, 0, 1, tk); err != nil || meta[0] != 7 || !bytes.Equal(got[:n], sent) {
@@ -767,13 +774,7 @@ func TestLeftPeerFrameInManyRecords(t *testing.T) {
 			if err := a.Send(ctx, 1, 1, [4]uint64{9}, sent); err != nil {
 				t.Fatal(err)
 			}
-			gone := errors.New("rank 0 closed its group after its call #4")
-			b.cfg.Left = func(rank int) error {
-				if rank == 0 {
-					return gone
-				}
-				return nil
-			}
+			gone := leaves(b, 0, "after its call #4")
 			got := make([]byte, len(sent))
 			var meta [4]uint64
 			var n int
