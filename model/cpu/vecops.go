@@ -12,9 +12,10 @@ import "math"
 // (pool.go), the strided convolutions' image layouts (phased.go: the
 // deinterleave and interleave the Winograd transforms also use, and
 // gather2), the SGD (with momentum), Adam and Adadelta steps (optim.go),
-// and dropout (in AVX-512: its random numbers need 64-bit multiplies).
-// It runs them with the AVX2 kernels of vecops_amd64.s where the
-// processor has them (vector true), else with the loops below; both give
+// and dropout (its random numbers need 64-bit multiplies: AVX-512 has
+// them, the AVX2 kernel makes each of three 32-bit ones). It runs them
+// with the AVX2 kernels of vecops_amd64.s where the processor has them
+// (vector true), else with the loops below; both give
 // the same bits (TestVecOps): the loops round every product to float32
 // (explicit conversions), so that no compiler fuses a multiply and an add
 // the kernels do apart. The operations over several rows take each row's
@@ -834,9 +835,13 @@ func (o vecOps) dropout(y, mask, x []float32, p, keep float32, seed uint64, off 
 	n := len(y)
 	mask, x = mask[:n], x[:n]
 	i := 0
-	if o.wide && n >= 8 {
+	switch {
+	case o.wide && n >= 8:
 		i = n &^ 7
 		dropoutWide(&y[0], &mask[0], &x[0], p, keep, seed, uint64(off), i)
+	case o.vector && n >= 8:
+		i = n &^ 7
+		dropoutVector(&y[0], &mask[0], &x[0], p, keep, seed, uint64(off), i)
 	}
 	for ; i < n; i++ {
 		f := keep

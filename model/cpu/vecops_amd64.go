@@ -122,6 +122,11 @@ func adadeltaVector(p, grad, sq, acc *float32, lr, rho, eps, wd float32, n int)
 //go:noescape
 func adadeltaDecayVector(p, grad, sq, acc *float32, lr, rho, eps, wd float32, n int)
 
+// dropoutVector is vecOps.dropout in AVX2 for n a multiple of 8 (n ≥ 8).
+//
+//go:noescape
+func dropoutVector(y, mask, x *float32, p, keep float32, seed, off uint64, n int)
+
 // dropoutWide is vecOps.dropout in AVX-512 for n a multiple of 8.
 //
 //go:noescape

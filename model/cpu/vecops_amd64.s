@@ -991,6 +991,113 @@ TEXT ·adadeltaDecayVector(SB), NOSPLIT, $0-56
 	MOVQ	n+48(FP), CX
 	LOOPS(ADADELTA_DECAY_8, ADADELTA_DECAY_4, ADADELTA_DECAY_1)
 
+// The AVX2 dropout's lanes' offsets from a group of eight's first index,
+// plus one: Y4 hashes the group's even elements, Y5 its odd ones, so that
+// the hashes, narrowed by shifting Y5's into the high halves of Y4's
+// quadwords, lie in the elements' order.
+DATA dropoutPairs<>+0(SB)/8, $1
+DATA dropoutPairs<>+8(SB)/8, $3
+DATA dropoutPairs<>+16(SB)/8, $5
+DATA dropoutPairs<>+24(SB)/8, $7
+DATA dropoutPairs<>+32(SB)/8, $2
+DATA dropoutPairs<>+40(SB)/8, $4
+DATA dropoutPairs<>+48(SB)/8, $6
+DATA dropoutPairs<>+56(SB)/8, $8
+GLOBL dropoutPairs<>(SB), RODATA|NOPTR, $64
+
+// X = X·C modulo 2⁶⁴ in each quadword lane, AVX2 having no 64-bit
+// multiply: lo(X)·lo(C) + (hi(X)·lo(C) + lo(X)·hi(C))·2³², CL holding C
+// (VPMULUDQ reads the low half of each lane) and CH C >> 32.
+#define MUL64(X, CL, CH, T1, T2) \
+	VPSRLQ	$32, X, T1 \
+	VPMULUDQ	CL, T1, T1 \
+	VPMULUDQ	CH, X, T2 \
+	VPADDQ	T2, T1, T1 \
+	VPSLLQ	$32, T1, T1 \
+	VPMULUDQ	CL, X, X \
+	VPADDQ	T1, X, X
+
+// X = bits 40 to 63 of uniform's hash of X (seed + (i + 1)·golden
+// already added): splitmix64's last step, z ^= z >> 31, leaves those
+// bits as they are, so it is left out.
+#define DROPOUT_HASH(X, T1, T2) \
+	VPSRLQ	$30, X, T1 \
+	VPXOR	T1, X, X \
+	MUL64(X, Y11, Y10, T1, T2) \
+	VPSRLQ	$27, X, T1 \
+	VPXOR	T1, X, X \
+	MUL64(X, Y9, Y8, T1, T2) \
+	VPSRLQ	$40, X, X
+
+// func dropoutVector(y, mask, x *float32, p, keep float32, seed, off uint64, n int)
+// dropoutWide in AVX2: eight elements at a time, their hashes' inputs in
+// Y4 (even elements) and Y5 (odd ones), each lane advanced by 8·golden a
+// group.
+TEXT ·dropoutVector(SB), NOSPLIT, $0-56
+	MOVQ	y+0(FP), DI
+	MOVQ	mask+8(FP), SI
+	MOVQ	x+16(FP), R8
+	VBROADCASTSS	p+24(FP), Y15
+	VBROADCASTSS	keep+28(FP), Y14
+	MOVL	$0x33800000, AX // 2⁻²⁴
+	MOVQ	AX, X0
+	VPBROADCASTD	X0, Y13
+	MOVQ	$0x9e3779b97f4a7c15, AX
+	MOVQ	AX, X0
+	VPBROADCASTQ	X0, Y7
+	SHRQ	$32, AX
+	MOVQ	AX, X0
+	VPBROADCASTQ	X0, Y6
+	MOVQ	$0x9e3779b97f4a7c15, AX
+	SHLQ	$3, AX
+	MOVQ	AX, X0
+	VPBROADCASTQ	X0, Y12
+	MOVQ	$0xbf58476d1ce4e5b9, AX
+	MOVQ	AX, X0
+	VPBROADCASTQ	X0, Y11
+	SHRQ	$32, AX
+	MOVQ	AX, X0
+	VPBROADCASTQ	X0, Y10
+	MOVQ	$0x94d049bb133111eb, AX
+	MOVQ	AX, X0
+	VPBROADCASTQ	X0, Y9
+	SHRQ	$32, AX
+	MOVQ	AX, X0
+	VPBROADCASTQ	X0, Y8
+	VPBROADCASTQ	off+40(FP), Y4
+	VMOVDQA	Y4, Y5
+	VPADDQ	dropoutPairs<>+0(SB), Y4, Y4
+	VPADDQ	dropoutPairs<>+32(SB), Y5, Y5
+	MUL64(Y4, Y7, Y6, Y0, Y1)
+	MUL64(Y5, Y7, Y6, Y0, Y1)
+	VPBROADCASTQ	seed+32(FP), Y0
+	VPADDQ	Y0, Y4, Y4
+	VPADDQ	Y0, Y5, Y5
+	MOVQ	n+48(FP), CX
+	XORQ	AX, AX
+dropoutAVX2:
+	VMOVDQA	Y4, Y0
+	VMOVDQA	Y5, Y1
+	DROPOUT_HASH(Y0, Y2, Y3)
+	DROPOUT_HASH(Y1, Y2, Y3)
+	VPSLLQ	$32, Y1, Y1
+	VPOR	Y1, Y0, Y0
+	VCVTDQ2PS	Y0, Y0
+	VMULPS	Y13, Y0, Y0
+	VCMPPS	$5, Y15, Y0, Y1
+	VANDPS	Y14, Y1, Y1
+	VMOVUPS	Y1, (SI)(AX*4)
+	VMOVUPS	(R8)(AX*4), Y2
+	VMULPS	Y1, Y2, Y2
+	VMOVUPS	Y2, (DI)(AX*4)
+	VPADDQ	Y12, Y4, Y4
+	VPADDQ	Y12, Y5, Y5
+	ADDQ	$8, AX
+	CMPQ	AX, CX
+	JLT	dropoutAVX2
+	VZEROUPPER
+	RET
+
 // The lanes' offsets from a group of eight's first index, plus one
 // (uniform hashes index i as i + 1).
 DATA dropoutLanes<>+0(SB)/8, $1

@@ -76,6 +76,9 @@ func adadeltaDecayVector(p, grad, sq, acc *float32, lr, rho, eps, wd float32, n 
 func dropoutWide(y, mask, x *float32, p, keep float32, seed, off uint64, n int) {
 	panic("no vector kernels")
 }
+func dropoutVector(y, mask, x *float32, p, keep float32, seed, off uint64, n int) {
+	panic("no vector kernels")
+}
 func g4Vector(y0, y1, y2, y3, x0, x1, x2 *float32, n int) { panic("no vector kernels") }
 func adamVector(p, grad, m, v *float32, step, bc2, eps, b1c, b2, b2c, wd float32, n int) {
 	panic("no vector kernels")
