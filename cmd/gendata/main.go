@@ -7,6 +7,9 @@
 //	gendata --format mnist --out /tmp/digits
 //	gendata --format imagefolder --size 96x72 --out /tmp/photos   (train/CLASS/*.jpg, val/CLASS/*.jpg)
 //
+// The format may also come first as a word, as a subcommand:
+// `gendata imagefolder --out /tmp/photos` is the last line's short form.
+//
 // The images are learnable class patterns (see data.Synthetic); train
 // reads the output with --data like the real thing. An image folder is
 // written again only over the same images: other counts, seeds or files
@@ -41,18 +44,32 @@ func run(args []string, stdout io.Writer) error {
 		"Writes a dataset of learnable class patterns in a real dataset's file format, for\ndemos and tests where the real one cannot be downloaded; train reads it with --data.",
 		"gendata --format cifar10 --out data/cifar-10-batches-bin",
 		"gendata --format mnist --out /tmp/digits",
-		"gendata --format imagefolder --size 96x72 --out /tmp/photos   # train/CLASS/*.jpg, val/CLASS/*.jpg")
+		"gendata --format imagefolder --size 96x72 --out /tmp/photos   # train/CLASS/*.jpg, val/CLASS/*.jpg",
+		"gendata imagefolder --out /tmp/photos   # the format first, as a subcommand: the same as --format imagefolder")
+	// A format named first, as a subcommand, stands for --format: the
+	// flags after it are parsed as usual.
+	var word string
+	if len(args) > 0 && isFormat(args[0]) {
+		word, args = args[0], args[1:]
+	}
 	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
-		// Flags after the first argument go unread: say so, not "--out is
+		// Flags after a later argument go unread: say so, not "--out is
 		// required".
-		switch a := fs.Arg(0); data.Format(a) {
-		case data.FormatCIFAR10, data.FormatMNIST, data.FormatImageFolder:
-			return fmt.Errorf("unexpected argument %q: the format is a flag, --format %s", a, a)
+		if a := fs.Arg(0); isFormat(a) {
+			return fmt.Errorf("unexpected argument %q: name the format first (gendata %s --out DIR) or with --format %s", a, a, a)
 		}
 		return cli.NoArguments(fs)
+	}
+	if word != "" {
+		formatSet := false
+		fs.Visit(func(f *flag.Flag) { formatSet = formatSet || f.Name == "format" })
+		if formatSet && *format != word {
+			return fmt.Errorf("gendata %s --format %s: two formats; name one", word, *format)
+		}
+		*format = word
 	}
 	if *out == "" {
 		return fmt.Errorf("--out is required")
@@ -105,4 +122,13 @@ func run(args []string, stdout io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "wrote %d training and %d test images (%s format) to %s\n", *nTrain, *nTest, f, *out)
 	return nil
+}
+
+// isFormat reports whether a names a format gendata writes.
+func isFormat(a string) bool {
+	switch data.Format(a) {
+	case data.FormatCIFAR10, data.FormatMNIST, data.FormatImageFolder:
+		return true
+	}
+	return false
 }
