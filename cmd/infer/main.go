@@ -31,10 +31,13 @@ import (
 )
 
 func main() {
-	os.Exit(cli.Status(os.Stderr, "infer", run(cli.SignalContext(), os.Args[1:], os.Stdout)))
+	os.Exit(cli.Status(os.Stderr, "infer", run(cli.SignalContext(), os.Args[1:], os.Stdout, os.Stderr)))
 }
 
-func run(ctx context.Context, args []string, stdout io.Writer) (err error) {
+// run runs infer with args; results go to stdout, and an image file that
+// does not decode is named on stderr (in --json, as an object on stdout)
+// while the others are classified.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	defer func() {
 		if err != nil && ctx.Err() != nil {
 			err = errors.New("interrupted") // (Ctrl-C, or gorun stopping the job), not the calls' chain of errors
@@ -48,7 +51,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) (err error) {
 	top := fs.Int("top", 3, "classes to print per image")
 	threads := fs.Int("threads", runtime.GOMAXPROCS(0), "compute threads (under gorun, the cores of this rank's share of the machine)")
 	device := fs.String("device", "auto", "compute device: cuda, cpu, or auto (a GPU when the CUDA driver sees one)")
-	batch := fs.Int("batch-size", 128, "evaluation batch size")
+	batch := fs.Int("batch-size", 128, "images a forward pass takes, in --data's evaluation and from image files")
 	merge := fs.String("merge", "", "write the loaded model (e.g. a pipeline run's stage files) as one weights file here and exit")
 	asJSON := fs.Bool("json", false, `print one JSON object per image: {"file": ..., "top": [{"class": index, "name": ..., "prob": ...}, ...]}`)
 	cli.SetUsage(fs, "infer --weights FILE [flags] [IMAGE...]",
@@ -117,27 +120,69 @@ func run(ctx context.Context, args []string, stdout io.Writer) (err error) {
 	if *dataDir != "" {
 		return evaluate(ctx, g, c, *dataDir, *batch, stdout)
 	}
-	var images [][]byte
-	for _, p := range files {
-		b, err := readImage(c, p)
-		if err != nil {
-			return err
+	return classify(c, files, *batch, *top, *asJSON, stdout, stderr)
+}
+
+// classify classifies the image files batch by batch, printing each
+// batch's results as it goes (so memory holds one batch, whatever the
+// number of files). A file that does not decode is named — on stderr, or
+// in --json as {"file": ..., "error": ...} in its place — and the rest
+// are classified; the error returned then counts them and quotes the
+// first.
+func classify(c *train.Classifier, files []string, batch, top int, asJSON bool, stdout, stderr io.Writer) error {
+	enc := json.NewEncoder(stdout)
+	var firstBad error
+	bad := 0
+	for start := 0; start < len(files); start += batch {
+		chunk := files[start:min(start+batch, len(files))]
+		var images [][]byte
+		failed := make([]error, len(chunk))
+		for i, p := range chunk {
+			b, err := readImage(c, p)
+			if err != nil {
+				failed[i] = err
+				bad++
+				if firstBad == nil {
+					firstBad = err
+				}
+				continue
+			}
+			images = append(images, b)
 		}
-		images = append(images, b)
-	}
-	preds, err := c.Classify(images, *top)
-	if err != nil {
-		return err
-	}
-	if *asJSON {
-		return printJSON(stdout, files, preds)
-	}
-	for i, ps := range preds {
-		var parts []string
-		for _, p := range ps {
-			parts = append(parts, fmt.Sprintf("%s %.2f%%", p.Name, 100*p.Probability))
+		var preds [][]train.Prediction
+		if len(images) > 0 {
+			var err error
+			if preds, err = c.Classify(images, top); err != nil {
+				return err
+			}
 		}
-		fmt.Fprintf(stdout, "%s: %s\n", files[i], strings.Join(parts, ", "))
+		// In the files' order: each result or error where its file stands.
+		for i, p := range chunk {
+			if err := failed[i]; err != nil {
+				if asJSON {
+					if err := enc.Encode(struct {
+						File  string `json:"file"`
+						Error string `json:"error"`
+					}{p, err.Error()}); err != nil {
+						return err
+					}
+				} else {
+					fmt.Fprintf(stderr, "infer: %v\n", err)
+				}
+				continue
+			}
+			ps := preds[0]
+			preds = preds[1:]
+			if err := printPredictions(enc, stdout, asJSON, p, ps); err != nil {
+				return err
+			}
+		}
+	}
+	switch {
+	case bad == 1 && len(files) == 1:
+		return firstBad
+	case bad > 0:
+		return fmt.Errorf("%d of %d images could not be read (the others are classified above); the first: %w", bad, len(files), firstBad)
 	}
 	return nil
 }
@@ -205,27 +250,31 @@ func evaluate(ctx context.Context, g *comm.Group, c *train.Classifier, dir strin
 	return nil
 }
 
-// printJSON writes one JSON object per image, a line each.
-func printJSON(w io.Writer, files []string, preds [][]train.Prediction) error {
+// printPredictions prints one image's classes: a JSON object on a line
+// of its own, {"file": ..., "top": [{"class": ..., "name": ..., "prob":
+// ...}, ...]}, or "file: name p%, ...".
+func printPredictions(enc *json.Encoder, w io.Writer, asJSON bool, file string, ps []train.Prediction) error {
+	if !asJSON {
+		parts := make([]string, len(ps))
+		for i, p := range ps {
+			parts[i] = fmt.Sprintf("%s %.2f%%", p.Name, 100*p.Probability)
+		}
+		_, err := fmt.Fprintf(w, "%s: %s\n", file, strings.Join(parts, ", "))
+		return err
+	}
 	type class struct {
 		Class int     `json:"class"`
 		Name  string  `json:"name"`
 		Prob  float64 `json:"prob"`
 	}
-	enc := json.NewEncoder(w)
-	for i, ps := range preds {
-		top := make([]class, len(ps))
-		for j, p := range ps {
-			top[j] = class{p.Class, p.Name, p.Probability}
-		}
-		if err := enc.Encode(struct {
-			File string  `json:"file"`
-			Top  []class `json:"top"`
-		}{files[i], top}); err != nil {
-			return err
-		}
+	top := make([]class, len(ps))
+	for j, p := range ps {
+		top[j] = class{p.Class, p.Name, p.Probability}
 	}
-	return nil
+	return enc.Encode(struct {
+		File string  `json:"file"`
+		Top  []class `json:"top"`
+	}{file, top})
 }
 
 // parseInterspersed parses flags wherever they stand among the arguments

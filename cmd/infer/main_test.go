@@ -9,6 +9,7 @@ import (
 	"image/color"
 	"image/jpeg"
 	"image/png"
+	"io"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -69,7 +70,7 @@ func TestInfer(t *testing.T) {
 	files = append(files, writeImage(t, dir, 9, big, false))
 
 	var out bytes.Buffer
-	if err := run(context.Background(), append([]string{"--weights", ckpt, "--threads", "1"}, files...), &out); err != nil {
+	if err := run(context.Background(), append([]string{"--weights", ckpt, "--threads", "1"}, files...), &out, io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	c, err := train.LoadClassifier(ckpt, "", "", be)
@@ -97,13 +98,13 @@ func TestInfer(t *testing.T) {
 	want := out.String()
 	out.Reset()
 	args := append(append([]string{files[0]}, files[1:len(files)-1]...), "--weights", ckpt, "--threads", "1", "--", files[len(files)-1])
-	if err := run(context.Background(), args, &out); err != nil || out.String() != want {
+	if err := run(context.Background(), args, &out, io.Discard); err != nil || out.String() != want {
 		t.Fatalf("infer %q: %v\n%s\nwant\n%s", args, err, out.String(), want)
 	}
 
 	// --json: one object per image, the same predictions.
 	out.Reset()
-	if err := run(context.Background(), append([]string{"--weights", ckpt, "--threads", "1", "--json", "--top", "2"}, files...), &out); err != nil {
+	if err := run(context.Background(), append([]string{"--weights", ckpt, "--threads", "1", "--json", "--top", "2"}, files...), &out, io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	dec := json.NewDecoder(&out)
@@ -126,8 +127,66 @@ func TestInfer(t *testing.T) {
 		}
 	}
 
+	// Batches smaller than the files: the same lines, printed batch by
+	// batch.
 	out.Reset()
-	if err := run(context.Background(), []string{"--weights", ckpt, "--data", filepath.Join(dir, "digits")}, &out); err != nil {
+	if err := run(context.Background(), append([]string{"--weights", ckpt, "--threads", "1", "--batch-size", "2"}, files...), &out, io.Discard); err != nil || out.String() != want {
+		t.Fatalf("--batch-size 2: %v\n%s\nwant\n%s", err, out.String(), want)
+	}
+
+	// Files that do not decode among good ones: each named (on stderr, or
+	// as a JSON object in its place), the others classified, and an error
+	// at the end that counts them.
+	truncated := filepath.Join(dir, "truncated.jpg")
+	if raw, err := os.ReadFile(files[3]); err != nil {
+		t.Fatal(err)
+	} else if err := os.WriteFile(truncated, raw[:len(raw)/3], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	notImage := filepath.Join(dir, "notes.txt")
+	if err := os.WriteFile(notImage, []byte("not an image\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mixed := []string{files[0], truncated, files[1], notImage, files[2]}
+	var errs bytes.Buffer
+	out.Reset()
+	err = run(context.Background(), append([]string{"--weights", ckpt, "--threads", "1", "--batch-size", "2"}, mixed...), &out, &errs)
+	if err == nil || !strings.Contains(err.Error(), "2 of 5 images could not be read") || !strings.Contains(err.Error(), truncated) {
+		t.Errorf("infer with two bad files: error %v, want one counting 2 of 5 and naming %s", err, truncated)
+	}
+	if wantLines := strings.Split(want, "\n"); out.String() != strings.Join(wantLines[:3], "\n")+"\n" {
+		t.Errorf("infer with two bad files printed\n%s\nwant the good files' lines\n%s", out.String(), strings.Join(wantLines[:3], "\n"))
+	}
+	if e := errs.String(); strings.Count(e, "\n") != 2 || !strings.Contains(e, truncated) || !strings.Contains(e, notImage) {
+		t.Errorf("stderr %q: want a line naming each of %s and %s", e, truncated, notImage)
+	}
+	if err := run(context.Background(), []string{"--weights", ckpt, "--threads", "1", files[0], notImage}, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "1 of 2 images could not be read") {
+		t.Errorf("infer with one bad file of two: error %v, want one counting 1 of 2", err)
+	}
+	out.Reset()
+	errs.Reset()
+	err = run(context.Background(), append([]string{"--weights", ckpt, "--threads", "1", "--json"}, mixed...), &out, &errs)
+	if err == nil || errs.Len() > 0 {
+		t.Errorf("infer --json with two bad files: error %v, stderr %q; want an error and nothing on stderr", err, errs.String())
+	}
+	dec = json.NewDecoder(&out)
+	for i, f := range mixed {
+		var got struct {
+			File  string
+			Error string
+			Top   []struct{ Name string }
+		}
+		if err := dec.Decode(&got); err != nil {
+			t.Fatalf("--json with bad files, object %d: %v", i, err)
+		}
+		bad := f == truncated || f == notImage
+		if got.File != f || bad != (got.Error != "") || bad == (len(got.Top) == 3) || (bad && !strings.Contains(got.Error, f)) {
+			t.Errorf("--json with bad files, object %d: %+v, want file %s (bad: %v)", i, got, f, bad)
+		}
+	}
+
+	out.Reset()
+	if err := run(context.Background(), []string{"--weights", ckpt, "--data", filepath.Join(dir, "digits")}, &out, io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	ev, _ := c.Evaluate(context.Background(), testSet, 64)
@@ -138,11 +197,11 @@ func TestInfer(t *testing.T) {
 	// evaluation's "context canceled".
 	stopped, stop := context.WithCancel(context.Background())
 	stop()
-	if err := run(stopped, []string{"--weights", ckpt, "--data", filepath.Join(dir, "digits")}, &out); err == nil || err.Error() != "interrupted" {
+	if err := run(stopped, []string{"--weights", ckpt, "--data", filepath.Join(dir, "digits")}, &out, io.Discard); err == nil || err.Error() != "interrupted" {
 		t.Errorf("an interrupted evaluation: %v, want \"interrupted\"", err)
 	}
 	missing := filepath.Join(dir, "nope")
-	if err := run(context.Background(), []string{"--weights", ckpt, "--data", missing}, &out); err == nil || !strings.Contains(err.Error(), "--data: stat "+missing) {
+	if err := run(context.Background(), []string{"--weights", ckpt, "--data", missing}, &out, io.Discard); err == nil || !strings.Contains(err.Error(), "--data: stat "+missing) {
 		t.Errorf("--data %s: error %v, want one naming --data and the directory", missing, err)
 	}
 
@@ -171,7 +230,7 @@ func TestInfer(t *testing.T) {
 		{[]string{"--weights", ckpt + ".train", files[0]}, ckpt + ".train is a run's training state (optimizer and progress, for --resume); its weights are in " + ckpt},
 		{[]string{"--weights", ckpt, "--model", "cifarnet", files[0]}, ckpt + ": --model cifarnet, but the checkpoint was trained as mnist (without --model it is built as that): state does not match the model"},
 	} {
-		if err := run(context.Background(), bad.args, &out); err == nil || !strings.Contains(err.Error(), bad.want) {
+		if err := run(context.Background(), bad.args, &out, io.Discard); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("infer %v: error %v, want %q", bad.args, err, bad.want)
 		}
 	}
@@ -192,7 +251,7 @@ func TestInferFlagErrors(t *testing.T) {
 	}
 	for _, c := range cases {
 		var out bytes.Buffer
-		err := run(context.Background(), c.args, &out)
+		err := run(context.Background(), c.args, &out, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("infer %v: error %v, want %q", c.args, err, c.want)
 		}
@@ -222,7 +281,7 @@ func TestInferWeightsNotWeights(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var out bytes.Buffer
-			err := run(context.Background(), []string{"--weights", c.weights, c.weights}, &out)
+			err := run(context.Background(), []string{"--weights", c.weights, c.weights}, &out, io.Discard)
 			if err == nil || !strings.Contains(err.Error(), c.weights) || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "--model") {
 				t.Fatalf("error %v; want one naming %s with %q, without --model", err, c.weights, c.want)
 			}
@@ -290,7 +349,7 @@ func TestInferImageFolderModel(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	if err := run(context.Background(), []string{"--weights", ckpt, "--threads", "1", "--top", "1", samples[5].Path}, &out); err != nil {
+	if err := run(context.Background(), []string{"--weights", ckpt, "--threads", "1", "--top", "1", samples[5].Path}, &out, io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	c, err := train.LoadClassifier(ckpt, "", "", be)
@@ -333,7 +392,7 @@ func TestInferImageFolderModel(t *testing.T) {
 		{mixed, `the model has 10 classes (airplane, automobile, bird, cat, deer, … 10 in all); imagefolder:mixed's class 0 is "cat", the model's "airplane": its labels would be scored as other classes`},
 		{extra, "the model has 10 classes (airplane, automobile, bird, cat, deer, … 10 in all); imagefolder:extra has 11 (airplane, automobile, bird, cat, deer, … 11 in all): its labels"},
 	} {
-		if err := run(context.Background(), []string{"--weights", ckpt, "--threads", "1", "--data", c.dir}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), c.want) {
+		if err := run(context.Background(), []string{"--weights", ckpt, "--threads", "1", "--data", c.dir}, &bytes.Buffer{}, io.Discard); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("--data %s: %v, want %q", c.dir, err, c.want)
 		}
 	}
@@ -373,16 +432,16 @@ torch.save(m.state_dict(), sys.argv[2])`
 		t.Fatalf("torch.save: %v\n%s", err, b)
 	}
 	var want, got bytes.Buffer
-	if err := run(context.Background(), []string{"--model", "mnist", "--weights", st, "--data", filepath.Join(dir, "digits")}, &want); err != nil {
+	if err := run(context.Background(), []string{"--model", "mnist", "--weights", st, "--data", filepath.Join(dir, "digits")}, &want, io.Discard); err != nil {
 		t.Fatal(err)
 	}
-	if err := run(context.Background(), []string{"--model", "mnist", "--weights", pth, "--data", filepath.Join(dir, "digits")}, &got); err != nil {
+	if err := run(context.Background(), []string{"--model", "mnist", "--weights", pth, "--data", filepath.Join(dir, "digits")}, &got, io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	if got.String() != want.String() || !strings.Contains(got.String(), "Accuracy: ") {
 		t.Fatalf("with the torch.save file:\n%s\nwith the safetensors it came from:\n%s", got.String(), want.String())
 	}
-	if err := run(context.Background(), []string{"--weights", pth, "--data", filepath.Join(dir, "digits")}, &got); err == nil || !strings.Contains(err.Error(), pth+" has no gorun metadata") || !strings.Contains(err.Error(), "pass --model") {
+	if err := run(context.Background(), []string{"--weights", pth, "--data", filepath.Join(dir, "digits")}, &got, io.Discard); err == nil || !strings.Contains(err.Error(), pth+" has no gorun metadata") || !strings.Contains(err.Error(), "pass --model") {
 		t.Fatalf("without --model: %v", err)
 	}
 }
