@@ -29,7 +29,11 @@ type Classifier struct {
 	Mean    []float32
 	Std     []float32
 	Dataset string
-	be      tensor.Backend
+	// SkipBadImages leaves the images whose files cannot be decoded out
+	// of an evaluation (Evaluation.Skipped counts them) instead of
+	// stopping at the first with an error naming it.
+	SkipBadImages bool
+	be            tensor.Backend
 }
 
 // LoadClassifier loads the weights at path into the model named in its
@@ -213,7 +217,7 @@ func (c *Classifier) EvaluateOn(ctx context.Context, g *comm.Group, ds *data.Dat
 		return Evaluation{}, fmt.Errorf("the model has %d classes (%s); %s: its labels would be scored as other classes; evaluate it on data of the model's classes",
 			c.Model.Classes, someNames(c.Classes), differ)
 	}
-	loader, err := data.NewLoader(ds, batch, data.Transform{Mean: c.Mean, Std: c.Std}, data.LoaderConfig{Prefetch: 2, Workers: runtime.GOMAXPROCS(0)})
+	loader, err := data.NewLoader(ds, batch, data.Transform{Mean: c.Mean, Std: c.Std}, data.LoaderConfig{Prefetch: 2, Workers: runtime.GOMAXPROCS(0), SkipBad: c.SkipBadImages})
 	if err != nil {
 		return Evaluation{}, err
 	}

@@ -53,6 +53,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	device := fs.String("device", "auto", "compute device: cuda, cpu, or auto (a GPU when the CUDA driver sees one)")
 	batch := fs.Int("batch-size", 128, "images a forward pass takes, in --data's evaluation and from image files")
 	merge := fs.String("merge", "", "write the loaded model (e.g. a pipeline run's stage files) as one weights file here and exit")
+	skipBad := fs.Bool("skip-bad-images", false, "leave image files that cannot be decoded out (--data's evaluation, and the files given) and count them at the end, exit status 0 (default: the evaluation stops with an error naming the file; files given are each named and the exit status is 1)")
 	asJSON := fs.Bool("json", false, `print one JSON object per image: {"file": ..., "top": [{"class": index, "name": ..., "prob": ...}, ...]}`)
 	cli.SetUsage(fs, "infer --weights FILE [flags] [IMAGE...]",
 		"Classifies images with trained weights, or evaluates them on a dataset's test split\n(--data). The model, class names and normalisation come from the checkpoint; plain\nweights (a safetensors file or torch.save's state dict) need --model.",
@@ -117,10 +118,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 		fmt.Fprintf(stdout, "wrote %s (model %s)\n", *merge, c.Model.Name)
 		return nil
 	}
+	c.SkipBadImages = *skipBad
 	if *dataDir != "" {
 		return evaluate(ctx, g, c, *dataDir, *batch, stdout)
 	}
-	return classify(c, files, *batch, *top, *asJSON, stdout, stderr)
+	return classify(c, files, *batch, *top, *asJSON, *skipBad, stdout, stderr)
 }
 
 // classify classifies the image files batch by batch, printing each
@@ -128,8 +130,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 // number of files). A file that does not decode is named — on stderr, or
 // in --json as {"file": ..., "error": ...} in its place — and the rest
 // are classified; the error returned then counts them and quotes the
-// first.
-func classify(c *train.Classifier, files []string, batch, top int, asJSON bool, stdout, stderr io.Writer) error {
+// first (with skipBad, a count on stderr instead, and no error).
+func classify(c *train.Classifier, files []string, batch, top int, asJSON, skipBad bool, stdout, stderr io.Writer) error {
 	enc := json.NewEncoder(stdout)
 	var firstBad error
 	bad := 0
@@ -179,6 +181,8 @@ func classify(c *train.Classifier, files []string, batch, top int, asJSON bool, 
 		}
 	}
 	switch {
+	case bad > 0 && skipBad:
+		fmt.Fprintf(stderr, "infer: %d of %d images could not be read and were left out (--skip-bad-images)\n", bad, len(files))
 	case bad == 1 && len(files) == 1:
 		return firstBad
 	case bad > 0:
@@ -224,6 +228,12 @@ func evaluate(ctx context.Context, g *comm.Group, c *train.Classifier, dir strin
 			counts[r] = strconv.Itoa(n)
 		}
 		shared = fmt.Sprintf(", shared by %d ranks: %s images", len(counts), strings.Join(counts, ", "))
+	}
+	switch {
+	case ev.Skipped == 1:
+		shared += ", 1 image file that could not be read left out (--skip-bad-images)"
+	case ev.Skipped > 1:
+		shared += fmt.Sprintf(", %d image files that could not be read left out (--skip-bad-images)", ev.Skipped)
 	}
 	fmt.Fprintf(w, "Test set (%s%s): Average loss: %.4f, Accuracy: %d/%d (%.2f%%)\n\n", test.Name, shared, ev.Loss, ev.Correct, ev.Total, 100*ev.Accuracy())
 	fmt.Fprintln(w, "Confusion matrix (rows: true class, columns: predicted):")

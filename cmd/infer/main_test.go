@@ -163,6 +163,19 @@ func TestInfer(t *testing.T) {
 	if err := run(context.Background(), []string{"--weights", ckpt, "--threads", "1", files[0], notImage}, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "1 of 2 images could not be read") {
 		t.Errorf("infer with one bad file of two: error %v, want one counting 1 of 2", err)
 	}
+	// --skip-bad-images: the same lines, the bad files named and counted
+	// on stderr, and no error.
+	out.Reset()
+	errs.Reset()
+	if err := run(context.Background(), append([]string{"--weights", ckpt, "--threads", "1", "--skip-bad-images"}, mixed...), &out, &errs); err != nil {
+		t.Errorf("infer --skip-bad-images with two bad files: %v", err)
+	}
+	if wantLines := strings.Split(want, "\n"); out.String() != strings.Join(wantLines[:3], "\n")+"\n" {
+		t.Errorf("infer --skip-bad-images printed\n%s\nwant the good files' lines\n%s", out.String(), strings.Join(wantLines[:3], "\n"))
+	}
+	if e := errs.String(); !strings.Contains(e, truncated) || !strings.Contains(e, notImage) || !strings.Contains(e, "2 of 5 images could not be read and were left out (--skip-bad-images)") {
+		t.Errorf("infer --skip-bad-images: stderr %q, want each bad file named and a count", e)
+	}
 	out.Reset()
 	errs.Reset()
 	err = run(context.Background(), append([]string{"--weights", ckpt, "--threads", "1", "--json"}, mixed...), &out, &errs)
@@ -395,6 +408,35 @@ func TestInferImageFolderModel(t *testing.T) {
 		if err := run(context.Background(), []string{"--weights", ckpt, "--threads", "1", "--data", c.dir}, &bytes.Buffer{}, io.Discard); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("--data %s: %v, want %q", c.dir, err, c.want)
 		}
+	}
+	// A file among the val images that does not decode: --data's
+	// evaluation stops naming it, or with --skip-bad-images leaves it out
+	// and says how many it left out.
+	broken := filepath.Join(dir, "broken")
+	if err := os.CopyFS(broken, os.DirFS(folder)); err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(broken, "val", "cat", "zz-truncated.jpg")
+	if raw, err := os.ReadFile(samples[5].Path); err != nil {
+		t.Fatal(err)
+	} else if err := os.WriteFile(bad, raw[:len(raw)/4], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := run(context.Background(), []string{"--weights", ckpt, "--threads", "1", "--data", broken}, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), bad) || !strings.Contains(err.Error(), "--skip-bad-images") {
+		t.Errorf("--data with a truncated JPEG: error %v, want one naming %s and --skip-bad-images", err, bad)
+	}
+	var whole, skipped bytes.Buffer
+	if err := run(context.Background(), []string{"--weights", ckpt, "--threads", "1", "--data", folder}, &whole, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if err := run(context.Background(), []string{"--weights", ckpt, "--threads", "1", "--data", broken, "--skip-bad-images"}, &skipped, io.Discard); err != nil {
+		t.Fatalf("--data with a truncated JPEG and --skip-bad-images: %v", err)
+	}
+	// The same 40 images scored, and the one left out said.
+	first := func(b *bytes.Buffer) string { return strings.SplitN(b.String(), "\n", 2)[0] }
+	wantLine := strings.Replace(first(&whole), "imagefolder:photos", "imagefolder:broken, 1 image file that could not be read left out (--skip-bad-images)", 1)
+	if got := first(&skipped); got != wantLine || !strings.Contains(got, "/40 ") {
+		t.Errorf("--skip-bad-images printed %q, want %q", got, wantLine)
 	}
 }
 
