@@ -1,6 +1,7 @@
 package data
 
 import (
+	"bytes"
 	"fmt"
 	"image"
 	_ "image/jpeg" // decoders for DecodeImageFile
@@ -68,6 +69,24 @@ func DecodeImageFile(path string) (image.Image, error) {
 // emptyImageFile is the error for an image file of 0 bytes at where.
 func emptyImageFile(where string) error {
 	return fmt.Errorf("%s: an empty file (0 bytes), not an image", where)
+}
+
+// checkImageHeader checks that b, the contents of the image file at
+// where, starts as an image the loaders decode would — a JPEG or PNG
+// header, its size within MaxImagePixels — without decoding its pixels
+// (a file cut short after its header passes).
+func checkImageHeader(b []byte, where string) error {
+	if len(b) == 0 {
+		return emptyImageFile(where)
+	}
+	cfg, _, err := image.DecodeConfig(bytes.NewReader(b))
+	if err == nil {
+		err = checkImageSize(cfg.Width, cfg.Height, MaxImagePixels)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: not an image the loaders decode (JPEG or PNG): %w", where, err)
+	}
+	return nil
 }
 
 // decodeBounded decodes the image r holds with Go's decoders once the size

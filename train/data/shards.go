@@ -546,7 +546,8 @@ func writeShard(path string, samples []FolderSample, first, resize int, reader *
 }
 
 // shardImage returns the bytes a shard stores for the image file at path,
-// and their extension.
+// and their extension: the file as it is (its header checked), or with
+// resize above 0 the image decoded and, if larger, scaled down.
 func shardImage(path string, resize int, reader *ImageReader) ([]byte, string, error) {
 	ext := strings.ToLower(filepath.Ext(path))
 	if ext == ".jpeg" {
@@ -557,6 +558,12 @@ func shardImage(path string, resize int, reader *ImageReader) ([]byte, string, e
 		return nil, "", err
 	}
 	if resize == 0 {
+		// Stored as it is, undecoded: its header at least is checked
+		// here, so that a file that is no image is named now, by its
+		// path, not hours into training by a shard member's key.
+		if err := checkImageHeader(b, path); err != nil {
+			return nil, "", err
+		}
 		return b, ext, nil
 	}
 	m, err := reader.Read(path)

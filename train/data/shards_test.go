@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"hash/crc32"
 	"io"
 	"io/fs"
 	"math"
@@ -273,6 +274,35 @@ func TestShardErrors(t *testing.T) {
 	}
 	if err := WriteShards(t.TempDir(), t.TempDir(), ShardOptions{Samples: 5}); err == nil || !strings.Contains(err.Error(), "is not an image folder") {
 		t.Errorf("packing an empty directory: %v", err)
+	}
+	// Files that are no image (an HTML page a download saved as .jpg, an
+	// empty file, a PNG header declaring more pixels than the loaders
+	// take) are refused when packed, named by their path, not stored
+	// for training to find: with and without resizing.
+	huge := append([]byte(nil), png[:33]...) // the signature and IHDR, whose size and CRC are changed
+	binary.BigEndian.PutUint32(huge[16:], 100000)
+	binary.BigEndian.PutUint32(huge[20:], 100000)
+	binary.BigEndian.PutUint32(huge[29:], crc32.ChecksumIEEE(huge[12:29]))
+	for _, bad := range []struct{ name, body, want string }{
+		{"page.jpg", "<html>404 Not Found</html>", "not an image the loaders decode (JPEG or PNG): image: unknown format"},
+		{"empty.jpg", "", "an empty file (0 bytes), not an image"},
+		{"huge.png", string(huge), "100000×100000 pixels"},
+	} {
+		for _, resize := range []int{0, 16} {
+			folder, _, _ := imageFolderSet(t, 32)
+			path := filepath.Join(folder, "val", "cat", bad.name)
+			if err := os.WriteFile(path, []byte(bad.body), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			out := t.TempDir()
+			err := WriteShards(folder, out, ShardOptions{Samples: 5, Resize: resize})
+			if err == nil || !strings.Contains(err.Error(), path) || (resize == 0 && !strings.Contains(err.Error(), bad.want)) {
+				t.Errorf("packing %s (resize %d): %v; want an error naming it (%q)", bad.name, resize, err, bad.want)
+			}
+			if _, err := os.Stat(filepath.Join(out, ShardsIndex)); err == nil {
+				t.Errorf("packing %s (resize %d) left an index", bad.name, resize)
+			}
+		}
 	}
 }
 
