@@ -1005,6 +1005,21 @@ DATA dropoutPairs<>+48(SB)/8, $6
 DATA dropoutPairs<>+56(SB)/8, $8
 GLOBL dropoutPairs<>(SB), RODATA|NOPTR, $64
 
+// DROPOUT_APPLY turns eight hashes (24-bit integers in Y0's lanes) into
+// the mask and output of elements AX … AX+7: u = hash·SCALE (2⁻²⁴) is
+// uniform in [0, 1); the mask is keep (Y14) where !(u < p) (p in Y15),
+// else +0; y = x (R8) · mask; the mask goes to SI and y to DI. Y1 and Y2
+// are scratch.
+#define DROPOUT_APPLY(SCALE) \
+	VCVTDQ2PS	Y0, Y0 \
+	VMULPS	SCALE, Y0, Y0 \
+	VCMPPS	$5, Y15, Y0, Y1 \
+	VANDPS	Y14, Y1, Y1 \
+	VMOVUPS	Y1, (SI)(AX*4) \
+	VMOVUPS	(R8)(AX*4), Y2 \
+	VMULPS	Y1, Y2, Y2 \
+	VMOVUPS	Y2, (DI)(AX*4)
+
 // X = X·C modulo 2⁶⁴ in each quadword lane, AVX2 having no 64-bit
 // multiply: lo(X)·lo(C) + (hi(X)·lo(C) + lo(X)·hi(C))·2³², CL holding C
 // (VPMULUDQ reads the low half of each lane) and CH C >> 32.
@@ -1082,14 +1097,7 @@ dropoutAVX2:
 	DROPOUT_HASH(Y1, Y2, Y3)
 	VPSLLQ	$32, Y1, Y1
 	VPOR	Y1, Y0, Y0
-	VCVTDQ2PS	Y0, Y0
-	VMULPS	Y13, Y0, Y0
-	VCMPPS	$5, Y15, Y0, Y1
-	VANDPS	Y14, Y1, Y1
-	VMOVUPS	Y1, (SI)(AX*4)
-	VMOVUPS	(R8)(AX*4), Y2
-	VMULPS	Y1, Y2, Y2
-	VMOVUPS	Y2, (DI)(AX*4)
+	DROPOUT_APPLY(Y13)
 	VPADDQ	Y12, Y4, Y4
 	VPADDQ	Y12, Y5, Y5
 	ADDQ	$8, AX
@@ -1150,14 +1158,7 @@ dropout8:
 	VPXORQ	Z1, Z0, Z0
 	VPSRLQ	$40, Z0, Z0
 	VPMOVQD	Z0, Y0
-	VCVTDQ2PS	Y0, Y0
-	VMULPS	Y7, Y0, Y0
-	VCMPPS	$5, Y15, Y0, Y1
-	VANDPS	Y14, Y1, Y1
-	VMOVUPS	Y1, (SI)(AX*4)
-	VMOVUPS	(R8)(AX*4), Y2
-	VMULPS	Y1, Y2, Y2
-	VMOVUPS	Y2, (DI)(AX*4)
+	DROPOUT_APPLY(Y7)
 	VPADDQ	Z8, Z12, Z12
 	ADDQ	$8, AX
 	CMPQ	AX, CX
