@@ -129,8 +129,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 // batch's results as it goes (so memory holds one batch, whatever the
 // number of files). A file that does not decode is named — on stderr, or
 // in --json as {"file": ..., "error": ...} in its place — and the rest
-// are classified; the error returned then counts them and quotes the
-// first (with skipBad, a count on stderr instead, and no error).
+// are classified; the error returned then counts them (with skipBad, a
+// count on stderr instead, and no error). A single file's error is the
+// error returned.
 func classify(c *train.Classifier, files []string, batch, top int, asJSON, skipBad bool, stdout, stderr io.Writer) error {
 	enc := json.NewEncoder(stdout)
 	var firstBad error
@@ -168,7 +169,8 @@ func classify(c *train.Classifier, files []string, batch, top int, asJSON, skipB
 					}{p, err.Error()}); err != nil {
 						return err
 					}
-				} else {
+				} else if len(files) > 1 || skipBad {
+					// (One file alone: its error is infer's.)
 					fmt.Fprintf(stderr, "infer: %v\n", err)
 				}
 				continue
@@ -181,14 +183,15 @@ func classify(c *train.Classifier, files []string, batch, top int, asJSON, skipB
 		}
 	}
 	switch {
-	case bad > 0 && skipBad:
+	case bad == 0:
+		return nil
+	case skipBad:
 		fmt.Fprintf(stderr, "infer: %d of %d images could not be read and were left out (--skip-bad-images)\n", bad, len(files))
-	case bad == 1 && len(files) == 1:
+		return nil
+	case len(files) == 1:
 		return firstBad
-	case bad > 0:
-		return fmt.Errorf("%d of %d images could not be read (the others are classified above); the first: %w", bad, len(files), firstBad)
 	}
-	return nil
+	return fmt.Errorf("%d of %d images could not be read, each named where it stands; the others are classified", bad, len(files))
 }
 
 // readImage reads the image at p as c's model takes it: a model trained
