@@ -194,11 +194,16 @@ func LoadShards(dir string, crop int) (train, test *Dataset, err error) {
 	return splits[0], splits[1], nil
 }
 
+// sourceRecord is the PAX record in which a shard's image member names
+// the file it was packed from (relative to the image folder), so that the
+// loader's errors name it; tar readers that do not know it skip it.
+const sourceRecord = "GORUN.source"
+
 // shardSample is one sample read from a shard.
 type shardSample struct {
 	image []byte
 	label int32
-	where string // shard and key, for errors
+	where string // shard and key (and the file packed), for errors
 }
 
 // shardStream reads the samples a loader needs from their shards, each
@@ -320,11 +325,16 @@ func (r *shardReader) next(keep bool, classes int) (int, shardSample, error) {
 			r.pending = h
 			break
 		}
+		if key == "" {
+			s.where = r.path + ": " + k
+		}
 		key = k
-		s.where = r.path + ": " + key
 		switch strings.ToLower(ext) {
 		case "jpg", "jpeg", "png":
 			haveImage = true
+			if src := h.PAXRecords[sourceRecord]; src != "" {
+				s.where = r.path + ": " + key + " (packed from " + src + ")"
+			}
 			if err := checkImageFileSize(h.Size); err != nil {
 				return 0, shardSample{}, fmt.Errorf("%s: %s: %w", r.path, h.Name, err)
 			}
@@ -430,7 +440,7 @@ func WriteShards(dir, out string, o ShardOptions) error {
 		for first := 0; first < len(all); first += o.Samples {
 			name := fmt.Sprintf("%s-%06d.tar", split, first/o.Samples)
 			part := all[first:min(first+o.Samples, len(all))]
-			if err := writeShard(filepath.Join(out, name), part, first, o.Resize, reader); err != nil {
+			if err := writeShard(filepath.Join(out, name), dir, part, first, o.Resize, reader); err != nil {
 				return err
 			}
 			idx.Splits[split] = append(idx.Splits[split], shardFile{File: name, Samples: len(part)})
@@ -518,8 +528,9 @@ func removeStale(out string, earlier []string, idx shardIndex) error {
 	return nil
 }
 
-// writeShard writes one shard of samples, keys numbered from first.
-func writeShard(path string, samples []FolderSample, first, resize int, reader *ImageReader) error {
+// writeShard writes one shard of samples, keys numbered from first, each
+// image member naming its file relative to root (sourceRecord).
+func writeShard(path, root string, samples []FolderSample, first, resize int, reader *ImageReader) error {
 	return atomicfile.Write(path, func(w io.Writer) error {
 		tw := tar.NewWriter(w)
 		for i, s := range samples {
@@ -528,12 +539,18 @@ func writeShard(path string, samples []FolderSample, first, resize int, reader *
 			if err != nil {
 				return err
 			}
+			// The image's file in the folder, for the loader's errors.
+			src := s.Path
+			if rel, err := filepath.Rel(root, s.Path); err == nil {
+				src = filepath.ToSlash(rel)
+			}
 			cls := []byte(strconv.Itoa(s.Class))
 			for _, m := range []struct {
 				name string
 				b    []byte
-			}{{key + ext, img}, {key + ".cls", cls}} {
-				if err := tw.WriteHeader(&tar.Header{Name: m.name, Mode: 0o644, Size: int64(len(m.b)), Typeflag: tar.TypeReg}); err != nil {
+				pax  map[string]string
+			}{{key + ext, img, map[string]string{sourceRecord: src}}, {key + ".cls", cls, nil}} {
+				if err := tw.WriteHeader(&tar.Header{Name: m.name, Mode: 0o644, Size: int64(len(m.b)), Typeflag: tar.TypeReg, PAXRecords: m.pax}); err != nil {
 					return err
 				}
 				if _, err := tw.Write(m.b); err != nil {

@@ -306,6 +306,58 @@ func TestShardErrors(t *testing.T) {
 	}
 }
 
+// TestShardNamesPackedFile: an image cut short after its header passes
+// the packing's check and fails when the loader decodes it; the error
+// names the shard, the key and the file it was packed from (a PAX record
+// on the image member), so that the file can be found in the folder; with
+// SkipBad the epoch goes on and the skipped image is named the same way.
+func TestShardNamesPackedFile(t *testing.T) {
+	folder, _, _ := imageFolderSet(t, 32)
+	pngs, _ := filepath.Glob(filepath.Join(folder, "train", "*", "*.png"))
+	if len(pngs) == 0 {
+		t.Fatal("no PNG files in the folder")
+	}
+	cut := pngs[len(pngs)/2]
+	raw, err := os.ReadFile(cut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cut, raw[:len(raw)*2/3], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rel, _ := filepath.Rel(folder, cut)
+	dir := filepath.Join(t.TempDir(), "shards")
+	if err := WriteShards(folder, dir, ShardOptions{Samples: 7}); err != nil {
+		t.Fatalf("packing an image cut after its header: %v", err)
+	}
+	train, _, err := LoadShards(dir, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, skip := range []bool{false, true} {
+		l, err := NewLoader(train, 8, Plain(train), LoaderConfig{Workers: 2, SkipBad: skip})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Start(0, Sampler{N: train.Len(), World: 1}.Indices(0)); err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for b, ok := l.Next(); ok; b, ok = l.Next() {
+			n += b.Len()
+		}
+		want := "(packed from " + filepath.ToSlash(rel) + ")"
+		if !skip {
+			if err := l.Err(); err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "train-0000") {
+				t.Errorf("the epoch's error %v; want one naming the shard and %q", err, want)
+			}
+		} else if err := l.Err(); err != nil || n != train.Len()-1 || len(l.Skipped()) != 1 || !strings.Contains(l.Skipped()[0], want) {
+			t.Errorf("with SkipBad: %v, %d of %d images, skipped %q; want all but one, named %q", err, n, train.Len(), l.Skipped(), want)
+		}
+		l.Stop()
+	}
+}
+
 // TestShardRepack: packing again into a directory replaces the earlier
 // packing: its shards the new index does not list are removed, other
 // files left (also one a hand-edited index names); a packing that fails part-way leaves no index naming
