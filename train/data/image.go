@@ -33,7 +33,7 @@ const maxImageFileBytes = 2 << 30
 // empty or has more than limit pixels (MaxImagePixels but in tests).
 func checkImageSize(w, h, limit int) error {
 	if w < 1 || h < 1 {
-		return fmt.Errorf("%d×%d pixels: an empty image", w, h)
+		return fmt.Errorf("%d×%d pixels: an empty image, or a header cut short", w, h)
 	}
 	if int64(w)*int64(h) > int64(limit) {
 		return fmt.Errorf("%d×%d pixels: more than the %d an image may have (Pillow's decompression-bomb limit)", w, h, limit)
