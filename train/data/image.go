@@ -79,24 +79,26 @@ func checkImageHeader(b []byte, where string) error {
 	if len(b) == 0 {
 		return emptyImageFile(where)
 	}
-	cfg, _, err := image.DecodeConfig(bytes.NewReader(b))
-	if err == nil {
-		err = checkImageSize(cfg.Width, cfg.Height, MaxImagePixels)
-	}
-	if err != nil {
+	if err := checkHeader(bytes.NewReader(b), MaxImagePixels); err != nil {
 		return fmt.Errorf("%s: not an image the loaders decode (JPEG or PNG): %w", where, err)
 	}
 	return nil
 }
 
-// decodeBounded decodes the image r holds with Go's decoders once the size
-// its header declares passed checkImageSize against limit.
-func decodeBounded(r io.ReadSeeker, limit int) (image.Image, error) {
+// checkHeader reads the image header r starts with and checks the size it
+// declares against limit (checkImageSize).
+func checkHeader(r io.Reader, limit int) error {
 	cfg, _, err := image.DecodeConfig(r)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if err := checkImageSize(cfg.Width, cfg.Height, limit); err != nil {
+	return checkImageSize(cfg.Width, cfg.Height, limit)
+}
+
+// decodeBounded decodes the image r holds with Go's decoders once the size
+// its header declares passed checkHeader against limit.
+func decodeBounded(r io.ReadSeeker, limit int) (image.Image, error) {
+	if err := checkHeader(r, limit); err != nil {
 		return nil, err
 	}
 	if _, err := r.Seek(0, io.SeekStart); err != nil {

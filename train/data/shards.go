@@ -564,13 +564,15 @@ func writeShard(path, root string, samples []FolderSample, first, resize int, re
 
 // shardImage returns the bytes a shard stores for the image file at path,
 // and their extension: the file as it is (its header checked), or with
-// resize above 0 the image decoded and, if larger, scaled down.
+// resize above 0 the image decoded and, if larger, scaled down. The file
+// is read once, within the loaders' bound on an image file's size, into
+// reader's buffer: the bytes returned are valid until reader's next read.
 func shardImage(path string, resize int, reader *ImageReader) ([]byte, string, error) {
 	ext := strings.ToLower(filepath.Ext(path))
 	if ext == ".jpeg" {
 		ext = ".jpg"
 	}
-	b, err := os.ReadFile(path)
+	b, err := reader.readFile(path)
 	if err != nil {
 		return nil, "", err
 	}
@@ -583,7 +585,7 @@ func shardImage(path string, resize int, reader *ImageReader) ([]byte, string, e
 		}
 		return b, ext, nil
 	}
-	m, err := reader.Read(path)
+	m, err := reader.decode(b, path, nil)
 	if err != nil {
 		return nil, "", err
 	}
