@@ -304,6 +304,19 @@ func TestShardErrors(t *testing.T) {
 			}
 		}
 	}
+	// A file larger than an image file may be is refused unread (sparse:
+	// no disk taken).
+	folder, _, _ = imageFolderSet(t, 32)
+	huge3 := filepath.Join(folder, "train", "cat", "huge.png")
+	if err := os.WriteFile(huge3, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(huge3, 3<<30); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteShards(folder, t.TempDir(), ShardOptions{Samples: 5}); err == nil || !strings.Contains(err.Error(), huge3+": 3221225472 bytes: more than the 2147483648 an image file may have") {
+		t.Errorf("packing a 3 GiB file: %v", err)
+	}
 }
 
 // TestShardNamesPackedFile: an image cut short after its header passes
