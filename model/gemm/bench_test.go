@@ -88,6 +88,43 @@ func BenchmarkUnpackedA(b *testing.B) {
 	}
 }
 
+// BenchmarkUnpackedB runs ResNet-50's short products (64 and 128 rows:
+// its layer1 and layer2 1×1 convolutions forward and their data
+// gradients, a map of 56×56, 28×28 or 14×14 per image) on one thread with
+// the best kernel as New picks it ("unpacked": B read in place where
+// directB allows) and with its tileColsB removed ("packed"): the evidence
+// for directBMaxRows. Skipped on CPUs whose kernel has no tileColsB.
+//
+//	go test ./model/gemm -run '^$' -bench UnpackedB -count 3
+func BenchmarkUnpackedB(b *testing.B) {
+	k := benchKernel(b)
+	if k.tileColsB == nil {
+		b.Skipf("kernel %s reads B packed only", k.name)
+	}
+	packed := k
+	packed.tileColsB = nil
+	p := parallel.New(1)
+	defer p.Close()
+	for _, s := range [][3]int{{64, 3136, 64}, {64, 3136, 256}, {128, 3136, 256}, {128, 784, 128}, {128, 784, 512}, {64, 196, 1024}, {256, 784, 128}} {
+		for _, v := range []struct {
+			name string
+			k    kernel
+		}{{"packed", packed}, {"unpacked", k}} {
+			e := newEngine(p, false, v.k)
+			b.Run(fmt.Sprintf("%dx%dx%d/%s", s[0], s[1], s[2], v.name), func(b *testing.B) {
+				r := rand.New(rand.NewPCG(1, 1))
+				x, y, z := randomMatrix(r, s[0], s[2], 0, false), randomMatrix(r, s[2], s[1], 0, false), randomMatrix(r, s[0], s[1], 0, false)
+				for b.Loop() {
+					if err := e.Sgemm(s[0], s[1], s[2], 1, x, y, 0, z); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(2*float64(s[0]*s[1]*s[2])*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
+		}
+	}
+}
+
 // BenchmarkMicroKernel runs the micro-kernel alone on L1-resident packed
 // panels: its GFLOP/s is the practical FMA peak of one core, against which
 // the full SGEMM figures are read.

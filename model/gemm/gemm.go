@@ -34,6 +34,10 @@ type kernel struct {
 	// A unpacked, row i at a[i·lda:][:kc]: the products too narrow to
 	// repay packing A (directA).
 	tileRows func(kc int, a []float32, lda int, b, c []float32, ldc int, add bool)
+	// tileColsB, where the kernel has one, is tile reading its kc×nr
+	// block of B unpacked, row l at b[l·ldb:][:nr]: the products too
+	// short to repay packing B (directB).
+	tileColsB func(kc int, a, b []float32, ldb int, c []float32, ldc int, add bool)
 }
 
 // Engine multiplies matrices with a fixed number of threads, reusing its
@@ -482,6 +486,7 @@ func (e *Engine) serialPacked(ws *workspace, m, n, k int, alpha float32, a Matri
 	}
 	kr := e.k
 	direct := pa == nil && kr.directA(a, n, alpha)
+	directB := pb == nil && !direct && kr.directB(b, m)
 	for jc := 0; jc < n; jc += kr.nc {
 		nc := min(kr.nc, n-jc)
 		for pc := 0; pc < k; pc += kr.kc {
@@ -489,9 +494,18 @@ func (e *Engine) serialPacked(ws *workspace, m, n, k int, alpha float32, a Matri
 			add := beta != 0 || pc > 0 // beta = 0: the first pass over K stores
 			// Panel jr/nr of the block: bp[jr/nr·panel:][:kc·nr].
 			bp, panel := ws.b, kc*kr.nr
-			if pb != nil {
+			var cols Matrix
+			switch {
+			case pb != nil:
 				bp, panel = pb.data[jc*k+pc*kr.nr:], k*kr.nr
-			} else {
+			case directB:
+				// Only a ragged last panel is packed, where the
+				// block's packing would have put it.
+				cols = Matrix{Data: b.Data[pc*b.Stride+jc:], Stride: b.Stride}
+				if full := nc / kr.nr * kr.nr; full < nc {
+					kr.packB(ws.b[full*kc:], b, pc, jc+full, kc, nc-full)
+				}
+			default:
 				kr.packB(ws.b, b, pc, jc, kc, nc)
 			}
 			for ic := 0; ic < m; ic += kr.mc {
@@ -511,7 +525,7 @@ func (e *Engine) serialPacked(ws *workspace, m, n, k int, alpha float32, a Matri
 				default:
 					kr.packA(ws.a, a, ic, pc, mc, kc, alpha)
 				}
-				e.macro(ws, ap, rows, bp, panel, mc, nc, kc, c.Data[ic*c.Stride+jc:], c.Stride, add)
+				e.macro(ws, ap, rows, bp, cols, panel, mc, nc, kc, c.Data[ic*c.Stride+jc:], c.Stride, add)
 			}
 		}
 	}
@@ -521,11 +535,17 @@ func (e *Engine) serialPacked(ws *workspace, m, n, k int, alpha float32, a Matri
 // a[p·mr·kc:]) by a packed kc×nc block of B, its panels of nr columns at
 // b[p·panel:][:kc·nr], into C (adding to it, or with add false replacing
 // it), one mr×nr tile at a time. With rows set, A's full panels are read
-// unpacked from it instead (tileRows) and only a ragged last one from a.
-func (e *Engine) macro(ws *workspace, a []float32, rows Matrix, b []float32, panel, mc, nc, kc int, c []float32, ldc int, add bool) {
+// unpacked from it instead (tileRows) and only a ragged last one from a;
+// with cols set, B's full panels are read unpacked from it (tileColsB)
+// and only a ragged last one from b.
+func (e *Engine) macro(ws *workspace, a []float32, rows Matrix, b []float32, cols Matrix, panel, mc, nc, kc int, c []float32, ldc int, add bool) {
 	kr := e.k
 	for jr := 0; jr < nc; jr += kr.nr {
 		nr := min(kr.nr, nc-jr)
+		if cols.Data != nil && nr == kr.nr {
+			e.macroColsB(ws, a, cols.Data[jr:], cols.Stride, mc, kc, c[jr:], ldc, add)
+			continue
+		}
 		bp := b[jr/kr.nr*panel:][:kc*kr.nr]
 		for ir := 0; ir < mc; ir += kr.mr {
 			mr := min(kr.mr, mc-ir)
@@ -549,6 +569,42 @@ func (e *Engine) macro(ws *workspace, a []float32, rows Matrix, b []float32, pan
 			addEdge(c[off:], ldc, ws.edge, kr.nr, mr, nr, add)
 		}
 	}
+}
+
+// macroColsB is macro's column of tiles for one full panel of B read
+// unpacked (row l at b[l·ldb:]) against A's packed panels.
+func (e *Engine) macroColsB(ws *workspace, a, b []float32, ldb, mc, kc int, c []float32, ldc int, add bool) {
+	kr := e.k
+	for ir := 0; ir < mc; ir += kr.mr {
+		mr := min(kr.mr, mc-ir)
+		ap := a[ir*kc : ir*kc+kc*kr.mr]
+		if mr == kr.mr {
+			kr.tileColsB(kc, ap, b, ldb, c[ir*ldc:], ldc, add)
+			continue
+		}
+		kr.tileColsB(kc, ap, b, ldb, ws.edge, kr.nr, false)
+		addEdge(c[ir*ldc:], ldc, ws.edge, kr.nr, mr, kr.nr, add)
+	}
+}
+
+// directBMaxRows is the tallest product whose B is read unpacked where
+// the kernel can (tileColsB): a packed panel of B would serve at most
+// this many rows of A, too few to repay its packing.
+const directBMaxRows = 128
+
+// directBStrideBlock: B is read unpacked only if its row stride is not a
+// multiple of this many elements (512 bytes). A panel's kc rows, read
+// unpacked, then lie in at least 16 of a 32 KiB L1 cache's 64 sets of
+// 64-byte lines; at a stride of 4 KiB (32×32 maps) they would all fall in
+// one set and be read from L2 or further for every tile.
+const directBStrideBlock = 128
+
+// directB reports whether a product of m rows reads op(B) = b unpacked:
+// the kernel has tileColsB, B is untransposed (its rows are the panels'
+// rows), the product short and B's row stride not one that crowds a
+// panel's rows into a few cache sets.
+func (k kernel) directB(b Matrix, m int) bool {
+	return k.tileColsB != nil && !b.Trans && m <= directBMaxRows && b.Stride%directBStrideBlock != 0
 }
 
 // directAMaxCols is the widest product whose A is read unpacked where the

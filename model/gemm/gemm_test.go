@@ -294,6 +294,86 @@ func TestDirectAChoice(t *testing.T) {
 	}
 }
 
+// TestDirectBSameBits: a short product whose B the kernel reads unpacked
+// (tileColsB, directB) gives the bits of the same product with B packed,
+// on one and two threads: ragged rows and columns, several depth
+// blocks, B a view with a row stride wider than its columns, alpha and
+// beta other than 1 and 0, and A transposed or not. Products directB
+// leaves to packing (B transposed, taller than directBMaxRows, strides
+// that crowd the cache) are covered by TestSgemmMatchesReference.
+func TestDirectBSameBits(t *testing.T) {
+	var ks []kernel
+	for _, k := range availableKernels() {
+		if k.tileColsB != nil {
+			ks = append(ks, k)
+		}
+	}
+	if len(ks) == 0 {
+		t.Skip("no micro-kernel on this CPU reads B unpacked (tileColsB: the AVX2 kernel)")
+	}
+	r := rand.New(rand.NewPCG(15, 16))
+	for _, k := range ks {
+		packed := k
+		packed.tileColsB = nil
+		for _, threads := range []int{1, 2} {
+			direct, ref := newEngine(parallel.New(threads), true, k), newEngine(parallel.New(threads), true, packed)
+			defer direct.Close()
+			defer ref.Close()
+			for _, s := range [][4]int{{64, 784, 64, 0}, {directBMaxRows, 300, 2*k.kc + 9, 5}, {k.mr + 1, 2*k.nr + 3, 7, 1}, {1, k.nr, 1, 0}, {37, 1000, k.kc, 3}, {13, 5, 40, 0}} {
+				m, n, kk, pad := s[0], s[1], s[2], s[3]
+				for _, ab := range [][2]float32{{1, 0}, {1, 1}, {-2, -0.5}} {
+					for _, transA := range []bool{false, true} {
+						a := randomMatrix(r, m, kk, 2, transA)
+						b := randomMatrix(r, kk, n, pad, false)
+						if !k.directB(b, m) {
+							t.Fatalf("%s: B of a %d-row product (stride %d) is not read unpacked", k.name, m, b.Stride)
+						}
+						c0 := randomMatrix(r, m, n, 1, false)
+						got, want := copyOf(c0), copyOf(c0)
+						must(t, direct.Sgemm(m, n, kk, ab[0], a, b, ab[1], got))
+						must(t, ref.Sgemm(m, n, kk, ab[0], a, b, ab[1], want))
+						label := fmt.Sprintf("%s, %d threads, %d×%d×%d, alpha %v, beta %v, A transposed %v", k.name, threads, m, n, kk, ab[0], ab[1], transA)
+						for i := range want.Data {
+							if math.Float32bits(got.Data[i]) != math.Float32bits(want.Data[i]) {
+								t.Fatalf("%s: C[%d] = %v with B unpacked, %v packed", label, i, got.Data[i], want.Data[i])
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestDirectBChoice: only an untransposed B whose row stride is not a
+// multiple of directBStrideBlock, a kernel with tileColsB and a product
+// at most directBMaxRows tall read B unpacked.
+func TestDirectBChoice(t *testing.T) {
+	cols := func(kc int, a, b []float32, ldb int, c []float32, ldc int, add bool) {}
+	with, without := kernel{tileColsB: cols}, kernel{}
+	for _, c := range []struct {
+		name   string
+		k      kernel
+		trans  bool
+		stride int
+		m      int
+		want   bool
+	}{
+		{"56×56 map", with, false, 3136, 64, true},
+		{"one row", with, false, 3136, 1, true},
+		{"tallest", with, false, 784, directBMaxRows, true},
+		{"too tall", with, false, 784, directBMaxRows + 1, false},
+		{"B transposed", with, true, 784, 64, false},
+		{"32×32 map", with, false, 1024, 64, false},
+		{"stride a multiple of the block", with, false, 3 * directBStrideBlock, 64, false},
+		{"no tileColsB", without, false, 3136, 64, false},
+	} {
+		if got := c.k.directB(Matrix{Trans: c.trans, Stride: c.stride}, c.m); got != c.want {
+			t.Errorf("%s: directB = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
 // sameBits fails the test where got differs from want in any bit.
 func sameBits(t *testing.T, label string, got, want []float32) {
 	t.Helper()

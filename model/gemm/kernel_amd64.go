@@ -4,7 +4,7 @@ import "golang.org/x/sys/cpu"
 
 // avx2Kernel is the AVX2/FMA micro-kernel: a 6×16 tile of C in twelve YMM
 // accumulators, fed by two vectors of B and one broadcast of A per step.
-var avx2Kernel = kernel{name: "avx2-fma 6x16", mr: 6, nr: 16, mc: 96, kc: 256, nc: 3072, tile: tileAVX2, tileRows: tileRowsAVX2, interleave: interleave4Vector, interleave2: interleave2Vector, copyRows: copyRowsVector}
+var avx2Kernel = kernel{name: "avx2-fma 6x16", mr: 6, nr: 16, mc: 96, kc: 256, nc: 3072, tile: tileAVX2, tileRows: tileRowsAVX2, tileColsB: tileColsBAVX2, interleave: interleave4Vector, interleave2: interleave2Vector, copyRows: copyRowsVector}
 
 // avx512Kernel is the AVX-512 micro-kernel: a 12×32 tile of C in 24 ZMM
 // accumulators.
@@ -16,17 +16,17 @@ func bestKernel() kernel { return availableKernels()[0] }
 
 // checkTile checks, once per tile, that a kernel of mr×nr tiles can read
 // what it will — mr rows of A kc long and lda elements apart (a packed
-// panel: lda = kc), a packed kc×nr panel of B, mr rows of C nr wide and
-// ldc apart — so that the assembly after it runs unchecked. It panics
+// panel: lda = kc), kc rows of B nr wide and ldb apart (a packed panel:
+// ldb = nr), mr rows of C nr wide and ldc apart — so that the assembly after it runs unchecked. It panics
 // with the index out of range where one cannot.
-func checkTile(kc, mr, nr int, a []float32, lda int, b, c []float32, ldc int) {
+func checkTile(kc, mr, nr int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
 	_ = a[(mr-1)*lda+kc-1]
-	_ = b[nr*kc-1]
+	_ = b[(kc-1)*ldb+nr-1]
 	_ = c[(mr-1)*ldc+nr-1]
 }
 
 func tileAVX2(kc int, a, b, c []float32, ldc int, add bool) {
-	checkTile(kc, 6, 16, a, kc, b, c, ldc)
+	checkTile(kc, 6, 16, a, kc, b, 16, c, ldc)
 	kernel6x16(kc, &a[0], &b[0], &c[0], ldc, add)
 }
 
@@ -38,7 +38,7 @@ func tileAVX2(kc int, a, b, c []float32, ldc int, add bool) {
 func kernel6x16(kc int, a, b, c *float32, ldc int, add bool)
 
 func tileRowsAVX2(kc int, a []float32, lda int, b, c []float32, ldc int, add bool) {
-	checkTile(kc, 6, 16, a, lda, b, c, ldc)
+	checkTile(kc, 6, 16, a, lda, b, 16, c, ldc)
 	kernel6x16Rows(kc, &a[0], lda, &b[0], &c[0], ldc, add)
 }
 
@@ -47,6 +47,17 @@ func tileRowsAVX2(kc int, a []float32, lda int, b, c []float32, ldc int, add boo
 //
 //go:noescape
 func kernel6x16Rows(kc int, a *float32, lda int, b, c *float32, ldc int, add bool)
+
+func tileColsBAVX2(kc int, a, b []float32, ldb int, c []float32, ldc int, add bool) {
+	checkTile(kc, 6, 16, a, kc, b, ldb, c, ldc)
+	kernel6x16ColsB(kc, &a[0], &b[0], ldb, &c[0], ldc, add)
+}
+
+// kernel6x16ColsB is kernel6x16 reading its kc×16 block of B unpacked,
+// row l at b + l·ldb elements.
+//
+//go:noescape
+func kernel6x16ColsB(kc int, a, b *float32, ldb int, c *float32, ldc int, add bool)
 
 // availableKernels lists every micro-kernel this CPU can run, best first:
 // the widest, but on CPUs that run AVX-512 in 256-bit halves
@@ -73,7 +84,7 @@ func kernelsFor(avx512, avx2 bool, p processor) []kernel {
 }
 
 func tileAVX512(kc int, a, b, c []float32, ldc int, add bool) {
-	checkTile(kc, 12, 32, a, kc, b, c, ldc)
+	checkTile(kc, 12, 32, a, kc, b, 32, c, ldc)
 	kernel12x32(kc, &a[0], &b[0], &c[0], ldc, add)
 }
 
@@ -83,7 +94,7 @@ func tileAVX512(kc int, a, b, c []float32, ldc int, add bool) {
 func kernel12x32(kc int, a, b, c *float32, ldc int, add bool)
 
 func tileRowsAVX512(kc int, a []float32, lda int, b, c []float32, ldc int, add bool) {
-	checkTile(kc, 12, 32, a, lda, b, c, ldc)
+	checkTile(kc, 12, 32, a, lda, b, 32, c, ldc)
 	kernel12x32Rows(kc, &a[0], lda, &b[0], &c[0], ldc, add)
 }
 

@@ -358,3 +358,58 @@ loopRows512:
 	DECQ CX
 	JNZ loopRows512
 	FINISH_TILE512(add+48(FP))
+
+// func kernel6x16ColsB(kc int, a, b *float32, ldb int, c *float32, ldc int, add bool)
+// kernel6x16 reading B where it lies, unpacked: row l of the kc×16
+// block at b[l·ldb:] (ldb in elements), four rows a turn from two bases
+// (DI, R11 = DI + 3·ldb) indexed by R9 = ldb bytes, and the four rows
+// two turns ahead prefetched (R13); for products too short to repay
+// packing B (gemm.go, directB).
+TEXT ·kernel6x16ColsB(SB), NOSPLIT, $0-49
+	MOVQ kc+0(FP), CX
+	MOVQ a+8(FP), SI
+	MOVQ b+16(FP), DI
+	MOVQ ldb+24(FP), R9
+	SHLQ $2, R9
+	LEAQ (DI)(R9*2), R11
+	ADDQ R9, R11
+	LEAQ (R9*4), R12
+	MOVQ c+32(FP), DX
+	MOVQ ldc+40(FP), R8
+	SHLQ $2, R8
+	ZERO_TILE256
+	PREFETCH_C256
+
+	CMPQ CX, $4
+	JLT  colsTail
+
+colsLoop4:
+	LEAQ (DI)(R12*2), R13
+	PREFETCHT0 (R13)
+	PREFETCHT0 (R13)(R9*1)
+	PREFETCHT0 (R13)(R9*2)
+	PREFETCHT0 (R11)(R12*2)
+	STEP256((DI), 32(DI), (SI), 4(SI), 8(SI), 12(SI), 16(SI), 20(SI))
+	STEP256((DI)(R9*1), 32(DI)(R9*1), 24(SI), 28(SI), 32(SI), 36(SI), 40(SI), 44(SI))
+	STEP256((DI)(R9*2), 32(DI)(R9*2), 48(SI), 52(SI), 56(SI), 60(SI), 64(SI), 68(SI))
+	STEP256((R11), 32(R11), 72(SI), 76(SI), 80(SI), 84(SI), 88(SI), 92(SI))
+	ADDQ $96, SI
+	ADDQ R12, DI
+	ADDQ R12, R11
+	SUBQ $4, CX
+	CMPQ CX, $4
+	JGE  colsLoop4
+
+colsTail:
+	TESTQ CX, CX
+	JZ    colsStore
+
+colsLoop1:
+	STEP256((DI), 32(DI), (SI), 4(SI), 8(SI), 12(SI), 16(SI), 20(SI))
+	ADDQ $24, SI
+	ADDQ R9, DI
+	DECQ CX
+	JNZ  colsLoop1
+
+colsStore:
+	FINISH_TILE256(add+48(FP))
