@@ -88,12 +88,15 @@ func BenchmarkUnpackedA(b *testing.B) {
 	}
 }
 
-// BenchmarkUnpackedB runs ResNet-50's short products (64 and 128 rows:
-// its layer1 and layer2 1×1 convolutions forward and their data
-// gradients, a map of 56×56, 28×28 or 14×14 per image) on one thread with
-// the best kernel as New picks it ("unpacked": B read in place where
-// directB allows) and with its tileColsB removed ("packed"): the evidence
-// for directBMaxRows. Skipped on CPUs whose kernel has no tileColsB.
+// BenchmarkUnpackedB runs short products on one thread with the best
+// kernel as New picks it ("unpacked": B read in place where directB
+// allows) and with its tileColsB removed ("packed"): ResNet-50's (64 and
+// 128 rows: its layer1 and layer2 1×1 convolutions forward and their data
+// gradients over 56×56 and 28×28 maps, the products of its Winograd
+// layers, and a 14×14 one), the MNIST net's (32×338×64), and two control
+// rows that directB leaves packed in both (32 deep, 256 rows): the
+// evidence for directBMaxRows and directBMinDepth. Skipped on CPUs whose
+// kernel has no tileColsB.
 //
 //	go test ./model/gemm -run '^$' -bench UnpackedB -count 3
 func BenchmarkUnpackedB(b *testing.B) {
@@ -105,7 +108,7 @@ func BenchmarkUnpackedB(b *testing.B) {
 	packed.tileColsB = nil
 	p := parallel.New(1)
 	defer p.Close()
-	for _, s := range [][3]int{{64, 3136, 64}, {64, 3136, 256}, {128, 3136, 256}, {128, 784, 128}, {128, 784, 512}, {64, 196, 1024}, {256, 784, 128}} {
+	for _, s := range [][3]int{{64, 3136, 64}, {64, 3136, 256}, {128, 3136, 256}, {128, 784, 128}, {128, 784, 512}, {64, 784, 64}, {128, 392, 128}, {64, 196, 1024}, {32, 338, 64}, {64, 288, 32}, {256, 784, 128}} {
 		for _, v := range []struct {
 			name string
 			k    kernel

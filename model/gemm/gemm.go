@@ -486,7 +486,7 @@ func (e *Engine) serialPacked(ws *workspace, m, n, k int, alpha float32, a Matri
 	}
 	kr := e.k
 	direct := pa == nil && kr.directA(a, n, alpha)
-	directB := pb == nil && !direct && kr.directB(b, m)
+	directB := pb == nil && !direct && kr.directB(b, m, k)
 	for jc := 0; jc < n; jc += kr.nc {
 		nc := min(kr.nc, n-jc)
 		for pc := 0; pc < k; pc += kr.kc {
@@ -599,12 +599,17 @@ const directBMaxRows = 128
 // one set and be read from L2 or further for every tile.
 const directBStrideBlock = 128
 
-// directB reports whether a product of m rows reads op(B) = b unpacked:
-// the kernel has tileColsB, B is untransposed (its rows are the panels'
-// rows), the product short and B's row stride not one that crowds a
-// panel's rows into a few cache sets.
-func (k kernel) directB(b Matrix, m int) bool {
-	return k.tileColsB != nil && !b.Trans && m <= directBMaxRows && b.Stride%directBStrideBlock != 0
+// directBMinDepth is the shallowest product whose B is read unpacked: a
+// shallower panel is read from L1 once packed, and unpacked its few rows
+// do not repay the kernel's prefetches past their end.
+const directBMinDepth = 64
+
+// directB reports whether a product of m rows and depth k reads op(B) = b
+// unpacked: the kernel has tileColsB, B is untransposed (its rows are the
+// panels' rows), the product short and deep enough, and B's row stride
+// not one that crowds a panel's rows into a few cache sets.
+func (k kernel) directB(b Matrix, m, depth int) bool {
+	return k.tileColsB != nil && !b.Trans && m <= directBMaxRows && depth >= directBMinDepth && b.Stride%directBStrideBlock != 0
 }
 
 // directAMaxCols is the widest product whose A is read unpacked where the
