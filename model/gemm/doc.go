@@ -9,9 +9,10 @@
 // (golang.org/x/sys/cpu): 12×32 on AVX-512, 6×16 on AVX2/FMA; everywhere
 // else a pure-Go kernel with the same contract runs, and NewPureGo forces it
 // for comparison. Where a packing would serve too few tiles to repay
-// itself, the assembly kernels read that operand where it lies instead:
-// A in products at most 256 columns wide, and (AVX2) B in products at most
-// 128 rows high and 64 or more deep (the 1×1 and Winograd convolutions of
-// ResNet-50's first two stages), giving the same bits. Tests run every kernel the CPU supports against a
-// float64 reference.
+// itself, the assembly kernels read that operand where it lies instead: A
+// in products at most 256 columns wide, and (AVX2) B in products at most
+// 128 rows high, 256 or more wide and 64 or more deep (the 1×1 and
+// Winograd convolutions of ResNet-50's first two stages), giving the same
+// bits. Tests run every kernel the CPU supports against a float64
+// reference.
 package gemm

@@ -486,7 +486,7 @@ func (e *Engine) serialPacked(ws *workspace, m, n, k int, alpha float32, a Matri
 	}
 	kr := e.k
 	direct := pa == nil && kr.directA(a, n, alpha)
-	directB := pb == nil && !direct && kr.directB(b, m, k)
+	directB := pb == nil && !direct && kr.directB(b, m, n, k)
 	for jc := 0; jc < n; jc += kr.nc {
 		nc := min(kr.nc, n-jc)
 		for pc := 0; pc < k; pc += kr.kc {
@@ -604,12 +604,18 @@ const directBStrideBlock = 128
 // do not repay the kernel's prefetches past their end.
 const directBMinDepth = 64
 
-// directB reports whether a product of m rows and depth k reads op(B) = b
+// directBMinCols is the narrowest product whose B is read unpacked:
+// 64×196×1024 and 64×208×1024 ran 0.80× and about 0.96× unpacked on a Zen
+// 3 core, where 32×338×64 and 128×392×128 to 64×3136×256 ran 1.01–1.13×
+// (BenchmarkUnpackedB; BENCHMARKS.md, Compute kernels, Zen 3).
+const directBMinCols = 256
+
+// directB reports whether an m×n product of depth k reads op(B) = b
 // unpacked: the kernel has tileColsB, B is untransposed (its rows are the
-// panels' rows), the product short and deep enough, and B's row stride
-// not one that crowds a panel's rows into a few cache sets.
-func (k kernel) directB(b Matrix, m, depth int) bool {
-	return k.tileColsB != nil && !b.Trans && m <= directBMaxRows && depth >= directBMinDepth && b.Stride%directBStrideBlock != 0
+// panels' rows), the product short, wide and deep enough, and B's row
+// stride not one that crowds a panel's rows into a few cache sets.
+func (k kernel) directB(b Matrix, m, n, depth int) bool {
+	return k.tileColsB != nil && !b.Trans && m <= directBMaxRows && n >= directBMinCols && depth >= directBMinDepth && b.Stride%directBStrideBlock != 0
 }
 
 // directAMaxCols is the widest product whose A is read unpacked where the

@@ -319,13 +319,13 @@ func TestDirectBSameBits(t *testing.T) {
 			direct, ref := newEngine(parallel.New(threads), true, k), newEngine(parallel.New(threads), true, packed)
 			defer direct.Close()
 			defer ref.Close()
-			for _, s := range [][4]int{{64, 784, 64, 0}, {directBMaxRows, 300, 2*k.kc + 9, 5}, {k.mr + 1, 2*k.nr + 3, 70, 1}, {1, k.nr, directBMinDepth, 0}, {37, 1000, k.kc, 3}, {13, 5, 65, 0}} {
+			for _, s := range [][4]int{{64, 784, 64, 0}, {directBMaxRows, 300, 2*k.kc + 9, 5}, {k.mr + 1, directBMinCols + 3, 70, 1}, {1, directBMinCols, directBMinDepth, 1}, {37, 1000, k.kc, 3}, {13, 2*directBMinCols + 5, 65, 0}} {
 				m, n, kk, pad := s[0], s[1], s[2], s[3]
 				for _, ab := range [][2]float32{{1, 0}, {1, 1}, {-2, -0.5}} {
 					for _, transA := range []bool{false, true} {
 						a := randomMatrix(r, m, kk, 2, transA)
 						b := randomMatrix(r, kk, n, pad, false)
-						if !k.directB(b, m, kk) {
+						if !k.directB(b, m, n, kk) {
 							t.Fatalf("%s: B of a %d-row product (stride %d) is not read unpacked", k.name, m, b.Stride)
 						}
 						c0 := randomMatrix(r, m, n, 1, false)
@@ -347,8 +347,8 @@ func TestDirectBSameBits(t *testing.T) {
 
 // TestDirectBChoice: only an untransposed B whose row stride is not a
 // multiple of directBStrideBlock, a kernel with tileColsB and a product
-// at most directBMaxRows tall and at least directBMinDepth deep read B
-// unpacked.
+// at most directBMaxRows tall, at least directBMinCols wide and at least
+// directBMinDepth deep read B unpacked.
 func TestDirectBChoice(t *testing.T) {
 	cols := func(kc int, a, b []float32, ldb int, c []float32, ldc int, add bool) {}
 	with, without := kernel{tileColsB: cols}, kernel{}
@@ -357,22 +357,24 @@ func TestDirectBChoice(t *testing.T) {
 		k      kernel
 		trans  bool
 		stride int
-		m      int
+		m, n   int
 		depth  int
 		want   bool
 	}{
-		{"56×56 map", with, false, 3136, 64, 256, true},
-		{"one row", with, false, 3136, 1, 256, true},
-		{"tallest", with, false, 784, directBMaxRows, 512, true},
-		{"too tall", with, false, 784, directBMaxRows + 1, 512, false},
-		{"shallowest", with, false, 338, 32, directBMinDepth, true},
-		{"too shallow", with, false, 288, 64, directBMinDepth - 1, false},
-		{"B transposed", with, true, 784, 64, 256, false},
-		{"32×32 map", with, false, 1024, 64, 256, false},
-		{"stride a multiple of the block", with, false, 3 * directBStrideBlock, 64, 256, false},
-		{"no tileColsB", without, false, 3136, 64, 256, false},
+		{"56×56 map", with, false, 3136, 64, 3136, 256, true},
+		{"one row", with, false, 3136, 1, 3136, 256, true},
+		{"tallest", with, false, 784, directBMaxRows, 784, 512, true},
+		{"too tall", with, false, 784, directBMaxRows + 1, 784, 512, false},
+		{"narrowest", with, false, 338, 32, directBMinCols, 64, true},
+		{"too narrow", with, false, 196, 64, directBMinCols - 1, 1024, false},
+		{"shallowest", with, false, 338, 32, 338, directBMinDepth, true},
+		{"too shallow", with, false, 288, 64, 288, directBMinDepth - 1, false},
+		{"B transposed", with, true, 784, 64, 784, 256, false},
+		{"32×32 map", with, false, 1024, 64, 1024, 256, false},
+		{"stride a multiple of the block", with, false, 3 * directBStrideBlock, 64, 384, 256, false},
+		{"no tileColsB", without, false, 3136, 64, 3136, 256, false},
 	} {
-		if got := c.k.directB(Matrix{Trans: c.trans, Stride: c.stride}, c.m, c.depth); got != c.want {
+		if got := c.k.directB(Matrix{Trans: c.trans, Stride: c.stride}, c.m, c.n, c.depth); got != c.want {
 			t.Errorf("%s: directB = %v, want %v", c.name, got, c.want)
 		}
 	}
