@@ -66,26 +66,7 @@ func BenchmarkUnpackedA(b *testing.B) {
 	}
 	packed := k
 	packed.tileRows = nil
-	p := parallel.New(1)
-	defer p.Close()
-	for _, s := range [][3]int{{256, 32, 1152}, {256, 64, 1152}, {256, 96, 1152}, {256, 128, 1152}, {256, 192, 1152}, {256, 256, 1152}, {256, 384, 1152}, {512, 49, 2048}, {2048, 49, 512}, {128, 256, 576}, {256, 256, 256}} {
-		for _, v := range []struct {
-			name string
-			k    kernel
-		}{{"packed", packed}, {"unpacked", k}} {
-			e := newEngine(p, false, v.k)
-			b.Run(fmt.Sprintf("%dx%dx%d/%s", s[0], s[1], s[2], v.name), func(b *testing.B) {
-				r := rand.New(rand.NewPCG(1, 1))
-				x, y, z := randomMatrix(r, s[0], s[2], 0, false), randomMatrix(r, s[2], s[1], 0, false), randomMatrix(r, s[0], s[1], 0, false)
-				for b.Loop() {
-					if err := e.Sgemm(s[0], s[1], s[2], 1, x, y, 0, z); err != nil {
-						b.Fatal(err)
-					}
-				}
-				b.ReportMetric(2*float64(s[0]*s[1]*s[2])*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
-			})
-		}
-	}
+	benchPackedAgainst(b, packed, k, [][3]int{{256, 32, 1152}, {256, 64, 1152}, {256, 96, 1152}, {256, 128, 1152}, {256, 192, 1152}, {256, 256, 1152}, {256, 384, 1152}, {512, 49, 2048}, {2048, 49, 512}, {128, 256, 576}, {256, 256, 256}})
 }
 
 // BenchmarkUnpackedB runs short products on one thread with the best
@@ -93,10 +74,10 @@ func BenchmarkUnpackedA(b *testing.B) {
 // allows) and with its tileColsB removed ("packed"): ResNet-50's (64 and
 // 128 rows: its layer1 and layer2 1×1 convolutions forward and their data
 // gradients over 56×56 and 28×28 maps, the products of its Winograd
-// layers, and a 14×14 one), the MNIST net's (32×338×64), and two control
-// rows that directB leaves packed in both (32 deep, 256 rows): the
-// evidence for directBMaxRows and directBMinDepth. Skipped on CPUs whose
-// kernel has no tileColsB.
+// layers), the MNIST net's (32×338×64), and three control rows that
+// directB leaves packed in both (196 columns, 32 deep, 256 rows): the
+// evidence for directBMaxRows, directBMinCols and directBMinDepth.
+// Skipped on CPUs whose kernel has no tileColsB.
 //
 //	go test ./model/gemm -run '^$' -bench UnpackedB -count 3
 func BenchmarkUnpackedB(b *testing.B) {
@@ -106,13 +87,19 @@ func BenchmarkUnpackedB(b *testing.B) {
 	}
 	packed := k
 	packed.tileColsB = nil
+	benchPackedAgainst(b, packed, k, [][3]int{{64, 3136, 64}, {64, 3136, 256}, {128, 3136, 256}, {128, 784, 128}, {128, 784, 512}, {64, 784, 64}, {128, 392, 128}, {32, 338, 64}, {64, 196, 1024}, {64, 288, 32}, {256, 784, 128}})
+}
+
+// benchPackedAgainst runs each m×n×k product of shapes on one thread,
+// first with the kernel packed, then with unpacked, and reports GFLOP/s.
+func benchPackedAgainst(b *testing.B, packed, unpacked kernel, shapes [][3]int) {
 	p := parallel.New(1)
 	defer p.Close()
-	for _, s := range [][3]int{{64, 3136, 64}, {64, 3136, 256}, {128, 3136, 256}, {128, 784, 128}, {128, 784, 512}, {64, 784, 64}, {128, 392, 128}, {64, 196, 1024}, {32, 338, 64}, {64, 288, 32}, {256, 784, 128}} {
+	for _, s := range shapes {
 		for _, v := range []struct {
 			name string
 			k    kernel
-		}{{"packed", packed}, {"unpacked", k}} {
+		}{{"packed", packed}, {"unpacked", unpacked}} {
 			e := newEngine(p, false, v.k)
 			b.Run(fmt.Sprintf("%dx%dx%d/%s", s[0], s[1], s[2], v.name), func(b *testing.B) {
 				r := rand.New(rand.NewPCG(1, 1))
