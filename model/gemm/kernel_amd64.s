@@ -114,6 +114,25 @@ set256: \
 	VZEROUPPER \
 	RET
 
+// START_TILE256 begins an AVX2 kernel's tile: C's address from C and its
+// row stride in elements from LDC (into DX and R8, in bytes), the
+// accumulators cleared and the tile of C prefetched.
+#define START_TILE256(C, LDC) \
+	MOVQ C, DX \
+	MOVQ LDC, R8 \
+	SHLQ $2, R8 \
+	ZERO_TILE256 \
+	PREFETCH_C256
+
+// ROW_BASES sets up the kernels that read an operand row by row at a
+// stride, given in elements in R9: R9 in bytes, and R11 the row three
+// rows below BASE, so that six rows (or four) are (BASE), (BASE)(R9*1),
+// (BASE)(R9*2), (R11), (R11)(R9*1), (R11)(R9*2).
+#define ROW_BASES(BASE) \
+	SHLQ $2, R9 \
+	LEAQ (BASE)(R9*2), R11 \
+	ADDQ R9, R11
+
 // func kernel6x16(kc int, a, b, c *float32, ldc int, add bool)
 // AVX2/FMA: a 6×16 tile in twelve YMM accumulators (Y4–Y15), four steps
 // of depth a turn of the loop. It prefetches its tile of C before the
@@ -124,11 +143,7 @@ TEXT ·kernel6x16(SB), NOSPLIT, $0-41
 	MOVQ kc+0(FP), CX
 	MOVQ a+8(FP), SI
 	MOVQ b+16(FP), DI
-	MOVQ c+24(FP), DX
-	MOVQ ldc+32(FP), R8
-	SHLQ $2, R8
-	ZERO_TILE256
-	PREFETCH_C256
+	START_TILE256(c+24(FP), ldc+32(FP))
 
 	CMPQ CX, $4
 	JLT  tail
@@ -169,15 +184,9 @@ TEXT ·kernel6x16Rows(SB), NOSPLIT, $0-49
 	MOVQ kc+0(FP), CX
 	MOVQ a+8(FP), SI
 	MOVQ lda+16(FP), R9
-	SHLQ $2, R9
-	LEAQ (SI)(R9*2), R11
-	ADDQ R9, R11
+	ROW_BASES(SI)
 	MOVQ b+24(FP), DI
-	MOVQ c+32(FP), DX
-	MOVQ ldc+40(FP), R8
-	SHLQ $2, R8
-	ZERO_TILE256
-	PREFETCH_C256
+	START_TILE256(c+32(FP), ldc+40(FP))
 
 	CMPQ CX, $4
 	JLT  rowsTail
@@ -370,15 +379,9 @@ TEXT ·kernel6x16ColsB(SB), NOSPLIT, $0-49
 	MOVQ a+8(FP), SI
 	MOVQ b+16(FP), DI
 	MOVQ ldb+24(FP), R9
-	SHLQ $2, R9
-	LEAQ (DI)(R9*2), R11
-	ADDQ R9, R11
+	ROW_BASES(DI)
 	LEAQ (R9*4), R12
-	MOVQ c+32(FP), DX
-	MOVQ ldc+40(FP), R8
-	SHLQ $2, R8
-	ZERO_TILE256
-	PREFETCH_C256
+	START_TILE256(c+32(FP), ldc+40(FP))
 
 	CMPQ CX, $4
 	JLT  colsTail
