@@ -605,9 +605,10 @@ const directBStrideBlock = 128
 const directBMinDepth = 64
 
 // directBMinCols is the narrowest product whose B is read unpacked:
-// 64×196×1024 and 64×208×1024 ran 0.80× and about 0.96× unpacked on a Zen
-// 3 core, where 32×338×64 and 128×392×128 to 64×3136×256 ran 1.01–1.13×
-// (BenchmarkUnpackedB; BENCHMARKS.md, Compute kernels, Zen 3).
+// 64×196×1024 ran 0.80× unpacked on a Zen 3 core, where 32×338×64 and
+// 128×392×128 to 64×3136×256 ran 1.01–1.13× (BenchmarkUnpackedB;
+// BENCHMARKS.md, Compute kernels, Zen 3; 64×208×1024 also read slower in
+// a check by hand, HISTORY).
 const directBMinCols = 256
 
 // directB reports whether an m×n product of depth k reads op(B) = b

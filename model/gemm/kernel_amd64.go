@@ -17,8 +17,9 @@ func bestKernel() kernel { return availableKernels()[0] }
 // checkTile checks, once per tile, that a kernel of mr×nr tiles can read
 // what it will — mr rows of A kc long and lda elements apart (a packed
 // panel: lda = kc), kc rows of B nr wide and ldb apart (a packed panel:
-// ldb = nr), mr rows of C nr wide and ldc apart — so that the assembly after it runs unchecked. It panics
-// with the index out of range where one cannot.
+// ldb = nr), mr rows of C nr wide and ldc apart — so that the assembly
+// after it runs unchecked. It panics with the index out of range where
+// one cannot.
 func checkTile(kc, mr, nr int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
 	_ = a[(mr-1)*lda+kc-1]
 	_ = b[(kc-1)*ldb+nr-1]

@@ -371,9 +371,9 @@ loopRows512:
 // func kernel6x16ColsB(kc int, a, b *float32, ldb int, c *float32, ldc int, add bool)
 // kernel6x16 reading B where it lies, unpacked: row l of the kc×16
 // block at b[l·ldb:] (ldb in elements), four rows a turn from two bases
-// (DI, R11 = DI + 3·ldb) indexed by R9 = ldb bytes, and the four rows
-// two turns ahead prefetched (R13); for products too short to repay
-// packing B (gemm.go, directB).
+// (DI, R11 = DI + 3·ldb) indexed by R9 = ldb bytes and moved on by R12 =
+// four rows, and the four rows two turns ahead prefetched (R13); for
+// products too short to repay packing B (gemm.go, directB).
 TEXT ·kernel6x16ColsB(SB), NOSPLIT, $0-49
 	MOVQ kc+0(FP), CX
 	MOVQ a+8(FP), SI
