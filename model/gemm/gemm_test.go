@@ -135,18 +135,34 @@ func TestSgemmRejectsBadViews(t *testing.T) {
 	}
 }
 
+// TestSgemmAllocatesNothing: a product allocates nothing once the
+// engine is warm, with B packed (transposed) and with B read unpacked
+// (a short product, where the kernel can).
 func TestSgemmAllocatesNothing(t *testing.T) {
 	e := New(2)
 	defer e.Close()
 	r := rand.New(rand.NewPCG(3, 4))
-	a, b, c := randomMatrix(r, 200, 300, 0, false), randomMatrix(r, 300, 150, 0, true), randomMatrix(r, 200, 150, 0, false)
-	allocs := testing.AllocsPerRun(20, func() {
-		if err := e.Sgemm(200, 150, 300, 1, a, b, 0, c); err != nil {
-			t.Fatal(err)
+	for _, s := range []struct {
+		name      string
+		m, n, k   int
+		transB    bool
+		unpackedB bool // B read unpacked where the kernel can (directB)
+	}{
+		{"B transposed", 200, 150, 300, true, false},
+		{"short product", 64, 784, 64, false, true},
+	} {
+		a, b, c := randomMatrix(r, s.m, s.k, 0, false), randomMatrix(r, s.k, s.n, 0, s.transB), randomMatrix(r, s.m, s.n, 0, false)
+		if s.unpackedB && e.k.tileColsB != nil && !e.k.directB(b, s.m, s.n, s.k) {
+			t.Fatalf("%s: B is not read unpacked", s.name)
 		}
-	})
-	if allocs != 0 {
-		t.Fatalf("Sgemm allocates %v times per call", allocs)
+		allocs := testing.AllocsPerRun(20, func() {
+			if err := e.Sgemm(s.m, s.n, s.k, 1, a, b, 0, c); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if allocs != 0 {
+			t.Fatalf("%s: Sgemm allocates %v times per call", s.name, allocs)
+		}
 	}
 }
 
