@@ -36,8 +36,9 @@ type kernel struct {
 	tileRows func(kc int, a []float32, lda int, b, c []float32, ldc int, add bool)
 	// tileColsB, where the kernel has one, is tile reading its kc×nr
 	// block of B unpacked, row l at b[l·ldb:][:nr]: the products too
-	// short to repay packing B (directB).
-	tileColsB func(kc int, a, b []float32, ldb int, c []float32, ldc int, add bool)
+	// short to repay packing B (directB). With far set (farB) it fetches
+	// the next panel's rows ahead instead of its own.
+	tileColsB func(kc int, a, b []float32, ldb int, c []float32, ldc int, add, far bool)
 }
 
 // Engine multiplies matrices with a fixed number of threads, reusing its
@@ -495,6 +496,7 @@ func (e *Engine) serialPacked(ws *workspace, m, n, k int, alpha float32, a Matri
 			// Panel jr/nr of the block: bp[jr/nr·panel:][:kc·nr].
 			bp, panel := ws.b, kc*kr.nr
 			var cols Matrix
+			var far bool
 			switch {
 			case pb != nil:
 				bp, panel = pb.data[jc*k+pc*kr.nr:], k*kr.nr
@@ -502,6 +504,7 @@ func (e *Engine) serialPacked(ws *workspace, m, n, k int, alpha float32, a Matri
 				// Only a ragged last panel is packed, where the
 				// block's packing would have put it.
 				cols = Matrix{Data: b.Data[pc*b.Stride+jc:], Stride: b.Stride}
+				far = farB(kc, nc)
 				if full := nc / kr.nr * kr.nr; full < nc {
 					kr.packB(ws.b[full*kc:], b, pc, jc+full, kc, nc-full)
 				}
@@ -525,7 +528,7 @@ func (e *Engine) serialPacked(ws *workspace, m, n, k int, alpha float32, a Matri
 				default:
 					kr.packA(ws.a, a, ic, pc, mc, kc, alpha)
 				}
-				e.macro(ws, ap, rows, bp, cols, panel, mc, nc, kc, c.Data[ic*c.Stride+jc:], c.Stride, add)
+				e.macro(ws, ap, rows, bp, cols, far, panel, mc, nc, kc, c.Data[ic*c.Stride+jc:], c.Stride, add)
 			}
 		}
 	}
@@ -536,14 +539,14 @@ func (e *Engine) serialPacked(ws *workspace, m, n, k int, alpha float32, a Matri
 // b[p·panel:][:kc·nr], into C (adding to it, or with add false replacing
 // it), one mr×nr tile at a time. With rows set, A's full panels are read
 // unpacked from it instead (tileRows) and only a ragged last one from a;
-// with cols set, B's full panels are read unpacked from it (tileColsB)
-// and only a ragged last one from b.
-func (e *Engine) macro(ws *workspace, a []float32, rows Matrix, b []float32, cols Matrix, panel, mc, nc, kc int, c []float32, ldc int, add bool) {
+// with cols set, B's full panels are read unpacked from it (tileColsB,
+// far as farB says) and only a ragged last one from b.
+func (e *Engine) macro(ws *workspace, a []float32, rows Matrix, b []float32, cols Matrix, far bool, panel, mc, nc, kc int, c []float32, ldc int, add bool) {
 	kr := e.k
 	for jr := 0; jr < nc; jr += kr.nr {
 		nr := min(kr.nr, nc-jr)
 		if cols.Data != nil && nr == kr.nr {
-			e.macroColsB(ws, a, cols.Data[jr:], cols.Stride, mc, kc, c[jr:], ldc, add)
+			e.macroColsB(ws, a, cols.Data[jr:], cols.Stride, far, mc, kc, c[jr:], ldc, add)
 			continue
 		}
 		bp := b[jr/kr.nr*panel:][:kc*kr.nr]
@@ -573,16 +576,16 @@ func (e *Engine) macro(ws *workspace, a []float32, rows Matrix, b []float32, col
 
 // macroColsB is macro's column of tiles for one full panel of B read
 // unpacked (row l at b[l·ldb:]) against A's packed panels.
-func (e *Engine) macroColsB(ws *workspace, a, b []float32, ldb, mc, kc int, c []float32, ldc int, add bool) {
+func (e *Engine) macroColsB(ws *workspace, a, b []float32, ldb int, far bool, mc, kc int, c []float32, ldc int, add bool) {
 	kr := e.k
 	for ir := 0; ir < mc; ir += kr.mr {
 		mr := min(kr.mr, mc-ir)
 		ap := a[ir*kc : ir*kc+kc*kr.mr]
 		if mr == kr.mr {
-			kr.tileColsB(kc, ap, b, ldb, c[ir*ldc:], ldc, add)
+			kr.tileColsB(kc, ap, b, ldb, c[ir*ldc:], ldc, add, far)
 			continue
 		}
-		kr.tileColsB(kc, ap, b, ldb, ws.edge, kr.nr, false)
+		kr.tileColsB(kc, ap, b, ldb, ws.edge, kr.nr, false, far)
 		addEdge(c[ir*ldc:], ldc, ws.edge, kr.nr, mr, kr.nr, add)
 	}
 }
@@ -610,6 +613,23 @@ const directBMinDepth = 64
 // BENCHMARKS.md, Compute kernels, Zen 3; 64×208×1024 also read slower in
 // a check by hand, HISTORY).
 const directBMinCols = 256
+
+// directBFarBytes is the size of a block of B read unpacked (its kc rows
+// by the block's nc columns) above which it is taken to come from memory
+// rather than from L2 (half of Zen 3's 512 KiB): the kernel then fetches
+// each next panel's rows into L2 while it works down the panel before
+// (farB). Measured on one thread, Zen 3, ten alternated rounds each
+// (HISTORY, 2026-12-03): ResNet-50's layer1 64→64 1×1 forward over
+// 56×56 maps (an 802 KB block) 1.08× by the median ratio, ahead in 7
+// of 10 (1.16× and 9 of 10 in a build giving every product the far
+// form); products whose B lies in L2 (64×784×64, 128×392×128, the
+// MNIST net's 32×338×64: 86–200 KB blocks) read 0.95–0.97× in that
+// build, so they keep the kernel that fetches its own rows ahead.
+const directBFarBytes = 256 << 10
+
+// farB reports whether a kc×nc block of B read unpacked is far, in
+// memory (directBFarBytes).
+func farB(kc, nc int) bool { return kc*nc*4 > directBFarBytes }
 
 // directB reports whether an m×n product of depth k reads op(B) = b
 // unpacked: the kernel has tileColsB, B is untransposed (its rows are the
