@@ -493,18 +493,16 @@ func (e *Engine) serialPacked(ws *workspace, m, n, k int, alpha float32, a Matri
 		for pc := 0; pc < k; pc += kr.kc {
 			kc := min(kr.kc, k-pc)
 			add := beta != 0 || pc > 0 // beta = 0: the first pass over K stores
-			// Panel jr/nr of the block: bp[jr/nr·panel:][:kc·nr].
-			bp, panel := ws.b, kc*kr.nr
-			var cols Matrix
-			var far bool
+			// Panel jr/nr of the block: bs.packed[jr/nr·panel:][:kc·nr].
+			bs := bSource{packed: ws.b, panel: kc * kr.nr}
 			switch {
 			case pb != nil:
-				bp, panel = pb.data[jc*k+pc*kr.nr:], k*kr.nr
+				bs.packed, bs.panel = pb.data[jc*k+pc*kr.nr:], k*kr.nr
 			case directB:
 				// Only a ragged last panel is packed, where the
 				// block's packing would have put it.
-				cols = Matrix{Data: b.Data[pc*b.Stride+jc:], Stride: b.Stride}
-				far = farB(kc, nc)
+				bs.cols = Matrix{Data: b.Data[pc*b.Stride+jc:], Stride: b.Stride}
+				bs.far = farB(kc, nc)
 				if full := nc / kr.nr * kr.nr; full < nc {
 					kr.packB(ws.b[full*kc:], b, pc, jc+full, kc, nc-full)
 				}
@@ -528,28 +526,37 @@ func (e *Engine) serialPacked(ws *workspace, m, n, k int, alpha float32, a Matri
 				default:
 					kr.packA(ws.a, a, ic, pc, mc, kc, alpha)
 				}
-				e.macro(ws, ap, rows, bp, cols, far, panel, mc, nc, kc, c.Data[ic*c.Stride+jc:], c.Stride, add)
+				e.macro(ws, ap, rows, bs, mc, nc, kc, c.Data[ic*c.Stride+jc:], c.Stride, add)
 			}
 		}
 	}
 }
 
+// bSource is where macro reads a kc×nc block of B: panels of nr columns
+// packed at packed[p·panel:][:kc·nr], except, when cols is set, the full
+// panels read where they lie in it (tileColsB, far as farB says), whose
+// ragged last panel alone is packed.
+type bSource struct {
+	packed []float32
+	panel  int
+	cols   Matrix
+	far    bool
+}
+
 // macro multiplies a packed mc×kc block of A (its panels of mr rows at
-// a[p·mr·kc:]) by a packed kc×nc block of B, its panels of nr columns at
-// b[p·panel:][:kc·nr], into C (adding to it, or with add false replacing
-// it), one mr×nr tile at a time. With rows set, A's full panels are read
-// unpacked from it instead (tileRows) and only a ragged last one from a;
-// with cols set, B's full panels are read unpacked from it (tileColsB,
-// far as farB says) and only a ragged last one from b.
-func (e *Engine) macro(ws *workspace, a []float32, rows Matrix, b []float32, cols Matrix, far bool, panel, mc, nc, kc int, c []float32, ldc int, add bool) {
+// a[p·mr·kc:]) by a kc×nc block of B read from bs into C (adding to it,
+// or with add false replacing it), one mr×nr tile at a time. With rows
+// set, A's full panels are read unpacked from it instead (tileRows) and
+// only a ragged last one from a.
+func (e *Engine) macro(ws *workspace, a []float32, rows Matrix, bs bSource, mc, nc, kc int, c []float32, ldc int, add bool) {
 	kr := e.k
 	for jr := 0; jr < nc; jr += kr.nr {
 		nr := min(kr.nr, nc-jr)
-		if cols.Data != nil && nr == kr.nr {
-			e.macroColsB(ws, a, cols.Data[jr:], cols.Stride, far, mc, kc, c[jr:], ldc, add)
+		if nr == kr.nr && bs.cols.Data != nil {
+			e.macroColsB(ws, a, bs, jr, mc, kc, c[jr:], ldc, add)
 			continue
 		}
-		bp := b[jr/kr.nr*panel:][:kc*kr.nr]
+		bp := bs.packed[jr/kr.nr*bs.panel:][:kc*kr.nr]
 		for ir := 0; ir < mc; ir += kr.mr {
 			mr := min(kr.mr, mc-ir)
 			off := ir*ldc + jr
@@ -574,18 +581,19 @@ func (e *Engine) macro(ws *workspace, a []float32, rows Matrix, b []float32, col
 	}
 }
 
-// macroColsB is macro's column of tiles for one full panel of B read
-// unpacked (row l at b[l·ldb:]) against A's packed panels.
-func (e *Engine) macroColsB(ws *workspace, a, b []float32, ldb int, far bool, mc, kc int, c []float32, ldc int, add bool) {
+// macroColsB is macro's column of tiles for the full panel of B from
+// column jr read where it lies in bs.cols, against A's packed panels.
+func (e *Engine) macroColsB(ws *workspace, a []float32, bs bSource, jr, mc, kc int, c []float32, ldc int, add bool) {
 	kr := e.k
+	b := bs.cols.Data[jr:]
 	for ir := 0; ir < mc; ir += kr.mr {
 		mr := min(kr.mr, mc-ir)
 		ap := a[ir*kc : ir*kc+kc*kr.mr]
 		if mr == kr.mr {
-			kr.tileColsB(kc, ap, b, ldb, c[ir*ldc:], ldc, add, far)
+			kr.tileColsB(kc, ap, b, bs.cols.Stride, c[ir*ldc:], ldc, add, bs.far)
 			continue
 		}
-		kr.tileColsB(kc, ap, b, ldb, ws.edge, kr.nr, false, far)
+		kr.tileColsB(kc, ap, b, bs.cols.Stride, ws.edge, kr.nr, false, bs.far)
 		addEdge(c[ir*ldc:], ldc, ws.edge, kr.nr, mr, kr.nr, add)
 	}
 }
