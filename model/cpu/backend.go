@@ -64,7 +64,8 @@ type scratch struct {
 	window    []int     // the kernel positions' offsets in a laid-out channel
 	ybuf      []float32 // a group's output (gradient) as one matrix
 	dw, db    []float32
-	wino      winoRows // Winograd's transforms' rows
+	dwT       []float32 // a 1×1 kernel's weight gradient summed transposed (transposedWeightGrad)
+	wino      winoRows  // Winograd's transforms' rows
 	// Max pooling's row picks (pool.go): values and columns of a
 	// plane's rows, and an output row's best values and positions.
 	poolRows, poolBest []float32
