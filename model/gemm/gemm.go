@@ -36,9 +36,8 @@ type kernel struct {
 	tileRows func(kc int, a []float32, lda int, b, c []float32, ldc int, add bool)
 	// tileColsB, where the kernel has one, is tile reading its kc×nr
 	// block of B unpacked, row l at b[l·ldb:][:nr]: the products too
-	// short to repay packing B (directB). With far set (farB) it fetches
-	// the next panel's rows ahead instead of its own.
-	tileColsB func(kc int, a, b []float32, ldb int, c []float32, ldc int, add, far bool)
+	// short to repay packing B (directB).
+	tileColsB func(kc int, a, b []float32, ldb int, c []float32, ldc int, add bool)
 }
 
 // Engine multiplies matrices with a fixed number of threads, reusing its
@@ -502,7 +501,6 @@ func (e *Engine) serialPacked(ws *workspace, m, n, k int, alpha float32, a Matri
 				// Only a ragged last panel is packed, where the
 				// block's packing would have put it.
 				bs.cols = Matrix{Data: b.Data[pc*b.Stride+jc:], Stride: b.Stride}
-				bs.far = farB(kc, nc)
 				if full := nc / kr.nr * kr.nr; full < nc {
 					kr.packB(ws.b[full*kc:], b, pc, jc+full, kc, nc-full)
 				}
@@ -534,13 +532,12 @@ func (e *Engine) serialPacked(ws *workspace, m, n, k int, alpha float32, a Matri
 
 // bSource is where macro reads a kc×nc block of B: panels of nr columns
 // packed at packed[p·panel:][:kc·nr], except, when cols is set, the full
-// panels read where they lie in it (tileColsB, far as farB says), whose
-// ragged last panel alone is packed.
+// panels read where they lie in it (tileColsB), whose ragged last panel
+// alone is packed.
 type bSource struct {
 	packed []float32
 	panel  int
 	cols   Matrix
-	far    bool
 }
 
 // macro multiplies a packed mc×kc block of A (its panels of mr rows at
@@ -590,10 +587,10 @@ func (e *Engine) macroColsB(ws *workspace, a []float32, bs bSource, jr, mc, kc i
 		mr := min(kr.mr, mc-ir)
 		ap := a[ir*kc : ir*kc+kc*kr.mr]
 		if mr == kr.mr {
-			kr.tileColsB(kc, ap, b, bs.cols.Stride, c[ir*ldc:], ldc, add, bs.far)
+			kr.tileColsB(kc, ap, b, bs.cols.Stride, c[ir*ldc:], ldc, add)
 			continue
 		}
-		kr.tileColsB(kc, ap, b, bs.cols.Stride, ws.edge, kr.nr, false, bs.far)
+		kr.tileColsB(kc, ap, b, bs.cols.Stride, ws.edge, kr.nr, false)
 		addEdge(c[ir*ldc:], ldc, ws.edge, kr.nr, mr, kr.nr, add)
 	}
 }
@@ -621,23 +618,6 @@ const directBMinDepth = 64
 // BENCHMARKS.md, Compute kernels, Zen 3; 64×208×1024 also read slower in
 // a check by hand, HISTORY).
 const directBMinCols = 256
-
-// directBFarBytes is the size of a block of B read unpacked (its kc rows
-// by the block's nc columns) above which it is taken to come from memory
-// rather than from L2 (half of Zen 3's 512 KiB): the kernel then fetches
-// each next panel's rows into L2 while it works down the panel before
-// (farB). Measured on one thread, Zen 3, ten alternated rounds each
-// (HISTORY, 2026-12-03): ResNet-50's layer1 64→64 1×1 forward over
-// 56×56 maps (an 802 KB block) 1.08× by the median ratio, ahead in 7
-// of 10 (1.16× and 9 of 10 in a build giving every product the far
-// form); products whose B lies in L2 (64×784×64, 128×392×128, the
-// MNIST net's 32×338×64: 86–200 KB blocks) read 0.95–0.97× in that
-// build, so they keep the kernel that fetches its own rows ahead.
-const directBFarBytes = 256 << 10
-
-// farB reports whether a kc×nc block of B read unpacked is far, in
-// memory (directBFarBytes).
-func farB(kc, nc int) bool { return kc*nc*4 > directBFarBytes }
 
 // directB reports whether an m×n product of depth k reads op(B) = b
 // unpacked: the kernel has tileColsB, B is untransposed (its rows are the

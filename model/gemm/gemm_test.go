@@ -314,8 +314,7 @@ func TestDirectAChoice(t *testing.T) {
 // (tileColsB, directB) gives the bits of the same product with B packed,
 // on one and two threads: ragged rows and columns, several depth
 // blocks, B a view with a row stride wider than its columns, alpha and
-// beta other than 1 and 0, A transposed or not, and blocks of B near
-// and far (farB: both forms of the kernel). Products directB
+// beta other than 1 and 0, and A transposed or not. Products directB
 // leaves to packing (B transposed, taller than directBMaxRows, strides
 // that crowd the cache) are covered by TestSgemmMatchesReference.
 func TestDirectBSameBits(t *testing.T) {
@@ -330,22 +329,13 @@ func TestDirectBSameBits(t *testing.T) {
 	}
 	r := rand.New(rand.NewPCG(15, 16))
 	for _, k := range ks {
-		shapes := [][4]int{{64, 784, 64, 0}, {directBMaxRows, 300, 2*k.kc + 9, 5}, {k.mr + 1, directBMinCols + 3, 70, 1}, {1, directBMinCols, directBMinDepth, 1}, {37, 1000, k.kc, 3}, {13, 2*directBMinCols + 5, 65, 0}, {7, 3136, 64, 0}}
-		var far, near bool
-		for _, s := range shapes {
-			f := farB(min(k.kc, s[2]), min(k.nc, s[1]))
-			far, near = far || f, near || !f
-		}
-		if !far || !near {
-			t.Fatalf("%s: the shapes' first blocks of B are far %v, near %v: both forms of tileColsB must run", k.name, far, near)
-		}
 		packed := k
 		packed.tileColsB = nil
 		for _, threads := range []int{1, 2} {
 			direct, ref := newEngine(parallel.New(threads), true, k), newEngine(parallel.New(threads), true, packed)
 			defer direct.Close()
 			defer ref.Close()
-			for _, s := range shapes {
+			for _, s := range [][4]int{{64, 784, 64, 0}, {directBMaxRows, 300, 2*k.kc + 9, 5}, {k.mr + 1, directBMinCols + 3, 70, 1}, {1, directBMinCols, directBMinDepth, 1}, {37, 1000, k.kc, 3}, {13, 2*directBMinCols + 5, 65, 0}} {
 				m, n, kk, pad := s[0], s[1], s[2], s[3]
 				for _, ab := range [][2]float32{{1, 0}, {1, 1}, {-2, -0.5}} {
 					for _, transA := range []bool{false, true} {
@@ -376,7 +366,7 @@ func TestDirectBSameBits(t *testing.T) {
 // at most directBMaxRows tall, at least directBMinCols wide and at least
 // directBMinDepth deep read B unpacked.
 func TestDirectBChoice(t *testing.T) {
-	cols := func(kc int, a, b []float32, ldb int, c []float32, ldc int, add, far bool) {}
+	cols := func(kc int, a, b []float32, ldb int, c []float32, ldc int, add bool) {}
 	with, without := kernel{tileColsB: cols}, kernel{}
 	for _, c := range []struct {
 		name   string
@@ -402,26 +392,6 @@ func TestDirectBChoice(t *testing.T) {
 	} {
 		if got := c.k.directB(Matrix{Trans: c.trans, Stride: c.stride}, c.m, c.n, c.depth); got != c.want {
 			t.Errorf("%s: directB = %v, want %v", c.name, got, c.want)
-		}
-	}
-}
-
-// TestFarB: a block of B read unpacked is far once it is larger than
-// directBFarBytes.
-func TestFarB(t *testing.T) {
-	for _, c := range []struct {
-		name   string
-		kc, nc int
-		want   bool
-	}{
-		{"layer1's 64×3136 block", 64, 3136, true},
-		{"a 64×784 block", 64, 784, false},
-		{"the MNIST net's 64×338 block", 64, 338, false},
-		{"exactly directBFarBytes", 256, directBFarBytes / 4 / 256, false},
-		{"one column more", 256, directBFarBytes/4/256 + 1, true},
-	} {
-		if got := farB(c.kc, c.nc); got != c.want {
-			t.Errorf("%s: farB(%d, %d) = %v, want %v", c.name, c.kc, c.nc, got, c.want)
 		}
 	}
 }

@@ -49,12 +49,8 @@ func tileRowsAVX2(kc int, a []float32, lda int, b, c []float32, ldc int, add boo
 //go:noescape
 func kernel6x16Rows(kc int, a *float32, lda int, b, c *float32, ldc int, add bool)
 
-func tileColsBAVX2(kc int, a, b []float32, ldb int, c []float32, ldc int, add, far bool) {
+func tileColsBAVX2(kc int, a, b []float32, ldb int, c []float32, ldc int, add bool) {
 	checkTile(kc, 6, 16, a, kc, b, ldb, c, ldc)
-	if far {
-		kernel6x16ColsBFar(kc, &a[0], &b[0], ldb, &c[0], ldc, add)
-		return
-	}
 	kernel6x16ColsB(kc, &a[0], &b[0], ldb, &c[0], ldc, add)
 }
 
@@ -63,14 +59,6 @@ func tileColsBAVX2(kc int, a, b []float32, ldb int, c []float32, ldc int, add, f
 //
 //go:noescape
 func kernel6x16ColsB(kc int, a, b *float32, ldb int, c *float32, ldc int, add bool)
-
-// kernel6x16ColsBFar is kernel6x16ColsB fetching the next panel's rows
-// into L2 as it goes, for a B that lies in memory (farB). Its
-// prefetches reach past the panel (past B's end for the last one),
-// which x86 allows: a prefetch never faults.
-//
-//go:noescape
-func kernel6x16ColsBFar(kc int, a, b *float32, ldb int, c *float32, ldc int, add bool)
 
 // availableKernels lists every micro-kernel this CPU can run, best first:
 // the widest, but on CPUs that run AVX-512 in 256-bit halves

@@ -133,50 +133,6 @@ set256: \
 	LEAQ (BASE)(R9*2), R11 \
 	ADDQ R9, R11
 
-// COLS_SETUP begins kernel6x16ColsB and kernel6x16ColsBFar: kc in CX, A's
-// packed panel in SI, B's rows from two bases (DI, R11 = DI + 3·ldb)
-// indexed by R9 = ldb bytes and moved on by R12 = four rows, the tile of
-// C started; fewer than four rows go straight to COLS_FINISH's tail.
-#define COLS_SETUP \
-	MOVQ kc+0(FP), CX \
-	MOVQ a+8(FP), SI \
-	MOVQ b+16(FP), DI \
-	MOVQ ldb+24(FP), R9 \
-	ROW_BASES(DI) \
-	LEAQ (R9*4), R12 \
-	START_TILE256(c+32(FP), ldc+40(FP)) \
-	CMPQ CX, $4 \
-	JLT  colsTail
-
-// COLS_TURN is four steps of depth over four rows of B, moving SI, DI
-// and R11 on.
-#define COLS_TURN \
-	STEP256((DI), 32(DI), (SI), 4(SI), 8(SI), 12(SI), 16(SI), 20(SI)) \
-	STEP256((DI)(R9*1), 32(DI)(R9*1), 24(SI), 28(SI), 32(SI), 36(SI), 40(SI), 44(SI)) \
-	STEP256((DI)(R9*2), 32(DI)(R9*2), 48(SI), 52(SI), 56(SI), 60(SI), 64(SI), 68(SI)) \
-	STEP256((R11), 32(R11), 72(SI), 76(SI), 80(SI), 84(SI), 88(SI), 92(SI)) \
-	ADDQ $96, SI \
-	ADDQ R12, DI \
-	ADDQ R12, R11
-
-// COLS_FINISH ends the turns' loop at LOOP, runs the rows left one at a
-// time and adds or stores the tile.
-#define COLS_FINISH(LOOP) \
-	SUBQ $4, CX \
-	CMPQ CX, $4 \
-	JGE  LOOP \
-colsTail: \
-	TESTQ CX, CX \
-	JZ    colsStore \
-colsLoop1: \
-	STEP256((DI), 32(DI), (SI), 4(SI), 8(SI), 12(SI), 16(SI), 20(SI)) \
-	ADDQ $24, SI \
-	ADDQ R9, DI \
-	DECQ CX \
-	JNZ  colsLoop1 \
-colsStore: \
-	FINISH_TILE256(add+48(FP))
-
 // func kernel6x16(kc int, a, b, c *float32, ldc int, add bool)
 // AVX2/FMA: a 6×16 tile in twelve YMM accumulators (Y4–Y15), four steps
 // of depth a turn of the loop. It prefetches its tile of C before the
@@ -414,11 +370,21 @@ loopRows512:
 
 // func kernel6x16ColsB(kc int, a, b *float32, ldb int, c *float32, ldc int, add bool)
 // kernel6x16 reading B where it lies, unpacked: row l of the kc×16
-// block at b[l·ldb:] (ldb in elements), four rows a turn, the four rows
-// two turns ahead prefetched into L1 (R13): for products too short to
-// repay packing B (gemm.go, directB) whose B is near, in L2.
+// block at b[l·ldb:] (ldb in elements), four rows a turn from two bases
+// (DI, R11 = DI + 3·ldb) indexed by R9 = ldb bytes and moved on by R12 =
+// four rows, and the four rows two turns ahead prefetched (R13); for
+// products too short to repay packing B (gemm.go, directB).
 TEXT ·kernel6x16ColsB(SB), NOSPLIT, $0-49
-	COLS_SETUP
+	MOVQ kc+0(FP), CX
+	MOVQ a+8(FP), SI
+	MOVQ b+16(FP), DI
+	MOVQ ldb+24(FP), R9
+	ROW_BASES(DI)
+	LEAQ (R9*4), R12
+	START_TILE256(c+32(FP), ldc+40(FP))
+
+	CMPQ CX, $4
+	JLT  colsTail
 
 colsLoop4:
 	LEAQ (DI)(R12*2), R13
@@ -426,23 +392,27 @@ colsLoop4:
 	PREFETCHT0 (R13)(R9*1)
 	PREFETCHT0 (R13)(R9*2)
 	PREFETCHT0 (R11)(R12*2)
-	COLS_TURN
-	COLS_FINISH(colsLoop4)
+	STEP256((DI), 32(DI), (SI), 4(SI), 8(SI), 12(SI), 16(SI), 20(SI))
+	STEP256((DI)(R9*1), 32(DI)(R9*1), 24(SI), 28(SI), 32(SI), 36(SI), 40(SI), 44(SI))
+	STEP256((DI)(R9*2), 32(DI)(R9*2), 48(SI), 52(SI), 56(SI), 60(SI), 64(SI), 68(SI))
+	STEP256((R11), 32(R11), 72(SI), 76(SI), 80(SI), 84(SI), 88(SI), 92(SI))
+	ADDQ $96, SI
+	ADDQ R12, DI
+	ADDQ R12, R11
+	SUBQ $4, CX
+	CMPQ CX, $4
+	JGE  colsLoop4
 
-// func kernel6x16ColsBFar(kc int, a, b *float32, ldb int, c *float32, ldc int, add bool)
-// kernel6x16ColsB for a B too large to be near (gemm.go, directBFarBytes):
-// instead of the rows two turns ahead, each turn prefetches into L2 the
-// same four rows of the next panel of 16 columns (the line holding their
-// last element, 124 bytes on), so that the tiles below this one in the
-// panel (macroColsB) leave the next panel's first tile its rows in L2
-// rather than in memory (measured: gemm.go, directBFarBytes).
-TEXT ·kernel6x16ColsBFar(SB), NOSPLIT, $0-49
-	COLS_SETUP
+colsTail:
+	TESTQ CX, CX
+	JZ    colsStore
 
-farLoop4:
-	PREFETCHT1 124(DI)
-	PREFETCHT1 124(DI)(R9*1)
-	PREFETCHT1 124(DI)(R9*2)
-	PREFETCHT1 124(R11)
-	COLS_TURN
-	COLS_FINISH(farLoop4)
+colsLoop1:
+	STEP256((DI), 32(DI), (SI), 4(SI), 8(SI), 12(SI), 16(SI), 20(SI))
+	ADDQ $24, SI
+	ADDQ R9, DI
+	DECQ CX
+	JNZ  colsLoop1
+
+colsStore:
+	FINISH_TILE256(add+48(FP))
