@@ -592,21 +592,28 @@ func (t *convTask) Do(worker, i int) {
 }
 
 // transposedWeightGrad reports whether a 1×1 kernel's weight gradient is
-// summed transposed: more inputs than outputs, so that the product's
-// transposed operand, packed at every call, is the output gradient
-// [F, ld] instead of the image [C, ld], and at most
-// transposedMaxOutputs outputs. Each sum is the same, bit for bit: the
-// same products (a·b is b·a) in the same order.
-func transposedWeightGrad(g geometry) bool { return g.ckk > g.f && g.f <= transposedMaxOutputs }
+// summed transposed: at least transposedMinRatio times as many inputs as
+// outputs, so that the product's transposed operand, packed at every
+// call, is the output gradient [F, ld] instead of the far larger image
+// [C, ld], and at most transposedMaxOutputs outputs. Each sum is the
+// same, bit for bit: the same products (a·b is b·a) in the same order.
+func transposedWeightGrad(g geometry) bool {
+	return g.ckk >= transposedMinRatio*g.f && g.f <= transposedMaxOutputs
+}
 
-// transposedMaxOutputs is the most outputs a 1×1 kernel's weight gradient
-// is summed transposed for. Measured on one thread, Zen 3, six
-// alternated rounds of ResNet-50's 1×1 layers in training (HISTORY,
-// 2026-12-03): 256→64 over 56×56 maps 1.11× by the median ratio and
-// 512→128 over 28×28 1.06×, ahead in every round; 512→256 over 28×28
-// 1.01×, and with 256 or 512 outputs on 14×14 and 7×7 maps (several
+// transposedMinRatio and transposedMaxOutputs bound the 1×1 weight
+// gradients summed transposed. Measured on one thread, Zen 3, alternated
+// rounds of ResNet-50's 1×1 layers in training (HISTORY, 2026-12-03),
+// training time by the median ratio: 256→64 over 56×56 maps 1.10×
+// (ahead in 7 of 8 rounds; 1.11×, 6 of 6, in another run) and 512→128
+// over 28×28 1.06× (6 of 6), four times as many inputs as outputs; with
+// twice as many, 256→128 over 56×56 0.96× (2 of 8) and 512→256 over
+// 28×28 1.01×; with 256 or 512 outputs on 14×14 and 7×7 maps (several
 // images a product) 0.95–0.97×.
-const transposedMaxOutputs = 128
+const (
+	transposedMinRatio   = 4
+	transposedMaxOutputs = 128
+)
 
 // blockWidth is the number of columns of a column matrix's blocks, for
 // blocks of depth rows of a matrix [rows, ld]: all of them where the block

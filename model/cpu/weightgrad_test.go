@@ -11,12 +11,12 @@ import (
 )
 
 // TestWeightGradTransposedSameBits: a 1×1 kernel's weight gradient,
-// summed as dWᵀ += x · dyᵀ where it has more inputs than outputs
-// (transposedWeightGrad) and as dW += dy · xᵀ elsewhere, has the bits of
+// summed as dWᵀ += x · dyᵀ where it has several times more inputs than
+// outputs (transposedWeightGrad) and as dW += dy · xᵀ elsewhere, has the bits of
 // dW += dy_i · x_iᵀ image by image, each chunk of the batch summed
 // alone and the chunks added in order — on one and two threads, at
-// stride 1 and subsampled at stride 2, with more inputs than outputs
-// and fewer, over maps large enough to give each image its own product
+// stride 1 and subsampled at stride 2, on both sides of the rule's
+// bounds, over maps large enough to give each image its own product
 // and small enough to be multiplied several images at a time (their
 // column matrix in one block of rows and in two), in a backend's second
 // call as in its first.
@@ -32,14 +32,16 @@ func TestWeightGradTransposedSameBits(t *testing.T) {
 		p          tensor.ConvParams
 		transposed bool
 	}{
-		{"more inputs", 5, 40, 12, 24, one(1), true},
+		{"four times the inputs", 5, 48, 12, 24, one(1), true},
 		{"fewer inputs", 3, 12, 40, 24, one(1), false},
-		{"more inputs, subsampled", 3, 36, 20, 48, one(2), true},
+		{"more inputs, subsampled", 3, 36, 9, 48, one(2), true},
 		{"more inputs, several depth blocks", 2, 70, 17, 32, one(1), true},
-		{"more inputs, groups of images", 7, 48, 20, 8, one(1), true},
-		{"more inputs, subsampled groups", 5, 30, 8, 14, one(2), true},
+		{"more inputs, groups of images", 7, 48, 11, 8, one(1), true},
+		{"more inputs, subsampled groups", 5, 30, 7, 14, one(2), true},
 		{"more inputs, groups in two blocks of rows", 9, 520, 16, 8, one(1), true},
-		{"more inputs, more outputs than transposedMaxOutputs", 2, transposedMaxOutputs + 20, transposedMaxOutputs + 1, 24, one(1), false},
+		{"transposedMaxOutputs outputs", 2, transposedMinRatio * transposedMaxOutputs, transposedMaxOutputs, 24, one(1), true},
+		{"four times the inputs, more outputs than transposedMaxOutputs", 2, transposedMinRatio * (transposedMaxOutputs + 1), transposedMaxOutputs + 1, 24, one(1), false},
+		{"fewer than transposedMinRatio times the inputs", 2, transposedMinRatio*20 - 1, 20, 24, one(1), false},
 	} {
 		x, w := randTensor(rng, c.n, c.c, c.hw, c.hw), randTensor(rng, c.f, c.c, 1, 1)
 		g := geom(x, w, c.p)
