@@ -442,10 +442,10 @@ func (t *convTask) Do(worker, i int) {
 		ybuf = grow(&s.ybuf, g.f*group*g.ohw)
 	}
 	wm := gemm.Matrix{Data: t.w.Data, Stride: g.ckk}
-	// A 1×1 kernel's weight gradient with more inputs than outputs is
-	// summed transposed, dWᵀ += x · dyᵀ, so that the packing transposes
-	// the output gradient rather than the wider image (transposedWeightGrad);
-	// the transpose is the chunk's sum at its end.
+	// A 1×1 kernel's weight gradient with several times more inputs than
+	// outputs is summed transposed, dWᵀ += x · dyᵀ, so that the packing
+	// transposes the output gradient rather than the wider image
+	// (transposedWeightGrad); the transpose is the chunk's sum at its end.
 	var dwT []float32
 	if t.backward {
 		clear(grow(&s.dw, g.f*g.ckk))

@@ -12,14 +12,13 @@ import (
 
 // TestWeightGradTransposedSameBits: a 1×1 kernel's weight gradient,
 // summed as dWᵀ += x · dyᵀ where it has several times more inputs than
-// outputs (transposedWeightGrad) and as dW += dy · xᵀ elsewhere, has the bits of
-// dW += dy_i · x_iᵀ image by image, each chunk of the batch summed
-// alone and the chunks added in order — on one and two threads, at
-// stride 1 and subsampled at stride 2, on both sides of the rule's
-// bounds, over maps large enough to give each image its own product
-// and small enough to be multiplied several images at a time (their
-// column matrix in one block of rows and in two), in a backend's second
-// call as in its first.
+// outputs (transposedWeightGrad) and as dW += dy · xᵀ elsewhere, has the
+// bits of dW += dy_g · x_gᵀ group by group (one image, or several side
+// by side on small maps), each chunk of the batch summed alone and the
+// chunks added in order — on one and two threads (one image's product
+// split over both), at stride 1 and subsampled at stride 2, on both
+// sides of the rule's bounds, with the groups' column matrix in one
+// block of rows and in two, in a backend's second call as in its first.
 func TestWeightGradTransposedSameBits(t *testing.T) {
 	rng := rand.New(rand.NewPCG(41, 42))
 	one := func(stride int) tensor.ConvParams {
@@ -33,6 +32,7 @@ func TestWeightGradTransposedSameBits(t *testing.T) {
 		transposed bool
 	}{
 		{"four times the inputs", 5, 48, 12, 24, one(1), true},
+		{"one image, its product split over the threads", 1, 48, 12, 24, one(1), true},
 		{"fewer inputs", 3, 12, 40, 24, one(1), false},
 		{"more inputs, subsampled", 3, 36, 9, 48, one(2), true},
 		{"more inputs, several depth blocks", 2, 70, 17, 32, one(1), true},
