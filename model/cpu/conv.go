@@ -522,11 +522,8 @@ func (t *convTask) Do(worker, i int) {
 			dyM = gemm.Matrix{Data: ybuf, Stride: ld}
 		}
 		dw := gemm.Matrix{Data: s.dw, Stride: g.ckk}
-		switch {
-		case t.weightGrad && direct && dwT != nil: // dWᵀ += x · dyᵀ
-			t.gemm(worker, g.ckk, g.f, ld, gemm.Matrix{Data: cols.src, Stride: ld}, gemm.Matrix{Data: dyM.Data, Stride: dyM.Stride, Trans: true}, 1, gemm.Matrix{Data: dwT, Stride: g.f})
-		case t.weightGrad && direct: // dW += dy · xᵀ
-			t.gemm(worker, g.f, g.ckk, ld, dyM, gemm.Matrix{Data: cols.src, Stride: ld, Trans: true}, 1, dw)
+		if t.weightGrad && direct { // dW += dy · xᵀ
+			t.weightGradBlock(worker, gemm.Matrix{Data: cols.src, Stride: ld}, 0, g.ckk, 0, ld, dyM, dw, dwT)
 		}
 		for r0 := 0; columns && r0 < g.ckk; r0 += wrows { // dW += dy · colᵀ
 			r1 := min(g.ckk, r0+wrows)
@@ -534,11 +531,7 @@ func (t *convTask) Do(worker, i int) {
 				j1 := min(ld, j0+width)
 				blk := col[:(r1-r0)*(j1-j0)]
 				cols.block(blk, n, r0, r1, j0, j1)
-				if dwT != nil { // dWᵀ += col · dyᵀ
-					t.gemm(worker, r1-r0, g.f, j1-j0, gemm.Matrix{Data: blk, Stride: j1 - j0}, gemm.Matrix{Data: dyM.Data[j0:], Stride: dyM.Stride, Trans: true}, 1, gemm.Matrix{Data: dwT[r0*g.f:], Stride: g.f})
-					continue
-				}
-				t.gemm(worker, g.f, r1-r0, j1-j0, dyM.ColsFrom(j0), gemm.Matrix{Data: blk, Stride: j1 - j0, Trans: true}, 1, dw.ColsFrom(r0))
+				t.weightGradBlock(worker, gemm.Matrix{Data: blk, Stride: j1 - j0}, r0, r1-r0, j0, j1-j0, dyM, dw, dwT)
 			}
 		}
 		if t.biasGrad {
@@ -589,6 +582,22 @@ func (t *convTask) Do(worker, i int) {
 			}
 		}
 	}
+}
+
+// weightGradBlock adds to the chunk's weight gradient the product of the
+// group's output gradient dyM, its columns [j0, j0+cols), and x, rows
+// [r0, r0+rows) of the group's column matrix over the same columns (the
+// image itself for a 1×1 kernel): dW[:, r0:] += dy · xᵀ, or, with dwT
+// set, dWᵀ[r0:] += x · dyᵀ (transposedWeightGrad), the same sums.
+func (t *convTask) weightGradBlock(worker int, x gemm.Matrix, r0, rows, j0, cols int, dyM, dw gemm.Matrix, dwT []float32) {
+	f := t.g.f
+	if dwT != nil {
+		dyT := gemm.Matrix{Data: dyM.Data[j0:], Stride: dyM.Stride, Trans: true}
+		t.gemm(worker, rows, f, cols, x, dyT, 1, gemm.Matrix{Data: dwT[r0*f:], Stride: f})
+		return
+	}
+	x.Trans = true
+	t.gemm(worker, f, rows, cols, dyM.ColsFrom(j0), x, 1, dw.ColsFrom(r0))
 }
 
 // transposedWeightGrad reports whether a 1×1 kernel's weight gradient is
