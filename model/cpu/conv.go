@@ -450,7 +450,7 @@ func (t *convTask) Do(worker, i int) {
 	if t.backward {
 		clear(grow(&s.dw, g.f*g.ckk))
 		clear(grow(&s.db, g.f))
-		if t.weightGrad && t.p.KernelH*t.p.KernelW == 1 && transposedWeightGrad(g) {
+		if t.weightGrad && transposedWeightGrad(g, t.p) {
 			dwT = grow(&s.dwT, g.ckk*g.f)
 			clear(dwT)
 		}
@@ -592,7 +592,8 @@ func (t *convTask) Do(worker, i int) {
 func (t *convTask) weightGradBlock(worker int, x gemm.Matrix, r0, rows, j0, cols int, dyM, dw gemm.Matrix, dwT []float32) {
 	f := t.g.f
 	if dwT != nil {
-		dyT := gemm.Matrix{Data: dyM.Data[j0:], Stride: dyM.Stride, Trans: true}
+		dyT := dyM.ColsFrom(j0)
+		dyT.Trans = true
 		t.gemm(worker, rows, f, cols, x, dyT, 1, gemm.Matrix{Data: dwT[r0*f:], Stride: f})
 		return
 	}
@@ -600,14 +601,14 @@ func (t *convTask) weightGradBlock(worker int, x gemm.Matrix, r0, rows, j0, cols
 	t.gemm(worker, f, rows, cols, dyM.ColsFrom(j0), x, 1, dw.ColsFrom(r0))
 }
 
-// transposedWeightGrad reports whether a 1×1 kernel's weight gradient is
-// summed transposed: at least transposedMinRatio times as many inputs as
+// transposedWeightGrad reports whether a convolution's weight gradient is
+// summed transposed: a 1×1 kernel, at least transposedMinRatio times as many inputs as
 // outputs, so that the product's transposed operand, packed at every
 // call, is the output gradient [F, ld] instead of the far larger image
 // [C, ld], and at most transposedMaxOutputs outputs. Each sum is the
 // same, bit for bit: the same products (a·b is b·a) in the same order.
-func transposedWeightGrad(g geometry) bool {
-	return g.ckk >= transposedMinRatio*g.f && g.f <= transposedMaxOutputs
+func transposedWeightGrad(g geometry, p tensor.ConvParams) bool {
+	return p.KernelH*p.KernelW == 1 && g.ckk >= transposedMinRatio*g.f && g.f <= transposedMaxOutputs
 }
 
 // transposedMinRatio and transposedMaxOutputs bound the 1×1 weight

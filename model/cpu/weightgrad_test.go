@@ -24,6 +24,12 @@ func TestWeightGradTransposedSameBits(t *testing.T) {
 	one := func(stride int) tensor.ConvParams {
 		return tensor.ConvParams{KernelH: 1, KernelW: 1, StrideH: stride, StrideW: stride}
 	}
+	// Only 1×1 kernels: a 3×3 one with as many inputs per output as the
+	// first case below keeps its usual product.
+	three := tensor.ConvParams{KernelH: 3, KernelW: 3, StrideH: 1, StrideW: 1, PadH: 1, PadW: 1}
+	if x, w := tensor.New(1, 48, 8, 8), tensor.New(12, 48, 3, 3); transposedWeightGrad(geom(x, w, three), three) {
+		t.Fatal("a 3×3 kernel's weight gradient would be summed transposed")
+	}
 	for _, c := range []struct {
 		name       string
 		n, c, f    int
@@ -45,8 +51,8 @@ func TestWeightGradTransposedSameBits(t *testing.T) {
 	} {
 		x, w := randTensor(rng, c.n, c.c, c.hw, c.hw), randTensor(rng, c.f, c.c, 1, 1)
 		g := geom(x, w, c.p)
-		if transposedWeightGrad(g) != c.transposed {
-			t.Fatalf("%s: transposed %v: not the case meant", c.name, transposedWeightGrad(g))
+		if transposedWeightGrad(g, c.p) != c.transposed {
+			t.Fatalf("%s: transposed %v: not the case meant", c.name, transposedWeightGrad(g, c.p))
 		}
 		dy := randTensor(rng, c.n, c.f, g.oh, g.ow)
 		for _, threads := range []int{1, 2} {
