@@ -325,7 +325,7 @@ func TestDirectBSameBits(t *testing.T) {
 		}
 	}
 	if len(ks) == 0 {
-		t.Skip("no micro-kernel on this CPU reads B unpacked (tileColsB: the AVX2 kernel)")
+		t.Skip("no micro-kernel on this CPU reads B unpacked (tileColsB: the AVX2 and AVX-512 kernels)")
 	}
 	r := rand.New(rand.NewPCG(15, 16))
 	for _, k := range ks {

@@ -8,7 +8,7 @@ var avx2Kernel = kernel{name: "avx2-fma 6x16", mr: 6, nr: 16, mc: 96, kc: 256, n
 
 // avx512Kernel is the AVX-512 micro-kernel: a 12×32 tile of C in 24 ZMM
 // accumulators.
-var avx512Kernel = kernel{name: "avx512 12x32", mr: 12, nr: 32, mc: 96, kc: 256, nc: 3072, tile: tileAVX512, tileRows: tileRowsAVX512, interleave: interleave4Vector, interleave2: interleave2Vector, copyRows: copyRowsVector}
+var avx512Kernel = kernel{name: "avx512 12x32", mr: 12, nr: 32, mc: 96, kc: 256, nc: 3072, tile: tileAVX512, tileRows: tileRowsAVX512, tileColsB: tileColsBAVX512, interleave: interleave4Vector, interleave2: interleave2Vector, copyRows: copyRowsVector}
 
 // bestKernel is the micro-kernel New picks: the first of
 // availableKernels.
@@ -104,3 +104,14 @@ func tileRowsAVX512(kc int, a []float32, lda int, b, c []float32, ldc int, add b
 //
 //go:noescape
 func kernel12x32Rows(kc int, a *float32, lda int, b, c *float32, ldc int, add bool)
+
+func tileColsBAVX512(kc int, a, b []float32, ldb int, c []float32, ldc int, add bool) {
+	checkTile(kc, 12, 32, a, kc, b, ldb, c, ldc)
+	kernel12x32ColsB(kc, &a[0], &b[0], ldb, &c[0], ldc, add)
+}
+
+// kernel12x32ColsB is kernel12x32 reading its kc×32 block of B unpacked,
+// row l at b + l·ldb elements.
+//
+//go:noescape
+func kernel12x32ColsB(kc int, a, b *float32, ldb int, c *float32, ldc int, add bool)

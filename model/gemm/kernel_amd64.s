@@ -261,16 +261,13 @@ rowsStore:
 
 // STEP512 is one step of depth: B's two vectors at DI into Z0, Z1, then
 // each row's value of A, row r's at address Ar, broadcast and multiplied
-// in (FMA_ROW512); B's panel prefetched 1024 bytes ahead.
+// in (FMA_ROWS512, FMA_ROW512); B's panel prefetched 1024 bytes ahead.
 #define FMA_ROW512(A, LO, HI) \
 	VBROADCASTSS A, Z2 \
 	VFMADD231PS Z0, Z2, LO \
 	VFMADD231PS Z1, Z2, HI
 
-#define STEP512(A0, A1, A2, A3, A4, A5, A6, A7, A8, A9, A10, A11) \
-	PREFETCHT0 1024(DI) \
-	VMOVUPS (DI), Z0 \
-	VMOVUPS 64(DI), Z1 \
+#define FMA_ROWS512(A0, A1, A2, A3, A4, A5, A6, A7, A8, A9, A10, A11) \
 	FMA_ROW512(A0, Z8, Z9) \
 	FMA_ROW512(A1, Z10, Z11) \
 	FMA_ROW512(A2, Z12, Z13) \
@@ -282,7 +279,13 @@ rowsStore:
 	FMA_ROW512(A8, Z24, Z25) \
 	FMA_ROW512(A9, Z26, Z27) \
 	FMA_ROW512(A10, Z28, Z29) \
-	FMA_ROW512(A11, Z30, Z31) \
+	FMA_ROW512(A11, Z30, Z31)
+
+#define STEP512(A0, A1, A2, A3, A4, A5, A6, A7, A8, A9, A10, A11) \
+	PREFETCHT0 1024(DI) \
+	VMOVUPS (DI), Z0 \
+	VMOVUPS 64(DI), Z1 \
+	FMA_ROWS512(A0, A1, A2, A3, A4, A5, A6, A7, A8, A9, A10, A11) \
 	ADDQ $128, DI
 
 // ADD_TILE512 adds the accumulators into C and SET_TILE512 stores them,
@@ -416,3 +419,34 @@ colsLoop1:
 
 colsStore:
 	FINISH_TILE256(add+48(FP))
+
+// func kernel12x32ColsB(kc int, a, b *float32, ldb int, c *float32, ldc int, add bool)
+// kernel12x32 reading B where it lies, unpacked: row l of the kc×32
+// block at b[l·ldb:] (ldb in elements, R9 in bytes), the row eight rows
+// ahead prefetched (R13 = eight rows), A's packed panel as kernel12x32
+// reads it; for products too short to repay packing B (gemm.go,
+// directB).
+TEXT ·kernel12x32ColsB(SB), NOSPLIT, $0-49
+	MOVQ kc+0(FP), CX
+	MOVQ a+8(FP), SI
+	MOVQ b+16(FP), DI
+	MOVQ ldb+24(FP), R9
+	SHLQ $2, R9
+	LEAQ (R9*8), R13
+	MOVQ c+32(FP), DX
+	MOVQ ldc+40(FP), R8
+	SHLQ $2, R8
+	ZERO_TILE512
+	PREFETCH_C512
+loopColsB512:
+	PREFETCHT0 384(SI)
+	PREFETCHT0 (DI)(R13*1)
+	PREFETCHT0 64(DI)(R13*1)
+	VMOVUPS (DI), Z0
+	VMOVUPS 64(DI), Z1
+	FMA_ROWS512(0(SI), 4(SI), 8(SI), 12(SI), 16(SI), 20(SI), 24(SI), 28(SI), 32(SI), 36(SI), 40(SI), 44(SI))
+	ADDQ $48, SI
+	ADDQ R9, DI
+	DECQ CX
+	JNZ loopColsB512
+	FINISH_TILE512(add+48(FP))
