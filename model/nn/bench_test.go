@@ -129,6 +129,14 @@ func benchConvs(b *testing.B, convs []convShape) {
 				b.Fatal(err)
 			}
 			dy := randTensor(rng, y.Shape...)
+			// One backward pass before the timed ones, as the forward
+			// above: the first allocates the layer's gradient buffers
+			// (ResNet-50's 256→64 1×1 layer ran 161 ms a pass over three
+			// timed passes without it, 72 over thirty), and
+			// torch_layers.py times PyTorch's after a warm-up call too.
+			if _, err := c.Backward(dy); err != nil {
+				b.Fatal(err)
+			}
 			macs := float64(32 * s.out * y.Shape[2] * y.Shape[3] * s.in * s.k * s.k)
 			for _, mode := range []string{"forward", "training"} {
 				b.Run(mode, func(b *testing.B) {
