@@ -314,6 +314,17 @@ set512: \
 	VZEROUPPER \
 	RET
 
+// START_TILE512 begins an AVX-512 kernel's tile, as START_TILE256 an
+// AVX2 one's: C's address from C and its row stride in elements from LDC
+// (into DX and R8, in bytes), the accumulators cleared and the tile of C
+// prefetched.
+#define START_TILE512(C, LDC) \
+	MOVQ C, DX \
+	MOVQ LDC, R8 \
+	SHLQ $2, R8 \
+	ZERO_TILE512 \
+	PREFETCH_C512
+
 // func kernel12x32(kc int, a, b, c *float32, ldc int, add bool)
 // AVX-512: a 12×32 tile in 24 ZMM accumulators (Z8–Z31).
 // Before the loop it prefetches the tile of C (each row's first and last
@@ -326,11 +337,7 @@ TEXT ·kernel12x32(SB), NOSPLIT, $0-41
 	MOVQ kc+0(FP), CX
 	MOVQ a+8(FP), SI
 	MOVQ b+16(FP), DI
-	MOVQ c+24(FP), DX
-	MOVQ ldc+32(FP), R8
-	SHLQ $2, R8
-	ZERO_TILE512
-	PREFETCH_C512
+	START_TILE512(c+24(FP), ldc+32(FP))
 loop512:
 	PREFETCHT0 384(SI)
 	STEP512(0(SI), 4(SI), 8(SI), 12(SI), 16(SI), 20(SI), 24(SI), 28(SI), 32(SI), 36(SI), 40(SI), 44(SI))
@@ -356,11 +363,7 @@ TEXT ·kernel12x32Rows(SB), NOSPLIT, $0-49
 	LEAQ (R12)(R9*2), R13
 	ADDQ R9, R13
 	MOVQ b+24(FP), DI
-	MOVQ c+32(FP), DX
-	MOVQ ldc+40(FP), R8
-	SHLQ $2, R8
-	ZERO_TILE512
-	PREFETCH_C512
+	START_TILE512(c+32(FP), ldc+40(FP))
 loopRows512:
 	STEP512((SI), (SI)(R9*1), (SI)(R9*2), (R11), (R11)(R9*1), (R11)(R9*2), (R12), (R12)(R9*1), (R12)(R9*2), (R13), (R13)(R9*1), (R13)(R9*2))
 	ADDQ $4, SI
@@ -433,11 +436,7 @@ TEXT ·kernel12x32ColsB(SB), NOSPLIT, $0-49
 	MOVQ ldb+24(FP), R9
 	SHLQ $2, R9
 	LEAQ (R9*8), R13
-	MOVQ c+32(FP), DX
-	MOVQ ldc+40(FP), R8
-	SHLQ $2, R8
-	ZERO_TILE512
-	PREFETCH_C512
+	START_TILE512(c+32(FP), ldc+40(FP))
 loopColsB512:
 	PREFETCHT0 384(SI)
 	PREFETCHT0 (DI)(R13*1)
