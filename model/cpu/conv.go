@@ -602,10 +602,10 @@ func (t *convTask) weightGradBlock(worker int, x gemm.Matrix, r0, rows, j0, cols
 }
 
 // transposedWeightGrad reports whether a convolution's weight gradient is
-// summed transposed: a 1×1 kernel, at least transposedMinRatio times as many inputs as
-// outputs, so that the product's transposed operand, packed at every
-// call, is the output gradient [F, ld] instead of the far larger image
-// [C, ld], and at most transposedMaxOutputs outputs. Each sum is the
+// summed transposed: a 1×1 kernel, at least transposedMinRatio times as
+// many inputs as outputs, so that the product's transposed operand,
+// packed at every call, is the output gradient [F, ld] instead of the
+// far larger image [C, ld], and at most transposedMaxOutputs outputs. Each sum is the
 // same, bit for bit: the same products (a·b is b·a) in the same order.
 func transposedWeightGrad(g geometry, p tensor.ConvParams) bool {
 	return p.KernelH*p.KernelW == 1 && g.ckk >= transposedMinRatio*g.f && g.f <= transposedMaxOutputs

@@ -598,8 +598,8 @@ func (e *Engine) macroColsB(ws *workspace, a []float32, bs bSource, jr, mc, kc i
 // directBMaxRows is the tallest product whose B is read unpacked where
 // the kernel can (tileColsB): a packed panel of B would serve at most
 // this many rows of A, too few to repay its packing. Both kernels share
-// it: with the AVX-512 kernel on a Zen 5 core, 64- and 128-row products
-// ran 1.02–1.17× faster unpacked (BenchmarkUnpackedB; BENCHMARKS.md,
+// it: with the AVX-512 kernel on a Zen 5 core, products of 32 to 128
+// rows ran 1.02–1.17× faster unpacked (BenchmarkUnpackedB; BENCHMARKS.md,
 // Compute kernels, Zen 5), 192- to 512-row ones 0.91–1.06× (a check by
 // hand, HISTORY).
 const directBMaxRows = 128
