@@ -90,16 +90,45 @@ func BenchmarkUnpackedB(b *testing.B) {
 	benchPackedAgainst(b, packed, k, [][3]int{{64, 3136, 64}, {64, 3136, 256}, {128, 3136, 256}, {128, 784, 128}, {128, 784, 512}, {64, 784, 64}, {128, 392, 128}, {32, 338, 64}, {64, 196, 1024}, {64, 288, 32}, {256, 784, 128}})
 }
 
+// BenchmarkShortTiles runs products whose last panel of A is short on
+// one thread with the best kernel as New picks it ("short": that panel
+// run by a short tile, shortFor) and with its short tiles removed
+// ("full": every panel run by the full tile): ResNet-50's stem (64 rows,
+// 147 deep) and layer1 1×1 forward (64×3136×64, B read unpacked), its
+// 128-, 256- and 1024-row products (an 8- or 4-row last panel in blocks
+// of 96 rows) and the MNIST net's first convolution (32 rows). Skipped on
+// CPUs whose kernel has no short tiles.
+//
+//	go test ./model/gemm -run '^$' -bench ShortTiles -count 3
+func BenchmarkShortTiles(b *testing.B) {
+	k := benchKernel(b)
+	if len(k.short) == 0 {
+		b.Skipf("kernel %s has no short tiles", k.name)
+	}
+	full := k
+	full.short = nil
+	benchVariants(b, []benchVariant{{"full", full}, {"short", k}}, [][3]int{{64, 3136, 147}, {64, 3136, 64}, {128, 784, 128}, {256, 784, 128}, {1024, 196, 256}, {32, 676, 9}})
+}
+
 // benchPackedAgainst runs each m×n×k product of shapes on one thread,
 // first with the kernel packed, then with unpacked, and reports GFLOP/s.
 func benchPackedAgainst(b *testing.B, packed, unpacked kernel, shapes [][3]int) {
+	benchVariants(b, []benchVariant{{"packed", packed}, {"unpacked", unpacked}}, shapes)
+}
+
+// benchVariant is one of the kernels benchVariants compares, by name.
+type benchVariant struct {
+	name string
+	k    kernel
+}
+
+// benchVariants runs each m×n×k product of shapes on one thread with each
+// variant's kernel in turn and reports GFLOP/s.
+func benchVariants(b *testing.B, variants []benchVariant, shapes [][3]int) {
 	p := parallel.New(1)
 	defer p.Close()
 	for _, s := range shapes {
-		for _, v := range []struct {
-			name string
-			k    kernel
-		}{{"packed", packed}, {"unpacked", unpacked}} {
+		for _, v := range variants {
 			e := newEngine(p, false, v.k)
 			b.Run(fmt.Sprintf("%dx%dx%d/%s", s[0], s[1], s[2], v.name), func(b *testing.B) {
 				r := rand.New(rand.NewPCG(1, 1))

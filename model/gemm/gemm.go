@@ -38,6 +38,32 @@ type kernel struct {
 	// block of B unpacked, row l at b[l·ldb:][:nr]: the products too
 	// short to repay packing B (directB).
 	tileColsB func(kc int, a, b []float32, ldb int, c []float32, ldc int, add bool)
+	// short, where the kernel has them, are its tiles for a ragged last
+	// panel's first rows only, fewest rows first (shortFor).
+	short []shortTile
+}
+
+// shortTile is a kernel's tile and tileColsB for the first rows rows of
+// a packed panel (mr values a step of depth, as the full tile reads it),
+// writing only those rows of C, with the full tile's sums in its order:
+// the same bits. A 64-row product with 12-row tiles is five full panels
+// and one of 4 rows, which the full tile computes as 12.
+type shortTile struct {
+	rows      int
+	tile      func(kc int, a, b, c []float32, ldc int, add bool)
+	tileColsB func(kc int, a, b []float32, ldb int, c []float32, ldc int, add bool)
+}
+
+// shortFor returns the tile for a panel with mr < k.mr live rows: the
+// shortest of k.short with at least mr rows, else the full tile (its rows
+// k.mr).
+func (k kernel) shortFor(mr int) shortTile {
+	for _, s := range k.short {
+		if mr <= s.rows {
+			return s
+		}
+	}
+	return shortTile{rows: k.mr, tile: k.tile, tileColsB: k.tileColsB}
 }
 
 // Engine multiplies matrices with a fixed number of threads, reusing its
@@ -572,7 +598,12 @@ func (e *Engine) macro(ws *workspace, a []float32, rows Matrix, bs bSource, mc, 
 				kr.tile(kc, ap, bp, c[off:], ldc, add)
 				continue
 			}
-			kr.tile(kc, ap, bp, ws.edge, kr.nr, false)
+			s := kr.shortFor(mr)
+			if s.rows == mr && nr == kr.nr {
+				s.tile(kc, ap, bp, c[off:], ldc, add)
+				continue
+			}
+			s.tile(kc, ap, bp, ws.edge, kr.nr, false)
 			addEdge(c[off:], ldc, ws.edge, kr.nr, mr, nr, add)
 		}
 	}
@@ -590,7 +621,12 @@ func (e *Engine) macroColsB(ws *workspace, a []float32, bs bSource, jr, mc, kc i
 			kr.tileColsB(kc, ap, b, bs.cols.Stride, c[ir*ldc:], ldc, add)
 			continue
 		}
-		kr.tileColsB(kc, ap, b, bs.cols.Stride, ws.edge, kr.nr, false)
+		s := kr.shortFor(mr)
+		if s.rows == mr {
+			s.tileColsB(kc, ap, b, bs.cols.Stride, c[ir*ldc:], ldc, add)
+			continue
+		}
+		s.tileColsB(kc, ap, b, bs.cols.Stride, ws.edge, kr.nr, false)
 		addEdge(c[ir*ldc:], ldc, ws.edge, kr.nr, mr, kr.nr, add)
 	}
 }

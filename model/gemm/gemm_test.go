@@ -361,6 +361,77 @@ func TestDirectBSameBits(t *testing.T) {
 	}
 }
 
+// TestShortTilesSameBits: products whose last panel of A has fewer rows
+// than the kernel's tile, run with the kernel's short tiles (shortFor),
+// give the bits of the same products run with the full tile on every
+// panel, on one and two threads: every count of rows left in a panel,
+// ragged and full last columns, B packed and read unpacked (tileColsB),
+// several depth blocks, alpha and beta other than 1 and 0, A transposed
+// or not.
+func TestShortTilesSameBits(t *testing.T) {
+	var ks []kernel
+	for _, k := range availableKernels() {
+		if len(k.short) > 0 {
+			ks = append(ks, k)
+		}
+	}
+	if len(ks) == 0 {
+		t.Skip("no micro-kernel on this CPU has short tiles (the AVX-512 kernel's)")
+	}
+	r := rand.New(rand.NewPCG(17, 18))
+	for _, k := range ks {
+		full := k
+		full.short = nil
+		var ms []int
+		for m := 1; m <= 2*k.mr; m++ {
+			ms = append(ms, m)
+		}
+		ms = append(ms, 64, k.mc+4, k.mc+k.mr+8)
+		for _, threads := range []int{1, 2} {
+			short, ref := newEngine(parallel.New(threads), true, k), newEngine(parallel.New(threads), true, full)
+			defer short.Close()
+			defer ref.Close()
+			for _, m := range ms {
+				// n, depth and B's padding: packed with a ragged last
+				// panel; packed and full; read unpacked (directB) over
+				// several depth blocks.
+				for _, s := range [][3]int{{3*k.nr + 7, 9, 0}, {2 * k.nr, 40, 0}, {directBMinCols + 44, 2*k.kc + 9, 5}} {
+					n, kk, pad := s[0], s[1], s[2]
+					for _, ab := range [][2]float32{{1, 0}, {-2, 0.5}} {
+						for _, transA := range []bool{false, true} {
+							a := randomMatrix(r, m, kk, 1, transA)
+							b := randomMatrix(r, kk, n, pad, false)
+							c0 := randomMatrix(r, m, n, 3, false)
+							got, want := copyOf(c0), copyOf(c0)
+							must(t, short.Sgemm(m, n, kk, ab[0], a, b, ab[1], got))
+							must(t, ref.Sgemm(m, n, kk, ab[0], a, b, ab[1], want))
+							for i := range want.Data {
+								if math.Float32bits(got.Data[i]) != math.Float32bits(want.Data[i]) {
+									t.Fatalf("%s, %d threads, %d×%d×%d (B unpacked %v), alpha %v, beta %v, A transposed %v: C[%d] = %v with short tiles, %v with full ones", k.name, threads, m, n, kk, k.directB(b, m, n, kk), ab[0], ab[1], transA, i, got.Data[i], want.Data[i])
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestShortFor: a panel takes the shortest short tile with at least its
+// rows, and the full tile past the tallest.
+func TestShortFor(t *testing.T) {
+	k := kernel{mr: 12, short: []shortTile{{rows: 4}, {rows: 8}}}
+	for _, c := range []struct{ mr, want int }{{1, 4}, {4, 4}, {5, 8}, {8, 8}, {9, 12}, {11, 12}} {
+		if got := k.shortFor(c.mr).rows; got != c.want {
+			t.Errorf("shortFor(%d) runs %d rows, want %d", c.mr, got, c.want)
+		}
+	}
+	if got := (kernel{mr: 6}).shortFor(4).rows; got != 6 {
+		t.Errorf("a kernel without short tiles: shortFor(4) runs %d rows, want 6", got)
+	}
+}
+
 // TestDirectBChoice: only an untransposed B whose row stride is not a
 // multiple of directBStrideBlock, a kernel with tileColsB and a product
 // at most directBMaxRows tall, at least directBMinCols wide and at least

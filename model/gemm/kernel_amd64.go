@@ -8,7 +8,14 @@ var avx2Kernel = kernel{name: "avx2-fma 6x16", mr: 6, nr: 16, mc: 96, kc: 256, n
 
 // avx512Kernel is the AVX-512 micro-kernel: a 12×32 tile of C in 24 ZMM
 // accumulators.
-var avx512Kernel = kernel{name: "avx512 12x32", mr: 12, nr: 32, mc: 96, kc: 256, nc: 3072, tile: tileAVX512, tileRows: tileRowsAVX512, tileColsB: tileColsBAVX512, interleave: interleave4Vector, interleave2: interleave2Vector, copyRows: copyRowsVector}
+var avx512Kernel = kernel{name: "avx512 12x32", mr: 12, nr: 32, mc: 96, kc: 256, nc: 3072, tile: tileAVX512, tileRows: tileRowsAVX512, tileColsB: tileColsBAVX512, short: avx512Short, interleave: interleave4Vector, interleave2: interleave2Vector, copyRows: copyRowsVector}
+
+// avx512Short are the AVX-512 kernel's short tiles: its first 4 and 8
+// rows, for ragged last panels.
+var avx512Short = []shortTile{
+	{rows: 4, tile: tile4AVX512, tileColsB: tileColsB4AVX512},
+	{rows: 8, tile: tile8AVX512, tileColsB: tileColsB8AVX512},
+}
 
 // bestKernel is the micro-kernel New picks: the first of
 // availableKernels.
@@ -59,6 +66,54 @@ func tileColsBAVX2(kc int, a, b []float32, ldb int, c []float32, ldc int, add bo
 //
 //go:noescape
 func kernel6x16ColsB(kc int, a, b *float32, ldb int, c *float32, ldc int, add bool)
+
+// checkShortTile is checkTile for a short kernel: the first rows of a
+// packed panel of A (mr values a step of depth), kc rows of B nr wide
+// and ldb apart, and rows rows of C nr wide and ldc apart.
+func checkShortTile(kc, mr, rows, nr int, a, b []float32, ldb int, c []float32, ldc int) {
+	_ = a[(kc-1)*mr+rows-1]
+	_ = b[(kc-1)*ldb+nr-1]
+	_ = c[(rows-1)*ldc+nr-1]
+}
+
+func tile4AVX512(kc int, a, b, c []float32, ldc int, add bool) {
+	checkShortTile(kc, 12, 4, 32, a, b, 32, c, ldc)
+	kernel4x32(kc, &a[0], &b[0], &c[0], ldc, add)
+}
+
+func tile8AVX512(kc int, a, b, c []float32, ldc int, add bool) {
+	checkShortTile(kc, 12, 8, 32, a, b, 32, c, ldc)
+	kernel8x32(kc, &a[0], &b[0], &c[0], ldc, add)
+}
+
+func tileColsB4AVX512(kc int, a, b []float32, ldb int, c []float32, ldc int, add bool) {
+	checkShortTile(kc, 12, 4, 32, a, b, ldb, c, ldc)
+	kernel4x32ColsB(kc, &a[0], &b[0], ldb, &c[0], ldc, add)
+}
+
+func tileColsB8AVX512(kc int, a, b []float32, ldb int, c []float32, ldc int, add bool) {
+	checkShortTile(kc, 12, 8, 32, a, b, ldb, c, ldc)
+	kernel8x32ColsB(kc, &a[0], &b[0], ldb, &c[0], ldc, add)
+}
+
+// kernel4x32 and kernel8x32 are kernel12x32 for the first 4 or 8 rows of
+// its packed 12-row panel of A (12 values a step of depth), writing only
+// those rows of C: the same sums in the same order, so the same bits.
+//
+//go:noescape
+func kernel4x32(kc int, a, b, c *float32, ldc int, add bool)
+
+//go:noescape
+func kernel8x32(kc int, a, b, c *float32, ldc int, add bool)
+
+// kernel4x32ColsB and kernel8x32ColsB are kernel12x32ColsB for the first
+// 4 or 8 rows of its panel of A, as kernel4x32 and kernel8x32.
+//
+//go:noescape
+func kernel4x32ColsB(kc int, a, b *float32, ldb int, c *float32, ldc int, add bool)
+
+//go:noescape
+func kernel8x32ColsB(kc int, a, b *float32, ldb int, c *float32, ldc int, add bool)
 
 // availableKernels lists every micro-kernel this CPU can run, best first:
 // the widest, but on CPUs that run AVX-512 in 256-bit halves

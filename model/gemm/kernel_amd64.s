@@ -267,15 +267,21 @@ rowsStore:
 	VFMADD231PS Z0, Z2, LO \
 	VFMADD231PS Z1, Z2, HI
 
-#define FMA_ROWS512(A0, A1, A2, A3, A4, A5, A6, A7, A8, A9, A10, A11) \
+#define FMA_ROWS4_512(A0, A1, A2, A3) \
 	FMA_ROW512(A0, Z8, Z9) \
 	FMA_ROW512(A1, Z10, Z11) \
 	FMA_ROW512(A2, Z12, Z13) \
-	FMA_ROW512(A3, Z14, Z15) \
+	FMA_ROW512(A3, Z14, Z15)
+
+#define FMA_ROWS8_512(A0, A1, A2, A3, A4, A5, A6, A7) \
+	FMA_ROWS4_512(A0, A1, A2, A3) \
 	FMA_ROW512(A4, Z16, Z17) \
 	FMA_ROW512(A5, Z18, Z19) \
 	FMA_ROW512(A6, Z20, Z21) \
-	FMA_ROW512(A7, Z22, Z23) \
+	FMA_ROW512(A7, Z22, Z23)
+
+#define FMA_ROWS512(A0, A1, A2, A3, A4, A5, A6, A7, A8, A9, A10, A11) \
+	FMA_ROWS8_512(A0, A1, A2, A3, A4, A5, A6, A7) \
 	FMA_ROW512(A8, Z24, Z25) \
 	FMA_ROW512(A9, Z26, Z27) \
 	FMA_ROW512(A10, Z28, Z29) \
@@ -449,3 +455,184 @@ loopColsB512:
 	DECQ CX
 	JNZ loopColsB512
 	FINISH_TILE512(add+48(FP))
+
+// The short AVX-512 kernels: kernel12x32 and kernel12x32ColsB for the
+// first 4 or 8 rows of a packed 12-row panel of A (a product's ragged
+// last panel, where the panels are 12 rows apart per step of depth as
+// ever), writing only those rows of C — the rows past them cost the full
+// kernel a third or two of its time for nothing (a 64-row product is
+// five panels and a 4-row one). Rows r < 4 (8) in the same accumulators
+// as kernel12x32's, added in the same order: the same bits.
+
+// ZERO_ROWS4_512 and ZERO_ROWS8_512 clear the first 4 or 8 rows'
+// accumulators.
+#define ZERO_ROWS4_512 \
+	VXORPS Z8, Z8, Z8 \
+	VXORPS Z9, Z9, Z9 \
+	VXORPS Z10, Z10, Z10 \
+	VXORPS Z11, Z11, Z11 \
+	VXORPS Z12, Z12, Z12 \
+	VXORPS Z13, Z13, Z13 \
+	VXORPS Z14, Z14, Z14 \
+	VXORPS Z15, Z15, Z15
+
+#define ZERO_ROWS8_512 \
+	ZERO_ROWS4_512 \
+	VXORPS Z16, Z16, Z16 \
+	VXORPS Z17, Z17, Z17 \
+	VXORPS Z18, Z18, Z18 \
+	VXORPS Z19, Z19, Z19 \
+	VXORPS Z20, Z20, Z20 \
+	VXORPS Z21, Z21, Z21 \
+	VXORPS Z22, Z22, Z22 \
+	VXORPS Z23, Z23, Z23
+
+// PREFETCH_C4_512 and PREFETCH_C8_512 prefetch the 4 or 8 rows of C at
+// DX (R10 scratch).
+#define PREFETCH_C4_512 \
+	MOVQ DX, R10 \
+	PREFETCH_ROW(124) \
+	PREFETCH_ROW(124) \
+	PREFETCH_ROW(124) \
+	PREFETCHT0 (R10) \
+	PREFETCHT0 124(R10)
+
+#define PREFETCH_C8_512 \
+	MOVQ DX, R10 \
+	PREFETCH_ROWS6(124) \
+	ADDQ R8, R10 \
+	PREFETCH_ROW(124) \
+	PREFETCHT0 (R10) \
+	PREFETCHT0 124(R10)
+
+// ROWS4 applies ROW (ADD_ROW or SET_ROW) to four rows, moving DX down C
+// (R8 bytes a row) between them.
+#define ROWS4(ROW, L0, H0, L1, H1, L2, H2, L3, H3, HIOFF) \
+	ROW(L0, H0, HIOFF) \
+	ADDQ R8, DX \
+	ROW(L1, H1, HIOFF) \
+	ADDQ R8, DX \
+	ROW(L2, H2, HIOFF) \
+	ADDQ R8, DX \
+	ROW(L3, H3, HIOFF)
+
+// FINISH_ROWS4_512 and FINISH_ROWS8_512 end a short kernel as
+// FINISH_TILE512 a full one.
+#define FINISH_ROWS4_512(ADD) \
+	MOVBLZX ADD, R9 \
+	TESTL R9, R9 \
+	JZ set4x32 \
+	ROWS4(ADD_ROW, Z8, Z9, Z10, Z11, Z12, Z13, Z14, Z15, 64) \
+	VZEROUPPER \
+	RET \
+set4x32: \
+	ROWS4(SET_ROW, Z8, Z9, Z10, Z11, Z12, Z13, Z14, Z15, 64) \
+	VZEROUPPER \
+	RET
+
+#define FINISH_ROWS8_512(ADD) \
+	MOVBLZX ADD, R9 \
+	TESTL R9, R9 \
+	JZ set8x32 \
+	ROWS4(ADD_ROW, Z8, Z9, Z10, Z11, Z12, Z13, Z14, Z15, 64) \
+	ADDQ R8, DX \
+	ROWS4(ADD_ROW, Z16, Z17, Z18, Z19, Z20, Z21, Z22, Z23, 64) \
+	VZEROUPPER \
+	RET \
+set8x32: \
+	ROWS4(SET_ROW, Z8, Z9, Z10, Z11, Z12, Z13, Z14, Z15, 64) \
+	ADDQ R8, DX \
+	ROWS4(SET_ROW, Z16, Z17, Z18, Z19, Z20, Z21, Z22, Z23, 64) \
+	VZEROUPPER \
+	RET
+
+// SHORT_START loads the arguments common to the short kernels: kc into
+// CX, A's panel into SI, B into DI, C's address and row stride (in
+// bytes) from C and LDC into DX and R8.
+#define SHORT_START(C, LDC) \
+	MOVQ kc+0(FP), CX \
+	MOVQ a+8(FP), SI \
+	MOVQ b+16(FP), DI \
+	MOVQ C, DX \
+	MOVQ LDC, R8 \
+	SHLQ $2, R8
+
+// func kernel4x32(kc int, a, b, c *float32, ldc int, add bool)
+// kernel12x32 for the first 4 rows of its panel of A.
+TEXT ·kernel4x32(SB), NOSPLIT, $0-41
+	SHORT_START(c+24(FP), ldc+32(FP))
+	ZERO_ROWS4_512
+	PREFETCH_C4_512
+loop4x32:
+	PREFETCHT0 384(SI)
+	PREFETCHT0 1024(DI)
+	VMOVUPS (DI), Z0
+	VMOVUPS 64(DI), Z1
+	FMA_ROWS4_512(0(SI), 4(SI), 8(SI), 12(SI))
+	ADDQ $128, DI
+	ADDQ $48, SI
+	DECQ CX
+	JNZ loop4x32
+	FINISH_ROWS4_512(add+40(FP))
+
+// func kernel8x32(kc int, a, b, c *float32, ldc int, add bool)
+// kernel12x32 for the first 8 rows of its panel of A.
+TEXT ·kernel8x32(SB), NOSPLIT, $0-41
+	SHORT_START(c+24(FP), ldc+32(FP))
+	ZERO_ROWS8_512
+	PREFETCH_C8_512
+loop8x32:
+	PREFETCHT0 384(SI)
+	PREFETCHT0 1024(DI)
+	VMOVUPS (DI), Z0
+	VMOVUPS 64(DI), Z1
+	FMA_ROWS8_512(0(SI), 4(SI), 8(SI), 12(SI), 16(SI), 20(SI), 24(SI), 28(SI))
+	ADDQ $128, DI
+	ADDQ $48, SI
+	DECQ CX
+	JNZ loop8x32
+	FINISH_ROWS8_512(add+40(FP))
+
+// func kernel4x32ColsB(kc int, a, b *float32, ldb int, c *float32, ldc int, add bool)
+// kernel12x32ColsB for the first 4 rows of its panel of A.
+TEXT ·kernel4x32ColsB(SB), NOSPLIT, $0-49
+	SHORT_START(c+32(FP), ldc+40(FP))
+	MOVQ ldb+24(FP), R9
+	SHLQ $2, R9
+	LEAQ (R9*8), R13
+	ZERO_ROWS4_512
+	PREFETCH_C4_512
+loop4x32ColsB:
+	PREFETCHT0 384(SI)
+	PREFETCHT0 (DI)(R13*1)
+	PREFETCHT0 64(DI)(R13*1)
+	VMOVUPS (DI), Z0
+	VMOVUPS 64(DI), Z1
+	FMA_ROWS4_512(0(SI), 4(SI), 8(SI), 12(SI))
+	ADDQ $48, SI
+	ADDQ R9, DI
+	DECQ CX
+	JNZ loop4x32ColsB
+	FINISH_ROWS4_512(add+48(FP))
+
+// func kernel8x32ColsB(kc int, a, b *float32, ldb int, c *float32, ldc int, add bool)
+// kernel12x32ColsB for the first 8 rows of its panel of A.
+TEXT ·kernel8x32ColsB(SB), NOSPLIT, $0-49
+	SHORT_START(c+32(FP), ldc+40(FP))
+	MOVQ ldb+24(FP), R9
+	SHLQ $2, R9
+	LEAQ (R9*8), R13
+	ZERO_ROWS8_512
+	PREFETCH_C8_512
+loop8x32ColsB:
+	PREFETCHT0 384(SI)
+	PREFETCHT0 (DI)(R13*1)
+	PREFETCHT0 64(DI)(R13*1)
+	VMOVUPS (DI), Z0
+	VMOVUPS 64(DI), Z1
+	FMA_ROWS8_512(0(SI), 4(SI), 8(SI), 12(SI), 16(SI), 20(SI), 24(SI), 28(SI))
+	ADDQ $48, SI
+	ADDQ R9, DI
+	DECQ CX
+	JNZ loop8x32ColsB
+	FINISH_ROWS8_512(add+48(FP))
