@@ -240,15 +240,7 @@ func TestSplitAtDepthSameBits(t *testing.T) {
 // (alpha ≠ 1, A transposed, wider than directAMaxCols) are covered by
 // TestSgemmMatchesReference.
 func TestDirectASameBits(t *testing.T) {
-	var ks []kernel
-	for _, k := range availableKernels() {
-		if k.tileRows != nil {
-			ks = append(ks, k)
-		}
-	}
-	if len(ks) == 0 {
-		t.Skip("no micro-kernel on this CPU reads A unpacked (tileRows: the AVX2 and AVX-512 kernels)")
-	}
+	ks := kernelsWith(t, func(k kernel) bool { return k.tileRows != nil }, "reads A unpacked (tileRows: the AVX2 and AVX-512 kernels)")
 	r := rand.New(rand.NewPCG(13, 14))
 	for _, k := range ks {
 		packed := k
@@ -318,15 +310,7 @@ func TestDirectAChoice(t *testing.T) {
 // leaves to packing (B transposed, taller than directBMaxRows, strides
 // that crowd the cache) are covered by TestSgemmMatchesReference.
 func TestDirectBSameBits(t *testing.T) {
-	var ks []kernel
-	for _, k := range availableKernels() {
-		if k.tileColsB != nil {
-			ks = append(ks, k)
-		}
-	}
-	if len(ks) == 0 {
-		t.Skip("no micro-kernel on this CPU reads B unpacked (tileColsB: the AVX2 and AVX-512 kernels)")
-	}
+	ks := kernelsWith(t, func(k kernel) bool { return k.tileColsB != nil }, "reads B unpacked (tileColsB: the AVX2 and AVX-512 kernels)")
 	r := rand.New(rand.NewPCG(15, 16))
 	for _, k := range ks {
 		packed := k
@@ -369,15 +353,7 @@ func TestDirectBSameBits(t *testing.T) {
 // several depth blocks, alpha and beta other than 1 and 0, A transposed
 // or not.
 func TestShortTilesSameBits(t *testing.T) {
-	var ks []kernel
-	for _, k := range availableKernels() {
-		if len(k.short) > 0 {
-			ks = append(ks, k)
-		}
-	}
-	if len(ks) == 0 {
-		t.Skip("no micro-kernel on this CPU has short tiles (the AVX-512 kernel's)")
-	}
+	ks := kernelsWith(t, func(k kernel) bool { return len(k.short) > 0 }, "has short tiles (the AVX-512 kernel's)")
 	r := rand.New(rand.NewPCG(17, 18))
 	for _, k := range ks {
 		full := k
@@ -430,6 +406,23 @@ func TestShortFor(t *testing.T) {
 	if got := (kernel{mr: 6}).shortFor(4).rows; got != 6 {
 		t.Errorf("a kernel without short tiles: shortFor(4) runs %d rows, want 6", got)
 	}
+}
+
+// kernelsWith returns the micro-kernels this CPU runs that have what has
+// looks for, and skips the test when none has: "no micro-kernel on this
+// CPU " and what.
+func kernelsWith(t *testing.T, has func(kernel) bool, what string) []kernel {
+	t.Helper()
+	var ks []kernel
+	for _, k := range availableKernels() {
+		if has(k) {
+			ks = append(ks, k)
+		}
+	}
+	if len(ks) == 0 {
+		t.Skip("no micro-kernel on this CPU " + what)
+	}
+	return ks
 }
 
 // TestDirectBChoice: only an untransposed B whose row stride is not a

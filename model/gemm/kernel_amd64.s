@@ -557,6 +557,40 @@ set8x32: \
 	MOVQ LDC, R8 \
 	SHLQ $2, R8
 
+// PANEL4 and PANEL8 multiply B's two vectors (Z0, Z1) by the first 4
+// or 8 values of A's step at SI. SHORT_STEP is one step of depth of a
+// short kernel over B's packed panel at DI, SHORT_STEP_COLSB one over B
+// read unpacked at DI (row stride R9 bytes, R13 = eight rows ahead
+// prefetched), as kernel12x32's and kernel12x32ColsB's loops.
+#define PANEL4 FMA_ROWS4_512(0(SI), 4(SI), 8(SI), 12(SI))
+#define PANEL8 FMA_ROWS8_512(0(SI), 4(SI), 8(SI), 12(SI), 16(SI), 20(SI), 24(SI), 28(SI))
+
+#define SHORT_STEP(PANEL) \
+	PREFETCHT0 384(SI) \
+	PREFETCHT0 1024(DI) \
+	VMOVUPS (DI), Z0 \
+	VMOVUPS 64(DI), Z1 \
+	PANEL \
+	ADDQ $128, DI \
+	ADDQ $48, SI
+
+#define SHORT_STEP_COLSB(PANEL) \
+	PREFETCHT0 384(SI) \
+	PREFETCHT0 (DI)(R13*1) \
+	PREFETCHT0 64(DI)(R13*1) \
+	VMOVUPS (DI), Z0 \
+	VMOVUPS 64(DI), Z1 \
+	PANEL \
+	ADDQ $48, SI \
+	ADDQ R9, DI
+
+// ROWS_AHEAD8 turns B's row stride in R9 from elements into bytes and
+// sets R13 to eight rows: the unpacked-B short kernels' prefetch
+// distance.
+#define ROWS_AHEAD8 \
+	SHLQ $2, R9 \
+	LEAQ (R9*8), R13
+
 // func kernel4x32(kc int, a, b, c *float32, ldc int, add bool)
 // kernel12x32 for the first 4 rows of its panel of A.
 TEXT ·kernel4x32(SB), NOSPLIT, $0-41
@@ -564,13 +598,7 @@ TEXT ·kernel4x32(SB), NOSPLIT, $0-41
 	ZERO_ROWS4_512
 	PREFETCH_C4_512
 loop4x32:
-	PREFETCHT0 384(SI)
-	PREFETCHT0 1024(DI)
-	VMOVUPS (DI), Z0
-	VMOVUPS 64(DI), Z1
-	FMA_ROWS4_512(0(SI), 4(SI), 8(SI), 12(SI))
-	ADDQ $128, DI
-	ADDQ $48, SI
+	SHORT_STEP(PANEL4)
 	DECQ CX
 	JNZ loop4x32
 	FINISH_ROWS4_512(add+40(FP))
@@ -582,13 +610,7 @@ TEXT ·kernel8x32(SB), NOSPLIT, $0-41
 	ZERO_ROWS8_512
 	PREFETCH_C8_512
 loop8x32:
-	PREFETCHT0 384(SI)
-	PREFETCHT0 1024(DI)
-	VMOVUPS (DI), Z0
-	VMOVUPS 64(DI), Z1
-	FMA_ROWS8_512(0(SI), 4(SI), 8(SI), 12(SI), 16(SI), 20(SI), 24(SI), 28(SI))
-	ADDQ $128, DI
-	ADDQ $48, SI
+	SHORT_STEP(PANEL8)
 	DECQ CX
 	JNZ loop8x32
 	FINISH_ROWS8_512(add+40(FP))
@@ -598,19 +620,11 @@ loop8x32:
 TEXT ·kernel4x32ColsB(SB), NOSPLIT, $0-49
 	SHORT_START(c+32(FP), ldc+40(FP))
 	MOVQ ldb+24(FP), R9
-	SHLQ $2, R9
-	LEAQ (R9*8), R13
+	ROWS_AHEAD8
 	ZERO_ROWS4_512
 	PREFETCH_C4_512
 loop4x32ColsB:
-	PREFETCHT0 384(SI)
-	PREFETCHT0 (DI)(R13*1)
-	PREFETCHT0 64(DI)(R13*1)
-	VMOVUPS (DI), Z0
-	VMOVUPS 64(DI), Z1
-	FMA_ROWS4_512(0(SI), 4(SI), 8(SI), 12(SI))
-	ADDQ $48, SI
-	ADDQ R9, DI
+	SHORT_STEP_COLSB(PANEL4)
 	DECQ CX
 	JNZ loop4x32ColsB
 	FINISH_ROWS4_512(add+48(FP))
@@ -620,19 +634,11 @@ loop4x32ColsB:
 TEXT ·kernel8x32ColsB(SB), NOSPLIT, $0-49
 	SHORT_START(c+32(FP), ldc+40(FP))
 	MOVQ ldb+24(FP), R9
-	SHLQ $2, R9
-	LEAQ (R9*8), R13
+	ROWS_AHEAD8
 	ZERO_ROWS8_512
 	PREFETCH_C8_512
 loop8x32ColsB:
-	PREFETCHT0 384(SI)
-	PREFETCHT0 (DI)(R13*1)
-	PREFETCHT0 64(DI)(R13*1)
-	VMOVUPS (DI), Z0
-	VMOVUPS 64(DI), Z1
-	FMA_ROWS8_512(0(SI), 4(SI), 8(SI), 12(SI), 16(SI), 20(SI), 24(SI), 28(SI))
-	ADDQ $48, SI
-	ADDQ R9, DI
+	SHORT_STEP_COLSB(PANEL8)
 	DECQ CX
 	JNZ loop8x32ColsB
 	FINISH_ROWS8_512(add+48(FP))
