@@ -353,7 +353,7 @@ func TestDirectBSameBits(t *testing.T) {
 // several depth blocks, alpha and beta other than 1 and 0, A transposed
 // or not.
 func TestShortTilesSameBits(t *testing.T) {
-	ks := kernelsWith(t, func(k kernel) bool { return len(k.short) > 0 }, "has short tiles (the AVX-512 kernel's)")
+	ks := kernelsWith(t, func(k kernel) bool { return len(k.short) > 0 }, "has short tiles (the AVX2 and AVX-512 kernels)")
 	r := rand.New(rand.NewPCG(17, 18))
 	for _, k := range ks {
 		full := k

@@ -4,7 +4,14 @@ import "golang.org/x/sys/cpu"
 
 // avx2Kernel is the AVX2/FMA micro-kernel: a 6×16 tile of C in twelve YMM
 // accumulators, fed by two vectors of B and one broadcast of A per step.
-var avx2Kernel = kernel{name: "avx2-fma 6x16", mr: 6, nr: 16, mc: 96, kc: 256, nc: 3072, tile: tileAVX2, tileRows: tileRowsAVX2, tileColsB: tileColsBAVX2, interleave: interleave4Vector, interleave2: interleave2Vector, copyRows: copyRowsVector}
+var avx2Kernel = kernel{name: "avx2-fma 6x16", mr: 6, nr: 16, mc: 96, kc: 256, nc: 3072, tile: tileAVX2, tileRows: tileRowsAVX2, tileColsB: tileColsBAVX2, short: avx2Short, interleave: interleave4Vector, interleave2: interleave2Vector, copyRows: copyRowsVector}
+
+// avx2Short are the AVX2 kernel's short tiles: its first 2 and 4 rows,
+// for ragged last panels.
+var avx2Short = []shortTile{
+	{rows: 2, tile: tile2AVX2, tileColsB: tileColsB2AVX2},
+	{rows: 4, tile: tile4AVX2, tileColsB: tileColsB4AVX2},
+}
 
 // avx512Kernel is the AVX-512 micro-kernel: a 12×32 tile of C in 24 ZMM
 // accumulators.
@@ -95,6 +102,45 @@ func tileColsB8AVX512(kc int, a, b []float32, ldb int, c []float32, ldc int, add
 	checkShortTile(kc, 12, 8, 32, a, b, ldb, c, ldc)
 	kernel8x32ColsB(kc, &a[0], &b[0], ldb, &c[0], ldc, add)
 }
+
+func tile2AVX2(kc int, a, b, c []float32, ldc int, add bool) {
+	checkShortTile(kc, 6, 2, 16, a, b, 16, c, ldc)
+	kernel2x16(kc, &a[0], &b[0], &c[0], ldc, add)
+}
+
+func tile4AVX2(kc int, a, b, c []float32, ldc int, add bool) {
+	checkShortTile(kc, 6, 4, 16, a, b, 16, c, ldc)
+	kernel4x16(kc, &a[0], &b[0], &c[0], ldc, add)
+}
+
+func tileColsB2AVX2(kc int, a, b []float32, ldb int, c []float32, ldc int, add bool) {
+	checkShortTile(kc, 6, 2, 16, a, b, ldb, c, ldc)
+	kernel2x16ColsB(kc, &a[0], &b[0], ldb, &c[0], ldc, add)
+}
+
+func tileColsB4AVX2(kc int, a, b []float32, ldb int, c []float32, ldc int, add bool) {
+	checkShortTile(kc, 6, 4, 16, a, b, ldb, c, ldc)
+	kernel4x16ColsB(kc, &a[0], &b[0], ldb, &c[0], ldc, add)
+}
+
+// kernel2x16 and kernel4x16 are kernel6x16 for the first 2 or 4 rows of
+// its packed 6-row panel of A (6 values a step of depth), writing only
+// those rows of C: the same sums in the same order, so the same bits.
+//
+//go:noescape
+func kernel2x16(kc int, a, b, c *float32, ldc int, add bool)
+
+//go:noescape
+func kernel4x16(kc int, a, b, c *float32, ldc int, add bool)
+
+// kernel2x16ColsB and kernel4x16ColsB are kernel6x16ColsB for the first
+// 2 or 4 rows of its panel of A, as kernel2x16 and kernel4x16.
+//
+//go:noescape
+func kernel2x16ColsB(kc int, a, b *float32, ldb int, c *float32, ldc int, add bool)
+
+//go:noescape
+func kernel4x16ColsB(kc int, a, b *float32, ldb int, c *float32, ldc int, add bool)
 
 // kernel4x32 and kernel8x32 are kernel12x32 for the first 4 or 8 rows of
 // its packed 12-row panel of A (12 values a step of depth), writing only

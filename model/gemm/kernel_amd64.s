@@ -642,3 +642,146 @@ loop8x32ColsB:
 	DECQ CX
 	JNZ loop8x32ColsB
 	FINISH_ROWS8_512(add+48(FP))
+
+// The short AVX2 kernels: kernel6x16 and kernel6x16ColsB for the first
+// 2 or 4 rows of a packed 6-row panel of A, as the AVX-512 ones above
+// (a 32-row product is five full panels and one of 2 rows), in
+// kernel6x16's accumulators (row r in Y(4+2r), Y(5+2r)), added in its
+// order: the same bits. One step of depth a turn.
+
+// ZERO_ROWS2_256 and ZERO_ROWS4_256 clear the first 2 or 4 rows'
+// accumulators.
+#define ZERO_ROWS2_256 \
+	VXORPS Y4, Y4, Y4 \
+	VXORPS Y5, Y5, Y5 \
+	VXORPS Y6, Y6, Y6 \
+	VXORPS Y7, Y7, Y7
+
+#define ZERO_ROWS4_256 \
+	ZERO_ROWS2_256 \
+	VXORPS Y8, Y8, Y8 \
+	VXORPS Y9, Y9, Y9 \
+	VXORPS Y10, Y10, Y10 \
+	VXORPS Y11, Y11, Y11
+
+// PREFETCH_C2_256 and PREFETCH_C4_256 prefetch the 2 or 4 rows of C at
+// DX (R10 scratch).
+#define PREFETCH_C2_256 \
+	MOVQ DX, R10 \
+	PREFETCH_ROW(60) \
+	PREFETCHT0 (R10) \
+	PREFETCHT0 60(R10)
+
+#define PREFETCH_C4_256 \
+	MOVQ DX, R10 \
+	PREFETCH_ROW(60) \
+	PREFETCH_ROW(60) \
+	PREFETCH_ROW(60) \
+	PREFETCHT0 (R10) \
+	PREFETCHT0 60(R10)
+
+// FINISH_ROWS2_256 and FINISH_ROWS4_256 end a short kernel as
+// FINISH_TILE256 a full one.
+#define FINISH_ROWS2_256(ADD) \
+	MOVBLZX ADD, R9 \
+	TESTL R9, R9 \
+	JZ set2x16 \
+	ADD_ROW(Y4, Y5, 32) \
+	ADDQ R8, DX \
+	ADD_ROW(Y6, Y7, 32) \
+	VZEROUPPER \
+	RET \
+set2x16: \
+	SET_ROW(Y4, Y5, 32) \
+	ADDQ R8, DX \
+	SET_ROW(Y6, Y7, 32) \
+	VZEROUPPER \
+	RET
+
+#define FINISH_ROWS4_256(ADD) \
+	MOVBLZX ADD, R9 \
+	TESTL R9, R9 \
+	JZ set4x16 \
+	ROWS4(ADD_ROW, Y4, Y5, Y6, Y7, Y8, Y9, Y10, Y11, 32) \
+	VZEROUPPER \
+	RET \
+set4x16: \
+	ROWS4(SET_ROW, Y4, Y5, Y6, Y7, Y8, Y9, Y10, Y11, 32) \
+	VZEROUPPER \
+	RET
+
+// PANEL2_256 and PANEL4_256 multiply B's two vectors (Y0, Y1) by the
+// first 2 or 4 values of A's step at SI. SHORT_STEP256 is one step of
+// depth over B's packed panel at DI, SHORT_STEP256_COLSB one over B read
+// unpacked at DI (row stride R9 bytes, the row R13 bytes ahead
+// prefetched).
+#define PANEL2_256 FMA_ROWS256(0(SI), 4(SI), Y4, Y5, Y6, Y7)
+#define PANEL4_256 PANEL2_256 \
+	FMA_ROWS256(8(SI), 12(SI), Y8, Y9, Y10, Y11)
+
+#define SHORT_STEP256(PANEL) \
+	VMOVUPS (DI), Y0 \
+	VMOVUPS 32(DI), Y1 \
+	PANEL \
+	ADDQ $64, DI \
+	ADDQ $24, SI
+
+#define SHORT_STEP256_COLSB(PANEL) \
+	PREFETCHT0 (DI)(R13*1) \
+	VMOVUPS (DI), Y0 \
+	VMOVUPS 32(DI), Y1 \
+	PANEL \
+	ADDQ $24, SI \
+	ADDQ R9, DI
+
+// func kernel2x16(kc int, a, b, c *float32, ldc int, add bool)
+// kernel6x16 for the first 2 rows of its panel of A.
+TEXT ·kernel2x16(SB), NOSPLIT, $0-41
+	SHORT_START(c+24(FP), ldc+32(FP))
+	ZERO_ROWS2_256
+	PREFETCH_C2_256
+loop2x16:
+	SHORT_STEP256(PANEL2_256)
+	DECQ CX
+	JNZ loop2x16
+	FINISH_ROWS2_256(add+40(FP))
+
+// func kernel4x16(kc int, a, b, c *float32, ldc int, add bool)
+// kernel6x16 for the first 4 rows of its panel of A.
+TEXT ·kernel4x16(SB), NOSPLIT, $0-41
+	SHORT_START(c+24(FP), ldc+32(FP))
+	ZERO_ROWS4_256
+	PREFETCH_C4_256
+loop4x16:
+	SHORT_STEP256(PANEL4_256)
+	DECQ CX
+	JNZ loop4x16
+	FINISH_ROWS4_256(add+40(FP))
+
+// func kernel2x16ColsB(kc int, a, b *float32, ldb int, c *float32, ldc int, add bool)
+// kernel6x16ColsB for the first 2 rows of its panel of A.
+TEXT ·kernel2x16ColsB(SB), NOSPLIT, $0-49
+	SHORT_START(c+32(FP), ldc+40(FP))
+	MOVQ ldb+24(FP), R9
+	ROWS_AHEAD8
+	ZERO_ROWS2_256
+	PREFETCH_C2_256
+loop2x16ColsB:
+	SHORT_STEP256_COLSB(PANEL2_256)
+	DECQ CX
+	JNZ loop2x16ColsB
+	FINISH_ROWS2_256(add+48(FP))
+
+// func kernel4x16ColsB(kc int, a, b *float32, ldb int, c *float32, ldc int, add bool)
+// kernel6x16ColsB for the first 4 rows of its panel of A.
+TEXT ·kernel4x16ColsB(SB), NOSPLIT, $0-49
+	SHORT_START(c+32(FP), ldc+40(FP))
+	MOVQ ldb+24(FP), R9
+	ROWS_AHEAD8
+	ZERO_ROWS4_256
+	PREFETCH_C4_256
+loop4x16ColsB:
+	SHORT_STEP256_COLSB(PANEL4_256)
+	DECQ CX
+	JNZ loop4x16ColsB
+	FINISH_ROWS4_256(add+48(FP))
