@@ -91,13 +91,14 @@ func BenchmarkUnpackedB(b *testing.B) {
 }
 
 // BenchmarkShortTiles runs products whose last panel of A is short on
-// one thread with the best kernel as New picks it ("short": that panel
-// run by a short tile, shortFor) and with its short tiles removed
-// ("full": every panel run by the full tile): ResNet-50's stem (64 rows,
-// 147 deep) and layer1 1×1 forward (64×3136×64, B read unpacked), its
-// 128-, 256- and 1024-row products (an 8- or 4-row last panel in blocks
-// of 96 rows) and the MNIST net's first convolution (32 rows). Skipped on
-// CPUs whose kernel has no short tiles.
+// one thread with the best kernel as New picks it, or as
+// GORUN_CPU_KERNEL names it ("short": that panel run by a short tile,
+// shortFor), and with its short tiles removed ("full": every panel run
+// by the full tile): ResNet-50's stem (64 rows, 147 deep) and layer1 1×1
+// forward (64×3136×64, B read unpacked), its 128-, 256- and 1024-row
+// products (an 8- or 4-row last panel with 12-row tiles, 2 or 4 with
+// 6-row ones) and the MNIST net's first convolution (32 rows). Skipped
+// on CPUs whose kernel has no short tiles.
 //
 //	go test ./model/gemm -run '^$' -bench ShortTiles -count 3
 func BenchmarkShortTiles(b *testing.B) {
