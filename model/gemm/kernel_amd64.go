@@ -9,8 +9,8 @@ var avx2Kernel = kernel{name: "avx2-fma 6x16", mr: 6, nr: 16, mc: 96, kc: 256, n
 // avx2Short are the AVX2 kernel's short tiles: its first 2 and 4 rows,
 // for ragged last panels.
 var avx2Short = []shortTile{
-	{rows: 2, tile: tile2AVX2, tileColsB: tileColsB2AVX2},
-	{rows: 4, tile: tile4AVX2, tileColsB: tileColsB4AVX2},
+	newShortTile(6, 2, 16, kernel2x16, kernel2x16ColsB),
+	newShortTile(6, 4, 16, kernel4x16, kernel4x16ColsB),
 }
 
 // avx512Kernel is the AVX-512 micro-kernel: a 12×32 tile of C in 24 ZMM
@@ -20,8 +20,8 @@ var avx512Kernel = kernel{name: "avx512 12x32", mr: 12, nr: 32, mc: 96, kc: 256,
 // avx512Short are the AVX-512 kernel's short tiles: its first 4 and 8
 // rows, for ragged last panels.
 var avx512Short = []shortTile{
-	{rows: 4, tile: tile4AVX512, tileColsB: tileColsB4AVX512},
-	{rows: 8, tile: tile8AVX512, tileColsB: tileColsB8AVX512},
+	newShortTile(12, 4, 32, kernel4x32, kernel4x32ColsB),
+	newShortTile(12, 8, 32, kernel8x32, kernel8x32ColsB),
 }
 
 // bestKernel is the micro-kernel New picks: the first of
@@ -83,44 +83,21 @@ func checkShortTile(kc, mr, rows, nr int, a, b []float32, ldb int, c []float32, 
 	_ = c[(rows-1)*ldc+nr-1]
 }
 
-func tile4AVX512(kc int, a, b, c []float32, ldc int, add bool) {
-	checkShortTile(kc, 12, 4, 32, a, b, 32, c, ldc)
-	kernel4x32(kc, &a[0], &b[0], &c[0], ldc, add)
-}
-
-func tile8AVX512(kc int, a, b, c []float32, ldc int, add bool) {
-	checkShortTile(kc, 12, 8, 32, a, b, 32, c, ldc)
-	kernel8x32(kc, &a[0], &b[0], &c[0], ldc, add)
-}
-
-func tileColsB4AVX512(kc int, a, b []float32, ldb int, c []float32, ldc int, add bool) {
-	checkShortTile(kc, 12, 4, 32, a, b, ldb, c, ldc)
-	kernel4x32ColsB(kc, &a[0], &b[0], ldb, &c[0], ldc, add)
-}
-
-func tileColsB8AVX512(kc int, a, b []float32, ldb int, c []float32, ldc int, add bool) {
-	checkShortTile(kc, 12, 8, 32, a, b, ldb, c, ldc)
-	kernel8x32ColsB(kc, &a[0], &b[0], ldb, &c[0], ldc, add)
-}
-
-func tile2AVX2(kc int, a, b, c []float32, ldc int, add bool) {
-	checkShortTile(kc, 6, 2, 16, a, b, 16, c, ldc)
-	kernel2x16(kc, &a[0], &b[0], &c[0], ldc, add)
-}
-
-func tile4AVX2(kc int, a, b, c []float32, ldc int, add bool) {
-	checkShortTile(kc, 6, 4, 16, a, b, 16, c, ldc)
-	kernel4x16(kc, &a[0], &b[0], &c[0], ldc, add)
-}
-
-func tileColsB2AVX2(kc int, a, b []float32, ldb int, c []float32, ldc int, add bool) {
-	checkShortTile(kc, 6, 2, 16, a, b, ldb, c, ldc)
-	kernel2x16ColsB(kc, &a[0], &b[0], ldb, &c[0], ldc, add)
-}
-
-func tileColsB4AVX2(kc int, a, b []float32, ldb int, c []float32, ldc int, add bool) {
-	checkShortTile(kc, 6, 4, 16, a, b, ldb, c, ldc)
-	kernel4x16ColsB(kc, &a[0], &b[0], ldb, &c[0], ldc, add)
+// newShortTile is the short tile of rows rows of a kernel with mr×nr
+// tiles, run by the assembly kernels tile (B packed) and colsB (B
+// unpacked), each call checked first by checkShortTile.
+func newShortTile(mr, rows, nr int, tile func(kc int, a, b, c *float32, ldc int, add bool), colsB func(kc int, a, b *float32, ldb int, c *float32, ldc int, add bool)) shortTile {
+	return shortTile{
+		rows: rows,
+		tile: func(kc int, a, b, c []float32, ldc int, add bool) {
+			checkShortTile(kc, mr, rows, nr, a, b, nr, c, ldc)
+			tile(kc, &a[0], &b[0], &c[0], ldc, add)
+		},
+		tileColsB: func(kc int, a, b []float32, ldb int, c []float32, ldc int, add bool) {
+			checkShortTile(kc, mr, rows, nr, a, b, ldb, c, ldc)
+			colsB(kc, &a[0], &b[0], ldb, &c[0], ldc, add)
+		},
+	}
 }
 
 // kernel2x16 and kernel4x16 are kernel6x16 for the first 2 or 4 rows of

@@ -100,19 +100,22 @@
 #define SET_TILE256 \
 	ROWS6(SET_ROW, Y4, Y5, Y6, Y7, Y8, Y9, Y10, Y11, Y12, Y13, Y14, Y15, 32)
 
-// FINISH_TILE256 ends a kernel: the accumulators added into C when the
-// bool argument at ADD is set, else stored there.
-#define FINISH_TILE256(ADD) \
+// FINISH ends a kernel: its accumulators added into C (ADDS) when the
+// bool argument at ADD is set, else stored there (SETS). FINISH_TILE256
+// ends an AVX2 kernel's full tile.
+#define FINISH(ADD, ADDS, SETS) \
 	MOVBLZX ADD, R9 \
 	TESTL R9, R9 \
-	JZ set256 \
-	ADD_TILE256 \
+	JZ setTile \
+	ADDS \
 	VZEROUPPER \
 	RET \
-set256: \
-	SET_TILE256 \
+setTile: \
+	SETS \
 	VZEROUPPER \
 	RET
+
+#define FINISH_TILE256(ADD) FINISH(ADD, ADD_TILE256, SET_TILE256)
 
 // START_TILE256 begins an AVX2 kernel's tile: C's address from C and its
 // row stride in elements from LDC (into DX and R8, in bytes), the
@@ -306,19 +309,8 @@ rowsStore:
 	ADDQ R8, DX \
 	ROWS6(SET_ROW, Z20, Z21, Z22, Z23, Z24, Z25, Z26, Z27, Z28, Z29, Z30, Z31, 64)
 
-// FINISH_TILE512 ends a kernel: the accumulators added into C when the
-// bool argument at ADD is set, else stored there.
-#define FINISH_TILE512(ADD) \
-	MOVBLZX ADD, R9 \
-	TESTL R9, R9 \
-	JZ set512 \
-	ADD_TILE512 \
-	VZEROUPPER \
-	RET \
-set512: \
-	SET_TILE512 \
-	VZEROUPPER \
-	RET
+// FINISH_TILE512 ends an AVX-512 kernel's full tile (FINISH).
+#define FINISH_TILE512(ADD) FINISH(ADD, ADD_TILE512, SET_TILE512)
 
 // START_TILE512 begins an AVX-512 kernel's tile, as START_TILE256 an
 // AVX2 one's: C's address from C and its row stride in elements from LDC
@@ -516,35 +508,21 @@ loopColsB512:
 	ADDQ R8, DX \
 	ROW(L3, H3, HIOFF)
 
-// FINISH_ROWS4_512 and FINISH_ROWS8_512 end a short kernel as
-// FINISH_TILE512 a full one.
-#define FINISH_ROWS4_512(ADD) \
-	MOVBLZX ADD, R9 \
-	TESTL R9, R9 \
-	JZ set4x32 \
-	ROWS4(ADD_ROW, Z8, Z9, Z10, Z11, Z12, Z13, Z14, Z15, 64) \
-	VZEROUPPER \
-	RET \
-set4x32: \
-	ROWS4(SET_ROW, Z8, Z9, Z10, Z11, Z12, Z13, Z14, Z15, 64) \
-	VZEROUPPER \
-	RET
+// ADD_ROWS4_512 and ADD_ROWS8_512 add the first 4 or 8 rows'
+// accumulators into C, SET_ROWS4_512 and SET_ROWS8_512 store them, a row
+// at a time, moving DX down C (FINISH's ADDS and SETS).
+#define ADD_ROWS4_512 ROWS4(ADD_ROW, Z8, Z9, Z10, Z11, Z12, Z13, Z14, Z15, 64)
+#define SET_ROWS4_512 ROWS4(SET_ROW, Z8, Z9, Z10, Z11, Z12, Z13, Z14, Z15, 64)
 
-#define FINISH_ROWS8_512(ADD) \
-	MOVBLZX ADD, R9 \
-	TESTL R9, R9 \
-	JZ set8x32 \
-	ROWS4(ADD_ROW, Z8, Z9, Z10, Z11, Z12, Z13, Z14, Z15, 64) \
+#define ADD_ROWS8_512 \
+	ADD_ROWS4_512 \
 	ADDQ R8, DX \
-	ROWS4(ADD_ROW, Z16, Z17, Z18, Z19, Z20, Z21, Z22, Z23, 64) \
-	VZEROUPPER \
-	RET \
-set8x32: \
-	ROWS4(SET_ROW, Z8, Z9, Z10, Z11, Z12, Z13, Z14, Z15, 64) \
+	ROWS4(ADD_ROW, Z16, Z17, Z18, Z19, Z20, Z21, Z22, Z23, 64)
+
+#define SET_ROWS8_512 \
+	SET_ROWS4_512 \
 	ADDQ R8, DX \
-	ROWS4(SET_ROW, Z16, Z17, Z18, Z19, Z20, Z21, Z22, Z23, 64) \
-	VZEROUPPER \
-	RET
+	ROWS4(SET_ROW, Z16, Z17, Z18, Z19, Z20, Z21, Z22, Z23, 64)
 
 // SHORT_START loads the arguments common to the short kernels: kc into
 // CX, A's panel into SI, B into DI, C's address and row stride (in
@@ -556,6 +534,19 @@ set8x32: \
 	MOVQ C, DX \
 	MOVQ LDC, R8 \
 	SHLQ $2, R8
+
+// SHORT_KERNEL is a short kernel's body after SHORT_START (and, reading
+// B unpacked, ROWS_AHEAD8): its accumulators cleared (ZERO), its rows
+// of C prefetched (PREFETCH), kc steps of depth (STEP), and FINISH with
+// the bool argument at ADD, ADDS and SETS.
+#define SHORT_KERNEL(ZERO, PREFETCH, STEP, ADD, ADDS, SETS) \
+	ZERO \
+	PREFETCH \
+shortLoop: \
+	STEP \
+	DECQ CX \
+	JNZ shortLoop \
+	FINISH(ADD, ADDS, SETS)
 
 // PANEL4 and PANEL8 multiply B's two vectors (Z0, Z1) by the first 4
 // or 8 values of A's step at SI. SHORT_STEP is one step of depth of a
@@ -595,25 +586,13 @@ set8x32: \
 // kernel12x32 for the first 4 rows of its panel of A.
 TEXT ·kernel4x32(SB), NOSPLIT, $0-41
 	SHORT_START(c+24(FP), ldc+32(FP))
-	ZERO_ROWS4_512
-	PREFETCH_C4_512
-loop4x32:
-	SHORT_STEP(PANEL4)
-	DECQ CX
-	JNZ loop4x32
-	FINISH_ROWS4_512(add+40(FP))
+	SHORT_KERNEL(ZERO_ROWS4_512, PREFETCH_C4_512, SHORT_STEP(PANEL4), add+40(FP), ADD_ROWS4_512, SET_ROWS4_512)
 
 // func kernel8x32(kc int, a, b, c *float32, ldc int, add bool)
 // kernel12x32 for the first 8 rows of its panel of A.
 TEXT ·kernel8x32(SB), NOSPLIT, $0-41
 	SHORT_START(c+24(FP), ldc+32(FP))
-	ZERO_ROWS8_512
-	PREFETCH_C8_512
-loop8x32:
-	SHORT_STEP(PANEL8)
-	DECQ CX
-	JNZ loop8x32
-	FINISH_ROWS8_512(add+40(FP))
+	SHORT_KERNEL(ZERO_ROWS8_512, PREFETCH_C8_512, SHORT_STEP(PANEL8), add+40(FP), ADD_ROWS8_512, SET_ROWS8_512)
 
 // func kernel4x32ColsB(kc int, a, b *float32, ldb int, c *float32, ldc int, add bool)
 // kernel12x32ColsB for the first 4 rows of its panel of A.
@@ -621,13 +600,7 @@ TEXT ·kernel4x32ColsB(SB), NOSPLIT, $0-49
 	SHORT_START(c+32(FP), ldc+40(FP))
 	MOVQ ldb+24(FP), R9
 	ROWS_AHEAD8
-	ZERO_ROWS4_512
-	PREFETCH_C4_512
-loop4x32ColsB:
-	SHORT_STEP_COLSB(PANEL4)
-	DECQ CX
-	JNZ loop4x32ColsB
-	FINISH_ROWS4_512(add+48(FP))
+	SHORT_KERNEL(ZERO_ROWS4_512, PREFETCH_C4_512, SHORT_STEP_COLSB(PANEL4), add+48(FP), ADD_ROWS4_512, SET_ROWS4_512)
 
 // func kernel8x32ColsB(kc int, a, b *float32, ldb int, c *float32, ldc int, add bool)
 // kernel12x32ColsB for the first 8 rows of its panel of A.
@@ -635,13 +608,7 @@ TEXT ·kernel8x32ColsB(SB), NOSPLIT, $0-49
 	SHORT_START(c+32(FP), ldc+40(FP))
 	MOVQ ldb+24(FP), R9
 	ROWS_AHEAD8
-	ZERO_ROWS8_512
-	PREFETCH_C8_512
-loop8x32ColsB:
-	SHORT_STEP_COLSB(PANEL8)
-	DECQ CX
-	JNZ loop8x32ColsB
-	FINISH_ROWS8_512(add+48(FP))
+	SHORT_KERNEL(ZERO_ROWS8_512, PREFETCH_C8_512, SHORT_STEP_COLSB(PANEL8), add+48(FP), ADD_ROWS8_512, SET_ROWS8_512)
 
 // The short AVX2 kernels: kernel6x16 and kernel6x16ColsB for the first
 // 2 or 4 rows of a packed 6-row panel of A, as the AVX-512 ones above
@@ -680,35 +647,20 @@ loop8x32ColsB:
 	PREFETCHT0 (R10) \
 	PREFETCHT0 60(R10)
 
-// FINISH_ROWS2_256 and FINISH_ROWS4_256 end a short kernel as
-// FINISH_TILE256 a full one.
-#define FINISH_ROWS2_256(ADD) \
-	MOVBLZX ADD, R9 \
-	TESTL R9, R9 \
-	JZ set2x16 \
+// ADD_ROWS2_256, ADD_ROWS4_256, SET_ROWS2_256 and SET_ROWS4_256 are
+// ADD_ROWS4_512's and SET_ROWS4_512's AVX2 counterparts.
+#define ADD_ROWS2_256 \
 	ADD_ROW(Y4, Y5, 32) \
 	ADDQ R8, DX \
-	ADD_ROW(Y6, Y7, 32) \
-	VZEROUPPER \
-	RET \
-set2x16: \
+	ADD_ROW(Y6, Y7, 32)
+
+#define SET_ROWS2_256 \
 	SET_ROW(Y4, Y5, 32) \
 	ADDQ R8, DX \
-	SET_ROW(Y6, Y7, 32) \
-	VZEROUPPER \
-	RET
+	SET_ROW(Y6, Y7, 32)
 
-#define FINISH_ROWS4_256(ADD) \
-	MOVBLZX ADD, R9 \
-	TESTL R9, R9 \
-	JZ set4x16 \
-	ROWS4(ADD_ROW, Y4, Y5, Y6, Y7, Y8, Y9, Y10, Y11, 32) \
-	VZEROUPPER \
-	RET \
-set4x16: \
-	ROWS4(SET_ROW, Y4, Y5, Y6, Y7, Y8, Y9, Y10, Y11, 32) \
-	VZEROUPPER \
-	RET
+#define ADD_ROWS4_256 ROWS4(ADD_ROW, Y4, Y5, Y6, Y7, Y8, Y9, Y10, Y11, 32)
+#define SET_ROWS4_256 ROWS4(SET_ROW, Y4, Y5, Y6, Y7, Y8, Y9, Y10, Y11, 32)
 
 // PANEL2_256 and PANEL4_256 multiply B's two vectors (Y0, Y1) by the
 // first 2 or 4 values of A's step at SI. SHORT_STEP256 is one step of
@@ -738,25 +690,13 @@ set4x16: \
 // kernel6x16 for the first 2 rows of its panel of A.
 TEXT ·kernel2x16(SB), NOSPLIT, $0-41
 	SHORT_START(c+24(FP), ldc+32(FP))
-	ZERO_ROWS2_256
-	PREFETCH_C2_256
-loop2x16:
-	SHORT_STEP256(PANEL2_256)
-	DECQ CX
-	JNZ loop2x16
-	FINISH_ROWS2_256(add+40(FP))
+	SHORT_KERNEL(ZERO_ROWS2_256, PREFETCH_C2_256, SHORT_STEP256(PANEL2_256), add+40(FP), ADD_ROWS2_256, SET_ROWS2_256)
 
 // func kernel4x16(kc int, a, b, c *float32, ldc int, add bool)
 // kernel6x16 for the first 4 rows of its panel of A.
 TEXT ·kernel4x16(SB), NOSPLIT, $0-41
 	SHORT_START(c+24(FP), ldc+32(FP))
-	ZERO_ROWS4_256
-	PREFETCH_C4_256
-loop4x16:
-	SHORT_STEP256(PANEL4_256)
-	DECQ CX
-	JNZ loop4x16
-	FINISH_ROWS4_256(add+40(FP))
+	SHORT_KERNEL(ZERO_ROWS4_256, PREFETCH_C4_256, SHORT_STEP256(PANEL4_256), add+40(FP), ADD_ROWS4_256, SET_ROWS4_256)
 
 // func kernel2x16ColsB(kc int, a, b *float32, ldb int, c *float32, ldc int, add bool)
 // kernel6x16ColsB for the first 2 rows of its panel of A.
@@ -764,13 +704,7 @@ TEXT ·kernel2x16ColsB(SB), NOSPLIT, $0-49
 	SHORT_START(c+32(FP), ldc+40(FP))
 	MOVQ ldb+24(FP), R9
 	ROWS_AHEAD8
-	ZERO_ROWS2_256
-	PREFETCH_C2_256
-loop2x16ColsB:
-	SHORT_STEP256_COLSB(PANEL2_256)
-	DECQ CX
-	JNZ loop2x16ColsB
-	FINISH_ROWS2_256(add+48(FP))
+	SHORT_KERNEL(ZERO_ROWS2_256, PREFETCH_C2_256, SHORT_STEP256_COLSB(PANEL2_256), add+48(FP), ADD_ROWS2_256, SET_ROWS2_256)
 
 // func kernel4x16ColsB(kc int, a, b *float32, ldb int, c *float32, ldc int, add bool)
 // kernel6x16ColsB for the first 4 rows of its panel of A.
@@ -778,10 +712,4 @@ TEXT ·kernel4x16ColsB(SB), NOSPLIT, $0-49
 	SHORT_START(c+32(FP), ldc+40(FP))
 	MOVQ ldb+24(FP), R9
 	ROWS_AHEAD8
-	ZERO_ROWS4_256
-	PREFETCH_C4_256
-loop4x16ColsB:
-	SHORT_STEP256_COLSB(PANEL4_256)
-	DECQ CX
-	JNZ loop4x16ColsB
-	FINISH_ROWS4_256(add+48(FP))
+	SHORT_KERNEL(ZERO_ROWS4_256, PREFETCH_C4_256, SHORT_STEP256_COLSB(PANEL4_256), add+48(FP), ADD_ROWS4_256, SET_ROWS4_256)
