@@ -54,9 +54,9 @@ type shortTile struct {
 	tileColsB func(kc int, a, b []float32, ldb int, c []float32, ldc int, add bool)
 }
 
-// shortFor returns the tile for a panel with mr < k.mr live rows: the
+// shortFor returns the tile for a panel with mr ≤ k.mr live rows: the
 // shortest of k.short with at least mr rows, else the full tile (its rows
-// k.mr).
+// k.mr). macro and macroColsB run full panels of full width before asking.
 func (k kernel) shortFor(mr int) shortTile {
 	for _, s := range k.short {
 		if mr <= s.rows {
